@@ -1,0 +1,30 @@
+"""Tiled GEMM: C = A @ B with a pipelined K loop and ragged edges masked.
+
+The output block is one logical program; the K loop is a pipeline whose
+"load" stage produces the A/B tiles and whose "compute" stage updates the
+accumulator (a carried state). Out-of-range reads are zero-filled and
+out-of-range stores are masked (bounds policy ``zero``)."""
+
+import tilenest as tn
+from tilenest import f32
+
+
+@tn.kernel
+def gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
+         bm=32, bn=32, bk=32):
+    M, K = A.shape
+    N = B.shape[1]
+    m, k = A.dims()
+    n = C.dim(1)
+    B = B.with_dims(k, n)
+    C = C.with_dims(m, n)
+    for nest in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+        i, j = nest.index(0), nest.index(1)
+        acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+        for kk in nest.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+            kk.stage("load")
+            a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+            b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+            kk.stage("compute")
+            acc = tn.mma(a, b, acc)
+        C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)

@@ -1,0 +1,57 @@
+"""tilenest: the executable, formally checked reference of the Tile DSL
+execution-nest calculus.
+
+The public DSL lives in this namespace (``import tilenest as tn``)::
+
+    @tn.kernel
+    def add(x: tn.Tensor[tn.f32, 1], y: tn.Tensor[tn.f32, 1]):
+        (n,) = x.shape
+        for p in tn.parallel(tn.shape(tn.cdiv(n, 128))):
+            o = tn.coord(p.index() * 128)
+            y(o, tn.shape(128)).store(x[o, tn.shape(128)] + 1.0)
+"""
+
+from . import errors
+from .frontend.dsl import (Axis, Index, Shape, Tile, assume, axis, bitcast, bounds, broadcast,
+                           cast, cdiv, coord, dim, dims, exec, fold_left, fold_right, full,
+                           gather, if_, index_tile, iota, ite, layout, map, matmul, mem, memory,
+                           mma, ordered_tree, per, permute, pipeline, pipeline_policy, put,
+                           parallel, reduce, reindex, reshape, scalar, serial, shape, sym,
+                           unordered_tree, while_, zeros)
+from .frontend.functions import *  # noqa: F401,F403  (elementwise functions)
+from .frontend.functions import __all__ as _fn_all
+from .frontend.kernel import Kernel, Scalar, Sym, Tensor, kernel
+from .frontend.library import argmax, cumsum, reducer, scan, sort, topk
+from .semantics.dtypes import (bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32,
+                               u64)
+from .semantics.ir import TileProgram
+from .semantics.policies import MmaPolicy, PipelinePolicy, ReductionPolicy
+
+__version__ = "0.1.0"
+
+
+def interpret(program_or_kernel, *arrays, **kw):
+    """Run a program on the reference interpreter (see ``tilenest.interpreter``)."""
+    from .interpreter import interpret as _interpret
+
+    return _interpret(program_or_kernel, *arrays, **kw)
+
+
+def parse(text: str, file: str | None = None) -> TileProgram:
+    """Parse TileIR text into a TileProgram."""
+    from .semantics.parser import parse_program
+
+    return parse_program(text, file)
+
+
+__all__ = [
+    "errors", "Axis", "Index", "Shape", "Tile", "assume", "axis", "bitcast", "bounds",
+    "broadcast", "cast", "cdiv", "coord", "dim", "dims", "exec", "fold_left", "fold_right",
+    "full", "gather", "if_", "index_tile", "iota", "ite", "layout", "map", "matmul", "mem",
+    "memory", "mma", "ordered_tree", "per", "permute", "pipeline", "pipeline_policy", "put",
+    "parallel", "reduce", "reindex", "reshape", "scalar", "serial", "shape", "sym",
+    "unordered_tree", "while_", "zeros", "Kernel", "Scalar", "Sym", "Tensor", "kernel",
+    "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
+    "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
+    "PipelinePolicy", "ReductionPolicy", "interpret", "parse", *_fn_all,
+]

@@ -1,0 +1,128 @@
+"""Errors a user of tilenest can cause, each naming its site(s) and a hint.
+
+Every error raised for a user's mistake is a :class:`TilenestError`. It carries
+the sites it concerns (``file:line:col`` of a kernel's Python source, or
+``line:col`` of TileIR text), a one-line message and an optional hint that says
+what to do instead. The CLI prints :meth:`TilenestError.render`; it never shows a
+Python traceback for these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Site:
+    """A location in user input: a Python kernel file or a TileIR text."""
+
+    file: str | None
+    line: int
+    col: int = 0
+
+    def __str__(self) -> str:
+        where = f"{self.line}:{self.col}" if self.col else f"{self.line}"
+        return f"{self.file}:{where}" if self.file else where
+
+
+class TilenestError(Exception):
+    """Base class of every diagnosed user error."""
+
+    kind = "error"
+
+    def __init__(self, message: str, sites: tuple[Site, ...] | Site | None = (),
+                 hint: str | None = None, notes: tuple[str, ...] = ()):
+        if isinstance(sites, Site):
+            sites = (sites,)
+        self.message = message
+        self.sites: tuple[Site, ...] = tuple(s for s in (sites or ()) if s is not None)
+        self.hint = hint
+        self.notes = tuple(notes)
+        super().__init__(self.render())
+
+    def with_site(self, site: Site | None) -> "TilenestError":
+        """Return this error with ``site`` added first if it has no site yet."""
+        if site is not None and not self.sites:
+            self.sites = (site,)
+            self.args = (self.render(),)
+        return self
+
+    def render(self) -> str:
+        head = f"{self.kind}: {self.message}"
+        lines = [head]
+        for s in self.sites:
+            lines.append(f"  --> {s}")
+        for n in self.notes:
+            lines.append(f"  note: {n}")
+        if self.hint:
+            lines.append(f"  hint: {self.hint}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "sites": [str(s) for s in self.sites],
+            "hint": self.hint,
+            "notes": list(self.notes),
+        }
+
+
+class CaptureError(TilenestError):
+    """The Python kernel uses a construct the DSL does not accept."""
+
+    kind = "capture error"
+
+
+class TypeCheckError(TilenestError):
+    """An operation's operands do not have the types or dims it requires."""
+
+    kind = "type error"
+
+
+class ParseError(TilenestError):
+    """TileIR text (or JSON) is malformed."""
+
+    kind = "parse error"
+
+
+class VerifyError(TilenestError):
+    """A structurally well-formed program violates a static rule of the calculus."""
+
+    kind = "verify error"
+
+
+class ContractError(TilenestError):
+    """A reduction or update lacks the algebraic contract its policy needs."""
+
+    kind = "contract error"
+
+
+class RuntimeSemanticError(TilenestError):
+    """A dynamic violation found while executing a program (interpreter)."""
+
+    kind = "runtime error"
+
+
+class RaceError(RuntimeSemanticError):
+    """Two distinct `parallel` instances touched one element, at least one writing."""
+
+    kind = "race"
+
+
+class BoundsError(RuntimeSemanticError):
+    """An access fell outside its view under a policy that forbids that."""
+
+    kind = "out of bounds"
+
+
+class UninitializedReadError(RuntimeSemanticError):
+    """A read of an element that nothing wrote."""
+
+    kind = "uninitialized read"
+
+
+class NotAvailableError(TilenestError):
+    """A capability that this build of tilenest does not provide yet."""
+
+    kind = "not available"

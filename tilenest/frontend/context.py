@@ -1,0 +1,80 @@
+"""The capture context: which kernel is being captured and which scopes are open.
+
+Surface objects (tiles, handles, views) build IR through :func:`ctx`; using one
+outside a capture is a :class:`~tilenest.errors.CaptureError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CaptureError, Site
+from .builder import BBlock, Builder
+
+
+@dataclass(eq=False)
+class ScopeFrame:
+    """One open region during capture."""
+
+    kind: str  # parallel | serial | pipeline | reduce | if | while | root | stage-body
+    handle: Any  # the ScopeHandle (None for root/if/while)
+    block: BBlock
+    level: int  # innermost enclosing parallel level id (0 = root)
+    stages: list = field(default_factory=list)  # pipeline cursor cuts: (index in ops, name, site)
+    stmt_depth: int = 0
+
+
+class CaptureContext:
+    """State of one kernel capture."""
+
+    def __init__(self, file: str | None) -> None:
+        self.builder = Builder()
+        self.file = file
+        self.frames: list[ScopeFrame] = [ScopeFrame("root", None, self.builder.block, 0)]
+        self.next_level = 1
+        self.level_parent: dict[int, int] = {0: 0}
+        self.memories: list[Any] = []  # MemoryObj in allocation order
+        self.syms: list[str] = []
+        self.sym_defs: dict[str, Any] = {}
+        self.assumptions: list[Any] = []
+        self.reducers: list[Any] = []
+        self.reducer_names: set[str] = set()
+        self.stmt_depth = 0
+
+    @property
+    def frame(self) -> ScopeFrame:
+        return self.frames[-1]
+
+    @property
+    def level(self) -> int:
+        return self.frame.level
+
+    def site(self) -> Site | None:
+        return self.builder.site
+
+    def add_sym(self, name: str) -> None:
+        if name not in self.syms:
+            self.syms.append(name)
+
+
+_STACK: list[CaptureContext] = []
+
+
+def ctx() -> CaptureContext:
+    if not _STACK:
+        raise CaptureError("tile operations can only be used while a @tn.kernel is captured",
+                           hint="call them inside a function decorated with @tn.kernel")
+    return _STACK[-1]
+
+
+def active() -> bool:
+    return bool(_STACK)
+
+
+def push(c: CaptureContext) -> None:
+    _STACK.append(c)
+
+
+def pop() -> None:
+    _STACK.pop()
