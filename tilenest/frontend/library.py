@@ -137,7 +137,7 @@ def scan(x: Tile, axis: Any, reducer: Any = "add",
             origin = [h.index() if i == ax else 0 for i in range(x.rank)]
             return [s2, dsl.put(o, origin, patch)]
 
-        return region("serial", dsl.Shape([(None, n)]), [run, out], body, label="scan",
+        return region("serial", dsl.Shape([(d, n)]), [run, out], body, label="scan",
                       order="forward")[1]
     if policy is ReductionPolicy.ordered_tree:
         if not isinstance(n, E.Const):
@@ -179,10 +179,10 @@ def argmax(x: Tile, axis: Any) -> Tile:
 def _less_pairs(x: Tile, d: Dim, dj: Dim, descending: bool) -> Tile:
     """``less[i, j]`` = element j sorts strictly before element i (stable total
     order, NaN last): compared by value, then by original index."""
-    xi = x
-    xj = _rename_dim(x, d, dj)
     ax = x.type.space.index(d)
     space_ij = Space(x.type.space.factors + (DimFactor(dj, x.type.space.extent_of(d)),))
+    xi = dsl.broadcast(x, dsl.space_shape(space_ij))
+    xj = dsl.broadcast(_rename_dim(x, d, dj), dsl.space_shape(space_ij))
     ii = dsl.iota(dsl.space_shape(space_ij), ax)
     jj = dsl.iota(dsl.space_shape(space_ij), x.rank)
     before = (xj > xi) if descending else (xj < xi)
@@ -213,7 +213,7 @@ def sort(x: Tile, axis: Any, descending: bool = False, k: int | None = None
     pair = Space(x.type.space.factors + (DimFactor(dr, kk),))
     r_ = dsl.iota(dsl.space_shape(pair), x.rank)
     i_ = dsl.iota(dsl.space_shape(pair), ax)
-    src = reduce_expr(dsl.ite(rank == r_, i_, 0), d, "add")  # src over out dims + dr
+    src = reduce_expr(dsl.ite(dsl.broadcast(rank, dsl.space_shape(pair)) == r_, i_, 0), d, "add")  # src over out dims + dr
     # move dr into d's position
     order = [f.dim for f in out_space.factors]
     src = dsl.permute(src, order)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import os
 import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -66,6 +67,12 @@ def parse_function(fn: Callable) -> Source:
     except (OSError, TypeError) as e:
         raise CaptureError(f"cannot read the source of kernel {fn.__name__!r}: {e}",
                            hint="kernels must be defined in a file, not typed at a prompt") from None
+    try:
+        rel = os.path.relpath(file)
+        if not rel.startswith(".."):
+            file = rel
+    except ValueError:
+        pass
     ded = textwrap.dedent(src)
     indent = len(src.splitlines()[0]) - len(ded.splitlines()[0])
     tree = ast.parse(ded)

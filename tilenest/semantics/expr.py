@@ -811,8 +811,11 @@ def to_str(x: Expr) -> str:
             if isinstance(t, Const) and t.value < 0:
                 s, neg = str(-t.value), True
             elif isinstance(t, Mul) and isinstance(t.factors[0], Const) and t.factors[0].value < 0:
+                rest = t.factors[1] if len(t.factors) == 2 else Mul(t.factors[1:])
+                # a leading unary minus binds tighter than // and %: keep "-(a // b)"
+                tight = i == 0 and isinstance(rest, (FloorDiv, Mod))
                 s, neg = to_str(mul(-1, t)) if t.factors[0].value != -1 else _paren(
-                    t.factors[1] if len(t.factors) == 2 else Mul(t.factors[1:]), 4.5), True
+                    rest, 6 if tight else 4.5), True
             else:
                 s = _paren(t, 4)
             if i == 0:

@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from . import expr as E
 from .ir import Block, Operation, TileProgram, Value
 from .ops import REGISTRY, OpDef
 from .space import Dim
@@ -73,6 +74,19 @@ class DimNames:
     def index(self, d: Dim) -> int:
         self.add(d)
         return self.order.index(d)
+
+
+#: the largest constant shift count a reader folds (a larger one is rejected)
+MAX_SHIFT = 4096
+
+
+def build_bitop(op: str, a: E.Expr, b: E.Expr) -> E.Expr:
+    """``E.bitop(op, a, b)``; a constant shift by a negative or huge count is a
+    ValueError here rather than an exception (or a huge integer) in folding."""
+    if op in ("<<", ">>") and isinstance(a, E.Const) and isinstance(b, E.Const) \
+            and not 0 <= b.value <= MAX_SHIFT:
+        raise ValueError(f"cannot fold the shift {a.value} {op} {b.value}")
+    return E.bitop(op, a, b)
 
 
 # ---------------------------------------------------------------------------

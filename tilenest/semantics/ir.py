@@ -221,7 +221,7 @@ class TileProgram:
 
     @property
     def A(self) -> dict[int, Any]:
-        return {op.oid: (op.attr("policy"), op.attr("contract"))
+        return {op.oid: (op.attr("policy"), op.attr("contracts"))
                 for op in self.walk() if op.name == "reduce"}
 
     @property

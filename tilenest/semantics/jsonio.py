@@ -24,7 +24,7 @@ from . import dtypes as D
 from . import expr as E
 from .expr import Expr, Pred
 from .ioschema import (
-    SCHEMA_VERSION, DimNames, Scope, attr_kind, canonical_dim, missing_attrs, number_ops,
+    SCHEMA_VERSION, DimNames, Scope, attr_kind, build_bitop, canonical_dim, missing_attrs, number_ops,
     opdef_or_none, operand_count_problem, region_count_problem, unknown_attr_hint,
     unknown_op_hint,
 )
@@ -295,7 +295,10 @@ class Decoder:
                 self.fail(path + ".bit", "unknown bitwise operator",
                           hint="one of " + " ".join(_BITOPS))
             a, b = self.pair(d["args"], path + ".args", scope)
-            return E.bitop(d["bit"], a, b)
+            try:
+                return build_bitop(d["bit"], a, b)
+            except ValueError as e:
+                self.fail(path, str(e))
         if len(d) != 1:
             self.fail(path, "an expression node has exactly one key")
         ((k, v),) = d.items()
@@ -616,4 +619,6 @@ def loads(text: str, file: str | None = None) -> TileProgram:
         d = json.loads(text)
     except json.JSONDecodeError as e:
         raise ParseError(f"malformed JSON: {e.msg}", Site(file, e.lineno, e.colno)) from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer with too many digits
+        raise ParseError(f"malformed JSON: {e}", Site(file, 1, 1)) from None
     return from_json(d, file)

@@ -19,7 +19,7 @@ from ..errors import ParseError, Site
 from . import dtypes as D
 from . import expr as E
 from .expr import Expr, Pred
-from .ioschema import Scope
+from .ioschema import Scope, build_bitop
 from .maps import Map
 from .policies import EXEC_SCOPES, Bounds, BoundsPolicy, ExecPolicy, PipelinePolicy, \
     ReductionPolicy
@@ -34,11 +34,11 @@ _EXPR_BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "mul": E.mul,
     "floordiv": E.floordiv,
     "mod": E.mod,
-    "bitor": lambda a, b: E.bitop("|", a, b),
-    "bitxor": lambda a, b: E.bitop("^", a, b),
-    "bitand": lambda a, b: E.bitop("&", a, b),
-    "shl": lambda a, b: E.bitop("<<", a, b),
-    "shr": lambda a, b: E.bitop(">>", a, b),
+    "bitor": lambda a, b: build_bitop("|", a, b),
+    "bitxor": lambda a, b: build_bitop("^", a, b),
+    "bitand": lambda a, b: build_bitop("&", a, b),
+    "shl": lambda a, b: build_bitop("<<", a, b),
+    "shr": lambda a, b: build_bitop(">>", a, b),
 }
 
 _KIND_WORDS = {
@@ -88,11 +88,17 @@ class ValueReader:
         self.fail(n, f"{what} must be {_KIND_WORDS.get(kind, kind)}")
 
     # -- scalars --------------------------------------------------------
+    def int_token(self, tok: Token) -> int:
+        try:
+            return int(tok.value)
+        except ValueError:  # more digits than Python converts
+            self.fail(tok, "integer literal is too long")
+
     def as_int(self, n: Tree, what: str = "the value") -> int:
         if n.data == "int":
-            return int(n.children[0].value)
+            return self.int_token(n.children[0])
         if n.data == "negate" and n.children[0].data == "int":
-            return -int(n.children[0].children[0].value)
+            return -self.int_token(n.children[0].children[0])
         self.expect(n, "int", what)
 
     def as_bool(self, n: Tree, what: str = "the value") -> bool:
@@ -106,7 +112,7 @@ class ValueReader:
         if n.data == "negate":
             sign, inner = -1, n.children[0]
         if inner.data == "int":
-            return sign * int(inner.children[0].value)
+            return sign * self.int_token(inner.children[0])
         if inner.data == "float":
             return sign * float(inner.children[0].value)
         if inner.data == "name":
@@ -160,7 +166,7 @@ class ValueReader:
         visible ones (when a scope is given)."""
         k = n.data
         if k == "int":
-            return E.Const(int(n.children[0].value))
+            return E.Const(self.int_token(n.children[0]))
         if k == "name":
             name = n.children[0].value
             if self.syms is not None and name not in self.syms:
@@ -185,6 +191,8 @@ class ValueReader:
                 return _EXPR_BINARY[k](a, b)
             except ZeroDivisionError:
                 self.fail(n, "index expression divides by zero")
+            except ValueError as e:
+                self.fail(n, str(e))
         if k == "call":
             fn = n.children[0].value
             args = [c for c in n.children[1:] if c is not None]

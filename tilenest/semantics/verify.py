@@ -162,7 +162,7 @@ class _Verifier:
         if n == "while":
             cy = op.regions[0].terminator
             if cy is None or len(cy.operands) != 1 or cy.operands[0].type != TileType(
-                    _bool(), ()):
+                    _bool()):
                 raise self.fail(op, "while condition region must yield one bool scalar")
         if n == "reduce" and len(op.attrs["contracts"]) != len(op.operands):
             raise self.fail(op, "reduce needs one contract entry per state")
