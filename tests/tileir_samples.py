@@ -19,7 +19,12 @@ from tilenest.semantics.ir import Block, FrozenDict, Operation, TileProgram, Val
 from tilenest.semantics.maps import Map, MemLayout, strided_layout
 from tilenest.semantics.ops.values import BINARY, COMPARE, UNARY_ANY, UNARY_FLOAT, UNARY_PRED
 from tilenest.semantics.policies import (
-    EXEC_SCOPES, Bounds, BoundsPolicy, ExecPolicy, PipelinePolicy, ReductionPolicy,
+    EXEC_SCOPES,
+    Bounds,
+    BoundsPolicy,
+    ExecPolicy,
+    PipelinePolicy,
+    ReductionPolicy,
 )
 from tilenest.semantics.reducers import CustomReducer
 from tilenest.semantics.space import Dim, DimFactor, IndexSet, Space
@@ -87,7 +92,7 @@ def row_softmax() -> TileProgram:
     n2 = Value("n2", col_t)
     q = Value("q", row_t)
     qe = Value("qe", row_t)
-    view = dict(vars=("0", "1"), map=(Vp + V0, V1), valid=E.TRUE, bounds=BoundsPolicy())
+    view = {"vars": ("0", "1"), "map": (Vp + V0, V1), "valid": E.TRUE, "bounds": BoundsPolicy()}
     reduce_max = op(
         "reduce", z, res=(m,), vars=("c",),
         domain=iset(("c",), ((x1, C),)), policy=ReductionPolicy.unordered_tree,
@@ -150,6 +155,7 @@ def all_values() -> TileProgram:
         op("const", res=(val("ninf", f2),), value=-math.inf),
         op("const", res=(val("one", f2),), value=1.0),
         op("const", res=(val("seven", scalar(D.u8)),), value=7),
+        op("const", res=(val("odd_dims", tile(D.f64, (blank, 2), (d6, N))),), value=3),
     ]
     for name in UNARY_FLOAT + UNARY_ANY:
         ops.append(op(name, a, res=(val("u_" + name, f2),)))
@@ -336,5 +342,15 @@ def walk_all(p: TileProgram) -> list[Operation]:
     return out
 
 
-__all__ = ["SAMPLES", "walk_all", "dims", "tile", "op", "blk", "yld", "iset", "program",
-           "DimFactor"]
+__all__ = [
+    "SAMPLES",
+    "DimFactor",
+    "blk",
+    "dims",
+    "iset",
+    "op",
+    "program",
+    "tile",
+    "walk_all",
+    "yld",
+]

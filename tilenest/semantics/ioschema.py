@@ -21,8 +21,8 @@ import dataclasses
 import difflib
 import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from . import expr as E
 from .ir import Block, Operation, TileProgram, Value
@@ -160,12 +160,12 @@ class Scope:
     ``declare`` reserves a name in the unit (a second definition anywhere in
     the unit is an error); ``bind`` makes a declared value visible here."""
 
-    def __init__(self, unit: Unit | None = None, parent: "Scope | None" = None):
+    def __init__(self, unit: Unit | None = None, parent: Scope | None = None):
         self.unit = unit if unit is not None else Unit()
         self.parent = parent
         self.visible: dict[str, Value] = {}
 
-    def child(self) -> "Scope":
+    def child(self) -> Scope:
         return Scope(self.unit, self)
 
     def declare(self, name: str, where: object) -> object | None:

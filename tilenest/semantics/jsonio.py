@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -24,14 +25,31 @@ from . import dtypes as D
 from . import expr as E
 from .expr import Expr, Pred
 from .ioschema import (
-    SCHEMA_VERSION, DimNames, Scope, attr_kind, build_bitop, canonical_dim, missing_attrs, number_ops,
-    opdef_or_none, operand_count_problem, region_count_problem, unknown_attr_hint,
+    SCHEMA_VERSION,
+    DimNames,
+    Scope,
+    attr_kind,
+    build_bitop,
+    canonical_dim,
+    missing_attrs,
+    number_ops,
+    opdef_or_none,
+    operand_count_problem,
+    region_count_problem,
+    unknown_attr_hint,
     unknown_op_hint,
 )
 from .ir import Block, FrozenDict, Operation, TileProgram, Value
 from .maps import Map, MemLayout
-from .policies import EXEC_SCOPES, RESOURCES, Bounds, BoundsPolicy, ExecPolicy, \
-    PipelinePolicy, ReductionPolicy
+from .policies import (
+    EXEC_SCOPES,
+    RESOURCES,
+    Bounds,
+    BoundsPolicy,
+    ExecPolicy,
+    PipelinePolicy,
+    ReductionPolicy,
+)
 from .printer import guess_kind
 from .reducers import BUILTINS, CustomReducer
 from .space import Dim, DimFactor, IndexSet, Space
@@ -610,7 +628,10 @@ class Decoder:
 def from_json(d: Any, file: str | None = None) -> TileProgram:
     """The program ``d`` encodes; op ids in pre-order from 0. Raises ParseError
     naming the JSON path of the first mistake."""
-    return Decoder(file).program(d)
+    try:
+        return Decoder(file).program(d)
+    except RecursionError:
+        raise ParseError("the JSON nests too deeply to read", ()) from None
 
 
 def loads(text: str, file: str | None = None) -> TileProgram:

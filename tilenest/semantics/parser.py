@@ -11,7 +11,6 @@ program's reducers) while building the immutable IR. Any mistake raises
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from importlib import resources
@@ -21,17 +20,24 @@ from lark import Lark, Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
 from ..errors import ParseError, Site
-from . import dtypes as D
 from .expr import Expr, Pred
 from .ioschema import (
-    Scope, attr_kind, canonical_dim, missing_attrs, number_ops, opdef_or_none,
-    operand_count_problem, region_count_problem, unknown_attr_hint, unknown_op_hint,
+    Scope,
+    attr_kind,
+    canonical_dim,
+    missing_attrs,
+    number_ops,
+    opdef_or_none,
+    operand_count_problem,
+    region_count_problem,
+    unknown_attr_hint,
+    unknown_op_hint,
 )
 from .ir import Block, FrozenDict, Operation, TileProgram, Value
 from .maps import MemLayout
 from .policies import RESOURCES
 from .reducers import CustomReducer
-from .space import Dim, DimFactor, Space
+from .space import Dim
 from .types import MemoryType, StateType, TensorType, TileType, Type
 from .valueread import ValueReader
 
@@ -52,7 +58,7 @@ def grammar() -> Lark:
 _TERMINAL_NAMES = {
     "RESULTS": "'%name ='", "VALUE": "a %value", "VAR": "a $variable", "DIM": "a #dim",
     "GLOBAL": "an @name", "NAME": "a name", "INT": "an integer", "FLOAT": "a float",
-    "STRING": "a string", "$END": "the end of the text",
+    "STRING": "a string", "$END": "the end of the text", "<END-OF-FILE>": "the end of the text",
 }
 
 
@@ -84,9 +90,8 @@ def _syntax_error(e: LarkError, text: str, file: str | None) -> ParseError:
         hint = "expected " + ", ".join(expected[:10]) + (", ..." if len(expected) > 10 else "")
         if tok is None or tok.type == "$END":
             return ParseError("unexpected end of text", _end_site(text, file), hint=hint)
-        found = "'%s'" % tok.value if tok.type not in _TERMINAL_NAMES else \
-            f"{_TERMINAL_NAMES[tok.type]} '{tok.value}'"
-        return ParseError(f"unexpected {found}", Site(file, tok.line, tok.column), hint=hint)
+        return ParseError(f"unexpected '{tok.value}'", Site(file, tok.line, tok.column),
+                          hint=hint)
     return ParseError(f"cannot parse: {e}", Site(file, 1, 1))
 
 
@@ -228,7 +233,7 @@ class Reader(ValueReader):
         return v
 
     def declare(self, name: str, line: int, col: int, scope: Scope) -> None:
-        earlier = scope.declare(name, Site(self.file, line, col))
+        earlier = scope.declare(name, f"{line}:{col}")
         if earlier is not None:
             raise ParseError(f"value %{name} is already defined", Site(self.file, line, col),
                              hint=f"each value is defined once; the first definition is at "
@@ -333,7 +338,10 @@ def parse_program(text: str, file: str | None = None) -> TileProgram:
     """The program written in ``text`` (see ``spec/interchange.md``); op ids are
     assigned in pre-order from 0. Raises ParseError at the first mistake."""
     tree = _parse_tree(text, "start", file)
-    return Reader(file).read_kernel(tree.children[0])
+    try:
+        return Reader(file).read_kernel(tree.children[0])
+    except RecursionError:
+        raise ParseError("the text nests too deeply to read", Site(file, 1, 1)) from None
 
 
 def parse_expr(text: str, syms: set[str] | None = None) -> Expr:

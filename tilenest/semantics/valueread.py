@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from lark import Token, Tree
 
@@ -21,8 +22,7 @@ from . import expr as E
 from .expr import Expr, Pred
 from .ioschema import Scope, build_bitop
 from .maps import Map
-from .policies import EXEC_SCOPES, Bounds, BoundsPolicy, ExecPolicy, PipelinePolicy, \
-    ReductionPolicy
+from .policies import EXEC_SCOPES, Bounds, BoundsPolicy, ExecPolicy, PipelinePolicy, ReductionPolicy
 from .reducers import BUILTINS
 from .space import Dim, DimFactor, IndexSet, Space
 
@@ -343,9 +343,7 @@ class ValueReader:
         for c in self.items(n, "contracts", what):
             if c.data == "name" and c.children[0].value == "none":
                 out.append(None)
-            elif c.data == "name" and c.children[0].value in BUILTINS:
-                out.append(c.children[0].value)
-            elif c.data == "global" and c.children[0].value[1:] in self.reducers:
+            elif c.data == "name" and c.children[0].value in BUILTINS or c.data == "global" and c.children[0].value[1:] in self.reducers:
                 out.append(c.children[0].value)
             elif c.data in ("name", "global"):
                 self.fail(c, f"unknown reducer '{c.children[0].value}'",

@@ -1,0 +1,68 @@
+"""The command line: show works on kernel and IR files, user errors print a
+located message (never a traceback), unbuilt subcommands say so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tilenest.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_show_kernel_file_and_json(tmp_path):
+    r = run("show", "examples/gemm.py")
+    assert r.returncode == 0, r.stderr
+    assert "kernel @gemm" in r.stdout and "pipeline" in r.stdout
+    r = run("show", "examples/softmax.py", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema"] == "tilenest.tileir/1"
+    # the printed text re-parses
+    t = tmp_path / "softmax.tile"
+    t.write_text(run("show", "examples/softmax.py").stdout)
+    r2 = run("show", str(t))
+    assert r2.returncode == 0, r2.stderr
+    assert r2.stdout.strip() == t.read_text().strip()
+
+
+def test_bad_ir_text_gives_line_col_not_traceback(tmp_path):
+    bad = tmp_path / "bad.tile"
+    bad.write_text('kernel @k() syms [] assume [] dims [] {\n  %0 = frobnicate : f32\n}\n')
+    r = run("show", str(bad))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert f"{bad}:2:" in r.stderr
+    assert "parse error" in r.stderr
+
+
+def test_ill_typed_kernel_reports_user_line(tmp_path):
+    src = tmp_path / "k.py"
+    src.write_text(
+        "import tilenest as tn\n"
+        "@tn.kernel\n"
+        "def k(x: tn.Tensor[tn.f32, 1], y: tn.Tensor[tn.i32, 1]):\n"
+        "    for p in tn.parallel(tn.shape(1)):\n"
+        "        y(tn.coord(0), tn.shape(4)).store(x[tn.coord(0), tn.shape(4)])\n")
+    r = run("show", str(src))
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr
+    assert "k.py:5:" in r.stderr and "hint:" in r.stderr
+
+
+def test_unbuilt_subcommands_exist_and_say_so():
+    for cmd in ("check", "lower", "validate", "conformance", "bench"):
+        r = run(cmd, "examples/gemm.py")
+        assert r.returncode == 3, (cmd, r.stderr)
+        assert "not available" in r.stderr
+
+
+def test_missing_file():
+    r = run("show", "nope.py")
+    assert r.returncode == 1 and "no such file" in r.stderr
