@@ -1,8 +1,127 @@
-"""The reference interpreter (see spec/): executes a TileProgram on numpy."""
+"""The reference interpreter: the exact meaning of a TileProgram on numpy.
 
-from ..errors import NotAvailableError
+``interpret(program_or_kernel, *arrays, params=..., schedule=...)`` binds the
+arrays (tensors are written in place) and runtime scalars, executes the
+program, and returns the tensors it stores to (one array, or a tuple).
+
+Meaning lives in one rule per op: ``values.py`` (pure values), ``memory.py``
+(views, Memory), ``regions.py`` (parallel/serial/pipeline/if/while),
+``reductions.py`` (reduce policies); ``effects.py`` is the race detector and
+``numerics.py`` the scalar arithmetic of every dtype.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from ..errors import RuntimeSemanticError, TilenestError
+from . import memory, reductions, regions, values  # noqa: F401  (register rules)
+from .core import BATCHED, CANONICAL, REVERSED, Interpreter, Options, Schedule, random
+
+__all__ = ["interpret", "Schedule", "random", "CANONICAL", "REVERSED", "BATCHED", "EXHAUSTIVE"]
+
+EXHAUSTIVE = Schedule("exhaustive")
+
+#: most runs an exhaustive exploration makes
+EXHAUSTIVE_BUDGET = 5040
 
 
-def interpret(program_or_kernel, *arrays, **kw):
-    raise NotAvailableError("the reference interpreter is not available in this build yet",
-                            hint="capture and inspect the program with `tilenest show FILE`")
+def _schedule(s: Any) -> Schedule:
+    if s is None:
+        return BATCHED
+    if isinstance(s, Schedule):
+        return s
+    if isinstance(s, str):
+        if s == "random":
+            return random(0)
+        return Schedule(s)
+    raise TilenestError(f"unknown schedule {s!r}",
+                        hint="use None, 'canonical', 'reversed', tn.interpreter.random(seed) "
+                             "or 'exhaustive'")
+
+
+def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
+              schedule: Any = None, fast: bool = False, check_races: bool = True,
+              poison: bool = True, outputs: tuple[str, ...] | None = None,
+              check_pipelines: bool = False) -> Any:
+    """Run a program; returns the tensors it stores to (written in place)."""
+    prog = getattr(program_or_kernel, "program", program_or_kernel)
+    sched = _schedule(schedule)
+    opts = Options(sched, fast, check_races, poison, outputs, check_pipelines)
+    if sched.kind == "exhaustive":
+        return _exhaustive(prog, arrays, params or {}, opts)
+    it = Interpreter(prog, arrays, params or {}, opts)
+    with np.errstate(all="ignore"):
+        it.run()
+    return _outputs(prog, arrays)
+
+
+def _outputs(prog: Any, arrays: tuple) -> Any:
+    stored = {op.operands[0].name for op in prog.walk() if op.name == "tensor.store"}
+    outs = [a for v, a in zip(prog.args, arrays, strict=True) if v.name in stored]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+class OrderOracle:
+    """Enumerates child orders of parallel regions depth-first across runs:
+    each region instance reached is a choice point over the permutations of its
+    children; the next run advances the last unexhausted choice point."""
+
+    def __init__(self, limit: int = 6):
+        self.limit = limit
+        self.stack: list[list[Any]] = []  # [permutations list, index]
+        self.pos = 0
+
+    def next(self, op: Any, n: int) -> list[int]:
+        if n > self.limit:
+            raise RuntimeSemanticError(
+                f"exhaustive schedule: a parallel region has {n} children (limit {self.limit})",
+                op.loc, "use a small domain, or schedule='random' / the default batched run")
+        if self.pos == len(self.stack):
+            self.stack.append([list(itertools.permutations(range(n))), 0])
+        perms, k = self.stack[self.pos]
+        self.pos += 1
+        return list(perms[k])
+
+    def advance(self) -> bool:
+        self.pos = 0
+        while self.stack:
+            top = self.stack[-1]
+            top[1] += 1
+            if top[1] < len(top[0]):
+                return True
+            self.stack.pop()
+        return False
+
+
+def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
+    originals = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
+    oracle = OrderOracle()
+    first: list[np.ndarray] | None = None
+    runs = 0
+    while True:
+        work = [a.copy() if isinstance(a, np.ndarray) else a for a in originals]
+        o = Options(CANONICAL, opts.fast, opts.check_races, opts.poison, opts.outputs,
+                    opts.check_pipelines, oracle)
+        it = Interpreter(prog, work, params, o)
+        with np.errstate(all="ignore"):
+            it.run()
+        runs += 1
+        res = [w for w in work if isinstance(w, np.ndarray)]
+        if first is None:
+            first = res
+        else:
+            for a, b in zip(first, res, strict=True):
+                if a.tobytes() != b.tobytes():
+                    raise RuntimeSemanticError(
+                        "the program's result depends on the order of parallel children",
+                        prog.loc, "parallel instances must be independent")
+        if not oracle.advance() or runs >= EXHAUSTIVE_BUDGET:
+            break
+    for a, r in zip(arrays, first or [], strict=False):
+        if isinstance(a, np.ndarray):
+            a[...] = r
+    return _outputs(prog, arrays)

@@ -118,6 +118,13 @@ def attr_kind(d: OpDef, attr: str) -> str | None:
     return None
 
 
+def attr_order(op: Operation) -> list[str]:
+    """The op's attribute names in schema order, then any the schema lacks."""
+    d = REGISTRY.get(op.name)
+    order = [n for n, _ in d.all_attrs()] if d is not None else []
+    return [k for k in order if k in op.attrs] + [k for k in op.attrs if k not in order]
+
+
 def operand_count_problem(d: OpDef, n: int) -> str | None:
     lo, hi = d.operands
     if n >= lo and (hi is None or n <= hi):

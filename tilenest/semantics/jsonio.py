@@ -29,6 +29,7 @@ from .ioschema import (
     DimNames,
     Scope,
     attr_kind,
+    attr_order,
     build_bitop,
     canonical_dim,
     missing_attrs,
@@ -178,7 +179,7 @@ def encode_block(b: Block, names: DimNames) -> dict:
 def encode_op(op: Operation, names: DimNames) -> dict:
     d = opdef_or_none(op.name)
     attrs = {}
-    for k in op.attrs:
+    for k in attr_order(op):
         kind = (attr_kind(d, k) if d is not None else None) or guess_kind(op.attrs[k])
         attrs[k] = encode_attr(kind, op.attrs[k], names)
     out = {"op": op.name, "operands": [o.name for o in op.operands],
@@ -277,7 +278,9 @@ class Decoder:
         return d
 
     def number(self, d: Any, path: str) -> int | float | bool:
-        if isinstance(d, (bool, int)):
+        """An int, a bool, ``{"float": "<decimal, inf, -inf or nan>"}``, or (leniently)
+        a JSON number with a fraction or exponent."""
+        if isinstance(d, (bool, int, float)):
             return d
         if isinstance(d, dict) and set(d) == {"float"} and isinstance(d["float"], str):
             if d["float"] == "nan":
@@ -459,7 +462,7 @@ class Decoder:
             return IndexSet(space, vars_, pred)
         if kind == "bounds":
             o = self.obj(d, path, ("kind",), ("fill",))
-            if o["kind"] not in Bounds.__members__:
+            if not isinstance(o["kind"], str) or o["kind"] not in Bounds.__members__:
                 self.fail(path + ".kind", "unknown bounds policy",
                           hint="one of " + ", ".join(Bounds.__members__))
             if o["kind"] == "fill":
@@ -490,15 +493,15 @@ class Decoder:
             except ValueError as e:
                 self.fail(path, str(e))
         if kind == "rpolicy":
-            if d not in ReductionPolicy.__members__:
+            if not isinstance(d, str) or d not in ReductionPolicy.__members__:
                 self.fail(path, "unknown reduction policy",
                           hint="one of " + ", ".join(ReductionPolicy.__members__))
             return ReductionPolicy[d]
         if kind == "contracts":
             out = []
             for i, c in enumerate(self.list_(d, path)):
-                ok = c is None or c in BUILTINS or (
-                    isinstance(c, str) and c.startswith("@") and c[1:] in self.reducers)
+                ok = c is None or isinstance(c, str) and (
+                    c in BUILTINS or c.startswith("@") and c[1:] in self.reducers)
                 if not ok:
                     self.fail(f"{path}[{i}]", f"unknown reducer {json.dumps(c)}",
                               hint="built-ins are " + ", ".join(BUILTINS)

@@ -27,7 +27,7 @@ from ..errors import Site
 from . import expr as E
 from .dtypes import DType
 from .expr import Expr, Pred
-from .ioschema import DimNames, attr_kind, opdef_or_none
+from .ioschema import DimNames, attr_kind, attr_order, opdef_or_none
 from .ir import Block, Operation, TileProgram, Value
 from .maps import Map, MemLayout
 from .policies import Bounds, BoundsPolicy, ExecPolicy, PipelinePolicy, ReductionPolicy
@@ -194,10 +194,8 @@ def print_attr(kind: str, value: Any, names: DimNames | None = None) -> str:
 def print_attrs(op: Operation, names: DimNames) -> str:
     """``{name = value, ...}`` in schema order, then any unschematized ones."""
     d = opdef_or_none(op.name)
-    order = [n for n, _ in d.all_attrs()] if d is not None else []
-    keys = [k for k in order if k in op.attrs] + [k for k in op.attrs if k not in order]
     parts = []
-    for k in keys:
+    for k in attr_order(op):
         kind = (attr_kind(d, k) if d is not None else None) or guess_kind(op.attrs[k])
         parts.append(f"{k} = {print_attr(kind, op.attrs[k], names)}")
     return "{" + ", ".join(parts) + "}"

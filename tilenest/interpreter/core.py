@@ -1,0 +1,292 @@
+"""The interpreter's driver: argument binding, the environment, op dispatch.
+
+Meaning is defined one op at a time by the rules registered in ``values.py``,
+``memory.py``, ``regions.py`` and ``reductions.py`` (a table keyed by op name,
+STYLE #3/#8). This module binds a call's arrays and parameters, walks blocks,
+and owns the state every rule shares.
+"""
+
+from __future__ import annotations
+
+import random as _random
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import RuntimeSemanticError, Site, TilenestError, UninitializedReadError
+from ..semantics import expr as E
+from ..semantics.dtypes import DType
+from ..semantics.ir import Block, Operation, TileProgram
+from ..semantics.types import TensorType, TileType
+from .effects import Buffer, EffectLog
+from .runtime import RV, IndexEnv
+
+Rule = Callable[["Interpreter", Operation], None]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*names: str) -> Callable[[Rule], Rule]:
+    """Register the meaning of ops ``names``."""
+
+    def deco(fn: Rule) -> Rule:
+        for n in names:
+            RULES[n] = fn
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How ``parallel`` children are executed.
+
+    * ``batched`` (default): all children of a region in lockstep, vectorized.
+      Exact for race-free programs, and races are detected.
+    * ``canonical`` / ``reversed``: one child at a time in (reverse) row-major order;
+    * ``random``: one at a time in a seeded random order;
+    * ``exhaustive``: every order of every small region (see :func:`interpret`).
+    Reductions and reassociating ``mma`` use the source order unless ``fast``.
+    """
+
+    kind: str = "batched"
+    seed: int = 0
+
+    def order(self, n: int, rng: _random.Random) -> list[int]:
+        if self.kind == "reversed":
+            return list(range(n - 1, -1, -1))
+        if self.kind == "random":
+            o = list(range(n))
+            rng.shuffle(o)
+            return o
+        return list(range(n))
+
+
+def random(seed: int = 0) -> Schedule:
+    return Schedule("random", seed)
+
+
+CANONICAL = Schedule("canonical")
+REVERSED = Schedule("reversed")
+BATCHED = Schedule("batched")
+
+
+@dataclass
+class TensorRT:
+    """A tensor argument at run time."""
+
+    array: np.ndarray
+    buffer: Buffer
+    written: np.ndarray | None = None  # poisoned outputs: which elements were stored
+
+
+@dataclass
+class Options:
+    schedule: Schedule = BATCHED
+    fast: bool = False
+    check_races: bool = True
+    poison: bool = True
+    outputs: tuple[str, ...] | None = None
+    check_pipelines: bool = False
+    orders: Any = None  # exhaustive exploration: an OrderOracle
+
+
+class Interpreter:
+    """Executes one call of a TileProgram."""
+
+    def __init__(self, prog: TileProgram, args: Sequence[Any], params: dict[str, int],
+                 opts: Options):
+        self.prog = prog
+        self.opts = opts
+        self.an = prog.analysis
+        self.values: dict[str, Any] = {}
+        self.bshape: tuple[int, ...] = ()
+        self.lane_mask: np.ndarray | None = None
+        self.effects = EffectLog(opts.check_races)
+        self.rng = _random.Random(opts.schedule.seed)
+        self.tensors: dict[str, TensorRT] = {}
+        # ancestor-update footprints: (depth of the parallel level, value name -> mask)
+        self.track: list[tuple[int, dict[str, Any]]] = []
+        self.mem_ids = 0
+        self.ienv = IndexEnv(self._bind(args, params))
+
+    # -- binding ------------------------------------------------------------
+    def _bind(self, args: Sequence[Any], params: dict[str, int]) -> dict[E.Expr, int]:
+        p = self.prog
+        if len(args) != len(p.args):
+            names = ", ".join(a.name for a in p.args)
+            raise TilenestError(f"kernel {p.name} takes {len(p.args)} arguments ({names}), "
+                                f"got {len(args)}", p.loc)
+        syms: dict[E.Expr, int] = {E.Sym(k): int(v) for k, v in params.items()}
+        unknown = set(params) - set(p.syms)
+        if unknown:
+            raise TilenestError(f"unknown parameter(s) {sorted(unknown)} for kernel {p.name}")
+        deferred: list[tuple[str, int, E.Expr, int]] = []
+        for v, a in zip(p.args, args, strict=True):
+            t = v.type
+            if isinstance(t, TensorType):
+                if not isinstance(a, np.ndarray):
+                    raise TilenestError(f"argument '{v.name}' must be a numpy array, got "
+                                        f"{type(a).__name__}", p.loc)
+                if a.dtype != t.dtype.np:
+                    raise TilenestError(
+                        f"argument '{v.name}' has dtype {a.dtype}, the kernel needs {t.dtype}",
+                        p.loc, f"convert with array.astype({t.dtype.np.name!r})")
+                if a.ndim != t.rank:
+                    raise TilenestError(f"argument '{v.name}' has rank {a.ndim}, the kernel "
+                                        f"needs {t.rank}", p.loc)
+                for i, (x, n) in enumerate(zip(t.shape, a.shape, strict=True)):
+                    if isinstance(x, E.Sym):
+                        old = syms.get(x)
+                        if old is not None and old != n:
+                            raise TilenestError(
+                                f"extent {x.name} is {old} elsewhere but '{v.name}' has "
+                                f"{n} on axis {i}", p.loc,
+                                "arguments sharing an extent name must agree")
+                        syms[x] = int(n)
+                    else:
+                        deferred.append((v.name, i, x, int(n)))
+                self.tensors[v.name] = TensorRT(a, Buffer(("tensor", v.name), v.name, a.shape))
+                self.values[v.name] = self.tensors[v.name]
+            else:
+                assert isinstance(t, TileType)
+                from .numerics import constant
+
+                try:
+                    self.values[v.name] = RV(constant(_py_scalar(a), t.dtype))
+                except (ValueError, TypeError) as e:
+                    raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
+        for s in p.syms:
+            if E.Sym(s) not in syms:
+                raise TilenestError(f"no value for parameter '{s}' of kernel {p.name}", p.loc,
+                                    f"pass params={{'{s}': ...}}")
+        for name, i, x, n in deferred:
+            want = E.evaluate(x, syms)
+            if want != n:
+                raise TilenestError(f"argument '{name}' axis {i} has extent {n}, the kernel "
+                                    f"needs {E.to_str(x)} = {want}", p.loc)
+        for a in p.assumptions:
+            if not E.evaluate(a, syms):
+                raise TilenestError(f"the call violates the kernel's assumption "
+                                    f"{E.pred_to_str(a)}", p.loc)
+        self._poison()
+        return syms
+
+    def _poison(self) -> None:
+        if not self.opts.poison:
+            return
+        stored, loaded = set(), set()
+        for op in self.prog.walk():
+            if op.name == "tensor.store":
+                stored.add(op.operands[0].name)
+            elif op.name == "tensor.load":
+                loaded.add(op.operands[0].name)
+        outs = self.opts.outputs if self.opts.outputs is not None else tuple(stored - loaded)
+        for n in outs:
+            t = self.tensors[n]
+            t.array[...] = poison_value(t.array.dtype)
+            t.written = np.zeros(t.array.shape, dtype=bool)
+
+    # -- evaluation -----------------------------------------------------------
+    def run(self) -> None:
+        self.block(self.prog.body, [])
+
+    def block(self, b: Block, args: Sequence[Any]) -> list[Any]:
+        for a, v in zip(b.args, args, strict=True):
+            self.values[a.name] = v
+        for op in b.ops:
+            if op.name == "yield":
+                return [self.values[o.name] for o in op.operands]
+            fn = RULES.get(op.name)
+            if fn is None:
+                raise TilenestError(f"the interpreter has no rule for op '{op.name}'", op.loc)
+            try:
+                fn(self, op)
+                if self.track and not op.regions and op.name != "put":
+                    self._propagate(op)
+            except TilenestError as e:
+                raise e.with_site(op.loc)
+            except FloatingPointError as e:  # pragma: no cover - numpy errstate
+                raise RuntimeSemanticError(str(e), op.loc) from None
+        return []
+
+    def _propagate(self, op: Operation) -> None:
+        """Footprints: a per-child op (anchored at or below the tracked level)
+        deriving a value from a tracked one touches the whole result."""
+        depth, d = self.track[-1]
+        if not any(o.name in d for o in op.operands):
+            return
+        if self.anchor_depth(op) >= depth:
+            for r in op.results:
+                d[r.name] = np.bool_(True)
+
+    def child_order(self, op: Operation, n: int) -> list[int]:
+        if self.opts.orders is not None:
+            return self.opts.orders.next(op, n)
+        return self.opts.schedule.order(n, self.rng)
+
+    # -- helpers for rules ------------------------------------------------------
+    @property
+    def nb(self) -> int:
+        return len(self.bshape)
+
+    def val(self, v: Any) -> RV:
+        return self.values[v.name]
+
+    def set(self, v: Any, rv: Any) -> None:
+        self.values[v.name] = rv
+
+    def extent(self, e: E.Expr) -> int:
+        """The value of a tile extent; it may not vary across batched instances."""
+        env: dict[E.Expr, Any] = dict(self.ienv.syms)
+        for k, v in self.ienv.vars.items():
+            if isinstance(v, (int, np.integer)):
+                env[k] = int(v)
+        try:
+            n = E.evaluate(e, env)
+        except KeyError:
+            raise RuntimeSemanticError(
+                f"tile extent {E.to_str(e)} varies across parallel instances executed together",
+                None, "give tiles a fixed extent and mask the ragged part "
+                      "(or run with a one-at-a-time schedule)") from None
+        return int(n)
+
+    def anchor_depth(self, op: Operation) -> int:
+        return self.an.nest.depth(self.an.anchor[op.oid])
+
+    def site(self, op: Operation) -> Site | None:
+        return op.loc
+
+    def check_initialized(self, t: TensorRT, flat: np.ndarray, mask: np.ndarray | None,
+                          op: Operation) -> None:
+        if t.written is None:
+            return
+        w = t.written.reshape(-1)[flat]
+        bad = ~w if mask is None else (~w & mask)
+        if np.any(bad):
+            k = np.argwhere(np.broadcast_to(bad, np.shape(bad)))[0]
+            f = int(np.broadcast_to(flat, np.shape(bad))[tuple(k)])
+            elem = tuple(int(i) for i in np.unravel_index(f, t.array.shape))
+            raise UninitializedReadError(
+                f"{op.name} reads {t.buffer.name}{list(elem)}, which nothing wrote", op.loc,
+                "the element is an output the program has not stored yet")
+
+
+def poison_value(dt: np.dtype) -> Any:
+    """NaN for floats; for integers the most negative value (or max for unsigned)."""
+    if np.issubdtype(dt, np.floating) or dt.name == "bfloat16":
+        return np.array(np.nan, dtype=np.float32).astype(dt)
+    if dt == np.bool_:
+        return True
+    info = np.iinfo(dt)
+    return info.min if info.min < 0 else info.max
+
+
+def _py_scalar(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        if a.shape != ():
+            raise ValueError("a scalar argument must be a number or 0-d array")
+        a = a.item()
+    if isinstance(a, np.generic):
+        a = a.item()
+    return a

@@ -1,0 +1,160 @@
+"""The effect log: dynamic race detection for ``parallel``.
+
+Definition (noninterference, ``spec/execution.md``): for a ``parallel`` region
+instance and two distinct children ``i != j``,
+``W(i) ∩ (R(j) ∪ W(j)) = ∅`` -- no element written by one child is read or
+written by another. An op whose anchor lies above the region (a collective
+op) acts once for all children: its accesses are attributed to the parent
+instance, and conflict with any child's conflicting access but not with
+themselves.
+
+Every load and store (tensor or Memory) is recorded, element by element, in
+every open parallel frame with the child ("lane") that made it. When a region
+instance ends, its log is checked; a conflict raises :class:`RaceError` naming
+both sites, both children's coordinates and the element. Because every access
+is checked, a race-free run is equivalent to every sequential order of the
+children for the run's inputs -- stronger than sampling orders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import RaceError
+from ..semantics.ir import Operation
+
+COLLECTIVE = -1
+
+
+@dataclass
+class Frame:
+    """One executing ``parallel`` region instance."""
+
+    op: Operation
+    depth: int
+    shape: tuple[int, ...]
+    batched: bool
+    axes: tuple[int, int] = (0, 0)  # batch axes [start, stop) when batched
+    child: int = 0  # current child (row-major index) when executed one by one
+    log: dict[Any, list[tuple[np.ndarray, np.ndarray, bool, Operation]]] = field(
+        default_factory=dict)
+
+    def coord(self, lane: int) -> tuple[int, ...]:
+        return tuple(int(i) for i in np.unravel_index(lane, self.shape))
+
+
+@dataclass
+class Buffer:
+    """An addressable object: a tensor argument or a Memory allocation."""
+
+    key: Any
+    name: str
+    shape: tuple[int, ...]
+
+
+class EffectLog:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.frames: list[Frame] = []
+        self._names: dict[Any, Buffer] = {}
+
+    def record(self, buf: Buffer, flat: Any, mask: Any, write: bool, op: Operation,
+               anchor_depth: int, bshape: tuple[int, ...], tile: tuple[int, ...]) -> None:
+        """Record accesses to ``buf`` at flat indices ``flat`` (broadcastable to
+        ``bshape + tile``), restricted to ``mask``."""
+        if not self.enabled or not self.frames:
+            return
+        shape = tuple(bshape) + tuple(tile)
+        flat_b = np.broadcast_to(flat, shape)
+        sel = None if mask is None else np.broadcast_to(mask, shape)
+        idx = flat_b[sel] if sel is not None else flat_b.ravel()
+        if idx.size == 0:
+            return
+        for fr in self.frames:
+            if anchor_depth < fr.depth:
+                lane = np.full(idx.shape, COLLECTIVE, dtype=np.int64)
+            elif fr.batched:
+                s, e = fr.axes
+                grid = np.zeros((1,) * len(shape), dtype=np.int64)
+                stride = 1
+                for ax in range(e - 1, s - 1, -1):
+                    n = shape[ax]
+                    g = np.arange(n, dtype=np.int64).reshape(
+                        [n if k == ax else 1 for k in range(len(shape))])
+                    grid = grid + g * stride
+                    stride *= fr.shape[ax - s]
+                lb = np.broadcast_to(grid, shape)
+                lane = lb[sel] if sel is not None else lb.ravel()
+            else:
+                lane = np.full(idx.shape, fr.child, dtype=np.int64)
+            fr.log.setdefault(buf.key, []).append((idx.astype(np.int64), lane, write, op))
+        self._names[buf.key] = buf
+
+    def push(self, fr: Frame) -> None:
+        self.frames.append(fr)
+
+    def pop(self, check: bool = True) -> None:
+        fr = self.frames.pop()
+        if check and self.enabled:
+            self.check(fr)
+
+    def check(self, fr: Frame) -> None:
+        for key, entries in fr.log.items():
+            _check_buffer(fr, self._names[key], entries)
+
+
+def _check_buffer(fr: Frame, buf: Buffer, entries: list) -> None:
+    w = [(i, ln, op) for i, ln, wr, op in entries if wr]
+    if not w:
+        return
+    r = [(i, ln, op) for i, ln, wr, op in entries if not wr]
+
+    def cat(es: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+        ops = [e[2] for e in es]
+        idx = np.concatenate([e[0] for e in es])
+        lane = np.concatenate([e[1] for e in es])
+        src = np.concatenate([np.full(e[0].shape, k, dtype=np.int64) for k, e in enumerate(es)])
+        return idx, lane, src, ops
+
+    wi, wl, ws, wops = cat(w)
+    order = np.lexsort((wl, wi))
+    wi, wl, ws = wi[order], wl[order], ws[order]
+    same = (wi[1:] == wi[:-1]) & (wl[1:] != wl[:-1])
+    if np.any(same):
+        k = int(np.argmax(same))
+        _raise(fr, buf, int(wi[k]), int(wl[k]), wops[ws[k]], "writes",
+               int(wl[k + 1]), wops[ws[k + 1]], "writes")
+    if not r:
+        return
+    ri, rl, rs, rops = cat(r)
+    uw, first = np.unique(wi, return_index=True)
+    pos = np.searchsorted(uw, ri)
+    pos_c = np.minimum(pos, len(uw) - 1)
+    found = (pos < len(uw)) & (uw[pos_c] == ri)
+    writer = wl[first[pos_c]]
+    bad = found & (writer != rl)
+    if np.any(bad):
+        k = int(np.argmax(bad))
+        j = first[pos_c[k]]
+        _raise(fr, buf, int(ri[k]), int(rl[k]), rops[rs[k]], "reads",
+               int(wl[j]), wops[ws[j]], "writes")
+
+
+def _raise(fr: Frame, buf: Buffer, flat: int, l1: int, op1: Operation, a1: str, l2: int,
+           op2: Operation, a2: str) -> None:
+    elem = tuple(int(i) for i in np.unravel_index(flat, buf.shape)) if buf.shape else ()
+
+    def who(lane: int) -> str:
+        if lane == COLLECTIVE:
+            return "the parent instance (a collective op)"
+        return f"instance {fr.coord(lane)}"
+
+    raise RaceError(
+        f"race in parallel region over {list(fr.shape)}: {who(l1)} {a1} {buf.name}{list(elem)} "
+        f"({op1.name}) and {who(l2)} {a2} it ({op2.name})",
+        tuple(s for s in (op1.loc, op2.loc, fr.op.loc) if s is not None),
+        "distinct parallel instances must not touch an element another one writes; give "
+        "each instance its own elements, or use a reduce region / a serial order")

@@ -1,0 +1,196 @@
+"""Meaning of ``reduce`` regions (``spec/reductions.md``).
+
+For contributions at the active domain points ``r0 < r1 < ... < rn-1``
+(lexicographic order) and seed ``z``:
+
+* ``fold_left``  -- the body runs at ``r0, r1, ...`` in order: exactly
+  ``u(...u(u(z, x0), x1)..., xn-1)`` with the update ``u`` as written;
+* ``fold_right`` -- the body runs at ``rn-1, ..., r0``: ``u(x0, u(x1, ... u(xn-1, z)))``
+  with the orientation written in the body (``right = x - right``);
+* tree policies admit any grouping (``ordered_tree``) and, for
+  ``unordered_tree``, any permutation of the lifted contributions, merged with
+  the contract's merge and the seed included once. The canonical evaluation is
+  the serial one (a member of the admitted set); the ``random`` schedule builds
+  a random tree (and for unordered, a random permutation); ``fast`` mode uses
+  numpy's reductions for the expression-reduce shape.
+An empty domain yields the seed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ContractError
+from ..semantics.ir import Block, Operation
+from ..semantics.policies import ReductionPolicy
+from ..semantics.reducers import BUILTINS
+from ..semantics import expr as E
+from . import numerics as N
+from .core import Interpreter, rule
+from .regions import _bind_point, _carry_track, _finish_track, _iterate, _pred_value, domain_points
+from .runtime import RV
+
+
+@rule("reduce")
+def _reduce(it: Interpreter, op: Operation) -> None:
+    policy: ReductionPolicy = op.attrs["policy"]
+    contracts = op.attrs["contracts"]
+    if policy.is_tree and any(c is None for c in contracts):
+        raise ContractError(
+            f"reduce with policy {policy.value} has a state without a reducer contract", op.loc,
+            "a tree policy needs a lawful merge; use fold_left/fold_right for a strict order")
+    shape, points = domain_points(it, op)
+    body = op.regions[0]
+    seeds = [it.val(o) for o in op.operands]
+    _carry_track(it, op, body)
+    out = None
+    if policy.is_tree and it.opts.fast:
+        out = _fast_expression_reduce(it, op, seeds, shape)
+    if out is None:
+        if policy is ReductionPolicy.fold_right:
+            out = _iterate(it, op, body, seeds, points[::-1])
+        elif policy.is_tree and it.opts.schedule.kind == "random":
+            out = _random_tree(it, op, body, seeds, points, policy)
+        else:
+            out = _iterate(it, op, body, seeds, points)
+    _finish_track(it, op, body)
+    for r, v in zip(op.results, out, strict=True):
+        it.set(r, v)
+
+
+def _merge_fn(it: Interpreter, op: Operation, i: int):
+    c = op.attrs["contracts"][i]
+    dt = op.operands[i].type.dtype
+    if c.startswith("@"):
+        red = next(r for r in it.prog.reducers if r.name == c[1:])
+        if len(red.state) != 1:
+            raise ContractError(f"reducer @{red.name} has {len(red.state)} state components; "
+                                "a random tree over it needs a product reduce", op.loc)
+
+        def merge(a: RV, b: RV) -> RV:
+            (res,) = it.block(red.merge, [a, b])
+            return res
+
+        return merge, red.identity[0]
+    b = BUILTINS[c]
+    return (lambda x, y: RV(N.binary(b.op, x.lift(max(x.nb, y.nb)),
+                                     y.lift(max(x.nb, y.nb)), dt), max(x.nb, y.nb))), \
+        b.identity(dt)
+
+
+def _random_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
+                 policy: ReductionPolicy) -> list:
+    """A randomly grouped (and for unordered_tree, permuted) evaluation."""
+    vars_ = op.attrs["vars"]
+    merges = [_merge_fn(it, op, i) for i in range(len(seeds))]
+    idents = []
+    for (m, ident), s, o in zip(merges, seeds, op.operands, strict=True):
+        idents.append(RV(np.broadcast_to(N.constant(ident, o.type.dtype), s.a.shape), s.nb))
+    contribs: list[list[RV]] = []
+    for pt in points:
+        _bind_point(it, vars_, pt)
+        pv = _pred_value(it, op)
+        if pv is not True and not bool(np.all(pv)):
+            if np.any(pv):
+                return _iterate(it, op, body, seeds, points)  # lane-varying: serial
+            continue
+        contribs.append(it.block(body, idents))
+    if not contribs:
+        return seeds
+    order = list(range(len(contribs)))
+    if policy is ReductionPolicy.unordered_tree:
+        it.rng.shuffle(order)
+    out = []
+    for i, s in enumerate(seeds):
+        items = [contribs[j][i] for j in order]
+        merge = merges[i][0]
+        while len(items) > 1:
+            k = it.rng.randrange(len(items) - 1)
+            items[k:k + 2] = [merge(items[k], items[k + 1])]
+        out.append(merge(s, items[0]))
+    return out
+
+
+def _fast_expression_reduce(it: Interpreter, op: Operation, seeds: list, shape: tuple
+                            ) -> list | None:
+    """numpy reduction for the shape ``s = merge(s, x.at(r))`` (one state)."""
+    body = op.regions[0]
+    if len(seeds) != 1 or len(body.ops) != 3 or op.attrs["contracts"][0].startswith("@"):
+        return None
+    if op.attrs["domain"].pred != E.TRUE:
+        return None
+    rx, mg, y = body.ops
+    if rx.name != "reindex" or y.operands[0] != mg.result:
+        return None
+    b = BUILTINS[op.attrs["contracts"][0]]
+    if mg.name != b.op or set(mg.operands) != {body.args[0], rx.result}:
+        return None
+    xv = rx.operands[0]
+    if xv.name not in it.values:
+        return None
+    rvars = op.attrs["vars"]
+    m = rx.attrs["map"]
+    axes, keep = [], []
+    for k, e in enumerate(m):
+        if isinstance(e, E.Var) and e.name in rvars:
+            axes.append((k, rvars.index(e.name)))
+        elif isinstance(e, E.Var) and e.name in rx.attrs["vars"]:
+            keep.append((k, rx.attrs["vars"].index(e.name)))
+        else:
+            return None
+    if len(axes) != len(rvars) or [j for _, j in keep] != list(range(len(keep))):
+        return None
+    x = it.val(xv)
+    if [x.tile_shape[k] for k, _ in axes] != [shape[j] for _, j in axes]:
+        return None
+    dt = xv.type.dtype
+    red = _np_reduce(b.name, x.a, tuple(x.nb + k for k, _ in axes), dt)
+    s = seeds[0]
+    nb = max(s.nb, x.nb)
+    red_rv = RV(red, x.nb)
+    return [RV(N.binary(b.op, s.lift(nb), red_rv.lift(nb), dt), nb)]
+
+
+def _np_reduce(name: str, a: np.ndarray, axes: tuple[int, ...], dt: Any) -> np.ndarray:
+    if a.size == 0 or any(a.shape[k] == 0 for k in axes):
+        ident = BUILTINS[name].identity(dt)
+        shp = tuple(n for k, n in enumerate(a.shape) if k not in axes)
+        return np.broadcast_to(N.constant(ident, dt), shp).copy()
+    if name == "add":
+        if dt.name in ("f16", "bf16"):
+            return N.cast(np.add.reduce(a.astype(np.float32), axis=axes), _f32(), dt)
+        return np.add.reduce(a, axis=axes)
+    if name == "mul":
+        return np.multiply.reduce(a, axis=axes)
+    if name in ("max", "min"):
+        r = (np.max if name == "max" else np.min)(a, axis=axes)
+        if dt.is_float:
+            zero = r == 0
+            if np.any(zero):
+                neg = np.signbit(a) & (a == 0)
+                pos = ~np.signbit(a) & (a == 0)
+                if name == "max":
+                    any_pos = np.any(pos, axis=axes)
+                    r = np.where(zero, np.where(any_pos, np.zeros_like(r), -np.zeros_like(r)), r)
+                else:
+                    any_neg = np.any(neg, axis=axes)
+                    r = np.where(zero, np.where(any_neg, -np.zeros_like(r), np.zeros_like(r)), r)
+        return r
+    if name == "and":
+        return np.logical_and.reduce(a, axis=axes) if dt.is_bool else \
+            np.bitwise_and.reduce(a, axis=axes)
+    if name == "or":
+        return np.logical_or.reduce(a, axis=axes) if dt.is_bool else \
+            np.bitwise_or.reduce(a, axis=axes)
+    if name == "xor":
+        return np.logical_xor.reduce(a, axis=axes) if dt.is_bool else \
+            np.bitwise_xor.reduce(a, axis=axes)
+    raise KeyError(name)
+
+
+def _f32() -> Any:
+    from ..semantics import dtypes as D
+
+    return D.f32

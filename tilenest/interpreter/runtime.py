@@ -1,0 +1,116 @@
+"""Runtime values of the interpreter and index evaluation.
+
+Every tile value is an :class:`RV`: a numpy array whose trailing axes are the
+tile's dims (in its type's order) and whose ``nb`` leading axes are *batch*
+axes -- one per coordinate of each enclosing ``parallel`` domain that is being
+executed in lockstep (see ``regions.py``). A value that does not depend on the
+batched coordinates has ``nb == 0`` and broadcasts. Index variables are bound
+to Python ints (an iteration executed on its own) or to integer arrays of
+``ndim == nb_at_binding`` (a batched domain).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..semantics import expr as E
+from ..semantics.dtypes import DType
+from ..semantics.space import Dim
+
+
+@dataclass
+class RV:
+    """A tile value: ``a.shape == batch[:nb] + tile extents``."""
+
+    a: np.ndarray
+    nb: int = 0
+
+    def lift(self, nb: int) -> np.ndarray:
+        """The array with singleton batch axes appended up to ``nb`` batch axes."""
+        if nb == self.nb:
+            return self.a
+        extra = nb - self.nb
+        assert extra > 0, (nb, self.nb)
+        shp = self.a.shape
+        return self.a.reshape(shp[:self.nb] + (1,) * extra + shp[self.nb:])
+
+    @property
+    def tile_shape(self) -> tuple[int, ...]:
+        return self.a.shape[self.nb:]
+
+
+def common_nb(*vs: RV) -> int:
+    return max(v.nb for v in vs)
+
+
+def align(v: RV, src: Sequence[Dim], dst: Sequence[Dim], nb: int) -> np.ndarray:
+    """``v`` (over dims ``src``) laid out over ``dst``: trailing axes permuted to
+    ``dst``'s order, size-1 axes for dims ``v`` lacks; batch axes lifted to ``nb``."""
+    a = v.lift(nb)
+    if tuple(src) == tuple(dst):
+        return a
+    perm = list(range(nb)) + [nb + src.index(d) for d in dst if d in src]
+    a = a.transpose(perm)
+    shape = list(a.shape[:nb])
+    it = iter(a.shape[nb:])
+    for d in dst:
+        shape.append(next(it) if d in src else 1)
+    return a.reshape(shape)
+
+
+@dataclass
+class IndexEnv:
+    """Values of index leaves: symbols (ints), variables (ints or arrays with
+    ``ndim`` equal to the batch rank when they were bound) and data-dependent
+    scalars (looked up in the value environment)."""
+
+    syms: dict[E.Expr, int]
+    vars: dict[E.Expr, Any] = field(default_factory=dict)
+
+    def copy(self) -> "IndexEnv":
+        return IndexEnv(self.syms, dict(self.vars))
+
+
+def lift_index(x: Any, nb: int, r: int) -> Any:
+    """An index value (int or batch array) shaped to broadcast over
+    ``batch[:nb] + tile[:r]``."""
+    if isinstance(x, (int, np.integer)):
+        return int(x)
+    x = np.asarray(x)
+    return x.reshape(x.shape + (1,) * (nb - x.ndim + r))
+
+
+def eval_exprs(exprs: Sequence[Any], ienv: IndexEnv, nb: int, local_vars: Sequence[str],
+               local_shape: Sequence[int], values: dict[str, Any]) -> list[Any]:
+    """Evaluate expressions/predicates over a tile's local grid: the result
+    broadcasts over ``batch[:nb] + local_shape``."""
+    r = len(local_shape)
+    env: dict[E.Expr, Any] = dict(ienv.syms)
+    for k, v in ienv.vars.items():
+        env[k] = lift_index(v, nb, r)
+    for i, (name, n) in enumerate(zip(local_vars, local_shape, strict=True)):
+        shape = [1] * (nb + r)
+        shape[nb + i] = n
+        env[E.Var(name)] = np.arange(n, dtype=np.int64).reshape(shape)
+    for e in exprs:
+        for leaf in E.leaves(e):
+            if isinstance(leaf, E.Val) and leaf not in env:
+                rv = values[leaf.name]
+                a = rv.lift(nb) if rv.nb <= nb else rv.a
+                env[leaf] = a.astype(np.int64).reshape(a.shape + (1,) * r)
+    out = []
+    for e in exprs:
+        v = E.evaluate(e, env)
+        out.append(v)
+    return out
+
+
+def full_shape(nb_shape: Sequence[int], tile: Sequence[int]) -> tuple[int, ...]:
+    return tuple(nb_shape) + tuple(tile)
+
+
+def zeros_of(dt: DType, shape: Sequence[int]) -> np.ndarray:
+    return np.zeros(tuple(shape), dtype=dt.np)

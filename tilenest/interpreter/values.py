@@ -1,0 +1,325 @@
+"""Meaning of the pure value ops (``semantics/ops/values.py``).
+
+Elementwise ops follow the lifting rule: operands are laid out over the
+result's dims by identity (missing dims broadcast) and the scalar function of
+``numerics.py`` is applied pointwise. ``reindex`` reads ``x[f(q)]`` and rejects
+a source coordinate outside ``x``; ``gather`` substitutes its fallback for an
+invalid index; ``put`` replaces one block (its footprint is recorded for the
+join of ancestor updates); ``mma`` converts its inputs to the accumulator dtype
+and accumulates over the contraction dims -- in source order unless
+reassociation is allowed and the interpreter runs in ``fast`` mode.
+"""
+
+from __future__ import annotations
+
+import itertools
+import string
+from typing import Any
+
+import numpy as np
+
+from ..errors import BoundsError, RuntimeSemanticError
+from ..semantics.ir import Operation
+from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
+from ..semantics.types import TileType
+from . import numerics as N
+from .core import Interpreter, rule
+from .runtime import RV, align, eval_exprs
+
+
+def _ty(v: Any) -> TileType:
+    return v.type
+
+
+def operands_on(it: Interpreter, op: Operation) -> tuple[list[np.ndarray], int]:
+    """Operands laid out over the result's dims, lifted to a common batch rank."""
+    res = op.results[0].type
+    rvs = [it.val(o) for o in op.operands]
+    nb = max(r.nb for r in rvs)
+    return [align(r, o.type.dims, res.dims, nb) for r, o in zip(rvs, op.operands, strict=True)], nb
+
+
+@rule(*UNARY)
+def _unary(it: Interpreter, op: Operation) -> None:
+    (x,), nb = operands_on(it, op)
+    it.set(op.result, RV(N.unary(op.name, x, op.operands[0].type.dtype), nb))
+
+
+@rule(*BINARY, *COMPARE)
+def _binary(it: Interpreter, op: Operation) -> None:
+    (a, b), nb = operands_on(it, op)
+    dt = op.operands[0].type.dtype
+    it.set(op.result, RV(N.binary(op.name, a, b, dt), nb))
+
+
+@rule("ite")
+def _ite(it: Interpreter, op: Operation) -> None:
+    (c, a, b), nb = operands_on(it, op)
+    it.set(op.result, RV(N.select(c, a, b), nb))
+
+
+@rule("cast")
+def _cast(it: Interpreter, op: Operation) -> None:
+    x = it.val(op.operands[0])
+    it.set(op.result, RV(N.cast(x.a, op.operands[0].type.dtype, op.result.type.dtype), x.nb))
+
+
+@rule("bitcast")
+def _bitcast(it: Interpreter, op: Operation) -> None:
+    x = it.val(op.operands[0])
+    it.set(op.result, RV(N.bitcast(x.a, op.operands[0].type.dtype, op.result.type.dtype), x.nb))
+
+
+@rule("const")
+def _const(it: Interpreter, op: Operation) -> None:
+    t: TileType = op.result.type
+    c = N.constant(op.attrs["value"], t.dtype)
+    shape = tuple(it.extent(x) for x in t.extents)
+    it.set(op.result, RV(np.broadcast_to(c, shape) if shape else c, 0))
+
+
+@rule("per")
+def _per(it: Interpreter, op: Operation) -> None:
+    it.set(op.result, it.val(op.operands[0]))
+
+
+@rule("index")
+def _index(it: Interpreter, op: Operation) -> None:
+    t: TileType = op.result.type
+    shape = tuple(it.extent(x) for x in t.extents)
+    (v,) = eval_exprs([op.attrs["value"]], it.ienv, it.nb, op.attrs["vars"], shape, it.values)
+    v = np.asarray(v, dtype=np.int64)
+    nb = it.nb
+    if v.ndim < nb + len(shape):
+        v = v.reshape((1,) * (nb + len(shape) - v.ndim) + v.shape)
+    if all(n == 1 for n in v.shape[:nb]):
+        v, nb = v.reshape(v.shape[nb:]), 0
+    v = np.broadcast_to(v, v.shape[:nb] + shape)
+    it.set(op.result, RV(N.cast(np.ascontiguousarray(v), _I64, t.dtype), nb))
+
+
+def _batch_grids(shape: tuple[int, ...], nb: int, r: int) -> list[np.ndarray]:
+    """Index grids for the batch axes of an array (size-1 axes index 0)."""
+    out = []
+    for k in range(nb):
+        n = shape[k]
+        out.append(np.arange(n).reshape((1,) * k + (n,) + (1,) * (nb - k - 1 + r)))
+    return out
+
+
+def gather_tile(arr: np.ndarray, nb: int, idx: list[Any], r_out: int) -> np.ndarray:
+    """``arr[batch..., idx...]`` where ``idx`` broadcast over ``batch + out``."""
+    return arr[tuple(_batch_grids(arr.shape, nb, r_out) + list(idx))]
+
+
+def _active(it: Interpreter, shape: tuple[int, ...], r: int) -> np.ndarray | None:
+    if it.lane_mask is None:
+        return None
+    m = it.lane_mask
+    return m.reshape(m.shape + (1,) * (len(shape) - m.ndim)) if r else m
+
+
+@rule("reindex")
+def _reindex(it: Interpreter, op: Operation) -> None:
+    x = it.val(op.operands[0])
+    t: TileType = op.result.type
+    out_shape = tuple(it.extent(e) for e in t.extents)
+    nb = max(it.nb, x.nb)
+    src = eval_exprs(op.attrs["map"], it.ienv, nb, op.attrs["vars"], out_shape, it.values)
+    xs = x.tile_shape
+    full = np.broadcast_shapes(*(np.shape(s) for s in src), (1,) * (nb + len(out_shape)))
+    ok = np.ones(full, dtype=bool)
+    for s, n in zip(src, xs, strict=True):
+        ok &= (np.asarray(s) >= 0) & (np.asarray(s) < n)
+    act = _active(it, full, len(out_shape))
+    bad = ~ok if act is None else (~ok & act)
+    if np.any(bad):
+        k = tuple(int(i) for i in np.argwhere(bad)[0])
+        coord = [int(np.broadcast_to(s, full)[k]) for s in src]
+        raise BoundsError(
+            f"reindex reads source coordinate {coord} outside the source extents {list(xs)} "
+            f"(at result element {list(k[nb:])})", op.loc,
+            "a bare reindex has no fill value; use tn.gather(..., fallback) or clamp the map")
+    clipped = [np.clip(s, 0, n - 1) for s, n in zip(src, xs, strict=True)]
+    a = x.lift(nb)
+    it.set(op.result, RV(gather_tile(a, nb, clipped, len(out_shape)), nb))
+
+
+@rule("gather")
+def _gather(it: Interpreter, op: Operation) -> None:
+    x, idx = it.val(op.operands[0]), it.val(op.operands[1])
+    xt: TileType = op.operands[0].type
+    it_t: TileType = op.operands[1].type
+    rt: TileType = op.result.type
+    ax = op.attrs["axis"]
+    nb = max(x.nb, idx.nb)
+    out_shape = tuple(it.extent(e) for e in rt.extents)
+    r = len(out_shape)
+    iv = align(idx, it_t.dims, rt.dims, nb).astype(np.int64)
+    n = x.tile_shape[ax]
+    coords: list[Any] = []
+    for k, f in enumerate(xt.space.factors):
+        if k == ax:
+            coords.append(iv)
+        else:
+            p = rt.space.index(f.dim)
+            coords.append(np.arange(out_shape[p]).reshape((1,) * (nb + p) + (out_shape[p],)
+                                                         + (1,) * (r - p - 1)))
+    valid = (iv >= 0) & (iv < n)
+    coords[ax] = np.where(valid, iv, 0)
+    a = x.lift(nb)
+    got = gather_tile(a, nb, coords, r)
+    fb = N.constant(op.attrs["fallback"], xt.dtype)
+    it.set(op.result, RV(np.where(np.broadcast_to(valid, got.shape), got, fb), nb))
+
+
+@rule("broadcast")
+def _broadcast(it: Interpreter, op: Operation) -> None:
+    x = it.val(op.operands[0])
+    t: TileType = op.result.type
+    a = align(x, op.operands[0].type.dims, t.dims, x.nb)
+    shape = a.shape[:x.nb] + tuple(it.extent(e) for e in t.extents)
+    it.set(op.result, RV(np.broadcast_to(a, shape), x.nb))
+
+
+@rule("reshape")
+def _reshape(it: Interpreter, op: Operation) -> None:
+    x = it.val(op.operands[0])
+    t: TileType = op.result.type
+    shape = tuple(it.extent(e) for e in t.extents)
+    if int(np.prod(shape)) != int(np.prod(x.tile_shape)):
+        raise RuntimeSemanticError(f"reshape of {list(x.tile_shape)} to {list(shape)} changes "
+                                   "the element count", op.loc)
+    it.set(op.result, RV(np.ascontiguousarray(x.a).reshape(x.a.shape[:x.nb] + shape), x.nb))
+
+
+@rule("permute")
+def _permute(it: Interpreter, op: Operation) -> None:
+    x = it.val(op.operands[0])
+    perm = list(range(x.nb)) + [x.nb + p for p in op.attrs["perm"]]
+    it.set(op.result, RV(x.a.transpose(perm), x.nb))
+
+
+@rule("put")
+def _put(it: Interpreter, op: Operation) -> None:
+    x, p = it.val(op.operands[0]), it.val(op.operands[1])
+    nb = max(x.nb, p.nb, it.nb)
+    xs = x.tile_shape
+    ps = p.tile_shape
+    r = len(xs)
+    origin = eval_exprs(op.attrs["origin"], it.ienv, nb, (), (), it.values)
+    base = np.array(np.broadcast_to(x.lift(nb), it.bshape[:nb] + xs if nb else xs))
+    grids = []
+    for k, (o, m) in enumerate(zip(origin, ps, strict=True)):
+        o = np.asarray(o).reshape(np.shape(o) + (1,) * r)
+        u = np.arange(m).reshape((1,) * (nb + k) + (m,) + (1,) * (r - k - 1))
+        grids.append(o + u)
+    full = np.broadcast_shapes(base.shape[:nb] + ps, *(g.shape for g in grids))
+    ok = np.ones(full, dtype=bool)
+    for g, n in zip(grids, xs, strict=True):
+        ok &= (g >= 0) & (g < n)
+    act = _active(it, full, r)
+    if np.any(~ok if act is None else (~ok & act)):
+        raise BoundsError(f"put writes a {list(ps)} patch outside the {list(xs)} tile", op.loc,
+                          "the patch's origin + extent must lie within the target tile")
+    bg = _batch_grids(full, nb, r)
+    sel = ok if act is None else ok & act
+    idx = tuple(np.broadcast_to(g, full)[sel] for g in bg + grids)
+    base[idx] = np.broadcast_to(p.lift(nb), full)[sel]
+    it.set(op.result, RV(base, nb))
+    if it.track:
+        d = it.track[-1][1]
+        prev = d.get(op.operands[0].name)
+        m = np.zeros(base.shape, dtype=bool)
+        m[idx] = True
+        d[op.result.name] = m if prev is None else (m | prev)
+
+
+_LETTERS = string.ascii_letters
+
+
+@rule("mma")
+def _mma(it: Interpreter, op: Operation) -> None:
+    at, bt, ct = (o.type for o in op.operands)
+    a, b, c = (it.val(o) for o in op.operands)
+    roles = mma_roles(at, bt, ct)
+    dt = ct.dtype
+    nb = max(a.nb, b.nb, c.nb)
+    A = N.cast(a.lift(nb), at.dtype, dt) if at.dtype != dt else a.lift(nb)
+    B = N.cast(b.lift(nb), bt.dtype, dt) if bt.dtype != dt else b.lift(nb)
+    C = c.lift(nb)
+    letter = {d: _LETTERS[i] for i, d in enumerate(dict.fromkeys(at.dims + bt.dims + ct.dims))}
+    sa = "".join(letter[d] for d in at.dims)
+    sb = "".join(letter[d] for d in bt.dims)
+    sc = "".join(letter[d] for d in ct.dims)
+    if it.opts.fast and op.attrs["allow_reassociation"]:
+        wide = np.float32 if dt.name in ("f16", "bf16") else dt.np
+        prod = np.einsum(f"...{sa},...{sb}->...{sc}", A.astype(wide), B.astype(wide),
+                         optimize=True)
+        out = N.binary("add", C, N.cast(np.asarray(prod, dtype=wide), _wide_dt(dt), dt), dt)
+        it.set(op.result, RV(out, nb))
+        return
+    # reference order: contraction points in lexicographic order (dims of A)
+    kdims = roles["contraction"]
+    kext = [a.tile_shape[at.dims.index(d)] for d in kdims]
+    acc = np.array(np.broadcast_to(C, np.broadcast_shapes(
+        C.shape, _out_shape(A, B, at, bt, ct, nb, a, b))))
+    for kidx in itertools.product(*(range(n) for n in kext)):
+        sel_a = _select(A, at.dims, dict(zip(kdims, kidx, strict=True)), nb)
+        sel_b = _select(B, bt.dims, dict(zip(kdims, kidx, strict=True)), nb)
+        rest_a = [d for d in at.dims if d not in kdims]
+        rest_b = [d for d in bt.dims if d not in kdims]
+        pa = align(RV(sel_a, nb), rest_a, ct.dims, nb)
+        pb = align(RV(sel_b, nb), rest_b, ct.dims, nb)
+        acc = N.binary("add", acc, N.binary("mul", pa, pb, dt), dt)
+    it.set(op.result, RV(acc, nb))
+
+
+def _out_shape(A, B, at, bt, ct, nb, a, b) -> tuple[int, ...]:
+    ext = {}
+    for arr, t in ((A, at), (B, bt)):
+        for d, n in zip(t.dims, arr.shape[nb:], strict=True):
+            ext[d] = n
+    bshape = np.broadcast_shapes(A.shape[:nb], B.shape[:nb])
+    return tuple(bshape) + tuple(ext[d] for d in ct.dims)
+
+
+def _select(arr: np.ndarray, dims: tuple, fixed: dict, nb: int) -> np.ndarray:
+    idx: list[Any] = [slice(None)] * nb
+    for d in dims:
+        idx.append(fixed[d] if d in fixed else slice(None))
+    return arr[tuple(idx)]
+
+
+def _wide_dt(dt: Any) -> Any:
+    from ..semantics import dtypes as D
+
+    return D.f32 if dt.name in ("f16", "bf16") else dt
+
+
+def _i64() -> Any:
+    from ..semantics import dtypes as D
+
+    return D.i64
+
+
+_I64 = _i64()
+
+
+@rule("map")
+def _map(it: Interpreter, op: Operation) -> None:
+    """The scalar body runs once, vectorized: the tile's axes act as extra batch axes."""
+    rt: TileType = op.results[0].type
+    rvs = [it.val(o) for o in op.operands]
+    nb = max(r.nb for r in rvs)
+    arrs = [align(r, o.type.dims, rt.dims, nb) for r, o in zip(rvs, op.operands, strict=True)]
+    shape = np.broadcast_shapes(*(a.shape for a in arrs))
+    saved = it.bshape, it.lane_mask
+    it.bshape = tuple(shape)
+    it.lane_mask = None
+    try:
+        outs = it.block(op.regions[0], [RV(np.broadcast_to(a, shape), len(shape)) for a in arrs])
+    finally:
+        it.bshape, it.lane_mask = saved
+    for r, o in zip(op.results, outs, strict=True):
+        it.set(r, RV(np.broadcast_to(o.lift(len(shape)), shape), nb))
