@@ -61,7 +61,8 @@ def _ite(it: Interpreter, op: Operation) -> None:
 @rule("cast")
 def _cast(it: Interpreter, op: Operation) -> None:
     x = it.val(op.operands[0])
-    it.set(op.result, RV(N.cast(x.a, op.operands[0].type.dtype, op.result.type.dtype), x.nb))
+    res = N.cast(x.a, op.operands[0].type.dtype, op.result.type.dtype)
+    it.set(op.result, RV(np.reshape(res, x.a.shape), x.nb))
 
 
 @rule("bitcast")
@@ -95,7 +96,8 @@ def _index(it: Interpreter, op: Operation) -> None:
     if all(n == 1 for n in v.shape[:nb]):
         v, nb = v.reshape(v.shape[nb:]), 0
     v = np.broadcast_to(v, v.shape[:nb] + shape)
-    it.set(op.result, RV(N.cast(np.ascontiguousarray(v), _I64, t.dtype), nb))
+    v = np.array(v)  # (ascontiguousarray would make a 0-d array 1-d)
+    it.set(op.result, RV(v if t.dtype == _I64 else N.cast(v, _I64, t.dtype), nb))
 
 
 def _batch_grids(shape: tuple[int, ...], nb: int, r: int) -> list[np.ndarray]:

@@ -110,15 +110,15 @@ def encode_number(v: Any) -> Any:
     return {"float": "nan" if math.isnan(f) else repr(f)}
 
 
-def encode_space(s: Space, names: DimNames) -> list:
+def encode_space(s: Space, names: DimNames) -> list[Any]:
     return [{"dim": names.index(f.dim), "extent": encode_expr(f.extent)} for f in s.factors]
 
 
-def encode_map(m: Map) -> dict:
+def encode_map(m: Map) -> dict[str, Any]:
     return {"inputs": list(m.inputs), "outputs": [encode_expr(o) for o in m.outputs]}
 
 
-def encode_type(t: Type, names: DimNames) -> dict:
+def encode_type(t: Type, names: DimNames) -> dict[str, Any]:
     """A type as ``{"kind": "tile"|"tensor"|"memory"|"state", ...}``."""
     if isinstance(t, TileType):
         return {"kind": "tile", "dtype": t.dtype.name, "space": encode_space(t.space, names)}
@@ -163,20 +163,20 @@ def encode_attr(kind: str, v: Any, names: DimNames) -> Any:
     return _KIND_ENCODERS[kind](v, names)
 
 
-def encode_site(s: Site) -> dict:
+def encode_site(s: Site) -> dict[str, Any]:
     return {"file": s.file, "line": s.line, "col": s.col}
 
 
-def _value(v: Value, names: DimNames) -> dict:
+def _value(v: Value, names: DimNames) -> dict[str, Any]:
     return {"name": v.name, "type": encode_type(v.type, names)}
 
 
-def encode_block(b: Block, names: DimNames) -> dict:
+def encode_block(b: Block, names: DimNames) -> dict[str, Any]:
     return {"args": [_value(a, names) for a in b.args],
             "ops": [encode_op(o, names) for o in b.ops]}
 
 
-def encode_op(op: Operation, names: DimNames) -> dict:
+def encode_op(op: Operation, names: DimNames) -> dict[str, Any]:
     d = opdef_or_none(op.name)
     attrs = {}
     for k in attr_order(op):
@@ -190,7 +190,7 @@ def encode_op(op: Operation, names: DimNames) -> dict:
     return out
 
 
-def to_json(p: TileProgram) -> dict:
+def to_json(p: TileProgram) -> dict[str, Any]:
     """The program as a JSON-ready dict (schema ``tilenest.tileir/1``)."""
     names = DimNames(p.dims)
     reducers = [{
@@ -246,7 +246,7 @@ class Decoder:
 
     # -- plain data -----------------------------------------------------
     def obj(self, d: Any, path: str, required: tuple[str, ...] = (),
-            optional: tuple[str, ...] = ()) -> dict:
+            optional: tuple[str, ...] = ()) -> dict[str, Any]:
         if not isinstance(d, dict):
             self.fail(path, "expected an object")
         for k in required:
@@ -257,7 +257,7 @@ class Decoder:
                 self.fail(f"{path}.{k}", f"unknown key '{k}'")
         return d
 
-    def list_(self, d: Any, path: str) -> list:
+    def list_(self, d: Any, path: str) -> list[Any]:
         if not isinstance(d, list):
             self.fail(path, "expected a list")
         return d

@@ -12,6 +12,7 @@ program's reducers) while building the immutable IR. Any mistake raises
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -39,9 +40,7 @@ from .policies import RESOURCES
 from .reducers import CustomReducer
 from .space import Dim
 from .types import MemoryType, StateType, TensorType, TileType, Type
-from .valueread import ValueReader
-
-Node = Tree | Token
+from .valueread import PTree, ValueReader
 
 
 @lru_cache(maxsize=1)
@@ -80,7 +79,8 @@ def _end_site(text: str, file: str | None) -> Site:
 def _syntax_error(e: LarkError, text: str, file: str | None) -> ParseError:
     """The ParseError for a lark failure: where, what was found, what was expected."""
     if isinstance(e, UnexpectedCharacters):
-        ch = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        pos = e.pos_in_stream or 0
+        ch = text[pos] if pos < len(text) else ""
         return ParseError(f"unexpected character {ch!r}", Site(file, e.line, e.column),
                           hint="tokens are %values, $vars, #dims, @names, names, numbers, "
                                "strings and punctuation")
@@ -95,7 +95,7 @@ def _syntax_error(e: LarkError, text: str, file: str | None) -> ParseError:
     return ParseError(f"cannot parse: {e}", Site(file, 1, 1))
 
 
-def _parse_tree(text: str, start: str, file: str | None) -> Tree:
+def _parse_tree(text: str, start: str, file: str | None) -> PTree:
     try:
         return grammar().parse(text, start=start)
     except LarkError as e:
@@ -106,19 +106,19 @@ def _parse_tree(text: str, start: str, file: str | None) -> Tree:
 # tree helpers
 
 
-def _kids(t: Tree) -> list[Node]:
+def _kids(t: PTree) -> list[PTree]:
     return [c for c in t.children if c is not None]
 
 
-def _trees(t: Tree, data: str) -> list[Tree]:
+def _trees(t: PTree, data: str) -> list[PTree]:
     return [c for c in t.children if isinstance(c, Tree) and c.data == data]
 
 
-def _tokens(t: Tree, type_: str) -> list[Token]:
+def _tokens(t: PTree, type_: str) -> list[Token]:
     return [c for c in t.children if isinstance(c, Token) and c.type == type_]
 
 
-def _one(t: Tree, data: str) -> Tree | None:
+def _one(t: PTree, data: str) -> PTree | None:
     found = _trees(t, data)
     return found[0] if found else None
 
@@ -132,8 +132,9 @@ def _result_names(tok: Token) -> list[tuple[str, int, int]]:
     for m in _RESULT_NAME.finditer(tok.value):
         before = tok.value[:m.start()]
         nl = before.count("\n")
-        col = (tok.column + m.start()) if nl == 0 else m.start() - before.rfind("\n")
-        out.append((m.group(1), tok.line + nl, col))
+        line, column = tok.line or 1, tok.column or 1
+        col = (column + m.start()) if nl == 0 else m.start() - before.rfind("\n")
+        out.append((m.group(1), line + nl, col))
     return out
 
 
@@ -148,7 +149,7 @@ class Reader(ValueReader):
         super().__init__(file, syms)
 
     # -- kernel ---------------------------------------------------------
-    def read_kernel(self, t: Tree) -> TileProgram:
+    def read_kernel(self, t: PTree) -> TileProgram:
         name = _tokens(t, "GLOBAL")[0].value[1:]
         syms = _one(t, "syms")
         self.syms = set()
@@ -180,7 +181,7 @@ class Reader(ValueReader):
                         self.read_loc(loc) if loc is not None else None)
         return number_ops(p)
 
-    def read_dimtable(self, t: Tree) -> None:
+    def read_dimtable(self, t: PTree) -> None:
         for decl in _trees(t, "dimdecl"):
             tok = _tokens(decl, "DIM")[0]
             label_tok = _tokens(decl, "STRING")
@@ -191,14 +192,14 @@ class Reader(ValueReader):
             self.dims[tok.value[1:]] = d
             self.dim_table.append(d)
 
-    def read_reducer(self, t: Tree) -> CustomReducer:
+    def read_reducer(self, t: PTree) -> CustomReducer:
         gtok = _tokens(t, "GLOBAL")[0]
         name = gtok.value[1:]
         if name in self.reducers:
             self.fail(gtok, f"reducer @{name} is declared twice")
         self.reducers.add(name)
         params: dict[str, Any] = {}
-        readers = {
+        readers: dict[str, Callable[[PTree], Any]] = {
             "state": self.as_dtype_list, "identity": self.as_number_list,
             "associative": self.as_bool, "commutative": self.as_bool,
             "provenance": self.as_str,
@@ -224,7 +225,7 @@ class Reader(ValueReader):
                              params.get("provenance", "declared"))
 
     # -- ops ------------------------------------------------------------
-    def define(self, t: Tree, scope: Scope) -> Value:
+    def define(self, t: PTree, scope: Scope) -> Value:
         """A ``%name: type`` declaration (kernel or block argument), now visible."""
         tok, ty = t.children
         v = Value(tok.value[1:], self.read_type(ty, scope))
@@ -239,7 +240,7 @@ class Reader(ValueReader):
                              hint=f"each value is defined once; the first definition is at "
                                   f"{earlier}")
 
-    def read_op(self, t: Tree, scope: Scope) -> Operation:
+    def read_op(self, t: PTree, scope: Scope) -> Operation:
         results_tok = _tokens(t, "RESULTS")
         name_tok = _tokens(t, "NAME")[0]
         d = opdef_or_none(name_tok.value)
@@ -289,7 +290,7 @@ class Reader(ValueReader):
         return Operation(d.name, operands, results, FrozenDict(attrs), regions,
                          self.read_loc(loc) if loc is not None else None)
 
-    def read_region(self, t: Tree, scope: Scope) -> Block:
+    def read_region(self, t: PTree, scope: Scope) -> Block:
         label = _one(t, "label")
         args = tuple(self.define(a, scope) for a in _trees(label, "blockarg"))
         ops = tuple(self.read_op(o, scope) for o in _trees(t, "op"))
@@ -302,13 +303,13 @@ class Reader(ValueReader):
             self.fail(tok, msg, hint=hint)
         return v
 
-    def read_loc(self, t: Tree) -> Site:
+    def read_loc(self, t: PTree) -> Site:
         s = _tokens(t, "STRING")
         line, col = _tokens(t, "INT")
         return Site(self.as_str_token(s[0]) if s else None, int(line.value), int(col.value))
 
     # -- types ----------------------------------------------------------
-    def read_type(self, t: Tree, scope: Scope | None = None) -> Type:
+    def read_type(self, t: PTree, scope: Scope | None = None) -> Type:
         """``f32``, ``tile<...>``, ``tensor<...>``, ``memory<...>`` or ``state<%m>``."""
         if t.data == "state_type":
             return StateType(t.children[0].value[1:])

@@ -137,7 +137,7 @@ def print_exec(x: ExecPolicy) -> str:
     return "exec(" + ", ".join(parts) + ")"
 
 
-def print_contracts(cs: tuple) -> str:
+def print_contracts(cs: tuple[str | None, ...]) -> str:
     return _list(["none" if c is None else str(c) for c in cs])
 
 

@@ -26,7 +26,9 @@ from .policies import EXEC_SCOPES, Bounds, BoundsPolicy, ExecPolicy, PipelinePol
 from .reducers import BUILTINS
 from .space import Dim, DimFactor, IndexSet, Space
 
-Node = Tree | Token
+#: A node of a lark parse tree (a Tree or a Token). Its shape is fixed by
+#: ``tileir.lark``, which static types cannot express, so it is typed loosely.
+PTree = Any
 
 _EXPR_BINARY: dict[str, Callable[[Expr, Expr], Expr]] = {
     "add": E.add,
@@ -55,7 +57,7 @@ _KIND_WORDS = {
 }
 
 
-def position(n: Node) -> tuple[int, int]:
+def position(n: PTree) -> tuple[int, int]:
     """Line and column (both from 1) where a token or tree starts."""
     if isinstance(n, Token):
         return n.line or 1, n.column or 1
@@ -80,11 +82,11 @@ class ValueReader:
         self.dim_table: list[Dim] = []
         self.reducers: set[str] = set()
 
-    def fail(self, n: Node, message: str, hint: str | None = None) -> NoReturn:
+    def fail(self, n: PTree, message: str, hint: str | None = None) -> NoReturn:
         line, col = position(n)
         raise ParseError(message, Site(self.file, line, col), hint=hint)
 
-    def expect(self, n: Node, kind: str, what: str = "the value") -> NoReturn:
+    def expect(self, n: PTree, kind: str, what: str = "the value") -> NoReturn:
         self.fail(n, f"{what} must be {_KIND_WORDS.get(kind, kind)}")
 
     # -- scalars --------------------------------------------------------
@@ -94,19 +96,19 @@ class ValueReader:
         except ValueError:  # more digits than Python converts
             self.fail(tok, "integer literal is too long")
 
-    def as_int(self, n: Tree, what: str = "the value") -> int:
+    def as_int(self, n: PTree, what: str = "the value") -> int:
         if n.data == "int":
             return self.int_token(n.children[0])
         if n.data == "negate" and n.children[0].data == "int":
             return -self.int_token(n.children[0].children[0])
         self.expect(n, "int", what)
 
-    def as_bool(self, n: Tree, what: str = "the value") -> bool:
+    def as_bool(self, n: PTree, what: str = "the value") -> bool:
         if n.data == "name" and n.children[0].value in ("true", "false"):
-            return n.children[0].value == "true"
+            return bool(n.children[0].value == "true")
         self.expect(n, "bool", what)
 
-    def as_number(self, n: Tree, what: str = "the value") -> int | float | bool:
+    def as_number(self, n: PTree, what: str = "the value") -> int | float | bool:
         sign = 1
         inner = n
         if n.data == "negate":
@@ -122,16 +124,16 @@ class ValueReader:
             if word == "nan" and sign == 1:
                 return math.nan  # one shared NaN object, so equal programs compare equal
             if word in ("true", "false") and sign == 1:
-                return word == "true"
+                return bool(word == "true")
         self.expect(n, "number", what)
 
     def as_str_token(self, tok: Token) -> str:
         try:
-            return json.loads(tok.value)
+            return str(json.loads(tok.value))
         except json.JSONDecodeError:
             self.fail(tok, "malformed string literal", hint="strings use JSON escapes")
 
-    def as_str(self, n: Tree, what: str = "the value") -> str:
+    def as_str(self, n: PTree, what: str = "the value") -> str:
         if n.data == "string":
             return self.as_str_token(n.children[0])
         self.expect(n, "str", what)
@@ -143,25 +145,25 @@ class ValueReader:
                       hint="dtypes are " + ", ".join(D.BY_NAME))
         return d
 
-    def as_dtype(self, n: Tree, what: str = "the value") -> D.DType:
+    def as_dtype(self, n: PTree, what: str = "the value") -> D.DType:
         if n.data == "name":
             return self.as_dtype_token(n.children[0])
         self.expect(n, "dtype", what)
 
-    def items(self, n: Tree, kind: str, what: str) -> list[Tree]:
+    def items(self, n: PTree, kind: str, what: str) -> list[PTree]:
         """The entries of a ``[...]`` list."""
         if n.data != "list":
             self.expect(n, kind, what)
         return [c for c in n.children if c is not None]
 
-    def as_dtype_list(self, n: Tree) -> list[D.DType]:
+    def as_dtype_list(self, n: PTree) -> list[D.DType]:
         return [self.as_dtype(c, "a state component") for c in self.items(n, "dtype", "state")]
 
-    def as_number_list(self, n: Tree) -> list[Any]:
+    def as_number_list(self, n: PTree) -> list[Any]:
         return [self.as_number(c, "an identity") for c in self.items(n, "number", "identity")]
 
     # -- index expressions and predicates ---------------------------------
-    def as_expr(self, n: Tree, scope: Scope | None, what: str = "the value") -> Expr:
+    def as_expr(self, n: PTree, scope: Scope | None, what: str = "the value") -> Expr:
         """An index expression; names must be declared symbols, ``%values``
         visible ones (when a scope is given)."""
         k = n.data
@@ -204,7 +206,7 @@ class ValueReader:
                       hint="the functions of index expressions are min(a, b) and max(a, b)")
         self.expect(n, "expr", what)
 
-    def as_pred(self, n: Tree, scope: Scope | None, what: str = "the value") -> Pred:
+    def as_pred(self, n: PTree, scope: Scope | None, what: str = "the value") -> Pred:
         k = n.data
         if k == "name" and n.children[0].value in ("true", "false"):
             return E.TRUE if n.children[0].value == "true" else E.FALSE
@@ -222,7 +224,7 @@ class ValueReader:
             return self.as_pred(n.children[0], scope, what)
         self.expect(n, "pred", what)
 
-    def tuple_items(self, n: Tree, kind: str, what: str) -> list[Tree]:
+    def tuple_items(self, n: PTree, kind: str, what: str) -> list[PTree]:
         """The entries of ``( ... )``: ``(x)`` is a one-entry tuple here."""
         if n.data == "paren":
             return [n.children[0]]
@@ -230,7 +232,7 @@ class ValueReader:
             return list(n.children)
         self.expect(n, kind, what)
 
-    def as_vars(self, n: Tree, what: str = "the value") -> tuple[str, ...]:
+    def as_vars(self, n: PTree, what: str = "the value") -> tuple[str, ...]:
         out = []
         for c in self.tuple_items(n, "vars", what):
             if c.data != "var":
@@ -240,17 +242,17 @@ class ValueReader:
             self.fail(n, f"{what} names a variable twice")
         return tuple(out)
 
-    def as_exprs(self, n: Tree, scope: Scope | None, what: str = "the value") -> tuple[Expr, ...]:
+    def as_exprs(self, n: PTree, scope: Scope | None, what: str = "the value") -> tuple[Expr, ...]:
         return tuple(self.as_expr(c, scope, what) for c in self.tuple_items(n, "exprs", what))
 
-    def as_map(self, n: Tree, scope: Scope | None, what: str) -> Map:
+    def as_map(self, n: PTree, scope: Scope | None, what: str) -> Map:
         if n.data != "arrow":
             self.fail(n, f"{what} must be a map ($a, ...) -> (e, ...)")
         ins, outs = n.children
         return Map(self.as_vars(ins, what), self.as_exprs(outs, scope, what))
 
     # -- structured kinds -----------------------------------------------
-    def read_space(self, t: Tree, scope: Scope | None) -> Space:
+    def read_space(self, t: PTree, scope: Scope | None) -> Space:
         """``[#dim:extent, ...]``: every dim from the table, none twice."""
         factors: list[DimFactor] = []
         seen: set[Dim] = set()
@@ -272,7 +274,7 @@ class ValueReader:
                       hint="declare it in the kernel header's dims [...] table")
         return d
 
-    def as_indexset(self, n: Tree, scope: Scope | None, what: str) -> IndexSet:
+    def as_indexset(self, n: PTree, scope: Scope | None, what: str) -> IndexSet:
         if n.data != "indexset":
             self.expect(n, "indexset", what)
         vars_ = self.as_vars(n.children[0], what)
@@ -283,7 +285,7 @@ class ValueReader:
         pred = self.as_pred(n.children[2], scope, what) if len(n.children) > 2 else E.TRUE
         return IndexSet(space, vars_, pred)
 
-    def as_bounds(self, n: Tree, what: str) -> BoundsPolicy:
+    def as_bounds(self, n: PTree, what: str) -> BoundsPolicy:
         if n.data == "name" and n.children[0].value in ("zero", "checked", "assume"):
             return BoundsPolicy(Bounds(n.children[0].value))
         if n.data == "call" and n.children[0].value == "fill":
@@ -292,12 +294,12 @@ class ValueReader:
                 return BoundsPolicy(Bounds.fill, self.as_number(args[0], "the fill value"))
         self.expect(n, "bounds", what)
 
-    def kwargs(self, n: Tree, fn: str, kind: str, allowed: tuple[str, ...],
-               what: str) -> dict[str, Tree]:
+    def kwargs(self, n: PTree, fn: str, kind: str, allowed: tuple[str, ...],
+               what: str) -> dict[str, PTree]:
         """The ``key = value`` arguments of a call ``fn(...)``."""
         if n.data != "call" or n.children[0].value != fn:
             self.expect(n, kind, what)
-        out: dict[str, Tree] = {}
+        out: dict[str, PTree] = {}
         for a in n.children[1:]:
             if a is None:
                 continue
@@ -313,7 +315,7 @@ class ValueReader:
             out[key.value] = val
         return out
 
-    def as_exec(self, n: Tree, scope: Scope | None, what: str) -> ExecPolicy:
+    def as_exec(self, n: PTree, scope: Scope | None, what: str) -> ExecPolicy:
         kw = self.kwargs(n, "exec", "exec", ("scope", "layout"), what)
         scope_name = None
         if "scope" in kw:
@@ -324,7 +326,7 @@ class ValueReader:
         layout = self.as_map(kw["layout"], scope, "the exec layout") if "layout" in kw else None
         return ExecPolicy(scope_name, layout)
 
-    def as_pipeline(self, n: Tree, what: str) -> PipelinePolicy:
+    def as_pipeline(self, n: PTree, what: str) -> PipelinePolicy:
         kw = self.kwargs(n, "pipeline", "pipeline", ("window", "interval"), what)
         window = self.as_int(kw["window"], "the window") if "window" in kw else 2
         interval = self.as_int(kw["interval"], "the interval") if "interval" in kw else 1
@@ -333,12 +335,12 @@ class ValueReader:
         except ValueError as e:
             self.fail(n, str(e))
 
-    def as_rpolicy(self, n: Tree, what: str) -> ReductionPolicy:
+    def as_rpolicy(self, n: PTree, what: str) -> ReductionPolicy:
         if n.data == "name" and n.children[0].value in ReductionPolicy.__members__:
             return ReductionPolicy[n.children[0].value]
         self.expect(n, "rpolicy", what)
 
-    def as_contracts(self, n: Tree, what: str) -> tuple[str | None, ...]:
+    def as_contracts(self, n: PTree, what: str) -> tuple[str | None, ...]:
         out: list[str | None] = []
         for c in self.items(n, "contracts", what):
             if c.data == "name" and c.children[0].value == "none":
@@ -353,7 +355,7 @@ class ValueReader:
                 self.expect(c, "contracts", what)
         return tuple(out)
 
-    def read_attr(self, kind: str, n: Tree, scope: Scope | None, what: str) -> Any:
+    def read_attr(self, kind: str, n: PTree, scope: Scope | None, what: str) -> Any:
         """The value of tree ``n`` as an attribute of ``kind``."""
         what = f"attribute {what}" if not what.startswith("the") else what
         if kind == "int":
