@@ -6,6 +6,7 @@ that line in this file and asserts the error names it."""
 from __future__ import annotations
 
 import inspect
+import os
 
 import pytest
 
@@ -13,7 +14,7 @@ import tilenest as tn
 from tilenest import f32
 from tilenest.errors import CaptureError, ContractError, TilenestError, TypeCheckError, VerifyError
 
-FILE = __file__
+FILE = os.path.relpath(__file__)
 
 
 def err_line(k: tn.Kernel) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -160,12 +161,15 @@ ROUNDTRIP_FILES = sorted((HERE / "roundtrip").glob("*.tile"))
 
 @pytest.mark.parametrize("path", ROUNDTRIP_FILES, ids=lambda p: p.stem)
 def test_roundtrip_files(path):
+    """Files in printed form are golden: TILENEST_UPDATE_GOLDEN=1 rewrites them."""
     text = path.read_text()
     p = parse_program(text, path.name)
     printed = print_program(p)
     assert parse_program(printed) == p
     assert jsonio.loads(jsonio.dumps(p)) == p
     if not text.startswith("//"):  # printed form: printing reproduces it exactly
+        if os.environ.get("TILENEST_UPDATE_GOLDEN") == "1":
+            path.write_text(printed)
         assert printed == text
 
 
@@ -569,6 +573,11 @@ def test_damaged_json_gives_only_parse_errors(data):
         jsonio.from_json(doc)
     except ParseError as err:
         assert ":" in err.message
+
+
+def test_program_A_view_reads_the_contracts_attribute():
+    p = parse_program(print_program(SAMPLES["row_softmax"]()))
+    assert sorted(c for _, c in p.A.values()) == [("add",), ("max",)]
 
 
 def test_ir_program_str_uses_the_printer():

@@ -589,7 +589,8 @@ def test_constants():
 def _chain_inputs(np_dtype, n=20000, seed=3):
     rng = np.random.default_rng(seed)
     scale = np.exp2(rng.integers(-20, 20, (4, n)))
-    return [(rng.standard_normal(n) * s).astype(np_dtype) for s in scale]
+    with np.errstate(over="ignore"):  # some f16 inputs overflow to inf: kept on purpose
+        return [(rng.standard_normal(n) * s).astype(np_dtype) for s in scale]
 
 
 @pytest.mark.parametrize("dt", (D.bf16, D.f16, D.f32), ids=str)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import typing
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -71,21 +71,40 @@ class Sym:
     """Annotation for a symbolic integer parameter (same as ``int``)."""
 
 
-def _annotations(fn: Callable) -> dict[str, Any]:
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:
-        return dict(getattr(fn, "__annotations__", {}))
+def _annotations(fn: Callable, scope: dict[str, Any]) -> dict[str, Any]:
+    """Parameter annotations, evaluating string annotations (``from __future__
+    import annotations``) in the function's globals, its closure and the scope
+    that defined it (so kernel factories can use their own locals)."""
+    ns = dict(fn.__globals__)
+    ns.update(scope)
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__, strict=True):
+            try:
+                ns[name] = cell.cell_contents
+            except ValueError:
+                pass
+    out: dict[str, Any] = {}
+    for k, a in getattr(fn, "__annotations__", {}).items():
+        if isinstance(a, str):
+            try:
+                a = eval(a, ns)  # noqa: S307 - annotations are the user's own code
+            except Exception as e:
+                raise CaptureError(f"cannot evaluate the annotation of '{k}': {a!r} ({e})",
+                                   hint="annotations must name tn.Tensor/tn.Scalar types "
+                                        "visible where the kernel is defined") from None
+        out[k] = a
+    return out
 
 
-def capture(fn: Callable, consts: dict[str, Any]) -> TileProgram:
+def capture(fn: Callable, consts: dict[str, Any], scope: dict[str, Any] | None = None
+            ) -> TileProgram:
     """Capture ``fn`` with compile-time constants ``consts`` into a TileProgram."""
     src = parse_function(fn)
     fdef = src.tree.body[0]
     if not isinstance(fdef, ast_FunctionDef()):
         raise CaptureError("@tn.kernel needs a plain function definition")
     sig = inspect.signature(fn)
-    ann = _annotations(fn)
+    ann = _annotations(fn, scope or {})
     c = CaptureContext(src.file)
     push(c)
     try:
@@ -159,18 +178,20 @@ class Kernel:
     """A captured kernel: ``.program`` is its TileProgram; calling it with numpy
     arrays runs the reference interpreter."""
 
-    def __init__(self, fn: Callable, consts: dict[str, Any] | None = None):
+    def __init__(self, fn: Callable, consts: dict[str, Any] | None = None,
+                 scope: dict[str, Any] | None = None):
         self.fn = fn
         self.consts = dict(consts or {})
+        self.scope = scope or {}
         functools.update_wrapper(self, fn)
 
     @functools.cached_property
     def program(self) -> TileProgram:
-        return capture(self.fn, self.consts)
+        return capture(self.fn, self.consts, self.scope)
 
     def specialize(self, **consts: Any) -> "Kernel":
         """A variant with compile-time constants overridden."""
-        return Kernel(self.fn, {**self.consts, **consts})
+        return Kernel(self.fn, {**self.consts, **consts}, self.scope)
 
     def ir(self) -> str:
         return str(self.program)
@@ -192,6 +213,8 @@ class Kernel:
 
 def kernel(fn: Callable | None = None, **consts: Any) -> Any:
     """Decorator: ``@tn.kernel`` or ``@tn.kernel(bm=64)``."""
+    caller = sys._getframe(1)
+    scope = dict(caller.f_locals) if caller.f_code.co_name != "<module>" else {}
     if fn is None:
-        return lambda f: Kernel(f, consts)
-    return Kernel(fn, consts)
+        return lambda f: Kernel(f, consts, scope)
+    return Kernel(fn, consts, scope)

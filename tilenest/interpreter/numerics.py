@@ -478,6 +478,7 @@ def _python_int_to_float(v: int, dt: DType) -> np.ndarray:
     return _from_f64(_arr(-f if v < 0 else f, _F64), dt)
 
 
+@np.errstate(all="ignore")
 def constant(value: int | float | bool, dt: DType) -> np.ndarray:
     """A 0-d array holding the literal ``value`` in ``dt``.
 
@@ -508,8 +509,7 @@ def constant(value: int | float | bool, dt: DType) -> np.ndarray:
     if isinstance(value, float):
         if not dt.is_float:
             raise ValueError(f"constant {value!r} is not representable in {dt}")
-        with np.errstate(all="ignore"):
-            return _from_f64(_arr(value, _F64), dt)
+        return _from_f64(_arr(value, _F64), dt)
     raise ValueError(f"constant {value!r} is not a number")
 
 

@@ -159,8 +159,13 @@ def _np_reduce(name: str, a: np.ndarray, axes: tuple[int, ...], dt: Any) -> np.n
         shp = tuple(n for k, n in enumerate(a.shape) if k not in axes)
         return np.broadcast_to(N.constant(ident, dt), shp).copy()
     if name == "add":
+        # numpy's pairwise sum starts from +0.0 unless told otherwise, which would turn an
+        # all-(-0.0) sum into +0.0 -- outside every admitted grouping
         if dt.name in ("f16", "bf16"):
-            return N.cast(np.add.reduce(a.astype(np.float32), axis=axes), _f32(), dt)
+            return N.cast(np.add.reduce(a.astype(np.float32), axis=axes, initial=-0.0), _f32(),
+                          dt)
+        if dt.is_float:
+            return np.add.reduce(a, axis=axes, initial=-0.0)
         return np.add.reduce(a, axis=axes)
     if name == "mul":
         return np.multiply.reduce(a, axis=axes)

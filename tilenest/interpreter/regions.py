@@ -134,8 +134,10 @@ def _parallel_batched(it: Interpreter, op: Operation, vars_: tuple, shape: tuple
     ok = False
     try:
         if it.track:
-            for a in body.args:
-                it.track[-1][1].pop(a.name, None)
+            d = it.track[-1][1]
+            for a, v in zip(body.args, incoming, strict=True):
+                if isinstance(v, RV):
+                    d[a.name] = np.bool_(False)  # the entry snapshot: nothing touched yet
         outs = it.block(body, incoming)
         masks = [it.track[-1][1].get(y.name) if it.track else None
                  for y in body.terminator.operands] if it.track else [None] * len(outs)
@@ -181,7 +183,11 @@ def _parallel_instances(it: Interpreter, op: Operation, vars_: tuple, shape: tup
                 continue
             frame.child = lane
             if it.track:
-                it.track[-1][1].clear()
+                d = it.track[-1][1]
+                d.clear()
+                for a, v in zip(body.args, incoming, strict=True):
+                    if isinstance(v, RV):
+                        d[a.name] = np.bool_(False)
             outs = it.block(body, incoming)
             per_out[lane] = outs
             per_mask[lane] = [it.track[-1][1].get(y.name) for y in body.terminator.operands] \
@@ -235,7 +241,7 @@ def _join(it: Interpreter, op: Operation, name: str, inc: RV, outs: list, masks:
     full = it.bshape + shape + tile
     vals = np.broadcast_to(out.lift(nb0 + k), full)
     m = masks[i]
-    if m is None or m is False:
+    if m is None or not np.any(m):
         # only collective updates: every child computed the same value
         first = vals[(slice(None),) * nb0 + (0,) * k] if k else vals
         return RV(np.array(first), nb0), None

@@ -145,9 +145,6 @@ def _result_names(tok: Token) -> list[tuple[str, int, int]]:
 class Reader(ValueReader):
     """Builds IR from a parse tree, checking every reference on the way."""
 
-    def __init__(self, file: str | None, syms: set[str] | None = None):
-        super().__init__(file, syms)
-
     # -- kernel ---------------------------------------------------------
     def read_kernel(self, t: PTree) -> TileProgram:
         name = _tokens(t, "GLOBAL")[0].value[1:]
