@@ -573,7 +573,8 @@ def test_constants():
     assert bits(N.constant(2**1024 - 2**970, D.f64)) == 0x7FF0000000000000
     assert bits(N.constant(-(2**5000), D.f32)) == 0xFF800000
     assert bits(N.constant(2**2000, D.bf16)) == 0x7F80
-    assert N.constant(-128, D.i8).tolist() == -128 and N.constant(2**64 - 1, D.u64).dtype == np.uint64
+    assert N.constant(-128, D.i8).tolist() == -128
+    assert N.constant(2**64 - 1, D.u64).dtype == np.uint64
     assert N.constant(True, D.f32).tolist() == 1.0 and N.constant(True, D.i32).tolist() == 1
     assert N.constant(False, D.bool_).tolist() is False and N.constant(1, D.bool_).tolist() is True
     assert N.constant(np.float32(0.5), D.bf16).tolist() == 0.5

@@ -60,18 +60,23 @@ class EffectLog:
         self.enabled = enabled
         self.frames: list[Frame] = []
         self._names: dict[Any, Buffer] = {}
+        self.sinks: list[list] = []  # pipeline stage-instance recorders
 
     def record(self, buf: Buffer, flat: Any, mask: Any, write: bool, op: Operation,
                anchor_depth: int, bshape: tuple[int, ...], tile: tuple[int, ...]) -> None:
         """Record accesses to ``buf`` at flat indices ``flat`` (broadcastable to
         ``bshape + tile``), restricted to ``mask``."""
-        if not self.enabled or not self.frames:
+        if not self.sinks and (not self.enabled or not self.frames):
             return
         shape = tuple(bshape) + tuple(tile)
         flat_b = np.broadcast_to(flat, shape)
         sel = None if mask is None else np.broadcast_to(mask, shape)
         idx = flat_b[sel] if sel is not None else flat_b.ravel()
         if idx.size == 0:
+            return
+        if self.sinks:
+            self.sinks[-1].append((buf, np.unique(idx), write, op))
+        if not self.enabled:
             return
         for fr in self.frames:
             if anchor_depth < fr.depth:

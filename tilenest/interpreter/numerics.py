@@ -133,7 +133,7 @@ def _from_f64(x: np.ndarray, dt: DType) -> np.ndarray:
 
 
 def _quiet(x: np.ndarray, dt: DType) -> np.ndarray:
-    """``x`` with the quiet bit set (applied to NaNs only)."""
+    """``x`` with the quiet bit set (callers use it on NaN elements only)."""
     q = _bits(x) | _UINT[dt.bits].type(_QUIET[dt.name])
     return np.asarray(q).view(dt.np)
 

@@ -339,19 +339,45 @@ def _pipeline(it: Interpreter, op: Operation) -> None:
     shape, points = domain_points(it, op)
     body = op.regions[0]
     _carry_track(it, op, body)
-    states = _iterate(it, op, body, [it.val(o) for o in op.operands], points)
+    states = [it.val(o) for o in op.operands]
+    if not it.opts.check_pipelines:
+        states = _iterate(it, op, body, states, points)
+    else:
+        from . import pipelines
+
+        records: dict[tuple[int, int], list] = {}
+        saved = it.stage_rec
+        whole = not any(o.name == "stage" for o in body.ops)
+        try:
+            for i, pt in enumerate(points):
+                it.stage_rec = (op, i, records)
+                if whole:
+                    it.effects.sinks.append(records.setdefault((i, 0), []))
+                try:
+                    states = _iterate(it, op, body, states, [pt])
+                finally:
+                    if whole:
+                        it.effects.sinks.pop()
+        finally:
+            it.stage_rec = saved
+        pipelines.check(op, records, len(points))
     _finish_track(it, op, body)
     for r, v in zip(op.results, states, strict=True):
         it.set(r, v)
-    if it.opts.check_pipelines:
-        from .pipelines import check_overlap
-
-        check_overlap(it, op, points)
 
 
 @rule("stage")
 def _stage(it: Interpreter, op: Operation) -> None:
-    outs = it.block(op.regions[0], [])
+    rec = it.stage_rec
+    if rec is not None and op in rec[0].regions[0].ops:
+        sink = rec[2].setdefault((rec[1], op.attrs["ordinal"]), [])
+        it.effects.sinks.append(sink)
+        try:
+            outs = it.block(op.regions[0], [])
+        finally:
+            it.effects.sinks.pop()
+    else:
+        outs = it.block(op.regions[0], [])
     for r, v in zip(op.results, outs, strict=True):
         it.set(r, v)
     if it.track:
