@@ -108,6 +108,7 @@ class Interpreter:
         # ancestor-update footprints: (depth of the parallel level, value name -> mask)
         self.track: list[tuple[int, dict[str, Any]]] = []
         self.mem_ids = 0
+        self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
         self.ienv = IndexEnv(self._bind(args, params))
 

@@ -65,11 +65,96 @@ def _bounds_error(op: Operation, t: TensorRT, coords: list[np.ndarray], bad: np.
         "use bounds zero/fill to mask ragged edges, or fix the view's origin and shape")
 
 
+def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tuple[int, ...],
+                write: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """The fast path of a view access: when every coordinate is affine in the
+    batched and tile-local variables, the whole access lies inside the tensor,
+    the view predicate is true and all lanes are active, the accessed elements
+    form a strided block. Returns that block as a numpy view (batch + tile
+    shaped) and the flat element indices generator data, or None."""
+    if it.lane_mask is not None or op.attrs["valid"] != E.TRUE or arr.size == 0:
+        return None
+    nb = it.nb
+    full = tuple(it.bshape) + tuple(tile_shape)
+    axis_of: dict[E.Expr, int] = dict(it.batch_axes)
+    for j, v in enumerate(op.attrs["vars"]):
+        axis_of[E.Var(v)] = nb + j
+    consts: dict[E.Expr, int] = dict(it.ienv.syms)
+    for k, v in it.ienv.vars.items():
+        if isinstance(v, (int, np.integer)):
+            consts[k] = int(v)
+    base, coef = [], []
+    for e in op.attrs["map"]:
+        d, c0 = E._linear(e)
+        row = [0] * len(full)
+        for atom, cf in d.items():
+            if atom in axis_of:
+                row[axis_of[atom]] += cf
+            else:
+                if any(isinstance(lf, E.Val) or (isinstance(lf, E.Var) and lf not in consts)
+                       for lf in E.leaves(atom)):
+                    return None
+                c0 += cf * int(E.evaluate(atom, consts))
+        base.append(c0)
+        coef.append(row)
+    for b, row, n in zip(base, coef, arr.shape, strict=True):
+        lo = b + sum(min(0, c * (m - 1)) for c, m in zip(row, full, strict=True))
+        hi = b + sum(max(0, c * (m - 1)) for c, m in zip(row, full, strict=True))
+        if lo < 0 or hi >= n:
+            return None
+    estr = [s // arr.itemsize for s in arr.strides]
+    step = [sum(coef[k][a] * estr[k] for k in range(arr.ndim)) for a in range(len(full))]
+    if write:
+        used = sorted((abs(s), m) for s, m in zip(step, full, strict=True) if m > 1)
+        reach = 0
+        for s, m in used:
+            if s <= reach:
+                return None  # not injective: several lanes/elements share an element
+            reach += s * (m - 1)
+    start = arr[tuple(slice(b, None) for b in base)] if arr.ndim else arr
+    view = np.lib.stride_tricks.as_strided(start, full, [s * arr.itemsize for s in step],
+                                           writeable=write)
+    # flat (row-major, logical) indices, only needed by the effect log
+    lstr = [int(np.prod(arr.shape[k + 1:])) for k in range(arr.ndim)]
+    lbase = sum(b * s for b, s in zip(base, lstr, strict=True))
+    lstep = [sum(coef[k][a] * lstr[k] for k in range(arr.ndim)) for a in range(len(full))]
+    return view, np.array([lbase] + lstep, dtype=np.int64)
+
+
+def _flat_from(meta: np.ndarray, full: tuple[int, ...]) -> np.ndarray:
+    out = np.full((1,) * len(full), int(meta[0]), dtype=np.int64)
+    for a, (s, m) in enumerate(zip(meta[1:], full, strict=True)):
+        if s and m > 1:
+            out = out + np.arange(m, dtype=np.int64).reshape(
+                (1,) * a + (m,) + (1,) * (len(full) - a - 1)) * int(s)
+    return np.broadcast_to(out, full)
+
+
 @rule("tensor.load")
 def _tload(it: Interpreter, op: Operation) -> None:
     t: TensorRT = it.values[op.operands[0].name]
     rt: TileType = op.result.type
     shape = tuple(it.extent(e) for e in rt.extents)
+    fast = affine_view(it, op, t.array, shape, False)
+    if fast is not None:
+        view, meta = fast
+        full = tuple(it.bshape) + shape
+        if t.written is not None:
+            w = affine_view(it, op, t.written, shape, False)
+            assert w is not None
+            if not np.all(w[0]):
+                fast = None
+        if fast is not None:
+            if it.effects.enabled and it.effects.frames or it.effects.sinks:
+                it.effects.record(t.buffer, _flat_from(meta, full), None, False, op,
+                                  it.anchor_depth(op), it.bshape, shape)
+            # batch axes the access does not depend on stay size 1 (broadcast later)
+            sub = tuple(0 if (a < it.nb and view.strides[a] == 0) else slice(None)
+                        for a in range(len(full)))
+            lean = view[sub].reshape(tuple(1 if (a < it.nb and view.strides[a] == 0) else n
+                                           for a, n in enumerate(full)))
+            it.set(op.result, RV(np.array(lean), it.nb))
+            return
     coords, ok, act, full = _access(it, op, t, shape)
     pol = op.attrs["bounds"]
     live = ok if act is None else (ok & act)
@@ -106,6 +191,19 @@ def _tstore(it: Interpreter, op: Operation) -> None:
     t: TensorRT = it.values[op.operands[0].name]
     v = it.val(op.operands[1])
     shape = v.tile_shape
+    fast = affine_view(it, op, t.array, shape, True)
+    if fast is not None:
+        view, meta = fast
+        full = tuple(it.bshape) + shape
+        view[...] = np.broadcast_to(v.lift(it.nb), full)
+        if t.written is not None:
+            w = affine_view(it, op, t.written, shape, True)
+            assert w is not None
+            w[0][...] = True
+        if it.effects.enabled and it.effects.frames or it.effects.sinks:
+            it.effects.record(t.buffer, _flat_from(meta, full), None, True, op,
+                              it.anchor_depth(op), it.bshape, shape)
+        return
     coords, ok, act, full = _access(it, op, t, shape)
     pol = op.attrs["bounds"]
     if pol.kind in (Bounds.checked, Bounds.assume):

@@ -152,8 +152,20 @@ def _via_f64(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """A function evaluated on the float64 values of its operands with numpy's
     float64 implementation, the result rounded once to the dtype."""
     def run(dt: DType, *xs: np.ndarray) -> np.ndarray:
-        return _from_f64(fn(*(_to_f64(x, dt) for x in xs)), dt)
+        shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+        n = int(np.prod(shape))
+        if n <= _CHUNK or len(xs) != 1:
+            return _from_f64(fn(*(_to_f64(x, dt) for x in xs)), dt)
+        # element-wise and exact either way; chunks keep the f64 temporaries in cache
+        x = np.ascontiguousarray(xs[0]).reshape(-1)
+        out = np.empty(n, dtype=dt.np)
+        for i in range(0, n, _CHUNK):
+            out[i:i + _CHUNK] = _from_f64(fn(_to_f64(x[i:i + _CHUNK], dt)), dt)
+        return out.reshape(shape)
     return run
+
+
+_CHUNK = 1 << 15
 
 
 _erf64 = np.frompyfunc(math.erf, 1, 1)

@@ -120,9 +120,11 @@ def _parallel_batched(it: Interpreter, op: Operation, vars_: tuple, shape: tuple
     k = len(shape)
     saved = it.bshape, it.lane_mask
     it.bshape = it.bshape + shape
+    saved_axes = dict(it.batch_axes)
     for j, v in enumerate(vars_):
         it.ienv.vars[E.Var(v)] = np.arange(shape[j]).reshape((1,) * (nb0 + j) + (shape[j],)
                                                             + (1,) * (k - j - 1))
+        it.batch_axes[E.Var(v)] = nb0 + j
     lm = None if saved[1] is None else saved[1].reshape(saved[1].shape + (1,) * k)
     pv = _pred_value(it, op)
     if pv is not True:
@@ -145,6 +147,7 @@ def _parallel_batched(it: Interpreter, op: Operation, vars_: tuple, shape: tuple
     finally:
         it.effects.pop(check=ok)
         it.bshape, it.lane_mask = saved
+        it.batch_axes = saved_axes
     n = int(np.prod(shape)) if shape else 1
     if it.lane_mask is not None or lm is not None:
         act = np.broadcast_to(lm, saved[0] + shape) if lm is not None else None

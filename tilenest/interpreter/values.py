@@ -256,9 +256,13 @@ def _mma(it: Interpreter, op: Operation) -> None:
     sc = "".join(letter[d] for d in ct.dims)
     if it.opts.fast and op.attrs["allow_reassociation"]:
         wide = np.float32 if dt.name in ("f16", "bf16") else dt.np
-        prod = np.einsum(f"...{sa},...{sb}->...{sc}", A.astype(wide), B.astype(wide),
-                         optimize=True)
-        out = N.binary("add", C, N.cast(np.asarray(prod, dtype=wide), _wide_dt(dt), dt), dt)
+        prod = _matmul(A.astype(wide, copy=False), B.astype(wide, copy=False), at, bt, ct,
+                       roles, nb)
+        if prod is None:
+            prod = np.einsum(f"...{sa},...{sb}->...{sc}", A.astype(wide), B.astype(wide))
+        if wide != dt.np:
+            prod = N.cast(prod, _wide_dt(dt), dt)
+        out = N.binary("add", C, np.asarray(prod), dt)
         it.set(op.result, RV(out, nb))
         return
     # reference order: contraction points in lexicographic order (dims of A)
@@ -275,6 +279,55 @@ def _mma(it: Interpreter, op: Operation) -> None:
         pb = align(RV(sel_b, nb), rest_b, ct.dims, nb)
         acc = N.binary("add", acc, N.binary("mul", pa, pb, dt), dt)
     it.set(op.result, RV(acc, nb))
+
+
+def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,
+            roles: dict, nb: int) -> np.ndarray | None:
+    """``A x B`` through one batched matrix product (BLAS) when there are no mma
+    batch dims: A as [batch][free_a][K], B as [batch][K][free_b], result over
+    ct's dims."""
+    if roles["batch"]:
+        return None
+    fa, k, fb = roles["free_a"], roles["contraction"], roles["free_b"]
+    pa = list(range(nb)) + [nb + at.dims.index(d) for d in fa + k]
+    pb = list(range(nb)) + [nb + bt.dims.index(d) for d in k + fb]
+    a2, b2 = A.transpose(pa), B.transpose(pb)
+    ea = [a2.shape[nb + i] for i in range(len(fa))]
+    eb = [b2.shape[nb + len(k) + i] for i in range(len(fb))]
+    kk = int(np.prod([a2.shape[nb + len(fa) + i] for i in range(len(k))]))
+    a3 = a2.reshape(a2.shape[:nb] + (int(np.prod(ea)), kk))
+    b3 = b2.reshape(b2.shape[:nb] + (kk, int(np.prod(eb))))
+    sa = [i for i in range(nb) if a3.shape[i] > 1 and b3.shape[i] == 1]
+    sb = [i for i in range(nb) if b3.shape[i] > 1 and a3.shape[i] == 1]
+    if nb and not any(a3.shape[i] > 1 and b3.shape[i] > 1 for i in range(nb)):
+        # outer-product batch structure: fold A-only lanes into M and B-only lanes into
+        # N, making one large matrix product instead of many small ones
+        m, n = a3.shape[-2], b3.shape[-1]
+        am = a3.reshape([a3.shape[i] for i in sa] + [m, kk])
+        am = am.reshape(-1, kk) if sa else am.reshape(m, kk)
+        bm = b3.reshape([b3.shape[i] for i in sb] + [kk, n])
+        bm = np.moveaxis(bm, -2, 0).reshape(kk, -1)
+        r = am @ bm  # (prod(sa)*m, prod(sb)*n)
+        r = r.reshape([a3.shape[i] for i in sa] + [m] + [b3.shape[i] for i in sb] + [n])
+        # -> batch axes (sa then sb, in place order) + (m, n)
+        na, nbb = len(sa), len(sb)
+        perm = list(range(na)) + list(range(na + 1, na + 1 + nbb)) + [na, na + 1 + nbb]
+        r = r.transpose(perm)
+        full_b = [1] * nb
+        for i in sa:
+            full_b[i] = a3.shape[i]
+        for i in sb:
+            full_b[i] = b3.shape[i]
+        order_b = sa + sb
+        r = r.reshape([full_b[i] for i in order_b] + [m, n])
+        inv = [order_b.index(i) for i in range(nb) if i in order_b]
+        r = r.transpose(inv + [len(order_b), len(order_b) + 1]) if order_b else r
+        r = r.reshape(full_b + [m, n])
+    else:
+        r = np.matmul(a3, b3)
+    r = r.reshape(r.shape[:nb] + tuple(ea) + tuple(eb))
+    order = list(fa) + list(fb)
+    return r.transpose(list(range(nb)) + [nb + order.index(d) for d in ct.dims])
 
 
 def _out_shape(A, B, at, bt, ct, nb, a, b) -> tuple[int, ...]:
