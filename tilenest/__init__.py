@@ -37,6 +37,13 @@ def interpret(program_or_kernel, *arrays, **kw):
     return _interpret(program_or_kernel, *arrays, **kw)
 
 
+def reference(program_or_kernel, *arrays, **kw):
+    """The admitted outputs of a call (``Admitted`` objects with ``admits()``)."""
+    from .interpreter import reference as _reference
+
+    return _reference(program_or_kernel, *arrays, **kw)
+
+
 def parse(text: str, file: str | None = None) -> TileProgram:
     """Parse TileIR text into a TileProgram."""
     from .semantics.parser import parse_program
@@ -53,5 +60,5 @@ __all__ = [
     "unordered_tree", "while_", "zeros", "Kernel", "Scalar", "Sym", "Tensor", "kernel",
     "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
     "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
-    "PipelinePolicy", "ReductionPolicy", "interpret", "parse", *_fn_all,
+    "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "parse", *_fn_all,
 ]

@@ -125,3 +125,26 @@ def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
         if isinstance(a, np.ndarray):
             a[...] = r
     return _outputs(prog, arrays)
+
+
+def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
+              outputs: tuple[str, ...] | None = None) -> Any:
+    """The admitted outputs of a call: one :class:`Admitted` per tensor the program
+    stores to (a single one, or a tuple in argument order). The arrays passed are
+    not modified."""
+    from .oracle import Admitted
+
+    prog = getattr(program_or_kernel, "program", program_or_kernel)
+    work = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
+    opts = Options(BATCHED, False, True, True, outputs, True, None, True)
+    it = Interpreter(prog, work, params or {}, opts)
+    with np.errstate(all="ignore"):
+        it.run()
+    stored = {op.operands[0].name for op in prog.walk() if op.name == "tensor.store"}
+    res = []
+    for v, a in zip(prog.args, work, strict=True):
+        if v.name not in stored:
+            continue
+        t = it.tensors[v.name]
+        res.append(Admitted(v.name, v.type.dtype, a, t.lo, t.hi, not it.undetermined))
+    return res[0] if len(res) == 1 else tuple(res)

@@ -78,6 +78,15 @@ class TensorRT:
     array: np.ndarray
     buffer: Buffer
     written: np.ndarray | None = None  # poisoned outputs: which elements were stored
+    lo: np.ndarray | None = None  # oracle: bounds of stored inexact values (float64)
+    hi: np.ndarray | None = None
+
+    def bounds_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Create (once) the bound arrays, initialised to the exact contents."""
+        if self.lo is None:
+            f = self.array.astype(np.float64)
+            self.lo, self.hi = f, f.copy()
+        return self.lo, self.hi
 
 
 @dataclass
@@ -89,6 +98,7 @@ class Options:
     outputs: tuple[str, ...] | None = None
     check_pipelines: bool = False
     orders: Any = None  # exhaustive exploration: an OrderOracle
+    oracle: bool = False  # compute interval shadows of the admitted set (shadow.py)
 
 
 class Interpreter:
@@ -108,6 +118,7 @@ class Interpreter:
         # ancestor-update footprints: (depth of the parallel level, value name -> mask)
         self.track: list[tuple[int, dict[str, Any]]] = []
         self.mem_ids = 0
+        self.undetermined: list[Operation] = []  # oracle: control flow on inexact values
         self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
         self.ienv = IndexEnv(self._bind(args, params))

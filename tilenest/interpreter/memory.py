@@ -151,9 +151,13 @@ def _tload(it: Interpreter, op: Operation) -> None:
             # batch axes the access does not depend on stay size 1 (broadcast later)
             sub = tuple(0 if (a < it.nb and view.strides[a] == 0) else slice(None)
                         for a in range(len(full)))
-            lean = view[sub].reshape(tuple(1 if (a < it.nb and view.strides[a] == 0) else n
-                                           for a, n in enumerate(full)))
-            it.set(op.result, RV(np.array(lean), it.nb))
+            lean_shape = tuple(1 if (a < it.nb and view.strides[a] == 0) else n
+                               for a, n in enumerate(full))
+            out = RV(np.array(view[sub].reshape(lean_shape)), it.nb)
+            if t.lo is not None:
+                bs = [affine_view(it, op, arr, shape, False) for arr in (t.lo, t.hi)]
+                out.with_bounds(*(np.array(b[0][sub].reshape(lean_shape)) for b in bs))
+            it.set(op.result, out)
             return
     coords, ok, act, full = _access(it, op, t, shape)
     pol = op.attrs["bounds"]
@@ -179,11 +183,14 @@ def _tload(it: Interpreter, op: Operation) -> None:
                 op.loc, "the element belongs to an output the program has not stored yet")
     fill = N.constant(pol.fill if pol.kind is Bounds.fill else 0, rt.dtype)
     out = np.where(live, got, fill)
+    res = RV(out, it.nb)
+    if t.lo is not None and t.array.size:
+        res.with_bounds(*(np.where(live, b[safe], float(fill)) for b in (t.lo, t.hi)))
     if t.array.size:
         flat = np.ravel_multi_index(safe, t.array.shape)
         it.effects.record(t.buffer, flat, live, False, op, it.anchor_depth(op), it.bshape,
                           shape)
-    it.set(op.result, RV(out, it.nb))
+    it.set(op.result, res)
 
 
 @rule("tensor.store")
@@ -196,6 +203,10 @@ def _tstore(it: Interpreter, op: Operation) -> None:
         view, meta = fast
         full = tuple(it.bshape) + shape
         view[...] = np.broadcast_to(v.lift(it.nb), full)
+        if v.lo is not None or t.lo is not None:
+            for arr, b in zip(t.bounds_arrays(), v.bounds(), strict=True):
+                affine_view(it, op, arr, shape, True)[0][...] = np.broadcast_to(
+                    v.lift(it.nb, b), full)
         if t.written is not None:
             w = affine_view(it, op, t.written, shape, True)
             assert w is not None
@@ -214,6 +225,9 @@ def _tstore(it: Interpreter, op: Operation) -> None:
     vals = np.broadcast_to(v.lift(it.nb), full)
     sel = tuple(c[live] for c in coords)
     t.array[sel] = vals[live]
+    if v.lo is not None or t.lo is not None:
+        for arr, b in zip(t.bounds_arrays(), v.bounds(), strict=True):
+            arr[sel] = np.broadcast_to(v.lift(it.nb, b), full)[live]
     if t.written is not None:
         t.written[sel] = True
     if t.array.size:
@@ -230,6 +244,8 @@ class MemRT:
     nb: int
     buffer: Buffer
     offsets: np.ndarray  # storage offset of each logical element
+    lo: np.ndarray | None = None  # oracle: bounds of stored values
+    hi: np.ndarray | None = None
 
 
 @dataclass
@@ -274,12 +290,20 @@ def _mstore(it: Interpreter, op: Operation) -> None:
     idx, full = _mem_index(it, m)
     vals = np.broadcast_to(v.lift(it.nb), full)
     r = m.offsets.ndim
+    if v.lo is not None and m.lo is None:
+        m.lo, m.hi = m.array.astype(np.float64), m.array.astype(np.float64)
+    targets = [(m.array, vals)]
+    if m.lo is not None:
+        targets += [(arr, np.broadcast_to(v.lift(it.nb, b), full))
+                    for arr, b in zip((m.lo, m.hi), v.bounds(), strict=True)]
     if it.lane_mask is not None:
         act = np.broadcast_to(it.lane_mask.reshape(it.lane_mask.shape + (1,) * r), full)
-        m.array[tuple(i[act] for i in idx)] = vals[act]
+        for arr, vv in targets:
+            arr[tuple(i[act] for i in idx)] = vv[act]
     else:
         act = None
-        m.array[tuple(idx)] = vals
+        for arr, vv in targets:
+            arr[tuple(idx)] = vv
     flat = np.ravel_multi_index(tuple(idx), m.array.shape)
     it.effects.record(m.buffer, flat, act, True, op, it.anchor_depth(op), it.bshape,
                       m.offsets.shape)
@@ -291,6 +315,9 @@ def _mload(it: Interpreter, op: Operation) -> None:
     m: MemRT = it.values[op.operands[0].name]
     idx, full = _mem_index(it, m)
     out = m.array[tuple(idx)]
+    res = RV(out, it.nb)
+    if m.lo is not None:
+        res.with_bounds(m.lo[tuple(idx)], m.hi[tuple(idx)])
     r = m.offsets.ndim
     act = None
     if it.lane_mask is not None:
@@ -298,7 +325,7 @@ def _mload(it: Interpreter, op: Operation) -> None:
     flat = np.ravel_multi_index(tuple(idx), m.array.shape)
     it.effects.record(m.buffer, flat, act, False, op, it.anchor_depth(op), it.bshape,
                       m.offsets.shape)
-    it.set(op.result, RV(out, it.nb))
+    it.set(op.result, res)
 
 
 _ = TensorType

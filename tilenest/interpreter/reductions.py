@@ -28,6 +28,7 @@ from ..semantics.policies import ReductionPolicy
 from ..semantics.reducers import BUILTINS
 from ..semantics import expr as E
 from . import numerics as N
+from . import shadow as S
 from .core import Interpreter, rule
 from .regions import _bind_point, _carry_track, _finish_track, _iterate, _pred_value, domain_points
 from .runtime import RV
@@ -46,7 +47,7 @@ def _reduce(it: Interpreter, op: Operation) -> None:
     seeds = [it.val(o) for o in op.operands]
     _carry_track(it, op, body)
     out = None
-    if policy.is_tree and it.opts.fast:
+    if policy.is_tree and it.opts.fast and not it.opts.oracle:
         out = _fast_expression_reduce(it, op, seeds, shape)
     if out is None:
         if policy is ReductionPolicy.fold_right:
@@ -55,9 +56,95 @@ def _reduce(it: Interpreter, op: Operation) -> None:
             out = _random_tree(it, op, body, seeds, points, policy)
         else:
             out = _iterate(it, op, body, seeds, points)
+    if it.opts.oracle and policy.is_tree:
+        out = _tree_bounds(it, op, body, seeds, points, out)
     _finish_track(it, op, body)
     for r, v in zip(op.results, out, strict=True):
         it.set(r, v)
+
+
+def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
+                 out: list) -> list:
+    """Bounds of every admitted tree evaluation (spec R-8): contributions are the
+    body applied to the identity; for float add the exact sum of the contribution
+    intervals widened by ``gamma(n-1) * sum|x| + (n-1) * eta``; float mul likewise
+    relative to the product's magnitude; max/min combine intervals exactly."""
+    contracts = op.attrs["contracts"]
+    need = [i for i, s in enumerate(seeds) if isinstance(s, RV) and (
+        op.operands[i].type.dtype.is_float or not s.exact)]
+    if not need:
+        return out
+    vars_ = op.attrs["vars"]
+    idents = []
+    for i, (s, o) in enumerate(zip(seeds, op.operands, strict=True)):
+        c = contracts[i]
+        ident = BUILTINS[c].identity(o.type.dtype) if c in BUILTINS else 0
+        idents.append(RV(np.broadcast_to(N.constant(ident, o.type.dtype), s.a.shape), s.nb))
+    contribs: list[list[RV]] = []
+    for pt in points:
+        _bind_point(it, vars_, pt)
+        pv = _pred_value(it, op)
+        if pv is not True and not bool(np.all(pv)):
+            if np.any(pv):
+                return [_unbounded(v) for v in out]
+            continue
+        contribs.append(it.block(body, idents))
+    res = list(out)
+    for i in need:
+        c = contracts[i]
+        dt = op.operands[i].type.dtype
+        exact_inputs = seeds[i].exact and all(cb[i].exact for cb in contribs)
+        if c in ("max", "min") and exact_inputs:
+            continue  # order-independent and exact: the canonical value
+        if c not in ("add", "mul", "max", "min") or not dt.is_float:
+            if not exact_inputs:
+                res[i] = _unbounded(out[i])
+            continue
+        nb = max([seeds[i].nb, out[i].nb] + [cb[i].nb for cb in contribs])
+        shape = np.broadcast_shapes(out[i].lift(nb).shape, *(cb[i].lift(nb).shape
+                                                          for cb in contribs))
+        sl, sh = (np.broadcast_to(seeds[i].lift(nb, b), shape) for b in seeds[i].bounds())
+        with np.errstate(all="ignore"):
+            if c in ("max", "min"):
+                f = np.maximum if c == "max" else np.minimum
+                lo, hi = sl, sh
+                for cb in contribs:
+                    cl, ch = cb[i].bounds()
+                    lo, hi = f(lo, cb[i].lift(nb, cl)), f(hi, cb[i].lift(nb, ch))
+                res[i] = RV(out[i].a, out[i].nb).with_bounds(*_fit(lo, hi, out[i], nb))
+                continue
+            n = len(contribs) + 1
+            if c == "add":
+                lo, hi, mag = sl.astype(np.float64), sh.astype(np.float64), S.magnitude(sl, sh)
+                for cb in contribs:
+                    cl, ch = (cb[i].lift(nb, b) for b in cb[i].bounds())
+                    lo, hi, mag = lo + cl, hi + ch, mag + S.magnitude(cl, ch)
+                err = S.gamma(n - 1, dt) * mag + (n - 1) * S.eta(dt)
+            else:
+                lo, hi = sl.astype(np.float64), sh.astype(np.float64)
+                for cb in contribs:
+                    cl, ch = (cb[i].lift(nb, b) for b in cb[i].bounds())
+                    lo, hi = S._corners(np.multiply, lo, hi, cl, ch)
+                err = S.gamma(n - 1, dt) * S.magnitude(lo, hi) + (n - 1) * S.eta(dt)
+            lo, hi = S.round_out(lo - err, hi + err, dt)
+        res[i] = RV(out[i].a, out[i].nb).with_bounds(*_fit(lo, hi, out[i], nb))
+    return res
+
+
+def _fit(lo: np.ndarray, hi: np.ndarray, v: RV, nb: int) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds shaped like ``v.a`` (``v`` may have fewer batch axes)."""
+    shape = v.a.shape
+    if lo.ndim != len(shape):
+        lo = lo.reshape(lo.shape[:v.nb] + lo.shape[nb:]) if nb > v.nb and all(
+            n == 1 for n in lo.shape[v.nb:nb]) else lo
+        hi = hi.reshape(lo.shape) if hi.shape != lo.shape else hi
+    return np.broadcast_to(lo, shape).copy(), np.broadcast_to(hi, shape).copy()
+
+
+def _unbounded(v: Any) -> Any:
+    if not isinstance(v, RV):
+        return v
+    return RV(v.a, v.nb).with_bounds(np.full(v.a.shape, np.nan), np.full(v.a.shape, np.nan))
 
 
 def _merge_fn(it: Interpreter, op: Operation, i: int):

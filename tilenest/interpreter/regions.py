@@ -63,7 +63,11 @@ def _select(c: Any, a: Any, b: Any, nb: int) -> Any:
         x, y = a.lift(n), b.lift(n)
         cc = np.asarray(c)
         cc = cc.reshape(cc.shape + (1,) * (n - cc.ndim) + (1,) * (x.ndim - n))
-        return RV(np.where(cc, x, y), n)
+        out = RV(np.where(cc, x, y), n)
+        if a.lo is not None or b.lo is not None:
+            out.with_bounds(*(np.where(cc, a.lift(n, p), b.lift(n, q))
+                              for p, q in zip(a.bounds(), b.bounds(), strict=True)))
+        return out
     return a  # memory states: effects were already masked per lane
 
 
@@ -212,12 +216,21 @@ def _parallel_instances(it: Interpreter, op: Operation, vars_: tuple, shape: tup
         nbv = max(per_out[j][i].nb for j in live)
         nbv = max(nbv, nb0)
         tile = per_out[live[0]][i].tile_shape
-        stack = np.stack([np.broadcast_to(per_out[j][i].lift(nbv) if j in live else
-                                          inc.lift(nbv), it.bshape + tile)
-                          if True else None for j in _fill(live, n, per_out, i, inc, nbv)])
-        # stack has shape (n,) + batch + tile; move the child axis behind the batch axes
-        stack = np.moveaxis(stack, 0, nb0).reshape(it.bshape + shape + tile)
-        outs.append(RV(stack, nb0 + len(shape)))
+        kids = _fill(live, n, per_out, i, inc, nbv)
+
+        def stacked(part: int) -> np.ndarray:
+            arrs = []
+            for j in kids:
+                v = per_out[j][i]
+                x = v.lift(nbv) if part == 0 else v.lift(nbv, v.bounds()[part - 1])
+                arrs.append(np.broadcast_to(x, it.bshape + tile))
+            # (n,) + batch + tile -> batch + children + tile
+            return np.moveaxis(np.stack(arrs), 0, nb0).reshape(it.bshape + shape + tile)
+
+        rv = RV(stacked(0), nb0 + len(shape))
+        if any(per_out[j][i].lo is not None for j in live):
+            rv.with_bounds(stacked(1), stacked(2))
+        outs.append(rv)
         ms = []
         for j in range(n):
             m = per_mask[j][i] if per_mask[j] is not None else False
@@ -244,10 +257,16 @@ def _join(it: Interpreter, op: Operation, name: str, inc: RV, outs: list, masks:
     full = it.bshape + shape + tile
     vals = np.broadcast_to(out.lift(nb0 + k), full)
     m = masks[i]
+    bnds = None
+    if out.lo is not None:
+        bnds = [np.broadcast_to(out.lift(nb0 + k, b), full) for b in (out.lo, out.hi)]
     if m is None or not np.any(m):
         # only collective updates: every child computed the same value
-        first = vals[(slice(None),) * nb0 + (0,) * k] if k else vals
-        return RV(np.array(first), nb0), None
+        pick0 = (slice(None),) * nb0 + (0,) * k
+        res = RV(np.array(vals[pick0] if k else vals), nb0)
+        if bnds is not None:
+            res.with_bounds(*(np.array(b[pick0] if k else b) for b in bnds))
+        return res, None
     m = np.broadcast_to(np.asarray(m, dtype=bool), full)
     lanes_axes = tuple(range(nb0, nb0 + k))
     count = m.sum(axis=lanes_axes)
@@ -262,13 +281,18 @@ def _join(it: Interpreter, op: Operation, name: str, inc: RV, outs: list, masks:
             f"ancestor value %{name}", op.loc,
             "independent children may only update disjoint parts of an ancestor tile "
             "(tn.put of disjoint blocks); combine overlapping contributions with a reduce region")
-    flatv = vals.reshape(it.bshape + (-1,) + tile)
     flatm = m.reshape(it.bshape + (-1,) + tile)
-    pick = np.argmax(flatm, axis=nb0)
-    chosen = np.take_along_axis(flatv, np.expand_dims(pick, nb0), axis=nb0).squeeze(nb0)
-    base = flatv[(slice(None),) * nb0 + (0,)]
-    res = np.where(count > 0, chosen, base)
-    return RV(res, nb0), count > 0
+    pick = np.expand_dims(np.argmax(flatm, axis=nb0), nb0)
+
+    def joined(v: np.ndarray) -> np.ndarray:
+        flatv = v.reshape(it.bshape + (-1,) + tile)
+        chosen = np.take_along_axis(flatv, pick, axis=nb0).squeeze(nb0)
+        return np.where(count > 0, chosen, flatv[(slice(None),) * nb0 + (0,)])
+
+    res = RV(joined(vals), nb0)
+    if bnds is not None:
+        res.with_bounds(joined(bnds[0]), joined(bnds[1]))
+    return res, count > 0
 
 
 # -- temporal regions -----------------------------------------------------------
@@ -392,6 +416,8 @@ def _if(it: Interpreter, op: Operation) -> None:
     c = it.val(op.operands[0])
     cond = c.a
     then_b, else_b = op.regions
+    if c.lo is not None and np.any(c.lo != c.hi):
+        it.undetermined.append(op)  # admitted executions may take either branch
     if c.nb == 0 or np.all(cond == cond.reshape(-1)[0]):
         take = bool(cond.reshape(-1)[0]) if cond.size else False
         b = then_b if take else else_b
@@ -434,6 +460,8 @@ def _while(it: Interpreter, op: Operation) -> None:
         while True:
             (c,) = it.block(cond_b, states)
             cv = c.a
+            if c.lo is not None and np.any(c.lo != c.hi):
+                it.undetermined.append(op)
             if c.nb == 0:
                 if not bool(cv):
                     break

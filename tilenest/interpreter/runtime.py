@@ -27,15 +27,34 @@ class RV:
 
     a: np.ndarray
     nb: int = 0
+    lo: np.ndarray | None = None  # oracle: bounds of the admitted values (None = exact)
+    hi: np.ndarray | None = None
 
-    def lift(self, nb: int) -> np.ndarray:
-        """The array with singleton batch axes appended up to ``nb`` batch axes."""
+    def lift(self, nb: int, arr: np.ndarray | None = None) -> np.ndarray:
+        """The array (``a``, or ``arr`` of the same layout) with singleton batch
+        axes appended up to ``nb`` batch axes."""
+        a = self.a if arr is None else arr
         if nb == self.nb:
-            return self.a
+            return a
         extra = nb - self.nb
         assert extra > 0, (nb, self.nb)
-        shp = self.a.shape
-        return self.a.reshape(shp[:self.nb] + (1,) * extra + shp[self.nb:])
+        shp = a.shape
+        return a.reshape(shp[:self.nb] + (1,) * extra + shp[self.nb:])
+
+    @property
+    def exact(self) -> bool:
+        return self.lo is None
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) as float64 arrays; the canonical value when exact."""
+        if self.lo is not None:
+            return self.lo, self.hi
+        f = np.asarray(self.a).astype(np.float64)
+        return f, f
+
+    def with_bounds(self, lo: Any, hi: Any) -> "RV":
+        self.lo, self.hi = lo, hi
+        return self
 
     @property
     def tile_shape(self) -> tuple[int, ...]:
@@ -46,10 +65,12 @@ def common_nb(*vs: RV) -> int:
     return max(v.nb for v in vs)
 
 
-def align(v: RV, src: Sequence[Dim], dst: Sequence[Dim], nb: int) -> np.ndarray:
+def align(v: RV, src: Sequence[Dim], dst: Sequence[Dim], nb: int,
+          arr: np.ndarray | None = None) -> np.ndarray:
     """``v`` (over dims ``src``) laid out over ``dst``: trailing axes permuted to
-    ``dst``'s order, size-1 axes for dims ``v`` lacks; batch axes lifted to ``nb``."""
-    a = v.lift(nb)
+    ``dst``'s order, size-1 axes for dims ``v`` lacks; batch axes lifted to ``nb``.
+    With ``arr``, the same layout change applied to ``arr`` (v's bounds)."""
+    a = v.lift(nb, arr)
     if tuple(src) == tuple(dst):
         return a
     perm = list(range(nb)) + [nb + src.index(d) for d in dst if d in src]

@@ -23,6 +23,7 @@ from ..semantics.ir import Operation
 from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
 from ..semantics.types import TileType
 from . import numerics as N
+from . import shadow as S
 from .core import Interpreter, rule
 from .runtime import RV, align, eval_exprs
 
@@ -39,36 +40,74 @@ def operands_on(it: Interpreter, op: Operation) -> tuple[list[np.ndarray], int]:
     return [align(r, o.type.dims, res.dims, nb) for r, o in zip(rvs, op.operands, strict=True)], nb
 
 
+def shadowed(it: Interpreter, rvs: list[RV]) -> bool:
+    """Whether the oracle must bound this op's result (some operand is inexact)."""
+    return it.opts.oracle and any(r.lo is not None for r in rvs)
+
+
+def bounds_on(it: Interpreter, op: Operation, nb: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Operand bounds laid out like :func:`operands_on`."""
+    res = op.results[0].type
+    out = []
+    for o in op.operands:
+        r = it.val(o)
+        lo, hi = r.bounds()
+        out.append((align(r, o.type.dims, res.dims, nb, lo), align(r, o.type.dims, res.dims, nb, hi)))
+    return out
+
+
 @rule(*UNARY)
 def _unary(it: Interpreter, op: Operation) -> None:
     (x,), nb = operands_on(it, op)
-    it.set(op.result, RV(N.unary(op.name, x, op.operands[0].type.dtype), nb))
+    dt = op.operands[0].type.dtype
+    out = RV(N.unary(op.name, x, dt), nb)
+    if shadowed(it, [it.val(op.operands[0])]):
+        ((lo, hi),) = bounds_on(it, op, nb)
+        out.with_bounds(*S.unary(op.name, lo, hi, op.result.type.dtype, N.ulp_bound(op.name, dt)))
+    it.set(op.result, out)
 
 
 @rule(*BINARY, *COMPARE)
 def _binary(it: Interpreter, op: Operation) -> None:
     (a, b), nb = operands_on(it, op)
     dt = op.operands[0].type.dtype
-    it.set(op.result, RV(N.binary(op.name, a, b, dt), nb))
+    out = RV(N.binary(op.name, a, b, dt), nb)
+    if shadowed(it, [it.val(o) for o in op.operands]):
+        (al, ah), (bl, bh) = bounds_on(it, op, nb)
+        out.with_bounds(*S.binary(op.name, al, ah, bl, bh, dt))
+    it.set(op.result, out)
 
 
 @rule("ite")
 def _ite(it: Interpreter, op: Operation) -> None:
     (c, a, b), nb = operands_on(it, op)
-    it.set(op.result, RV(N.select(c, a, b), nb))
+    out = RV(N.select(c, a, b), nb)
+    if shadowed(it, [it.val(o) for o in op.operands]):
+        (cl, ch), (al, ah), (bl, bh) = bounds_on(it, op, nb)
+        hl, hh = S.hull((al, ah), (bl, bh))
+        out.with_bounds(np.where(cl == ch, np.where(cl > 0, al, bl), hl),
+                        np.where(cl == ch, np.where(cl > 0, ah, bh), hh))
+    it.set(op.result, out)
 
 
 @rule("cast")
 def _cast(it: Interpreter, op: Operation) -> None:
     x = it.val(op.operands[0])
-    res = N.cast(x.a, op.operands[0].type.dtype, op.result.type.dtype)
-    it.set(op.result, RV(np.reshape(res, x.a.shape), x.nb))
+    src, dst = op.operands[0].type.dtype, op.result.type.dtype
+    res = N.cast(x.a, src, dst)
+    out = RV(np.reshape(res, x.a.shape), x.nb)
+    if shadowed(it, [x]):
+        out.with_bounds(*S.cast(x.lo, x.hi, src, dst))
+    it.set(op.result, out)
 
 
 @rule("bitcast")
 def _bitcast(it: Interpreter, op: Operation) -> None:
     x = it.val(op.operands[0])
-    it.set(op.result, RV(N.bitcast(x.a, op.operands[0].type.dtype, op.result.type.dtype), x.nb))
+    out = RV(N.bitcast(x.a, op.operands[0].type.dtype, op.result.type.dtype), x.nb)
+    if shadowed(it, [x]):
+        out.with_bounds(np.full(out.a.shape, np.nan), np.full(out.a.shape, np.nan))
+    it.set(op.result, out)
 
 
 @rule("const")
@@ -143,8 +182,11 @@ def _reindex(it: Interpreter, op: Operation) -> None:
             f"(at result element {list(k[nb:])})", op.loc,
             "a bare reindex has no fill value; use tn.gather(..., fallback) or clamp the map")
     clipped = [np.clip(s, 0, n - 1) for s, n in zip(src, xs, strict=True)]
-    a = x.lift(nb)
-    it.set(op.result, RV(gather_tile(a, nb, clipped, len(out_shape)), nb))
+    out = RV(gather_tile(x.lift(nb), nb, clipped, len(out_shape)), nb)
+    if shadowed(it, [x]):
+        out.with_bounds(*(gather_tile(x.lift(nb, b), nb, clipped, len(out_shape))
+                          for b in (x.lo, x.hi)))
+    it.set(op.result, out)
 
 
 @rule("gather")
@@ -172,7 +214,16 @@ def _gather(it: Interpreter, op: Operation) -> None:
     a = x.lift(nb)
     got = gather_tile(a, nb, coords, r)
     fb = N.constant(op.attrs["fallback"], xt.dtype)
-    it.set(op.result, RV(np.where(np.broadcast_to(valid, got.shape), got, fb), nb))
+    vb = np.broadcast_to(valid, got.shape)
+    out = RV(np.where(vb, got, fb), nb)
+    if shadowed(it, [x, idx]):
+        if idx.lo is not None:
+            out.with_bounds(np.full(got.shape, np.nan), np.full(got.shape, np.nan))
+        else:
+            f = float(fb)
+            out.with_bounds(*(np.where(vb, gather_tile(x.lift(nb, b), nb, coords, r), f)
+                              for b in (x.lo, x.hi)))
+    it.set(op.result, out)
 
 
 @rule("broadcast")
@@ -181,7 +232,11 @@ def _broadcast(it: Interpreter, op: Operation) -> None:
     t: TileType = op.result.type
     a = align(x, op.operands[0].type.dims, t.dims, x.nb)
     shape = a.shape[:x.nb] + tuple(it.extent(e) for e in t.extents)
-    it.set(op.result, RV(np.broadcast_to(a, shape), x.nb))
+    out = RV(np.broadcast_to(a, shape), x.nb)
+    if shadowed(it, [x]):
+        out.with_bounds(*(np.broadcast_to(align(x, op.operands[0].type.dims, t.dims, x.nb, b),
+                                          shape) for b in (x.lo, x.hi)))
+    it.set(op.result, out)
 
 
 @rule("reshape")
@@ -192,14 +247,21 @@ def _reshape(it: Interpreter, op: Operation) -> None:
     if int(np.prod(shape)) != int(np.prod(x.tile_shape)):
         raise RuntimeSemanticError(f"reshape of {list(x.tile_shape)} to {list(shape)} changes "
                                    "the element count", op.loc)
-    it.set(op.result, RV(np.ascontiguousarray(x.a).reshape(x.a.shape[:x.nb] + shape), x.nb))
+    out = RV(np.ascontiguousarray(x.a).reshape(x.a.shape[:x.nb] + shape), x.nb)
+    if shadowed(it, [x]):
+        out.with_bounds(*(np.ascontiguousarray(b).reshape(x.a.shape[:x.nb] + shape)
+                          for b in (x.lo, x.hi)))
+    it.set(op.result, out)
 
 
 @rule("permute")
 def _permute(it: Interpreter, op: Operation) -> None:
     x = it.val(op.operands[0])
     perm = list(range(x.nb)) + [x.nb + p for p in op.attrs["perm"]]
-    it.set(op.result, RV(x.a.transpose(perm), x.nb))
+    out = RV(x.a.transpose(perm), x.nb)
+    if shadowed(it, [x]):
+        out.with_bounds(x.lo.transpose(perm), x.hi.transpose(perm))
+    it.set(op.result, out)
 
 
 @rule("put")
@@ -228,7 +290,15 @@ def _put(it: Interpreter, op: Operation) -> None:
     sel = ok if act is None else ok & act
     idx = tuple(np.broadcast_to(g, full)[sel] for g in bg + grids)
     base[idx] = np.broadcast_to(p.lift(nb), full)[sel]
-    it.set(op.result, RV(base, nb))
+    out = RV(base, nb)
+    if shadowed(it, [x, p]):
+        bs = []
+        for xb, pb in zip(x.bounds(), p.bounds(), strict=True):
+            bb = np.array(np.broadcast_to(x.lift(nb, xb), base.shape), dtype=np.float64)
+            bb[idx] = np.broadcast_to(p.lift(nb, pb), full)[sel]
+            bs.append(bb)
+        out.with_bounds(*bs)
+    it.set(op.result, out)
     if it.track:
         d = it.track[-1][1]
         prev = d.get(op.operands[0].name)
@@ -263,7 +333,7 @@ def _mma(it: Interpreter, op: Operation) -> None:
         if wide != dt.np:
             prod = N.cast(prod, _wide_dt(dt), dt)
         out = N.binary("add", C, np.asarray(prod), dt)
-        it.set(op.result, RV(out, nb))
+        it.set(op.result, _mma_shadow(it, op, RV(out, nb), a, b, c, roles, nb))
         return
     # reference order: contraction points in lexicographic order (dims of A)
     kdims = roles["contraction"]
@@ -278,7 +348,44 @@ def _mma(it: Interpreter, op: Operation) -> None:
         pa = align(RV(sel_a, nb), rest_a, ct.dims, nb)
         pb = align(RV(sel_b, nb), rest_b, ct.dims, nb)
         acc = N.binary("add", acc, N.binary("mul", pa, pb, dt), dt)
-    it.set(op.result, RV(acc, nb))
+    it.set(op.result, _mma_shadow(it, op, RV(acc, nb), a, b, c, roles, nb))
+
+
+def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, roles: dict,
+                nb: int) -> RV:
+    """Bounds of every admitted mma result: the exact sum ``c + sum_k a_k b_k`` over
+    the operand intervals, widened by ``gamma(K+1) * (|c| + sum|a_k||b_k|)`` when the
+    accumulator is floating point (any summation order, each step rounded)."""
+    at, bt, ct = (o.type for o in op.operands)
+    dt = ct.dtype
+    inexact = dt.is_float and op.attrs["allow_reassociation"]
+    if not it.opts.oracle or not (inexact or not (a.exact and b.exact and c.exact)):
+        return out
+    kdims = roles["contraction"]
+    kext = [a.tile_shape[at.dims.index(d)] for d in kdims]
+    rest_a = [d for d in at.dims if d not in kdims]
+    rest_b = [d for d in bt.dims if d not in kdims]
+    (al, ah), (bl, bh), (cl, ch) = (x.bounds() for x in (a, b, c))
+    shape = out.a.shape
+    lo = np.array(np.broadcast_to(c.lift(nb, cl), shape), dtype=np.float64)
+    hi = np.array(np.broadcast_to(c.lift(nb, ch), shape), dtype=np.float64)
+    mag = np.abs(lo) if c.exact else S.magnitude(lo, hi)
+    with np.errstate(all="ignore"):
+        for kidx in itertools.product(*(range(n) for n in kext)):
+            fix = dict(zip(kdims, kidx, strict=True))
+            xa = [align(RV(_select(a.lift(nb, v), at.dims, fix, nb), nb), rest_a, ct.dims, nb)
+                  for v in (al, ah)]
+            xb = [align(RV(_select(b.lift(nb, v), bt.dims, fix, nb), nb), rest_b, ct.dims, nb)
+                  for v in (bl, bh)]
+            plo, phi = S._corners(np.multiply, xa[0], xa[1], xb[0], xb[1])
+            lo = lo + plo
+            hi = hi + phi
+            mag = mag + S.magnitude(plo, phi)
+        if dt.is_float:
+            n = int(np.prod(kext)) + 1
+            err = S.gamma(n, dt) * mag + n * S.eta(dt)
+            lo, hi = S.round_out(lo - err, hi + err, dt)
+    return out.with_bounds(lo, hi)
 
 
 def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,
@@ -372,9 +479,16 @@ def _map(it: Interpreter, op: Operation) -> None:
     saved = it.bshape, it.lane_mask
     it.bshape = tuple(shape)
     it.lane_mask = None
+    args = [RV(np.broadcast_to(a, shape), len(shape)) for a in arrs]
+    if shadowed(it, rvs):
+        for arg, (lo, hi) in zip(args, bounds_on(it, op, nb), strict=True):
+            arg.with_bounds(np.broadcast_to(lo, shape), np.broadcast_to(hi, shape))
     try:
-        outs = it.block(op.regions[0], [RV(np.broadcast_to(a, shape), len(shape)) for a in arrs])
+        outs = it.block(op.regions[0], args)
     finally:
         it.bshape, it.lane_mask = saved
     for r, o in zip(op.results, outs, strict=True):
-        it.set(r, RV(np.broadcast_to(o.lift(len(shape)), shape), nb))
+        res = RV(np.broadcast_to(o.lift(len(shape)), shape), nb)
+        if o.lo is not None:
+            res.with_bounds(*(np.broadcast_to(o.lift(len(shape), x), shape) for x in (o.lo, o.hi)))
+        it.set(r, res)
