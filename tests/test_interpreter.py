@@ -269,7 +269,7 @@ def test_uninitialized_read_is_reported():
     x = np.ones(4, np.float32)
     with pytest.raises(UninitializedReadError, match=r"tmp\[3\]"):
         tn.interpret(two_phase, x, np.zeros(4, np.float32), np.zeros(4, np.float32),
-                     outputs=("tmp", "y"))
+                     outputs=("tmp", "y"), poison=True)
     y = np.zeros(4, np.float32)
     tn.interpret(two_phase, x, np.zeros(4, np.float32), y, poison=False)
     assert y[:3].tolist() == [1, 1, 1]

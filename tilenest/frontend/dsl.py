@@ -995,14 +995,16 @@ class MemoryObj:
         return f"Memory({self.type.dtype})"
 
 
-def memory(dtype: DType, shape_or_layout: Any, resource: str = "auto") -> MemoryObj:
-    """An explicit Memory: one allocation per instance of the enclosing parallel."""
+def memory(dtype: DType, shape_or_layout: Any, resource: str = "auto",
+           dims: Sequence[Dim] | None = None) -> MemoryObj:
+    """An explicit Memory: one allocation per instance of the enclosing parallel.
+    Its logical dims are fresh unless the shape carries dims or ``dims=`` names them."""
     c = ctx()
     if resource not in ("auto", "private", "shared", "cluster", "global", "tensor"):
         raise CaptureError(f"unknown memory resource {resource!r}",
                            hint="use tn.mem.auto/private_/shared/cluster/global_/tensor")
     spec = shape_or_layout if isinstance(shape_or_layout, LayoutSpec) else layout(shape_or_layout)
-    space = spec.shape.space(labels="mem")
+    space = spec.shape.space(_dims_arg(dims) if dims is not None else None, labels="mem")
     vars_ = tuple(str(i) for i in range(space.rank))
     lay = spec.layout(vars_)
     mt = MemoryType(dtype, space, lay, resource)

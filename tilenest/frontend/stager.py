@@ -30,7 +30,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import CaptureError, Site, TilenestError, TypeCheckError
+from ..errors import CaptureError, ContractError, Site, TilenestError, TypeCheckError
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.policies import ExecPolicy, ReductionPolicy
@@ -875,7 +875,7 @@ def _reduce_contracts(block: BBlock, names: list[str], mems: list[Any], spec: ds
         for r in op.results:
             defs[r.uid] = op
         if _writes(op) and policy.is_tree:
-            raise CaptureError(
+            raise ContractError(
                 f"'{op.name}' inside a {policy.value} reduce region has no defined order", op.loc,
                 "tree policies admit any evaluation order; use policy=tn.fold_left or a serial "
                 "region for effects")
@@ -894,8 +894,19 @@ def _reduce_contracts(block: BBlock, names: list[str], mems: list[Any], spec: ds
                     contract = BY_OP[op.name].name
                     if not BUILTINS[contract].accepts(a.type.dtype):
                         contract = None
+        if contract is not None and contract.startswith("@") and policy.is_tree:
+            red = next(r for r in ctx().reducers if r.name == contract[1:])
+            if not red.associative:
+                raise ContractError(
+                    f"reducer @{red.name} is not associative; policy {policy.value} regroups "
+                    "contributions", site, "use policy=tn.fold_left or tn.fold_right")
+            if policy is ReductionPolicy.unordered_tree and not red.commutative:
+                raise ContractError(
+                    f"reducer @{red.name} is not commutative; unordered_tree may permute "
+                    "contributions", site,
+                    "use policy=tn.ordered_tree (keeps order) or a strict fold")
         if contract is None and policy.is_tree:
-            raise CaptureError(
+            raise ContractError(
                 f"the update of '{n}' in this reduce region matches no reducer contract, "
                 f"but policy {policy.value} needs one to regroup contributions", site,
                 "write the update as `s = s + x` / `s += x` / `s = tn.maximum(s, x)` with x "

@@ -45,9 +45,16 @@ def _schedule(s: Any) -> Schedule:
 
 def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
               schedule: Any = None, fast: bool = False, check_races: bool = True,
-              poison: bool = True, outputs: tuple[str, ...] | None = None,
-              check_pipelines: bool = False) -> Any:
-    """Run a program; returns the tensors it stores to (written in place)."""
+              poison: bool = False, outputs: tuple[str, ...] | None = None,
+              check_pipelines: bool = True) -> Any:
+    """Run a program; returns the tensors it stores to (written in place).
+
+    ``schedule``: None (batched lockstep), 'canonical', 'reversed', random(seed),
+    'exhaustive'. ``fast``: reassociating ops use BLAS/pairwise orders (still
+    admitted). ``check_races``: the parallel effect log. ``poison``: fill pure
+    outputs (or ``outputs``) with NaN/sentinels first and report reads of
+    elements nothing wrote. ``check_pipelines``: report pipelines whose result
+    relies on an order their dependences don't give."""
     prog = getattr(program_or_kernel, "program", program_or_kernel)
     sched = _schedule(schedule)
     opts = Options(sched, fast, check_races, poison, outputs, check_pipelines)
@@ -128,7 +135,7 @@ def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
 
 
 def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
-              outputs: tuple[str, ...] | None = None) -> Any:
+              outputs: tuple[str, ...] | None = None, poison: bool = False) -> Any:
     """The admitted outputs of a call: one :class:`Admitted` per tensor the program
     stores to (a single one, or a tuple in argument order). The arrays passed are
     not modified."""
@@ -136,7 +143,7 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
 
     prog = getattr(program_or_kernel, "program", program_or_kernel)
     work = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
-    opts = Options(BATCHED, False, True, True, outputs, True, None, True)
+    opts = Options(BATCHED, False, True, poison, outputs, True, None, True)
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):
         it.run()

@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import RuntimeSemanticError, Site, TilenestError, UninitializedReadError
+from ..errors import (RuntimeSemanticError, Site, TilenestError, TypeCheckError,
+                      UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import Block, Operation, TileProgram
@@ -94,7 +95,7 @@ class Options:
     schedule: Schedule = BATCHED
     fast: bool = False
     check_races: bool = True
-    poison: bool = True
+    poison: bool = False
     outputs: tuple[str, ...] | None = None
     check_pipelines: bool = False
     orders: Any = None  # exhaustive exploration: an OrderOracle
@@ -142,17 +143,17 @@ class Interpreter:
                     raise TilenestError(f"argument '{v.name}' must be a numpy array, got "
                                         f"{type(a).__name__}", p.loc)
                 if a.dtype != t.dtype.np:
-                    raise TilenestError(
+                    raise TypeCheckError(
                         f"argument '{v.name}' has dtype {a.dtype}, the kernel needs {t.dtype}",
                         p.loc, f"convert with array.astype({t.dtype.np.name!r})")
                 if a.ndim != t.rank:
-                    raise TilenestError(f"argument '{v.name}' has rank {a.ndim}, the kernel "
+                    raise TypeCheckError(f"argument '{v.name}' has rank {a.ndim}, the kernel "
                                         f"needs {t.rank}", p.loc)
                 for i, (x, n) in enumerate(zip(t.shape, a.shape, strict=True)):
                     if isinstance(x, E.Sym):
                         old = syms.get(x)
                         if old is not None and old != n:
-                            raise TilenestError(
+                            raise TypeCheckError(
                                 f"extent {x.name} is {old} elsewhere but '{v.name}' has "
                                 f"{n} on axis {i}", p.loc,
                                 "arguments sharing an extent name must agree")
@@ -176,14 +177,29 @@ class Interpreter:
         for name, i, x, n in deferred:
             want = E.evaluate(x, syms)
             if want != n:
-                raise TilenestError(f"argument '{name}' axis {i} has extent {n}, the kernel "
+                raise TypeCheckError(f"argument '{name}' axis {i} has extent {n}, the kernel "
                                     f"needs {E.to_str(x)} = {want}", p.loc)
         for a in p.assumptions:
             if not E.evaluate(a, syms):
-                raise TilenestError(f"the call violates the kernel's assumption "
+                raise RuntimeSemanticError(f"the call violates the kernel's assumption "
                                     f"{E.pred_to_str(a)}", p.loc)
+        self._alias()
         self._poison()
         return syms
+
+    def _alias(self) -> None:
+        """Arguments whose arrays overlap in memory share one effect-log buffer."""
+        ts = list(self.tensors.values())
+        for i, t in enumerate(ts):
+            for u in ts[:i]:
+                if np.shares_memory(t.array, u.array):
+                    key = u.buffer.key
+                    origin = u.array.__array_interface__["data"][0]
+                    for w in (t, u):
+                        base = w.array.__array_interface__["data"][0]
+                        w.buffer.alias = (base - origin, tuple(w.array.strides))
+                        w.buffer.key = key
+                    t.buffer.name = u.buffer.name = f"{u.buffer.name}/{t.buffer.name}"
 
     def _poison(self) -> None:
         if not self.opts.poison:
@@ -197,6 +213,9 @@ class Interpreter:
         outs = self.opts.outputs if self.opts.outputs is not None else tuple(stored - loaded)
         for n in outs:
             t = self.tensors[n]
+            if any(o is not t and np.shares_memory(o.array, t.array)
+                   for o in self.tensors.values()):
+                continue  # aliased with another argument: its contents are an input
             t.array[...] = poison_value(t.array.dtype)
             t.written = np.zeros(t.array.shape, dtype=bool)
 
@@ -227,11 +246,15 @@ class Interpreter:
         """Footprints: a per-child op (anchored at or below the tracked level)
         deriving a value from a tracked one touches the whole result."""
         depth, d = self.track[-1]
-        if not any(o.name in d for o in op.operands):
+        tracked = [d[o.name] for o in op.operands if o.name in d]
+        if not tracked:
             return
         if self.anchor_depth(op) >= depth:
             for r in op.results:
                 d[r.name] = np.bool_(True)
+        elif len(op.results) == 1 and all(np.ndim(m) == 0 for m in tracked):
+            # a collective op: the same value in every child; it touches nothing new
+            d[op.results[0].name] = np.bool_(any(bool(m) for m in tracked))
 
     def child_order(self, op: Operation, n: int) -> list[int]:
         if self.opts.orders is not None:

@@ -48,11 +48,33 @@ class Frame:
 
 @dataclass
 class Buffer:
-    """An addressable object: a tensor argument or a Memory allocation."""
+    """An addressable object: a tensor argument or a Memory allocation.
+
+    Arguments whose arrays share memory (aliases) share one ``key``; their
+    accesses are then recorded by byte address (``alias`` = the array's byte
+    offset from the common base, its byte strides), so that conflicts between
+    two names of one element are found."""
 
     key: Any
     name: str
     shape: tuple[int, ...]
+    alias: tuple[int, tuple[int, ...]] | None = None
+
+    def address(self, flat: np.ndarray) -> np.ndarray:
+        if self.alias is None:
+            return flat
+        off, strides = self.alias
+        coords = np.unravel_index(flat, self.shape)
+        out = np.full(flat.shape, off, dtype=np.int64)
+        for c, s in zip(coords, strides, strict=True):
+            out += c.astype(np.int64) * s
+        return out
+
+    def describe(self, flat: int) -> str:
+        if self.alias is not None:
+            return f"{self.name} (byte offset {flat} of the shared storage)"
+        elem = tuple(int(i) for i in np.unravel_index(flat, self.shape)) if self.shape else ()
+        return f"{self.name}{list(elem)}"
 
 
 class EffectLog:
@@ -74,6 +96,7 @@ class EffectLog:
         idx = flat_b[sel] if sel is not None else flat_b.ravel()
         if idx.size == 0:
             return
+        idx = buf.address(idx)
         if self.sinks:
             self.sinks[-1].append((buf, np.unique(idx), write, op))
         if not self.enabled:
@@ -150,7 +173,6 @@ def _check_buffer(fr: Frame, buf: Buffer, entries: list) -> None:
 
 def _raise(fr: Frame, buf: Buffer, flat: int, l1: int, op1: Operation, a1: str, l2: int,
            op2: Operation, a2: str) -> None:
-    elem = tuple(int(i) for i in np.unravel_index(flat, buf.shape)) if buf.shape else ()
 
     def who(lane: int) -> str:
         if lane == COLLECTIVE:
@@ -158,7 +180,7 @@ def _raise(fr: Frame, buf: Buffer, flat: int, l1: int, op1: Operation, a1: str, 
         return f"instance {fr.coord(lane)}"
 
     raise RaceError(
-        f"race in parallel region over {list(fr.shape)}: {who(l1)} {a1} {buf.name}{list(elem)} "
+        f"race in parallel region over {list(fr.shape)}: {who(l1)} {a1} {buf.describe(flat)} "
         f"({op1.name}) and {who(l2)} {a2} it ({op2.name})",
         tuple(s for s in (op1.loc, op2.loc, fr.op.loc) if s is not None),
         "distinct parallel instances must not touch an element another one writes; give "

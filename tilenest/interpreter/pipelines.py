@@ -22,12 +22,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RuntimeSemanticError
+from ..errors import RaceError
 from ..semantics.ir import Block, Operation
 
 
-class PipelineOrderError(RuntimeSemanticError):
-    kind = "pipeline order"
+class PipelineOrderError(RaceError):
+    """A race between pipeline stage instances that a permitted overlap reorders."""
+
+    kind = "pipeline order race"
 
 
 def stage_deps(body: Block) -> tuple[list[Operation], dict[int, set[int]], dict[int, set[int]]]:
@@ -130,13 +132,13 @@ def check(op: Operation, records: dict[tuple[int, int], list], n_iter: int) -> N
                 continue
             hit = _conflict(records[a], records[b])
             if hit is not None:
-                (opa, opb, buf, elem) = hit
+                (opa, opb, where, _) = hit
                 name = (lambda k: stages[k].attrs["name"] if stages else "body")
                 raise PipelineOrderError(
                     f"pipeline relies on an order its dependences don't give: stage "
                     f"'{name(b[1])}' of iteration {b[0]} may be issued before stage "
                     f"'{name(a[1])}' of iteration {a[0]} (window {window}), and both touch "
-                    f"{buf}{list(elem)} ({opa.name} / {opb.name})",
+                    f"{where} ({opa.name} / {opb.name})",
                     tuple(s for s in (opa.loc, opb.loc, op.loc) if s is not None),
                     "pass the value between stages as a carried value or through a Memory "
                     "object (whose state orders the accesses), or use window=1")
@@ -152,8 +154,5 @@ def _conflict(ra: list, rb: list) -> Any:
                 continue
             common = np.intersect1d(ea[1], eb[1])
             if common.size:
-                f = int(common[0])
-                buf = ea[0]
-                elem = tuple(int(i) for i in np.unravel_index(f, buf.shape)) if buf.shape else ()
-                return ea[3], eb[3], buf.name, elem
+                return ea[3], eb[3], ea[0].describe(int(common[0])), None
     return None

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RuntimeSemanticError, TilenestError
+from ..errors import RaceError, RuntimeSemanticError, TilenestError
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation
 from .core import Interpreter, rule
@@ -145,8 +145,7 @@ def _parallel_batched(it: Interpreter, op: Operation, vars_: tuple, shape: tuple
                 if isinstance(v, RV):
                     d[a.name] = np.bool_(False)  # the entry snapshot: nothing touched yet
         outs = it.block(body, incoming)
-        masks = [it.track[-1][1].get(y.name) if it.track else None
-                 for y in body.terminator.operands] if it.track else [None] * len(outs)
+        masks = _yield_masks(it, body, depth) if it.track else [None] * len(outs)
         ok = True
     finally:
         it.effects.pop(check=ok)
@@ -158,6 +157,21 @@ def _parallel_batched(it: Interpreter, op: Operation, vars_: tuple, shape: tuple
         masks = [None if m is None else (m if act is None else _and_lanes(m, act, nb0 + k))
                  for m in masks]
     return outs, masks, n
+
+
+def _yield_masks(it: Interpreter, body: Block, depth: int) -> list[Any]:
+    """Each child's footprint on the values it yields: tracked masks; a per-child
+    value not derived from the entry snapshot covers the whole tile; a
+    collective value (anchored above the level) covers nothing."""
+    d = it.track[-1][1]
+    out = []
+    for y, a in zip(body.terminator.operands, body.args, strict=True):
+        m = d.get(y.name)
+        if m is None and y.name != a.name:
+            va = it.an.value_anchor.get(y.name, 0)
+            m = np.bool_(True) if it.an.nest.depth(va) >= depth else None
+        out.append(m)
+    return out
 
 
 def _and_lanes(m: Any, act: np.ndarray, nb: int) -> Any:
@@ -197,8 +211,7 @@ def _parallel_instances(it: Interpreter, op: Operation, vars_: tuple, shape: tup
                         d[a.name] = np.bool_(False)
             outs = it.block(body, incoming)
             per_out[lane] = outs
-            per_mask[lane] = [it.track[-1][1].get(y.name) for y in body.terminator.operands] \
-                if it.track else [None] * len(outs)
+            per_mask[lane] = _yield_masks(it, body, depth) if it.track else [None] * len(outs)
         ok = True
     finally:
         it.effects.pop(check=ok)
@@ -276,7 +289,7 @@ def _join(it: Interpreter, op: Operation, name: str, inc: RV, outs: list, masks:
         sel = flat[where[:nb0] + (slice(None),) + where[nb0:]]
         two = np.nonzero(sel)[0][:2]
         c1, c2 = (tuple(int(x) for x in np.unravel_index(t, shape)) for t in two)
-        raise TilenestError(
+        raise RaceError(
             f"parallel instances {c1} and {c2} both update element {list(where[nb0:])} of the "
             f"ancestor value %{name}", op.loc,
             "independent children may only update disjoint parts of an ancestor tile "
@@ -443,8 +456,11 @@ def _if(it: Interpreter, op: Operation) -> None:
                                else_b.terminator.operands, strict=True):
                 ma, mb = d.get(a.name), d.get(b.name)
                 if ma is not None or mb is not None:
-                    d[r.name] = np.asarray(ma if ma is not None else False) | np.asarray(
-                        mb if mb is not None else False)
+                    ma = np.asarray(ma if ma is not None else False)
+                    mb = np.asarray(mb if mb is not None else False)
+                    rank = r.type.rank if hasattr(r.type, "rank") else 0
+                    c = cc.reshape(cc.shape + (1,) * rank)  # lanes first, then tile axes
+                    d[r.name] = np.where(c, ma, mb)
     for r, v in zip(op.results, outs, strict=True):
         it.set(r, v)
 

@@ -144,15 +144,19 @@ class _Walker:
                     lvl = self.deeper(lvl, lv)
         return lvl
 
-    def block(self, b: Block, P: tuple[int, ...], T: tuple[int, ...], R: tuple[int, ...]) -> None:
+    def block(self, b: Block, P: tuple[int, ...], T: tuple[int, ...], R: tuple[int, ...],
+              ctl: int = 0) -> None:
         for op in b.ops:
-            self.op(op, P, T, R)
+            self.op(op, P, T, R, ctl)
 
     def op(self, op: Operation, P: tuple[int, ...], T: tuple[int, ...],
-           R: tuple[int, ...]) -> None:
+           R: tuple[int, ...], ctl: int = 0) -> None:
+        """``ctl``: the anchor of the enclosing dynamic conditions (control
+        dependence: an op executed only where a per-instance condition holds is
+        itself per-instance)."""
         a = self.a
         frontier = P[-1]
-        anchor = 0
+        anchor = ctl
         for o in op.operands:
             anchor = self.deeper(anchor, a.value_anchor.get(o.name, 0))
         for k, v in op.attrs.items():
@@ -178,7 +182,7 @@ class _Walker:
             body = op.regions[0]
             for arg, inc in zip(body.args, op.operands, strict=False):
                 a.value_anchor[arg.name] = a.value_anchor.get(inc.name, 0)
-            self.block(body, P + (lid,), T, R)
+            self.block(body, P + (lid,), T, R, ctl)
             kinds = []
             y = body.terminator
             for v in (y.operands if y else ()):
@@ -196,10 +200,14 @@ class _Walker:
             carried = [] if op.name == "if" else list(op.operands)
             state = [a.value_anchor.get(o.name, 0) for o in carried]
             for _ in range(8):  # fixpoint: a state's anchor is the deepest definition's
+                inner_ctl = anchor if op.name == "if" else ctl
                 for r in op.regions:
                     for arg, sa in zip(r.args, state, strict=False):
                         a.value_anchor[arg.name] = sa
-                    self.block(r, P, inner_T, inner_R)
+                    self.block(r, P, inner_T, inner_R, inner_ctl)
+                    if op.name == "while" and r is op.regions[0] and r.terminator is not None:
+                        cy = r.terminator.operands[0]
+                        inner_ctl = self.deeper(ctl, a.value_anchor.get(cy.name, 0))
                 body = op.regions[-1]
                 y = body.terminator
                 new = list(state)

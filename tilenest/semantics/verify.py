@@ -38,6 +38,7 @@ def verify(p: TileProgram) -> None:
     """Raise :class:`VerifyError` (or a TypeCheckError) on the first violation."""
     v = _Verifier(p)
     v.run()
+    check_exec_nesting(p)
     # static semantics
     an = p.analysis
     for op in p.walk():
@@ -186,6 +187,46 @@ class _Verifier:
             check_layout(op.results[0].type, op)
 
 
+#: scope -> the scopes it strictly contains, in every target family that has both
+#: (CUDA-like cluster > block > warp > thread; Metal threadgroup(block) > simdgroup(warp)
+#: > thread; CPU core > vector). Unrelated pairs are left to the target binder.
+_CONTAINS = {
+    "cluster": {"block", "warp", "subgroup", "thread"},
+    "block": {"warp", "subgroup", "thread"},
+    "warp": {"thread"},
+    "subgroup": {"thread"},
+    "core": {"vector"},
+}
+
+
+def check_exec_nesting(p: TileProgram) -> None:
+    """A nested ``parallel`` constrained to a scope that contains its ancestor's
+    scope (e.g. a block inside a warp) cannot be realized by any target."""
+    def walk(b: Block, outer: list[Operation]) -> None:
+        for op in b.ops:
+            inner = outer
+            if op.name == "parallel":
+                ex = op.attr("exec")
+                sc = ex.scope if ex is not None else None
+                if sc and sc != "infer":
+                    for anc in outer:
+                        asc = anc.attrs["exec"].scope
+                        if sc == asc and sc not in ("thread", "vector"):
+                            continue
+                        if asc in _CONTAINS.get(sc, set()):
+                            raise VerifyError(
+                                f"a parallel bound to '{sc}' is nested inside one bound to "
+                                f"'{asc}', but a {asc} cannot contain a {sc}",
+                                tuple(s for s in (op.loc, anc.loc) if s is not None),
+                                f"swap the constraints, or bind the outer level to a scope "
+                                f"that contains '{sc}'")
+                    inner = outer + [op]
+            for r in op.regions:
+                walk(r, inner)
+
+    walk(p.body, [])
+
+
 def _bool() -> Any:
     from .dtypes import bool_
 
@@ -257,6 +298,12 @@ class _MemoryFlow:
         self.init: dict[str, bool] = {}
         self.current: dict[str, str] = {}  # memory name -> current state name
         self.state_of: dict[str, str] = {}  # state name -> memory name
+        self.alias: dict[str, str] = {}  # memory handle passed through a stage -> original
+
+    def root(self, name: str) -> str:
+        while name in self.alias:
+            name = self.alias[name]
+        return name
 
     def run(self) -> None:
         self.block(self.p.body, {})
@@ -278,10 +325,11 @@ class _MemoryFlow:
             return
         if n in ("memory.store", "memory.load"):
             m, s = op.operands[0], op.operands[1]
-            if cur.get(m.name) != s.name:
+            mname = self.root(m.name)
+            if cur.get(mname) != s.name:
                 raise VerifyError(
                     f"'{n}' uses state %{s.name} of %{m.name}, which is stale "
-                    f"(the current state is %{cur.get(m.name)})", op.loc,
+                    f"(the current state is %{cur.get(mname)})", op.loc,
                     "each store defines a new state; later accesses must use it")
             if n == "memory.load" and not self.init.get(s.name, True):
                 raise VerifyError(
@@ -289,7 +337,7 @@ class _MemoryFlow:
                     "store to the memory first on every path (a store inside a loop that may "
                     "run zero times does not count)")
             if n == "memory.store":
-                cur[m.name] = op.results[0].name
+                cur[mname] = op.results[0].name
                 self.init[op.results[0].name] = True
             return
         if not op.regions:
@@ -327,6 +375,10 @@ class _MemoryFlow:
                         results_init[i] = results_init.get(i, True) and self.init.get(
                             yv.name, True)
         for i, r in enumerate(op.results):
+            if isinstance(r.type, MemoryType) and op.regions:
+                y = op.regions[0].terminator
+                if y is not None and i < len(y.operands):
+                    self.alias[r.name] = self.root(y.operands[i].name)
             if not isinstance(r.type, StateType):
                 continue
             mem = r.type.memory
