@@ -18,3 +18,20 @@ def folds(x: tn.Tensor[f32, "N"], out: tn.Tensor[f32, "2"]):
             right = v.at(r) - right
         out(tn.coord(0), tn.shape(1)).store(tn.broadcast(left, tn.shape(tn.axis(out.dim(0), 1))))
         out(tn.coord(1), tn.shape(1)).store(tn.broadcast(right, tn.shape(tn.axis(out.dim(0), 1))))
+
+
+def example_inputs(rng):
+    import numpy as np
+
+    return np.array([1, 2, 3], np.float32), np.zeros(2, np.float32)
+
+
+def numpy_reference(x, out):
+    import numpy as np
+
+    left, right = np.float32(0), np.float32(0)
+    for v in x:
+        left = np.float32(left - v)
+    for v in x[::-1]:
+        right = np.float32(v - right)
+    return np.array([left, right], np.float32)

@@ -18,3 +18,14 @@ def transpose_blocks(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "C R"], *, b=8)
         t = tn.permute(buf.load(), (1, 0))
         y(tn.coord(j * b, i * b), tn.shape(b, b)).store(
             tn.reindex(t, tn.shape(b, b), lambda u, v: (u, v)))
+
+
+def example_inputs(rng):
+    import numpy as np
+
+    x = rng.standard_normal((13, 21)).astype(np.float32)
+    return x, np.zeros((21, 13), np.float32)
+
+
+def numpy_reference(x, y):
+    return x.T.copy()

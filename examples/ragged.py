@@ -14,3 +14,15 @@ def axpy(a: tn.Scalar[f32], x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"],
     for p in tn.parallel(tn.shape(tn.cdiv(n, block))):
         o = tn.coord(p.index() * block)
         out(o, tn.shape(block)).store(a * x[o, tn.shape(block)] + y[o, tn.shape(block)])
+
+
+def example_inputs(rng):
+    import numpy as np
+
+    x = rng.standard_normal(300).astype(np.float32)
+    y = rng.standard_normal(300).astype(np.float32)
+    return np.float32(2.5), x, y, x * 0
+
+
+def numpy_reference(a, x, y, out):
+    return a * x + y

@@ -17,3 +17,19 @@ def rmsnorm(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"], y: tn.Tensor[f32, 
         scale = tn.rsqrt(ms + eps)
         y(tn.coord(r0, 0), tn.shape(rows_per_program, cols)).store(
             xs * scale * w[tn.coord(0), tn.shape(cols)])
+
+
+def example_inputs(rng):
+    import numpy as np
+
+    x = rng.standard_normal((30, 65)).astype(np.float32)
+    w = rng.standard_normal(65).astype(np.float32)
+    return x, w, x * 0, np.float32(1e-5)
+
+
+def numpy_reference(x, w, y, eps):
+    import numpy as np
+
+    x64 = x.astype(np.float64)
+    r = x64 / np.sqrt((x64 * x64).mean(axis=1, keepdims=True) + float(eps)) * w
+    return r.astype(np.float32)

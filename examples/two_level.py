@@ -13,3 +13,14 @@ def scale_rows(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"], *, warps=4):
             r = blk.index() * warps + w.index()
             row = x[tn.coord(r, 0), tn.shape(1, cols)]
             y(tn.coord(r, 0), tn.shape(1, cols)).store(row * 2.0 + 1.0)
+
+
+def example_inputs(rng):
+    x = rng.standard_normal((10, 7)).astype("float32")
+    return x, x * 0
+
+
+def numpy_reference(x, y):
+    import numpy as np
+
+    return x * np.float32(2) + np.float32(1)

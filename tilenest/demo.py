@@ -6,8 +6,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import importlib.util
+
+import numpy as np
+
 from .cli import load_programs
 from .errors import TilenestError
+from .frontend.kernel import Kernel
 from .semantics.jsonio import from_json, to_json
 from .semantics.parser import parse_program
 
@@ -25,6 +30,32 @@ def summarize(p) -> str:
     regions = ", ".join(f"{k}x{v}" for k, v in sorted(kinds.items())
                         if k in ("parallel", "serial", "pipeline", "reduce", "stage", "if", "while"))
     return f"nest: {' '.join(parts) or 'root only'}; regions: {regions}; ops: {sum(kinds.values())}"
+
+
+def run_against_numpy(path: Path) -> int:
+    """Run the example's kernel on the interpreter and check that an independent
+    numpy computation of the same math is admitted by the oracle."""
+    spec = importlib.util.spec_from_file_location(f"_demo_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    if not hasattr(mod, "example_inputs"):
+        return 0
+    from . import interpret, reference
+
+    (name, k), = [(n, v) for n, v in vars(mod).items() if isinstance(v, Kernel)]
+    args = mod.example_inputs(np.random.default_rng(0))
+    adm = reference(k, *args)
+    outs = interpret(k, *[a.copy() if isinstance(a, np.ndarray) else a for a in args])
+    expected = mod.numpy_reference(*args)
+    ok_np = adm.admits(np.asarray(expected, dtype=adm.value.dtype))
+    ok_run = adm.admits(outs)
+    diff = float(np.max(np.abs(np.asarray(outs, np.float64) - np.asarray(expected, np.float64))))
+    print(f"-- run {name}: interpreter vs numpy max |diff| = {diff:.3g}; numpy result "
+          f"{'admitted' if ok_np else 'NOT admitted (' + ok_np.reason + ')'}; "
+          f"{int(adm.exact_mask.sum())}/{adm.value.size} elements bitwise, "
+          f"max envelope {float(adm.envelope.max()):.3g}")
+    print()
+    return (not ok_np) + (not ok_run)
 
 
 def main() -> int:
@@ -53,6 +84,7 @@ def main() -> int:
                   f"json {'ok' if ok_json else 'FAILED'}")
             print()
             failures += (not ok_text) + (not ok_json)
+        failures += run_against_numpy(f)
     print(f"{len(files)} example files, {failures} failure(s)")
     return 1 if failures else 0
 
