@@ -63,6 +63,30 @@ def test_unbuilt_subcommands_exist_and_say_so():
         assert "not available" in r.stderr
 
 
+def test_run_writes_outputs_and_reports_races(tmp_path):
+    import numpy as np
+
+    x = np.random.default_rng(0).standard_normal((5, 9)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = run("run", "examples/softmax.py", str(tmp_path / "x.npy"), "zeros:5x9",
+            "--out-dir", str(tmp_path), "--json")
+    assert r.returncode == 0, r.stderr
+    y = np.load(tmp_path / "y.npy")
+    e = np.exp(x - x.max(1, keepdims=True))
+    assert np.allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5)
+    racy = tmp_path / "racy.py"
+    racy.write_text(
+        "import tilenest as tn\n"
+        "@tn.kernel\n"
+        "def k(x: tn.Tensor[tn.f32, 1], y: tn.Tensor[tn.f32, 1]):\n"
+        "    (n,) = x.shape\n"
+        "    for p in tn.parallel(tn.shape(n)):\n"
+        "        y(tn.coord(0), tn.shape(1)).store(x[tn.coord(p.index()), tn.shape(1)])\n")
+    r = run("run", str(racy), "random:4", "zeros:4", "--out-dir", str(tmp_path))
+    assert r.returncode == 1 and "race" in r.stderr and "Traceback" not in r.stderr
+    assert "racy.py:6:" in r.stderr
+
+
 def test_missing_file():
     r = run("show", "nope.py")
     assert r.returncode == 1 and "no such file" in r.stderr
