@@ -27,6 +27,11 @@ from ..errors import RaceError
 from ..semantics.ir import Operation
 
 COLLECTIVE = -1
+NONE = -2  # dense tracking: no access yet
+MULTI = -3  # dense tracking: read by several instances
+
+#: largest buffer (elements) tracked densely; larger ones use the sorted log
+DENSE_LIMIT = 1 << 26
 
 
 @dataclass
@@ -41,6 +46,7 @@ class Frame:
     child: int = 0  # current child (row-major index) when executed one by one
     log: dict[Any, list[tuple[np.ndarray, np.ndarray, bool, Operation]]] = field(
         default_factory=dict)
+    dense: dict[Any, "DenseTrack"] = field(default_factory=dict)
 
     def coord(self, lane: int) -> tuple[int, ...]:
         return tuple(int(i) for i in np.unravel_index(lane, self.shape))
@@ -77,12 +83,68 @@ class Buffer:
         return f"{self.name}{list(elem)}"
 
 
+class DenseTrack:
+    """Per-element last writer / reader instance of one buffer in one frame,
+    checked as accesses arrive (linear time; used for batched frames)."""
+
+    def __init__(self, size: int):
+        self.w = np.full(size, NONE, dtype=np.int32)
+        self.r = np.full(size, NONE, dtype=np.int32)
+        self.wop = np.zeros(size, dtype=np.int32)
+        self.rop = np.zeros(size, dtype=np.int32)
+
+    def access(self, idx: np.ndarray, lane: np.ndarray, write: bool, oid: int
+               ) -> tuple[int, int, int, int, str] | None:
+        """Record; on a conflict return (flat, lane, other lane, other oid, what)."""
+        lane = lane.astype(np.int32)
+        n = idx.size
+        if n > 1 and idx[-1] - idx[0] == n - 1 and idx[0] >= 0:
+            d = np.diff(idx)
+            if d.min() == 1 and d.max() == 1:
+                idx = slice(int(idx[0]), int(idx[0]) + n)  # a contiguous block: use views
+        w = self.w[idx]
+        bad = (w != NONE) & (w != lane)
+        if np.any(bad):
+            k = int(np.argmax(bad))
+            f = _at(idx, k)
+            return f, int(lane[k]), int(w[k]), int(self.wop[f]), "writes"
+        if write:
+            r = self.r[idx]
+            bad = (r != NONE) & (r != lane)
+            if np.any(bad):
+                k = int(np.argmax(bad))
+                f = _at(idx, k)
+                return f, int(lane[k]), int(r[k]), int(self.rop[f]), "reads"
+            self.w[idx] = lane
+            self.wop[idx] = oid
+            dup = self.w[idx] != lane  # two instances writing one element in this access
+            if np.any(dup):
+                k = int(np.argmax(dup))
+                f = _at(idx, k)
+                return f, int(lane[k]), int(self.w[f]), oid, "writes"
+        else:
+            r = self.r[idx]
+            new = np.where(r == NONE, lane, np.where(r == lane, r, MULTI)).astype(np.int32)
+            self.r[idx] = new
+            self.rop[idx] = oid
+            if not isinstance(idx, slice):
+                clash = self.r[idx] != new  # different instances reading in this access
+                if np.any(clash):
+                    self.r[idx[clash]] = MULTI
+        return None
+
+
+def _at(idx: Any, k: int) -> int:
+    return idx.start + k if isinstance(idx, slice) else int(idx[k])
+
+
 class EffectLog:
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self.frames: list[Frame] = []
         self._names: dict[Any, Buffer] = {}
         self.sinks: list[list] = []  # pipeline stage-instance recorders
+        self.ops: dict[int, Operation] = {}
 
     def record(self, buf: Buffer, flat: Any, mask: Any, write: bool, op: Operation,
                anchor_depth: int, bshape: tuple[int, ...], tile: tuple[int, ...]) -> None:
@@ -118,6 +180,26 @@ class EffectLog:
                 lane = lb[sel] if sel is not None else lb.ravel()
             else:
                 lane = np.full(idx.shape, fr.child, dtype=np.int64)
+            size = int(np.prod(buf.shape)) if buf.shape else 1
+            if fr.batched and buf.alias is None and size <= DENSE_LIMIT:
+                tr = fr.dense.get(buf.key)
+                if tr is None:
+                    tr = fr.dense[buf.key] = DenseTrack(size)
+                self.ops[op.oid] = op
+                hit = tr.access(idx.astype(np.int64), lane, write, op.oid)
+                if hit is not None:
+                    flat, l1, l2, oid2, what = hit
+                    self._names[buf.key] = buf
+                    if l2 == MULTI:
+                        raise RaceError(
+                            f"race in parallel region over {list(fr.shape)}: instance "
+                            f"{fr.coord(l1)} writes {buf.describe(flat)} ({op.name}), which "
+                            f"several other instances read ({self.ops[oid2].name})",
+                            tuple(x for x in (op.loc, self.ops[oid2].loc, fr.op.loc) if x),
+                            _RACE_HINT)
+                    _raise(fr, buf, flat, l1, op, "writes" if write else "reads", l2,
+                           self.ops.get(oid2, op), what)
+                continue
             fr.log.setdefault(buf.key, []).append((idx.astype(np.int64), lane, write, op))
         self._names[buf.key] = buf
 
@@ -183,5 +265,8 @@ def _raise(fr: Frame, buf: Buffer, flat: int, l1: int, op1: Operation, a1: str, 
         f"race in parallel region over {list(fr.shape)}: {who(l1)} {a1} {buf.describe(flat)} "
         f"({op1.name}) and {who(l2)} {a2} it ({op2.name})",
         tuple(s for s in (op1.loc, op2.loc, fr.op.loc) if s is not None),
-        "distinct parallel instances must not touch an element another one writes; give "
-        "each instance its own elements, or use a reduce region / a serial order")
+        _RACE_HINT)
+
+
+_RACE_HINT = ("distinct parallel instances must not touch an element another one writes; give "
+              "each instance its own elements, or use a reduce region / a serial order")
