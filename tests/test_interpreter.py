@@ -330,3 +330,96 @@ def test_mma_orders_and_embedding():
     ids[1] = 7
     with pytest.raises(BoundsError, match=r"table\[7, 0\]"):
         tn.interpret(K.embedding, ids, table, out)
+
+
+# -- ordered trees, mma precision, pipelines ---------------------------------------------
+
+@tn.kernel
+def first_set(x: tn.Tensor[i32, "N"], out: tn.Tensor[i32, "1"]):
+    (n,) = x.shape
+    first = tn.reducer("first", identity=-1, merge=lambda a, b: tn.ite(a != -1, a, b),
+                       dtype=i32, associative=True, commutative=False)
+    s = tn.full(i32, tn.shape(1), -1, dims=out.dims())
+    for r in tn.reduce(tn.shape(n), contract=first, policy=tn.ordered_tree):
+        v = x[tn.coord(r.index()), tn.shape(1)]
+        s = tn.ite(s != -1, s, tn.reindex(v, s, lambda i: (i,)))
+    out(tn.coord(0), tn.shape(1)).store(s)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ordered_tree_keeps_contribution_order_under_random_trees(seed):
+    x = np.array([-1, -1, 7, -1, 5, 3], np.int32)
+    out = np.zeros(1, np.int32)
+    tn.interpret(first_set, x, out, schedule=random(seed))
+    assert out[0] == 7
+
+
+def test_mma_converts_inputs_and_rejects_precision_loss():
+    h = tn.f16
+
+    @tn.kernel
+    def mixed(A: tn.Tensor[h, "M K"], B: tn.Tensor[h, "K N"], C: tn.Tensor[f32, "M N"]):
+        m, k = A.dims()
+        B = B.with_dims(k, C.dim(1))
+        C = C.with_dims(m, C.dim(1))
+        for p in tn.parallel(tn.shape(1)):
+            a = A[tn.coord(0, 0), tn.shape(4, 8)]
+            b = B[tn.coord(0, 0), tn.shape(8, 3)]
+            acc = tn.zeros(f32, tn.shape(4, 3), dims=(m, C.dim(1)))
+            C(tn.coord(0, 0), tn.shape(4, 3)).store(tn.mma(a, b, acc, allow_reassociation=False))
+
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((4, 8)).astype(np.float16)
+    B = rng.standard_normal((8, 3)).astype(np.float16)
+    C = np.zeros((4, 3), np.float32)
+    tn.interpret(mixed, A, B, C)
+    ref = np.zeros((4, 3), np.float32)
+    for kk in range(8):  # ordered K in the accumulator dtype, inputs converted exactly
+        ref = (ref + A[:, kk:kk + 1].astype(np.float32) * B[kk:kk + 1, :].astype(np.float32)
+               ).astype(np.float32)
+    assert bits(C) == bits(ref)
+
+    @tn.kernel
+    def narrowing(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[h, "M N"]):
+        m, k = A.dims()
+        B = B.with_dims(k, C.dim(1))
+        for p in tn.parallel(tn.shape(1)):
+            acc = tn.zeros(h, tn.shape(4, 3), dims=(m, C.dim(1)))
+            acc = tn.mma(A[tn.coord(0, 0), tn.shape(4, 8)], B[tn.coord(0, 0), tn.shape(8, 3)], acc)
+
+    with pytest.raises(tn.errors.TypeCheckError, match="lose precision"):
+        narrowing.program
+
+
+def test_pipeline_relying_on_undeclared_order_is_caught():
+    @tn.kernel
+    def chain(x: tn.Tensor[f32, "N"], *, b=4):
+        (n,) = x.shape
+        for p in tn.parallel(tn.shape(1)):
+            for k in p.pipeline(tn.shape(tn.cdiv(n, b) - 1), tn.pipeline_policy(window=2)):
+                k.stage("load")
+                prev = x[tn.coord(k.index() * b), tn.shape(b)]
+                k.stage("store")
+                x(tn.coord(k.index() * b + b), tn.shape(b)).store(prev + 1.0)
+
+    with pytest.raises(RaceError, match="iteration 1") as ei:
+        tn.interpret(chain, np.zeros(12, np.float32))
+    assert len([s for s in ei.value.sites if "test_interpreter.py" in str(s)]) >= 2
+    x = np.zeros(12, np.float32)
+    tn.interpret(chain, x, check_pipelines=False)  # the serial reference meaning
+    assert x.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+
+    @tn.kernel
+    def declared(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *, b=4):
+        (n,) = x.shape
+        y = y.with_dims(x.dim(0))
+        for p in tn.parallel(tn.shape(1)):
+            for k in p.pipeline(tn.shape(tn.cdiv(n, b)), tn.pipeline_policy(window=2)):
+                k.stage("load")
+                v = x[tn.coord(k.index() * b), tn.shape(b)]
+                k.stage("store")
+                y(tn.coord(k.index() * b), tn.shape(b)).store(v * 2.0)
+
+    y = np.zeros(12, np.float32)
+    tn.interpret(declared, np.arange(12, dtype=np.float32), y)
+    assert y.tolist() == (np.arange(12) * 2).tolist()
