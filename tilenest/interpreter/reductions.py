@@ -74,21 +74,11 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
         op.operands[i].type.dtype.is_float or not s.exact)]
     if not need:
         return out
-    vars_ = op.attrs["vars"]
-    idents = []
-    for i, (s, o) in enumerate(zip(seeds, op.operands, strict=True)):
-        c = contracts[i]
-        ident = BUILTINS[c].identity(o.type.dtype) if c in BUILTINS else 0
-        idents.append(RV(np.broadcast_to(N.constant(ident, o.type.dtype), s.a.shape), s.nb))
-    contribs: list[list[RV]] = []
-    for pt in points:
-        _bind_point(it, vars_, pt)
-        pv = _pred_value(it, op)
-        if pv is not True and not bool(np.all(pv)):
-            if np.any(pv):
-                return [_unbounded(v) for v in out]
-            continue
-        contribs.append(it.block(body, idents))
+    idents = [BUILTINS[c].identity(o.type.dtype) if c in BUILTINS else 0
+              for c, o in zip(contracts, op.operands, strict=True)]
+    contribs = _contributions(it, op, body, seeds, points, idents)
+    if contribs is None:
+        return [_unbounded(v) for v in out]
     res = list(out)
     for i in need:
         c = contracts[i]
@@ -167,23 +157,31 @@ def _merge_fn(it: Interpreter, op: Operation, i: int):
         b.identity(dt)
 
 
-def _random_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
-                 policy: ReductionPolicy) -> list:
-    """A randomly grouped (and for unordered_tree, permuted) evaluation."""
-    vars_ = op.attrs["vars"]
-    merges = [_merge_fn(it, op, i) for i in range(len(seeds))]
-    idents = []
-    for (m, ident), s, o in zip(merges, seeds, op.operands, strict=True):
-        idents.append(RV(np.broadcast_to(N.constant(ident, o.type.dtype), s.a.shape), s.nb))
-    contribs: list[list[RV]] = []
+def _contributions(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
+                   idents: list) -> list[list[RV]] | None:
+    """Each active point's lifted contribution: the body applied to the identity
+    state(s). None when activity varies across batched instances."""
+    states = [RV(np.broadcast_to(N.constant(i, o.type.dtype), s.a.shape), s.nb)
+              for i, s, o in zip(idents, seeds, op.operands, strict=True)]
+    out: list[list[RV]] = []
     for pt in points:
-        _bind_point(it, vars_, pt)
+        _bind_point(it, op.attrs["vars"], pt)
         pv = _pred_value(it, op)
         if pv is not True and not bool(np.all(pv)):
             if np.any(pv):
-                return _iterate(it, op, body, seeds, points)  # lane-varying: serial
+                return None
             continue
-        contribs.append(it.block(body, idents))
+        out.append(it.block(body, states))
+    return out
+
+
+def _random_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
+                 policy: ReductionPolicy) -> list:
+    """A randomly grouped (and for unordered_tree, permuted) evaluation."""
+    merges = [_merge_fn(it, op, i) for i in range(len(seeds))]
+    contribs = _contributions(it, op, body, seeds, points, [m[1] for m in merges])
+    if contribs is None:
+        return _iterate(it, op, body, seeds, points)  # lane-varying domain: serial
     if not contribs:
         return seeds
     order = list(range(len(contribs)))

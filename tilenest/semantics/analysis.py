@@ -236,12 +236,25 @@ class _Walker:
 
 
 def _leaves(x: Any) -> list[E.Expr]:
+    """Free leaves of an attribute value (see :func:`attr_leaves`)."""
+    return attr_leaves(x)
+
+
+def attr_leaves(x: Any) -> list[E.Expr]:
+    """The free index leaves of an attribute value: expressions, tuples of them,
+    an IndexSet (its own variables are bound by it) and an exec layout map (its
+    inputs are bound by it)."""
     if isinstance(x, (E.Expr, E.Pred)):
         return list(E.leaves(x))
     if isinstance(x, (tuple, list)):
-        return [lf for i in x for lf in _leaves(i)]
+        return [lf for i in x for lf in attr_leaves(i)]
     if isinstance(x, IndexSet):
-        return _leaves(x.pred) + _leaves(x.space.extents)
-    if hasattr(x, "layout") and getattr(x, "layout") is not None and hasattr(x.layout, "outputs"):
-        return _leaves(x.layout.outputs)
+        own = set(x.vars)
+        return [lf for lf in attr_leaves(x.pred) + attr_leaves(x.space.extents)
+                if not (isinstance(lf, E.Var) and lf.name in own)]
+    lay = getattr(x, "layout", None)
+    if lay is not None and hasattr(lay, "outputs"):
+        own = set(lay.inputs)
+        return [lf for lf in attr_leaves(lay.outputs)
+                if not (isinstance(lf, E.Var) and lf.name in own)]
     return []

@@ -234,21 +234,9 @@ def _bool() -> Any:
 
 
 def _leaves(x: Any) -> list[E.Expr]:
-    if isinstance(x, (E.Expr, E.Pred)):
-        return list(E.leaves(x))
-    if isinstance(x, (tuple, list)):
-        return [lf for i in x for lf in _leaves(i)]
-    if isinstance(x, IndexSet):
-        # the set's own variables are bound by it
-        own = set(x.vars)
-        out = [lf for lf in _leaves(x.pred) + _leaves(x.space.extents)
-               if not (isinstance(lf, E.Var) and lf.name in own)]
-        return out
-    lay = getattr(x, "layout", None)
-    if lay is not None and hasattr(lay, "outputs"):
-        own = set(lay.inputs)
-        return [lf for lf in _leaves(lay.outputs) if not (isinstance(lf, E.Var) and lf.name in own)]
-    return []
+    from .analysis import attr_leaves
+
+    return attr_leaves(x)
 
 
 def check_layout(mt: MemoryType, op: Operation) -> None:
