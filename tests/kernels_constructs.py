@@ -171,5 +171,29 @@ def embedding(ids: tn.Tensor[i64, "T"], table: tn.Tensor[f32, "V D"],
         out(tn.coord(p.index(), 0), tn.shape(1, dmod)).store(row)
 
 
-ALL = [all_regions, values_zoo, control_flow, memory_and_layouts, gemm_reduce_fold,
+@tn.kernel
+def misc_constructs(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], y: tn.Tensor[f32, "M N"],
+                    bits: tn.Tensor[i32, "M N"]):
+    """matmul, full, a region-form max update, a reversed serial, bitcast, a tree scan,
+    a Memory with named dims."""
+    for p in tn.parallel(tn.shape(1)):
+        a = A[tn.coord(0, 0), tn.shape(4, 4)]
+        b = B[tn.coord(0, 0), tn.shape(4, 4)]
+        c = tn.matmul(a, b)
+        m = tn.full(f32, tn.shape(tn.axis(c.dim(0), 4)), -1.0e30)
+        for r in p.reduce(c.domain(c.dim(1))):
+            m = tn.maximum(m, c.at(r))
+        rev = tn.scalar(0.0, f32)
+        for s in p.serial(tn.shape(4), order="reverse"):
+            rev = rev * 2.0 + tn.cast(s.index(), f32)
+        mem = tn.memory(f32, tn.shape(4, 4), dims=c.dims())
+        mem.store(tn.scan(c, c.dim(1), tn.add, policy=tn.ordered_tree) + m + rev)
+        out = mem.load()
+        y(tn.coord(0, 0), tn.shape(4, 4)).store(tn.reindex(out, tn.shape(4, 4),
+                                                           lambda i, j: (i, j)))
+        bits(tn.coord(0, 0), tn.shape(4, 4)).store(tn.reindex(tn.bitcast(out, i32),
+                                                              tn.shape(4, 4), lambda i, j: (i, j)))
+
+
+ALL = [misc_constructs, all_regions, values_zoo, control_flow, memory_and_layouts, gemm_reduce_fold,
        nest_subnest_update, per_child_patches, custom_reducer, embedding]

@@ -423,3 +423,19 @@ def test_pipeline_relying_on_undeclared_order_is_caught():
     y = np.zeros(12, np.float32)
     tn.interpret(declared, np.arange(12, dtype=np.float32), y)
     assert y.tolist() == (np.arange(12) * 2).tolist()
+
+
+def test_misc_constructs_match_numpy():
+    rng = np.random.default_rng(9)
+    A = rng.standard_normal((4, 4)).astype(np.float32)
+    B = rng.standard_normal((4, 4)).astype(np.float32)
+    y = np.zeros((4, 4), np.float32)
+    b = np.zeros((4, 4), np.int32)
+    tn.interpret(K.misc_constructs, A, B, y, b)
+    c = A.astype(np.float64) @ B
+    rev = 0.0
+    for s in (3, 2, 1, 0):
+        rev = rev * 2 + s
+    ref = np.cumsum(c, axis=1) + c.max(axis=1, keepdims=True) + rev
+    assert np.allclose(y, ref, rtol=1e-5, atol=1e-5)
+    assert b.tobytes() == y.view(np.int32).tobytes()
