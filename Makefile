@@ -25,3 +25,8 @@ test-slow: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+lint: $(STAMP)
+	$(BIN)/pip install -q ruff mypy
+	$(BIN)/ruff check tilenest --select E,F,W,B --ignore E501,E731,E741,B008,B023,B905
+	$(BIN)/mypy tilenest/semantics --ignore-missing-imports

@@ -19,10 +19,10 @@ from ..errors import CaptureError, TypeCheckError
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
-from ..semantics.maps import Map, MemLayout, strided_layout
+from ..semantics.maps import MemLayout, strided_layout
 from ..semantics.policies import (ASSUME, CHECKED, ZERO, Bounds, BoundsPolicy, ExecPolicy,
                                   MmaPolicy, PipelinePolicy, ReductionPolicy)
-from ..semantics.space import Dim, DimFactor, IndexSet, Space
+from ..semantics.space import Dim, DimFactor, Space
 from ..semantics.types import MemoryType, StateType, TensorType, TileType
 from .builder import BValue
 from .context import ctx

@@ -34,7 +34,7 @@ from ..errors import CaptureError, ContractError, Site, TilenestError, TypeCheck
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.policies import ExecPolicy, ReductionPolicy
-from ..semantics.space import DimFactor, IndexSet, Space
+from ..semantics.space import IndexSet
 from ..semantics.types import TileType
 from . import dsl
 from .builder import BBlock, BOp, BValue
@@ -117,7 +117,7 @@ class Stager:
         try:
             return handler(node)
         except TilenestError as e:
-            raise e.with_site(self.site(node))
+            raise e.with_site(self.site(node)) from None
 
     def s_Expr(self, node: ast.Expr) -> None:
         self.expr(node.value)
@@ -300,7 +300,7 @@ class Stager:
         try:
             return thunk()
         except TilenestError as e:
-            raise e.with_site(self.site(node))
+            raise e.with_site(self.site(node)) from None
         except (TypeError, ValueError, IndexError, KeyError, ZeroDivisionError) as e:
             raise self.fail(node, f"{type(e).__name__}: {e}") from None
 
@@ -472,7 +472,7 @@ class Stager:
         try:
             take = bool(c)
         except TilenestError as e:
-            raise e.with_site(self.site(node.test))
+            raise e.with_site(self.site(node.test)) from None
         return self.run_body(node.body if take else node.orelse)
 
     def s_While(self, node: ast.While) -> Any:
@@ -593,7 +593,7 @@ class _CarryMixin:
             elif not isinstance(cur, dsl.Tile) or cur.v.resolve() is p:
                 p.forward = before[n].v.resolve()
                 env[n] = before[n]
-        for key, (m, old, p) in mfwd.items():
+        for m, old, p in mfwd.values():
             if m.state.resolve() is not p:
                 mems.append(m)
                 incoming.append(old.resolve())
@@ -1082,7 +1082,6 @@ class WhileStager(_CarryMixin):
                 raise CaptureError("tn.while_ needs a bool scalar condition", site)
             if len(cond_block.ops) == 0 or any("effect" in _traits(o) for o in cond_block.ops):
                 pass
-            cond_env = dict(st.env)
         finally:
             c.frames.pop()
             c.builder.pop()
@@ -1095,9 +1094,6 @@ class WhileStager(_CarryMixin):
         finally:
             c.frames.pop()
             c.builder.pop()
-        for n, v in cond_env.items():
-            if n not in before:
-                continue
         names, mems, incoming, finals = self.finish_carry(before, fwd, mfwd, body, node)
         # both regions see the same carried arguments
         self.add_args(body, fwd, mfwd, names, mems)

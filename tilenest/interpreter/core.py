@@ -9,7 +9,7 @@ and owns the state every rule shares.
 from __future__ import annotations
 
 import random as _random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,7 +17,6 @@ import numpy as np
 from ..errors import (RuntimeSemanticError, Site, TilenestError, TypeCheckError,
                       UninitializedReadError)
 from ..semantics import expr as E
-from ..semantics.dtypes import DType
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.types import TensorType, TileType
 from .effects import Buffer, EffectLog
@@ -237,7 +236,7 @@ class Interpreter:
                 if self.track and not op.regions and op.name != "put":
                     self._propagate(op)
             except TilenestError as e:
-                raise e.with_site(op.loc)
+                raise e.with_site(op.loc) from None
             except FloatingPointError as e:  # pragma: no cover - numpy errstate
                 raise RuntimeSemanticError(str(e), op.loc) from None
         return []

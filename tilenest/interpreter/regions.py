@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RaceError, RuntimeSemanticError, TilenestError
+from ..errors import RaceError, RuntimeSemanticError
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation
 from .core import Interpreter, rule

@@ -70,7 +70,9 @@ def _expr(e: E.Expr, n: _Names) -> str:
         c = 1
         for k in consts:
             c *= k.value
-        return f"({c})*{_expr(rest[0], n)}" if rest else str(c)
+        if not rest:
+            return str(c) if c >= 0 else f"({c})"
+        return f"({c}*{_expr(rest[0], n)})"
     if isinstance(e, (E.FloorDiv, E.Mod)):
         if not (isinstance(e.b, E.Const) and e.b.value > 0):
             raise NonAffine(E.to_str(e))

@@ -26,7 +26,6 @@ states membership in an :class:`~tilenest.semantics.space.IndexSet`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Callable, Iterable, Mapping, Union
 
 import numpy as np

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Site, TilenestError, VerifyError
+from ..errors import TilenestError, VerifyError
 from . import expr as E
 from .ir import Block, Operation, TileProgram, Value
 from .maps import MemLayout
@@ -134,7 +134,7 @@ class _Verifier:
         try:
             got = infer_types(op.name, tuple(o.type for o in op.operands), op.attrs, hint)
         except TilenestError as e:
-            raise e.with_site(op.loc)
+            raise e.with_site(op.loc) from None
         if tuple(got) != hint:
             raise self.fail(op, f"'{op.name}' result types do not match its type rule")
         # (4) regions
@@ -338,7 +338,7 @@ class _MemoryFlow:
                 raise VerifyError(f"'{n}' passes stale state %{o.name} of %{mem}", op.loc)
         may_skip = self._may_skip(op)
         results_init: dict[int, bool] = {}
-        for ri, r in enumerate(op.regions):
+        for r in op.regions:
             inner = dict(cur)
             args = r.args
             operand_base = 1 if n == "if" else 0
@@ -352,7 +352,7 @@ class _MemoryFlow:
             y = r.terminator
             if y is None:
                 continue
-            for i, o in st_ops:
+            for i, _o in st_ops:
                 if n == "if":
                     continue
                 yv = y.operands[i]

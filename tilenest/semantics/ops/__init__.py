@@ -92,4 +92,4 @@ def infer_types(name: str, operand_types: tuple, attrs: Any, hint: tuple = ()) -
 
 
 # register all families
-from . import memory, regions, values  # noqa: E402,F401
+from . import memory as _memory, regions as _regions, values as _values  # noqa: E402,F401

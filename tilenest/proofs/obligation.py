@@ -1,0 +1,257 @@
+"""Obligations as data, and their discharge.
+
+An :class:`Obligation` records *what* must hold -- its ``kind``, a one-line
+``title``, the formula (a :class:`~tilenest.proofs.formula.Claim`, or for
+finite/structural facts a ``decider``), the ``sites`` it concerns -- and, once
+discharged, the **verdict**:
+
+* ``proved``  -- the claim holds for every binding of the parameters that
+  satisfies the program's assumptions;
+* ``refuted`` -- a concrete counterexample (parameter values and coordinates)
+  is attached; it has been re-evaluated against the claim's own formula
+  outside the solver before being reported;
+* ``unknown`` -- with the reason (budget exhausted, non-affine term the engine
+  cannot decide, data-dependent index, over-approximated control flow);
+* ``assumed`` -- the user took it as an axiom (``assume``); it is reported as
+  such, never as proved.
+
+Soundness bookkeeping: a claim built from an *over-approximation* of the
+program (an ``if`` whose condition is data, a ``while``) can only be proved
+when the approximation sits in the hypothesis (``refutable = False``), or only
+refuted when it sits in the conclusion (``provable = False``); the discharge
+downgrades the other outcome to ``unknown``. Counterexamples that need values
+of data (``Val`` leaves) are likewise ``unknown``: no input is known to produce
+them. ``role = "evidence"`` marks obligations reported for information (a
+floating-point law that a reduction policy's permission makes unnecessary);
+they never decide the check's outcome.
+
+Engines: ``isl`` for the quasi-affine fragment (exact), ``z3`` beyond it (or for
+scalar laws), ``catalogue`` for target-topology facts, ``structural`` for facts
+read off the rewritten IR, ``policy`` for reduction permissions.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+from ..errors import Site
+from . import formula as Fm
+from .model import VarInfo
+
+PROVED, REFUTED, UNKNOWN, ASSUMED, PENDING = "proved", "refuted", "unknown", "assumed", "pending"
+
+#: default time budget of one query, in seconds
+DEFAULT_TIMEOUT = 5.0
+
+
+@dataclass
+class Obligation:
+    """One proof obligation and (after :func:`discharge`) its verdict."""
+
+    kind: str
+    title: str
+    sites: tuple[Site, ...] = ()
+    claim: Fm.Claim | None = None
+    decider: Callable[["Obligation", float], None] | None = None
+    info: dict[str, VarInfo] = field(default_factory=dict)
+    explain: Callable[[dict], list[str]] | None = None
+    role: str = "required"
+    provable: bool = True
+    refutable: bool = True
+    inexact_note: str = ""
+    formula_text: str = ""
+    # verdict
+    status: str = PENDING
+    engine: str = ""
+    seconds: float = 0.0
+    counterexample: dict[str, Any] | None = None
+    reason: str = ""
+    checked: bool = False
+    assumed_by: str = ""
+    details: list[str] = field(default_factory=list)
+
+    @property
+    def formula(self) -> str:
+        """The printable statement (the claim's sentence, or the decider's text)."""
+        if self.formula_text:
+            return self.formula_text
+        return self.claim.text() if self.claim is not None else self.title
+
+    @property
+    def ident(self) -> str:
+        site = str(self.sites[0]) if self.sites else "-"
+        return f"{self.kind}@{site}"
+
+    def matches(self, selector: str) -> bool:
+        """An ``assume`` selector: ``KIND``, a kind prefix ending in ``.``/``*``,
+        ``KIND@SITE`` (a site substring, e.g. ``gemm.py:30``), or ``*``."""
+        if selector == "*":
+            return True
+        kind, _, site = selector.partition("@")
+        kind_ok = (kind == self.kind or (kind.endswith("*") and self.kind.startswith(kind[:-1]))
+                   or (kind.endswith(".") and self.kind.startswith(kind)) or kind == "")
+        if not kind_ok:
+            return False
+        return not site or any(site in str(s) for s in self.sites)
+
+    def set(self, status: str, engine: str, reason: str = "",
+            counterexample: dict | None = None) -> None:
+        self.status, self.engine, self.reason = status, engine, reason
+        self.counterexample = counterexample
+
+    def counterexample_lines(self) -> list[str]:
+        """The counterexample in the user's terms."""
+        if self.counterexample is None:
+            return []
+        lines: list[str] = []
+        cx = self.counterexample
+        params = [k for k in cx if k in (self.claim.params if self.claim else ())]
+        if params:
+            lines.append("parameters: " + ", ".join(f"{k} = {cx[k]}" for k in params))
+        if self.explain is not None:
+            try:
+                lines.extend(self.explain(cx))
+            except Exception as e:  # noqa: BLE001 - rendering must never hide a verdict
+                lines.append(f"(could not render: {e})")
+        else:
+            coords = [k for k in cx if k not in params]
+            if coords:
+                lines.append("at " + ", ".join(
+                    f"{self.info[k].label if k in self.info else k} = {cx[k]}" for k in coords))
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "role": self.role,
+            "sites": [str(s) for s in self.sites],
+            "formula": self.formula,
+            "verdict": self.status,
+            "engine": self.engine,
+            "seconds": round(self.seconds, 6),
+            "reason": self.reason or None,
+            "counterexample": _jsonable(self.counterexample),
+            "counterexample_text": self.counterexample_lines() or None,
+            "checked": self.checked,
+            "assumed_by": self.assumed_by or None,
+        }
+
+
+def _jsonable(x: Any) -> Any:
+    if x is None:
+        return None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float):
+        return repr(x) if x != x or x in (float("inf"), float("-inf")) else x
+    return x
+
+
+# ---------------------------------------------------------------------------
+# discharge
+
+
+def decide_claim(ob: Obligation, timeout: float, engine: str = "auto") -> None:
+    """Decide ``ob.claim`` with isl (quasi-affine) or z3 (otherwise)."""
+    from . import isl_engine, z3_engine
+
+    claim = ob.claim
+    assert claim is not None
+    cs = claim.counterexample_set()
+    params, vars_, data = claim.params, claim.vars, claim.data
+    affine = Fm.is_affine(cs)
+    eng = engine if engine != "auto" else ("isl" if affine else "z3")
+    if eng == "isl" and not affine:
+        ob.set(UNKNOWN, "isl", "non-affine term " + "; ".join(Fm.non_affine_terms(cs)[:2]))
+        return
+    if eng == "isl":
+        a = isl_engine.decide(cs, params, vars_, data, timeout)
+        status = {"empty": PROVED, "point": REFUTED}.get(a.status, UNKNOWN)
+        if status == UNKNOWN and "budget" not in a.reason:
+            # isl could not parse/handle it: give z3 the same budget
+            b = z3_engine.decide(cs, params, vars_, data, timeout)
+            if b.status != "unknown":
+                eng, a = "z3", isl_engine.Answer("empty" if b.status == "unsat" else "point",
+                                                 b.point, b.reason)
+                status = PROVED if b.status == "unsat" else REFUTED
+        point, reason = a.point, a.reason
+    else:
+        b = z3_engine.decide(cs, params, vars_, data, timeout)
+        status = {"unsat": PROVED, "sat": REFUTED}.get(b.status, UNKNOWN)
+        point, reason = b.point, b.reason
+        if status == UNKNOWN and not affine:
+            reason = f"{reason}; non-affine term " + "; ".join(Fm.non_affine_terms(cs)[:1])
+    if status == PROVED:
+        if not ob.provable:
+            ob.set(UNKNOWN, eng, "the statement over-approximates the program "
+                   f"({ob.inexact_note}); no counterexample exists in the approximation")
+            return
+        ob.set(PROVED, eng)
+        return
+    if status == UNKNOWN:
+        ob.set(UNKNOWN, eng, reason)
+        return
+    assert point is not None
+    # re-check the counterexample by evaluating the claim's own formula
+    try:
+        holds = Fm.evaluate(cs, Fm.env_of(point, params))
+        ob.checked = True
+    except Fm.Undecided:
+        holds = True
+    except (KeyError, ZeroDivisionError) as e:
+        ob.set(UNKNOWN, eng, f"counterexample could not be re-evaluated: {e}")
+        return
+    if not holds:
+        ob.set(UNKNOWN, eng, "engine counterexample failed the concrete re-check")
+        return
+    if data:
+        ob.set(UNKNOWN, eng, "a counterexample needs data values ("
+               + ", ".join(f"%{d} = {point.get('%' + d)}" for d in data)
+               + "); no input is known to produce them", point)
+        return
+    if not ob.refutable:
+        ob.set(UNKNOWN, eng, f"a conflict exists in an over-approximation ({ob.inexact_note}); "
+               "not a proof that the program has one", point)
+        return
+    ob.set(REFUTED, eng, counterexample=point)
+
+
+def discharge(obs: Sequence[Obligation], timeout: float = DEFAULT_TIMEOUT,
+              engine: str = "auto", assume: Iterable[str] = ()) -> list[Obligation]:
+    """Give every obligation a verdict (in place); returns ``obs``."""
+    sels = list(assume)
+    for ob in obs:
+        if ob.status != PENDING:
+            continue
+        hit = next((s for s in sels if ob.matches(s)), None)
+        if hit is not None:
+            ob.set(ASSUMED, "-", f"assumed by the user (selector '{hit}'), not proved")
+            ob.assumed_by = hit
+            continue
+        t0 = time.perf_counter()
+        try:
+            if ob.decider is not None:
+                ob.decider(ob, timeout)
+            elif ob.claim is not None:
+                decide_claim(ob, timeout, engine)
+            else:
+                ob.set(UNKNOWN, "-", "no decision procedure")
+        finally:
+            ob.seconds = time.perf_counter() - t0
+    return list(obs)
+
+
+def outcome(obs: Iterable[Obligation]) -> int:
+    """Exit status: 0 when every required obligation is proved or assumed, 1 when
+    one is refuted, 2 when one is unknown and none is refuted."""
+    req = [o for o in obs if o.role == "required"]
+    if any(o.status == REFUTED for o in req):
+        return 1
+    if any(o.status in (UNKNOWN, PENDING) for o in req):
+        return 2
+    return 0
