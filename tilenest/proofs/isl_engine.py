@@ -43,11 +43,13 @@ class Answer:
 class _Names:
     def __init__(self) -> None:
         self.map: dict[tuple[str, str], str] = {}
+        self.count = 0
 
     def get(self, kind: str, name: str) -> str:
         key = (kind, name)
         if key not in self.map:
-            self.map[key] = f"{kind[0]}{len(self.map)}"
+            self.map[key] = f"{kind[0]}{self.count}"
+            self.count += 1
         return self.map[key]
 
 
@@ -113,8 +115,15 @@ def _formula(f: Fm.F, n: _Names) -> str:
     if isinstance(f, Fm.Not):
         return f"(not {_formula(f.item, n)})"
     if isinstance(f, Fm.Exists):
+        # bound variables always get fresh names (a bound name may shadow a free one)
+        saved = {v: n.map.pop(("var", v), None) for v in f.vars}
         vs = ", ".join(n.get("var", v) for v in f.vars)
-        return f"(exists ({vs} : {_formula(f.body, n)}))"
+        body = _formula(f.body, n)
+        for v, old in saved.items():
+            n.map.pop(("var", v), None)
+            if old is not None:
+                n.map[("var", v)] = old
+        return f"(exists ({vs} : {body}))"
     raise TypeError(f)
 
 

@@ -76,6 +76,7 @@ class Access:
     local_box: Fm.F
     guard: Fm.F
     elem: tuple[E.Expr, ...]
+    valid: Fm.F = Fm.TRUE
 
     @property
     def vars(self) -> list[str]:
@@ -261,12 +262,12 @@ class Model:
             elem = tuple(E.subst(x, m) for x in op.attrs["map"])
             extents = [E.subst(x, m) for x in tile.extents]
             box = Fm.in_box([E.Var(u) for u in local], extents)
-            guard = Fm.conj(Fm.atom(E.subst(op.attrs["valid"], m)),
-                            Fm.in_box(elem, t.type.shape))
+            valid = Fm.atom(E.subst(op.attrs["valid"], m))
+            guard = Fm.conj(valid, Fm.in_box(elem, t.type.shape))
             for i, u in enumerate(local):
                 inst.info[u] = VarInfo(f"u{i}", f"tile coordinate {i} of {op.name} at {where(op)}")
             return Access(op, op.name == "tensor.store", ("tensor", t.name), inst, local, box,
-                          guard, elem)
+                          guard, elem, valid)
         mem = op.operands[0]
         mt = mem.type
         assert isinstance(mt, MemoryType)

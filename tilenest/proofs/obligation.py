@@ -54,6 +54,7 @@ class Obligation:
     title: str
     sites: tuple[Site, ...] = ()
     claim: Fm.Claim | None = None
+    lemma: Fm.Claim | None = None
     decider: Callable[["Obligation", float], None] | None = None
     info: dict[str, VarInfo] = field(default_factory=dict)
     explain: Callable[[dict], list[str]] | None = None
@@ -62,6 +63,7 @@ class Obligation:
     refutable: bool = True
     inexact_note: str = ""
     formula_text: str = ""
+    witness: Any = None
     # verdict
     status: str = PENDING
     engine: str = ""
@@ -103,6 +105,8 @@ class Obligation:
 
     def counterexample_lines(self) -> list[str]:
         """The counterexample in the user's terms."""
+        if self.details:
+            return list(self.details)
         if self.counterexample is None:
             return []
         lines: list[str] = []
@@ -157,7 +161,21 @@ def _jsonable(x: Any) -> Any:
 
 
 def decide_claim(ob: Obligation, timeout: float, engine: str = "auto") -> None:
-    """Decide ``ob.claim`` with isl (quasi-affine) or z3 (otherwise)."""
+    """Decide ``ob.claim`` with isl (quasi-affine) or z3 (otherwise). A ``lemma``
+    (a stronger, quantifier-free form such as an explicit preimage for a
+    coverage claim) is tried first: proving it proves the claim; failing to
+    prove it decides nothing."""
+    if ob.lemma is not None:
+        sub = Obligation(ob.kind, ob.title, claim=ob.lemma, provable=ob.provable)
+        _decide(sub, timeout / 2, engine)
+        if sub.status == PROVED:
+            ob.set(PROVED, sub.engine, "via an explicit witness")
+            return
+        timeout = timeout / 2
+    _decide(ob, timeout, engine)
+
+
+def _decide(ob: Obligation, timeout: float, engine: str) -> None:
     from . import isl_engine, z3_engine
 
     claim = ob.claim

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import struct
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -148,11 +149,18 @@ def decide(f: Fm.F, params: Sequence[str], vars_: Sequence[str], data: Sequence[
     # prefer a small counterexample: try inside a box first
     leaves = [tr.leaf("sym", p) for p in params] + [tr.leaf("var", v) for v in vars_] + \
         [tr.leaf("data", d) for d in data]
-    s.push()
-    s.add(*[z3.And(x >= -64, x <= 64) for x in leaves])
-    r = s.check()
-    if r != z3.sat:
+    deadline = time.perf_counter() + timeout
+    r = z3.unknown
+    for bound in (4, 16, 64):
+        s.push()
+        s.add(*[z3.And(x >= -bound, x <= bound) for x in leaves])
+        s.set("timeout", max(1, int((deadline - time.perf_counter()) * 250)))
+        r = s.check()
+        if r == z3.sat:
+            break
         s.pop()
+    if r != z3.sat:
+        s.set("timeout", max(1, int((deadline - time.perf_counter()) * 1000)))
         r = s.check()
     if r == z3.unsat:
         return Answer("unsat")
@@ -288,10 +296,27 @@ def prove_law(alg: Scalar, names: Sequence[str], lhs: Callable[..., Sequence[Any
         left, right = lhs(**xs), rhs(**xs)
     except (KeyError, ValueError) as e:
         return Answer("unknown", reason=str(e))
-    s = z3.Solver()
-    s.set("timeout", max(1, int(timeout * 1000)))
-    s.add(z3.Or([a != b for a, b in zip(left, right, strict=True)]))
-    r = s.check()
+    goal = z3.Or([a != b for a, b in zip(left, right, strict=True)])
+    deadline = time.perf_counter() + timeout
+    fp = alg.dt.is_float and not alg.real
+    r = z3.unknown
+    if fp:
+        # counterexamples of float laws are found far faster among moderate
+        # magnitudes; such a point is a genuine counterexample, an unsat here
+        # proves nothing, so the full query follows
+        s = z3.Solver()
+        s.set("timeout", max(1, int(timeout * 250)))
+        lo, hi = z3.FPVal(1e-6, alg.sort), z3.FPVal(1e6, alg.sort)
+        s.add(goal)
+        for v in xs.values():
+            for x in v:
+                s.add(z3.fpGT(z3.fpAbs(x), lo), z3.fpLT(z3.fpAbs(x), hi))
+        r = s.check()
+    if r != z3.sat:
+        s = z3.Tactic("qffpbv").solver() if fp else z3.Solver()
+        s.set("timeout", max(1, int((deadline - time.perf_counter()) * 1000)))
+        s.add(goal)
+        r = s.check()
     if r == z3.unsat:
         return Answer("unsat")
     if r == z3.unknown:

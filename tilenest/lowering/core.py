@@ -1,0 +1,424 @@
+"""The lowering driver: TileIR -> loop IR.
+
+Meaning is preserved op by op. Each op has one lowering rule (``RULES``, filled
+by ``values.py``, ``memory.py``, ``regions.py`` and ``reductions.py``) that
+turns the handles of its operands (``handles.py``) into handles of its results,
+emitting loop-IR statements into the current statement list. A missing rule
+is a ``NotAvailableError`` naming the op and the target.
+
+The driver owns what every rule shares: the value environment, the binding
+of TileIR index variables to loop-IR index expressions, per-program local
+buffers, the known facts used to drop implied guards, error codes, and the
+loop nests that evaluate a handle over a tile (:meth:`Lowerer.nest`), with
+their range restriction (``facts.py``).
+
+Phases: each top-level ``parallel`` becomes one phase whose program ids are
+its domain points (row-major); root-level ops outside it that have no effects
+are replayed at the start of each program. A root with other effects becomes
+one ordered phase of a single program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+from ..errors import NotAvailableError, TilenestError
+from ..semantics import dtypes as D
+from ..semantics import expr as E
+from ..semantics.ir import Block, Operation, TileProgram, Value
+from ..semantics.space import Dim
+from ..semantics.types import TensorType, TileType
+from . import loopir as L
+from .facts import Facts, conjuncts, residual, split_range
+from .handles import BufH, Handle, Index, LazyH, TensorH, VarH, linear
+from .schedule import LAZY_OPS, Schedule, default_schedule, storage_plan
+
+Rule = Callable[["Lowerer", Operation], None]
+RULES: dict[str, Rule] = {}
+
+
+def rule(*names: str) -> Callable[[Rule], Rule]:
+    """Register the lowering of ops ``names``."""
+
+    def deco(fn: Rule) -> Rule:
+        for n in names:
+            RULES[n] = fn
+        return fn
+
+    return deco
+
+
+def unsupported(op: Operation, target: str, why: str = "") -> NotAvailableError:
+    extra = f" ({why})" if why else ""
+    return NotAvailableError(f"op '{op.name}' has no lowering for target '{target}'{extra}",
+                             op.loc, "run it on the reference interpreter (call the kernel)")
+
+
+class Lowerer:
+    """State of one lowering (see the module docstring)."""
+
+    def __init__(self, prog: TileProgram, schedule: Schedule):
+        self.prog = prog
+        self.sched = schedule
+        self.target = schedule.target
+        self.plan = storage_plan(prog, schedule)
+        self.env: dict[str, Any] = {}
+        self.ivars: dict[str, E.Expr] = {}
+        self.locals: list[L.Buffer] = []
+        self.errors: list[L.ErrorSite] = []
+        self.sinks: list[list[L.Stmt]] = [[]]
+        self.facts = Facts()
+        self.count = 0
+        self.expr_mode = 0
+        self.depth = 0
+        self.def_depth: dict[str, int] = {}
+        self.reassoc: set[int] = set()
+        self.pending: list[L.Stmt] = []
+        self.uses: dict[str, int] = {}
+        for op in prog.walk():
+            for o in op.operands:
+                self.uses[o.name] = self.uses.get(o.name, 0) + 1
+        self.params: list[L.Param] = []
+        self.globals: list[L.Buffer] = []
+
+    # -- statements ---------------------------------------------------------
+    def emit(self, *stmts: L.Stmt) -> None:
+        """Append statements (after any checks the expressions they use raised)."""
+        if self.pending:
+            self.sinks[-1].extend(self.pending)
+            self.pending = []
+        self.sinks[-1].extend(stmts)
+
+    @contextlib.contextmanager
+    def collect(self) -> Iterator[list[L.Stmt]]:
+        """Statements emitted inside the ``with`` go to the yielded list."""
+        out: list[L.Stmt] = []
+        self.sinks.append(out)
+        try:
+            yield out
+        finally:
+            if self.pending:
+                out.extend(self.pending)
+                self.pending = []
+            self.sinks.pop()
+
+    def fresh(self, base: str, dtype: D.DType) -> L.LVar:
+        self.count += 1
+        return L.LVar(f"{base}.{self.count}", dtype)
+
+    def local(self, base: str, dtype: D.DType, extents: tuple[E.Expr, ...]) -> L.Buffer:
+        """A per-program local buffer holding a dense tile of ``extents``."""
+        size: E.Expr = E.Const(1)
+        for x in extents:
+            size = size * x
+        if any(isinstance(lf, (E.Var, E.Val)) for lf in E.leaves(size)):
+            raise NotAvailableError(
+                f"a tile of extent {E.to_str(size)} varies inside one program; the llvm target "
+                "needs tile extents fixed per call", None,
+                "give tiles a fixed extent and mask the ragged part")
+        self.count += 1
+        b = L.Buffer(f"%{base}.{self.count}", dtype, "local", size)
+        self.locals.append(b)
+        return b
+
+    def error(self, kind: str, message: str, site: Any) -> int:
+        code = len(self.errors) + 1
+        self.errors.append(L.ErrorSite(code, kind, message, site))
+        return code
+
+    def lazy_error(self, kind: str, message: str, site: Any) -> Callable[[], int]:
+        """An error code allocated only when first needed (a check is emitted)."""
+        box: list[int] = []
+
+        def get() -> int:
+            if not box:
+                box.append(self.error(kind, message, site))
+            return box[0]
+
+        return get
+
+    def check(self, cond: E.Pred, code: int) -> None:
+        """Record a check of ``cond`` to be emitted before the next statement."""
+        if cond != E.TRUE:
+            self.pending.append(L.Check(L.IPred(cond), code))
+
+    # -- values and indices -------------------------------------------------
+    def ix(self, x: Any) -> Any:
+        """A TileIR index expression/predicate in loop-IR terms: region
+        variables replaced by their loop expressions, scalar values by locals."""
+        m: dict[E.Expr, E.Expr] = {}
+        for lf in E.leaves(x):
+            if isinstance(lf, E.Var) and lf.name in self.ivars:
+                m[lf] = self.ivars[lf.name]
+            elif isinstance(lf, E.Val):
+                m[lf] = E.Val(self.scalar_var(lf.name).name)
+        return E.subst(x, m) if m else x
+
+    def scalar_var(self, name: str) -> L.LVar:
+        """The local holding integer scalar value ``name`` (materialized if lazy)."""
+        h = self.env[name]
+        if isinstance(h, VarH):
+            return h.var
+        if self.expr_mode:
+            raise NotAvailableError(f"data-dependent index %{name} inside an inlined region",
+                                    None, "materialize the index first")
+        v = self.fresh(name, h.dtype)
+        self.emit(L.Assign(v, h.at(self, {})))
+        self.env[name] = VarH(v)
+        return v
+
+    def extents(self, t: TileType) -> tuple[E.Expr, ...]:
+        return tuple(self.ix(x) for x in t.extents)
+
+    def handle(self, v: Value) -> Any:
+        try:
+            return self.env[v.name]
+        except KeyError:
+            raise TilenestError(f"internal: %{v.name} used before it was lowered") from None
+
+    def define(self, v: Value, h: Any) -> None:
+        """Bind ``v`` to ``h``, materializing it when the storage plan says so."""
+        if (isinstance(h, LazyH) and not self.expr_mode
+                and self.plan.get(v.name, "inline") == "materialize"):
+            h = self.materialize(h, v.name)
+        self.env[v.name] = h
+        self.def_depth[v.name] = self.depth
+
+    # -- loop nests ---------------------------------------------------------
+    def nest(self, dims: tuple[Dim, ...], extents: tuple[E.Expr, ...],
+             body: Callable[[Index], None], guards: Callable[[Index], list[E.Pred]] | None = None,
+             exclusive: bool = False, reverse: bool = False, kind: str = "vector") -> None:
+        """Emit loops over the box ``extents`` (row-major, dims in order), calling
+        ``body(q)`` to emit one element's statements.
+
+        ``guards(q)`` lists conjuncts worth range-restricting the innermost loop
+        by: inside the main range they are known facts (so implied guards
+        vanish); the rest of the range runs the general body. ``exclusive``
+        says the body has no effect where any of them is false (then the rest
+        of the range is not emitted)."""
+        if not dims:
+            body({})
+            return
+        lvs = [self.fresh("i", L.INDEX) for _ in dims]
+        q = {d: E.Var(v.name) for d, v in zip(dims, lvs, strict=True)}
+        self._nest(0, lvs, dims, extents, q, body, guards, exclusive, reverse, kind)
+
+    def _range_facts(self, v: L.LVar, lo: E.Expr, hi: E.Expr, ext: E.Expr) -> int:
+        x = E.Var(v.name)
+        return self.facts.push([x.ge(lo), x.lt(hi), x.ge(0), x.lt(ext)])
+
+    def _loop(self, v: L.LVar, lo: E.Expr, hi: E.Expr, inner: Callable[[], None],
+              kind: str, reverse: bool, extra: list[E.Pred] = (), ext: E.Expr | None = None
+              ) -> None:
+        mark = self._range_facts(v, lo, hi, hi if ext is None else ext)
+        self.facts.push(list(extra))
+        with self.collect() as b:
+            inner()
+        self.facts.pop(mark)
+        if b:
+            self.emit(L.For(v, lo, hi, tuple(b), kind, reverse))
+
+    def _nest(self, k: int, lvs: list, dims: tuple, extents: tuple, q: Index,
+              body: Callable, guards: Any, exclusive: bool, reverse: bool, kind: str) -> None:
+        v, ext = lvs[k], extents[k]
+        last = k == len(dims) - 1
+        if not last:
+            self._loop(v, E.Const(0), ext, lambda: self._nest(
+                k + 1, lvs, dims, extents, q, body, guards, exclusive, reverse, kind),
+                "serial", reverse)
+            return
+        gs = [] if guards is None or reverse else [g for g in guards(q)]
+        lo, hi, used, outer = split_range(gs, v.name, ext, set())
+        used = [u for u in used if not self.facts.implied(u)]
+        outer = [o for o in outer if not self.facts.implied(o)]
+        run = lambda: body(q)  # noqa: E731
+        if not used and not outer:
+            self._loop(v, E.Const(0), ext, run, kind, reverse)
+            return
+        if not used:
+            lo, hi = E.Const(0), ext
+        with self.collect() as main:
+            zero = lo == E.Const(0)
+            if used and not zero and not exclusive:
+                self._loop(v, E.Const(0), E.minimum(lo, ext), run, kind, False, ext=ext)
+            self._loop(v, lo, hi, run, kind, False, used + outer, ext=ext)
+            if used and hi != ext and not exclusive:
+                self._loop(v, E.maximum(hi, lo), ext, run, kind, False, ext=ext)
+        if not outer:
+            self.emit(*main)
+            return
+        with self.collect() as other:
+            if not exclusive:
+                self._loop(v, E.Const(0), ext, run, kind, False)
+        self.emit(L.If(L.IPred(E.pand(*outer)), tuple(main), tuple(other)))
+
+    def guard_of(self, preds: list[E.Pred]) -> L.Expr | None:
+        """The residual guard of ``preds`` under the current facts (None = true)."""
+        r = residual(preds, self.facts)
+        return None if r == E.TRUE else L.IPred(r)
+
+    # -- storage ------------------------------------------------------------
+    def materialize(self, h: Handle, base: str) -> Handle:
+        """Evaluate ``h`` into a scalar local (rank 0) or a local buffer."""
+        if isinstance(h, (VarH, BufH)):
+            return h
+        if h.rank == 0:
+            v = self.fresh(base, h.dtype)
+            self.emit(L.Assign(v, h.at(self, {})))
+            return VarH(v)
+        buf = self.local(base, h.dtype, h.extents)
+        out = BufH(buf, h.dims, h.extents)
+        self.store_into(h, out)
+        return out
+
+    def store_into(self, h: Handle, dst: Handle) -> None:
+        """``dst[q] = h[q]`` for every q (``dst`` a VarH or BufH over h's dims)."""
+        if isinstance(dst, VarH):
+            self.emit(L.Assign(dst.var, h.at(self, {})))
+            return
+
+        def body(q: Index) -> None:
+            self.emit(L.Store(dst.buf, L.IExpr(dst.offset(q)), h.at(self, q)))
+
+        self.nest(dst.dims, dst.extents, body, h.guards)
+
+    def new_storage(self, t: TileType, base: str) -> Handle:
+        if t.rank == 0:
+            return VarH(self.fresh(base, t.dtype))
+        ext = self.extents(t)
+        return BufH(self.local(base, t.dtype, ext), t.dims, ext)
+
+    # -- blocks -------------------------------------------------------------
+    def lower_block(self, b: Block, args: list[Any]) -> list[Any]:
+        """Lower the ops of ``b`` with its arguments bound to ``args``; returns
+        the handles of the yielded values."""
+        for a, h in zip(b.args, args, strict=True):
+            self.env[a.name] = h
+            self.def_depth[a.name] = self.depth
+        for op in b.ops:
+            if op.name == "yield":
+                return [self.env[o.name] for o in op.operands]
+            self.lower_op(op)
+        return []
+
+    def lower_op(self, op: Operation) -> None:
+        if self.expr_mode and op.name not in LAZY_OPS:
+            raise unsupported(op, self.target, "inside an inlined scalar region")
+        fn = RULES.get(op.name)
+        if fn is None:
+            raise unsupported(op, self.target)
+        try:
+            fn(self, op)
+        except TilenestError as e:
+            raise e.with_site(op.loc)
+
+    # -- domains ------------------------------------------------------------
+    def domain_loops(self, op: Operation, inner: Callable[[], None], reverse: bool = False,
+                     kind: str = "serial") -> None:
+        """Loops over ``op``'s domain in lexicographic (or reversed) order with
+        the region variables bound; the domain predicate guards ``inner``."""
+        dom = op.attrs["domain"]
+        vars_ = op.attrs["vars"]
+        exts = tuple(self.ix(x) for x in dom.space.extents)
+        lvs = [self.fresh(v, L.INDEX) for v in vars_]
+
+        def level(k: int) -> None:
+            if k == len(lvs):
+                saved = {v: self.ivars.get(v) for v in vars_}
+                for v, lv in zip(vars_, lvs, strict=True):
+                    self.ivars[v] = E.Var(lv.name)
+                try:
+                    pred = self.ix(dom.pred)
+                    if pred == E.TRUE or self.facts.implied(pred):
+                        inner()
+                    else:
+                        mark = self.facts.push([pred])
+                        with self.collect() as b:
+                            inner()
+                        self.facts.pop(mark)
+                        if b:
+                            self.emit(L.If(L.IPred(pred), tuple(b)))
+                finally:
+                    for v, old in saved.items():
+                        if old is None:
+                            self.ivars.pop(v, None)
+                        else:
+                            self.ivars[v] = old
+                return
+            last = k == len(lvs) - 1
+            self._loop(lvs[k], E.Const(0), exts[k], lambda: level(k + 1),
+                       kind if last else "serial", reverse)
+
+        self.depth += 1
+        try:
+            level(0)
+        finally:
+            self.depth -= 1
+
+
+# ---------------------------------------------------------------------------
+# the whole program
+
+
+def _effect_free(op: Operation, stored: set[str]) -> bool:
+    """Whether replaying ``op`` in every program is invisible (no effects, and
+    reads only of tensors nothing stores to)."""
+    if op.name in ("tensor.store", "memory.alloc", "memory.store", "memory.load", "parallel"):
+        return False
+    if op.name == "tensor.load" and op.operands[0].name in stored:
+        return False
+    return all(_effect_free(o, stored) for r in op.regions for o in r.ops if o.name != "yield")
+
+
+def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
+    """Lower ``program`` to a loop-IR kernel under ``schedule`` (default: the
+    automatic schedule for llvm)."""
+    from . import memory, reductions, regions, values  # noqa: F401  (register rules)
+    from .regions import lower_phase_parallel
+    from .schedule import apply_transforms
+
+    schedule = schedule or default_schedule(program)
+    program, _obligations = apply_transforms(program, schedule)
+    lw = Lowerer(program, schedule)
+    for i, a in enumerate(program.args):
+        t = a.type
+        if isinstance(t, TensorType):
+            buf = L.Buffer(a.name, t.dtype, "global", E.Const(0), i)
+            lw.params.append(L.Param(a.name, "tensor", t.dtype, tuple(t.shape)))
+            lw.globals.append(buf)
+            lw.env[a.name] = TensorH(buf, tuple(t.shape), t.dims)
+        else:
+            assert isinstance(t, TileType)
+            buf = L.Buffer(a.name, t.dtype, "scalar", E.Const(1), i)
+            lw.params.append(L.Param(a.name, "scalar", t.dtype, ()))
+            lw.globals.append(buf)
+            ld = L.Load(buf, L.IExpr(E.Const(0)))
+            lw.env[a.name] = LazyH(t.dtype, (), (), lambda lw_, q, ld=ld: ld, cheap=True)
+    stored = {op.operands[0].name for op in program.walk() if op.name == "tensor.store"}
+    root = [op for op in program.body.ops if op.name != "yield"]
+    phases: list[L.Phase] = []
+    replayable = all(op.name == "parallel" and not op.operands or _effect_free(op, stored)
+                     for op in root)
+    if replayable and any(op.name == "parallel" for op in root):
+        prefix: list[Operation] = []
+        for op in root:
+            if op.name != "parallel":
+                prefix.append(op)
+                continue
+            phases.append(lower_phase_parallel(lw, op, prefix, len(phases)))
+    else:
+        pid = lw.fresh("pid", L.INDEX)
+        with lw.collect() as body:
+            for op in root:
+                lw.lower_op(op)
+        phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
+    return L.Kernel(program.name, tuple(lw.params), tuple(program.syms), tuple(lw.locals),
+                    tuple(phases), tuple(lw.errors), tuple(lw.globals))
+
+
+def offsets_of(h: TensorH, coords: list[E.Expr]) -> E.Expr:
+    return linear(h.shape, coords)
+
+
+_ = conjuncts

@@ -1,0 +1,463 @@
+"""The loop IR: a small imperative language that every backend consumes.
+
+A :class:`Kernel` is a list of :class:`Phase` s run one after another (one per
+top-level ``parallel`` region of the TileIR program). A phase is a body that
+the runtime executes once for every *program id* ``pid`` in ``[0, size)``;
+program ids of one phase are independent and may run on different cores, in
+any order. Within one program everything is sequential: ``For`` loops,
+``If``/``While``, scalar assignments to mutable locals, loads and stores.
+
+Values and their meaning:
+
+* Scalars have a :class:`~tilenest.semantics.dtypes.DType`; the meaning of every
+  arithmetic node is the scalar function of ``interpreter/numerics.py`` of the
+  same name (IEEE round-to-nearest per op, integer wrap-around, saturating
+  float-to-int casts...). ``Bin.flags`` may grant *permissions* the backend may
+  use without changing the admitted set: ``reassoc`` (the op is the merge of a
+  tree-permitted reduction: the enclosing loop may regroup and reorder it),
+  ``contract`` (a multiply feeding this add may be fused, only inside a
+  reassociating ``mma``).
+* Index arithmetic is written as semantics index expressions
+  (:class:`IExpr`, :class:`IPred`) over loop variables (``Var``), kernel
+  symbols (``Sym``) and integer locals (``Val``): exact integer semantics with
+  floor division, evaluated in 64-bit two's complement.
+* Buffers live in an address space: ``global`` (a kernel argument, C-contiguous,
+  shared by all programs of a phase), ``local`` (private to one program; the
+  runtime gives every worker its own copy), ``scalar`` (a kernel argument passed
+  by reference).
+* A ``Load`` with a ``guard`` reads the buffer only where the guard holds and
+  yields ``fill`` elsewhere; a ``Store`` with a guard writes only where it
+  holds. An unguarded access must be in bounds (the lowering proves it or
+  guards it).
+* ``Check(cond, code)`` records error ``code`` in the program's status word when
+  ``cond`` is false (division by zero, a ``checked`` view access out of bounds);
+  execution continues with a safe value and the runtime raises the error after
+  the call.
+
+The loop IR is immutable (frozen dataclasses, tuple children). :func:`print_kernel`
+renders it; ``verify.py`` checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+from ..semantics import dtypes as D
+from ..semantics import expr as E
+from ..semantics.dtypes import DType
+
+INDEX = D.i64
+
+# ---------------------------------------------------------------------------
+# expressions
+
+
+@dataclass(frozen=True)
+class LVar:
+    """A mutable scalar local (or loop variable) of one program."""
+
+    name: str
+    dtype: DType
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Const:
+    """A literal; ``value`` is a Python number already representable in ``dtype``."""
+
+    value: Any
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Ref:
+    """The current value of a local."""
+
+    var: LVar
+
+    @property
+    def dtype(self) -> DType:
+        return self.var.dtype
+
+
+@dataclass(frozen=True)
+class IExpr:
+    """An index expression (i64): ``Var`` leaves are loop variables / i64 locals,
+    ``Sym`` leaves kernel symbols, ``Val`` leaves integer locals (any int dtype)."""
+
+    e: E.Expr
+    dtype: DType = INDEX
+
+
+@dataclass(frozen=True)
+class IPred:
+    """A predicate over index expressions (bool)."""
+
+    p: E.Pred
+    dtype: DType = D.bool_
+
+
+@dataclass(frozen=True)
+class Un:
+    """``op(a)`` with the meaning of ``numerics.unary``; ``dtype`` is the result's."""
+
+    op: str
+    a: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Bin:
+    """``op(a, b)`` with the meaning of ``numerics.binary`` on ``a.dtype``."""
+
+    op: str
+    a: "Expr"
+    b: "Expr"
+    dtype: DType
+    flags: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Fma:
+    """``a * b + c`` where fusing into one rounding is *permitted* (not required);
+    only emitted inside a reassociating ``mma``."""
+
+    a: "Expr"
+    b: "Expr"
+    c: "Expr"
+
+    @property
+    def dtype(self) -> DType:
+        return self.c.dtype
+
+
+@dataclass(frozen=True)
+class Select:
+    """``a`` where ``c`` else ``b`` (both evaluated; neither may have effects)."""
+
+    c: "Expr"
+    a: "Expr"
+    b: "Expr"
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True)
+class Cast:
+    """``numerics.cast`` from ``a.dtype`` to ``dtype``."""
+
+    a: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Bitcast:
+    """``numerics.bitcast`` from ``a.dtype`` to ``dtype`` (equal widths)."""
+
+    a: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Load:
+    """``buf[index]``; with ``guard``: ``buf[index]`` if guard else ``fill``
+    (no access when the guard is false)."""
+
+    buf: "Buffer"
+    index: "Expr"
+    guard: "Expr | None" = None
+    fill: "Expr | None" = None
+
+    @property
+    def dtype(self) -> DType:
+        return self.buf.dtype
+
+
+Expr = Union[Const, Ref, IExpr, IPred, Un, Bin, Fma, Select, Cast, Bitcast, Load]
+
+# ---------------------------------------------------------------------------
+# buffers
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Storage: ``size`` elements of ``dtype`` in address space ``space``
+    (``global``, ``local`` or ``scalar``). ``size`` is an index expression over
+    kernel symbols (the runtime evaluates it); ``arg`` is the kernel-argument
+    position of global/scalar buffers."""
+
+    name: str
+    dtype: DType
+    space: str
+    size: E.Expr = E.Const(1)
+    arg: int = -1
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# ---------------------------------------------------------------------------
+# statements
+
+
+@dataclass(frozen=True)
+class Assign:
+    var: LVar
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Store:
+    buf: Buffer
+    index: Expr
+    value: Expr
+    guard: Expr | None = None
+
+
+@dataclass(frozen=True)
+class For:
+    """``for var in [lo, hi)`` (descending with ``reverse``). ``kind``:
+    ``serial`` (iterations in order), ``vector`` (iterations independent except
+    for reductions whose merge carries ``reassoc``: the backend may vectorize),
+    ``parallel`` (only the program-id loop of a phase)."""
+
+    var: LVar
+    lo: E.Expr
+    hi: E.Expr
+    body: tuple["Stmt", ...]
+    kind: str = "serial"
+    reverse: bool = False
+
+
+@dataclass(frozen=True)
+class If:
+    cond: Expr
+    then: tuple["Stmt", ...]
+    orelse: tuple["Stmt", ...] = ()
+
+
+@dataclass(frozen=True)
+class While:
+    """``loop { pre; if not cond: break; body }``."""
+
+    pre: tuple["Stmt", ...]
+    cond: Expr
+    body: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class Check:
+    """Record error ``code`` when ``cond`` is false."""
+
+    cond: Expr
+    code: int
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """All work of the enclosing scope before it is complete before any after it
+    (within one program on a CPU, program order already gives this)."""
+
+    scope: str = "program"
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+
+
+Stmt = Union[Assign, Store, For, If, While, Check, Barrier, Comment]
+
+# ---------------------------------------------------------------------------
+# kernels
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel argument: a tensor (``shape`` as index expressions over symbols)
+    or a runtime scalar (``shape == ()``, ``kind == 'scalar'``)."""
+
+    name: str
+    kind: str
+    dtype: DType
+    shape: tuple[E.Expr, ...] = ()
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One launch: ``body`` runs for every program id ``pid`` in
+    ``[0, prod(extents))``; ``parallel`` says whether program ids may run
+    concurrently (a top-level ``parallel``) or must run in order."""
+
+    name: str
+    extents: tuple[E.Expr, ...]
+    pid: LVar
+    body: tuple[Stmt, ...]
+    parallel: bool = True
+
+
+@dataclass(frozen=True)
+class ErrorSite:
+    """What status ``code`` means: the error class name, a message and a site."""
+
+    code: int
+    kind: str
+    message: str
+    site: Any = None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A lowered program: parameters, symbols, per-program local buffers, phases."""
+
+    name: str
+    params: tuple[Param, ...]
+    syms: tuple[str, ...]
+    locals: tuple[Buffer, ...]
+    phases: tuple[Phase, ...]
+    errors: tuple[ErrorSite, ...] = ()
+    globals: tuple[Buffer, ...] = field(default=())
+
+
+# ---------------------------------------------------------------------------
+# printing
+
+
+def expr_str(x: Any) -> str:
+    """One expression in the printed syntax."""
+    if isinstance(x, Const):
+        v = x.value
+        return f"{v!r}:{x.dtype}" if not isinstance(v, bool) else f"{str(v).lower()}"
+    if isinstance(x, Ref):
+        return x.var.name
+    if isinstance(x, IExpr):
+        return f"[{E.to_str(x.e)}]"
+    if isinstance(x, IPred):
+        return f"[{E.pred_to_str(x.p)}]"
+    if isinstance(x, Un):
+        return f"{x.op}({expr_str(x.a)})"
+    if isinstance(x, Bin):
+        fl = "{" + ",".join(sorted(x.flags)) + "}" if x.flags else ""
+        return f"{x.op}{fl}({expr_str(x.a)}, {expr_str(x.b)})"
+    if isinstance(x, Fma):
+        return f"fma({expr_str(x.a)}, {expr_str(x.b)}, {expr_str(x.c)})"
+    if isinstance(x, Select):
+        return f"select({expr_str(x.c)}, {expr_str(x.a)}, {expr_str(x.b)})"
+    if isinstance(x, Cast):
+        return f"cast<{x.dtype}>({expr_str(x.a)})"
+    if isinstance(x, Bitcast):
+        return f"bitcast<{x.dtype}>({expr_str(x.a)})"
+    if isinstance(x, Load):
+        s = f"{x.buf.name}[{expr_str(x.index)}]"
+        if x.guard is not None:
+            s += f" if {expr_str(x.guard)} else {expr_str(x.fill)}"
+        return s
+    raise TypeError(f"not a loop-IR expression: {x!r}")
+
+
+def _stmts(body: tuple, ind: int, out: list[str]) -> None:
+    pad = "  " * ind
+    for s in body:
+        if isinstance(s, Assign):
+            out.append(f"{pad}{s.var.name}: {s.var.dtype} = {expr_str(s.value)}")
+        elif isinstance(s, Store):
+            g = f" if {expr_str(s.guard)}" if s.guard is not None else ""
+            out.append(f"{pad}{s.buf.name}[{expr_str(s.index)}] = {expr_str(s.value)}{g}")
+        elif isinstance(s, For):
+            rev = " reversed" if s.reverse else ""
+            out.append(f"{pad}for{'.' + s.kind if s.kind != 'serial' else ''} {s.var.name} in "
+                       f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}:")
+            _stmts(s.body, ind + 1, out)
+        elif isinstance(s, If):
+            out.append(f"{pad}if {expr_str(s.cond)}:")
+            _stmts(s.then, ind + 1, out)
+            if s.orelse:
+                out.append(f"{pad}else:")
+                _stmts(s.orelse, ind + 1, out)
+        elif isinstance(s, While):
+            out.append(f"{pad}loop:")
+            _stmts(s.pre, ind + 1, out)
+            out.append(f"{pad}  break unless {expr_str(s.cond)}")
+            _stmts(s.body, ind + 1, out)
+        elif isinstance(s, Check):
+            out.append(f"{pad}check {expr_str(s.cond)} else error {s.code}")
+        elif isinstance(s, Barrier):
+            out.append(f"{pad}barrier {s.scope}")
+        elif isinstance(s, Comment):
+            out.append(f"{pad}# {s.text}")
+        else:
+            raise TypeError(f"not a loop-IR statement: {s!r}")
+
+
+def print_kernel(k: Kernel) -> str:
+    """The whole kernel as text (stable: golden tests compare it)."""
+    out = []
+    ps = ", ".join(
+        f"{p.name}: {p.dtype}[{', '.join(E.to_str(x) for x in p.shape)}]" if p.kind == "tensor"
+        else f"{p.name}: {p.dtype}" for p in k.params)
+    out.append(f"kernel {k.name}({ps}) syms [{', '.join(k.syms)}]")
+    for b in k.locals:
+        out.append(f"  local {b.name}: {b.dtype}[{E.to_str(b.size)}]")
+    for e in k.errors:
+        out.append(f"  error {e.code}: {e.kind}: {e.message}")
+    for ph in k.phases:
+        ext = ", ".join(E.to_str(x) for x in ph.extents)
+        mode = "parallel" if ph.parallel else "ordered"
+        out.append(f"  phase {ph.name} {mode} {ph.pid.name} in [{ext}]:")
+        _stmts(ph.body, 2, out)
+    return "\n".join(out) + "\n"
+
+
+def walk(body: tuple) -> Any:
+    """Every statement of ``body``, nested ones included, in pre-order."""
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from walk(s.body)
+        elif isinstance(s, If):
+            yield from walk(s.then)
+            yield from walk(s.orelse)
+        elif isinstance(s, While):
+            yield from walk(s.pre)
+            yield from walk(s.body)
+
+
+def subexprs(x: Any) -> Any:
+    """``x`` and every expression below it."""
+    yield x
+    if isinstance(x, Un):
+        yield from subexprs(x.a)
+    elif isinstance(x, Bin):
+        yield from subexprs(x.a)
+        yield from subexprs(x.b)
+    elif isinstance(x, Fma):
+        for y in (x.a, x.b, x.c):
+            yield from subexprs(y)
+    elif isinstance(x, Select):
+        for y in (x.c, x.a, x.b):
+            yield from subexprs(y)
+    elif isinstance(x, (Cast, Bitcast)):
+        yield from subexprs(x.a)
+    elif isinstance(x, Load):
+        yield from subexprs(x.index)
+        if x.guard is not None:
+            yield from subexprs(x.guard)
+            yield from subexprs(x.fill)
+
+
+def stmt_exprs(s: Any) -> list:
+    """The expressions a statement evaluates directly (not nested statements')."""
+    if isinstance(s, Assign):
+        return [s.value]
+    if isinstance(s, Store):
+        return [s.index, s.value] + ([s.guard] if s.guard is not None else [])
+    if isinstance(s, (If, While)):
+        return [s.cond]
+    if isinstance(s, Check):
+        return [s.cond]
+    return []

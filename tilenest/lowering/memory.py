@@ -1,0 +1,155 @@
+"""Lowering of the addressable effects (``semantics/ops/memory.py``).
+
+A view access touches tensor element ``map(u)`` for tile coordinate ``u``; it is
+*in view* when every coordinate lies inside the tensor and ``valid`` holds.
+The in-view condition is a conjunction of comparisons, so loop nests over the
+tile are range-restricted by it (``facts.py``): the main range accesses memory
+unguarded, the ragged rest is guarded.
+
+* bounds ``zero``/``fill`` -- out-of-view reads give 0 / the fill value and
+  out-of-view writes are dropped;
+* ``checked`` -- an out-of-view access records an error (the runtime raises
+  ``BoundsError`` naming the op) and is not performed;
+* ``assume`` -- the promise is taken: no guard at all.
+
+A ``tensor.load`` that the storage plan inlines reads global memory at its use;
+otherwise it is copied into a local buffer (a snapshot). ``memory.alloc``
+gives a per-program buffer of the layout's size; ``memory.store`` writes the
+whole tile through the layout offsets; ``memory.load`` copies it out (a
+snapshot later stores cannot change).
+"""
+
+from __future__ import annotations
+
+from ..semantics import expr as E
+from ..semantics.ir import Operation
+from ..semantics.policies import Bounds
+from ..semantics.types import MemoryType, TileType
+from . import loopir as L
+from .core import Lowerer, rule, unsupported
+from .facts import conjuncts
+from .handles import BufH, Index, LazyH, MemH, StateH, TensorH
+from .values import constant
+
+
+def _view(lw: Lowerer, op: Operation, t: TensorH, dims: tuple) -> tuple:
+    """``coords(q)`` (tensor coordinates of tile element q) and ``conj(q)`` (its
+    in-view conjuncts), with region variables bound now."""
+    vars_ = op.attrs["vars"]
+    maps = [lw.ix(m) for m in op.attrs["map"]]
+    valid = lw.ix(op.attrs["valid"])
+
+    def sub(q: Index) -> dict:
+        return {E.Var(v): q[d] for v, d in zip(vars_, dims, strict=True)}
+
+    def coords(q: Index) -> list[E.Expr]:
+        m = sub(q)
+        return [E.subst(x, m) for x in maps]
+
+    def conj(q: Index) -> list[E.Pred]:
+        return t.in_bounds(coords(q)) + conjuncts(E.subst(valid, sub(q)))
+
+    return coords, conj
+
+
+@rule("tensor.load")
+def _tload(lw: Lowerer, op: Operation) -> None:
+    t: TensorH = lw.handle(op.operands[0])
+    rt: TileType = op.results[0].type
+    pol = op.attrs["bounds"]
+    coords, conj = _view(lw, op, t, rt.dims)
+    fill = constant(pol.fill if pol.kind is Bounds.fill else 0, rt.dtype)
+    ext = lw.extents(rt)
+    checked = pol.kind is Bounds.checked
+    code = lw.error("out of bounds", f"load of {t.buf.name} through %{op.results[0].name} is "
+                    "outside its view (bounds.checked)", op.loc) if checked else 0
+
+    def fn(lw_: Lowerer, q: Index) -> L.Expr:
+        off = L.IExpr(t.offset(coords(q)))
+        if pol.kind is Bounds.assume:
+            return L.Load(t.buf, off)
+        g = lw_.guard_of(conj(q))
+        if g is None:
+            return L.Load(t.buf, off)
+        if checked:
+            lw_.check(g.p, code)
+        return L.Load(t.buf, off, g, fill)
+
+    gfn = (lambda q: []) if pol.kind is Bounds.assume else conj
+    h = LazyH(rt.dtype, rt.dims, ext, fn, gfn, frozenset({t.buf.name}))
+    if lw.plan.get(op.results[0].name) == "inline" and not checked and not lw.expr_mode:
+        lw.env[op.results[0].name] = h
+    elif lw.expr_mode:
+        raise unsupported(op, lw.target, "a tensor read inside an inlined region")
+    else:
+        lw.env[op.results[0].name] = lw.materialize(h, op.results[0].name)
+    lw.def_depth[op.results[0].name] = lw.depth
+
+
+@rule("tensor.store")
+def _tstore(lw: Lowerer, op: Operation) -> None:
+    t: TensorH = lw.handle(op.operands[0])
+    v = lw.handle(op.operands[1])
+    pol = op.attrs["bounds"]
+    coords, conj = _view(lw, op, t, v.dims)
+    checked = pol.kind is Bounds.checked
+    code = lw.error("out of bounds", f"store to {t.buf.name} is outside its view "
+                    "(bounds.checked)", op.loc) if checked else 0
+
+    def body(q: Index) -> None:
+        off = L.IExpr(t.offset(coords(q)))
+        val = v.at(lw, q)
+        if pol.kind is Bounds.assume:
+            lw.emit(L.Store(t.buf, off, val))
+            return
+        g = lw.guard_of(conj(q))
+        if g is not None and checked:
+            lw.check(g.p, code)
+        lw.emit(L.Store(t.buf, off, val, g))
+
+    guards = None if pol.kind is Bounds.assume else conj
+    lw.nest(v.dims, v.extents, body, guards, exclusive=not checked)
+
+
+@rule("memory.alloc")
+def _alloc(lw: Lowerer, op: Operation) -> None:
+    mt: MemoryType = op.results[0].type
+    size = lw.ix(mt.layout.size)
+    lw.count += 1
+    buf = L.Buffer(f"%{op.results[0].name}.{lw.count}", mt.dtype, "local", size)
+    if any(isinstance(lf, (E.Var, E.Val)) for lf in E.leaves(size)):
+        raise unsupported(op, lw.target, "a memory whose size varies inside one program")
+    lw.locals.append(buf)
+    m = MemH(buf, mt.space.dims, tuple(lw.ix(x) for x in mt.space.extents), mt.layout.vars,
+             lw.ix(mt.layout.offset))
+    lw.env[op.results[0].name] = m
+    lw.env[op.results[1].name] = StateH(m)
+
+
+@rule("memory.store")
+def _mstore(lw: Lowerer, op: Operation) -> None:
+    m: MemH = lw.handle(op.operands[0])
+    v = lw.handle(op.operands[2])
+    mt: MemoryType = op.operands[0].type
+
+    def body(q: Index) -> None:
+        val = v.at(lw, {d: q[md] for d, md in zip(v.dims, mt.space.dims, strict=True)})
+        lw.emit(L.Store(m.buf, L.IExpr(m.offset_at(q)), val))
+
+    lw.nest(m.dims, m.extents, body)
+    lw.env[op.results[0].name] = StateH(m)
+
+
+@rule("memory.load")
+def _mload(lw: Lowerer, op: Operation) -> None:
+    m: MemH = lw.handle(op.operands[0])
+    rt: TileType = op.results[0].type
+    h = LazyH(rt.dtype, rt.dims, m.extents,
+              lambda lw_, q: L.Load(m.buf, L.IExpr(m.offset_at(
+                  {md: q[d] for d, md in zip(rt.dims, m.dims, strict=True)}))),
+              reads=frozenset({m.buf.name}))
+    lw.env[op.results[0].name] = lw.materialize(h, op.results[0].name)
+    lw.def_depth[op.results[0].name] = lw.depth
+
+
+_ = BufH

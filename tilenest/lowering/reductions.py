@@ -1,0 +1,176 @@
+"""Lowering of ``reduce`` regions (``spec/reductions.md``).
+
+Two realizations, both members of every policy's admitted set:
+
+* **Per-element recurrences** (when the body is *pointwise in the state*: every
+  op is lazily computable, and every value that depends on the state is an
+  elementwise op over (a subset of) the state's dims). Then element ``q`` of
+  the result depends only on element ``q`` of the seed and the contributions at
+  ``q``, so the loops interchange: for each ``q``, a scalar accumulator runs
+  through the domain in order -- lexicographic for ``fold_left`` and the tree
+  policies, reversed for ``fold_right`` -- exactly the reference recurrence.
+  For a tree policy whose update is its contract's merge
+  (``s = merge(s, c)`` or ``merge(c, s)``, ``c`` independent of the state) the
+  merge op is marked ``reassoc``: the innermost domain loop may then be
+  vectorized and regrouped, which the policy admits (``ordered_tree`` too: the
+  built-in merges are commutative). Strict folds never get the flag.
+* **Tile-level iteration** otherwise: the carried state lives in storage and
+  the body runs once per domain point in the same order, as a ``serial`` loop.
+"""
+
+from __future__ import annotations
+
+from ..errors import ContractError
+from ..semantics import expr as E
+from ..semantics.ir import Block, Operation
+from ..semantics.ops.values import ELEMENTWISE
+from ..semantics.policies import ReductionPolicy
+from ..semantics.reducers import BUILTINS
+from ..semantics.types import TileType
+from . import loopir as L
+from .core import Lowerer, rule
+from .handles import BufH, Index, VarH
+from .regions import carry_init, carry_update
+from .schedule import LAZY_OPS
+
+
+def pointwise(op: Operation) -> bool:
+    """Whether ``op``'s body is pointwise in its state (see module docstring)."""
+    body: Block = op.regions[0]
+    if not op.operands:
+        return False
+    t0 = op.operands[0].type
+    if not all(isinstance(o.type, TileType) and o.type.space == t0.space for o in op.operands):
+        return False
+    sdims = set(t0.dims)
+    dep = {a.name for a in body.args}
+    local = set()
+    for o in body.ops:
+        if o.name == "yield":
+            continue
+        if o.name not in LAZY_OPS or o.regions and o.name != "map":
+            return False
+        for x in _attr_exprs(o):
+            if any(isinstance(lf, E.Val) and lf.name in local for lf in E.leaves(x)):
+                return False
+        if any(v.name in dep for v in o.operands):
+            if o.name not in ELEMENTWISE and o.name != "map":
+                return False
+            if any(not set(r.type.dims) <= sdims for r in o.results):
+                return False
+            dep.update(r.name for r in o.results)
+        local.update(r.name for r in o.results)
+    return True
+
+
+def _attr_exprs(o: Operation) -> list:
+    out = []
+    for k in ("map", "value", "origin"):
+        x = o.attrs.get(k) if hasattr(o.attrs, "get") else None
+        if x is None:
+            continue
+        out.extend(x if isinstance(x, tuple) else [x])
+    return [x for x in out if isinstance(x, (E.Expr, E.Pred))]
+
+
+def merge_ops(op: Operation) -> set[int]:
+    """Op ids of the body ops that are the contract's merge of a state with a
+    state-independent contribution (candidates for ``reassoc``)."""
+    body: Block = op.regions[0]
+    contracts = op.attrs["contracts"]
+    y = body.terminator
+    if y is None:
+        return set()
+    defs = {r.name: o for o in body.ops for r in o.results}
+    dep = {a.name for a in body.args}
+    for o in body.ops:
+        if any(v.name in dep for v in o.operands):
+            dep.update(r.name for r in o.results)
+    out: set[int] = set()
+    for i, (a, yv) in enumerate(zip(body.args, y.operands, strict=True)):
+        c = contracts[i] if i < len(contracts) else None
+        if c is None or c not in BUILTINS:
+            continue
+        m = defs.get(yv.name)
+        if m is None or m.name != BUILTINS[c].op or len(m.operands) != 2:
+            continue
+        x, z = m.operands
+        other = z if x.name == a.name else x if z.name == a.name else None
+        if other is not None and other.name not in dep:
+            out.add(m.oid)
+    return out
+
+
+@rule("reduce")
+def _reduce(lw: Lowerer, op: Operation) -> None:
+    policy: ReductionPolicy = op.attrs["policy"]
+    contracts = op.attrs["contracts"]
+    if policy.is_tree and any(c is None for c in contracts):
+        raise ContractError(f"reduce with policy {policy.value} has a state without a reducer "
+                            "contract", op.loc, "use fold_left/fold_right for a strict order")
+    reverse = policy is ReductionPolicy.fold_right
+    granted: set[int] = set()
+    if policy.is_tree and lw.sched.reduction(op.oid) == "auto":
+        granted = merge_ops(op)
+    if pointwise(op):
+        _per_element(lw, op, reverse, granted)
+    else:
+        _tile_level(lw, op, reverse, granted)
+
+
+def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -> None:
+    seeds = [lw.handle(o) for o in op.operands]
+    t0: TileType = op.operands[0].type
+    ext = lw.extents(t0)
+    body: Block = op.regions[0]
+    results = [lw.new_storage(r.type, r.name) for r in op.results]
+    kind = "vector" if granted else "serial"
+
+    def element(q: Index) -> None:
+        accs = [lw.fresh(f"acc_{r.name}", r.type.dtype) for r in op.results]
+        for a, s in zip(accs, seeds, strict=True):
+            lw.emit(L.Assign(a, s.at(lw, q)))
+
+        def step() -> None:
+            lw.expr_mode += 1
+            lw.reassoc |= granted
+            try:
+                outs = lw.lower_block(body, [VarH(a) for a in accs])
+                news = [h.at(lw, {d: q[d] for d in h.dims}) for h in outs]
+            finally:
+                lw.expr_mode -= 1
+                lw.reassoc -= granted
+            if len(accs) == 1:
+                lw.emit(L.Assign(accs[0], news[0]))
+                return
+            tmps = [lw.fresh("next", a.dtype) for a in accs]
+            for t, n in zip(tmps, news, strict=True):
+                lw.emit(L.Assign(t, n))
+            for a, t in zip(accs, tmps, strict=True):
+                lw.emit(L.Assign(a, L.Ref(t)))
+
+        lw.domain_loops(op, step, reverse=reverse, kind=kind)
+        for r, a in zip(results, accs, strict=True):
+            if isinstance(r, VarH):
+                lw.emit(L.Assign(r.var, L.Ref(a)))
+            else:
+                assert isinstance(r, BufH)
+                lw.emit(L.Store(r.buf, L.IExpr(r.offset(q)), L.Ref(a)))
+
+    lw.nest(t0.dims, ext, element, kind="serial")
+    for r, h in zip(op.results, results, strict=True):
+        lw.env[r.name] = h
+        lw.def_depth[r.name] = lw.depth
+
+
+def _tile_level(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -> None:
+    states = carry_init(lw, op, [lw.handle(o) for o in op.operands])
+
+    def body() -> None:
+        outs = lw.lower_block(op.regions[0], list(states))
+        carry_update(lw, states, outs)
+
+    lw.domain_loops(op, body, reverse=reverse)
+    for r, s in zip(op.results, states, strict=True):
+        lw.env[r.name] = s
+        lw.def_depth[r.name] = lw.depth

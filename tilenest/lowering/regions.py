@@ -1,0 +1,207 @@
+"""Lowering of region ops (``semantics/ops/regions.py``).
+
+* top-level ``parallel`` -- one phase; each program id is one domain point
+  (row-major), its coordinates recovered by division; the domain predicate
+  guards the body. Programs are independent, so the runtime may run them on
+  any core in any order.
+* nested ``parallel`` -- the children in row-major order inside the program
+  (an admitted order: children are independent). Carried (collective)
+  updates of ancestor values are not lowered yet.
+* ``serial`` / ``pipeline`` -- loops over the domain in lexicographic (or
+  reversed) order; ``stage`` bodies are inlined in order (the reference
+  meaning of a pipeline; software prefetching is a schedule for later).
+* carried values live in per-program storage (a local or a buffer) for the
+  duration of the loop: the seed is copied in, block arguments read it, and
+  at each ``yield`` all new values are computed before any is written back
+  (:func:`carry_update`), so a yield that reads another carried value sees
+  the old one.
+* ``if`` / ``while`` -- structured control flow on a bool scalar; results
+  are written to fresh storage by each branch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..semantics import expr as E
+from ..semantics.ir import Operation
+from ..semantics.types import TileType
+from . import loopir as L
+from .core import Lowerer, rule, unsupported
+from .handles import BufH, Handle, VarH
+
+
+def lower_phase_parallel(lw: Lowerer, op: Operation, prefix: list[Operation], k: int) -> L.Phase:
+    """The phase of a top-level ``parallel``: root ops in ``prefix`` are
+    replayed first in every program."""
+    dom = op.attrs["domain"]
+    vars_ = op.attrs["vars"]
+    exts = tuple(lw.ix(x) for x in dom.space.extents)
+    pid = lw.fresh("pid", L.INDEX)
+    binding = lw.sched.binding(op.oid, 1)
+    with lw.collect() as body:
+        for p in prefix:
+            lw.lower_op(p)
+        coords = _delinearize(E.Var(pid.name), exts)
+        mark = lw.facts.push([])
+        for v, c, n in zip(vars_, coords, exts, strict=True):
+            cv = lw.fresh(v, L.INDEX)
+            lw.emit(L.Assign(cv, L.IExpr(c)))
+            lw.ivars[v] = E.Var(cv.name)
+            lw.facts.push([E.Var(cv.name).ge(0), E.Var(cv.name).lt(n)])
+        pred = lw.ix(dom.pred)
+        with lw.collect() as inner:
+            if pred != E.TRUE:
+                lw.facts.push([pred])
+            lw.lower_block(op.regions[0], [])
+        lw.facts.pop(mark)
+        if pred != E.TRUE and inner:
+            lw.emit(L.If(L.IPred(pred), tuple(inner)))
+        else:
+            lw.emit(*inner)
+    return L.Phase(f"{lw.prog.name}_{k}", exts, pid, tuple(body), binding == "cores")
+
+
+def _delinearize(pid: E.Expr, exts: tuple[E.Expr, ...]) -> list[E.Expr]:
+    out: list[E.Expr] = []
+    rest = pid
+    for i in range(len(exts) - 1, -1, -1):
+        if i == 0:
+            out.append(rest)
+        else:
+            out.append(rest % exts[i])
+            rest = rest // exts[i]
+    return out[::-1]
+
+
+@rule("parallel")
+def _parallel(lw: Lowerer, op: Operation) -> None:
+    if op.operands:
+        raise unsupported(op, lw.target, "collective updates of ancestor values by parallel "
+                          "children are not lowered yet")
+    lw.domain_loops(op, lambda: lw.lower_block(op.regions[0], []))
+
+
+# ---------------------------------------------------------------------------
+# carried state
+
+
+def carry_init(lw: Lowerer, op: Operation, seeds: list[Any]) -> list[Handle]:
+    """Fresh storage for each carried value, initialized from its seed."""
+    out: list[Handle] = []
+    for r, h in zip(op.results, seeds, strict=True):
+        if not isinstance(r.type, TileType):
+            out.append(h)  # memory state tokens: effects happen in place
+            continue
+        s = lw.new_storage(r.type, r.name)
+        lw.store_into(h, s)
+        out.append(s)
+    return out
+
+
+def _name(s: Any) -> str | None:
+    st = s.storage() if isinstance(s, (VarH, BufH)) else None
+    return None if st is None else st.name
+
+
+def carry_update(lw: Lowerer, states: list[Any], outs: list[Any]) -> None:
+    """Write the yielded values back into the carried storage, computing every
+    new value before any storage is overwritten."""
+    names = {n for n in (_name(s) for s in states) if n is not None}
+    direct: list[tuple[Any, Any]] = []
+    for s, h in zip(states, outs, strict=True):
+        if not isinstance(s, (VarH, BufH)):
+            continue
+        if _name(h) == _name(s):
+            continue  # updated in place
+        if getattr(h, "reads", frozenset()) & names:
+            t = lw.new_storage(TileType(s.dtype) if s.rank == 0 else _tile_type(s), "next")
+            lw.store_into(h, t)
+            direct.append((s, t))
+        else:
+            direct.append((s, h))
+    for s, h in direct:
+        lw.store_into(h, s)
+
+
+def _tile_type(h: Any) -> TileType:
+    from ..semantics.space import Space
+
+    return TileType(h.dtype, Space.of(*zip(h.dims, h.extents, strict=True)))
+
+
+def _loop_region(lw: Lowerer, op: Operation, reverse: bool) -> None:
+    states = carry_init(lw, op, [lw.handle(o) for o in op.operands])
+
+    def body() -> None:
+        outs = lw.lower_block(op.regions[0], list(states))
+        carry_update(lw, states, outs)
+
+    lw.domain_loops(op, body, reverse=reverse)
+    for r, s in zip(op.results, states, strict=True):
+        lw.env[r.name] = s
+        lw.def_depth[r.name] = lw.depth
+
+
+@rule("serial")
+def _serial(lw: Lowerer, op: Operation) -> None:
+    _loop_region(lw, op, op.attrs["order"] == "reverse")
+
+
+@rule("pipeline")
+def _pipeline(lw: Lowerer, op: Operation) -> None:
+    _loop_region(lw, op, False)
+
+
+@rule("stage")
+def _stage(lw: Lowerer, op: Operation) -> None:
+    outs = lw.lower_block(op.regions[0], [])
+    for r, h in zip(op.results, outs, strict=True):
+        lw.env[r.name] = h
+        lw.def_depth[r.name] = lw.depth
+
+
+def _bool_expr(lw: Lowerer, h: Any) -> L.Expr:
+    return h.at(lw, {})
+
+
+@rule("if")
+def _if(lw: Lowerer, op: Operation) -> None:
+    cond = _bool_expr(lw, lw.handle(op.operands[0]))
+    res = [lw.new_storage(r.type, r.name) if isinstance(r.type, TileType) else None
+           for r in op.results]
+    branches = []
+    for b in op.regions:
+        with lw.collect() as stmts:
+            outs = lw.lower_block(b, [])
+            for s, h in zip(res, outs, strict=True):
+                if s is not None:
+                    lw.store_into(h, s)
+        branches.append(tuple(stmts))
+    lw.emit(L.If(cond, branches[0], branches[1]))
+    for r, s in zip(op.results, res, strict=True):
+        if s is None:
+            raise unsupported(op, lw.target, "an if yielding memory states")
+        lw.env[r.name] = s
+        lw.def_depth[r.name] = lw.depth
+
+
+@rule("while")
+def _while(lw: Lowerer, op: Operation) -> None:
+    cond_b, body_b = op.regions
+    states = carry_init(lw, op, [lw.handle(o) for o in op.operands])
+    lw.depth += 1
+    try:
+        with lw.collect() as pre:
+            (c,) = lw.lower_block(cond_b, list(states))
+            cv = lw.fresh("cond", c.dtype)
+            lw.emit(L.Assign(cv, c.at(lw, {})))
+        with lw.collect() as body:
+            outs = lw.lower_block(body_b, list(states))
+            carry_update(lw, states, outs)
+    finally:
+        lw.depth -= 1
+    lw.emit(L.While(tuple(pre), L.Ref(cv), tuple(body)))
+    for r, s in zip(op.results, states, strict=True):
+        lw.env[r.name] = s
+        lw.def_depth[r.name] = lw.depth

@@ -1,0 +1,213 @@
+"""Scheduling decisions as data: the :class:`Schedule` of one lowering.
+
+A schedule never changes what a program means; it picks one realization among
+those the program admits:
+
+* ``threads``   -- worker threads running the programs of a top-level
+  ``parallel`` (``None``: one per CPU core). Nested ``parallel`` levels run
+  their children in row-major order inside one program (``bind`` may name a
+  level ``"serial"`` or ``"vector"``; ``"cores"`` is only legal at level 1).
+* ``vector_bits`` -- the preferred SIMD width (128/256/512); default from the
+  host CPU's features.
+* ``reductions`` -- per ``reduce`` op id, ``"auto"`` (vectorize/reassociate when
+  the policy permits and the update is its contract's merge), or
+  ``"sequential"`` (the strict left-to-right order, always admitted).
+* ``storage``   -- per value name, ``"inline"`` (recompute at each use) or
+  ``"materialize"`` (a per-program local buffer); values not listed follow
+  :func:`storage_plan`.
+* ``fma``       -- allow fused multiply-add where the program permits it (only
+  reassociating ``mma``; elementwise arithmetic is never contracted).
+* ``chunk``     -- program ids per thread-pool task (``None``: an even split).
+* ``transforms`` -- execution transforms to apply before lowering through the
+  proofs layer's ``tilenest.transform`` (see :func:`apply_transforms`).
+
+:func:`default_schedule` gives the automatic choice for a target.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import NotAvailableError, TilenestError
+from ..semantics.ir import Operation, TileProgram
+from ..semantics.ops.values import ELEMENTWISE
+
+TARGETS = ("llvm",)
+
+#: ops whose result is a view of its operand (free to recompute)
+VIEW_OPS = frozenset({"const", "index", "broadcast", "reindex", "permute", "per", "reshape"})
+#: ops that can be computed lazily at their use
+LAZY_OPS = VIEW_OPS | frozenset(ELEMENTWISE) | {"map"}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One realization choice for a target (see the module docstring)."""
+
+    target: str = "llvm"
+    threads: int | None = None
+    vector_bits: int | None = None
+    bind: tuple[tuple[int, str], ...] = ()
+    reductions: tuple[tuple[int, str], ...] = ()
+    storage: tuple[tuple[str, str], ...] = ()
+    fma: bool = True
+    chunk: int | None = None
+    transforms: tuple[Any, ...] = field(default=())
+
+    def key(self) -> str:
+        """The parts of the schedule that change generated code (cache key)."""
+        return repr((self.target, self.vector_bits, self.bind, self.reductions,
+                     self.storage, self.fma, self.transforms))
+
+    def reduction(self, oid: int) -> str:
+        return dict(self.reductions).get(oid, "auto")
+
+    def binding(self, oid: int, level: int) -> str:
+        return dict(self.bind).get(oid, "cores" if level == 1 else "serial")
+
+    def with_(self, **kw: Any) -> "Schedule":
+        return replace(self, **kw)
+
+
+def host_vector_bits() -> int:
+    """The widest profitable SIMD width of this host: 512 with AVX-512, 256
+    with AVX2, else 128."""
+    try:
+        import llvmlite.binding as llvm
+
+        feats = llvm.get_host_cpu_features()
+        if feats.get("avx512f"):
+            return 512
+        if feats.get("avx2"):
+            return 256
+    except Exception:  # pragma: no cover - llvmlite always present in practice
+        pass
+    return 128
+
+
+def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:
+    """The automatic schedule of ``program`` for ``target`` (overrides applied)."""
+    if target not in TARGETS:
+        raise NotAvailableError(f"no lowering for target '{target}'",
+                                hint=f"available targets: {', '.join(TARGETS)}")
+    s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=host_vector_bits())
+    return replace(s, **overrides) if overrides else s
+
+
+def apply_transforms(program: TileProgram, schedule: Schedule) -> tuple[TileProgram, list]:
+    """Apply ``schedule.transforms`` through ``tilenest.transform`` (the proofs
+    layer), returning the transformed program and the obligations. Refuted
+    obligations make the schedule illegal."""
+    if not schedule.transforms:
+        return program, []
+    try:
+        from .. import transform  # type: ignore[attr-defined]
+    except ImportError:
+        raise NotAvailableError(
+            "schedule transforms need tilenest.transform (the proofs layer), which this build "
+            "does not provide yet", hint="lower without transforms") from None
+    obligations: list = []
+    for t in schedule.transforms:
+        res = transform(program, t)
+        program = getattr(res, "program", res)
+        obs = list(getattr(res, "obligations", []))
+        bad = [o for o in obs if getattr(o, "verdict", None) == "refuted"]
+        if bad:
+            raise TilenestError(f"transform {t!r} is illegal: {bad[0].title}",
+                                hint="the obligation was refuted; see `tilenest check`")
+        obligations.extend(obs)
+    return program, obligations
+
+
+# ---------------------------------------------------------------------------
+# storage of intermediates
+
+MANY = 1000
+
+
+def _uses(program: TileProgram) -> tuple[dict[str, list[Operation]], dict[int, Operation]]:
+    """Users of every value, and for each ``stage`` yield the stage op it ends."""
+    out: dict[str, list[Operation]] = {}
+    stage_of: dict[int, Operation] = {}
+    for op in program.walk():
+        for o in op.operands:
+            out.setdefault(o.name, []).append(op)
+        if op.name == "stage" and op.regions[0].terminator is not None:
+            stage_of[id(op.regions[0].terminator)] = op
+    return out, stage_of
+
+
+def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict[str, str]:
+    """``value name -> 'inline' | 'materialize'`` for every lazily computable result.
+
+    A view (``const index broadcast reindex permute per reshape``) is inlined.
+    An elementwise result is materialized when its *effective use count* is
+    above one. A use counts one when the user is materialized (or is not lazy:
+    a store, a reduction...), and the user's own effective count when the user
+    is inlined (the value is then recomputed wherever the user is); a use that
+    broadcasts the value to a larger space or feeds ``mma``/``gather``/``put``/
+    ``memory.store`` counts as many (each element would be recomputed many
+    times); a use by a ``stage`` yield counts as the stage result's uses.
+    A ``tensor.load`` is inlined only when its effective count is one (a
+    broadcast re-read from memory counts once), it reads a tensor the program
+    never stores to (the read is then a snapshot wherever it happens), and its
+    bounds are ``zero``/``fill``/``assume``. Rank-0 results are kept in scalar
+    locals. Explicit ``schedule.storage`` entries win. Decisions are made
+    users-first (reverse program order)."""
+    uses, stage_of = _uses(program)
+    ops = list(program.walk())
+    stored = {op.operands[0].name for op in ops if op.name == "tensor.store"}
+    fixed = dict(schedule.storage) if schedule is not None else {}
+    plan: dict[str, str] = {}
+    eff: dict[str, int] = {}
+
+    def count(name: str, rank: int, is_load: bool) -> int:
+        n = 0
+        for u in uses.get(name, []):
+            if u.name in ("mma", "gather", "put", "memory.store"):
+                n += MANY
+            elif u.name == "yield" and id(u) in stage_of:
+                st = stage_of[id(u)]
+                i = [o.name for o in u.operands].index(name)
+                n += eff.get(st.results[i].name, 1)
+            elif u.name in LAZY_OPS and len(u.results) == 1:
+                r = u.results[0]
+                grows = getattr(r.type, "rank", 0) > rank
+                if (u.name == "broadcast" or grows) and not is_load:
+                    n += MANY
+                elif plan.get(r.name) == "materialize":
+                    n += 1
+                else:
+                    n += eff.get(r.name, 1)
+            else:
+                n += 1
+        return n
+
+    for op in reversed(ops):
+        if op.name == "stage":
+            for r in op.results:  # stage results pass their values through unchanged
+                eff[r.name] = count(r.name, getattr(r.type, "rank", 0), False)
+            continue
+        if len(op.results) != 1 or (op.regions and op.name != "map"):
+            continue
+        r = op.results[0]
+        rank = getattr(r.type, "rank", 0)
+        if op.name in VIEW_OPS:
+            plan[r.name] = "inline"
+            eff[r.name] = count(r.name, rank, False)
+        elif op.name in ELEMENTWISE or op.name == "map":
+            n = count(r.name, rank, False)
+            eff[r.name] = n
+            plan[r.name] = "materialize" if rank == 0 or n > 1 else "inline"
+        elif op.name == "tensor.load":
+            n = count(r.name, rank, True)
+            eff[r.name] = n
+            pol = op.attrs["bounds"].kind.value
+            ok = (op.operands[0].name not in stored and pol in ("zero", "fill", "assume")
+                  and n <= 1 and rank > 0)
+            plan[r.name] = "inline" if ok else "materialize"
+        if r.name in fixed:
+            plan[r.name] = fixed[r.name]
+    return plan

@@ -1,0 +1,184 @@
+"""The loop-IR verifier.
+
+Checks, in a fixed order, that a :class:`~tilenest.lowering.loopir.Kernel` is
+well formed, so that a backend may translate it without further checks:
+
+1. structure -- phases have a program-id variable; parameters and buffers are
+   unique; global/scalar buffers name a parameter position;
+2. scoping -- every local is assigned (or bound by a loop / the phase) before
+   it is read on every path (conservatively: assignments inside an ``If``
+   branch or a loop body do not define a local for the code after it, unless
+   it was defined before); index expressions mention only defined
+   locals and declared symbols;
+3. typing -- both operands of a ``Bin`` share a dtype, comparisons and
+   ``and``/``or`` on bools give ``bool``, ``Select`` arms agree and its
+   condition is bool, guards and ``If``/``While``/``Check`` conditions are bool,
+   stored values have the buffer's dtype, indices are ``i64``,
+   ``reassoc``/``contract`` flags only on floating-point adds/muls/max/min;
+4. buffers -- every accessed buffer is a declared local or global.
+
+A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
+"""
+
+from __future__ import annotations
+
+from ..errors import VerifyError
+from ..semantics import dtypes as D
+from ..semantics import expr as E
+from . import loopir as L
+
+_CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
+
+
+class _Checker:
+    def __init__(self, k: L.Kernel):
+        self.k = k
+        self.syms = set(k.syms)
+        self.buffers = {b.name: b for b in k.locals + k.globals}
+
+    def fail(self, msg: str, where: object) -> VerifyError:
+        text = L.expr_str(where) if not isinstance(where, str) else where
+        return VerifyError(f"loop IR of {self.k.name}: {msg} (at {text[:200]})")
+
+    def index(self, e: E.Expr | E.Pred, defined: dict[str, D.DType], where: object) -> None:
+        for lf in E.leaves(e):
+            if isinstance(lf, E.Sym) and lf.name not in self.syms:
+                raise self.fail(f"unknown symbol {lf.name}", where)
+            if isinstance(lf, (E.Var, E.Val)):
+                dt = defined.get(lf.name)
+                if dt is None:
+                    raise self.fail(f"local {lf.name} used before it is defined", where)
+                if not dt.is_int:
+                    raise self.fail(f"index uses non-integer local {lf.name}", where)
+
+    def expr(self, x: L.Expr, defined: dict[str, D.DType]) -> D.DType:
+        if isinstance(x, L.Const):
+            return x.dtype
+        if isinstance(x, L.Ref):
+            if x.var.name not in defined:
+                raise self.fail(f"local {x.var.name} read before it is assigned", x)
+            return x.dtype
+        if isinstance(x, L.IExpr):
+            self.index(x.e, defined, x)
+            return D.i64
+        if isinstance(x, L.IPred):
+            self.index(x.p, defined, x)
+            return D.bool_
+        if isinstance(x, L.Un):
+            self.expr(x.a, defined)
+            return x.dtype
+        if isinstance(x, L.Bin):
+            a, b = self.expr(x.a, defined), self.expr(x.b, defined)
+            if a != b:
+                raise self.fail(f"'{x.op}' operands have dtypes {a} and {b}", x)
+            if x.op in _CMP and x.dtype != D.bool_:
+                raise self.fail(f"comparison '{x.op}' must give bool", x)
+            if x.flags - {"reassoc", "contract"}:
+                raise self.fail(f"unknown flags {sorted(x.flags)}", x)
+            if x.flags and not a.is_float and x.op not in ("add", "mul", "maximum", "minimum"):
+                raise self.fail("permission flags on a non-reassociable op", x)
+            return x.dtype
+        if isinstance(x, L.Fma):
+            dts = {self.expr(y, defined) for y in (x.a, x.b, x.c)}
+            if len(dts) != 1 or not x.c.dtype.is_float:
+                raise self.fail("fma operands must share one float dtype", x)
+            return x.dtype
+        if isinstance(x, L.Select):
+            if self.expr(x.c, defined) != D.bool_:
+                raise self.fail("select condition must be bool", x)
+            a, b = self.expr(x.a, defined), self.expr(x.b, defined)
+            if a != b:
+                raise self.fail(f"select arms have dtypes {a} and {b}", x)
+            return a
+        if isinstance(x, (L.Cast, L.Bitcast)):
+            s = self.expr(x.a, defined)
+            if isinstance(x, L.Bitcast) and s.bits != x.dtype.bits:
+                raise self.fail("bitcast between different widths", x)
+            return x.dtype
+        if isinstance(x, L.Load):
+            self.buffer(x.buf, x)
+            if self.expr(x.index, defined) != D.i64:
+                raise self.fail("load index must be i64", x)
+            if x.guard is not None:
+                if self.expr(x.guard, defined) != D.bool_:
+                    raise self.fail("load guard must be bool", x)
+                if x.fill is None or self.expr(x.fill, defined) != x.buf.dtype:
+                    raise self.fail("guarded load needs a fill of the buffer's dtype", x)
+            return x.buf.dtype
+        raise self.fail("unknown expression node", repr(x))
+
+    def buffer(self, b: L.Buffer, where: object) -> None:
+        got = self.buffers.get(b.name)
+        if got is None or got != b:
+            raise self.fail(f"buffer {b.name} is not declared", where)
+
+    def stmts(self, body: tuple, defined: dict[str, D.DType]) -> None:
+        for s in body:
+            if isinstance(s, L.Assign):
+                if self.expr(s.value, defined) != s.var.dtype:
+                    raise self.fail(f"assignment of {s.value.dtype} to {s.var.dtype} local "
+                                    f"{s.var.name}", s.value)
+                old = defined.get(s.var.name)
+                if old is not None and old != s.var.dtype:
+                    raise self.fail(f"local {s.var.name} changes dtype", s.value)
+                defined[s.var.name] = s.var.dtype
+            elif isinstance(s, L.Store):
+                self.buffer(s.buf, s.value)
+                if s.buf.space == "scalar":
+                    raise self.fail("store to a scalar argument", s.value)
+                if self.expr(s.index, defined) != D.i64:
+                    raise self.fail("store index must be i64", s.index)
+                if self.expr(s.value, defined) != s.buf.dtype:
+                    raise self.fail(f"stored value is {s.value.dtype}, buffer {s.buf.name} holds "
+                                    f"{s.buf.dtype}", s.value)
+                if s.guard is not None and self.expr(s.guard, defined) != D.bool_:
+                    raise self.fail("store guard must be bool", s.guard)
+            elif isinstance(s, L.For):
+                if s.kind not in ("serial", "vector", "parallel"):
+                    raise self.fail(f"unknown loop kind {s.kind}", s.var.name)
+                self.index(s.lo, defined, s.var.name)
+                self.index(s.hi, defined, s.var.name)
+                inner = dict(defined)
+                inner[s.var.name] = s.var.dtype
+                self.stmts(s.body, inner)
+            elif isinstance(s, L.If):
+                if self.expr(s.cond, defined) != D.bool_:
+                    raise self.fail("if condition must be bool", s.cond)
+                t, e = dict(defined), dict(defined)
+                self.stmts(s.then, t)
+                self.stmts(s.orelse, e)
+                defined.update({n: dt for n, dt in t.items() if n in e})
+            elif isinstance(s, L.While):
+                self.stmts(s.pre, defined)  # the first test always runs
+                if self.expr(s.cond, defined) != D.bool_:
+                    raise self.fail("while condition must be bool", s.cond)
+                self.stmts(s.body, dict(defined))
+            elif isinstance(s, L.Check):
+                if self.expr(s.cond, defined) != D.bool_:
+                    raise self.fail("check condition must be bool", s.cond)
+                if not any(e.code == s.code for e in self.k.errors):
+                    raise self.fail(f"check names unknown error code {s.code}", s.cond)
+            elif not isinstance(s, (L.Barrier, L.Comment)):
+                raise self.fail("unknown statement", repr(s))
+
+
+def verify_kernel(k: L.Kernel) -> None:
+    """Raise VerifyError unless ``k`` is well formed (see the module docstring)."""
+    c = _Checker(k)
+    names = [p.name for p in k.params]
+    if len(set(names)) != len(names):
+        raise c.fail("duplicate parameter names", ", ".join(names))
+    bnames = [b.name for b in k.locals + k.globals]
+    if len(set(bnames)) != len(bnames):
+        raise c.fail("duplicate buffer names", ", ".join(bnames))
+    for b in k.globals:
+        if b.space not in ("global", "scalar") or not 0 <= b.arg < len(k.params):
+            raise c.fail(f"argument buffer {b.name} has no parameter position", b.name)
+    for b in k.locals:
+        if b.space != "local":
+            raise c.fail(f"local buffer {b.name} in space {b.space}", b.name)
+        c.index(b.size, {}, b.name)
+    for ph in k.phases:
+        for x in ph.extents:
+            c.index(x, {}, ph.name)
+        c.stmts(ph.body, {ph.pid.name: L.INDEX})

@@ -1,0 +1,160 @@
+"""Attention with an online (flash-style) softmax.
+
+``q: [B, Hq, Q, D]``, ``k: [B, Hkv, K, D]``, ``v: [B, Hkv, K, Dv]``,
+``o: [B, Hq, Q, Dv]``; query head ``h`` reads key/value head
+``h // (Hq // Hkv)`` (GQA; MQA is ``Hkv = 1``, MHA ``Hkv = Hq``). Queries are the
+last ``Q`` of the ``K`` key positions: query ``i`` sits at position
+``K - Q + i`` and sees keys ``j <= K - Q + i`` (a bottom-right aligned causal
+mask), so decode is ``Q = 1`` and prefill ``Q = K``. ``scale`` is a runtime f32
+scalar (``1/sqrt(D)`` rounded to f32).
+
+One program per (batch, head, ``bq`` queries); a ``loop`` (``serial`` or
+``pipeline``) over key blocks of ``bk`` carries the running max ``m``, the
+denominator ``l`` and the numerator ``acc``; ragged query and key tails are
+zero-filled and masked, and their stores dropped.
+
+The FP64 formula is the full-score causal softmax and value contraction,
+independent of the online recurrence. Its error bound, per output element
+(``u`` = f32 roundoff, ``T = K`` an upper bound on the number of key blocks):
+
+1. scores: ``s~ = fl(fl(q . k) * scale)``, ``|s~ - s| <= sigma`` by the
+   ``contract``/``mul`` rules;
+2. exact softmax of the perturbed scores: ``w~_j / w_j`` lies in
+   ``[e^{-2 sigma}, e^{2 sigma}]`` (``sigma`` the row maximum), hence
+   ``|o* - o| <= (e^{2 sigma} - 1) * sum_j w_j |v_j - o|``;
+3. the recurrence: every ``exp`` of a difference of computed scores (at most
+   the score range ``R`` apart) is off by a factor within
+   ``delta_e = (1 + 2u) e^{u R} - 1``; each term of ``l`` meets at most
+   ``T + 1`` such factors, ``2T`` roundings and one block sum, so
+   ``|l~/l* - 1| <= delta_l = (1 + delta_e)^{T+1} (1 + u)^{2T} (1 + gamma_K) - 1``,
+   and the numerator likewise with ``gamma_{K+1}`` (``delta_a``);
+4. ``o~ = fl(acc~ / l~)``:
+   ``|o~ - o*| <= (delta_a e^{2 sigma} sum w|v| + |o*| delta_l) / (1 - delta_l) + u|o~|``.
+
+For f16/bf16 storage the store adds ``u_T * |o|``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+import tilenest as tn
+from tilenest import f32
+
+from . import bounds as B
+from .base import Workload, normal, sentinel, x64
+
+
+@functools.cache
+def attention_kernel(dt):  # type: ignore[no-untyped-def]
+    @tn.kernel
+    def attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
+                  v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
+                  scale: tn.Scalar[f32], *, bq=2, bk=3, loop="serial"):
+        nb, hq, nq, dh = q.shape
+        hk, nk = k.shape[1], k.shape[2]
+        dv = v.shape[3]
+        b, h, qd, d = q.dims()
+        kd = k.dim(2)
+        e = v.dim(3)
+        k = k.with_dims(b, h, kd, d)
+        v = v.with_dims(b, h, kd, e)
+        o = o.with_dims(b, h, qd, e)
+        group = hq // hk
+        for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
+            z, hh, qb = p.index(0), p.index(1), p.index(2)
+            kvh = hh // group
+            qt = tn.cast(q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh)], f32)
+            m = tn.full(f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
+            den = tn.zeros(f32, tn.shape(1, 1, bq), dims=(b, h, qd))
+            acc = tn.zeros(f32, tn.shape(1, 1, bq, dv), dims=(b, h, qd, e))
+            blocks = tn.shape(tn.cdiv(nk, bk))
+            region = p.serial(blocks) if loop == "serial" else p.pipeline(
+                blocks, tn.pipeline_policy(window=2))
+            for kb in region:
+                if loop != "serial":
+                    kb.stage("load")
+                kt = tn.cast(k[tn.coord(z, kvh, kb.index() * bk, 0), tn.shape(1, 1, bk, dh)], f32)
+                vt = tn.cast(v[tn.coord(z, kvh, kb.index() * bk, 0), tn.shape(1, 1, bk, dv)], f32)
+                if loop != "serial":
+                    kb.stage("compute")
+                s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)))
+                s = s * scale
+                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
+                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
+                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
+                s = tn.ite((kpos <= qpos) & (kpos < nk), s, -np.inf)
+                m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
+                alpha = tn.exp(m - m_new)
+                pr = tn.exp(s - m_new)
+                den = den * alpha + tn.reduce(pr, kd, tn.add)
+                acc = acc * alpha + tn.mma(pr, vt, tn.zeros(f32, tn.shape(1, 1, bq, dv),
+                                                            dims=(b, h, qd, e)))
+                m = m_new
+            o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dv)).store(tn.cast(acc / den, dt))
+
+    return attention
+
+
+def _args(rng, s, dt):  # type: ignore[no-untyped-def]
+    nb, hq, hk, nq, nk, dh, dv = (s[x] for x in ("B", "HQ", "HK", "Q", "K", "D", "DV"))
+    return {"q": normal(rng, (nb, hq, nq, dh), dt), "k": normal(rng, (nb, hk, nk, dh), dt),
+            "v": normal(rng, (nb, hk, nk, dv), dt), "o": sentinel((nb, hq, nq, dv), dt),
+            "scale": np.float32(1.0 / np.sqrt(dh))}
+
+
+def _formula(a, s, dt):  # type: ignore[no-untyped-def]
+    u = B.unit(B.D.f32)
+    nb, hq, hk, nq, nk = (s[x] for x in ("B", "HQ", "HK", "Q", "K"))
+    heads = np.arange(hq) // (hq // hk)
+    qx = x64(a["q"])
+    kx = x64(a["k"])[:, heads]
+    vv = a["v"].astype(np.float64)[:, heads]                   # [B, Hq, K, Dv]
+    zero = B.Approx.exact(np.zeros((nb, hq, nq, nk), np.float32))
+    sc = B.contract("bhqd,bhkd->bhqk", qx, kx, zero) * B.Approx.const(float(a["scale"]), B.D.f32)
+    valid = np.arange(nk)[None, :] <= (nk - nq + np.arange(nq))[:, None]     # [Q, K]
+    sv = np.where(valid, sc.v, -np.inf)
+    w = np.exp(sv - sv.max(axis=-1, keepdims=True))
+    w = w / w.sum(axis=-1, keepdims=True)                    # exact softmax weights
+    out = np.einsum("bhqk,bhkd->bhqd", w, vv)                # the FP64 formula
+    sigma = np.where(valid, sc.e, 0.0).max(axis=-1, keepdims=True)
+    spread = np.where(valid[:, :, None], np.abs(vv[:, :, None, :, :] - out[:, :, :, None, :]), 0.0)
+    pert = np.expm1(2 * sigma) * np.einsum("bhqk,bhqkd->bhqd", w, spread)
+    lo = np.where(valid, sc.v, np.inf).min(axis=-1, keepdims=True)
+    rng_ = sc.v.max(axis=-1, keepdims=True) - lo + 2 * sigma
+    t = nk
+    de = (1 + 2 * u) * np.exp(u * rng_) - 1
+    dl = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(nk, B.D.f32)) - 1
+    da = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(nk + 1, B.D.f32)) - 1
+    wv = np.exp(2 * sigma) * np.einsum("bhqk,bhkd->bhqd", w, np.abs(vv))
+    ostar = np.abs(out) + pert
+    rec = (da * wv + ostar * dl) / (1 - dl)
+    err = pert + rec + u * (ostar + rec) + B.eta(B.D.f32)
+    err = err + B.SLACK64 * nk * (np.abs(out) + wv)
+    return {"o": B.cast(B.Approx(out, err, B.D.f32), dt)}
+
+
+def _sizes(**named):  # type: ignore[no-untyped-def]
+    keys = ("B", "HQ", "HK", "Q", "K", "D", "DV")
+    return {n: dict(zip(keys, v, strict=True)) for n, v in named.items()}
+
+
+_SCHEDULES = ({"bq": 2, "bk": 3, "loop": "serial"}, {"bq": 3, "bk": 5, "loop": "pipeline"},
+              {"bq": 1, "bk": 1, "loop": "serial"}, {"bq": 8, "bk": 16, "loop": "serial"})
+
+WORKLOADS = [
+    Workload("attention_gqa", "attention", "online causal GQA/MQA attention, bottom-right mask",
+             attention_kernel, _args, _formula,
+             _sizes(small=(1, 2, 2, 4, 5, 4, 3), gqa=(2, 4, 2, 7, 11, 8, 7),
+                    mqa=(2, 4, 1, 1, 17, 8, 7), medium=(2, 4, 2, 24, 40, 16, 16),
+                    large=(2, 8, 2, 128, 256, 64, 64)),
+             _SCHEDULES),
+    Workload("attention_mha", "attention", "MHA decode (Q=1) and prefill (Q=K), ragged K",
+             attention_kernel, _args, _formula,
+             _sizes(small=(2, 2, 2, 1, 7, 4, 4), decode=(2, 4, 4, 1, 37, 8, 8),
+                    prefill=(2, 2, 2, 19, 19, 8, 8), medium=(2, 4, 4, 1, 301, 16, 16),
+                    large=(2, 8, 8, 256, 256, 64, 64)),
+             (_SCHEDULES[0], _SCHEDULES[1], _SCHEDULES[3])),
+]
