@@ -27,6 +27,7 @@ def unit(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
 @tn.kernel
 def two(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
     rows, cols = x.shape
+    tn.assume(cols == 4)
     for p in tn.parallel(tn.shape(rows)):
         for q in p.parallel(tn.shape(4)):
             c = tn.coord(p.index(), q.index())
@@ -34,8 +35,18 @@ def two(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
 
 
 @tn.kernel
+def rowcol(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
+    rows, cols = x.shape
+    for p in tn.parallel(tn.shape(rows)):
+        for q in p.parallel(tn.shape(cols)):
+            c = tn.coord(p.index(), q.index())
+            y(c, tn.shape(1, 1)).store(x[c, tn.shape(1, 1)] * 0.5)
+
+
+@tn.kernel
 def grid8(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
     rows, cols = x.shape
+    tn.assume(cols == 8)
     for p in tn.parallel(tn.shape(rows, 8)):
         c = tn.coord(p.index(0), p.index(1))
         y(c, tn.shape(1, 1)).store(x[c, tn.shape(1, 1)] - 1.0)
@@ -53,6 +64,7 @@ def grid(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
 def owner(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
     """acc is a home at the outer level (an identity cut observed by the join)."""
     rows, cols = x.shape
+    tn.assume(cols == 4)
     for p in tn.parallel(tn.shape(rows)):
         acc = tn.zeros(f32, tn.shape(1, 4), dims=x.dims())
         for q in p.parallel(tn.shape(4)):
@@ -65,13 +77,28 @@ def owner(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
 def mem_owner(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
     """A Memory owned by the outer level, read by every child of the inner one."""
     rows, cols = x.shape
+    tn.assume(cols == 4)
     for p in tn.parallel(tn.shape(rows)):
-        buf = tn.memory(f32, tn.shape(1, 4), tn.mem.shared)
+        buf = tn.memory(f32, tn.shape(1, 4), tn.mem.shared, dims=x.dims())
         buf.store(x[tn.coord(p.index(), 0), tn.shape(1, 4)])
         for q in p.parallel(tn.shape(4)):
             t = buf.load()
             y(tn.coord(p.index(), q.index()), tn.shape(1, 1)).store(
                 x[tn.coord(p.index(), q.index()), tn.shape(1, 1)] + tn.reduce(t, t.dim(1), tn.add))
+
+
+@tn.kernel
+def mem_owner2(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
+    """A Memory owned by a two-axis outer level (p0, p1), read by an inner level."""
+    rows, cols = x.shape
+    tn.assume(cols == 8)
+    for p in tn.parallel(tn.shape(rows, 2)):
+        buf = tn.memory(f32, tn.shape(1, 4), tn.mem.shared, dims=x.dims())
+        buf.store(x[tn.coord(p.index(0), p.index(1) * 4), tn.shape(1, 4)])
+        for q in p.parallel(tn.shape(4)):
+            t = buf.load()
+            c = tn.coord(p.index(0), p.index(1) * 4 + q.index())
+            y(c, tn.shape(1, 1)).store(x[c, tn.shape(1, 1)] + tn.reduce(t, t.dim(1), tn.maximum))
 
 
 @tn.kernel
@@ -298,10 +325,10 @@ def ordered(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "M"]):
     (n,) = x.shape
     for p in tn.parallel(tn.shape(1)):
         v = x[tn.coord(0), tn.shape(n)]
-        s = tn.zeros(f32, tn.shape(1), dims=(x.dim(0),))
+        s = tn.scalar(0.0, f32)
         for r in p.reduce(v.domain(v.dim(0)), policy=tn.ordered_tree):
-            s = s + tn.broadcast(v.at(r), tn.shape(1))
-        y(tn.coord(0), tn.shape(1)).store(s)
+            s = s + v.at(r)
+        y(tn.coord(0), tn.shape(1)).store(tn.broadcast(s, tn.shape(1), dims=y.dims()))
 
 
 @tn.kernel
@@ -309,7 +336,7 @@ def folded(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "M"]):
     (n,) = x.shape
     for p in tn.parallel(tn.shape(1)):
         v = x[tn.coord(0), tn.shape(n)]
-        s = tn.zeros(f32, tn.shape(1), dims=(x.dim(0),))
+        s = tn.scalar(0.0, f32)
         for r in p.reduce(v.domain(v.dim(0)), policy=tn.fold_left):
-            s = s + tn.broadcast(v.at(r), tn.shape(1))
-        y(tn.coord(0), tn.shape(1)).store(s)
+            s = s + v.at(r)
+        y(tn.coord(0), tn.shape(1)).store(tn.broadcast(s, tn.shape(1), dims=y.dims()))

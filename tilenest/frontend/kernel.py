@@ -202,10 +202,16 @@ class Kernel:
         return interpret(self, *arrays, **kw)
 
     def compile(self, target: str = "llvm", **kw: Any) -> Any:
-        from ..errors import NotAvailableError
+        """A compiled callable for ``target`` (``schedule=`` a Schedule, or schedule
+        fields such as ``threads=``); called like the kernel, on numpy arrays."""
+        if target != "llvm":
+            from ..errors import NotAvailableError
 
-        raise NotAvailableError(f"compilation for target '{target}' is not available yet",
-                                hint="run the kernel on the reference interpreter by calling it")
+            raise NotAvailableError(f"compilation for target '{target}' is not available yet",
+                                    hint="targets: llvm; or run the kernel on the interpreter")
+        from ..backends.llvm import compile_program
+
+        return compile_program(self.program, **kw)
 
     def __repr__(self) -> str:
         return f"<tn.kernel {self.fn.__name__}>"

@@ -74,6 +74,15 @@ class Facts:
             d = n - f
             if isinstance(d, E.Const) and d.value >= 0:
                 return True
+        # sums of two facts (e.g. i >= 0 and p >= 0 give i + p >= 0), over facts
+        # whose atoms all occur in the goal
+        atoms = set(E._linear(n)[0])
+        rel = [f for f in self.items if set(E._linear(f)[0]) <= atoms]
+        for i, f in enumerate(rel):
+            for g in rel[i:]:
+                d = n - f - g
+                if isinstance(d, E.Const) and d.value >= 0:
+                    return True
         return False
 
     def push(self, preds: list[E.Pred]) -> int:

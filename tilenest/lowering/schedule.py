@@ -18,8 +18,10 @@ those the program admits:
 * ``fma``       -- allow fused multiply-add where the program permits it (only
   reassociating ``mma``; elementwise arithmetic is never contracted).
 * ``chunk``     -- program ids per thread-pool task (``None``: an even split).
-* ``transforms`` -- execution transforms to apply before lowering through the
-  proofs layer's ``tilenest.transform`` (see :func:`apply_transforms`).
+* ``transforms`` -- execution transforms applied before lowering through the
+  proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
+  their obligations must be proved, or selected by ``assume`` (see
+  :func:`apply_transforms`).
 
 :func:`default_schedule` gives the automatic choice for a target.
 """
@@ -55,11 +57,12 @@ class Schedule:
     fma: bool = True
     chunk: int | None = None
     transforms: tuple[Any, ...] = field(default=())
+    assume: tuple[str, ...] = ()
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
-                     self.storage, self.fma, self.transforms))
+                     self.storage, self.fma, self.transforms, self.assume))
 
     def reduction(self, oid: int) -> str:
         return dict(self.reductions).get(oid, "auto")
@@ -97,28 +100,48 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
 
 
 def apply_transforms(program: TileProgram, schedule: Schedule) -> tuple[TileProgram, list]:
-    """Apply ``schedule.transforms`` through ``tilenest.transform`` (the proofs
-    layer), returning the transformed program and the obligations. Refuted
-    obligations make the schedule illegal."""
+    """Apply ``schedule.transforms`` through the proofs layer's transform API
+    (``tilenest.transform``; each entry a spec string such as ``"split(1, 0, 2)"``
+    or a ``(name, args, kwargs)`` triple, as ``tilenest check --transform``),
+    discharge the obligations, and return the transformed program with them.
+
+    A refuted obligation makes the schedule illegal (an error naming it); an
+    unknown one is refused too unless ``schedule.assume`` selects it (it is then
+    reported as assumed, never as proved)."""
     if not schedule.transforms:
         return program, []
     try:
-        from .. import transform  # type: ignore[attr-defined]
-    except ImportError:
+        from ..proofs.obligation import REFUTED, UNKNOWN
+        from ..proofs.report import STEPS, parse_spec
+        from ..proofs.remap import Transformed
+    except ImportError:  # pragma: no cover - the proofs layer ships with tilenest
         raise NotAvailableError(
-            "schedule transforms need tilenest.transform (the proofs layer), which this build "
-            "does not provide yet", hint="lower without transforms") from None
-    obligations: list = []
-    for t in schedule.transforms:
-        res = transform(program, t)
-        program = getattr(res, "program", res)
-        obs = list(getattr(res, "obligations", []))
-        bad = [o for o in obs if getattr(o, "verdict", None) == "refuted"]
-        if bad:
-            raise TilenestError(f"transform {t!r} is illegal: {bad[0].title}",
-                                hint="the obligation was refuted; see `tilenest check`")
-        obligations.extend(obs)
-    return program, obligations
+            "schedule transforms need tilenest.transform (the proofs layer)",
+            hint="lower without transforms") from None
+    cur: Any = program
+    for spec in schedule.transforms:
+        name, args, kw = parse_spec(spec) if isinstance(spec, str) else spec
+        if name not in STEPS:
+            raise TilenestError(f"unknown transform '{name}' in the schedule",
+                                hint="transforms: " + ", ".join(sorted(STEPS)))
+        cur = STEPS[name](cur, *args, **kw)
+        assert isinstance(cur, Transformed)
+        if cur.program is None:
+            raise TilenestError(f"transform {spec!r} does not apply: {cur.reason}")
+    cur.check(timeout=5.0, assume=schedule.assume)
+    req = [o for o in cur.obligations if o.role == "required"]
+    bad = [o for o in req if o.status == REFUTED]
+    if bad:
+        raise TilenestError(f"the schedule's transforms are illegal: {bad[0].kind}: "
+                            f"{bad[0].title}", bad[0].sites,
+                            "the obligation is refuted; see `tilenest check --transform ...`")
+    unknown = [o for o in req if o.status in (UNKNOWN, "pending")]
+    if unknown:
+        raise TilenestError(
+            f"the schedule's transforms have {len(unknown)} unproved obligation(s), first: "
+            f"{unknown[0].kind}: {unknown[0].title}", unknown[0].sites,
+            "take them as axioms with Schedule(assume=(KIND, ...)) if you know they hold")
+    return cur.program, list(cur.obligations)
 
 
 # ---------------------------------------------------------------------------
@@ -171,7 +194,10 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
             elif u.name == "yield" and id(u) in stage_of:
                 st = stage_of[id(u)]
                 i = [o.name for o in u.operands].index(name)
-                n += eff.get(st.results[i].name, 1)
+                sr = st.results[i]
+                if sr.name not in eff:  # its users come later and are decided already
+                    eff[sr.name] = count(sr.name, getattr(sr.type, "rank", 0), is_load)
+                n += eff[sr.name]
             elif u.name in LAZY_OPS and len(u.results) == 1:
                 r = u.results[0]
                 grows = getattr(r.type, "rank", 0) > rank
@@ -186,10 +212,6 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
         return n
 
     for op in reversed(ops):
-        if op.name == "stage":
-            for r in op.results:  # stage results pass their values through unchanged
-                eff[r.name] = count(r.name, getattr(r.type, "rank", 0), False)
-            continue
         if len(op.results) != 1 or (op.regions and op.name != "map"):
             continue
         r = op.results[0]

@@ -53,7 +53,9 @@ def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Exp
 def _elementwise(lw: Lowerer, op: Operation) -> None:
     hs = [lw.handle(o) for o in op.operands]
     rt: TileType = op.results[0].type
-    flags = frozenset({"reassoc"}) if op.oid in lw.reassoc else frozenset()
+    # integer and bool merges are exact in any order: they need no permission
+    reassoc = op.oid in lw.reassoc and rt.dtype.is_float
+    flags = frozenset({"reassoc"}) if reassoc else frozenset()
 
     def fn(lw_: Lowerer, q: Index) -> L.Expr:
         return scalar_op(op, [h.at(lw_, project(q, h.dims)) for h in hs], flags)

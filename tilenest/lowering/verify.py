@@ -75,8 +75,8 @@ class _Checker:
                 raise self.fail(f"comparison '{x.op}' must give bool", x)
             if x.flags - {"reassoc", "contract"}:
                 raise self.fail(f"unknown flags {sorted(x.flags)}", x)
-            if x.flags and not a.is_float and x.op not in ("add", "mul", "maximum", "minimum"):
-                raise self.fail("permission flags on a non-reassociable op", x)
+            if x.flags and (not a.is_float or x.op not in ("add", "mul", "maximum", "minimum")):
+                raise self.fail("permission flags on an op other than a float merge", x)
             return x.dtype
         if isinstance(x, L.Fma):
             dts = {self.expr(y, defined) for y in (x.a, x.b, x.c)}

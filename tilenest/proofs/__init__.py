@@ -23,5 +23,13 @@ verdict semantics.
 from .obligation import ASSUMED, PROVED, REFUTED, UNKNOWN, Obligation, discharge
 from .report import Report, check
 
-__all__ = ["Obligation", "discharge", "check", "Report", "PROVED", "REFUTED", "UNKNOWN",
-           "ASSUMED"]
+__all__ = [
+           "ASSUMED",
+           "PROVED",
+           "REFUTED",
+           "UNKNOWN",
+           "Obligation",
+           "Report",
+           "check",
+           "discharge",
+]

@@ -28,8 +28,9 @@ Obligations, for bound levels ``j`` (nearest bound ancestor) and ``k``:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.ir import FrozenDict, TileProgram
@@ -73,7 +74,7 @@ class Target:
     @staticmethod
     def custom(name: str, scopes: tuple[str, ...], covers: list[tuple[str, str]],
                limits: Mapping[tuple[str, str], int] | None = None,
-               auto: tuple[str, ...] = ()) -> "Target":
+               auto: tuple[str, ...] = ()) -> Target:
         """A custom catalogue, e.g. an accelerator with incomparable engines."""
         return Target(name, tuple(scopes), frozenset(covers), dict(limits or {}), {}, auto)
 
@@ -200,7 +201,8 @@ def binding_obligations(m: Model, tgt: Target, assign: Mapping[int, str],
                 f"({canon.get(j)} of level {lid}'s participants)", m.sites(ops[j], ops[lid]),
                 Fm.Claim(tuple(sorted(Fm.free_vars(hyp) | Fm.free_vars(concl))), hyp, concl,
                          m.assumptions), info=info,
-                explain=lambda pt, bj=bj, bk=bk, j=j, lid=lid: [
+                witness={"beta_k": bk, "beta_j": bj, "vars": list(pre.vars), "program": m.p},
+                explain=lambda pt, bj=bj, bk=bk, j=j, lid=lid, info=info: [
                     f"logical instance ({', '.join(f'{v}={pt.get(v)}' for v in pt if v in info)})"
                     f": level {lid} puts it in {_ev(bk[:len(bj)], pt, m)}, level {j} in "
                     f"{_ev(bj, pt, m)}"]))
@@ -229,6 +231,7 @@ def binding_obligations(m: Model, tgt: Target, assign: Mapping[int, str],
             "get distinct (participant, serial step)", m.sites(*(ops[x] for x in path)),
             Fm.Claim(tuple(sorted(Fm.free_vars(hyp) | Fm.free_vars(concl))), hyp, concl,
                      m.assumptions), info=info,
+            witness={"image": img, "image2": img2, "xs": xs, "ys": ys, "program": m.p},
             explain=lambda pt, xs=xs, ys=ys, img=img: [
                 f"({', '.join(f'{v}={pt.get(v)}' for v in xs)}) and "
                 f"({', '.join(f'{v}={pt.get(v)}' for v in ys)}) both run as "
@@ -255,7 +258,7 @@ def binding_obligations(m: Model, tgt: Target, assign: Mapping[int, str],
         for g in group:
             for e in nest.levels[g].domain.space.extents:
                 count = count * e
-        outer = m.instance(ops[lid])
+        ctx = m.instance(ops[lid])
         custom = [g for g in group if g in maps]
         if custom:
             # a custom map names the participants: each own id lies in [0, limit)
@@ -273,8 +276,9 @@ def binding_obligations(m: Model, tgt: Target, assign: Mapping[int, str],
         out.append(Obligation(
             "binding.limit", f"at most {limit} {sk} per {t} on {tgt.name}",
             m.sites(*(ops[g] for g in group)),
-            Fm.Claim(tuple(outer.vars), outer.constraint, Fm.atom(count.le(limit)),
-                     m.assumptions), info=dict(outer.info),
+            Fm.Claim(tuple(ctx.vars), ctx.constraint, Fm.atom(count.le(limit)),
+                     m.assumptions), info=dict(ctx.info),
+            witness={"count": count, "limit": limit, "program": m.p},
             explain=lambda pt, count=count, limit=limit, sk=sk, t=t: [
                 f"{_ev((count,), pt, m)[1:-1]} {sk}s per {t} exceed the limit {limit}"]))
     return out

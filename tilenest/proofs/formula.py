@@ -21,8 +21,8 @@ solver counterexample is re-checked before it is reported.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
 
 from ..semantics import expr as E
 from ..semantics.expr import Expr, Pred
@@ -33,13 +33,13 @@ class F:
 
     __slots__ = ()
 
-    def __and__(self, o: "F") -> "F":
+    def __and__(self, o: F) -> F:
         return conj(self, o)
 
-    def __or__(self, o: "F") -> "F":
+    def __or__(self, o: F) -> F:
         return disj(self, o)
 
-    def __invert__(self) -> "F":
+    def __invert__(self) -> F:
         return neg(self)
 
     def __str__(self) -> str:

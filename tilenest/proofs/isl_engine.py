@@ -24,6 +24,8 @@ from . import formula as Fm
 
 #: isl operations per second of budget (a conservative calibration on this machine)
 OPS_PER_SECOND = 2_000_000
+#: the least operation budget of one query
+MIN_OPS = 10_000
 
 
 class NonAffine(Exception):
@@ -151,7 +153,7 @@ def decide(f: Fm.F, params: tuple[str, ...], vars_: tuple[str, ...], data: tuple
     except NonAffine as e:
         return Answer("unknown", reason=f"non-affine term {e}")
     ctx = isl.Context()
-    ctx.set_max_operations(max(10_000, int(timeout * OPS_PER_SECOND)))
+    ctx.set_max_operations(max(MIN_OPS, int(timeout * OPS_PER_SECOND)))
     try:
         s = isl.Set.read_from_str(ctx, text)
         if s.is_empty():

@@ -29,9 +29,9 @@ two distinct instances of one region ranges over both.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
 
 from ..errors import Site
 from ..semantics import expr as E
@@ -109,15 +109,15 @@ class Model:
     def _walk(self, b: Block, chain: tuple[tuple[Operation, int], ...]) -> None:
         for op in b.ops:
             self.chain[op.oid] = chain
-            for r in op.results:
-                self.defs[r.name] = op
-            for i, r in enumerate(op.regions):
-                for a in r.args:
+            for v in op.results:
+                self.defs[v.name] = op
+            for i, reg in enumerate(op.regions):
+                for a in reg.args:
                     self.defs.setdefault(a.name, op)
-                self._walk(r, chain + ((op, i),))
+                self._walk(reg, chain + ((op, i),))
 
     @cached_property
-    def an(self):  # noqa: ANN201 - the semantics Analysis
+    def an(self):
         return self.p.analysis
 
     @cached_property

@@ -32,9 +32,11 @@ read off the rewritten IR, ``policy`` for reduction permissions.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..errors import Site
 from . import formula as Fm
@@ -55,7 +57,7 @@ class Obligation:
     sites: tuple[Site, ...] = ()
     claim: Fm.Claim | None = None
     lemma: Fm.Claim | None = None
-    decider: Callable[["Obligation", float], None] | None = None
+    decider: Callable[[Obligation, float], None] | None = None
     info: dict[str, VarInfo] = field(default_factory=dict)
     explain: Callable[[dict], list[str]] | None = None
     role: str = "required"
@@ -64,6 +66,7 @@ class Obligation:
     inexact_note: str = ""
     formula_text: str = ""
     witness: Any = None
+    unknown_note: str = ""
     # verdict
     status: str = PENDING
     engine: str = ""
@@ -152,7 +155,7 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_jsonable(v) for v in x]
     if isinstance(x, float):
-        return repr(x) if x != x or x in (float("inf"), float("-inf")) else x
+        return x if math.isfinite(x) else repr(x)  # JSON has no NaN/inf literals
     return x
 
 
@@ -261,6 +264,8 @@ def discharge(obs: Sequence[Obligation], timeout: float = DEFAULT_TIMEOUT,
                 ob.set(UNKNOWN, "-", "no decision procedure")
         finally:
             ob.seconds = time.perf_counter() - t0
+        if ob.status == UNKNOWN and ob.unknown_note and not ob.reason.startswith(ob.unknown_note):
+            ob.reason = f"{ob.unknown_note} ({ob.reason})"
     return list(obs)
 
 

@@ -33,8 +33,9 @@ stages (distance 0), and carried values and Memory states (distance 1).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
@@ -43,7 +44,6 @@ from . import rewrite as RW
 from .model import Model, VarInfo, where
 from .obligation import PROVED, REFUTED, Obligation
 from .remap import Transformed, TransformError, program_of
-
 
 # ---------------------------------------------------------------------------
 # fusion
@@ -74,7 +74,7 @@ def fuse_phases(x: Any, level: int) -> Transformed:
     if da.rank != db.rank or any(E.subst(x_, sub) != y for x_, y in
                                  zip(db.space.extents, da.space.extents, strict=True)) \
             or E.subst(db.pred, sub) != da.pred:
-        raise TransformError("the two regions have different domains", (a.loc, b.loc),
+        raise TransformError("the two regions have different domains", m.sites(a, b),
                              "fusion matches instances by equal domains")
     obs = _dependence(m, a, b)
     # the candidate
@@ -114,7 +114,7 @@ def _dependence(m: Model, a: Operation, b: Operation) -> list[Obligation]:
                                                           else "WAW")
             inexact = "; ".join(x.inst.why_inexact + y.inst.why_inexact)
 
-            def explain(pt: dict, x: Any = x, y: Any = y) -> list[str]:
+            def explain(pt: dict, x: Any = x, y: Any = y, info: dict = info) -> list[str]:
                 ia = ", ".join(f"{info[v].label}={pt.get(v)}" for v in a.attrs["vars"])
                 ib = ", ".join(f"{info[v + chr(39)].label}={pt.get(v + chr(39))}"
                                for v in b.attrs["vars"])
@@ -129,7 +129,7 @@ def _dependence(m: Model, a: Operation, b: Operation) -> list[Obligation]:
                 Fm.Claim(tuple(sorted(Fm.free_vars(hyp) | Fm.free_vars(concl))), hyp, concl,
                          m.assumptions),
                 info=info, explain=explain, refutable=not inexact, inexact_note=inexact,
-                witness={"a": x, "b": y}))
+                witness={"a": x, "b": y, "program": m.p}))
     if not out:
         ob = Obligation("fusion.dependence", "the phases share no written object",
                         m.sites(a, b), formula_text="Dep_AB is empty")

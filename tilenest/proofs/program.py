@@ -72,11 +72,11 @@ def noninterference(m: Model) -> list[Obligation]:
         qa = [E.Var(v) for v in qv]
         qb = [E.Var(v + "'") for v in qv]
         pairs: list[tuple[Operation, Operation, bool]] = []
-        for i, a in enumerate(child):
-            for b in child[i:]:
-                pairs.append((a, b, True))
-            for b in coll:
-                pairs.append((a, b, False))
+        for i, first in enumerate(child):
+            for other in child[i:]:
+                pairs.append((first, other, True))
+            for other in coll:
+                pairs.append((first, other, False))
         for a_op, b_op, both_children in pairs:
             a = m.access(a_op, "", ())
             b = m.access(b_op, "'", shared)
@@ -92,8 +92,8 @@ def noninterference(m: Model) -> list[Obligation]:
             inexact = _inexact(a, b)
             who = "two children" if both_children else "a child and the collective ops"
 
-            def explain(pt: dict, a: Access = a, b: Access = b, both: bool = both_children
-                        ) -> list[str]:
+            def explain(pt: dict, a: Access = a, b: Access = b, both: bool = both_children,
+                        info: dict = info, qv: list = qv) -> list[str]:
                 inst_a = ", ".join(f"{info[v].label}={pt.get(v)}" for v in qv)
                 inst_b = ", ".join(f"{info[v + chr(39)].label}={pt.get(v + chr(39))}"
                                    for v in qv)
@@ -113,7 +113,8 @@ def noninterference(m: Model) -> list[Obligation]:
                 m.sites(a_op, b_op, q),
                 Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
                 info=info, explain=explain, refutable=not inexact,
-                inexact_note=inexact or "", witness={"a": a, "b": b, "level": level}))
+                inexact_note=inexact or "", unknown_note=CONTRACT_NOTE,
+                witness={"a": a, "b": b, "level": level, "program": m.p}))
     return out
 
 
@@ -143,7 +144,7 @@ def coverage(m: Model) -> list[Obligation]:
             "coverage.cover", f"every element of output %{tname} is written",
             m.sites(*stores), Fm.Claim(tuple(ev), box, Fm.disj(*alts), m.assumptions),
             info=info, provable=not inexact, inexact_note="; ".join(inexact),
-            witness={"tensor": tname, "stores": stores},
+            witness={"tensor": tname, "stores": stores, "program": m.p},
             explain=lambda pt, ev=ev, tname=tname: [
                 f"element %{tname}[{', '.join(str(pt.get(v)) for v in ev)}] is never written"]))
         for i, s1 in enumerate(stores):
@@ -158,7 +159,8 @@ def coverage(m: Model) -> list[Obligation]:
                 inx = _inexact(a, b)
                 inf = {**a.inst.info, **b.inst.info}
 
-                def explain(pt: dict, a: Access = a, b: Access = b) -> list[str]:
+                def explain(pt: dict, a: Access = a, b: Access = b, inf: dict = inf
+                            ) -> list[str]:
                     def inst(x: Access) -> str:
                         return ", ".join(f"{inf[v].label}={pt.get(v)}" for v in x.inst.vars)
                     return [f"{m.element_text(a, pt)} is written by ({inst(a)}) at {where(a.op)}",
@@ -168,7 +170,7 @@ def coverage(m: Model) -> list[Obligation]:
                     "coverage.once", f"no element of output %{tname} is written twice",
                     m.sites(s1, s2), Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
                     info=inf, explain=explain, refutable=not inx, inexact_note=inx,
-                    witness={"a": a, "b": b}))
+                    witness={"a": a, "b": b, "program": m.p}))
     return out
 
 
@@ -194,7 +196,7 @@ def bounds(m: Model) -> list[Obligation]:
             "bounds", f"{op.name} of %{op.operands[0].name} ({pol.kind.value}) stays in bounds",
             m.sites(op), Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
             info=dict(a.inst.info), explain=explain, refutable=not inx, inexact_note=inx,
-            witness={"a": a}))
+            witness={"a": a, "program": m.p}))
     return out
 
 

@@ -29,7 +29,8 @@ points) into ``P`` participants times ``S = ceil(n / P)`` serial steps,
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
@@ -261,7 +262,7 @@ def place_reduction(x: Any, index: int, participants: E.IntLike, order: str = "b
         "reduction.cover", f"{order} placement on {E.to_str(P)} participants: every "
         "contribution is placed exactly once (into D)", sites,
         Fm.Claim(tuple(outer.vars) + ("p@", "s@"), Fm.conj(hyp0, placed(pv, sv)),
-                 Fm.subst(D, dict(zip(xs, digits))), m.assumptions), info=info))
+                 Fm.subst(D, dict(zip(xs, digits, strict=True))), m.assumptions), info=info))
     body = Fm.conj(placed(pv, sv), Fm.atom(r_of(pv, sv).eq(lin)))
     inv = {pv: lin // S, sv: lin % S} if order == "blocked" else {pv: lin % P, sv: lin // P}
     obs.append(Obligation(

@@ -35,14 +35,14 @@ to it; unobserved cuts may be crossed freely.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from ..errors import TilenestError
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram, Value
-from ..semantics.space import IndexSet
 from ..semantics.policies import ExecPolicy
+from ..semantics.space import IndexSet
 from . import formula as Fm
 from . import rewrite as RW
 from .model import ACCESS_OPS, Model, VarInfo, where
@@ -98,7 +98,7 @@ class Transformed:
     reason: str = ""
 
     def check(self, timeout: float = 5.0, assume: Sequence[str] = (),
-              engine: str = "auto") -> "Transformed":
+              engine: str = "auto") -> Transformed:
         discharge(self.obligations, timeout, engine, assume)
         return self
 
@@ -165,7 +165,7 @@ def _chain_ops(m: Model, chain: Sequence[int]) -> list[Operation]:
     except KeyError as e:
         raise TransformError(f"the program has no parallel level {e.args[0]}",
                              hint="see the 'level = N' attributes in 'tilenest show'") from None
-    for a, b in zip(ops, ops[1:]):
+    for a, b in zip(ops, ops[1:], strict=False):
         if m.an.nest.levels[b.attrs["level"]].parent != a.attrs["level"]:
             raise TransformError(f"level {b.attrs['level']} is not a child of level "
                                  f"{a.attrs['level']}", a.loc)
@@ -221,7 +221,7 @@ def remap_obligations(m: Model, r: Remap) -> list[Obligation]:
     obs.append(Obligation(
         "tau.function", f"{label}: every active new point maps into the old active set",
         sites, Fm.Claim(tuple(outer.vars + x), Fm.conj(hyp0, Ax),
-                        Fm.subst(old_A, dict(zip((E.Var(v) for v in old_vars), tx))), **mk),
+                        Fm.subst(old_A, dict(zip((E.Var(v) for v in old_vars), tx, strict=True))), **mk),
         info=info, explain=lambda pt: [explain_new(pt, x, tx) + " outside the old domain"]))
     cover_body = Fm.conj(Ax, Fm.eqs(tx, [E.Var(v) for v in old_vars]))
     lemma = None
@@ -301,7 +301,7 @@ def remap_obligations(m: Model, r: Remap) -> list[Obligation]:
 
 
 def _perfect(ops: list[Operation]) -> str:
-    for a, b in zip(ops, ops[1:]):
+    for a, b in zip(ops, ops[1:], strict=False):
         body = a.regions[0]
         if len(body.ops) != 2 or body.ops[0] is not b:
             return (f"level {a.attrs['level']} ({where(a)}) holds ops besides its child level; "
@@ -317,8 +317,8 @@ def build(p: TileProgram, m: Model, r: Remap) -> tuple[TileProgram | None, dict[
     no candidate can be built."""
     ops = _chain_ops(m, r.chain)
     why = _perfect(ops)
-    if why:
-        return None, {}, why
+    if why and (any(o.operands for o in ops) or not r.new):
+        return None, {}, why + " (and carried values cross the chain)"
     names = RW.Names(p)
     fresh_level = RW.max_level(p) + 1
     ids: list[int] = []
@@ -337,19 +337,56 @@ def build(p: TileProgram, m: Model, r: Remap) -> tuple[TileProgram | None, dict[
     body = rb.block(leaf)
     first = ops[0]
     dims = [f.dim for lv in r.new for f in lv.domain.space.factors]
-    if not r.new:  # the chain disappears: inline the leaf body into the parent block
-        y = body.terminator
-        assert y is not None
-        valmap = {a.name: o for a, o in zip(body.args, first.operands, strict=True)}
-        res = {res.name: valmap.get(v.name, v) for res, v in zip(first.results, y.operands,
-                                                               strict=True)}
-        inl = RW.Rebuilder({}, {}, {**valmap, **res})
-        inner = [inl.op(o) for o in body.ops[:-1]]
-        q = _rename_uses(RW.replace_op(p, first.oid, lambda _o: inner), res)
-        return q, lmap, ""
-    # thread carried values through the new levels, innermost body last
+    if not r.new:
+        return _inline(p, first, body), lmap, ""
+    nest = _nest_untied(ops, r, rb, body, ids) if why else _nest_threaded(r, body, first, ids,
+                                                                          names)
+    return RW.replace_op(p, first.oid, lambda _o: [nest], dims), lmap, ""
+
+
+def _inline(p: TileProgram, first: Operation, body: Block) -> TileProgram:
+    """The chain disappears: its (substituted) body replaces it in the parent
+    block, block arguments becoming the incoming values and results the yielded."""
+    y = body.terminator
+    assert y is not None
+    valmap = {a.name: o for a, o in zip(body.args, first.operands, strict=True)}
+    res = {v.name: valmap.get(w.name, w) for v, w in zip(first.results, y.operands, strict=True)}
+    inl = RW.Rebuilder({}, {}, {**valmap, **res})
+    ops = [inl.op(o) for o in body.ops[:-1]]
+    return _rename_uses(RW.replace_op(p, first.oid, lambda _o: ops), res)
+
+
+def _nest_untied(ops: list[Operation], r: Remap, rb: RW.Rebuilder, body: Block,
+                 ids: list[int]) -> Operation:
+    """A non-perfect chain without carried values: the ops of old level ``j`` go
+    to the body of new level ``rho(j)``, around the next new level."""
+    before: dict[int, list[Operation]] = {i: [] for i in range(len(r.new))}
+    after: dict[int, list[Operation]] = {i: [] for i in range(len(r.new))}
+    for j, op in enumerate(ops[:-1]):
+        k = r.rho.get(op.attrs["level"], 0)
+        content = list(op.regions[0].ops[:-1])
+        at = content.index(ops[j + 1])
+        before[k] += [rb.op(o) for o in content[:at]]
+        after[k] = [rb.op(o) for o in content[at + 1:]] + after[k]
+    k_leaf = r.rho.get(ops[-1].attrs["level"], len(r.new) - 1)
+    before[k_leaf] += list(body.ops[:-1])
+    loc = ops[0].loc
+    inner: Operation | None = None
+    for i in range(len(r.new) - 1, -1, -1):
+        lv = r.new[i]
+        here = before[i] + ([inner] if inner is not None else []) + after[i]
+        inner = RW.parallel_op(lv.vars, lv.domain, ids[i], RW.with_yield(here, (), loc), (), (),
+                               lv.exec, loc)
+    assert inner is not None
+    return inner
+
+
+def _nest_threaded(r: Remap, body: Block, first: Operation, ids: list[int],
+                   names: RW.Names) -> Operation:
+    """A perfect chain: the leaf body becomes the innermost new level's body and
+    carried values are threaded through fresh block arguments and results."""
     args = body.args
-    inner_op: Operation | None = None
+    inner: Operation | None = None
     for i in range(len(r.new) - 1, -1, -1):
         lv = r.new[i]
         if i == 0:
@@ -357,17 +394,15 @@ def build(p: TileProgram, m: Model, r: Remap) -> tuple[TileProgram | None, dict[
         else:
             operands = tuple(Value(names.fresh(f"{a.name}_n{i}"), a.type) for a in args)
             results = tuple(Value(names.fresh(f"{a.name}_j{i}"), a.type) for a in args)
-        if inner_op is None:
+        if inner is None:
             blk = Block(tuple(args), body.ops)
         else:
-            blk = RW.with_yield([inner_op], inner_op.results, first.loc)
-            blk = Block(tuple(args), blk.ops)
-        inner_op = RW.parallel_op(lv.vars, lv.domain, ids[i], blk, operands, results,
-                                  lv.exec, first.loc)
+            blk = Block(tuple(args), RW.with_yield([inner], inner.results, first.loc).ops)
+        inner = RW.parallel_op(lv.vars, lv.domain, ids[i], blk, operands, results, lv.exec,
+                               first.loc)
         args = operands
-    assert inner_op is not None
-    q = RW.replace_op(p, first.oid, lambda _o: [inner_op], dims)
-    return q, lmap, ""
+    assert inner is not None
+    return inner
 
 
 def _rename_uses(p: TileProgram, res: Mapping[str, Value]) -> TileProgram:
@@ -433,7 +468,7 @@ def apply(source: TileProgram | Transformed, r: Remap) -> Transformed:
     m = Model(p)
     obs = remap_obligations(m, r)
     for ob in obs:
-        ob.witness = r
+        ob.witness = {"remap": r, "program": p}
     try:
         q, lmap, reason = build(p, m, r)
     except (TilenestError, KeyError, ValueError) as e:
@@ -441,6 +476,12 @@ def apply(source: TileProgram | Transformed, r: Remap) -> Transformed:
     back: dict[int, int] = {}
     if q is not None:
         q, back = RW.finish(q)
+        from ..semantics.verify import verify
+
+        try:
+            verify(q)
+        except TilenestError as e:
+            q, reason = None, f"the rewritten program does not verify: {e.message}"
     obs.append(rewrite_obligation(m, q, back, lmap, r, reason))
     if prev is None:
         return Transformed(p, q, obs, [r.text()], dict(lmap), reason)

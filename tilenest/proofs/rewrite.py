@@ -20,7 +20,8 @@ their type changes, and fresh names never collide with existing ones.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.ioschema import number_ops

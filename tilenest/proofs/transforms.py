@@ -1,16 +1,19 @@
 """The spatial transform basis, each built as a :class:`~.remap.Remap`.
 
-| transform | tau (new -> old) | rho |
-|---|---|---|
-| ``split(L, a, b)`` | ``i_a = q*b + r``; ``q`` replaces ``i_a`` in ``L``, ``r`` is a new child level with guard ``q*b + r < N`` | ``L -> child`` |
-| ``fuse(L)`` | ``L`` and its only child ``M`` become one level; ``linear``: one coordinate ``f`` with ``(i, j) = (f div |M|, f mod |M|)`` (mixed radix) | ``L, M -> fused`` |
-| ``coalesce(L, axes)`` | consecutive axes of ``L`` become one mixed-radix coordinate | ``L -> L`` |
-| ``reshape(L, extents)`` | ``L``'s coordinates are re-factored row-major into ``extents`` | ``L -> L`` |
-| ``permute(L, perm)`` | reorders the axes of ``L`` (or of a perfect chain below ``L``, keeping each level's rank) | same depth |
-| ``interchange(L)`` | ``L`` and its only child swap places | same depth |
-| ``tile(L, factors)`` | ``split`` of each axis, then the remainders merged into one level | composite |
-| ``insert_unit(L)`` | a new one-point level below ``L`` takes ``L``'s body | ``L -> unit`` |
-| ``remove_unit(L)`` | ``L``'s coordinates become ``0``; its body moves to the parent | ``L -> parent`` |
+* ``split(L, a, b)``: ``i_a = q*b + r``; ``q`` replaces ``i_a`` in ``L``, ``r`` is a
+  new child level guarded by ``q*b + r < N``; rho: ``L -> child``.
+* ``fuse(L)``: ``L`` and its only child ``M`` become one level; ``linear``: one
+  coordinate ``f``, ``(i, j) = (f div |M|, f mod |M|)`` (mixed radix); rho: both
+  to the fused level.
+* ``coalesce(L, axes)``: consecutive axes of ``L`` become one mixed-radix
+  coordinate; ``reshape(L, extents)``: ``L``'s coordinates re-factored row-major.
+* ``permute(L, perm)``: reorders the axes of ``L`` (or of a perfect chain below
+  ``L``, keeping each level's rank); ``interchange(L)``: ``L`` and its only child
+  swap places; rho preserves depth.
+* ``tile(L, factors)``: ``split`` of each axis, then the remainders merged.
+* ``insert_unit(L)``: a one-point level below ``L`` takes ``L``'s body (rho:
+  ``L -> unit``); ``remove_unit(L)``: ``L``'s coordinates become ``0`` and its
+  body moves to the parent (rho: ``L -> parent``).
 
 Every function takes a program, a kernel, or the :class:`~.remap.Transformed`
 of an earlier transform (so transforms compose by nesting calls or with
@@ -22,7 +25,8 @@ witnesses (the mutation tests use them); the defaults are the correct ones.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.ir import Operation, TileProgram
@@ -199,7 +203,7 @@ def coalesce(x: Any, level: int, axes: Sequence[int] | None = None) -> Transform
     coordinate."""
 
     def run(p: TileProgram) -> Transformed:
-        m, op, dom = _level(p, level)
+        _m, op, dom = _level(p, level)
         _no_layout(op)
         ax = list(axes) if axes is not None else list(range(dom.rank))
         if not ax or ax != list(range(ax[0], ax[0] + len(ax))) or ax[-1] >= dom.rank:
@@ -229,7 +233,7 @@ def reshape(x: Any, level: int, extents: Sequence[E.IntLike]) -> Transformed:
     prove the cardinality is preserved)."""
 
     def run(p: TileProgram) -> Transformed:
-        m, op, dom = _level(p, level)
+        _m, op, dom = _level(p, level)
         _no_layout(op)
         names = RW.Names(p)
         new_ext = [E.lift(e) for e in extents]
@@ -318,7 +322,7 @@ def insert_unit(x: Any, level: int) -> Transformed:
     """A new one-point level directly below ``level`` takes over its body."""
 
     def run(p: TileProgram) -> Transformed:
-        m, op, dom = _level(p, level)
+        _m, op, dom = _level(p, level)
         _no_layout(op)
         names = RW.Names(p)
         u = names.fresh("unit")
@@ -337,7 +341,7 @@ def remove_unit(x: Any, level: int) -> Transformed:
     obligations prove); its body moves into the parent."""
 
     def run(p: TileProgram) -> Transformed:
-        m, op, dom = _level(p, level)
+        _m, _op, dom = _level(p, level)
         return apply(p, Remap("remove_unit", (level,), (), {v: E.Const(0) for v in dom.vars},
                               {level: -1}, inverse={}))
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 import struct
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
@@ -299,21 +300,34 @@ def prove_law(alg: Scalar, names: Sequence[str], lhs: Callable[..., Sequence[Any
     goal = z3.Or([a != b for a, b in zip(left, right, strict=True)])
     deadline = time.perf_counter() + timeout
     fp = alg.dt.is_float and not alg.real
+    decided = False
     r = z3.unknown
     if fp:
-        # counterexamples of float laws are found far faster among moderate
-        # magnitudes; such a point is a genuine counterexample, an unsat here
+        # float-law counterexamples have heavy-tailed search times: a portfolio
+        # of short restarts (seeds, magnitude boxes) finds them quickly; any
+        # point found is a genuine counterexample, while "unsat" inside a box
         # proves nothing, so the full query follows
+        boxes = [(1e-6, 1e6), (1.0, 1e8), None]
+        for k in range(12):
+            left_s = deadline - time.perf_counter()
+            if left_s < timeout / 2:
+                break
+            s = z3.Solver()
+            s.set("timeout", max(1, int(min(0.4, left_s / 4) * 1000)))
+            s.set("random_seed", k)
+            s.add(goal)
+            box = boxes[k % 3]
+            if box is not None:
+                lo, hi = z3.FPVal(box[0], alg.sort), z3.FPVal(box[1], alg.sort)
+                for v in xs.values():
+                    for x in v:
+                        s.add(z3.fpGT(z3.fpAbs(x), lo), z3.fpLT(z3.fpAbs(x), hi))
+            r = s.check()
+            if r == z3.sat or (r == z3.unsat and box is None):
+                decided = True  # a boxed "unsat" never decides
+                break
+    if not decided:
         s = z3.Solver()
-        s.set("timeout", max(1, int(timeout * 250)))
-        lo, hi = z3.FPVal(1e-6, alg.sort), z3.FPVal(1e6, alg.sort)
-        s.add(goal)
-        for v in xs.values():
-            for x in v:
-                s.add(z3.fpGT(z3.fpAbs(x), lo), z3.fpLT(z3.fpAbs(x), hi))
-        r = s.check()
-    if r != z3.sat:
-        s = z3.Tactic("qffpbv").solver() if fp else z3.Solver()
         s.set("timeout", max(1, int((deadline - time.perf_counter()) * 1000)))
         s.add(goal)
         r = s.check()

@@ -1,0 +1,131 @@
+"""The LLVM CPU backend: loop IR -> LLVM IR -> optimized -> MCJIT -> a callable.
+
+Stages (``STAGES``, in order; ``tilenest lower FILE --target llvm --emit NAME``
+prints any of them):
+
+* ``loopir``  -- the lowered, verified loop IR (``tilenest.lowering``);
+* ``ir``      -- LLVM IR as generated (``codegen.py``);
+* ``opt``     -- LLVM IR after the O3 new-pass-manager pipeline for the host CPU;
+* ``asm``     -- host assembly.
+
+:func:`compile_program` runs them all and returns a
+:class:`~tilenest.backends.llvm.runtime.CompiledKernel`. Compiled kernels are
+cached in-process by a hash of the printed TileIR, the schedule's
+code-relevant fields and the host target.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from typing import Any, Callable
+
+from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
+from ...lowering import loopir as L
+from ...semantics.ir import TileProgram
+from . import jit
+from .codegen import Codegen
+from .runtime import CompiledKernel
+
+__all__ = ["compile_program", "build", "emit", "STAGES", "cache_key", "CompiledKernel",
+           "clear_cache"]
+
+VERSION = "llvm-backend-1"
+_CACHE: dict[str, CompiledKernel] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _schedule(program: TileProgram, schedule: Schedule | None, overrides: dict) -> Schedule:
+    s = schedule or default_schedule(program, "llvm")
+    return s.with_(**overrides) if overrides else s
+
+
+def cache_key(program: TileProgram, schedule: Schedule, h: jit.Host) -> str:
+    """The compile-cache key: program text, schedule and target."""
+    text = f"{VERSION}\n{h.triple}\n{h.cpu}\n{h.features}\n{schedule.key()}\n{program}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def stage_loopir(program: TileProgram, schedule: Schedule) -> L.Kernel:
+    return lower_verified(program, schedule)
+
+
+def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
+    return Codegen(k, schedule.vector_bits or 512, h.cpu, h.features).text()
+
+
+def build(program: TileProgram, k: L.Kernel, schedule: Schedule) -> CompiledKernel:
+    """Generate, optimize and JIT an already lowered kernel ``k`` (uncached)."""
+    t0 = time.perf_counter()
+    h = jit.host()
+    text = stage_ir(k, schedule, h)
+    tm = jit.target_machine(h)
+    mod = jit.parse(text, h)
+    jit.optimize(mod, tm)
+    opt = str(mod)
+    return CompiledKernel(program, k, jit.Engine(mod, tm), schedule, text, opt,
+                          time.perf_counter() - t0)
+
+
+def compile_program(program: TileProgram, schedule: Schedule | None = None,
+                    cache: bool = True, **overrides: Any) -> CompiledKernel:
+    """Lower, generate, optimize and JIT ``program`` for this host."""
+    s = _schedule(program, schedule, overrides)
+    h = jit.host()
+    key = cache_key(program, s, h)
+    if cache:
+        with _CACHE_LOCK:
+            got = _CACHE.get(key)
+        if got is not None:
+            if got.schedule.threads != s.threads or got.schedule.chunk != s.chunk:
+                got = CompiledKernel(got.program, got.kernel, got.engine, s, got.llvm_ir,
+                                     got.optimized_ir, got.compile_seconds)
+            return got
+    t0 = time.perf_counter()
+    ck = build(program, stage_loopir(program, s), s)
+    ck.compile_seconds = time.perf_counter() - t0
+    if cache:
+        with _CACHE_LOCK:
+            _CACHE[key] = ck
+    return ck
+
+
+def clear_cache() -> None:
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _emit_loopir(program: TileProgram, s: Schedule) -> str:
+    return print_kernel(stage_loopir(program, s))
+
+
+def _emit_ir(program: TileProgram, s: Schedule) -> str:
+    return stage_ir(stage_loopir(program, s), s, jit.host())
+
+
+def _emit_opt(program: TileProgram, s: Schedule) -> str:
+    return compile_program(program, s).optimized_ir
+
+
+def _emit_asm(program: TileProgram, s: Schedule) -> str:
+    return compile_program(program, s).asm()
+
+
+#: stage name -> printer of that stage's output
+STAGES: dict[str, Callable[[TileProgram, Schedule], str]] = {
+    "loopir": _emit_loopir,
+    "ir": _emit_ir,
+    "opt": _emit_opt,
+    "asm": _emit_asm,
+}
+
+
+def emit(program: TileProgram, stage: str, schedule: Schedule | None = None) -> str:
+    """The text of one stage for ``program``."""
+    from ...errors import TilenestError
+
+    if stage not in STAGES:
+        raise TilenestError(f"unknown stage '{stage}' for target llvm",
+                            hint="stages: " + ", ".join(STAGES))
+    return STAGES[stage](program, _schedule(program, schedule, {}))

@@ -1,0 +1,209 @@
+"""The lowering: schedules, storage plans, facts/range restriction, the loop IR,
+its printer (golden files) and verifier, reduction realizations, transforms."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+import tilenest as tn
+from tilenest.errors import NotAvailableError, TilenestError, VerifyError
+from tilenest.lowering import (default_schedule, lower, lower_verified, print_kernel,
+                               storage_plan, verify_kernel)
+from tilenest.lowering import loopir as L
+from tilenest.lowering.facts import Facts, split_range
+from tilenest.lowering.reductions import merge_ops, pointwise
+from tilenest.semantics import dtypes as D
+from tilenest.semantics import expr as E
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+GOLDEN = pathlib.Path(__file__).resolve().parent / "golden" / "lowering"
+EXAMPLES = ["softmax", "rmsnorm", "folds", "ragged", "gemm", "two_level", "memory_stage"]
+
+
+def example(name: str) -> tn.Kernel:
+    spec = importlib.util.spec_from_file_location(f"ex_{name}", ROOT / "examples" / f"{name}.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return next(v for v in vars(m).values() if isinstance(v, tn.Kernel))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_examples_lower_and_verify(name):
+    k = lower_verified(example(name).program)
+    text = print_kernel(k)
+    assert text == print_kernel(lower(example(name).program))  # deterministic
+    assert k.phases and all(ph.body for ph in k.phases)
+
+
+@pytest.mark.parametrize("name", ["softmax", "ragged", "folds"])
+def test_golden_loopir(name):
+    """Printed loop IR of small examples; TILENEST_UPDATE_GOLDEN=1 rewrites the files."""
+    text = print_kernel(lower_verified(example(name).program))
+    path = GOLDEN / f"{name}.loopir"
+    if os.environ.get("TILENEST_UPDATE_GOLDEN") or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_storage_plan_inlines_single_use_chains():
+    p = example("softmax").program
+    plan = storage_plan(p)
+    defs = {op.results[0].name: op.name for op in p.walk() if len(op.results) == 1}
+    assert plan["row"] == "materialize"  # read by the max reduce and by sub
+    assert plan["e"] == "materialize"    # exp, used twice
+    assert plan["4"] == "inline"          # row - m, consumed once by exp
+    assert defs["9"] == "div" and plan["9"] == "inline"  # fused into the store
+
+
+def test_storage_plan_materializes_broadcast_compute_only_at_the_top():
+    plan = storage_plan(example("rmsnorm").program)
+    assert plan["scale"] == "materialize"  # broadcast over the row: computed once per row
+    assert plan["ms"] == "inline" and plan["8"] == "inline"
+    assert plan["10"] == "inline"  # the w read is re-read from memory, not copied
+
+
+def test_storage_plan_packs_mma_operands():
+    plan = storage_plan(example("gemm").program)
+    assert plan["a"] == plan["b"] == "materialize"
+
+
+def test_schedule_overrides_storage():
+    p = example("softmax").program
+    s = default_schedule(p).with_(storage=(("e", "inline"),))
+    assert storage_plan(p, s)["e"] == "inline"
+    text = print_kernel(lower_verified(p, s))
+    assert "%e." not in text  # exp recomputed at its two uses
+    assert text.count("exp(") == 2
+
+
+def test_default_schedule_and_unknown_target():
+    p = example("ragged").program
+    s = default_schedule(p)
+    assert s.target == "llvm" and s.vector_bits in (128, 256, 512) and s.threads >= 1
+    with pytest.raises(NotAvailableError, match="cuda"):
+        default_schedule(p, "cuda")
+
+
+def test_facts_implication_and_sums():
+    f = Facts()
+    i, p, R = E.Var("i"), E.Var("p"), E.Sym("R")
+    f.push([i.ge(0), i.lt(1), p.ge(0), p.lt(R)])
+    assert f.implied(i.lt(2)) and f.implied(p.le(R - 1))
+    assert f.implied((i + p).ge(0))            # a sum of two facts
+    assert f.implied((i + p).lt(R))            # i < 1 and p < R
+    assert not f.implied(p.lt(R - 1))
+    g = Facts()
+    g.push([i.ge(0), i.lt(4), p.ge(0), p.lt(R)])
+    assert not g.implied((i + p).lt(R))        # the row tail: needs a guard
+
+
+def test_split_range_unit_coefficients():
+    j, p, N = E.Var("j"), E.Var("p"), E.Sym("N")
+    g = [(j + 128 * p).ge(0), (j + 128 * p).lt(N), p.lt(N)]
+    lo, hi, used, outer = split_range(g, "j", E.Const(128), set())
+    assert len(used) == 2 and outer == [p.lt(N)]
+    env = {p: 1, N: 200}
+    assert E.evaluate(lo, env) == 0 and E.evaluate(hi, env) == 72
+
+
+def test_tail_guards_become_loop_bounds():
+    text = print_kernel(lower_verified(example("ragged").program))
+    assert " if " not in text  # the store and both loads are unguarded in the main range
+    assert "min(-128*$p" in text
+
+
+def test_reduce_realizations():
+    sm = example("softmax").program
+    reds = [op for op in sm.walk() if op.name == "reduce"]
+    assert all(pointwise(op) for op in reds)
+    assert all(merge_ops(op) for op in reds)
+    folds = example("folds").program
+    assert all(pointwise(op) for op in folds.walk() if op.name == "reduce")
+    text = print_kernel(lower_verified(folds))
+    assert "reassoc" not in text and "reversed" in text  # strict folds keep their order
+    assert "reassoc" in print_kernel(lower_verified(sm))
+
+
+def test_sequential_reduction_schedule_drops_permission():
+    p = example("softmax").program
+    s = default_schedule(p).with_(reductions=tuple((op.oid, "sequential") for op in p.walk()
+                                                   if op.name == "reduce"))
+    assert "reassoc" not in print_kernel(lower_verified(p, s))
+
+
+def test_unsupported_op_names_op_and_target():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        from kernels_constructs import per_child_patches
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(NotAvailableError) as e:
+        lower(per_child_patches.program)
+    assert "'parallel'" in e.value.message and "'llvm'" in e.value.message
+
+
+def test_transforms_through_the_proofs_layer():
+    p = example("softmax").program
+    s = default_schedule(p).with_(transforms=("split(1, 0, 4)",))
+    text = print_kernel(lower_verified(p, s))
+    assert "(R + 3) // 4" in text and "for p_i" in text
+    with pytest.raises(TilenestError, match="unknown transform"):
+        lower(p, default_schedule(p).with_(transforms=("frobnicate(1)",)))
+
+
+# ---------------------------------------------------------------------------
+# the verifier
+
+
+def _kernel(body: tuple, locals_: tuple = (), globals_: tuple = ()) -> L.Kernel:
+    pid = L.LVar("pid", L.INDEX)
+    return L.Kernel("k", (L.Param("x", "tensor", D.f32, (E.Sym("N"),)),), ("N",), locals_,
+                    (L.Phase("k_0", (E.Sym("N"),), pid, body),), (), globals_)
+
+
+X = L.Buffer("x", D.f32, "global", E.Const(0), 0)
+
+
+def test_verifier_accepts_a_small_kernel():
+    v = L.LVar("v", D.f32)
+    body = (L.Assign(v, L.Load(X, L.IExpr(E.Var("pid")))),
+            L.Store(X, L.IExpr(E.Var("pid")), L.Bin("add", L.Ref(v), L.Const(1.0, D.f32),
+                                                   D.f32)))
+    verify_kernel(_kernel(body, globals_=(X,)))
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ((L.Store(X, L.IExpr(E.Var("q")), L.Const(1.0, D.f32)),), "before it is defined"),
+    ((L.Store(X, L.IExpr(E.Var("pid")), L.Const(1, D.i32)),), "holds f32"),
+    ((L.Assign(L.LVar("v", D.f32), L.Bin("add", L.Const(1.0, D.f32), L.Const(1, D.i32),
+                                          D.f32)),), "dtypes"),
+    ((L.Assign(L.LVar("v", D.i32), L.Bin("add", L.Const(1, D.i32), L.Const(1, D.i32), D.i32,
+                                          frozenset({"reassoc"}))),), "float merge"),
+    ((L.Assign(L.LVar("v", D.f32), L.Ref(L.LVar("w", D.f32))),), "before it is assigned"),
+    ((L.If(L.Const(1, D.i32), ()),), "must be bool"),
+    ((L.Check(L.IPred(E.TRUE), 7),), "unknown error code"),
+    ((L.Assign(L.LVar("v", D.f32), L.Load(L.Buffer("y", D.f32, "local"), L.IExpr(E.Const(0)))),),
+     "not declared"),
+])
+def test_verifier_rejects(bad, msg):
+    with pytest.raises(VerifyError, match=msg):
+        verify_kernel(_kernel(bad, globals_=(X,)))
+
+
+def test_if_defines_only_what_both_branches_define():
+    v = L.LVar("v", D.f32)
+    one = L.Const(1.0, D.f32)
+    both = (L.If(L.IPred(E.TRUE), (L.Assign(v, one),), (L.Assign(v, one),)),
+            L.Store(X, L.IExpr(E.Var("pid")), L.Ref(v)))
+    verify_kernel(_kernel(both, globals_=(X,)))
+    one_side = (L.If(L.IPred(E.TRUE), (L.Assign(v, one),)),
+                L.Store(X, L.IExpr(E.Var("pid")), L.Ref(v)))
+    with pytest.raises(VerifyError):
+        verify_kernel(_kernel(one_side, globals_=(X,)))
