@@ -155,7 +155,6 @@ def test_vector_width_from_host():
 
 def test_exp_is_vectorized_inline_not_a_libm_call():
     ck = example("softmax").row_softmax.compile()
-    assert "call" not in re.sub(r"call\w*\s+\S*llvm\.", "", ck.asm().split("axpy")[0]) or True
     assert not re.search(r"call\s+\S*\bexp\b", ck.asm())
     assert re.search(r"<\d+ x double>", ck.optimized_ir)
 
@@ -244,7 +243,7 @@ def scaled(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], k: int, s: tn.Scalar[
     y = y.with_dims(x.dim(0))
     for p in tn.parallel(tn.shape(tn.cdiv(n, 4))):
         o = tn.coord(p.index() * 4)
-        y(o, tn.shape(4)).store(x[o, tn.shape(4)] * s + tn.cast(tn.index_tile(k), f32))
+        y(o, tn.shape(4)).store(x[o, tn.shape(4)] * s + tn.scalar(k, f32))
 
 
 def test_symbol_parameters_and_scalar_arguments():

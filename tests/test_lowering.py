@@ -11,8 +11,14 @@ import pytest
 
 import tilenest as tn
 from tilenest.errors import NotAvailableError, TilenestError, VerifyError
-from tilenest.lowering import (default_schedule, lower, lower_verified, print_kernel,
-                               storage_plan, verify_kernel)
+from tilenest.lowering import (
+    default_schedule,
+    lower,
+    lower_verified,
+    print_kernel,
+    storage_plan,
+    verify_kernel,
+)
 from tilenest.lowering import loopir as L
 from tilenest.lowering.facts import Facts, split_range
 from tilenest.lowering.reductions import merge_ops, pointwise

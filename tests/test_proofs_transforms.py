@@ -56,7 +56,10 @@ KINDS = [
                                                  ("split", (1, 0, 16), {}),
                                                  ("insert_unit", (2,), {})]),
      [[(5, 8), (5, 8)], [(2, 8), (2, 8)]]),
-    ("gemm split", None, None, None),
+    ("split with carried patches", K.owner, lambda p: T.split(p, 2, 0, 2),
+     [[(3, 4), (3, 4)], [(1, 4), (1, 4)]]),
+    ("fuse with carried patches", K.owner, lambda p: T.fuse(T.split(p, 2, 0, 2), 2),
+     [[(3, 4), (3, 4)]]),
 ]
 
 
@@ -71,18 +74,21 @@ def test_transform_proved_verifies_and_agrees(name, kernel, fn, shapes):
     same_on_random(kernel.program, t.program, shapes)
 
 
-def test_gemm_split_agrees_on_ragged_sizes():
+@pytest.mark.parametrize("how", ["split", "tile", "split+bind"])
+def test_gemm_transforms_agree_on_ragged_sizes(how):
     import gemm
 
-    p = gemm.gemm.program
-    t = T.split(p, 1, 0, 2).check()
-    assert t.admitted
+    p = gemm.gemm
+    t = {"split": lambda: T.split(p, 1, 0, 2),
+         "tile": lambda: T.tile(p, 1, [2, 2]),
+         "split+bind": lambda: T.bind(T.split(p, 1, 0, 2), "cuda")}[how]().check()
+    assert t.admitted, [(o.kind, o.status, o.reason) for o in t.obligations]
     rng = np.random.default_rng(3)
     for m, k, n in ((70, 40, 50), (33, 1, 65), (96, 64, 32)):
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         c1, c2 = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
-        tn.interpret(p, a, b, c1)
+        tn.interpret(p.program, a, b, c1)
         tn.interpret(t.program, a, b, c2)
         assert c1.tobytes() == c2.tobytes()
 

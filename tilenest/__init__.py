@@ -26,7 +26,7 @@ from .semantics.dtypes import (bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8
                                u64)
 from .semantics.ir import TileProgram
 from .semantics.policies import MmaPolicy, PipelinePolicy, ReductionPolicy
-from .proofs import transform  # noqa: E402  (tn.transform: transforms and their obligations)
+from .proofs import transform  # noqa: F401  (tn.transform: transforms and their obligations)
 
 __version__ = "0.1.0"
 

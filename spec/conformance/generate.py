@@ -69,6 +69,8 @@ def render() -> dict[Path, str]:
             files[folder / wname] = (strip_locs(c.wrong) if isinstance(c.wrong, str)
                                      else tileir(c.wrong))
             recipe["wrong"] = wname
+        if c.gap:
+            recipe["gap"] = c.gap
         files[folder / f"{c.name}.json"] = dump_recipe(recipe)
     return files
 

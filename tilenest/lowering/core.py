@@ -74,6 +74,8 @@ class Lowerer:
         self.depth = 0
         self.def_depth: dict[str, int] = {}
         self.reassoc: set[int] = set()
+        self.put_into: dict[int, Any] = {}  # put op id -> result storage of a parallel join
+        self.frozen: set[str] = set()  # values that must not be overwritten in place
         self.pending: list[L.Stmt] = []
         self.uses: dict[str, int] = {}
         for op in prog.walk():
@@ -311,7 +313,7 @@ class Lowerer:
         try:
             fn(self, op)
         except TilenestError as e:
-            raise e.with_site(op.loc)
+            raise e.with_site(op.loc) from None
 
     # -- domains ------------------------------------------------------------
     def domain_loops(self, op: Operation, inner: Callable[[], None], reverse: bool = False,

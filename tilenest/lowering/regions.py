@@ -5,8 +5,9 @@
   guards the body. Programs are independent, so the runtime may run them on
   any core in any order.
 * nested ``parallel`` -- the children in row-major order inside the program
-  (an admitted order: children are independent). Carried (collective)
-  updates of ancestor values are not lowered yet.
+  (an admitted order: children are independent). Updates of ancestor values
+  join per child (:func:`classify_updates`): ``put`` patches go straight into
+  the result, collective values are stored by every child.
 * ``serial`` / ``pipeline`` -- loops over the domain in lexicographic (or
   reversed) order; ``stage`` bodies are inlined in order (the reference
   meaning of a pipeline; software prefetching is a schedule for later).
@@ -76,10 +77,74 @@ def _delinearize(pid: E.Expr, exts: tuple[E.Expr, ...]) -> list[E.Expr]:
 
 @rule("parallel")
 def _parallel(lw: Lowerer, op: Operation) -> None:
-    if op.operands:
-        raise unsupported(op, lw.target, "collective updates of ancestor values by parallel "
-                          "children are not lowered yet")
-    lw.domain_loops(op, lambda: lw.lower_block(op.regions[0], []))
+    if not op.operands:
+        lw.domain_loops(op, lambda: lw.lower_block(op.regions[0], []))
+        return
+    _parallel_updates(lw, op)
+
+
+def classify_updates(lw: Lowerer, op: Operation) -> list[tuple[str, list[int]]]:
+    """How each child updates each carried ancestor value (``execution.md``):
+    ``same`` (yields its entry value), ``patch`` (a chain of ``put`` s on the
+    entry value, each result used only by the next; the op ids), ``collective``
+    (a value anchored above this level: every child computes the same one), or
+    ``whole`` (a per-child value covering the whole tile)."""
+    body = op.regions[0]
+    y = body.terminator
+    an = lw.prog.analysis
+    depth = next(lv.depth for lv in an.nest.levels.values() if lv.op == op.oid)
+    defs = {r.name: o for o in body.walk() for r in o.results}
+    out: list[tuple[str, list[int]]] = []
+    for a, v in zip(body.args, y.operands, strict=True):
+        if v.name == a.name:
+            out.append(("same", []))
+            continue
+        chain: list[int] = []
+        cur = v.name
+        while cur in defs and defs[cur].name == "put" and (cur == v.name
+                                                            or lw.uses.get(cur, 0) == 1):
+            chain.append(defs[cur].oid)
+            cur = defs[cur].operands[0].name
+        if chain and cur == a.name and lw.uses.get(cur, 0) == 1:
+            out.append(("patch", chain))
+        elif an.nest.depth(an.value_anchor.get(v.name, 0)) < depth:
+            out.append(("collective", []))
+        else:
+            out.append(("whole", []))
+    return out
+
+
+def _parallel_updates(lw: Lowerer, op: Operation) -> None:
+    """Children in row-major order; each starts from the entry values (kept
+    unmodified), and the results join the children's updates: ``put`` patches
+    are written straight into the result storage, a collective value (the same
+    in every child) or a whole-tile per-child value is stored by each child.
+    Overlapping per-child footprints are a race the interpreter reports; here
+    the last child wins."""
+    entries = [lw.handle(o) for o in op.operands]
+    results = carry_init(lw, op, entries)
+    kinds = classify_updates(lw, op)
+    body = op.regions[0]
+    for (kind, chain), r in zip(kinds, results, strict=True):
+        if kind == "patch":
+            for oid in chain:
+                lw.put_into[oid] = r
+    frozen = {a.name for a in body.args}
+    lw.frozen |= frozen
+
+    def child() -> None:
+        outs = lw.lower_block(body, list(entries))
+        for (kind, _), r, h in zip(kinds, results, outs, strict=True):
+            if kind in ("collective", "whole") and isinstance(r, (VarH, BufH)):
+                lw.store_into(h, r)
+
+    try:
+        lw.domain_loops(op, child)
+    finally:
+        lw.frozen -= frozen
+    for r, s in zip(op.results, results, strict=True):
+        lw.env[r.name] = s
+        lw.def_depth[r.name] = lw.depth
 
 
 # ---------------------------------------------------------------------------

@@ -112,8 +112,8 @@ def apply_transforms(program: TileProgram, schedule: Schedule) -> tuple[TileProg
         return program, []
     try:
         from ..proofs.obligation import REFUTED, UNKNOWN
-        from ..proofs.report import STEPS, parse_spec
         from ..proofs.remap import Transformed
+        from ..proofs.report import STEPS, parse_spec
     except ImportError:  # pragma: no cover - the proofs layer ships with tilenest
         raise NotAvailableError(
             "schedule transforms need tilenest.transform (the proofs layer)",
@@ -160,6 +160,22 @@ def _uses(program: TileProgram) -> tuple[dict[str, list[Operation]], dict[int, O
         if op.name == "stage" and op.regions[0].terminator is not None:
             stage_of[id(op.regions[0].terminator)] = op
     return out, stage_of
+
+
+def _full_rows(op: Operation) -> bool:
+    """Whether a view's innermost tile axis covers a whole tensor axis from 0
+    (``map`` component ``$last`` exactly, equal extents): re-reading it from
+    memory needs no tail guard, so it is as cheap as reading a copy."""
+    from ..semantics import expr as E
+
+    t = op.results[0].type
+    vars_ = op.attrs["vars"]
+    shape = op.operands[0].type.shape
+    last = E.Var(vars_[-1])
+    for m, n in zip(op.attrs["map"], shape, strict=True):
+        if m == last:
+            return t.extents[-1] == n
+    return False
 
 
 def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict[str, str]:
@@ -228,7 +244,7 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
             eff[r.name] = n
             pol = op.attrs["bounds"].kind.value
             ok = (op.operands[0].name not in stored and pol in ("zero", "fill", "assume")
-                  and n <= 1 and rank > 0)
+                  and rank > 0 and (n <= 1 or (n < MANY and _full_rows(op))))
             plan[r.name] = "inline" if ok else "materialize"
         if r.name in fixed:
             plan[r.name] = fixed[r.name]

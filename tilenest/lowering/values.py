@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..interpreter import numerics as N
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.ir import Operation
 from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
 from ..semantics.types import TileType
-from ..interpreter import numerics as N
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, union_reads
@@ -207,7 +207,7 @@ def _writable(lw: Lowerer, op: Operation, i: int) -> BufH | None:
     is materialized, used only here, and defined at the same loop depth."""
     v = op.operands[i]
     h = lw.handle(v)
-    if (isinstance(h, BufH) and lw.uses.get(v.name, 0) == 1
+    if (isinstance(h, BufH) and lw.uses.get(v.name, 0) == 1 and v.name not in lw.frozen
             and lw.def_depth.get(v.name, -1) == lw.depth):
         return h
     return None
@@ -256,7 +256,7 @@ def _mma(lw: Lowerer, op: Operation) -> None:
 def _put(lw: Lowerer, op: Operation) -> None:
     x, p = lw.handle(op.operands[0]), lw.handle(op.operands[1])
     rt: TileType = op.results[0].type
-    res = _writable(lw, op, 0)
+    res = lw.put_into.get(op.oid) or _writable(lw, op, 0)
     if res is None:
         res = lw.materialize(x, op.results[0].name)
         if res is x or isinstance(res, VarH):

@@ -3,7 +3,8 @@
 * ``noninterference`` (E-10), per ``parallel`` region ``Q`` and per pair of
   accesses ``a``, ``b`` to one storage object, at least one a write. Actors are
   the children of ``Q`` (ops anchored at or below ``Q``'s level) and one
-  collective actor (ops in ``Q`` anchored above it). With ``o`` the coordinates
+  collective actor (ops in ``Q`` anchored above it; accesses to a Memory owned at
+  ``Q``'s level or below are per child whatever their anchor). With ``o`` the coordinates
   of the regions enclosing ``Q`` (shared: one entry of ``Q``)::
 
       child/child:   forall o, q, q', u, u':  a(o, q, u) active and b(o, q', u')
@@ -66,8 +67,12 @@ def noninterference(m: Model) -> list[Obligation]:
         outer = m.instance(q)
         shared = set(outer.vars)
         effects = m.accesses_in(m.subtree(q))
-        child = [o for o in effects if an.nest.depth(an.anchor[o.oid]) >= qdepth]
-        coll = [o for o in effects if an.nest.depth(an.anchor[o.oid]) < qdepth]
+        # a Memory owned at or below Q is per child whatever the op's anchor
+        per_child = {o.oid for o in effects if an.nest.depth(an.anchor[o.oid]) >= qdepth or (
+            o.name.startswith("memory.") and
+            an.nest.depth(an.owner.get(o.operands[0].name, 0)) >= qdepth)}
+        child = [o for o in effects if o.oid in per_child]
+        coll = [o for o in effects if o.oid not in per_child]
         qv = list(q.attrs["vars"])
         qa = [E.Var(v) for v in qv]
         qb = [E.Var(v + "'") for v in qv]

@@ -46,13 +46,23 @@ from .remap import Transformed, TransformError, program_of
 _SCALAR_BINARY = ("add", "sub", "mul", "maximum", "minimum", "and", "or", "xor")
 
 
+#: law answers of this process, keyed by (law, merge, dtype, domain): a law of
+#: a builtin merge in one dtype does not change between reduce regions
+_CACHE: dict[tuple, Any] = {}
+
+
 def _law_obligation(kind: str, title: str, sites: tuple, role: str, note: str,
-                    run: Callable[[float], Any], alg_desc: str) -> Obligation:
+                    run: Callable[[float], Any], alg_desc: str,
+                    key: tuple | None = None) -> Obligation:
     ob = Obligation(kind, title, sites, role=role, formula_text=title)
 
     def decide(o: Obligation, timeout: float) -> None:
         try:
-            a = run(timeout)
+            a = _CACHE.get(key) if key is not None else None
+            if a is None:
+                a = run(timeout)
+                if key is not None and a.status != "unknown":
+                    _CACHE[key] = a
         except (KeyError, ValueError, TypeError) as e:
             o.set(UNKNOWN, "z3", f"no exact semantics: {e}")
             return
@@ -80,9 +90,10 @@ def _show(v: Any) -> str:
 
 def law_obligations(merge: Callable[[Any, list, list], list], identity: Sequence[Any],
                     dt: DType, width: int, name: str, sites: tuple, *, need_comm: bool,
-                    role: str = "required", note: str = "", real: bool = False
-                    ) -> list[Obligation]:
-    """The three laws of ``merge`` (a function ``(alg, a, b) -> state``)."""
+                    role: str = "required", note: str = "", real: bool = False,
+                    expect: bool | None = None, cache: bool = False) -> list[Obligation]:
+    """The three laws of ``merge`` (a function ``(alg, a, b) -> state``);
+    ``cache``: answers are shared by identical builtin laws in one process."""
     from . import z3_engine as Z
 
     desc = "reals" if real else (f"IEEE {dt}" if dt.is_float else
@@ -95,27 +106,32 @@ def law_obligations(merge: Callable[[Any, list, list], list], identity: Sequence
         s = alg()
         return Z.prove_law(s, ("a", "b", "c"),
                            lambda a, b, c: merge(s, merge(s, a, b), c),
-                           lambda a, b, c: merge(s, a, merge(s, b, c)), width, t)
+                           lambda a, b, c: merge(s, a, merge(s, b, c)), width, t, expect)
 
     def comm(t: float) -> Any:
         s = alg()
         return Z.prove_law(s, ("a", "b"), lambda a, b: merge(s, a, b),
-                           lambda a, b: merge(s, b, a), width, t)
+                           lambda a, b: merge(s, b, a), width, t, True)
 
     def ident(t: float) -> Any:
         s = alg()
         e = [s.const(v) for v in identity]
         return Z.prove_law(s, ("a",), lambda a: merge(s, e, a) + merge(s, a, e),
-                           lambda a: list(a) + list(a), width, t)
+                           lambda a: list(a) + list(a), width, t, True)
 
     pre = f"{name} on {desc}"
+
+    def key(law: str) -> tuple | None:
+        return (law, name, dt.name, real, tuple(map(repr, identity))) if cache else None
+
     obs = [_law_obligation("reduction.law.associative", f"{pre}: merge is associative", sites,
-                           role, note, assoc, desc)]
+                           role, note, assoc, desc, key("assoc"))]
     if need_comm:
         obs.append(_law_obligation("reduction.law.commutative", f"{pre}: merge is commutative",
-                                   sites, role, note, comm, desc))
+                                   sites, role, note, comm, desc, key("comm")))
     obs.append(_law_obligation("reduction.law.identity", f"{pre}: the identity "
-                               f"{list(identity)} is two-sided", sites, role, note, ident, desc))
+                               f"{list(identity)} is two-sided", sites, role, note, ident, desc,
+                               key("ident")))
     return obs
 
 
@@ -170,7 +186,7 @@ def contract_obligations(p: TileProgram, op: Operation, need_comm: bool) -> list
                                      f"{policy.value} permission admits the regrouping")
             out += law_obligations(builtin_merge(b), (b.identity(dt),), dt, 1, c, sites,
                                    need_comm=need_comm, role="required" if exact else "evidence",
-                                   note=note)
+                                   note=note, expect=exact, cache=True)
         elif c in customs:
             r: CustomReducer = customs[c]
             dts = set(r.state)

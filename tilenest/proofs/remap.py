@@ -15,7 +15,7 @@ obligations are (primes mark renamed copies of the new coordinates):
 * ``cut.factor[j]`` for each observed old cut j with new cut k = rho(j):
                     forall x', y' in A':  pi'_k(x') = pi'_k(y') => pi_j(tau x') = pi_j(tau y')
 * ``cut.identity[j]`` for each identity-defining cut (value home, Memory owner,
-                    effect anchor, convergence point): tau_j is bijective on
+                    anchor of a write, convergence point): tau_j is bijective on
                     active prefixes, stated as
                     forall x', y' in A':  pi_j(tau x') = pi_j(tau y') => pi'_k(x') = pi'_k(y')
                     and every active new prefix at k has an active extension;
@@ -45,8 +45,10 @@ from ..semantics.policies import ExecPolicy
 from ..semantics.space import IndexSet
 from . import formula as Fm
 from . import rewrite as RW
-from .model import ACCESS_OPS, Model, VarInfo, where
+from .model import Model, VarInfo, where
 from .obligation import PROVED, REFUTED, Obligation, discharge, outcome
+
+WRITE_OPS = ("tensor.store", "memory.store", "memory.alloc")
 
 
 class TransformError(TilenestError):
@@ -127,8 +129,10 @@ class Observed:
     why: set[str] = field(default_factory=set)
 
 
-def observed_cuts(m: Model) -> dict[int, Observed]:
-    """Level -> the ops observing its cut (see the module docstring)."""
+def observed_cuts(m: Model, exclude: frozenset[int] = frozenset()) -> dict[int, Observed]:
+    """Level -> the ops observing its cut (see the module docstring). The ops in
+    ``exclude`` (the chain being rewritten: its own threading of carried values
+    is rebuilt by the rewrite) are not observers."""
     an = m.an
     out: dict[int, Observed] = {}
 
@@ -138,10 +142,12 @@ def observed_cuts(m: Model) -> dict[int, Observed]:
         ob.why.add(why)
 
     for op in m.p.walk():
-        if op.name == "yield" or (op.name == "parallel" and not op.operands):
+        if op.name == "yield" or (op.name == "parallel" and not op.operands) or \
+                op.oid in exclude:
             continue
         f, a = an.frontier[op.oid], an.anchor[op.oid]
-        effect = op.name in ACCESS_OPS or op.name == "memory.alloc"
+        # a replicated read observes nothing new; writes and allocations have identity
+        effect = op.name in WRITE_OPS
         carried = bool(op.regions and op.results) or (op.name == "parallel" and op.operands)
         if op.name != "parallel":
             add(f, op, False, "frontier")
@@ -217,11 +223,11 @@ def remap_obligations(m: Model, r: Remap) -> list[Obligation]:
             old = "?"
         return f"new ({new}) -> old ({old})"
 
-    mk = dict(assume=m.assumptions)
+    mk = {"assume": m.assumptions}
+    at_tau = {E.Var(v): t for v, t in zip(old_vars, tx, strict=True)}
     obs.append(Obligation(
         "tau.function", f"{label}: every active new point maps into the old active set",
-        sites, Fm.Claim(tuple(outer.vars + x), Fm.conj(hyp0, Ax),
-                        Fm.subst(old_A, dict(zip((E.Var(v) for v in old_vars), tx, strict=True))), **mk),
+        sites, Fm.Claim(tuple(outer.vars + x), Fm.conj(hyp0, Ax), Fm.subst(old_A, at_tau), **mk),
         info=info, explain=lambda pt: [explain_new(pt, x, tx) + " outside the old domain"]))
     cover_body = Fm.conj(Ax, Fm.eqs(tx, [E.Var(v) for v in old_vars]))
     lemma = None
@@ -242,7 +248,7 @@ def remap_obligations(m: Model, r: Remap) -> list[Obligation]:
         info=info, explain=lambda pt: [explain_new(pt, x, tx), explain_new(pt, y, ty)]))
 
     # observed cuts inside the chain
-    cuts = observed_cuts(m)
+    cuts = observed_cuts(m, frozenset(o.oid for o in ops[1:]))
     depth_vars: list[int] = []  # number of new vars up to and including level i
     acc = 0
     for lv in r.new:

@@ -223,7 +223,6 @@ def check(program: Any, transforms: Sequence[str | tuple] = (), target: str | BD
             bound = True
             if target is not None and not args and "tgt" not in kw:
                 kw = {**kw, "tgt": target}
-        before = len(cur.obligations) if isinstance(cur, Transformed) else 0
         cur = STEPS[name](cur, *args, **kw)
         assert isinstance(cur, Transformed)
         if cur.program is None:
@@ -240,7 +239,6 @@ def check(program: Any, transforms: Sequence[str | tuple] = (), target: str | BD
             extra = program_obligations(cur.program)
             for o in extra:
                 o.title = f"[after {name}] {o.title}"
-            cur.obligations[before:before] = []  # keep the transform's own order
             cur.obligations.extend(extra)
     if target is not None and not bound:
         cur = BD.bind(cur, target)

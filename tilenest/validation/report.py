@@ -22,9 +22,10 @@ def table(reports: list[Report]) -> Any:
     from rich.table import Table
 
     t = Table(title="translation validation")
-    for col in ("kernel", "target", "cases", "ok", "mismatch", "both reject", "skipped",
-                "compile s", "total s"):
-        t.add_column(col, justify="right" if col not in ("kernel", "target") else "left")
+    t.add_column("kernel", no_wrap=True)
+    t.add_column("target")
+    for col in ("cases", "ok", "mismatch", "both reject", "skipped", "compile s", "total s"):
+        t.add_column(col, justify="right")
     for r in reports:
         t.add_row(r.kernel, r.target, str(len(r.results)), str(r.count("ok")),
                   f"[red]{r.count('mismatch')}[/red]" if r.count("mismatch") else "0",
@@ -49,8 +50,9 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
     from rich.console import Console
     from rich.progress import Progress
 
-    console = Console(file=sys.stdout)
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
     reports: list[Report] = []
+    sources: list[Any] = []
     unavailable: list[str] = []
     with Progress(console=console, transient=True, disable=a.json) as bar:
         for name, p in progs:
@@ -64,6 +66,7 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
                 unavailable.append(f"{name}: {e.message}")
                 continue
             reports.append(r)
+            sources.append(p)
     if a.json:
         print(json.dumps({"reports": [to_json(r) for r in reports],
                           "unavailable": unavailable}, indent=2))
@@ -72,7 +75,7 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
             console.print(table(reports))
         for u in unavailable:
             console.print(f"[yellow]not available[/yellow] {u}")
-        for (name, p), r in zip([x for x in progs], reports, strict=False):
+        for p, r in zip(sources, reports, strict=True):
             f = r.smallest_failure()
             if f is None:
                 continue

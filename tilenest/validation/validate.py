@@ -26,8 +26,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import (ContractError, RaceError, RuntimeSemanticError, TilenestError,
-                      UninitializedReadError)
+from ..errors import (
+    ContractError,
+    RaceError,
+    RuntimeSemanticError,
+    TilenestError,
+    UninitializedReadError,
+)
 from ..semantics.ir import TileProgram
 from .inputs import Case, generate, user_case
 

@@ -27,6 +27,7 @@ class Case:
     json: bool = False           # write the program as a JSON TileIR document
     wrong: Any = None            # Kernel, TileProgram or text of a misreading
     params: dict[str, int] = field(default_factory=dict)
+    gap: str | None = None       # a known gap of the reference this case exposes
 
 
 # ---------------------------------------------------------------- argument recipes
