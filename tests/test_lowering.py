@@ -142,17 +142,47 @@ def test_sequential_reduction_schedule_drops_permission():
     assert "reassoc" not in print_kernel(lower_verified(p, s))
 
 
-def test_unsupported_op_names_op_and_target():
+def test_missing_rule_names_op_and_target(monkeypatch):
+    from tilenest.lowering import core
+
+    monkeypatch.delitem(core.RULES, "exp")
+    with pytest.raises(NotAvailableError) as e:
+        lower(example("softmax").program)
+    assert "'exp'" in e.value.message and "'llvm'" in e.value.message
+    assert e.value.sites  # the op's source location
+
+
+def test_every_registered_op_has_a_rule():
+    from tilenest.lowering import core
+    from tilenest.semantics.ops import REGISTRY
+
+    assert set(REGISTRY) - set(core.RULES) == {"yield"}
+
+
+def _constructs():
     import sys
 
     sys.path.insert(0, str(ROOT / "tests"))
     try:
-        from kernels_constructs import per_child_patches
+        import kernels_constructs
     finally:
         sys.path.pop(0)
-    with pytest.raises(NotAvailableError) as e:
-        lower(per_child_patches.program)
-    assert "'parallel'" in e.value.message and "'llvm'" in e.value.message
+    return kernels_constructs
+
+
+def test_parallel_updates_are_classified():
+    from tilenest.lowering.core import Lowerer
+    from tilenest.lowering.regions import classify_updates
+
+    KC = _constructs()
+    for kern, want in ((KC.per_child_patches, "patch"), (KC.nest_subnest_update, "collective"),
+                       (KC.all_regions, "collective")):
+        p = kern.program
+        lw = Lowerer(p, default_schedule(p))
+        ops = [op for op in p.walk() if op.name == "parallel" and op.operands]
+        assert [k for k, _ in classify_updates(lw, ops[0])] == [want]
+    text = print_kernel(lower_verified(KC.per_child_patches.program))
+    assert "%acc_3." in text and "check" in text  # patches go straight into the result
 
 
 def test_transforms_through_the_proofs_layer():
