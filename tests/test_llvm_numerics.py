@@ -244,3 +244,19 @@ def test_no_fma_contraction():
     y = np.ones(2, np.float32)
     no_fma.compile()(a, c, y)
     assert y[0] == 0.0
+
+
+@pytest.mark.parametrize("dt", ["f32", "f16", "bf16"])
+def test_narrow_exp_and_sigmoid_bitwise_over_the_whole_range(dt):
+    """The vectorized float64 exp behind narrow exp/sigmoid: inside sigmoid its
+    float64 value is used up to e^745 (a found bug: an early +inf cutoff at
+    x > 100 turned sigmoid(-101) into 0 instead of a subnormal)."""
+    from tilenest.semantics.dtypes import parse
+
+    k = make_kernel(dt, ["exp", "sigmoid"], 1, {})
+    x = np.concatenate([np.linspace(-800, 800, 6001), np.linspace(-120, 120, 4001),
+                        [-745.2, -745.1, -101.3, 88.72, 709.7, 709.8]])
+    with np.errstate(all="ignore"):
+        x = x.astype(parse(dt).np)
+    n = x.size - x.size % 16
+    _check(k, [x[:n]])

@@ -183,3 +183,10 @@ def test_padded_reports_writes_outside_the_arrays():
 
     with pytest.raises(OutOfBoundsWrite):
         padded(overrun)(np.zeros(4, np.float32))
+
+
+def test_public_entry_point():
+    rep = tn.validate(example("ragged"), "llvm", cases=2)
+    assert rep.ok and rep.target == "llvm"
+    with pytest.raises(tn.errors.NotAvailableError):
+        tn.validate(example("ragged"), "metal", cases=1)

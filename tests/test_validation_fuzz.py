@@ -32,12 +32,13 @@ def test_spec_renders_and_captures_every_step_kind():
     s = Spec("f32", 2, (4, 8), True, False, [
         ("un", "exp"), ("binc", "mul", 0.5), ("binu", "maximum"), ("ite", "lt"),
         ("cast", "i32"), ("red", 1, "add", "ordered_tree", "sub"),
-        ("fold", 0, "fold_right", "b"), ("serial", 2, "rev"), ("shift",)])
+        ("fold", 0, "fold_right", "b"), ("serial", 2, "rev"), ("shift",), ("mma", False),
+        ("mem", 3)])
     src = render(s)
     assert "tn.reduce(t, t.dim(1), tn.add, policy=tn.ordered_tree)" in src
     prog = build(s).program
     names = {op.name for op in prog.walk()}
-    assert {"reduce", "serial", "ite", "cast", "exp", "maximum"} <= names
+    assert {"reduce", "serial", "ite", "cast", "exp", "maximum", "mma", "memory.store"} <= names
     assert check_spec(s).status == "ok"
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tilenest as tn
-from tilenest import bf16, f16, f32
+from tilenest import f32
 from tilenest.workloads import WORKLOADS, admitted, check, reference, run
 from tilenest.workloads import bounds as B
 from tilenest.workloads.selection import first_max
@@ -27,7 +27,7 @@ def _assert_correct(r) -> None:  # type: ignore[no-untyped-def]
     for c in check(r):
         assert c, f"{r.workload.name} {r.size} {r.dtype} {r.schedule}: {c}"
     for name, v in admitted(r):
-        assert v, f"{r.workload.name} {r.size} {r.dtype} {r.schedule}: oracle: {v}"
+        assert v, f"{r.workload.name} {r.size} {r.dtype} {r.schedule}: oracle ({name}): {v}"
 
 
 def test_library_covers_the_issue():

@@ -45,6 +45,14 @@ def reference(program_or_kernel, *arrays, **kw):
     return _reference(program_or_kernel, *arrays, **kw)
 
 
+def validate(kernel, target: str = "llvm", inputs=None, **kw):
+    """Translation validation of ``kernel`` compiled for ``target`` against the
+    reference (see ``tilenest.validation.validate``); returns a Report."""
+    from .validation import validate as _validate
+
+    return _validate(kernel, target, inputs=inputs, **kw)
+
+
 def parse(text: str, file: str | None = None) -> TileProgram:
     """Parse TileIR text into a TileProgram."""
     from .semantics.parser import parse_program
@@ -61,5 +69,6 @@ __all__ = [
     "unordered_tree", "while_", "zeros", "Kernel", "Scalar", "Sym", "Tensor", "kernel",
     "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
     "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
-    "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "parse", *_fn_all,
+    "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "validate", "parse",
+    *_fn_all,
 ]

@@ -9,7 +9,7 @@ Subcommands::
                    [--timeout S] [--assume SEL]   discharge the proof obligations
                                                   (exit 0 all proved, 1 any refuted,
                                                   2 any unknown and none refuted)
-    tilenest lower FILE --target llvm --emit E    print generated code (loopir|ir|opt|asm)
+    tilenest lower FILE --target llvm --emit E    print one stage (schedule|tileir|loopir|ir|opt|asm)
     tilenest validate FILE --target llvm          translation validation
     tilenest conformance                          run the conformance suite
     tilenest bench                                run benchmarks
@@ -199,6 +199,14 @@ def cmd_validate(a: argparse.Namespace) -> int:
     return run_cli(progs, a, _schedule_for)
 
 
+def cmd_conformance(a: argparse.Namespace) -> int:
+    """``tilenest conformance``: judge an implementation on the suite."""
+    from .conformance import main as run_conformance
+
+    return run_conformance(a.suite, a.impl, a.case, a.json_report, a.junit, a.verbose, a.json,
+                           a.timeout, a.keep, a.seed, a.backend)
+
+
 def _not_yet(what: str, issue: str) -> Any:
     def run(a: argparse.Namespace) -> int:
         raise NotAvailableError(f"'tilenest {what}' is not available in this build yet",
@@ -249,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
     s.add_argument("--target", default="llvm", help="code generation target (llvm)")
-    s.add_argument("--emit", default="loopir", help="stage: loopir | ir | opt | asm")
+    s.add_argument("--emit", default="loopir",
+                   help="stage: schedule | tileir | loopir | ir | opt | asm")
     s.add_argument("--transform", action="append", metavar="SPEC",
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
     s.add_argument("--json", action="store_true")
@@ -266,9 +275,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_validate)
+    s = sub.add_parser("conformance", help="run the conformance suite (spec/conformance) on the "
+                       "interpreter, a backend, or an external implementation; exit 1 if a "
+                       "case fails")
+    s.add_argument("--suite", help="suite folder (default: the source tree's spec/conformance)")
+    s.add_argument("--impl", metavar="CMD",
+                   help="external implementation: a command with {case} {inputs} {outputs}")
+    s.add_argument("--backend", metavar="TARGET", help="a compiled backend instead (llvm)")
+    s.add_argument("--case", action="append", default=[], metavar="PAT",
+                   help="only cases whose name contains PAT, or that cite rule PAT (V-7, R)")
+    s.add_argument("--json-report", metavar="PATH", help="write the JSON report here")
+    s.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here")
+    s.add_argument("--timeout", type=float, default=120.0, help="seconds per external case")
+    s.add_argument("--keep", metavar="DIR", help="keep each external case's inputs/outputs here")
+    s.add_argument("--seed", type=int, default=1, help="the interpreter's random schedule seed")
+    s.add_argument("--verbose", "-v", action="store_true", help="a row per case")
+    s.add_argument("--json", action="store_true", help="print the JSON report instead")
+    s.set_defaults(fn=cmd_conformance)
     for name, issue, help_ in (
-            ("conformance", "conformance suite", "run the conformance suite"),
-            ("bench", "benchmarks", "run benchmarks")):
+            ("bench", "benchmarks", "run benchmarks"),):
         s = sub.add_parser(name, help=help_ + " (not yet available)")
         s.add_argument("args", nargs=argparse.REMAINDER)
         s.add_argument("--json", action="store_true")

@@ -25,6 +25,7 @@ from ..interpreter import numerics as N
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.ir import Operation
+from ..semantics.space import Dim
 from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
 from ..semantics.types import TileType
 from . import loopir as L
@@ -227,8 +228,18 @@ def _mma(lw: Lowerer, op: Operation) -> None:
     fuse = bool(op.attrs["allow_reassociation"]) and lw.sched.fma and dt.is_float
     ext_of = dict(zip(at.dims, a.extents, strict=True)) | dict(zip(bt.dims, b.extents,
                                                                   strict=True))
-    order = (list(roles["batch"]) + list(roles["free_a"]) + list(roles["contraction"])
-             + list(roles["free_b"]))
+    fa = list(roles["free_a"])
+    pack = _row_pack(fa, ext_of, roles)
+    if pack is not None:
+        # unroll-and-jam: R rows of free(a) share each B row inside the K loop;
+        # every output element still sees the contraction points in order
+        last, rows = fa[-1], pack
+        blk, sub = Dim.fresh("mma.block"), Dim.fresh("mma.row")
+        ext_of = ext_of | {blk: ext_of[last] // rows, sub: E.Const(rows)}
+        order = (list(roles["batch"]) + fa[:-1] + [blk] + list(roles["contraction"]) + [sub]
+                 + list(roles["free_b"]))
+    else:
+        order = list(roles["batch"]) + fa + list(roles["contraction"]) + list(roles["free_b"])
     dims = tuple(order)
     exts = tuple(ext_of[d] for d in dims)
 
@@ -236,6 +247,9 @@ def _mma(lw: Lowerer, op: Operation) -> None:
         return x if src == dt else L.Cast(x, dt)
 
     def body(q: Index) -> None:
+        if pack is not None:
+            q = dict(q)
+            q[fa[-1]] = q.pop(blk) * pack + q.pop(sub)
         qa, qb, qc = project(q, at.dims), project(q, bt.dims), project(q, ct.dims)
         pa = conv(a.at(lw, qa), at.dtype)
         pb = conv(b.at(lw, qb), bt.dtype)
@@ -250,6 +264,21 @@ def _mma(lw: Lowerer, op: Operation) -> None:
     lw.nest(dims, exts, body)
     lw.env[op.results[0].name] = res
     lw.def_depth[op.results[0].name] = lw.depth
+
+
+#: rows of free(a) an ``mma`` computes together (register blocking)
+MMA_ROWS = 4
+
+
+def _row_pack(fa: list, ext_of: dict, roles: dict) -> int | None:
+    """The unroll-and-jam factor for the last free(a) dim: ``MMA_ROWS`` when its
+    extent is a constant multiple of it and there is a free(b) dim to vectorize."""
+    if not fa or not roles["free_b"]:
+        return None
+    n = ext_of[fa[-1]]
+    if isinstance(n, E.Const) and n.value % MMA_ROWS == 0 and n.value > MMA_ROWS:
+        return MMA_ROWS
+    return None
 
 
 @rule("put")

@@ -16,7 +16,10 @@ to the current tile ``t``:
   (``s - x`` or ``x - s/2``): order matters bitwise;
 * ``serial`` -- a serial loop carrying a tile;
 * ``shift``  -- a second read of ``x`` one element up-left (negative
-  coordinates fall outside the view).
+  coordinates fall outside the view);
+* ``mma``    -- ``t += mma(t, b, 1)`` (rank 2, floats and ints) with ``b`` a
+  reindex of ``u``, with or without reassociation;
+* ``mem``    -- a round trip through an explicit Memory with a padded layout.
 
 :func:`render` writes the spec as Python DSL source; :func:`build` captures it
 through the real frontend (so fuzzing also exercises capture and the type
@@ -82,7 +85,7 @@ def draw_spec(ch: Chooser) -> Spec:
     n = ch.integer(0, 5)
     for _ in range(n):
         kind = ch.choice(("un", "binc", "binu", "ite", "cast", "red", "red", "fold", "serial",
-                          "shift"))
+                          "shift", "mma", "mem"))
         fl = s.is_float
         if kind == "un":
             # f64 transcendentals are excluded: the oracle judges them bitwise against
@@ -108,6 +111,11 @@ def draw_spec(ch: Chooser) -> Spec:
             s.steps.append(("fold", axis, ch.choice(POLICIES[2:]), ch.choice(("a", "b"))))
         elif kind == "serial":
             s.steps.append(("serial", ch.integer(1, 3), ch.choice(("fwd", "rev"))))
+        elif kind == "mma":
+            if rank == 2:
+                s.steps.append(("mma", ch.choice((True, False))))
+        elif kind == "mem":
+            s.steps.append(("mem", ch.choice((0, 1, 3))))
         else:
             s.steps.append(("shift",))
     return s
@@ -227,6 +235,26 @@ def _step(st: tuple, s: Spec, h: str, tile: list, org: list, shp: str) -> list[s
         half = _lit(0.5, dt) if s.is_float else "3"
         return ["acc = t", f"for ks in {h}.serial(tn.shape({n}){o}):",
                 f"    acc = acc * {half} + u + tn.cast(ks.index(), tn.{dt})", "t = acc"]
+    if k == "mma":
+        # t (m, k) x b (k, n) + acc (m, n), with b a reindex of u; the result is
+        # read back over t's dims
+        b0, b1 = tile
+        reassoc = "True" if st[1] else "False"
+        return [f"bm = tn.reindex(u, tn.shape(tn.axis(t.dim(1), {b1}), {b1}), "
+                f"lambda i, j: (j % {b0}, i))",
+                f"am = tn.full(tn.{dt}, tn.shape(tn.axis(t.dim(0), {b0}), "
+                f"tn.axis(bm.dim(1), {b1})), {_lit(1, dt)})",
+                f"cm = tn.mma(t, bm, am, allow_reassociation={reassoc})",
+                f"t = t + tn.reindex(cm, t.shape(), lambda i, j: (i, j))"]
+    if k == "mem":
+        pad = st[1]
+        if s.rank == 1:
+            lay = f"tn.layout(t.shape(), strides=(1 + {pad},))"
+        else:
+            lay = f"tn.layout(t.shape(), strides=({tile[1]} + {pad}, 1))"
+        return [f"mm = tn.memory(tn.{dt}, {lay})", "mm.store(t)",
+                "t = t + tn.reindex(mm.load(), t.shape(), " +
+                ("lambda i: (i,))" if s.rank == 1 else "lambda i, j: (i, j))")]
     if k == "shift":
         o2 = ", ".join(f"{x} - 1" for x in org)
         return [f"v = x[tn.coord({o2}), tn.shape({shp}), tn.bounds.zero]", "t = t + v"]

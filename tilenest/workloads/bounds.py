@@ -374,7 +374,8 @@ def same_bits(name: str, got: np.ndarray, want: np.ndarray) -> Check:
     """Bitwise agreement (any NaN matches any NaN; ``-0.0`` differs from ``+0.0``)."""
     g, w = np.asarray(got), np.asarray(want)
     if g.shape != w.shape or g.dtype != w.dtype:
-        return Check(False, name, None, f"{name}: {g.dtype}{g.shape} vs expected {w.dtype}{w.shape}")
+        return Check(False, name, None,
+                     f"{name}: {g.dtype}{g.shape} vs expected {w.dtype}{w.shape}")
     if g.dtype.kind in "fV" or g.dtype.name == "bfloat16":
         gf, wf = g.astype(F64), w.astype(F64)
         bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[g.dtype.itemsize]

@@ -91,7 +91,8 @@ def _pointwise_formula(op: str):  # type: ignore[no-untyped-def]
 
 def _pointwise_args(rng, s, dt):  # type: ignore[no-untyped-def]
     shape = (s["R"], s["C"])
-    return {"x": normal(rng, shape, dt, 2.0), "y": normal(rng, shape, dt), "out": sentinel(shape, dt)}
+    return {"x": normal(rng, shape, dt, 2.0), "y": normal(rng, shape, dt),
+            "out": sentinel(shape, dt)}
 
 
 @functools.cache

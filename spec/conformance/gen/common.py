@@ -111,10 +111,10 @@ def case(name: str, rules: str | tuple[str, ...], summary: str, args: list[dict]
 
 def text_case(name: str, rules: str | tuple[str, ...], summary: str, text: str,
               args: list[dict], expect: str = "admitted", wrong: Any = None,
-              params: dict | None = None) -> None:
-    """Register a case whose program is TileIR text."""
+              params: dict | None = None, json: bool = False) -> None:
+    """Register a case whose program is TileIR text (``json``: a JSON document)."""
     CASES.append(Case(name, _rules(rules), summary, args, _expect(expect), text=text,
-                      wrong=wrong, params=params or {}))
+                      wrong=wrong, params=params or {}, json=json))
 
 
 def _rules(r: str | tuple[str, ...]) -> tuple[str, ...]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tilenest as tn
 from tilenest import f32, i32, i64
-from common import (CASES, arange, case, const, mutate, normal, out, s, t, text_case, tileir,
+from common import (CASES, arange, case, mutate, normal, out, s, t, text_case, tileir,
                     values)
 
 F = "f32"

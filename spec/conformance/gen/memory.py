@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tilenest as tn
 from tilenest import f32
-from common import CASES, alias, arange, case, mutate, normal, out, t, text_case, tileir, values
+from common import CASES, alias, arange, case, mutate, normal, out, t, text_case, values
 
 F = "f32"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tilenest as tn
 from tilenest import bf16, f32, i32, i64
-from common import (CASES, arange, cancel, case, const, ints, mutate, normal, out, t, text_case,
-                    ties, tileir, values)
+from common import (CASES, arange, cancel, case, ints, mutate, normal, out, t, text_case,
+                    values)
 
 F = "f32"
 

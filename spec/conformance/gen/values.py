@@ -603,3 +603,20 @@ def v23_transposed(a: tn.Tensor[f32, 2], b: tn.Tensor[f32, 2], c: tn.Tensor[f32,
 
 
 CASES[-1].wrong = v23_transposed
+
+
+@case("V13-bf16-storage", ("V-13", "V-9"), "bf16 storage, f32 arithmetic, one rounding back",
+      [t("x", "bf16", [2, 3], normal(12)), out("y", "bf16", [2, 3])])
+@tn.kernel
+def v13_bf16(x: tn.Tensor[bf16, 2], y: tn.Tensor[bf16, 2]):
+    v = tn.cast(x[tn.coord(0, 0), tn.shape(2, 3)], f32)
+    y(tn.coord(0, 0), tn.shape(2, 3)).store(tn.cast(v * 3.0 + 0.1, bf16))
+
+
+@tn.kernel
+def v13_bf16_arith(x: tn.Tensor[bf16, 2], y: tn.Tensor[bf16, 2]):
+    v = x[tn.coord(0, 0), tn.shape(2, 3)]
+    y(tn.coord(0, 0), tn.shape(2, 3)).store(v * 3.0 + 0.1)       # rounds after every op
+
+
+CASES[-1].wrong = v13_bf16_arith

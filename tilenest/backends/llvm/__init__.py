@@ -3,6 +3,8 @@
 Stages (``STAGES``, in order; ``tilenest lower FILE --target llvm --emit NAME``
 prints any of them):
 
+* ``schedule`` -- the schedule and the storage plan of intermediates;
+* ``tileir``  -- the scheduled TileIR (after the schedule's transforms);
 * ``loopir``  -- the lowered, verified loop IR (``tilenest.lowering``);
 * ``ir``      -- LLVM IR as generated (``codegen.py``);
 * ``opt``     -- LLVM IR after the O3 new-pass-manager pipeline for the host CPU;
@@ -96,6 +98,21 @@ def clear_cache() -> None:
         _CACHE.clear()
 
 
+def _emit_schedule(program: TileProgram, s: Schedule) -> str:
+    from ...lowering import storage_plan
+
+    plan = storage_plan(program, s)
+    lines = [repr(s), "storage plan:"]
+    lines += [f"  %{k}: {v}" for k, v in sorted(plan.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _emit_tileir(program: TileProgram, s: Schedule) -> str:
+    from ...lowering.schedule import apply_transforms
+
+    return str(apply_transforms(program, s)[0]) + "\n"
+
+
 def _emit_loopir(program: TileProgram, s: Schedule) -> str:
     return print_kernel(stage_loopir(program, s))
 
@@ -114,6 +131,8 @@ def _emit_asm(program: TileProgram, s: Schedule) -> str:
 
 #: stage name -> printer of that stage's output
 STAGES: dict[str, Callable[[TileProgram, Schedule], str]] = {
+    "schedule": _emit_schedule,
+    "tileir": _emit_tileir,
     "loopir": _emit_loopir,
     "ir": _emit_ir,
     "opt": _emit_opt,
