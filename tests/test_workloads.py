@@ -207,3 +207,12 @@ def test_invalid_embedding_id_is_rejected_before_any_store(bad, sched):
             tn.interpret(k, a["table"], a["ids"], out, schedule=interp)
         assert f"table[{bad}, 0]" in str(ei.value)
         assert np.isnan(out).all()   # nothing was stored
+
+
+def test_command_line_table(capsys):
+    from tilenest.workloads.__main__ import main
+
+    assert main(["add", "argmax", "--size", "small", "--all-schedules"]) == 0
+    out = capsys.readouterr().out
+    assert "argmax" in out and "rp=4 width=0" in out
+    assert main(["nope"]) == 1

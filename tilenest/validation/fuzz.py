@@ -245,7 +245,7 @@ def _step(st: tuple, s: Spec, h: str, tile: list, org: list, shp: str) -> list[s
                 f"am = tn.full(tn.{dt}, tn.shape(tn.axis(t.dim(0), {b0}), "
                 f"tn.axis(bm.dim(1), {b1})), {_lit(1, dt)})",
                 f"cm = tn.mma(t, bm, am, allow_reassociation={reassoc})",
-                f"t = t + tn.reindex(cm, t.shape(), lambda i, j: (i, j))"]
+                "t = t + tn.reindex(cm, t.shape(), lambda i, j: (i, j))"]
     if k == "mem":
         pad = st[1]
         if s.rank == 1:

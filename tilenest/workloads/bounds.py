@@ -25,7 +25,7 @@ operation           bound on the result's error ``e'``
                     ``e' = p + u*(|a/b| + p) + eta``
 ``sqrt``            monotone propagation (below), correctly rounded: ``+ u*(...)``
 ``f`` transcendental monotone propagation ``p = max|f(v +- e) - f(v)|``; admitted
-                    realizations are within 1 ulp (spec V-14): ``+ 2u*(|f| + p) + eta``
+                    realizations are within 1 ulp (spec V-14): ``+ 2u*(|f| + p) + 2 eta``
 ``max``, ``min``    ``max(ea, eb)`` (1-Lipschitz in the sup norm, no rounding)
 ``sum`` of n terms  ``p = sum(e_i)``; any summation tree of n nonzero terms:
                     ``e' = p + gamma(n-1)*(sum|v_i| + p)`` (Higham, Thm. 4.4)
@@ -210,7 +210,9 @@ def _monotone(x: Approx, f: Callable[[np.ndarray], np.ndarray], rounding_ulps: f
         dn = f(np.maximum(x.v - x.e, lo))
         p = np.maximum(np.abs(up - fv), np.abs(dn - fv))
         p = np.where(x.e == 0, 0.0, p)
-        return x._fin(fv, p + rounding_ulps * u * (np.abs(fv) + p) + et)
+        # ``ulps`` units in the last place: at most ``ulps * 2u * |f|`` for normal results and
+        # ``ulps * 2 * eta`` in the subnormal range (``rounding_ulps`` counts half-ulps)
+        return x._fin(fv, p + rounding_ulps * u * (np.abs(fv) + p) + rounding_ulps * et)
 
 
 def exp(x: Approx) -> Approx:

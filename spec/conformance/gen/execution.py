@@ -456,3 +456,16 @@ text_case("E18-impossible-nesting", "E-18", "a block inside a warp: no target ac
                  ("exec = exec(scope = thread)", "exec = exec(scope = block)"),
                  ("exec = exec(scope = TMP)", "exec = exec(scope = warp)")),
           [t("x", F, [2, 3], normal(6)), out("y", F, [2, 3])], "verify")
+
+
+@case("E17-symbolic-parameter", "E-17", "a symbolic parameter no array determines is bound by the "
+      "call (params)", [t("x", F, [8], arange()), out("y", F, [8])], params={"n": 5})
+@tn.kernel
+def e17_param(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1], n: int):
+    tn.assume(n <= 8)
+    for p in tn.parallel(tn.shape(n)):
+        y(tn.coord(p.index()), tn.shape(1)).store(x[tn.coord(p.index()), tn.shape(1)] * 2.0)
+
+
+case("E17-parameter-breaks-assumption", "E-17", "params that break tn.assume are rejected",
+     [t("x", F, [8], arange()), out("y", F, [8])], "runtime", params={"n": 9})(e17_param)
