@@ -151,8 +151,7 @@ def test_external_reference_impl_passes(tmp_path):
     status = {c["name"]: c["status"] for c in rep["cases"]}
     assert len(status) == len(EXTERNAL_CASES)
     assert status["E10-write-write"] == "pass"              # reported its race via error.json
-    assert status["R12-tree-body-stores"] == "xfail"         # shares the reference's known gap
-    assert all(s == "pass" for n, s in status.items() if n != "R12-tree-body-stores")
+    assert all(s == "pass" for s in status.values())
 
 
 def test_external_reversed_fold_impl_fails(tmp_path):
@@ -282,9 +281,14 @@ def test_a_companion_that_agrees_fails_the_self_check(cases, tmp_path):
 
 
 def test_gap_cases_pass_an_implementation_that_follows_the_spec(cases):
+    """The `gap` marker: a case whose verdict the reference cannot produce yet is an
+    expected failure for an implementation sharing the gap and a pass for one that
+    follows the spec (no case is marked today; the mechanism is tested on a copy)."""
+    import dataclasses
+
     c = _case(cases, "R11-unordered-needs-commutative")
-    assert c.gap
-    exp = C.oracle(c)
-    assert exp.error is None                                    # the reference admits it
-    assert C.judge(c, exp, C.Outcome(error="contract"))[0] == "pass"
-    assert C.judge(c, exp, C.Outcome({"o": np.zeros(1, np.int32)}))[0] == "xfail"
+    assert not c.gap and C.oracle(c).error == "contract"   # the reference checks it now
+    c = dataclasses.replace(c, gap="synthetic gap")
+    admitted = C.Expected(admitted=None, error=None, message="")  # an oracle sharing the gap
+    assert C.judge(c, admitted, C.Outcome(error="contract"))[0] == "pass"
+    assert C.judge(c, admitted, C.Outcome({"o": np.zeros(1, np.int32)}))[0] == "xfail"

@@ -619,3 +619,15 @@ def test_spec_complete_example_agrees_in_both_forms():
     assert print_program(p) == text
     assert jsonio.loads(doc) == p
     assert json.loads(doc) == jsonio.to_json(p)
+
+
+def test_pipeline_policy_values_are_verified_not_parsed():
+    """spec P-6: an out-of-range window/interval in TileIR is a VerifyError."""
+    from tilenest.errors import VerifyError
+    from tilenest.semantics.verify import verify
+
+    text = (Path(__file__).parent / "invalid" / "bad_pipeline.tile").read_text()
+    text = "\n".join(text.splitlines()[1:]).replace("stride = 1", "interval = 0")
+    p = parse_program(text, "p.tile")
+    with pytest.raises(VerifyError, match="interval"):
+        verify(p)

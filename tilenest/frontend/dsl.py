@@ -1053,7 +1053,12 @@ fold_right = ReductionPolicy.fold_right
 
 
 def pipeline_policy(window: int = 2, interval: int = 1) -> PipelinePolicy:
-    return PipelinePolicy(window, interval)
+    """``window``: 0 = planner chooses, 1 = no overlap, N = at most N iterations in
+    flight; ``interval`` >= 1."""
+    if int(window) < 0 or int(interval) < 1:
+        raise CaptureError(f"pipeline_policy(window={window}, interval={interval}): the "
+                           "window must be >= 0 and the interval >= 1")
+    return PipelinePolicy(int(window), int(interval))
 
 
 def assume(cond: Any) -> None:

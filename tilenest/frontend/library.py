@@ -117,8 +117,9 @@ def _rename_dim(x: Tile, old: Dim, new: Dim) -> Tile:
 def scan(x: Tile, axis: Any, reducer: Any = "add",
          policy: ReductionPolicy = ReductionPolicy.fold_left) -> Tile:
     """Inclusive scan along ``axis``. ``fold_left``: each prefix is the strict left
-    fold (a serial region carrying the running state); ``ordered_tree``: a
-    Hillis-Steele composition of shifted gathers (reassociates, keeps order)."""
+    fold (a serial region carrying the running state); ``ordered_tree``: every
+    prefix is an ordered-tree reduction of its leaves (regrouping allowed, order
+    kept; quadratic work, which keeps the whole admitted set visible)."""
     name = _reducer_of(reducer)
     b = BUILTINS[name]
     d = _axis_dim(x, axis)
@@ -140,19 +141,18 @@ def scan(x: Tile, axis: Any, reducer: Any = "add",
         return region("serial", dsl.Shape([(d, n)]), [run, out], body, label="scan",
                       order="forward")[1]
     if policy is ReductionPolicy.ordered_tree:
-        if not isinstance(n, E.Const):
-            raise CaptureError("a tree scan needs a constant extent",
-                               hint="use policy=tn.fold_left for symbolic extents")
+        # prefix[j] = reduce_{i <= j} x[i] under ordered_tree: each prefix may be
+        # regrouped but keeps its leaf order (masked-out leaves are the identity,
+        # which is exact for every builtin merge)
+        di = _fresh_copy_dim(d)
+        pair = Space(x.type.space.factors + (DimFactor(di, n),))
+        xi = dsl.broadcast(_rename_dim(x, d, di), dsl.space_shape(pair))
         ax = x.type.space.index(d)
-        prefix = x
-        dist = 1
-        while dist < n.value:
-            idx = dsl.index_tile(dsl.space_shape(x.type.space),
-                                 lambda *q, _d=dist: q[ax] - _d)
-            shifted = dsl.gather(prefix, idx, ax, b.identity(x.dtype))
-            prefix = dsl._binary(b.op, shifted, prefix)
-            dist *= 2
-        return prefix
+        jj = dsl.iota(dsl.space_shape(pair), ax)
+        ii = dsl.iota(dsl.space_shape(pair), x.rank)
+        ident = dsl.full(x.dtype, dsl.space_shape(pair), b.identity(x.dtype))
+        return reduce_expr(dsl.ite(ii <= jj, xi, ident), di, name,
+                           policy=ReductionPolicy.ordered_tree)
     raise CaptureError(f"scan policy {policy.value} is not available",
                        hint="use fold_left or ordered_tree (scan never permutes)")
 

@@ -104,6 +104,31 @@ class OrderOracle:
         return False
 
 
+def copy_arguments(arrays: tuple) -> list[Any]:
+    """Copies of the arguments that keep their aliasing: arrays sharing memory are
+    re-created as views of one copied buffer with the same offsets and strides."""
+    roots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    out: list[Any] = []
+    for a in arrays:
+        if not isinstance(a, np.ndarray):
+            out.append(a)
+            continue
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        shared = any(np.shares_memory(a, b) for b in arrays
+                     if isinstance(b, np.ndarray) and b is not a)
+        if not shared:
+            out.append(a.copy())
+            continue
+        if id(root) not in roots:
+            roots[id(root)] = (root, np.copy(root, order="K"))
+        r, rc = roots[id(root)]
+        off = a.__array_interface__["data"][0] - r.__array_interface__["data"][0]
+        out.append(np.ndarray(a.shape, a.dtype, buffer=rc, offset=off, strides=a.strides))
+    return out
+
+
 def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
     originals = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
     oracle = OrderOracle()
@@ -142,7 +167,7 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
     from .oracle import Admitted
 
     prog = getattr(program_or_kernel, "program", program_or_kernel)
-    work = [a.copy() if isinstance(a, np.ndarray) else a for a in arrays]
+    work = copy_arguments(arrays)
     opts = Options(BATCHED, False, True, poison, outputs, True, None, True)
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):

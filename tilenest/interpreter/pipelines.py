@@ -7,12 +7,14 @@ passed between stages (SSA, including Memory state tokens) and values carried
 from one iteration to the next -- and keeps at most ``window`` iterations in
 flight (``window = 0`` leaves it open; 1 forbids overlap) is permitted.
 
-After a pipeline runs in reference order with its accesses recorded per stage
-instance, this module builds the most eager permitted order (every stage
-instance issued as soon as its declared inputs exist and the window allows:
-software prefetch) and looks for two instances whose order it swaps while
-their accesses conflict (same element, at least one write). Such a pair means
-the result depends on an undeclared order; it is reported with both sites.
+Within one iteration stages keep their source order; across iterations only
+carried values (and Memory states, which are carried values) and the window
+order anything (spec P-5, P-7). After a pipeline runs in reference order with
+its accesses recorded per stage instance, two instances of different
+iterations that no such dependence orders -- a permitted overlap may run them
+in either order, or at once -- must not conflict (same element, at least one
+write). A conflict means the result depends on an undeclared order; it is
+reported with both sites.
 """
 
 from __future__ import annotations
@@ -82,66 +84,58 @@ def _leaves(v: Any) -> list:
     return []
 
 
-def eager_order(n_iter: int, n_stage: int, same: dict, carried: dict, window: int
-                ) -> list[tuple[int, int]]:
-    """The prefetching issue order: repeatedly issue the ready instance of the
-    smallest stage index (earliest iteration first) within the window."""
-    done: set[tuple[int, int]] = set()
-    order: list[tuple[int, int]] = []
-    nxt = [0] * n_stage  # next iteration to issue per stage
-    win = window if window > 0 else n_iter
-    total = n_iter * n_stage
-    while len(order) < total:
-        oldest = min((i for i in range(n_iter)
-                      if any((i, s) not in done for s in range(n_stage))), default=n_iter)
-        picked = None
-        for s in range(n_stage):
-            i = nxt[s]
-            if i >= n_iter or i >= oldest + win:
-                continue
-            ready = all((i, p) in done for p in same.get(s, ())) and \
-                all(i == 0 or (i - 1, p) in done for p in carried.get(s, ())) and \
-                (s == 0 or True)
-            # a stage's own earlier iterations come first (in-order per stage)
-            if ready and (i == 0 or (i - 1, s) in done):
-                picked = (i, s)
-                break
-        if picked is None:  # fall back to the reference order's next instance
-            picked = min(((i, s) for i in range(n_iter) for s in range(n_stage)
-                          if (i, s) not in done))
-        done.add(picked)
-        nxt[picked[1]] = picked[0] + 1
-        order.append(picked)
-    return order
-
-
 def check(op: Operation, records: dict[tuple[int, int], list], n_iter: int) -> None:
-    """Raise PipelineOrderError if the eager order swaps two conflicting instances."""
+    """Raise PipelineOrderError for two stage instances that no declared
+    dependence orders (so a permitted overlap may run them in either order or
+    together) and whose accesses conflict."""
     body = op.regions[0]
     stages, same, carried = stage_deps(body)
     n_stage = max(1, len(stages))
     window = op.attrs["policy"].window
     if window == 1 or n_iter < 2:
         return
-    order = eager_order(n_iter, n_stage, same, carried, window)
-    pos = {inst: k for k, inst in enumerate(order)}
+    succ_closure = _closure(n_iter, n_stage, carried, window)
     insts = sorted(records)
-    for a in insts:
-        for b in insts:
-            if not (a < b and pos[b] < pos[a]):
-                continue
+    name = (lambda k: stages[k].attrs["name"] if stages else "body")
+    for x, a in enumerate(insts):
+        for b in insts[x + 1:]:
+            if b[0] == a[0] or b in succ_closure[a]:
+                continue  # same iteration (source order) or ordered by dependences
             hit = _conflict(records[a], records[b])
             if hit is not None:
-                (opa, opb, where, _) = hit
-                name = (lambda k: stages[k].attrs["name"] if stages else "body")
+                opa, opb, where, _ = hit
                 raise PipelineOrderError(
                     f"pipeline relies on an order its dependences don't give: stage "
-                    f"'{name(b[1])}' of iteration {b[0]} may be issued before stage "
-                    f"'{name(a[1])}' of iteration {a[0]} (window {window}), and both touch "
-                    f"{where} ({opa.name} / {opb.name})",
+                    f"'{name(a[1])}' of iteration {a[0]} and stage '{name(b[1])}' of iteration "
+                    f"{b[0]} are not ordered by any declared dependence (window {window}), "
+                    f"and both touch {where} ({opa.name} / {opb.name})",
                     tuple(s for s in (opa.loc, opb.loc, op.loc) if s is not None),
-                    "pass the value between stages as a carried value or through a Memory "
+                    "pass the value between iterations as a carried value or through a Memory "
                     "object (whose state orders the accesses), or use window=1")
+
+
+def _closure(n_iter: int, n_stage: int, carried: dict, window: int
+             ) -> dict[tuple[int, int], set[tuple[int, int]]]:
+    nodes = [(i, s) for i in range(n_iter) for s in range(n_stage)]
+    succ: dict[tuple[int, int], set[tuple[int, int]]] = {v: set() for v in nodes}
+    for i in range(n_iter):
+        for s in range(n_stage - 1):
+            succ[(i, s)].add((i, s + 1))
+        for s in range(n_stage):
+            for p in carried.get(s, ()):
+                if i + 1 < n_iter:
+                    succ[(i, p)].add((i + 1, s))
+        if window > 0 and i + window < n_iter:
+            succ[(i, n_stage - 1)].add((i + window, 0))
+    memo: dict = {}
+    # reverse topological order (successors have larger (iteration, stage))
+    for v in reversed(nodes):
+        out: set[tuple[int, int]] = set()
+        for w in succ[v]:
+            out.add(w)
+            out |= memo[w]
+        memo[v] = out
+    return memo
 
 
 def _conflict(ra: list, rb: list) -> Any:

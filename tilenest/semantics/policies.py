@@ -104,12 +104,6 @@ class PipelinePolicy:
     window: int = 2
     interval: int = 1
 
-    def __post_init__(self) -> None:
-        if self.window < 0:
-            raise ValueError("pipeline window must be >= 0")
-        if self.interval < 1:
-            raise ValueError("pipeline interval must be >= 1")
-
 
 @dataclass(frozen=True)
 class MmaPolicy:

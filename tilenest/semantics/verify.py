@@ -66,6 +66,7 @@ class _Verifier:
                 if not isinstance(leaf, E.Sym) or leaf.name not in self.syms:
                     raise self.fail(None, f"assumption mentions '{E.to_str(leaf)}', "
                                           "not a kernel parameter")
+        self.check_levels()
         self.block(self.p.body, scope, frozenset(), top=True)
         _MemoryFlow(self.p).run()
 
@@ -73,6 +74,25 @@ class _Verifier:
         if v.name in self.defined:
             raise self.fail(op, f"value %{v.name} is defined twice")
         self.defined.add(v.name)
+
+    def check_levels(self) -> None:
+        """Parallel levels are distinct positive ids (the nest is a tree)."""
+        seen: set[int] = set()
+        for op in self.p.walk():
+            if op.name == "parallel":
+                lv = op.attrs["level"]
+                if lv < 1 or lv in seen:
+                    raise self.fail(op, f"parallel level {lv} is not a fresh positive id",
+                                    "every parallel region declares its own level")
+                seen.add(lv)
+            for r in op.regions:
+                for inner in r.ops:
+                    if inner.name == "stage" and op.name != "pipeline":
+                        raise self.fail(inner, "a stage op may only appear directly in a "
+                                               "pipeline body")
+        for op in self.p.body.ops:
+            if op.name == "stage":
+                raise self.fail(op, "a stage op may only appear directly in a pipeline body")
 
     def block(self, b: Block, scope: list[set[str]], vars_: frozenset[str], top: bool = False
               ) -> None:
@@ -165,8 +185,24 @@ class _Verifier:
             if cy is None or len(cy.operands) != 1 or cy.operands[0].type != TileType(
                     _bool()):
                 raise self.fail(op, "while condition region must yield one bool scalar")
-        if n == "reduce" and len(op.attrs["contracts"]) != len(op.operands):
-            raise self.fail(op, "reduce needs one contract entry per state")
+        if n == "reduce":
+            if len(op.attrs["contracts"]) != len(op.operands):
+                raise self.fail(op, "reduce needs one contract entry per state")
+            from .contracts import check_reduce
+
+            check_reduce(self.p, op)
+        if n == "serial" and op.attrs["order"] not in ("forward", "reverse"):
+            raise self.fail(op, f"unknown serial order {op.attrs['order']!r}",
+                            "use 'forward' or 'reverse'")
+        if n == "pipeline":
+            pol = op.attrs["policy"]
+            if pol.window < 0 or pol.interval < 1:
+                raise self.fail(op, f"pipeline policy window={pol.window}, interval="
+                                    f"{pol.interval}: the window must be >= 0 and the "
+                                    "interval >= 1")
+            stages = [o for o in op.regions[0].ops if o.name == "stage"]
+            if [s.attrs["ordinal"] for s in stages] != list(range(len(stages))):
+                raise self.fail(op, "pipeline stage ordinals must be 0, 1, ... in order")
         if n == "pipeline":
             body = op.regions[0]
             kinds = {o.name for o in body.ops[:-1]}

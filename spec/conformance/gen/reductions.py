@@ -192,8 +192,6 @@ text_case("R05-contract-disagrees", "R-5", "an explicit add contract on a subtra
                                 "policy = unordered_tree, contracts = [add]"),
                  ("%s_2 = add %s_1, %", "%s_2 = sub %s_1, %")),
           [t("x", F, [64], cancel(3)), out("o", F, [1])], "contract")
-CASES[-1].gap = ("the interpreter trusts a TileIR contract attribute without matching it "
-                 "against the update (the frontend checks this at capture)")
 
 # ---------------------------------------------------------------- R-6 tree admitted sets
 
@@ -376,8 +374,6 @@ text_case("R10-coupled-under-tree", "R-10", "a coupled state under a tree policy
           mutate(r10_coupled, ("policy = fold_left, contracts = [add, none]",
                                "policy = unordered_tree, contracts = [add, add]")),
           [t("x", "i32", [5], values(3, 9, 4, -2, 9)), out("o", "i32", [2])], "contract")
-CASES[-1].gap = ("the TileIR path does not detect a state update that reads another state "
-                 "under a tree policy (the frontend does at capture)")
 
 # ---------------------------------------------------------------- R-11 custom reducers
 
@@ -414,8 +410,6 @@ text_case("R11-unordered-needs-commutative", "R-11",
           "unordered_tree with a reducer declared non-commutative",
           mutate(r11_first, ("policy = ordered_tree", "policy = unordered_tree")),
           [t("x", "i32", [6], values(-1, 7, -1, 5, -1, 3)), out("o", "i32", [1])], "contract")
-CASES[-1].gap = ("the TileIR path does not check a custom reducer's declared laws against the "
-                 "policy (the frontend does at capture)")
 
 
 @case("R11-custom-with-lift-tuple", "R-11", "a tuple state (sum, count) with a lift",
@@ -465,8 +459,6 @@ text_case("R12-tree-body-stores", "R-12", "a tree body has no order for its stor
           mutate(r12_running, ("policy = fold_left, contracts = [add]",
                                "policy = unordered_tree, contracts = [add]")),
           [t("x", "i32", [4], values(1, 2, 3, 4)), out("y", "i32", [4])], "contract")
-CASES[-1].gap = ("the TileIR path accepts stores in a tree-policy reduce body (the frontend "
-                 "rejects them at capture)")
 
 # ---------------------------------------------------------------- R-13 expression reductions
 
