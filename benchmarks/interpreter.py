@@ -4,7 +4,8 @@ done directly in numpy, measured in the same run.
     python benchmarks/interpreter.py [--quick]
 
 Prints one row per workload: numpy time, interpreter time (fast batched mode,
-race checks off; and with race checks on), and the ratios. Not a timed test.
+race and pipeline-order checks off; and with both checks on), and the ratios.
+Not a timed test.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def main() -> None:
     k = softmax_example.row_softmax
     k.program  # capture outside the timing
     rows.append((f"row softmax {n}x{n} f32", best(np_softmax, reps),
-                 best(lambda: tn.interpret(k, x, y, fast=True, check_races=False, poison=False),
+                 best(lambda: tn.interpret(k, x, y, fast=True, check_races=False,
+                                           check_pipelines=False, poison=False),
                       reps),
                  best(lambda: tn.interpret(k, x, y, fast=True, poison=False), 1)))
     assert np.allclose(y, np_softmax(), rtol=1e-5, atol=1e-7)
@@ -69,7 +71,7 @@ def main() -> None:
     k2.program
     rows.append((f"rmsnorm {n}x{n} f32", best(np_rmsnorm, reps),
                  best(lambda: tn.interpret(k2, x, w, y, eps, fast=True, check_races=False,
-                                           poison=False), reps),
+                                           check_pipelines=False, poison=False), reps),
                  best(lambda: tn.interpret(k2, x, w, y, eps, fast=True, poison=False), 1)))
     assert np.allclose(y, np_rmsnorm(), rtol=1e-4, atol=1e-5)
 
@@ -80,7 +82,7 @@ def main() -> None:
     k3.program
     rows.append((f"tiled gemm {g}^3 f32 (64^3 tiles)", best(lambda: A @ B, reps),
                  best(lambda: tn.interpret(k3, A, B, C, fast=True, check_races=False,
-                                           poison=False), reps),
+                                           check_pipelines=False, poison=False), reps),
                  best(lambda: tn.interpret(k3, A, B, C, fast=True, poison=False), 1)))
     assert np.allclose(C, A @ B, rtol=1e-3, atol=1e-3)
 
