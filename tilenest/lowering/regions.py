@@ -29,7 +29,7 @@ from ..semantics.ir import Operation
 from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
-from .handles import BufH, Handle, VarH
+from .handles import BufH, Handle, LazyH, VarH
 
 
 def lower_phase_parallel(lw: Lowerer, op: Operation, prefix: list[Operation], k: int) -> L.Phase:
@@ -132,11 +132,18 @@ def _parallel_updates(lw: Lowerer, op: Operation) -> None:
     frozen = {a.name for a in body.args}
     lw.frozen |= frozen
 
+    defs = {r.name: o for o in body.walk() for r in o.results}
+    stop = {a.name for a in body.args}
+
     def child() -> None:
         outs = lw.lower_block(body, list(entries))
-        for (kind, _), r, h in zip(kinds, results, outs, strict=True):
+        for (kind, _), r, h, v in zip(kinds, results, outs, body.terminator.operands,
+                                      strict=True):
             if kind in ("collective", "whole") and isinstance(r, (VarH, BufH)):
-                lw.store_into(h, r)
+                if isinstance(r, BufH) and _traceable(lw, v.name, stop, defs, False):
+                    _store_footprint(lw, v.name, stop, defs, h, r)
+                else:
+                    lw.store_into(h, r)
 
     try:
         lw.domain_loops(op, child)
@@ -145,6 +152,92 @@ def _parallel_updates(lw: Lowerer, op: Operation) -> None:
     for r, s in zip(op.results, results, strict=True):
         lw.env[r.name] = s
         lw.def_depth[r.name] = lw.depth
+
+
+def _traceable(lw: Lowerer, name: str, stop: set[str], defs: dict[str, Operation],
+               nested: bool) -> bool:
+    """Whether the footprint of the child value ``name`` on its entry value can
+    be replayed after the child's body (:func:`_store_footprint`): a chain of
+    ``put`` s, ``if`` s (not inside a nested parallel, whose conditions are gone
+    by then) and nested ``parallel`` s ending at an entry value, or any other
+    value (whole-tile footprint)."""
+    if name in stop:
+        return True
+    d = defs.get(name)
+    if d is None:
+        return True
+    if d.name == "put":
+        if nested and any(isinstance(lf, E.Val) for o in d.attrs["origin"]
+                          for lf in E.leaves(o)):
+            return False
+        return _traceable(lw, d.operands[0].name, stop, defs, nested)
+    if d.name == "if":
+        if nested:
+            return False
+        i = [r.name for r in d.results].index(name)
+        return all(_traceable(lw, b.terminator.operands[i].name, stop, defs, nested)
+                   for b in d.regions)
+    if d.name == "parallel" and d.operands:
+        i = [r.name for r in d.results].index(name)
+        inner = d.regions[0]
+        return (_traceable(lw, d.operands[i].name, stop, defs, nested)
+                and _traceable(lw, inner.terminator.operands[i].name,
+                               stop | {a.name for a in inner.args}, defs, True))
+    return True
+
+
+def _store_footprint(lw: Lowerer, name: str, stop: set[str], defs: dict[str, Operation],
+                     src: BufH | LazyH, dst: BufH) -> None:
+    """Copy one child's footprint of the yielded value ``src`` into the join
+    result ``dst`` (``execution.md`` E-6/E-11; the reference ``_yield_masks``):
+    nothing for the entry value itself, the block of each ``put`` on it, the
+    footprint of the branch taken by an ``if``, the union of the children's
+    footprints of a nested ``parallel``, and the whole tile for any other
+    value. ``name`` is a value whose footprint is part of ``src``'s; every
+    element is read from ``src`` (the child's final value)."""
+    if name in stop:
+        return
+    d = defs.get(name)
+    if d is None:
+        lw.store_into(src, dst)
+        return
+    if d.name == "put":
+        _store_footprint(lw, d.operands[0].name, stop, defs, src, dst)
+        origin = [lw.ix(o) for o in d.attrs["origin"]]
+        pt: TileType = d.operands[1].type
+
+        def body(u: Any) -> None:
+            coords = [o + u[k] for o, k in zip(origin, pt.dims, strict=True)]
+            preds: list[E.Pred] = []
+            for cc, n in zip(coords, dst.extents, strict=True):
+                preds += [cc.ge(0), cc.lt(n)]
+            q = dict(zip(dst.dims, coords, strict=True))
+            off = L.IExpr(dst.offset(q))
+            lw.emit(L.Store(dst.buf, off, src.at(lw, dict(zip(src.dims, coords, strict=True))),
+                            lw.guard_of(preds)))
+
+        lw.nest(pt.dims, lw.extents(pt), body)
+        return
+    if d.name == "if":
+        i = [r.name for r in d.results].index(name)
+        cond = _bool_expr(lw, lw.handle(d.operands[0]))
+        branches = []
+        for b in d.regions:
+            with lw.collect() as stmts:
+                _store_footprint(lw, b.terminator.operands[i].name, stop, defs, src, dst)
+            branches.append(tuple(stmts))
+        if branches[0] or branches[1]:
+            lw.emit(L.If(cond, branches[0], branches[1]))
+        return
+    if d.name == "parallel" and d.operands:
+        i = [r.name for r in d.results].index(name)
+        inner = d.regions[0]
+        _store_footprint(lw, d.operands[i].name, stop, defs, src, dst)
+        stop2 = stop | {a.name for a in inner.args}
+        lw.domain_loops(d, lambda: _store_footprint(lw, inner.terminator.operands[i].name,
+                                                    stop2, defs, src, dst))
+        return
+    lw.store_into(src, dst)
 
 
 # ---------------------------------------------------------------------------
