@@ -14,10 +14,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..errors import (RuntimeSemanticError, Site, TilenestError, TypeCheckError,
-                      UninitializedReadError)
+from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
+from ..semantics.signature import bind_call
 from ..semantics.types import TensorType, TileType
 from .effects import Buffer, EffectLog
 from .runtime import RV, IndexEnv
@@ -126,39 +126,10 @@ class Interpreter:
     # -- binding ------------------------------------------------------------
     def _bind(self, args: Sequence[Any], params: dict[str, int]) -> dict[E.Expr, int]:
         p = self.prog
-        if len(args) != len(p.args):
-            names = ", ".join(a.name for a in p.args)
-            raise TilenestError(f"kernel {p.name} takes {len(p.args)} arguments ({names}), "
-                                f"got {len(args)}", p.loc)
-        syms: dict[E.Expr, int] = {E.Sym(k): int(v) for k, v in params.items()}
-        unknown = set(params) - set(p.syms)
-        if unknown:
-            raise TilenestError(f"unknown parameter(s) {sorted(unknown)} for kernel {p.name}")
-        deferred: list[tuple[str, int, E.Expr, int]] = []
+        syms = bind_call(p, args, params)
         for v, a in zip(p.args, args, strict=True):
             t = v.type
             if isinstance(t, TensorType):
-                if not isinstance(a, np.ndarray):
-                    raise TilenestError(f"argument '{v.name}' must be a numpy array, got "
-                                        f"{type(a).__name__}", p.loc)
-                if a.dtype != t.dtype.np:
-                    raise TypeCheckError(
-                        f"argument '{v.name}' has dtype {a.dtype}, the kernel needs {t.dtype}",
-                        p.loc, f"convert with array.astype({t.dtype.np.name!r})")
-                if a.ndim != t.rank:
-                    raise TypeCheckError(f"argument '{v.name}' has rank {a.ndim}, the kernel "
-                                        f"needs {t.rank}", p.loc)
-                for i, (x, n) in enumerate(zip(t.shape, a.shape, strict=True)):
-                    if isinstance(x, E.Sym):
-                        old = syms.get(x)
-                        if old is not None and old != n:
-                            raise TypeCheckError(
-                                f"extent {x.name} is {old} elsewhere but '{v.name}' has "
-                                f"{n} on axis {i}", p.loc,
-                                "arguments sharing an extent name must agree")
-                        syms[x] = int(n)
-                    else:
-                        deferred.append((v.name, i, x, int(n)))
                 self.tensors[v.name] = TensorRT(a, Buffer(("tensor", v.name), v.name, a.shape))
                 self.values[v.name] = self.tensors[v.name]
             else:
@@ -169,19 +140,6 @@ class Interpreter:
                     self.values[v.name] = RV(constant(_py_scalar(a), t.dtype))
                 except (ValueError, TypeError) as e:
                     raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
-        for s in p.syms:
-            if E.Sym(s) not in syms:
-                raise TilenestError(f"no value for parameter '{s}' of kernel {p.name}", p.loc,
-                                    f"pass params={{'{s}': ...}}")
-        for name, i, x, n in deferred:
-            want = E.evaluate(x, syms)
-            if want != n:
-                raise TypeCheckError(f"argument '{name}' axis {i} has extent {n}, the kernel "
-                                    f"needs {E.to_str(x)} = {want}", p.loc)
-        for a in p.assumptions:
-            if not E.evaluate(a, syms):
-                raise RuntimeSemanticError(f"the call violates the kernel's assumption "
-                                    f"{E.pred_to_str(a)}", p.loc)
         self._alias()
         self._poison()
         return syms

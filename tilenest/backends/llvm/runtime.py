@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BoundsError, RuntimeSemanticError, TilenestError, TypeCheckError
+from ...errors import BoundsError, RuntimeSemanticError, TilenestError
 from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
+from ...semantics.signature import bind_call
 from ...semantics.types import TensorType
 from .codegen import DIV_ZERO, NEG_SHIFT
 
@@ -85,29 +86,12 @@ class CompiledKernel:
     # -- binding ------------------------------------------------------------------
     def bind(self, arrays: tuple, params: dict[str, int] | None) -> tuple[list, dict[str, int]]:
         p = self.program
-        if len(arrays) != len(p.args):
-            names = ", ".join(a.name for a in p.args)
-            raise TilenestError(f"kernel {p.name} takes {len(p.args)} arguments ({names}), "
-                                f"got {len(arrays)}", p.loc)
-        syms: dict[str, int] = {k: int(v) for k, v in (params or {}).items()}
-        unknown = set(syms) - set(p.syms)
-        if unknown:
-            raise TilenestError(f"unknown parameter(s) {sorted(unknown)} for kernel {p.name}")
-        deferred = []
+        env = bind_call(p, arrays, params)
+        syms = {k.name: v for k, v in env.items()}
         keep: list[Any] = []
         for v, a in zip(p.args, arrays, strict=True):
             t = v.type
             if isinstance(t, TensorType):
-                if not isinstance(a, np.ndarray):
-                    raise TilenestError(f"argument '{v.name}' must be a numpy array, got "
-                                        f"{type(a).__name__}", p.loc)
-                if a.dtype != t.dtype.np:
-                    raise TypeCheckError(
-                        f"argument '{v.name}' has dtype {a.dtype}, the kernel needs {t.dtype}",
-                        p.loc, f"convert with array.astype({t.dtype.np.name!r})")
-                if a.ndim != t.rank:
-                    raise TypeCheckError(f"argument '{v.name}' has rank {a.ndim}, the kernel "
-                                         f"needs {t.rank}", p.loc)
                 if not (a.flags.c_contiguous and a.flags.aligned):
                     raise TilenestError(
                         f"argument '{v.name}' is not a C-contiguous aligned array; compiled "
@@ -116,16 +100,6 @@ class CompiledKernel:
                 if v.name in self.stored and not a.flags.writeable:
                     raise TilenestError(f"argument '{v.name}' is written by the kernel but the "
                                         "array is read-only", p.loc)
-                for i, (x, n) in enumerate(zip(t.shape, a.shape, strict=True)):
-                    if isinstance(x, E.Sym):
-                        old = syms.get(x.name)
-                        if old is not None and old != n:
-                            raise TypeCheckError(
-                                f"extent {x.name} is {old} elsewhere but '{v.name}' has {n} on "
-                                f"axis {i}", p.loc, "arguments sharing an extent name must agree")
-                        syms[x.name] = int(n)
-                    else:
-                        deferred.append((v.name, i, x, int(n)))
                 keep.append(a)
             else:
                 from ...interpreter.numerics import constant
@@ -135,20 +109,6 @@ class CompiledKernel:
                 except (ValueError, TypeError) as e:
                     raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
                 keep.append(arr)
-        for s in p.syms:
-            if s not in syms:
-                raise TilenestError(f"no value for parameter '{s}' of kernel {p.name}", p.loc,
-                                    f"pass params={{'{s}': ...}}")
-        env = {E.Sym(k): v for k, v in syms.items()}
-        for name, i, x, n in deferred:
-            want = E.evaluate(x, env)
-            if want != n:
-                raise TypeCheckError(f"argument '{name}' axis {i} has extent {n}, the kernel "
-                                     f"needs {E.to_str(x)} = {want}", p.loc)
-        for a in p.assumptions:
-            if not E.evaluate(a, env):
-                raise RuntimeSemanticError(f"the call violates the kernel's assumption "
-                                           f"{E.pred_to_str(a)}", p.loc)
         self._check_overlap(keep)
         return keep, syms
 
