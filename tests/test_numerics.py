@@ -1,4 +1,4 @@
-"""The scalar numerics reference (tilenest.interpreter.numerics), checked against
+"""The scalar numerics reference (tilenest.semantics.numerics), checked against
 hand-computed values, literal bit patterns, and independent numpy/ml_dtypes code."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tilenest.errors import RuntimeSemanticError, TypeCheckError
-from tilenest.interpreter import numerics as N
-from tilenest.interpreter.numerics import IntegerArithmeticError
+from tilenest.semantics import numerics as N
+from tilenest.semantics.numerics import IntegerArithmeticError
 from tilenest.semantics import dtypes as D
 from tilenest.semantics.ops import values as V
 from tilenest.semantics.types import scalar

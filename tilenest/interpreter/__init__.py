@@ -7,7 +7,7 @@ program, and returns the tensors it stores to (one array, or a tuple).
 Meaning lives in one rule per op: ``values.py`` (pure values), ``memory.py``
 (views, Memory), ``regions.py`` (parallel/serial/pipeline/if/while),
 ``reductions.py`` (reduce policies); ``effects.py`` is the race detector and
-``numerics.py`` the scalar arithmetic of every dtype.
+``semantics/numerics.py`` the scalar arithmetic of every dtype.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ class Interpreter:
                 self.values[v.name] = self.tensors[v.name]
             else:
                 assert isinstance(t, TileType)
-                from .numerics import constant
+                from ..semantics.numerics import constant
 
                 try:
                     self.values[v.name] = RV(constant(_py_scalar(a), t.dtype))

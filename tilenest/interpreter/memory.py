@@ -24,7 +24,7 @@ from ..semantics import expr as E
 from ..semantics.ir import Operation
 from ..semantics.policies import Bounds
 from ..semantics.types import MemoryType, TensorType, TileType
-from . import numerics as N
+from ..semantics import numerics as N
 from .core import Interpreter, TensorRT, poison_value, rule
 from .effects import Buffer
 from .runtime import RV, eval_exprs

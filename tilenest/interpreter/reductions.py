@@ -27,7 +27,7 @@ from ..semantics.ir import Block, Operation
 from ..semantics.policies import ReductionPolicy
 from ..semantics.reducers import BUILTINS
 from ..semantics import expr as E
-from . import numerics as N
+from ..semantics import numerics as N
 from . import shadow as S
 from .core import Interpreter, rule
 from .regions import _bind_point, _carry_track, _finish_track, _iterate, _pred_value, domain_points

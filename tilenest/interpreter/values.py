@@ -2,7 +2,7 @@
 
 Elementwise ops follow the lifting rule: operands are laid out over the
 result's dims by identity (missing dims broadcast) and the scalar function of
-``numerics.py`` is applied pointwise. ``reindex`` reads ``x[f(q)]`` and rejects
+``semantics/numerics.py`` is applied pointwise. ``reindex`` reads ``x[f(q)]`` and rejects
 a source coordinate outside ``x``; ``gather`` substitutes its fallback for an
 invalid index; ``put`` replaces one block (its footprint is recorded for the
 join of ancestor updates); ``mma`` converts its inputs to the accumulator dtype
@@ -22,7 +22,7 @@ from ..errors import BoundsError, RuntimeSemanticError
 from ..semantics.ir import Operation
 from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
 from ..semantics.types import TileType
-from . import numerics as N
+from ..semantics import numerics as N
 from . import shadow as S
 from .core import Interpreter, rule
 from .runtime import RV, align, eval_exprs

@@ -10,7 +10,7 @@ any order. Within one program everything is sequential: ``For`` loops,
 Values and their meaning:
 
 * Scalars have a :class:`~tilenest.semantics.dtypes.DType`; the meaning of every
-  arithmetic node is the scalar function of ``interpreter/numerics.py`` of the
+  arithmetic node is the scalar function of ``semantics/numerics.py`` of the
   same name (IEEE round-to-nearest per op, integer wrap-around, saturating
   float-to-int casts...). ``Bin.flags`` may grant *permissions* the backend may
   use without changing the admitted set: ``reassoc`` (the op is the merge of a

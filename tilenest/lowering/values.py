@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..interpreter import numerics as N
+from ..semantics import numerics as N
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.ir import Operation

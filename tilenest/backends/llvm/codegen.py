@@ -9,7 +9,7 @@ the pointers and calls ``@<phase>.body`` (always inlined), whose buffer
 parameters are ``noalias``: distinct buffers never overlap (the runtime checks
 this for tensors that are written).
 
-Scalar semantics follow ``interpreter/numerics.py`` exactly:
+Scalar semantics follow ``semantics/numerics.py`` exactly:
 
 * ``bool`` is ``i1`` in registers and one byte (0/1) in memory; ``bf16`` is an
   ``i16`` bit pattern, widened exactly to ``float`` for arithmetic and rounded

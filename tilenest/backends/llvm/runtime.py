@@ -102,7 +102,7 @@ class CompiledKernel:
                                         "array is read-only", p.loc)
                 keep.append(a)
             else:
-                from ...interpreter.numerics import constant
+                from ...semantics.numerics import constant
 
                 try:
                     arr = np.array(constant(_scalar(a, v.name), t.dtype), dtype=t.dtype.np)

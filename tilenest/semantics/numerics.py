@@ -33,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..errors import RuntimeSemanticError
-from ..semantics.dtypes import DType
+from .dtypes import DType
 
 __all__ = ["IntegerArithmeticError", "TRANSCENDENTAL_ULP", "ulp_bound", "unary", "binary",
            "select", "cast", "bitcast", "constant"]
