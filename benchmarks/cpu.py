@@ -3,14 +3,21 @@
     python benchmarks/cpu.py [--quick] [--threads 1 2] [--reps 5]
 
 Workloads: row softmax, RMSNorm, LayerNorm, add, row sum (4096x4096 f32), GEMM
-f32 256^3, 1024^3 and ragged 1000^3 (and PyTorch CPU when installed). Each
+f32 256^3, 1024^3 and ragged 1000^3 (and PyTorch CPU when installed). The GEMM
+is ``examples/gemm.py``: its ``mma`` allows reassociation (the default), so the
+compiled kernel may use fused multiply-adds, as BLAS does; the "strict" rows
+run the same kernel with ``allow_reassociation=False`` (every output element
+sums its products in order, separately rounded: bitwise the interpreter).
+GEMM tile sizes are a schedule choice made here (:func:`gemm_tiles`). Each
 thread count runs in its own subprocess with the BLAS thread count pinned
 through ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` (or
 threadpoolctl when installed), so idle BLAS workers do not steal cycles and
 numpy's GEMM uses as many threads as the compiled kernel. Every compiled
-result is checked against numpy before timing. Times are medians; the ratio
-is numpy time / compiled time (> 1: compiled is faster). Compile time is the
-first, uncached compile of each kernel. Not a timed test.
+result is checked against numpy before timing. Times are medians over two
+blocks of calls per function, the blocks of the compiled kernel and of numpy
+alternating, each after a pause that lets spinning BLAS threads go idle; the
+ratio is numpy time / compiled time (> 1: compiled is faster). Compile time
+is the first, uncached compile of each kernel. Not a timed test.
 """
 
 from __future__ import annotations
@@ -78,19 +85,71 @@ def _kernels():
             t = x[tn.coord(p.index() * 4, 0), tn.shape(4, cols)]
             y(tn.coord(p.index() * 4), tn.shape(4)).store(tn.reduce(t, t.dim(1), tn.add))
 
+    @tn.kernel
+    def gemm_strict(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"],
+                    *, bm=32, bn=32, bk=32):
+        M, K = A.shape
+        N = B.shape[1]
+        m, k = A.dims()
+        n = C.dim(1)
+        B = B.with_dims(k, n)
+        C = C.with_dims(m, n)
+        for nest in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = nest.index(0), nest.index(1)
+            acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in nest.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, b, acc, allow_reassociation=False)
+            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
+
     return {"softmax": softmax_example.row_softmax, "rmsnorm": rmsnorm, "layernorm": layernorm,
-            "add": add, "row_sum": row_sum, "gemm": gemm_example.gemm}
+            "add": add, "row_sum": row_sum, "gemm": gemm_example.gemm, "gemm_strict": gemm_strict}
 
 
-def _median(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    ts.sort()
-    return ts[len(ts) // 2]
+def gemm_tiles(m: int, n: int, threads: int) -> dict[str, int]:
+    """Output tile ``bm x bn`` and K step ``bk`` of one GEMM program.
+
+    A program copies (packs) an A tile and a B tile per K step and reuses them
+    for ``bm * bn * bk`` multiply-adds, so large output tiles amortize the
+    copies: 256x256 unless that leaves fewer than two programs per thread
+    (the runtime balances chunks of programs between threads), then halved,
+    rows first. ``bk = 128`` keeps a register block's B panel (128 x 32 f32,
+    16 KiB) in L1 and the packed B tile (128 KiB) in L2."""
+    bm = bn = 256
+    while -(-m // bm) * -(-n // bn) < 2 * threads and bn > 32:
+        if bm >= bn:
+            bm //= 2
+        else:
+            bn //= 2
+    return {"bm": bm, "bn": bn, "bk": 128}
+
+
+#: seconds to wait before timing a block of calls: BLAS worker threads keep
+#: spinning for a while after a call (OpenBLAS about 0.1 s) and would steal the
+#: cycles of whatever runs next
+SETTLE_S = 0.25
+#: blocks of calls per function, alternating between the functions
+ROUNDS = 2
+
+
+def _medians(fns: list, reps: int) -> list[float]:
+    """Median seconds of each function over ``ROUNDS`` blocks of ``reps``
+    calls. Blocks alternate between the functions, so that drifting load from
+    other processes hits all of them alike, and each starts after a pause
+    (``SETTLE_S``) and one untimed call."""
+    ts: list[list[float]] = [[] for _ in fns]
+    for _ in range(ROUNDS):
+        for fn, t in zip(fns, ts, strict=True):
+            time.sleep(SETTLE_S)
+            fn()
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                fn()
+                t.append(time.perf_counter() - t0)
+    return [sorted(t)[len(t) // 2] for t in ts]
 
 
 def worker(threads: int, reps: int, quick: bool) -> list[dict]:
@@ -144,12 +203,11 @@ def worker(threads: int, reps: int, quick: bool) -> list[dict]:
         ck(*args, threads=threads)
         want = np_fn()
         np.testing.assert_allclose(out, want, rtol=rtol, atol=atol)
-        tc = _median(lambda: ck(*args, threads=threads), reps)
-        tn_ = _median(np_fn, reps)
+        tc, tn_ = _medians([lambda: ck(*args, threads=threads), np_fn], reps)
         row = {"workload": name, "threads": threads, "numpy_s": tn_, "tilenest_s": tc,
                "ratio": tn_ / tc, "compile_s": csec}
         if torch_fn is not None:
-            row["torch_s"] = _median(torch_fn, reps)
+            row["torch_s"] = _medians([torch_fn], reps)[0]
         rows.append(row)
 
     tx = torch.from_numpy(x) if torch else None
@@ -170,9 +228,14 @@ def worker(threads: int, reps: int, quick: bool) -> list[dict]:
         A = rng.standard_normal((m, k_)).astype(np.float32)
         B = rng.standard_normal((k_, nn)).astype(np.float32)
         C = np.empty((m, nn), np.float32)
-        bench(f"gemm {m}x{k_}x{nn}", ks["gemm"], (A, B, C), C, lambda: A @ B,
-              (lambda: torch.from_numpy(A) @ torch.from_numpy(B)) if torch else None,
-              rtol=1e-3, atol=1e-3)
+        tiles = gemm_tiles(m, nn, threads)
+        shape = "x".join(str(tiles[t]) for t in ("bm", "bn", "bk"))
+        for name in ("gemm", "gemm_strict"):
+            label = "gemm" if name == "gemm" else "gemm strict"
+            bench(f"{label} {m}x{k_}x{nn} ({shape})", ks[name].specialize(**tiles), (A, B, C),
+                  C, lambda: A @ B,
+                  (lambda: torch.from_numpy(A) @ torch.from_numpy(B))
+                  if torch and name == "gemm" else None, rtol=1e-3, atol=1e-3)
     return rows
 
 

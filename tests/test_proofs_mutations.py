@@ -26,6 +26,11 @@ def _confirm(ob) -> str:
         return RC.remap(ob)
     if ob.kind in ("noninterference", "coverage.once", "fusion.dependence"):
         return RC.two_accesses(ob, w["program"])
+    if ob.kind == "noninterference.pipeline":
+        RC.two_accesses(ob, w["program"])
+        return RC.race_at(ob, w["program"])
+    if ob.kind == "noninterference.join":
+        return RC.race_at(ob, w["program"])
     if ob.kind == "bounds":
         return RC.bounds(ob, w["program"])
     if ob.kind == "coverage.cover":

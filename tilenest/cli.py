@@ -196,6 +196,14 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from .validation.report import run_cli
 
     progs = load_programs(a.file, a.kernel)
+    if not a.json and a.target == "llvm":
+        from .lowering.legality import legality, summary
+        from .proofs.obligation import PROVED
+
+        for name, p in progs:  # the compile-time gate's verdicts that are not proofs
+            obs = legality(p, _schedule_for(a, p))
+            if any(o.status != PROVED and o.role == "required" for o in obs):
+                print(f"{name}: {summary(obs)}")
     return run_cli(progs, a, _schedule_for)
 
 
@@ -281,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--suite", help="suite folder (default: the source tree's spec/conformance)")
     s.add_argument("--impl", metavar="CMD",
                    help="external implementation: a command with {case} {inputs} {outputs}")
-    s.add_argument("--backend", metavar="TARGET", help="a compiled backend instead (llvm)")
+    s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
+                   help="a compiled target instead of the interpreter (llvm)")
     s.add_argument("--case", action="append", default=[], metavar="PAT",
                    help="only cases whose name contains PAT, or that cite rule PAT (V-7, R)")
     s.add_argument("--json-report", metavar="PATH", help="write the JSON report here")

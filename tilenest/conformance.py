@@ -373,7 +373,11 @@ class Interpreter:
 
 
 class Backend:
-    """A compiled backend run in-process (``llvm``: the LLVM CPU JIT)."""
+    """A compiled backend run in-process (``llvm``: the LLVM CPU JIT), as a
+    checked build: ``bounds.assume`` promises are checked (M-7 lets compiled
+    code skip them; the suite asks for the verdict a broken one has). Race
+    verdicts come from the compile-time legality gate: the backend refuses a
+    program whose race obligations are refuted, before it runs."""
 
     def __init__(self, target: str):
         if target != "llvm":
@@ -387,7 +391,7 @@ class Backend:
         try:
             prog = load_program(case.program)
             args = materialize(case)
-            compile_program(prog)(*args, params=case.params or None)
+            compile_program(prog, check_assumes=True)(*args, params=case.params or None)
         except TilenestError as e:
             return Outcome(error=error_kind(e), message=e.render())
         except Exception as e:  # noqa: BLE001 - a crash is an outcome like any other

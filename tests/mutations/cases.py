@@ -234,5 +234,11 @@ CASES: list[Case] = [
          lambda: obs(RD.place_reduction(prog(K.isum), 0, 4, "strided"))),
     Case("float add is not associative (i32 add is)", "reduction.law.associative",
          lambda: law(f32, "add"), lambda: law(i32, "add")),
+    # --- races beyond storage noninterference ----------------------------------
+    Case("overlapping put patches of an ancestor value", "noninterference.join",
+         lambda: program_kind(K.patches_bad), lambda: program_kind(K.patches)),
+    Case("pipeline window wider than the distance of a tensor relay",
+         "noninterference.pipeline",
+         lambda: program_kind(K.relay_bad), lambda: program_kind(K.relay)),
 ]
 

@@ -340,3 +340,30 @@ def folded(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "M"]):
         for r in p.reduce(v.domain(v.dim(0)), policy=tn.fold_left):
             s = s + v.at(r)
         y(tn.coord(0), tn.shape(1)).store(tn.broadcast(s, tn.shape(1), dims=y.dims()))
+
+
+@tn.kernel
+def patches(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "M"], *, step=2):
+    d = x.dim(0)
+    acc = tn.full(f32, tn.shape(8), -1.0, dims=(d,))
+    for p in tn.parallel(tn.shape(3)):
+        acc = tn.put(acc, tn.coord(step * p.index()), x[tn.coord(step * p.index()), tn.shape(2)])
+    y(tn.coord(0), tn.shape(8)).store(acc)
+
+
+patches_bad = patches.specialize(step=1)
+
+
+@tn.kernel
+def relay(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *, window=3):
+    (n,) = x.shape
+    x = x.with_dims(y.dim(0))
+    for k in tn.pipeline(tn.shape(n - 3), tn.pipeline_policy(window=window, interval=1)):
+        k.stage("read")
+        prev = y[tn.coord(k.index()), tn.shape(1)]
+        k.stage("write")
+        y(tn.coord(k.index() + 3), tn.shape(1)).store(prev + x[tn.coord(k.index() + 3),
+                                                                tn.shape(1)])
+
+
+relay_bad = relay.specialize(window=4)

@@ -198,6 +198,17 @@ def run_at(p: TileProgram, cx: dict, fill: float = np.nan) -> dict[str, np.ndarr
     return {v.name: a for v, a in zip(p.args, arrays, strict=True)}
 
 
+def race_at(ob: Obligation, p: TileProgram) -> str:
+    """Running the interpreter at the counterexample's sizes reports a race."""
+    from tilenest.errors import RaceError
+
+    try:
+        run_at(p, ob.counterexample)
+    except RaceError as e:
+        return f"the interpreter reports the race: {e.message}"
+    raise AssertionError("the interpreter ran the counterexample's sizes without a race")
+
+
 def cover(ob: Obligation, p: TileProgram) -> str:
     cx = ob.counterexample
     rank = len([k for k in cx if k.startswith("e@")])

@@ -47,6 +47,12 @@ class CaptureContext:
         return self.frames[-1]
 
     @property
+    def scope(self) -> ScopeFrame:
+        """The innermost open nest region (or the root): ``if``/``while`` bodies
+        add no nest level (E-15), so they are looked through."""
+        return next(f for f in reversed(self.frames) if f.kind not in ("if", "while"))
+
+    @property
     def level(self) -> int:
         return self.frame.level
 

@@ -41,7 +41,7 @@ def region(kind: str, shp: dsl.Shape, inits: Sequence[Tile],
         c.level_parent[level] = c.level
         a["level"] = level
     a.update(attrs)
-    handle = dsl.ScopeHandle(kind, vars_, dsl.space_shape(space), level, c.frame.handle,
+    handle = dsl.ScopeHandle(kind, vars_, dsl.space_shape(space), level, c.scope.handle,
                              label, c.site())
     block = BBlock([BValue(t.type, f"{label}_s{i}") for i, t in enumerate(inits)])
     c.builder.push(block)

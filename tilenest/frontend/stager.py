@@ -657,11 +657,12 @@ class RegionStager(_CarryMixin):
         name = node.target.id  # type: ignore[attr-defined]
         site = st.site(node)
         frame = c.frame
-        if spec.parent is not None and spec.parent is not frame.handle:
-            inner = frame.handle.name if frame.handle is not None else "the kernel root"
+        scope = c.scope
+        if spec.parent is not None and spec.parent is not scope.handle:
+            inner = scope.handle.name if scope.handle is not None else "the kernel root"
             raise CaptureError(
                 f"region opened from '{spec.parent.name}' while the innermost open scope is "
-                f"{'`' + inner + '`' if frame.handle is not None else inner}",
+                f"{'`' + inner + '`' if scope.handle is not None else inner}",
                 site, "open nested regions from the innermost scope handle (or use tn.<kind>)")
         if spec.shape.rank == 0:
             raise CaptureError(f"{spec.kind} domain is empty-rank", site,
@@ -696,7 +697,7 @@ class RegionStager(_CarryMixin):
             attrs["policy"] = spec.policy
         elif spec.kind == "reduce":
             attrs["policy"] = spec.policy
-        handle = dsl.ScopeHandle(spec.kind, vars_, shp, level, frame.handle, name, site,
+        handle = dsl.ScopeHandle(spec.kind, vars_, shp, level, scope.handle, name, site,
                                  child_coord)
         before, fwd, mfwd = st.open_forwarding()
         st.env[name] = handle
@@ -982,12 +983,16 @@ class IfStager(_CarryMixin):
             raise CaptureError("tn.if_ needs a bool scalar condition", site,
                                "reduce a tile condition first (e.g. with tn.reduce(..., tn.logical_or))")
         before_env = dict(st.env)
-        mem_states = {id(m): m.state for m in c.memories}
+        # a Memory declared inside a branch is local to it: only the Memories
+        # live before the if can carry a new state out of it
+        live = list(c.memories)
+        mem_states = {id(m): m.state for m in live}
         branches = []
         for body in (node.body, node.orelse):
             st.env.clear()
             st.env.update(before_env)
-            for m in c.memories:
+            c.memories[:] = live
+            for m in live:
                 m.state = mem_states[id(m)]
             block = BBlock()
             c.builder.push(block)
@@ -998,7 +1003,8 @@ class IfStager(_CarryMixin):
             finally:
                 c.frames.pop()
                 c.builder.pop()
-            branches.append((block, dict(st.env), {id(m): m.state for m in c.memories}))
+            branches.append((block, dict(st.env), {id(m): m.state for m in live}))
+        c.memories[:] = live
         # results: names reassigned in either branch (defined before), or new in both
         names: list[str] = []
         for n in set(branches[0][1]) | set(branches[1][1]):

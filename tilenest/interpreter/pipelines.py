@@ -9,8 +9,10 @@ flight (``window = 0`` leaves it open; 1 forbids overlap) is permitted.
 
 Within one iteration stages keep their source order; across iterations only
 carried values (and Memory states, which are carried values) and the window
-order anything (spec P-5, P-7). After a pipeline runs in reference order with
-its accesses recorded per stage instance, two instances of different
+order anything (spec P-5, P-7): with ``window = W >= 1``, iterations ``W`` or
+more apart are ordered (P-6); a body without stage cuts is one stage. After a
+pipeline runs in reference order with its accesses recorded per stage
+instance, two instances of different
 iterations that no such dependence orders -- a permitted overlap may run them
 in either order, or at once -- must not conflict (same element, at least one
 write). A conflict means the result depends on an undeclared order; it is
@@ -39,7 +41,9 @@ def stage_deps(body: Block) -> tuple[list[Operation], dict[int, set[int]], dict[
     carried deps (t -> stages producing the carried values t uses next time)."""
     stages = [op for op in body.ops if op.name == "stage"]
     if not stages:
-        return [], {}, {}
+        # the whole body is one stage: a carried value (or Memory state) that
+        # the body uses and redefines orders each iteration after the last
+        return [], {}, ({0: {0}} if whole_body_carries(body) else {})
     producer: dict[str, int] = {}
     for k, s in enumerate(stages):
         for r in s.results:
@@ -58,6 +62,19 @@ def stage_deps(body: Block) -> tuple[list[Operation], dict[int, set[int]], dict[
                 if p is not None:
                     carried[k].add(p)
     return stages, same, carried
+
+
+def whole_body_carries(body: Block) -> bool:
+    """Whether a pipeline body without stages uses a carried value (or Memory
+    state) that it also redefines for the next iteration."""
+    y = body.terminator
+    if y is None:
+        return False
+    used: set[str] = set()
+    for op in body.ops:
+        used |= _uses(op)
+    return any(a.name in used and v.name != a.name
+               for a, v in zip(body.args, y.operands, strict=False))
 
 
 def _uses(op: Operation) -> set[str]:
@@ -115,9 +132,15 @@ def check(op: Operation, records: dict[tuple[int, int], list], n_iter: int) -> N
 
 
 def _closure(n_iter: int, n_stage: int, carried: dict, window: int
-             ) -> dict[tuple[int, int], set[tuple[int, int]]]:
+             ) -> dict[Any, set[Any]]:
+    """Happens-before successors of every stage instance ``(i, s)``: stage
+    order within an iteration, carried edges ``(i, p) -> (i + 1, s)``, and the
+    window: with ``window = W >= 1`` every iteration ``j >= i + W`` starts after
+    iteration ``i`` completes (P-6: at most ``W`` consecutive iterations are in
+    flight). The window edges go through one gate node per iteration (``('g',
+    j)``: "iterations ``j`` and later may start"), so the graph stays linear."""
     nodes = [(i, s) for i in range(n_iter) for s in range(n_stage)]
-    succ: dict[tuple[int, int], set[tuple[int, int]]] = {v: set() for v in nodes}
+    succ: dict[Any, set[Any]] = {v: set() for v in nodes}
     for i in range(n_iter):
         for s in range(n_stage - 1):
             succ[(i, s)].add((i, s + 1))
@@ -126,15 +149,24 @@ def _closure(n_iter: int, n_stage: int, carried: dict, window: int
                 if i + 1 < n_iter:
                     succ[(i, p)].add((i + 1, s))
         if window > 0 and i + window < n_iter:
-            succ[(i, n_stage - 1)].add((i + window, 0))
-    memo: dict = {}
-    # reverse topological order (successors have larger (iteration, stage))
-    for v in reversed(nodes):
-        out: set[tuple[int, int]] = set()
+            succ[(i, n_stage - 1)].add(("g", i + window))
+    memo: dict[Any, set[Any]] = {}
+
+    def close(v: Any) -> None:
+        out: set[Any] = set()
         for w in succ[v]:
             out.add(w)
             out |= memo[w]
         memo[v] = out
+
+    # reverse topological order: later iterations first; within one iteration
+    # the stages from last to first, then the iteration's gate
+    for i in reversed(range(n_iter)):
+        for s in reversed(range(n_stage)):
+            close((i, s))
+        g = ("g", i)
+        succ[g] = {(i, 0)} | ({("g", i + 1)} if i + 1 < n_iter else set())
+        close(g)
     return memo
 
 

@@ -304,6 +304,13 @@ def _put(it: Interpreter, op: Operation) -> None:
     if it.track:
         d = it.track[-1][1]
         prev = d.get(op.operands[0].name)
+        depth = it.track[-1][0]
+        if it.anchor_depth(op) < depth and (prev is None or np.ndim(prev) == 0):
+            # a collective put (E-11 item 2): the same patch in every child, one
+            # update of the ancestor value; it touches nothing per child
+            if prev is not None:
+                d[op.result.name] = prev
+            return
         m = np.zeros(base.shape, dtype=bool)
         m[idx] = True
         d[op.result.name] = m if prev is None else (m | prev)

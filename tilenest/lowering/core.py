@@ -397,7 +397,7 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
             lw.globals.append(buf)
             ld = L.Load(buf, L.IExpr(E.Const(0)))
             lw.env[a.name] = LazyH(t.dtype, (), (), lambda lw_, q, ld=ld: ld, cheap=True)
-    stored = {op.operands[0].name for op in program.walk() if op.name == "tensor.store"}
+    stored = schedule.written(program)
     root = [op for op in program.body.ops if op.name != "yield"]
     phases: list[L.Phase] = []
     replayable = all(op.name == "parallel" and not op.operands or _effect_free(op, stored)

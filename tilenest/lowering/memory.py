@@ -10,7 +10,9 @@ unguarded, the ragged rest is guarded.
   out-of-view writes are dropped;
 * ``checked`` -- an out-of-view access records an error (the runtime raises
   ``BoundsError`` naming the op) and is not performed;
-* ``assume`` -- the promise is taken: no guard at all.
+* ``assume`` -- the promise is taken: no guard at all; under a schedule with
+  ``check_assumes`` (a checked build) the promise is checked like ``checked``,
+  so a broken one is reported as the interpreter reports it (M-7).
 
 A ``tensor.load`` that the storage plan inlines reads global memory at its use;
 otherwise it is copied into a local buffer (a snapshot). ``memory.alloc``
@@ -30,6 +32,15 @@ from .core import Lowerer, rule, unsupported
 from .facts import conjuncts
 from .handles import BufH, Index, LazyH, MemH, StateH, TensorH
 from .values import constant
+
+
+def _kind(lw: Lowerer, pol: object) -> tuple[Bounds, str]:
+    """The bounds behaviour an access is lowered with and the name of the rule
+    its error cites: ``assume`` is ``checked`` in a checked build."""
+    kind = pol.kind  # type: ignore[attr-defined]
+    if kind is Bounds.assume and lw.sched.check_assumes:
+        return Bounds.checked, "breaks its bounds.assume promise"
+    return kind, "(bounds.checked)"
 
 
 def _view(lw: Lowerer, op: Operation, t: TensorH, dims: tuple) -> tuple:
@@ -60,13 +71,14 @@ def _tload(lw: Lowerer, op: Operation) -> None:
     coords, conj = _view(lw, op, t, rt.dims)
     fill = constant(pol.fill if pol.kind is Bounds.fill else 0, rt.dtype)
     ext = lw.extents(rt)
-    checked = pol.kind is Bounds.checked
+    kind, why = _kind(lw, pol)
+    checked = kind is Bounds.checked
     code = lw.error("out of bounds", f"load of {t.buf.name} through %{op.results[0].name} is "
-                    "outside its view (bounds.checked)", op.loc) if checked else 0
+                    f"outside its view {why}", op.loc) if checked else 0
 
     def fn(lw_: Lowerer, q: Index) -> L.Expr:
         off = L.IExpr(t.offset(coords(q)))
-        if pol.kind is Bounds.assume:
+        if kind is Bounds.assume:
             return L.Load(t.buf, off)
         g = lw_.guard_of(conj(q))
         if g is None:
@@ -75,7 +87,7 @@ def _tload(lw: Lowerer, op: Operation) -> None:
             lw_.check(g.p, code)
         return L.Load(t.buf, off, g, fill)
 
-    gfn = (lambda q: []) if pol.kind is Bounds.assume else conj
+    gfn = (lambda q: []) if kind is Bounds.assume else conj
     h = LazyH(rt.dtype, rt.dims, ext, fn, gfn, frozenset({t.buf.name}))
     if lw.plan.get(op.results[0].name) == "inline" and not checked and not lw.expr_mode:
         lw.env[op.results[0].name] = h
@@ -92,14 +104,15 @@ def _tstore(lw: Lowerer, op: Operation) -> None:
     v = lw.handle(op.operands[1])
     pol = op.attrs["bounds"]
     coords, conj = _view(lw, op, t, v.dims)
-    checked = pol.kind is Bounds.checked
-    code = lw.error("out of bounds", f"store to {t.buf.name} is outside its view "
-                    "(bounds.checked)", op.loc) if checked else 0
+    kind, why = _kind(lw, pol)
+    checked = kind is Bounds.checked
+    code = lw.error("out of bounds", f"store to {t.buf.name} is outside its view {why}",
+                    op.loc) if checked else 0
 
     def body(q: Index) -> None:
         off = L.IExpr(t.offset(coords(q)))
         val = v.at(lw, q)
-        if pol.kind is Bounds.assume:
+        if kind is Bounds.assume:
             lw.emit(L.Store(t.buf, off, val))
             return
         g = lw.guard_of(conj(q))
@@ -107,7 +120,7 @@ def _tstore(lw: Lowerer, op: Operation) -> None:
             lw.check(g.p, code)
         lw.emit(L.Store(t.buf, off, val, g))
 
-    guards = None if pol.kind is Bounds.assume else conj
+    guards = None if kind is Bounds.assume else conj
     lw.nest(v.dims, v.extents, body, guards, exclusive=not checked)
 
 

@@ -17,13 +17,29 @@ those the program admits:
   :func:`storage_plan`.
 * ``fma``       -- allow fused multiply-add where the program permits it (only
   reassociating ``mma``; elementwise arithmetic is never contracted).
-* ``chunk``     -- program ids per thread-pool task (``None``: an even split).
+* ``chunk``     -- program ids per chunk that a worker thread takes at a time
+  (``None``: about four chunks per thread; ``backends/llvm/workers.py``).
+* ``mma_block`` -- the register block of ``mma``, ``(rows, vectors)``: ``rows``
+  elements of the last free(a) dim by ``vectors`` vector registers of the last
+  free(b) dim are accumulated in registers across the whole contraction
+  (``lowering/mma.py``); ``None``: :func:`default_mma_block` of ``vector_bits``.
+* ``aliases``   -- groups of tensor parameters that are one array in the call
+  (M-8): a write through one member is a write to all of them, so none of
+  them is read lazily, and the code does not treat them as ``noalias``. The
+  runtime picks this field from the arrays it is given.
+* ``check_assumes`` -- a checked build: ``bounds.assume`` promises are checked
+  like ``bounds.checked`` (M-7 allows compiled code to skip them).
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
   :func:`apply_transforms`).
 
-:func:`default_schedule` gives the automatic choice for a target.
+:func:`default_schedule` gives the automatic choice for a target. Its
+decisions carry obligations (``bind`` of a level to cores: the CPU binding
+catalogue; ``reductions`` ``"auto"`` on a tree policy: the reassociation
+permission and the built-in merge's laws), which the compile-time legality
+gate discharges together with the program's race obligations
+(:mod:`tilenest.lowering.legality`).
 """
 
 from __future__ import annotations
@@ -56,13 +72,26 @@ class Schedule:
     storage: tuple[tuple[str, str], ...] = ()
     fma: bool = True
     chunk: int | None = None
+    mma_block: tuple[int, int] | None = None
     transforms: tuple[Any, ...] = field(default=())
     assume: tuple[str, ...] = ()
+    check_assumes: bool = False
+    aliases: tuple[tuple[str, ...], ...] = ()
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
-                     self.storage, self.fma, self.transforms, self.assume))
+                     self.storage, self.fma, self.transforms, self.assume,
+                     self.check_assumes, self.aliases, self.mma_block))
+
+    def written(self, program: TileProgram) -> set[str]:
+        """Tensor parameters whose storage ``program`` may write: those it stores
+        to, and every member of an alias group that has one."""
+        stored = {op.operands[0].name for op in program.walk() if op.name == "tensor.store"}
+        for group in self.aliases:
+            if stored.intersection(group):
+                stored.update(group)
+        return stored
 
     def reduction(self, oid: int) -> str:
         return dict(self.reductions).get(oid, "auto")
@@ -90,12 +119,25 @@ def host_vector_bits() -> int:
     return 128
 
 
+#: the automatic ``mma_block`` by vector register count: as many accumulators
+#: as leave registers for one step's ``b`` vectors and the ``a`` broadcast
+MMA_BLOCKS = {32: (8, 2), 16: (6, 2)}
+
+
+def default_mma_block(vector_bits: int | None) -> tuple[int, int]:
+    """The automatic ``mma`` register block for a SIMD width: AVX-512 hosts
+    (512 bits) have 32 vector registers, AVX2 and SSE hosts 16."""
+    return MMA_BLOCKS[32 if (vector_bits or 128) >= 512 else 16]
+
+
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:
     """The automatic schedule of ``program`` for ``target`` (overrides applied)."""
     if target not in TARGETS:
         raise NotAvailableError(f"no lowering for target '{target}'",
                                 hint=f"available targets: {', '.join(TARGETS)}")
-    s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=host_vector_bits())
+    bits = host_vector_bits()
+    s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,
+                 mma_block=default_mma_block(bits))
     return replace(s, **overrides) if overrides else s
 
 
@@ -197,7 +239,7 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
     users-first (reverse program order)."""
     uses, stage_of = _uses(program)
     ops = list(program.walk())
-    stored = {op.operands[0].name for op in ops if op.name == "tensor.store"}
+    stored = (schedule or Schedule()).written(program)
     fixed = dict(schedule.storage) if schedule is not None else {}
     plan: dict[str, str] = {}
     eff: dict[str, int] = {}

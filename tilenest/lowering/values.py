@@ -9,11 +9,10 @@ storage plan's decision (``schedule.storage_plan``), never the rule's.
 ``reindex`` reads ``x[f(q)]``; a source coordinate that cannot be proved
 inside ``x`` is clamped and checked (the interpreter's ``BoundsError``).
 ``mma`` materializes its result: ``acc[q] += conv(a[q,k]) * conv(b[q,k])`` with
-the contraction points in lexicographic order for every output element (the
-loop order batch, free(a), contraction, free(b) keeps that order while the
-innermost free(b) loop vectorizes); with ``allow_reassociation`` the update
-may use a fused multiply-add. ``put`` copies the target and overwrites the
-patch (checked to lie inside), ``gather`` substitutes its fallback for an
+the contraction points in lexicographic order for every output element, in
+the register-blocked loop nest of ``mma.py``; with ``allow_reassociation`` the
+update may use a fused multiply-add. ``put`` copies the target and overwrites
+the patch (checked to lie inside), ``gather`` substitutes its fallback for an
 index outside the source.
 """
 
@@ -25,12 +24,12 @@ from ..semantics import numerics as N
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.ir import Operation
-from ..semantics.space import Dim
 from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
 from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, union_reads
+from .mma import contract
 
 
 def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Expr:
@@ -228,28 +227,11 @@ def _mma(lw: Lowerer, op: Operation) -> None:
     fuse = bool(op.attrs["allow_reassociation"]) and lw.sched.fma and dt.is_float
     ext_of = dict(zip(at.dims, a.extents, strict=True)) | dict(zip(bt.dims, b.extents,
                                                                   strict=True))
-    fa = list(roles["free_a"])
-    pack = _row_pack(fa, ext_of, roles)
-    if pack is not None:
-        # unroll-and-jam: R rows of free(a) share each B row inside the K loop;
-        # every output element still sees the contraction points in order
-        last, rows = fa[-1], pack
-        blk, sub = Dim.fresh("mma.block"), Dim.fresh("mma.row")
-        ext_of = ext_of | {blk: ext_of[last] // rows, sub: E.Const(rows)}
-        order = (list(roles["batch"]) + fa[:-1] + [blk] + list(roles["contraction"]) + [sub]
-                 + list(roles["free_b"]))
-    else:
-        order = list(roles["batch"]) + fa + list(roles["contraction"]) + list(roles["free_b"])
-    dims = tuple(order)
-    exts = tuple(ext_of[d] for d in dims)
 
     def conv(x: L.Expr, src: D.DType) -> L.Expr:
         return x if src == dt else L.Cast(x, dt)
 
-    def body(q: Index) -> None:
-        if pack is not None:
-            q = dict(q)
-            q[fa[-1]] = q.pop(blk) * pack + q.pop(sub)
+    def update(q: Index) -> None:
         qa, qb, qc = project(q, at.dims), project(q, bt.dims), project(q, ct.dims)
         pa = conv(a.at(lw, qa), at.dtype)
         pb = conv(b.at(lw, qb), bt.dtype)
@@ -261,24 +243,9 @@ def _mma(lw: Lowerer, op: Operation) -> None:
             new = L.Bin("add", old, L.Bin("mul", pa, pb, dt), dt)
         lw.emit(L.Store(res.buf, off, new))
 
-    lw.nest(dims, exts, body)
+    contract(lw, res, roles, ext_of, update, op.loc)
     lw.env[op.results[0].name] = res
     lw.def_depth[op.results[0].name] = lw.depth
-
-
-#: rows of free(a) an ``mma`` computes together (register blocking)
-MMA_ROWS = 4
-
-
-def _row_pack(fa: list, ext_of: dict, roles: dict) -> int | None:
-    """The unroll-and-jam factor for the last free(a) dim: ``MMA_ROWS`` when its
-    extent is a constant multiple of it and there is a free(b) dim to vectorize."""
-    if not fa or not roles["free_b"]:
-        return None
-    n = ext_of[fa[-1]]
-    if isinstance(n, E.Const) and n.value % MMA_ROWS == 0 and n.value > MMA_ROWS:
-        return MMA_ROWS
-    return None
 
 
 @rule("put")

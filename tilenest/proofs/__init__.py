@@ -8,6 +8,8 @@ Layout of this package (it imports only :mod:`tilenest.semantics`):
 * ``obligation``   -- obligations as data, verdicts, discharge, exit status
 * ``model``        -- instance domains and access relations of a program
 * ``program``      -- noninterference, coverage, bounds, layouts, ParallelMaps
+* ``races``        -- ancestor-value joins and pipeline overlap (with
+  ``noninterference``, the race obligations a compiled target must prove)
 * ``remap``/``rewrite``/``transforms`` -- execution remaps tau, their
   obligations and the mechanical rewrite; the transform basis
 * ``bindings``     -- target catalogues and ExecBinding obligations

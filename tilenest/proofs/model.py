@@ -22,6 +22,10 @@ bounds obligations: in no case do they touch storage). ``memory.load`` reads and
 the allocation op and the coordinates of the regions enclosing it (one object
 per owner instance and per enclosing temporal iteration).
 
+Tensor parameters the caller passes as one array (an *alias group*, M-8) are
+one storage object: their accesses share the target of the group's first
+member, and the members' extents are equal (an assumption of every query).
+
 Copies of these relations for two-instance queries rename every variable not
 in a ``shared`` set with a suffix (``x`` becomes ``x'``), so that a query about
 two distinct instances of one region ranges over both.
@@ -96,11 +100,27 @@ def where(op: Operation | None) -> str:
     return str(op.loc) if op is not None and op.loc is not None else "?"
 
 
+def op_ref(op: Operation) -> str:
+    """An op as a user finds it: ``NAME at FILE:LINE:COL`` when the program has
+    locations, else the value it defines (``%v = NAME``) or its first operand."""
+    if op.loc is not None:
+        return f"{op.name} at {op.loc}"
+    if op.results:
+        return f"%{op.results[0].name} = {op.name}"
+    return f"{op.name} %{op.operands[0].name}" if op.operands else op.name
+
+
 class Model:
     """Per-program tables: enclosing regions, value definitions, nest levels."""
 
-    def __init__(self, p: TileProgram):
+    def __init__(self, p: TileProgram, aliases: Iterable[Iterable[str]] = ()):
         self.p = p
+        #: tensor parameter -> the storage object it names (its alias group's first member)
+        self.storage: dict[str, str] = {}
+        for group in aliases:
+            members = list(group)
+            for n in members:
+                self.storage[n] = members[0]
         self.chain: dict[int, tuple[tuple[Operation, int], ...]] = {}
         self.defs: dict[str, Operation] = {}
         self.loads_of: dict[str, list[Operation]] = {}
@@ -134,6 +154,11 @@ class Model:
             for x in t.type.shape:
                 if isinstance(x, E.Sym):
                     facts.append(Fm.atom(x.ge(0)))
+        shapes = {t.name: t.type.shape for t in self.p.tensors}
+        for n, first in self.storage.items():
+            if n != first:
+                for x, y in zip(shapes[n], shapes[first], strict=True):
+                    facts.append(Fm.atom(E.cmp("==", x, y)))
         return Fm.conj(*facts)
 
     @cached_property
@@ -266,7 +291,8 @@ class Model:
             guard = Fm.conj(valid, Fm.in_box(elem, t.type.shape))
             for i, u in enumerate(local):
                 inst.info[u] = VarInfo(f"u{i}", f"tile coordinate {i} of {op.name} at {where(op)}")
-            return Access(op, op.name == "tensor.store", ("tensor", t.name), inst, local, box,
+            return Access(op, op.name == "tensor.store",
+                          ("tensor", self.storage.get(t.name, t.name)), inst, local, box,
                           guard, elem, valid)
         mem = op.operands[0]
         mt = mem.type

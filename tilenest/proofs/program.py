@@ -38,7 +38,7 @@ from ..semantics.maps import Map
 from ..semantics.policies import Bounds
 from ..semantics.types import MemoryType
 from . import formula as Fm
-from .model import Access, Model, VarInfo, where
+from .model import Access, Model, VarInfo, op_ref, where
 from .obligation import Obligation
 
 CONTRACT_NOTE = "holds by the parallel contract, not proved"
@@ -105,10 +105,10 @@ def noninterference(m: Model) -> list[Obligation]:
                 verb_a = "writes" if a.write else "reads"
                 verb_b = "writes" if b.write else "reads"
                 lines = [f"instance ({inst_a}) {verb_a} {m.element_text(a, pt)} "
-                         f"({a.op.name} at {where(a.op)})"]
+                         f"({op_ref(a.op)})"]
                 other = f"instance ({inst_b})" if both else "the collective actor"
                 lines.append(f"{other} {verb_b} {m.element_text(b, pt)} "
-                             f"({b.op.name} at {where(b.op)})")
+                             f"({op_ref(b.op)})")
                 return lines
 
             out.append(Obligation(
@@ -298,5 +298,11 @@ def preserve_obligation(m: Model | None, pm: Map, n_parent: int, sites: tuple = 
 
 
 def program_obligations(m: Model) -> list[Obligation]:
-    """Every obligation of the program alone, in a stable order."""
-    return (noninterference(m) + coverage(m) + bounds(m) + layouts(m) + parallel_maps(m))
+    """Every obligation of the program alone, in a stable order: the race
+    obligations (E-10 storage, E-11 ancestor-value joins, P-7 pipeline overlap;
+    see :mod:`tilenest.proofs.races`), then coverage, bounds, layouts and
+    ParallelMaps."""
+    from .races import joins, pipeline_conflicts
+
+    return (noninterference(m) + joins(m) + pipeline_conflicts(m) + coverage(m) + bounds(m)
+            + layouts(m) + parallel_maps(m))

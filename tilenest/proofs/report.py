@@ -1,7 +1,8 @@
 """``tilenest check``: gather, discharge and report a program's obligations.
 
-:func:`check` states the obligations of the program itself (noninterference,
-coverage, bounds, layouts, ParallelMaps, pipeline schedules, reducer laws),
+:func:`check` states the obligations of the program itself (noninterference of
+storage, ancestor-value joins and pipeline overlap, coverage, bounds, layouts,
+ParallelMaps, pipeline schedules, reducer laws),
 then of each transform in order (``split(1, 0, 2)``, ``bind(1:block, 2:warp)``,
 ... see :func:`parse_spec`), then of the binding to ``target``; discharges them
 all under one per-query time budget; and returns a :class:`Report`.

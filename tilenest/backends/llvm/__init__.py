@@ -10,8 +10,11 @@ prints any of them):
 * ``opt``     -- LLVM IR after the O3 new-pass-manager pipeline for the host CPU;
 * ``asm``     -- host assembly.
 
-:func:`compile_program` runs them all and returns a
-:class:`~tilenest.backends.llvm.runtime.CompiledKernel`. Compiled kernels are
+:func:`compile_program` first proves the program legal for the schedule (the
+legality gate, :mod:`tilenest.lowering.legality`: race obligations, binding and
+reduction obligations; a refuted race is a ``RaceError``), then runs them all
+and returns a :class:`~tilenest.backends.llvm.runtime.CompiledKernel` whose
+``obligations`` keep the gate's verdicts. Compiled kernels are
 cached in-process by a hash of the printed TileIR, the schedule's
 code-relevant fields and the host target.
 """
@@ -25,6 +28,7 @@ from typing import Any, Callable
 
 from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
 from ...lowering import loopir as L
+from ...lowering.legality import legality, summary
 from ...semantics.ir import TileProgram
 from . import jit
 from .codegen import Codegen
@@ -54,7 +58,8 @@ def stage_loopir(program: TileProgram, schedule: Schedule) -> L.Kernel:
 
 
 def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
-    return Codegen(k, schedule.vector_bits or 512, h.cpu, h.features).text()
+    aliased = frozenset(n for group in schedule.aliases for n in group)
+    return Codegen(k, schedule.vector_bits or 512, h.cpu, h.features, aliased).text()
 
 
 def build(program: TileProgram, k: L.Kernel, schedule: Schedule) -> CompiledKernel:
@@ -72,7 +77,15 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule) -> CompiledKern
 
 def compile_program(program: TileProgram, schedule: Schedule | None = None,
                     cache: bool = True, **overrides: Any) -> CompiledKernel:
-    """Lower, generate, optimize and JIT ``program`` for this host."""
+    """Prove ``program`` legal for this schedule, then lower, generate, optimize
+    and JIT it for this host.
+
+    The legality gate (:func:`tilenest.lowering.legality.legality`) discharges
+    the program's race obligations and its schedule's binding and reduction
+    obligations first: a refuted race obligation raises ``RaceError`` (compiled
+    code cannot observe a race while it runs, so it refuses the program), a
+    refuted schedule obligation a ``TilenestError``; the verdicts, ``unknown``
+    ones included, are kept in the kernel's ``obligations``."""
     s = _schedule(program, schedule, overrides)
     h = jit.host()
     key = cache_key(program, s, h)
@@ -81,11 +94,15 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
             got = _CACHE.get(key)
         if got is not None:
             if got.schedule.threads != s.threads or got.schedule.chunk != s.chunk:
+                obs = getattr(got, "obligations", [])
                 got = CompiledKernel(got.program, got.kernel, got.engine, s, got.llvm_ir,
                                      got.optimized_ir, got.compile_seconds)
+                got.obligations = obs
             return got
     t0 = time.perf_counter()
+    obs = legality(program, s)
     ck = build(program, stage_loopir(program, s), s)
+    ck.obligations = obs
     ck.compile_seconds = time.perf_counter() - t0
     if cache:
         with _CACHE_LOCK:
@@ -102,7 +119,7 @@ def _emit_schedule(program: TileProgram, s: Schedule) -> str:
     from ...lowering import storage_plan
 
     plan = storage_plan(program, s)
-    lines = [repr(s), "storage plan:"]
+    lines = [repr(s), summary(legality(program, s)), "storage plan:"]
     lines += [f"  %{k}: {v}" for k, v in sorted(plan.items())]
     return "\n".join(lines) + "\n"
 

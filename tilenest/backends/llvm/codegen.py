@@ -7,7 +7,8 @@ i64 hi, ptr status)``: ``args`` holds one data pointer per kernel parameter
 the function runs the phase body for program ids ``lo <= pid < hi``. It loads
 the pointers and calls ``@<phase>.body`` (always inlined), whose buffer
 parameters are ``noalias``: distinct buffers never overlap (the runtime checks
-this for tensors that are written).
+this for tensors that are written), except the members of the schedule's alias
+groups (one array passed for several parameters).
 
 Scalar semantics follow ``semantics/numerics.py`` exactly:
 
@@ -22,7 +23,9 @@ Scalar semantics follow ``semantics/numerics.py`` exactly:
 * integer division/remainder by zero and negative shift counts record the
   reserved status codes :data:`DIV_ZERO` / :data:`NEG_SHIFT` and use a safe
   operand; ``MIN / -1`` wraps; shifts by ``>= bits`` give 0 (or the sign fill);
-* float -> int casts saturate with NaN -> 0 (``llvm.fpto[su]i.sat``).
+* float -> int casts saturate with NaN -> 0 (``llvm.fpto[su]i.sat``);
+* transcendentals meet their accuracy contract (``numerics.TRANSCENDENTAL_ULP``)
+  rather than the interpreter's bits: see ``mathlib``.
 
 Index arithmetic (``IExpr``) is i64 with ``nsw``: index expressions are assumed
 not to overflow 64 bits (the interpreter computes them exactly).
@@ -85,8 +88,9 @@ class FnGen:
         self.fn.linkage = "internal"
         self.fn.attributes.add("alwaysinline")
         self.fn.attributes.add("nounwind")
-        for i in range(len(bufs)):
-            self.fn.args[i].add_attribute("noalias")
+        for i, b in enumerate(bufs):
+            if b.name not in cg.may_alias:
+                self.fn.args[i].add_attribute("noalias")
         self.ptr = {b.name: self.fn.args[i] for i, b in enumerate(bufs)}
         ns = len(bufs)
         self.syms = {s: self.fn.args[ns + i] for i, s in enumerate(self.k.syms)}
@@ -420,26 +424,24 @@ class FnGen:
         if op in ("sqrt", "floor", "ceil", "trunc", "round"):
             name = {"round": "roundeven"}.get(op, op)
             return self.from_wide(self.fintr(name, w), dt)
+        if op == "exp" and dt.name != "f64":
+            return self.from_wide(b.call(self.math.exp_f32(), [w]), dt)
         if op in _TRANSCENDENTAL:
             return self.from_f64(self.transcendental(op, self.to_f64(v, dt), dt), dt)
         raise NotAvailableError(f"op '{op}' on {dt} has no llvm lowering")
 
     def transcendental(self, op: str, x: ir.Value, dt: D.DType) -> ir.Value:
-        """``op`` on a float64 value, per the mathlib contract."""
+        """``op`` on a float64 value, per the mathlib contract: the vectorizable
+        narrow-dtype evaluations (``mathlib.MathLib.narrow``), else the C library."""
         b = self.b
         one = ir.Constant(F64, 1.0)
         if op == "rsqrt":
             return b.fdiv(one, self.fintr("sqrt", x))
+        if dt.name != "f64" and op in self.math.NARROW:
+            return b.call(self.math.narrow(op), [x])
         if op == "sigmoid":
-            return b.fdiv(one, b.fadd(one, self.exp64(b.fneg(x), dt)))
-        if op == "exp":
-            return self.exp64(x, dt)
+            return b.fdiv(one, b.fadd(one, b.call(self.math.libm("exp"), [b.fneg(x)])))
         return b.call(self.math.libm(op), [x])
-
-    def exp64(self, x: ir.Value, dt: D.DType) -> ir.Value:
-        if dt.name == "f64":
-            return self.b.call(self.math.libm("exp"), [x])
-        return self.b.call(self.math.exp_narrow(), [x])
 
     # -- binary ----------------------------------------------------------------------------
     def binary(self, op: str, x: ir.Value, y: ir.Value, dt: D.DType, flags: frozenset) -> ir.Value:
@@ -611,8 +613,11 @@ def const(value: Any, dt: D.DType) -> ir.Constant:
 class Codegen:
     """One LLVM module for a loop-IR kernel: a body and an entry per phase."""
 
-    def __init__(self, k: L.Kernel, vector_bits: int, cpu: str = "", features: str = ""):
+    def __init__(self, k: L.Kernel, vector_bits: int, cpu: str = "", features: str = "",
+                 may_alias: frozenset[str] = frozenset()):
         self.k = k
+        #: buffers that may share storage with another (aliased parameters)
+        self.may_alias = may_alias
         self.module = ir.Module(name=k.name)
         self.math = MathLib(self.module)
         self.vector_bits = vector_bits

@@ -9,20 +9,23 @@ relies on, with a ``TilenestError`` naming the argument otherwise:
   signature and the kernel's assumptions;
 * C-contiguous, aligned arrays (the code indexes them densely, zero-copy), and
   writeable ones for the tensors the kernel stores to;
-* no overlap between an array the kernel writes and any other argument (the
-  generated code treats distinct buffers as ``noalias``).
+* aliasing (M-8): an array the kernel writes may be passed for several
+  parameters only as the *same* array (equal address, dtype, shape and
+  strides); the call then runs a variant compiled for that alias group (no
+  ``noalias``, no lazy reads of the shared storage, legality checked with the
+  group as one tensor). Partially overlapping arrays are refused.
 
-Each phase runs its program ids ``[0, n)``: a parallel phase is split into
-contiguous ranges, one per worker thread, each calling the JIT'd entry through
-ctypes (which releases the GIL) with its own local buffers and status word.
-After a phase, a nonzero status raises the error it encodes.
+Each phase runs its program ids ``[0, n)``: a parallel phase is cut into
+contiguous chunks that worker threads take one after another
+(``workers.run_phase``), each calling the JIT'd entry through ctypes (which
+releases the GIL) with its own local buffers. After a phase, a nonzero status
+raises the error it encodes (the first one in program-id order).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -34,20 +37,12 @@ from ...semantics.ir import TileProgram
 from ...semantics.signature import bind_call
 from ...semantics.types import TensorType
 from .codegen import DIV_ZERO, NEG_SHIFT
+from .workers import run_phase
 
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                          ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 
-_POOL: ThreadPoolExecutor | None = None
 _EMPTY = np.zeros(64, dtype=np.uint8)  # what an empty tensor's pointer refers to
-
-
-def pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
-                                   thread_name_prefix="tilenest-cpu")
-    return _POOL
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -70,6 +65,7 @@ class CompiledKernel:
         self.compile_seconds = compile_seconds
         self.entries = [ENTRY(engine.address(ph.name)) for ph in kernel.phases]
         self.stored = {op.operands[0].name for op in program.walk() if op.name == "tensor.store"}
+        self._extents: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
 
     @property
     def loopir(self) -> str:
@@ -109,11 +105,20 @@ class CompiledKernel:
                 except (ValueError, TypeError) as e:
                     raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
                 keep.append(arr)
-        self._check_overlap(keep)
         return keep, syms
 
-    def _check_overlap(self, keep: list) -> None:
+    def aliases(self, keep: list) -> tuple[tuple[str, ...], ...]:
+        """The alias groups of a call: parameters given the same array where one
+        of them is written (M-8). Arrays sharing storage in any other way
+        (different offset, shape, strides or dtype) are refused."""
         args = self.program.args
+        parent = list(range(len(keep)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                i = parent[i]
+            return i
+
         for i, a in enumerate(keep):
             for j in range(i):
                 b = keep[j]
@@ -122,51 +127,70 @@ class CompiledKernel:
                     continue
                 if args[i].name not in self.stored and args[j].name not in self.stored:
                     continue
-                if np.shares_memory(a, b):
+                if not np.shares_memory(a, b):
+                    continue
+                if not _same_array(a, b):
                     raise TilenestError(
-                        f"arguments '{args[j].name}' and '{args[i].name}' overlap in memory and "
-                        "one of them is written; compiled kernels need separate arrays",
-                        self.program.loc, "pass a copy of one of them, or run on the interpreter")
+                        f"arguments '{args[j].name}' and '{args[i].name}' overlap in memory "
+                        "without being the same array, and one of them is written; the llvm "
+                        "target supports aliased parameters only as one array",
+                        self.program.loc,
+                        "pass the same array for both, separate copies, or run on the "
+                        "interpreter (which accepts any overlap)")
+                parent[root(i)] = root(j)
+        groups: dict[int, list[str]] = {}
+        for i in range(len(keep)):
+            groups.setdefault(root(i), []).append(args[i].name)
+        return tuple(tuple(g) for g in groups.values() if len(g) > 1)
+
+    def variant(self, aliases: tuple[tuple[str, ...], ...]) -> "CompiledKernel":
+        """This kernel compiled for a call whose parameters alias as ``aliases``."""
+        if aliases == self.schedule.aliases:
+            return self
+        from . import compile_program
+
+        return compile_program(self.program, self.schedule.with_(aliases=aliases))
 
     # -- execution -------------------------------------------------------------------
     def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
                  threads: int | None = None) -> Any:
         keep, syms = self.bind(arrays, params)
+        groups = self.aliases(keep)
+        if groups != self.schedule.aliases:
+            return self.variant(groups)(*arrays, params=params, threads=threads)
         k = self.kernel
-        env = {E.Sym(s): v for s, v in syms.items()}
+        values = tuple(syms[s] for s in k.syms)
         argv = (ctypes.c_void_p * max(1, len(keep)))(*[_ptr(a) for a in keep])
-        symv = (ctypes.c_int64 * max(1, len(k.syms)))(*[syms[s] for s in k.syms])
-        sizes = [max(1, int(E.evaluate(b.size, env))) * b.dtype.itemsize for b in k.locals]
+        symv = (ctypes.c_int64 * max(1, len(k.syms)))(*values)
+        sizes, counts = self._extents.get(values) or self._evaluate_extents(values)
         nthreads = threads or self.schedule.threads or os.cpu_count() or 1
-        for ph, fn in zip(k.phases, self.entries, strict=True):
-            n = 1
-            for x in ph.extents:
-                n *= int(E.evaluate(x, env))
+        for n, fn, ph in zip(counts, self.entries, k.phases, strict=True):
             if n <= 0:
                 continue
             workers = min(nthreads, n) if ph.parallel else 1
-            if self.schedule.chunk:
-                step = self.schedule.chunk
-            else:
-                step = -(-n // workers)
-            ranges = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
-            frames = [_Frame(sizes) for _ in range(min(workers, len(ranges)))]
-            if len(frames) == 1:
-                for lo, hi in ranges:
-                    frames[0].run(fn, argv, symv, lo, hi)
-            else:
-                groups = [ranges[i::len(frames)] for i in range(len(frames))]
-                futs = [pool().submit(_run_all, f, fn, argv, symv, g)
-                        for f, g in zip(frames, groups, strict=True)]
-                for f in futs:
-                    f.result()
-            for f in frames:
-                if f.status.value:
-                    raise self._error(int(f.status.value))
+            code = run_phase(fn, argv, symv, sizes, n, workers, self.schedule.chunk)
+            if code:
+                raise self._error(code)
         del keep
         outs = [a for v, a in zip(self.program.args, arrays, strict=True)
                 if v.name in self.stored]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _evaluate_extents(self, values: tuple[int, ...]) -> tuple[list[int], list[int]]:
+        """Bytes of each local buffer and program count of each phase for
+        these symbol values (kept for later calls with the same values)."""
+        env = {E.Sym(s): v for s, v in zip(self.kernel.syms, values, strict=True)}
+        sizes = [max(1, int(E.evaluate(b.size, env))) * b.dtype.itemsize
+                 for b in self.kernel.locals]
+        counts = []
+        for ph in self.kernel.phases:
+            n = 1
+            for x in ph.extents:
+                n *= int(E.evaluate(x, env))
+            counts.append(n)
+        if len(self._extents) < 64:
+            self._extents[values] = (sizes, counts)
+        return sizes, counts
 
     def _error(self, code: int) -> TilenestError:
         if code == DIV_ZERO:
@@ -183,29 +207,10 @@ class CompiledKernel:
         return RuntimeSemanticError(f"compiled kernel reported error code {code}")
 
 
-class _Frame:
-    """One worker's private state: local buffers and status word."""
-
-    def __init__(self, sizes: list[int]):
-        offs, total = [], 0
-        for s in sizes:
-            offs.append(total)
-            total += (s + 63) // 64 * 64
-        self.arena = np.empty(max(64, total) + 64, dtype=np.uint8)
-        base = self.arena.ctypes.data
-        base += (-base) % 64
-        self.locv = (ctypes.c_void_p * max(1, len(sizes)))(*[base + o for o in offs])
-        self.status = ctypes.c_int32(0)
-
-    def run(self, fn: Any, argv: Any, symv: Any, lo: int, hi: int) -> None:
-        fn(ctypes.cast(argv, ctypes.c_void_p), ctypes.cast(symv, ctypes.c_void_p),
-           ctypes.cast(self.locv, ctypes.c_void_p), lo, hi,
-           ctypes.cast(ctypes.byref(self.status), ctypes.c_void_p))
-
-
-def _run_all(frame: _Frame, fn: Any, argv: Any, symv: Any, ranges: list) -> None:
-    for lo, hi in ranges:
-        frame.run(fn, argv, symv, lo, hi)
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays view exactly the same elements in the same way."""
+    return (a.ctypes.data == b.ctypes.data and a.dtype == b.dtype and a.shape == b.shape
+            and a.strides == b.strides)
 
 
 def _scalar(a: Any, name: str) -> Any:

@@ -1,0 +1,243 @@
+"""Register-blocked ``mma`` on the LLVM backend, and threaded phases.
+
+A strict ``mma`` (no reassociation) is bitwise the interpreter for every
+register block, tile shape (ragged against the block, tiny) and operand dtype;
+a reassociating one stays inside the oracle's envelope. The schedule's
+``mma_block`` is data with a host default; the loop IR keeps a micro-tile's
+accumulators live across the whole contraction. Phases spread over threads
+run every chunk once, give identical outputs, report the first error in
+program-id order and surface a worker's exception.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest import bf16, f16, f32, i32
+from tilenest.backends.llvm import compile_program
+from tilenest.backends.llvm.workers import chunks
+from tilenest.errors import RuntimeSemanticError, TilenestError
+from tilenest.lowering import default_schedule
+from tilenest.lowering import loopir as L
+from tilenest.lowering.schedule import default_mma_block, host_vector_bits
+from tilenest.semantics import expr as E
+from tilenest.validation import validate
+
+
+def gemm_kernel(ta, tb, reassoc: bool):
+    """A tiled GEMM with A of dtype ``ta``, B of ``tb`` and an f32 accumulator."""
+
+    @tn.kernel
+    def gemm(A: tn.Tensor[ta, "M K"], B: tn.Tensor[tb, "K N"], C: tn.Tensor[f32, "M N"], *,
+             bm=16, bn=16, bk=8):
+        M, K = A.shape
+        N = B.shape[1]
+        m, k = A.dims()
+        n = C.dim(1)
+        B = B.with_dims(k, n)
+        C = C.with_dims(m, n)
+        for nest in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = nest.index(0), nest.index(1)
+            acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in nest.reduce(tn.shape(tn.cdiv(K, bk)), policy=tn.fold_left):
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
+            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
+
+    return gemm
+
+
+STRICT = gemm_kernel(f32, f32, False)
+REASSOC = gemm_kernel(f32, f32, True)
+
+
+def operands(m: int, k: int, n: int, dta=np.float32, dtb=np.float32, seed: int = 0):
+    """Operands whose magnitudes span many binades, so that any other
+    summation order changes the rounded result."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)) * np.exp2(rng.integers(-12, 12, (m, k)))
+    b = rng.standard_normal((k, n)) * np.exp2(rng.integers(-12, 12, (k, n)))
+    return a.astype(dta), b.astype(dtb), np.zeros((m, n), np.float32)
+
+
+def compiled(kernel, consts: dict, **schedule):
+    k = kernel.specialize(**consts) if consts else kernel
+    return k, compile_program(k.program, default_schedule(k.program, **schedule))
+
+
+# tile shapes against register blocks: multiples, ragged in rows and columns,
+# tiles smaller than one block, single elements, a block of one row
+CASES = [
+    (dict(bm=16, bn=32, bk=8), None),
+    (dict(bm=13, bn=37, bk=5), (8, 2)),
+    (dict(bm=20, bn=70, bk=3), (6, 1)),
+    (dict(bm=3, bn=5, bk=4), (8, 2)),
+    (dict(bm=1, bn=1, bk=1), None),
+    (dict(bm=9, bn=16, bk=7), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("consts,block", CASES)
+def test_strict_mma_is_bitwise_the_interpreter(consts, block):
+    k, ck = compiled(STRICT, consts, **({"mma_block": block} if block else {}))
+    for m, kk, n in ((37, 19, 53), (1, 1, 1), (16, 8, 32)):
+        a, b, c = operands(m, kk, n)
+        want = k(a, b, c.copy())
+        got = ck(a, b, c.copy())
+        assert got.tobytes() == want.tobytes(), (consts, block, (m, kk, n))
+
+
+def test_strict_mma_same_bits_for_every_block_and_thread_count():
+    a, b, c = operands(45, 33, 70, seed=3)
+    outs = []
+    for block in ((8, 2), (1, 1), (5, 3), (16, 1)):
+        _, ck = compiled(STRICT, dict(bm=24, bn=48, bk=16), mma_block=block)
+        for threads in (1, 2):
+            outs.append(ck(a, b, c.copy(), threads=threads).tobytes())
+    assert len(set(outs)) == 1
+
+
+@pytest.mark.parametrize("dta,dtb", [(f16, f16), (bf16, bf16), (f16, f32)])
+def test_narrow_operands_accumulate_in_f32_bitwise(dta, dtb):
+    kern = gemm_kernel(dta, dtb, False).specialize(bm=11, bn=40, bk=6)
+    ck = compile_program(kern.program, default_schedule(kern.program))
+    a, b, c = operands(23, 17, 41, dta.np, dtb.np, seed=1)
+    assert ck(a, b, c.copy()).tobytes() == kern(a, b, c.copy()).tobytes()
+
+
+@pytest.mark.parametrize("consts,block", CASES[:4])
+def test_reassociating_mma_stays_in_the_envelope(consts, block):
+    k, ck = compiled(REASSOC, consts, **({"mma_block": block} if block else {}))
+    rep = validate(k, schedule=ck.schedule, inputs=[list(operands(37, 19, 53)),
+                                                    list(operands(5, 64, 3, seed=2))])
+    assert rep.ok and rep.count("ok") == 2, rep.summary()
+    assert "fmuladd" in ck.llvm_ir
+    assert "fmuladd" not in compiled(STRICT, consts)[1].llvm_ir
+
+
+def _micro_tiles(stmts) -> list[L.For]:
+    """Loops whose body is only vector loops storing an ``Fma``: the
+    contraction loop around one micro-tile."""
+    out = []
+    for s in stmts:
+        if isinstance(s, L.For):
+            body = s.body
+            if body and all(isinstance(t, L.For) and t.kind == "vector" and len(t.body) == 1
+                            and isinstance(t.body[0], L.Store)
+                            and isinstance(t.body[0].value, L.Fma) for t in body):
+                out.append(s)
+            out += _micro_tiles(body)
+        elif isinstance(s, L.If):
+            out += _micro_tiles(s.then) + _micro_tiles(s.orelse)
+    return out
+
+
+def test_micro_tile_rows_share_the_contraction_loop():
+    """bm=bn=32 with an (8, 2) block at 512 bits: every contraction loop
+    updates 8 rows of 32 columns (16 vector accumulators); 36 rows give a
+    4-row tail band."""
+    for bm, rows in ((32, {8}), (36, {8, 4})):
+        _, ck = compiled(REASSOC, dict(bm=bm, bn=32, bk=16), mma_block=(8, 2), vector_bits=512)
+        tiles = _micro_tiles(ck.kernel.phases[0].body)
+        assert {len(t.body) for t in tiles} == rows
+        assert all(t.hi == E.Const(16) for t in tiles)
+        assert all(v.hi == E.Const(32) for t in tiles for v in t.body)
+
+
+def test_mma_block_is_schedule_data():
+    assert default_mma_block(512) == (8, 2)
+    assert default_mma_block(256) == default_mma_block(128) == (6, 2)
+    s = default_schedule(STRICT.program)
+    assert s.mma_block == default_mma_block(host_vector_bits())
+    assert s.key() != s.with_(mma_block=(4, 1)).key()
+    with pytest.raises(TilenestError, match="mma_block"):
+        compiled(STRICT, {}, mma_block=(0, 2))
+
+
+# ---------------------------------------------------------------------------
+# threads
+
+
+def test_chunks_cover_the_program_ids_in_order():
+    for n, w, c in ((1, 2, None), (7, 2, None), (100, 3, None), (10, 2, 3), (5, 1, None)):
+        r = chunks(n, w, c)
+        assert r[0][0] == 0 and r[-1][1] == n
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(r, r[1:], strict=False))
+    assert len(chunks(5, 1, None)) == 1 and len(chunks(64, 2, None)) == 8
+
+
+@tn.kernel
+def two_faults(x: tn.Tensor[i32, "N"], d: tn.Tensor[i32, "N"], y: tn.Tensor[i32, "N"], *, b=4):
+    (n,) = x.shape
+    d = d.with_dims(x.dim(0))
+    y = y.with_dims(x.dim(0))
+    for p in tn.parallel(tn.shape(tn.cdiv(n, b))):
+        o = tn.coord(p.index() * b)
+        y(o, tn.shape(b)).store(x[o, tn.shape(b), tn.bounds.checked]
+                                // d[o, tn.shape(b), tn.bounds.zero])
+
+
+def test_first_error_in_program_order_for_any_threads():
+    """Program 1 divides by zero, the last one also reads out of bounds: the
+    division error is reported whatever the threads and chunking."""
+    x = np.arange(33, dtype=np.int32)
+    d = np.ones(33, np.int32)
+    d[5] = 0
+    for sched in ({}, {"chunk": 1}):
+        ck = compile_program(two_faults.program, default_schedule(two_faults.program, **sched))
+        for threads in (1, 2):
+            with pytest.raises(RuntimeSemanticError, match="division by zero"):
+                ck(x, d, np.zeros(33, np.int32), threads=threads)
+
+
+@tn.kernel
+def rows_times_matrix(x: tn.Tensor[f32, "R K"], w: tn.Tensor[f32, "K N"],
+                      y: tn.Tensor[f32, "R N"]):
+    """Whole rows of ``x`` times the whole of ``w``: symbolic tile extents."""
+    R, K = x.shape
+    N = w.shape[1]
+    r, k = x.dims()
+    n = y.dim(1)
+    w = w.with_dims(k, n)
+    y = y.with_dims(r, n)
+    for p in tn.parallel(tn.shape(R)):
+        a = x[tn.coord(p.index(), 0), tn.shape(1, K)]
+        b = w[tn.coord(0, 0), tn.shape(K, N)]
+        acc = tn.zeros(f32, tn.shape(1, N), dims=(r, n))
+        y(tn.coord(p.index(), 0), tn.shape(1, N)).store(
+            tn.mma(a, b, acc, allow_reassociation=False))
+
+
+def test_symbolic_tile_extents_are_blocked_bitwise():
+    ck = rows_times_matrix.compile(mma_block=(4, 1))
+    assert "(N // 16)" in ck.loopir or "N // 16" in ck.loopir
+    for rows, k, n in ((3, 7, 50), (2, 1, 1), (1, 33, 16), (2, 5, 3)):
+        a, b, _ = operands(rows, k, n, seed=k)
+        want = rows_times_matrix(a, b, np.zeros((rows, n), np.float32))
+        assert ck(a, b, np.zeros((rows, n), np.float32)).tobytes() == want.tobytes()
+
+
+def test_run_phase_runs_every_chunk_once_and_surfaces_worker_errors():
+    import ctypes
+
+    from tilenest.backends.llvm import workers
+
+    argv, symv = (ctypes.c_void_p * 1)(), (ctypes.c_int64 * 1)()
+    seen: list[tuple[int, int]] = []
+
+    def record(args, syms, locs, lo, hi, status):
+        seen.append((lo, hi))
+
+    assert workers.run_phase(record, argv, symv, [64, 4096], 37, 2, None) == 0
+    assert sorted(seen) == chunks(37, 2, None)
+    assert workers._SPARE and all(a.nbytes <= workers.SPARE_BYTES for a in workers._SPARE)
+
+    def boom(args, syms, locs, lo, hi, status):
+        if lo > 0:
+            raise MemoryError("worker failed")
+
+    with pytest.raises(MemoryError, match="worker failed"):
+        workers.run_phase(boom, argv, symv, [64], 8, 2, 1)
