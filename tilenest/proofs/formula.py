@@ -177,6 +177,17 @@ def free_vars(f: F) -> set[str]:
     return {lf.name for lf, b in _leaves_f(f) if isinstance(lf, E.Var) and lf.name not in b}
 
 
+def ordered_vars(*fs: F) -> tuple[str, ...]:
+    """The free variables of ``fs``, each once: sorted within a formula, in
+    order of the formulas (the variable order of a claim)."""
+    out: list[str] = []
+    for f in fs:
+        for v in sorted(free_vars(f)):
+            if v not in out:
+                out.append(v)
+    return tuple(out)
+
+
 def syms(f: F) -> set[str]:
     return {lf.name for lf, _ in _leaves_f(f) if isinstance(lf, E.Sym)}
 

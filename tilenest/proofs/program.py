@@ -44,15 +44,6 @@ from .obligation import Obligation
 CONTRACT_NOTE = "holds by the parallel contract, not proved"
 
 
-def _vars_of(*fs: Fm.F) -> tuple[str, ...]:
-    out: list[str] = []
-    for f in fs:
-        for v in sorted(Fm.free_vars(f)):
-            if v not in out:
-                out.append(v)
-    return tuple(out)
-
-
 def _inexact(*accs: Access) -> str:
     return "; ".join(w for a in accs for w in a.inst.why_inexact)
 
@@ -116,7 +107,7 @@ def noninterference(m: Model) -> list[Obligation]:
                 f"level {q.attrs['level']}: {who} never touch one element of "
                 f"{a.target[0]} %{a.target[1]} with a write",
                 m.sites(a_op, b_op, q),
-                Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
+                Fm.Claim(Fm.ordered_vars(hyp, concl), hyp, concl, m.assumptions),
                 info=info, explain=explain, refutable=not inexact,
                 inexact_note=inexact or "", unknown_note=CONTRACT_NOTE,
                 witness={"a": a, "b": b, "level": level, "program": m.p}))
@@ -173,7 +164,7 @@ def coverage(m: Model) -> list[Obligation]:
 
                 out.append(Obligation(
                     "coverage.once", f"no element of output %{tname} is written twice",
-                    m.sites(s1, s2), Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
+                    m.sites(s1, s2), Fm.Claim(Fm.ordered_vars(hyp, concl), hyp, concl, m.assumptions),
                     info=inf, explain=explain, refutable=not inx, inexact_note=inx,
                     witness={"a": a, "b": b, "program": m.p}))
     return out
@@ -199,7 +190,7 @@ def bounds(m: Model) -> list[Obligation]:
 
         out.append(Obligation(
             "bounds", f"{op.name} of %{op.operands[0].name} ({pol.kind.value}) stays in bounds",
-            m.sites(op), Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
+            m.sites(op), Fm.Claim(Fm.ordered_vars(hyp, concl), hyp, concl, m.assumptions),
             info=dict(a.inst.info), explain=explain, refutable=not inx, inexact_note=inx,
             witness={"a": a, "program": m.p}))
     return out

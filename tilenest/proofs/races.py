@@ -66,15 +66,6 @@ RACE_KINDS = ("noninterference", JOIN, PIPELINE)
 _TEMPORAL = ("serial", "pipeline", "reduce", "while")
 
 
-def _vars_of(*fs: Fm.F) -> tuple[str, ...]:
-    out: list[str] = []
-    for f in fs:
-        for v in sorted(Fm.free_vars(f)):
-            if v not in out:
-                out.append(v)
-    return tuple(out)
-
-
 # ---------------------------------------------------------------------------
 # ancestor-value joins
 
@@ -281,7 +272,7 @@ def _join_obligation(m: Model, q: Operation, vname: str, outer: Instance, shared
     return Obligation(
         JOIN, f"level {q.attrs['level']}: two children never update one element of the "
         f"ancestor value %{vname}", m.sites(pa.op, pb.op, q),
-        Fm.Claim(_vars_of(hyp), hyp, Fm.FALSE, m.assumptions),
+        Fm.Claim(Fm.ordered_vars(hyp), hyp, Fm.FALSE, m.assumptions),
         info=info, explain=explain, refutable=not inexact, inexact_note=inexact,
         unknown_note="holds by the join contract, not proved",
         witness={"level": q.attrs["level"], "value": vname, "pieces": (pa, pb),
@@ -439,7 +430,7 @@ def _pipe_obligation(m: Model, pipe: Operation, x: Access, y: Access, hyp: Fm.F,
         PIPELINE, f"{_pipe_name(pipe)}: iterations in flight together never touch "
         f"one element of {x.target[0]} %{x.target[1]} ({verb}, stages '{sa}' -> '{sb}')",
         m.sites(x.op, y.op, pipe),
-        Fm.Claim(_vars_of(hyp, concl), hyp, concl, m.assumptions),
+        Fm.Claim(Fm.ordered_vars(hyp, concl), hyp, concl, m.assumptions),
         info=info, explain=explain, refutable=not inexact, inexact_note=inexact,
         unknown_note="holds by the pipeline contract, not proved",
         witness={"a": x, "b": y, "program": m.p})

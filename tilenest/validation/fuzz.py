@@ -202,10 +202,6 @@ def _draw_step(ch: Chooser, s: Spec, tile: list, kind: str, out: list) -> None:
         form = ch.choice(("serial", "pipeline", "while", "if"))
         for _ in range(ch.integer(1, 3)):
             _draw_step(ch, s, tile, ch.choice(_KINDS[:-1]), inner)
-        if form == "if":
-            # a Memory declared inside an if_ branch crashes capture (a known
-            # frontend bug, see tests/test_fuzz_regressions.py)
-            inner = [st for st in inner if st[0] != "mem"]
         # (an mma draw adds no step to a rank-1 spec; a body is never empty)
         out.append(("loop", form, ch.integer(1, 3), inner or [("binu", "add")]))
         return
@@ -393,11 +389,12 @@ def _step_lines(st: tuple, s: Spec, h: str, tile: list, org: list, shp: str) -> 
         q = _NAMES[0]
         body: list[str] = []
         if form == "while":
-            # if_/while_ bodies are not nest levels: their regions open from tn
-            hd = "tn"
+            # if_/while_ bodies are not nest levels (E-15): their regions open
+            # from the enclosing region's handle
+            hd = h
             head = [f"itq{q} = tn.scalar(0, tn.i64)", f"while tn.while_(itq{q} < {n}):"]
         elif form == "if":
-            hd = "tn"
+            hd = h
             head = _scalar_of("u", s.rank, "minimum", f"clq{q}") + [
                 f"if tn.if_(clq{q} < {_lit(n - 2, dt)}):"]
         elif form == "serial":
