@@ -14,7 +14,8 @@ through ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` (or
 threadpoolctl when installed), so idle BLAS workers do not steal cycles and
 numpy's GEMM uses as many threads as the compiled kernel. Every compiled
 result is checked against numpy before timing. Times are medians over two
-blocks of calls per function, the blocks of the compiled kernel and of numpy
+blocks of calls per function (each at least 50 ms, so short kernels are timed
+in steady state), the blocks of the compiled kernel and of numpy
 alternating, each after a pause that lets spinning BLAS threads go idle; the
 ratio is numpy time / compiled time (> 1: compiled is faster). Compile time
 is the first, uncached compile of each kernel. Not a timed test.
@@ -133,22 +134,27 @@ def gemm_tiles(m: int, n: int, threads: int) -> dict[str, int]:
 SETTLE_S = 0.25
 #: blocks of calls per function, alternating between the functions
 ROUNDS = 2
+#: a block lasts at least this long (seconds), so that a short kernel is timed
+#: in steady state (threads awake, caches warm), not just after the pause
+MIN_BLOCK_S = 0.05
 
 
 def _medians(fns: list, reps: int) -> list[float]:
-    """Median seconds of each function over ``ROUNDS`` blocks of ``reps``
-    calls. Blocks alternate between the functions, so that drifting load from
-    other processes hits all of them alike, and each starts after a pause
-    (``SETTLE_S``) and one untimed call."""
+    """Median seconds of each function over ``ROUNDS`` blocks of at least
+    ``reps`` calls and ``MIN_BLOCK_S`` seconds. Blocks alternate between the
+    functions, so that drifting load from other processes hits all of them
+    alike, and each starts after a pause (``SETTLE_S``) and one untimed call."""
     ts: list[list[float]] = [[] for _ in fns]
     for _ in range(ROUNDS):
         for fn, t in zip(fns, ts, strict=True):
             time.sleep(SETTLE_S)
             fn()
-            for _ in range(reps):
+            start, n = time.perf_counter(), 0
+            while n < reps or time.perf_counter() - start < MIN_BLOCK_S:
                 t0 = time.perf_counter()
                 fn()
                 t.append(time.perf_counter() - t0)
+                n += 1
     return [sorted(t)[len(t) // 2] for t in ts]
 
 

@@ -10,9 +10,12 @@ chunks. Neighbouring ids (tiles sharing an operand panel) stay on one worker
 within a chunk.
 
 Each worker has its own local buffers (one 64-byte aligned arena, the
-``locals`` argument of the entry). Arenas are kept for later phases (up to
-:data:`SPARE_ARENAS` of at most :data:`SPARE_BYTES` each): a fresh one would
-cost a page fault per 4 KiB on first touch, more than a small GEMM's compute.
+``locals`` argument of the entry). Arenas are kept for later phases: each
+thread keeps the last one it used (its lines are likely still in that core's
+caches; handing it to a thread on another core made that thread's programs
+about twice as slow on a small GEMM), and up to :data:`SPARE_ARENAS` more of
+at most :data:`SPARE_BYTES` each are shared: a fresh arena would cost a page
+fault per 4 KiB on first touch, more than a small GEMM's compute.
 Each chunk has its own status word, on its own cache line, because the
 generated code writes the word at every check. The error reported after the
 phase is the first one of the lowest failing chunk: the first error in
@@ -82,6 +85,7 @@ class Arena:
 
 
 _SPARE: list[Arena] = []  # list.pop/append are atomic under the GIL
+_MINE = threading.local()  # each thread's own arena, reused while it fits
 
 
 def _layout(sizes: list[int]) -> tuple[tuple[int, ...], int]:
@@ -94,6 +98,12 @@ def _layout(sizes: list[int]) -> tuple[tuple[int, ...], int]:
 
 
 def _take(nbytes: int) -> Arena:
+    """An arena of at least ``nbytes``: the calling thread's own when it fits
+    (its cache lines are likely still in this core's caches), else a spare."""
+    a = getattr(_MINE, "arena", None)
+    if a is not None and a.nbytes >= nbytes:
+        _MINE.arena = None
+        return a
     try:
         a = _SPARE.pop()
     except IndexError:
@@ -102,7 +112,9 @@ def _take(nbytes: int) -> Arena:
 
 
 def _give(a: Arena) -> None:
-    if a.nbytes <= SPARE_BYTES and len(_SPARE) < SPARE_ARENAS:
+    if getattr(_MINE, "arena", None) is None and a.nbytes <= SPARE_BYTES:
+        _MINE.arena = a
+    elif a.nbytes <= SPARE_BYTES and len(_SPARE) < SPARE_ARENAS:
         _SPARE.append(a)
 
 
