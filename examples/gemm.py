@@ -3,7 +3,9 @@
 The output block is one logical program; the K loop is a pipeline whose
 "load" stage produces the A/B tiles and whose "compute" stage updates the
 accumulator (a carried state). Out-of-range reads are zero-filled and
-out-of-range stores are masked (bounds policy ``zero``)."""
+out-of-range stores are masked (bounds policy ``zero``). ``reassoc=False``
+makes every output element sum its products in K order (bitwise the
+interpreter on every target)."""
 
 import tilenest as tn
 from tilenest import f32
@@ -11,7 +13,7 @@ from tilenest import f32
 
 @tn.kernel
 def gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
-         bm=32, bn=32, bk=32):
+         bm=32, bn=32, bk=32, reassoc=True):
     M, K = A.shape
     N = B.shape[1]
     m, k = A.dims()
@@ -26,7 +28,7 @@ def gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "
             a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
             b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
             kk.stage("compute")
-            acc = tn.mma(a, b, acc)
+            acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
         C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
 
 
