@@ -64,6 +64,7 @@ the kernel's TileIR.
 
 from __future__ import annotations
 
+import json
 import linecache
 import random
 import re
@@ -703,33 +704,68 @@ def summarize(results: list[FuzzResult]) -> dict[str, int]:
     return out
 
 
+def check_item(seed: int, i: int, cases: int = 2) -> dict[str, Any]:
+    """Campaign item ``i`` of ``seed``: the random spec ``seed * 1_000_003 + i``
+    validated on ``cases`` cases (the same stream :func:`campaign` draws).
+    Failures keep their TileIR and DSL source so they can be replayed."""
+    r = check_spec(random_spec(seed * 1_000_003 + i), cases, seed + i)
+    rec: dict[str, Any] = {"status": r.status, "compared": r.compared, "skipped": r.skipped}
+    if r.status != "ok":
+        rec["message"] = r.message
+    if r.status in ("mismatch", "error"):
+        rec["tileir"] = r.tileir
+        rec["source"] = r.source
+    return rec
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tilenest.validation.fuzz [N] [SEED]``: a seeded campaign;
-    prints every failure (TileIR and DSL source) and a summary; exit status 1
-    on any mismatch or error."""
+    """``python -m tilenest.validation.fuzz [N] [SEED] [--state F] [--workers W]``:
+    a seeded differential campaign of N random programs on the LLVM target.
+    With ``--state`` it is resumable (rerun the same command to continue).
+    Prints every failure (TileIR and DSL source) and a summary; exit status 1
+    on any mismatch, error, crash or timeout."""
+    import argparse
     import sys
     import time
+    from pathlib import Path
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    n = int(args[0]) if args else 5000
-    seed = int(args[1]) if len(args) > 1 else 20260
+    from .campaign import BUG_STATUSES, run_campaign
+
+    ap = argparse.ArgumentParser(prog="python -m tilenest.validation.fuzz",
+                                 description=main.__doc__.split("\n\n")[0])
+    ap.add_argument("count", nargs="?", type=int, default=5000)
+    ap.add_argument("seed", nargs="?", type=int, default=20260)
+    ap.add_argument("--state", type=Path, help="JSON-lines state file (resumable)")
+    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--time-limit", type=float, default=120.0,
+                    help="seconds one program may take before it counts as a timeout")
+    a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if a.count < 1 or a.workers < 1:
+        ap.error("count and --workers must be at least 1")
     t0 = time.perf_counter()
-    bad: list[FuzzResult] = []
+    n0 = [0]
 
-    def progress(i: int, r: FuzzResult) -> None:
-        if r.status in ("mismatch", "error"):
-            bad.append(r)
-            print(f"#{i} {r.status}: {r.message}\n--- TileIR ---\n{r.tileir}\n--- DSL ---\n"
-                  f"{r.source}", flush=True)
-        elif r.status in ("unsupported", "skipped"):
-            print(f"#{i} {r.status}: {r.message.splitlines()[0] if r.message else ''}",
+    def progress(st: Any, rec: dict[str, Any]) -> None:
+        n0[0] += 1
+        if rec["status"] in BUG_STATUSES:
+            print(f"#{rec['i']} {rec['status']}: {rec.get('message', '')}\n--- TileIR ---\n"
+                  f"{rec.get('tileir', '')}\n--- DSL ---\n{rec.get('source', '')}", flush=True)
+        elif rec["status"] in ("unsupported", "skipped"):
+            msg = rec.get("message", "")
+            print(f"#{rec['i']} {rec['status']}: {msg.splitlines()[0] if msg else ''}",
                   flush=True)
-        if (i + 1) % 250 == 0:
-            print(f"... {i + 1}/{n} programs, {time.perf_counter() - t0:.0f} s", flush=True)
+        if n0[0] % 250 == 0:
+            print(f"... {len(st.records)}/{a.count} programs, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
 
-    res = campaign(n, seed, progress=progress)
-    print(f"{n} programs, seed {seed}, {time.perf_counter() - t0:.1f} s: {summarize(res)}")
-    return 1 if bad else 0
+    st = run_campaign("fuzz-llvm", check_item, a.count, a.seed, state=a.state,
+                      workers=a.workers, time_limit=a.time_limit, progress=progress)
+    summ = st.summary()
+    summ["cases_compared"] = sum(r.get("compared", 0) for r in st.records.values())
+    summ["cases_skipped"] = sum(r.get("skipped", 0) for r in st.records.values())
+    summ["wall_secs_this_run"] = round(time.perf_counter() - t0, 1)
+    print(json.dumps(summ))
+    return 1 if summ["bugs"] else 0
 
 
 if __name__ == "__main__":

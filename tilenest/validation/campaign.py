@@ -1,0 +1,233 @@
+"""Seeded, resumable, sharded campaigns.
+
+A campaign checks the items ``0 .. count-1`` of a seeded stream (random
+programs, mutated IR texts, ...). Item ``i`` is a pure function of
+``(seed, i)``, so a campaign is reproducible item by item, can be split over
+worker processes in any order, and can be stopped and resumed: every finished
+item is appended, as one JSON line, to a *state file* whose first line names
+the campaign and its seed. Resuming reads the file, skips the items it
+records and runs the rest; the summary is always computed from the whole
+file, so a resumed campaign reports exactly what an uninterrupted one would.
+
+Each item yields a record ``{"i": i, "status": ..., "secs": ...}`` plus
+whatever the checker adds (a message, the failing input). A checker that
+raises, or runs past the per-item time limit, is recorded as ``crash`` or
+``timeout``: the campaign itself never stops on an item.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import TilenestError
+
+#: a checker: (seed, index) -> record fields (at least "status")
+Checker = Callable[[int, int], dict[str, Any]]
+
+#: statuses that count as a bug found by the campaign
+BUG_STATUSES = ("mismatch", "error", "crash", "timeout", "slow")
+
+
+class _ItemTimeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _ItemTimeout()
+
+
+def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, Any]:
+    """One item, timed; an exception or a run past ``time_limit`` seconds
+    becomes a ``crash`` / ``timeout`` record instead of escaping."""
+    t0 = time.perf_counter()
+    use_alarm = time_limit > 0 and hasattr(signal, "SIGALRM")
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, time_limit)
+    try:
+        rec = dict(check(seed, i))
+    except _ItemTimeout:
+        rec = {"status": "timeout", "message": f"ran past {time_limit:g} s"}
+    except Exception as e:  # noqa: BLE001 - a crash of the checked code is a finding
+        import traceback
+
+        rec = {"status": "crash", "message": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc(limit=20)}
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    rec["i"] = i
+    rec["secs"] = round(time.perf_counter() - t0, 4)
+    return rec
+
+
+def _run_chunk(check: Checker, seed: int, items: list[int], time_limit: float
+               ) -> list[dict[str, Any]]:
+    return [run_item(check, seed, i, time_limit) for i in items]
+
+
+@dataclass
+class CampaignState:
+    """What a state file records: the campaign's identity and its finished items."""
+
+    name: str
+    seed: int
+    count: int
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """Counts per status over the finished items, total item time, and the
+        number of bugs (records whose status is in :data:`BUG_STATUSES`)."""
+        counts: dict[str, int] = {}
+        for r in self.records.values():
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+        return {"campaign": self.name, "seed": self.seed, "count": self.count,
+                "done": len(self.records), "statuses": dict(sorted(counts.items())),
+                "bugs": sum(counts.get(s, 0) for s in BUG_STATUSES),
+                "item_secs": round(sum(r.get("secs", 0.0) for r in self.records.values()), 1),
+                "slowest_secs": max((r.get("secs", 0.0) for r in self.records.values()),
+                                    default=0.0)}
+
+    def bugs(self) -> list[dict[str, Any]]:
+        return [self.records[i] for i in sorted(self.records)
+                if self.records[i]["status"] in BUG_STATUSES]
+
+
+def load_state(path: Path, name: str, seed: int, count: int) -> CampaignState:
+    """Read a state file (or start one): it must belong to the same campaign
+    and seed, else resuming would mix two streams."""
+    st = CampaignState(name, seed, count)
+    if not path.exists():
+        return st
+    with path.open() as f:
+        lines = f.read().splitlines()
+    if not lines:
+        return st
+    try:
+        head = json.loads(lines[0])
+    except json.JSONDecodeError:
+        raise TilenestError(f"{path}:1: not a campaign state file",
+                            hint="pass a new --state path, or delete this file") from None
+    if head.get("campaign") != name or head.get("seed") != seed:
+        raise TilenestError(
+            f"{path}: state of campaign {head.get('campaign')!r} seed {head.get('seed')}, "
+            f"not {name!r} seed {seed}", hint="resume with the same campaign and seed, or "
+            "use another --state file")
+    for ln, line in enumerate(lines[1:], start=2):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            # a line cut short by a kill: the item is simply run again
+            if ln == len(lines):
+                continue
+            raise TilenestError(f"{path}:{ln}: corrupt record") from None
+        st.records[int(rec["i"])] = rec
+    return st
+
+
+def run_campaign(name: str, check: Checker, count: int, seed: int, *,
+                 state: Path | None = None, workers: int = 1, time_limit: float = 60.0,
+                 chunk: int = 8,
+                 progress: Callable[[CampaignState, dict[str, Any]], None] | None = None
+                 ) -> CampaignState:
+    """Run items ``0..count-1`` not yet recorded in ``state``, appending each
+    record as it finishes. ``check`` must be a module-level function (it is
+    sent to worker processes by name)."""
+    st = load_state(state, name, seed, count) if state is not None else \
+        CampaignState(name, seed, count)
+    todo = [i for i in range(count) if i not in st.records]
+    out = None
+    if state is not None:
+        state.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not state.exists() or state.stat().st_size == 0
+        out = state.open("a")
+        if fresh:
+            out.write(json.dumps({"campaign": name, "seed": seed}) + "\n")
+            out.flush()
+
+    def record(rec: dict[str, Any]) -> None:
+        st.records[rec["i"]] = rec
+        if out is not None:
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+        if progress is not None:
+            progress(st, rec)
+
+    try:
+        if workers <= 1:
+            for i in todo:
+                record(run_item(check, seed, i, time_limit))
+        else:
+            _run_pooled(check, seed, todo, workers, chunk, time_limit, record)
+    finally:
+        if out is not None:
+            out.close()
+    return st
+
+
+def _run_pooled(check: Checker, seed: int, todo: list[int], workers: int, chunk: int,
+                time_limit: float, record: Callable[[dict[str, Any]], None]) -> None:
+    """Run ``todo`` on a pool of ``workers`` processes, ``chunk`` items a task.
+    A worker that dies (a segfault in compiled code) breaks the pool: the
+    unfinished chunks are re-run one item a task on a new pool, an item that
+    fails again is re-run alone, and one that kills its worker alone is
+    recorded as a ``crash``."""
+    ctx = multiprocessing.get_context("forkserver" if os.name == "posix" else "spawn")
+    queue = [todo[k:k + chunk] for k in range(0, len(todo), chunk)]
+    while queue:
+        failed: list[list[int]] = []
+        # workers are recycled so a long campaign's JIT memory stays bounded
+        with ProcessPoolExecutor(workers, mp_context=ctx, max_tasks_per_child=50) as ex:
+            pending: dict[Any, list[int]] = {}
+
+            def submit() -> None:
+                while queue and len(pending) < 2 * workers:
+                    fut = ex.submit(_run_chunk, check, seed, queue[0], time_limit)
+                    pending[fut] = queue.pop(0)
+
+            try:
+                submit()
+                while pending:
+                    done, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        c = pending.pop(fut)
+                        try:
+                            recs = fut.result()
+                        except BrokenProcessPool:
+                            failed.append(c)
+                            continue
+                        for rec in recs:
+                            record(rec)
+                    submit()
+            except BrokenProcessPool:
+                pass
+            failed.extend(pending.values())
+        for c in failed:
+            if len(c) == 1:
+                _run_isolated(check, seed, c[0], time_limit, ctx, record)
+            else:
+                queue[:0] = [[i] for i in c]
+
+
+def _run_isolated(check: Checker, seed: int, i: int, time_limit: float, ctx: Any,
+                  record: Callable[[dict[str, Any]], None]) -> None:
+    """Item ``i`` alone in a fresh one-worker pool: if its worker dies now,
+    nothing else was running, so the item is the cause (``crash``)."""
+    with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+        try:
+            recs = ex.submit(_run_chunk, check, seed, [i], time_limit).result()
+        except BrokenProcessPool:
+            recs = [{"i": i, "status": "crash", "secs": 0.0,
+                     "message": "the worker process died (a signal in compiled code?)"}]
+    for rec in recs:
+        record(rec)
