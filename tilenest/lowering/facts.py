@@ -50,17 +50,30 @@ def normalize(p: E.Pred) -> E.Expr | None:
     return None
 
 
+def _lin(e: E.Expr) -> tuple[dict[E.Expr, int], int]:
+    """``e``'s linear form with zero coefficients dropped: two expressions
+    differ by a constant exactly when their coefficient maps are equal."""
+    d, k = E._linear(e)
+    return {a: v for a, v in d.items() if v != 0}, k
+
+
 @dataclass
 class Facts:
-    """A stack of known-true normalized conjuncts (``L >= 0``)."""
+    """A stack of known-true normalized conjuncts (``L >= 0``), each kept with
+    its linear form so implication tests compare coefficient maps instead of
+    building difference expressions."""
 
     items: list[E.Expr]
+    forms: list[tuple[dict[E.Expr, int], int]]
 
     def __init__(self) -> None:
         self.items = []
+        self.forms = []
 
     def implied(self, p: E.Pred) -> bool:
-        """Whether ``p`` follows from the known facts (sound, incomplete)."""
+        """Whether ``p`` follows from the known facts (sound, incomplete): the
+        goal ``L >= 0`` is implied when ``L - f`` or ``L - f - g`` is a
+        non-negative constant for known facts ``f``, ``g``."""
         if p == E.TRUE:
             return True
         if isinstance(p, E.PAnd):
@@ -70,18 +83,22 @@ class Facts:
             return False
         if isinstance(n, E.Const):
             return n.value >= 0
-        for f in reversed(self.items):
-            d = n - f
-            if isinstance(d, E.Const) and d.value >= 0:
+        dn, kn = _lin(n)
+        for df, kf in reversed(self.forms):
+            if df == dn and kn - kf >= 0:
                 return True
         # sums of two facts (e.g. i >= 0 and p >= 0 give i + p >= 0), over facts
         # whose atoms all occur in the goal
-        atoms = set(E._linear(n)[0])
-        rel = [f for f in self.items if set(E._linear(f)[0]) <= atoms]
-        for i, f in enumerate(rel):
-            for g in rel[i:]:
-                d = n - f - g
-                if isinstance(d, E.Const) and d.value >= 0:
+        atoms = set(dn)
+        rel = [(df, kf) for df, kf in self.forms if df and set(df) <= atoms]
+        for i, (df, kf) in enumerate(rel):
+            for dg, kg in rel[i:]:
+                if kn - kf - kg < 0:
+                    continue
+                s = dict(df)
+                for a, v in dg.items():
+                    s[a] = s.get(a, 0) + v
+                if {a: v for a, v in s.items() if v != 0} == dn:
                     return True
         return False
 
@@ -93,10 +110,12 @@ class Facts:
                 n = normalize(q)
                 if n is not None:
                     self.items.append(n)
+                    self.forms.append(_lin(n))
         return mark
 
     def pop(self, mark: int) -> None:
         del self.items[mark:]
+        del self.forms[mark:]
 
 
 def residual(preds: list[E.Pred], facts: Facts) -> E.Pred:
