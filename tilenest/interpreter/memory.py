@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import BoundsError
 from ..semantics import expr as E
 from ..semantics.ir import Operation
+from ..semantics.layout_facts import require_injective
 from ..semantics.policies import Bounds
 from ..semantics.types import MemoryType, TensorType, TileType
 from ..semantics import numerics as N
@@ -267,6 +268,7 @@ def _alloc(it: Interpreter, op: Operation) -> None:
     off = np.broadcast_to(np.asarray(E.evaluate(mt.layout.offset, env), dtype=np.int64), shape)
     if off.size and (off.min() < 0 or off.max() >= size):
         raise BoundsError(f"memory layout maps an element to offset outside [0, {size})", op.loc)
+    require_injective(off, size, op.loc, f"%{op.results[0].name}")  # M-12 at these extents
     it.mem_ids += 1
     arr = np.full(tuple(it.bshape) + (size,), poison_value(mt.dtype.np), dtype=mt.dtype.np)
     m = MemRT(arr, it.nb, Buffer(("mem", it.mem_ids), f"%{op.results[0].name}", arr.shape), off)
