@@ -18,14 +18,25 @@ program is lowered, :func:`legality` states and discharges
   (``reduction.permission``) and the exact laws of its built-in merge
   (``reduction.law.*``; float ``add``/``mul`` regrouping rests on the policy's
   permission and is not a required law). Schedule transforms are checked
-  where they are applied (:func:`~tilenest.lowering.schedule.apply_transforms`).
+  where they are applied (:func:`~tilenest.lowering.schedule.apply_transforms`);
+* the **layout obligations** of every ``Memory`` (M-12: ``layout.range``,
+  ``0 <= L(u) < size``, and ``layout.injective``, ``L(u) = L(v) => u = v``,
+  for all sizes; :mod:`tilenest.proofs.layouts`). Generated code stores and
+  loads a Memory through its offsets without any check, so an aliasing layout
+  would silently lose elements and an out-of-range one would write outside
+  the allocation.
 
 Outcome: a refuted race obligation raises :class:`~tilenest.errors.RaceError`
 (the interpreter's error class for a race) naming the conflicting sites, with
 the counterexample and a hint; a refuted schedule obligation raises a
-:class:`~tilenest.errors.TilenestError` naming the decision; ``unknown``
-obligations (e.g. data-dependent indices) are not refused, and are returned so
-that the compiled kernel can report them. Coverage is not part of the gate
+:class:`~tilenest.errors.TilenestError` naming the decision; a refuted layout
+obligation raises a :class:`~tilenest.errors.VerifyError` (M-12's class) with
+the colliding elements or the out-of-range one. An ``unknown`` layout
+obligation is refused too (a ``TilenestError``), unless ``schedule.assume``
+selects it, as for schedule transforms: it is then reported as ``assumed``,
+never as proved. Other ``unknown`` obligations (e.g. data-dependent indices,
+which the parallel contract covers) are not refused, and are returned so that
+the compiled kernel can report them. Coverage is not part of the gate
 (partial writes are legal). Verdicts are cached by the program text and the
 schedule's decisions.
 """
@@ -36,7 +47,7 @@ import hashlib
 import threading
 from typing import Any
 
-from ..errors import RaceError, TilenestError
+from ..errors import RaceError, TilenestError, VerifyError
 from ..semantics.ir import TileProgram
 
 #: per-query budget of the gate (seconds); an exhausted budget gives ``unknown``
@@ -46,13 +57,16 @@ _CACHE: dict[str, list[Any]] = {}
 _LOCK = threading.Lock()
 
 
-def _keys(program: TileProgram, schedule: Any) -> tuple[str, str]:
+def _keys(program: TileProgram, schedule: Any) -> tuple[str, str, str]:
     """Cache keys: the program's race obligations depend on its text only; the
-    schedule's on its binding and reduction decisions too."""
+    schedule's on its binding and reduction decisions too; the layouts' on the
+    text and the user's ``assume`` selectors."""
     text = f"{program}\naliases {schedule.aliases}"
     race = hashlib.sha256(text.encode()).hexdigest()
     sched = f"{race}\n{sorted(schedule.bind)}\n{sorted(schedule.reductions)}\n{schedule.target}"
-    return "race:" + race, "schedule:" + hashlib.sha256(sched.encode()).hexdigest()
+    lay = f"{program}\nassume {sorted(schedule.assume)}"
+    return ("race:" + race, "schedule:" + hashlib.sha256(sched.encode()).hexdigest(),
+            "layout:" + hashlib.sha256(lay.encode()).hexdigest())
 
 
 def schedule_obligations(program: TileProgram, schedule: Any) -> list[Any]:
@@ -97,10 +111,11 @@ def schedule_obligations(program: TileProgram, schedule: Any) -> list[Any]:
 
 def legality(program: TileProgram, schedule: Any) -> list[Any]:
     """State and discharge the gate's obligations (see the module docstring);
-    raise on a refuted one; return them all (with their verdicts)."""
-    kr, ks = _keys(program, schedule)
+    raise on a refuted one, or on an unknown layout obligation the user did
+    not assume; return them all (with their verdicts)."""
+    kr, ks, kl = _keys(program, schedule)
     with _LOCK:
-        races, sched = _CACHE.get(kr), _CACHE.get(ks)
+        races, sched, lays = _CACHE.get(kr), _CACHE.get(ks), _CACHE.get(kl)
     if races is None:
         races = _discharged(lambda: _race_obligations(program, schedule.aliases))
         with _LOCK:
@@ -109,9 +124,22 @@ def legality(program: TileProgram, schedule: Any) -> list[Any]:
         sched = _discharged(lambda: schedule_obligations(program, schedule))
         with _LOCK:
             _CACHE[ks] = sched
-    obs = races + sched
+    if lays is None:
+        lays = _discharged(lambda: layout_obligations(program), tuple(schedule.assume))
+        with _LOCK:
+            _CACHE[kl] = lays
+    obs = races + sched + lays
     _refuse(obs)
+    _refuse_unproved_layouts(lays)
     return obs
+
+
+def layout_obligations(program: TileProgram) -> list[Any]:
+    """``layout.range`` and ``layout.injective`` of every Memory of ``program``."""
+    from ..proofs.layouts import layout_obligations as state
+    from ..proofs.model import Model
+
+    return state(Model(program))
 
 
 def _race_obligations(program: TileProgram, aliases: tuple = ()) -> list[Any]:
@@ -122,12 +150,12 @@ def _race_obligations(program: TileProgram, aliases: tuple = ()) -> list[Any]:
     return race_obligations(Model(program, aliases))
 
 
-def _discharged(state: Any) -> list[Any]:
+def _discharged(state: Any, assume: tuple[str, ...] = ()) -> list[Any]:
     from ..proofs.obligation import discharge
 
     try:
         obs = state()
-        discharge(obs, timeout=TIMEOUT)
+        discharge(obs, timeout=TIMEOUT, assume=assume)
     except TilenestError:
         raise
     except Exception as e:  # noqa: BLE001 - a checker failure must not block compiling
@@ -155,6 +183,13 @@ def _refuse(obs: list[Any]) -> None:
     races = [o for o in bad if o.kind in RACE_KINDS]
     ob = races[0] if races else bad[0]
     notes = tuple(ob.counterexample_lines() or ([ob.reason] if ob.reason else []))
+    if not races and ob.kind.startswith("layout."):
+        raise VerifyError(
+            f"{ob.title} -- refuted ({ob.kind}); compiled code would "
+            + ("let distinct elements overwrite each other" if ob.kind == "layout.injective"
+               else "access storage outside the allocation"), ob.sites,
+            "whole-tile Memory storage needs a one-to-one layout within its size (M-12); "
+            "fix the strides, swizzle or size", notes)
     if races:
         raise RaceError(
             f"{ob.title} -- refuted statically ({ob.kind}); a compiled kernel cannot observe "
@@ -164,6 +199,24 @@ def _refuse(obs: list[Any]) -> None:
         f"the schedule is illegal: {ob.kind}: {ob.title}", ob.sites,
         "choose another binding or reduction realization in the Schedule; "
         "`tilenest check FILE` lists the program's obligations", notes)
+
+
+def _refuse_unproved_layouts(obs: list[Any]) -> None:
+    """A layout obligation that is neither proved nor assumed stops the compile."""
+    from ..proofs.obligation import ASSUMED, PROVED
+
+    rest = [o for o in obs if o.role == "required" and o.status not in (PROVED, ASSUMED)]
+    if not rest:
+        return
+    ob = rest[0]
+    site = str(ob.sites[0]) if ob.sites else ""
+    sel = f"{ob.kind}@{site}" if site else ob.kind
+    raise TilenestError(
+        f"{ob.title} -- not proved ({ob.kind}: {ob.status}"
+        + (f", {ob.reason}" if ob.reason else "") + "); compiled code does not check "
+        "Memory offsets, so the compile is refused", ob.sites,
+        f"if the layout is one-to-one within its size for every call, take it as an axiom: "
+        f"compile(..., assume=({sel!r},)); `tilenest check FILE` shows the obligation")
 
 
 _HINTS = {

@@ -23,7 +23,7 @@
 * ``bounds`` (accesses with bounds ``checked`` or ``assume``, which have no
   masking guard): ``forall instances, u in box with valid(u): 0 <= map(u) < shape``.
 * ``layout.range`` / ``layout.injective`` for every Memory: ``0 <= L(u) < size``
-  and ``L(u) = L(v) => u = v`` over the memory's space.
+  and ``L(u) = L(v) => u = v`` over the memory's space (:mod:`.layouts`).
 * ``parallel-map.preserve`` / ``parallel-map.into`` / ``parallel-map.injective``
   for every ``parallel`` with an exec layout: the ParallelMap
   ``(p, i) -> (p, layout(i))`` satisfies ``parent_projection o ParallelMap =
@@ -36,7 +36,6 @@ from ..semantics import expr as E
 from ..semantics.ir import Operation
 from ..semantics.maps import Map
 from ..semantics.policies import Bounds
-from ..semantics.types import MemoryType
 from . import formula as Fm
 from .model import Access, Model, VarInfo, op_ref, where
 from .obligation import Obligation
@@ -209,30 +208,12 @@ def _eval_shape(m: Model, a: Access, pt: dict) -> list[str]:
 
 
 def layouts(m: Model) -> list[Obligation]:
-    """Memory layouts are in range and injective on their spaces."""
-    out: list[Obligation] = []
-    for op in m.ops("memory.alloc"):
-        mt = op.results[0].type
-        assert isinstance(mt, MemoryType)
-        lay = mt.layout
-        u = list(lay.vars)
-        v = [x + "'" for x in u]
-        box_u = Fm.in_box([E.Var(x) for x in u], mt.space.extents)
-        box_v = Fm.in_box([E.Var(x) for x in v], mt.space.extents)
-        off_v = E.rename(lay.offset, dict(zip(u, v, strict=True)))
-        info = {x: VarInfo(f"m{i}") for i, x in enumerate(u)}
-        info.update({x: VarInfo(f"m{i}'") for i, x in enumerate(v)})
-        rng = Fm.conj(Fm.atom(lay.offset.ge(0)), Fm.atom(lay.offset.lt(lay.size)))
-        out.append(Obligation(
-            "layout.range", f"Memory %{op.results[0].name}: offsets lie in [0, size)",
-            m.sites(op), Fm.Claim(tuple(u), box_u, rng, m.assumptions), info=info))
-        out.append(Obligation(
-            "layout.injective", f"Memory %{op.results[0].name}: distinct elements get "
-            "distinct offsets", m.sites(op),
-            Fm.Claim(tuple(u + v), Fm.conj(box_u, box_v, Fm.atom(lay.offset.eq(off_v))),
-                     Fm.eqs([E.Var(x) for x in u], [E.Var(x) for x in v]), m.assumptions),
-            info=info))
-    return out
+    """Memory layouts are in range and injective on their spaces (stated and
+    decided in :mod:`tilenest.proofs.layouts`: GF(2) for bit-linear swizzles,
+    enumeration, the engines, a bounded counterexample search)."""
+    from .layouts import layout_obligations
+
+    return layout_obligations(m)
 
 
 def parallel_maps(m: Model) -> list[Obligation]:
