@@ -176,49 +176,172 @@ def argmax(x: Tile, axis: Any) -> Tile:
     return reduce_expr(cand, d, "min")
 
 
-def _less_pairs(x: Tile, d: Dim, dj: Dim, descending: bool) -> Tile:
-    """``less[i, j]`` = element j sorts strictly before element i (stable total
-    order, NaN last): compared by value, then by original index."""
-    ax = x.type.space.index(d)
-    space_ij = Space(x.type.space.factors + (DimFactor(dj, x.type.space.extent_of(d)),))
-    xi = dsl.broadcast(x, dsl.space_shape(space_ij))
-    xj = dsl.broadcast(_rename_dim(x, d, dj), dsl.space_shape(space_ij))
-    ii = dsl.iota(dsl.space_shape(space_ij), ax)
-    jj = dsl.iota(dsl.space_shape(space_ij), x.rank)
-    before = (xj > xi) if descending else (xj < xi)
-    if x.dtype.is_float:
-        ni, nj = dsl._unary("isnan", xi), dsl._unary("isnan", xj)
-        before = (before & ~nj) | (ni & ~nj)
-        tie = (xj == xi) | (ni & nj)
+def while_loop(inits: Sequence[Tile], cond: Callable[[list[Tile]], Tile],
+               body: Callable[[list[Tile]], Sequence[Tile]], label: str = "w") -> list[Tile]:
+    """Build a ``while`` op programmatically (the library form of ``while
+    tn.while_(...)``): ``cond(states)`` is the bool scalar evaluated before each
+    iteration, ``body(states)`` the next states; returns the final states."""
+    c = ctx()
+    blocks = []
+    for i, fn in enumerate((cond, body)):
+        blk = BBlock([BValue(t.type, f"{label}_s{j}") for j, t in enumerate(inits)])
+        c.builder.push(blk)
+        c.frames.append(ScopeFrame("while", None, blk, c.level))
+        try:
+            states = [Tile(a) for a in blk.args]
+            if i == 0:
+                cv = fn(states)
+                if not cv.type.is_scalar or not cv.dtype.is_bool:
+                    raise TypeCheckError("library while condition must be a bool scalar")
+                c.builder.op("yield", [cv.v])
+            else:
+                outs = list(fn(states))
+                for o, t in zip(outs, inits, strict=True):
+                    if o.type != t.type:
+                        raise TypeCheckError("library while loop changes a state's type")
+                c.builder.op("yield", [o.v for o in outs])
+        finally:
+            c.frames.pop()
+            c.builder.pop()
+        blocks.append(blk)
+    op = c.builder.op("while", [t.v for t in inits], {}, regions=blocks,
+                      result_types=tuple(t.type for t in inits))
+    return [Tile(r) for r in op.results]
+
+
+def _before(av: Tile, ai: Tile, bv: Tile, bi: Tile, descending: bool) -> Tile:
+    """Whether element ``(av, ai)`` (value, source index) sorts strictly before
+    ``(bv, bi)`` in the stable total order of R-15: numeric order (reversed when
+    ``descending``), ``-0.0`` tied with ``+0.0``, every NaN after every number,
+    NaNs tied, ties broken by the lower source index. Strict and total on
+    distinct source indices."""
+    num = (av > bv) if descending else (av < bv)
+    if av.dtype.is_float:
+        an, bn = dsl._unary("isnan", av), dsl._unary("isnan", bv)
+        num = num | (~an & bn)
+        tie = (av == bv) | (an & bn)
     else:
-        tie = xj == xi
-    return before | (tie & (jj < ii))
+        tie = av == bv
+    return num | (tie & (ai < bi))
+
+
+def _merge_sort(x: Tile, d: Dim, descending: bool) -> tuple[Tile, Tile]:
+    """Stable bottom-up merge sort of ``x`` along ``d``: ``(values, source
+    indices)``, both in ``x``'s space.
+
+    Pass ``p`` (run width ``w = 2**p``, while ``w < n``) merges each pair of
+    adjacent sorted runs ``A = [b, b+w)``, ``B = [b+w, b+2w)`` (``b`` a multiple of
+    ``2w``; the last runs may be short or ``B`` empty). Every output position
+    ``t`` (local ``u = t - b``) finds its source by itself, so a pass is a
+    gather: ``l`` = how many of the first ``u`` outputs come from ``A`` is the
+    largest ``l <= min(u, |A|)`` with ``l == 0`` or ``A[l-1]`` before ``B[u-l]``
+    (``B`` past its end counting as after everything) -- a predicate that holds
+    on a prefix of ``l`` values, found by binary lifting over the steps ``w, w/2,
+    ..., 1``; output ``u`` is then ``A[l]`` if that exists and comes before
+    ``B[u-l]`` (or ``B`` is exhausted), else ``B[u-l]``. Because the order is a
+    strict total order on (value, source index), the merge is exactly the
+    stable merge, and the whole sort equals the stable sort of R-15.
+
+    Work: ``ceil(log2 n)`` passes of ``log2(w) + 1`` lifting steps, each a
+    fixed number of elementwise ops and gathers over ``n`` elements:
+    ``O(n log^2 n)`` operations on tiles of ``x``'s size (no ``n x n`` tile)."""
+    I = D.INDEX
+    space = x.type.space
+    ax = space.index(d)
+    n = space.extent_of(d)
+    shp = dsl.space_shape(space)
+    nv = dsl.Index(n).value(I)
+    last = nv - 1
+    fb = 0.0 if x.dtype.is_float else (False if x.dtype.is_bool else 0)
+
+    def clamp(i: Tile) -> Tile:
+        """``i`` clamped into ``[0, n)`` (positions a lifting step may probe past a
+        run's end are masked by the step's own condition)."""
+        return dsl._binary("maximum", dsl._binary("minimum", i, last), dsl.scalar(0, I))
+
+    def take(v: Tile, ix: Tile, at: Tile) -> tuple[Tile, Tile]:
+        return dsl.gather(v, at, ax, fb), dsl.gather(ix, at, ax, 0)
+
+    def merge_pass(st: list[Tile]) -> list[Tile]:
+        vals, idx, w = st
+        t = dsl.iota(shp, ax, I)
+        w2 = w * 2
+        base = (t // w2) * w2
+        u = t - base
+        len_a = dsl._binary("minimum", w, nv - base)
+        len_b = dsl._binary("maximum", dsl._binary("minimum", w, nv - base - w),
+                            dsl.scalar(0, I))
+        hi = dsl._binary("minimum", u, len_a)
+
+        def lift(s2: list[Tile]) -> list[Tile]:
+            lo, step = s2
+            cand = lo + step
+            av, ai = take(vals, idx, clamp(base + cand - 1))
+            bl = u - cand
+            bv, bi = take(vals, idx, clamp(base + w + bl))
+            ok = (cand <= hi) & ((bl >= len_b) | _before(av, ai, bv, bi, descending))
+            return [dsl.ite(ok, cand, lo), step // 2]
+
+        l, _ = while_loop([dsl.zeros(I, shp, dims=space.dims), w],
+                          lambda s2: s2[1] > 0, lift, label="lift")
+        ja, jb = base + l, base + w + (u - l)
+        av, ai = take(vals, idx, clamp(ja))
+        bv, bi = take(vals, idx, clamp(jb))
+        from_a = (l < len_a) & (((u - l) >= len_b) | _before(av, ai, bv, bi, descending))
+        return [dsl.ite(from_a, av, bv), dsl.ite(from_a, ai, bi), w2]
+
+    idx0 = dsl.iota(shp, ax, I)
+    vals, idx, _ = while_loop([x, idx0, dsl.scalar(1, I)], lambda st: st[2] < nv, merge_pass,
+                              label="merge")
+    return vals, idx
 
 
 def sort(x: Tile, axis: Any, descending: bool = False, k: int | None = None
          ) -> tuple[Tile, Tile]:
     """Stable sort along ``axis`` (NaN last, ties by original index); returns
-    ``(values, source_indices)``. With ``k``, only the first ``k`` (top-k)."""
+    ``(values, source_indices)`` whose sorted axis is a fresh dim ``rank`` in the
+    place of ``axis``. With ``k``, only the first ``k`` (top-k): ``k`` is a
+    compile-time integer, ``0 <= k <= extent`` -- checked at capture when the
+    extent is a constant, else made an assumption of the kernel (checked when a
+    call binds the extent)."""
     d = _axis_dim(x, axis)
     n = x.type.space.extent_of(d)
-    dj = _fresh_copy_dim(d)
-    less = _less_pairs(x, d, dj, descending)
-    rank = reduce_expr(dsl.cast(less, D.i64), dj, "add")  # rank[i]
+    if k is not None:
+        import numbers
+
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 0:
+            raise CaptureError(f"top-k needs a non-negative integer k, got {k!r}",
+                               hint="k is a compile-time constant")
+        k = int(k)
+        if isinstance(n, E.Const):
+            if k > n.value:
+                raise TypeCheckError(f"top-k with k={k} > extent {n.value} of "
+                                     f"'{d.describe()}'",
+                                     hint="k counts selected elements; it cannot exceed "
+                                          "the extent")
+        elif all(isinstance(lf, (E.Sym, E.Const)) for lf in E.leaves(n)):
+            c = ctx()
+            fact = E.cmp("<=", E.Const(k), n)
+            if fact not in c.assumptions:
+                c.assumptions.append(fact)
+        else:
+            raise CaptureError(
+                f"top-k with k={k} over the extent {E.to_str(n)} of '{d.describe()}', "
+                "which depends on runtime values: k <= extent cannot be checked",
+                hint="select from a tile whose extent is a constant or a kernel parameter")
+    vals, src = _merge_sort(x, d, descending)
     kk = n if k is None else E.Const(k)
-    if k is not None and isinstance(n, E.Const) and k > n.value:
-        raise TypeCheckError(f"top-k with k={k} > extent {n.value}")
     dr = Dim.fresh("rank")
-    ax = x.type.space.index(d)
-    out_space = Space(tuple(DimFactor(dr, kk) if f.dim == d else f for f in x.type.space.factors))
-    pair = Space(x.type.space.factors + (DimFactor(dr, kk),))
-    r_ = dsl.iota(dsl.space_shape(pair), x.rank)
-    i_ = dsl.iota(dsl.space_shape(pair), ax)
-    src = reduce_expr(dsl.ite(dsl.broadcast(rank, dsl.space_shape(pair)) == r_, i_, 0), d, "add")  # src over out dims + dr
-    # move dr into d's position
-    order = [f.dim for f in out_space.factors]
-    src = dsl.permute(src, order)
-    vals = dsl.gather(x, src, ax, 0 if not x.dtype.is_float else 0.0)
-    return vals, src
+    out_space = Space(tuple(DimFactor(dr, kk) if f.dim == d else f
+                            for f in x.type.space.factors))
+    vars_ = tuple(str(i) for i in range(x.rank))
+    m = tuple(E.Var(v) for v in vars_)
+
+    def retype(t: Tile) -> Tile:
+        return dsl._emit("reindex", [t], {"vars": vars_, "map": m},
+                         (TileType(t.dtype, out_space),))[0]
+
+    return retype(vals), dsl.cast(retype(src), D.i64)
 
 
 def topk(x: Tile, axis: Any, k: int, largest: bool = True) -> tuple[Tile, Tile]:
