@@ -19,28 +19,16 @@ import numpy as np
 
 from ..errors import RuntimeSemanticError, TilenestError
 from . import memory, reductions, regions, values  # noqa: F401  (register rules)
-from .core import BATCHED, CANONICAL, REVERSED, Interpreter, Options, Schedule, random
+from .core import (BATCHED, CANONICAL, REVERSED, SCHEDULE_SPELLINGS, Interpreter, Options,
+                   Schedule, parse_schedule, random)
 
-__all__ = ["interpret", "Schedule", "random", "CANONICAL", "REVERSED", "BATCHED", "EXHAUSTIVE"]
+__all__ = ["interpret", "reference", "Schedule", "parse_schedule", "random", "CANONICAL",
+           "REVERSED", "BATCHED", "EXHAUSTIVE", "SCHEDULE_SPELLINGS"]
 
 EXHAUSTIVE = Schedule("exhaustive")
 
 #: most runs an exhaustive exploration makes
 EXHAUSTIVE_BUDGET = 5040
-
-
-def _schedule(s: Any) -> Schedule:
-    if s is None:
-        return BATCHED
-    if isinstance(s, Schedule):
-        return s
-    if isinstance(s, str):
-        if s == "random":
-            return random(0)
-        return Schedule(s)
-    raise TilenestError(f"unknown schedule {s!r}",
-                        hint="use None, 'canonical', 'reversed', tn.interpreter.random(seed) "
-                             "or 'exhaustive'")
 
 
 def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
@@ -56,7 +44,7 @@ def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
     elements nothing wrote. ``check_pipelines``: report pipelines whose result
     relies on an order their dependences don't give."""
     prog = getattr(program_or_kernel, "program", program_or_kernel)
-    sched = _schedule(schedule)
+    sched = parse_schedule(schedule)
     opts = Options(sched, fast, check_races, poison, outputs, check_pipelines)
     if sched.kind == "exhaustive":
         return _exhaustive(prog, arrays, params or {}, opts)
@@ -160,15 +148,27 @@ def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
 
 
 def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
-              outputs: tuple[str, ...] | None = None, poison: bool = False) -> Any:
+              outputs: tuple[str, ...] | None = None, poison: bool = False,
+              schedule: Any = None) -> Any:
     """The admitted outputs of a call: one :class:`Admitted` per tensor the program
     stores to (a single one, or a tuple in argument order). The arrays passed are
-    not modified."""
+    not modified.
+
+    ``schedule`` (as for :func:`interpret`) is the order in which the reference
+    run executes ``parallel`` children; every schedule admits the same set for a
+    race-free program, and each one checks races. ``exhaustive`` first runs every
+    order of every small region (an order-dependent result is an error), then
+    computes the admitted set in the canonical order."""
     from .oracle import Admitted
 
     prog = getattr(program_or_kernel, "program", program_or_kernel)
+    sched = parse_schedule(schedule)
+    if sched.kind == "exhaustive":
+        probe = Options(sched, False, True, poison, outputs, True)
+        _exhaustive(prog, tuple(copy_arguments(arrays)), params or {}, probe)
+        sched = CANONICAL
     work = copy_arguments(arrays)
-    opts = Options(BATCHED, False, True, poison, outputs, True, None, True)
+    opts = Options(sched, False, True, poison, outputs, True, None, True)
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):
         it.run()

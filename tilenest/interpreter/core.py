@@ -37,6 +37,13 @@ def rule(*names: str) -> Callable[[Rule], Rule]:
     return deco
 
 
+#: the kinds of schedule; ``batched`` is the default (lockstep)
+SCHEDULE_KINDS = ("batched", "canonical", "reversed", "random", "exhaustive")
+
+#: the spellings :func:`parse_schedule` accepts, for messages and command lines
+SCHEDULE_SPELLINGS = ("batched", "canonical", "reversed", "random", "random:SEED", "exhaustive")
+
+
 @dataclass(frozen=True)
 class Schedule:
     """How ``parallel`` children are executed.
@@ -47,10 +54,19 @@ class Schedule:
     * ``random``: one at a time in a seeded random order;
     * ``exhaustive``: every order of every small region (see :func:`interpret`).
     Reductions and reassociating ``mma`` use the source order unless ``fast``.
+    Every schedule gives a race-free program the same result.
     """
 
     kind: str = "batched"
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCHEDULE_KINDS:
+            raise _bad_schedule(self.kind)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, (int, np.integer)) \
+                or self.seed < 0:
+            raise TilenestError(f"schedule seed {self.seed!r} is not a non-negative integer",
+                                None, "write random(SEED) or 'random:SEED' with SEED >= 0")
 
     def order(self, n: int, rng: _random.Random) -> list[int]:
         if self.kind == "reversed":
@@ -61,8 +77,43 @@ class Schedule:
             return o
         return list(range(n))
 
+    def __str__(self) -> str:
+        return f"random:{self.seed}" if self.kind == "random" else self.kind
+
+
+def _bad_schedule(spec: Any) -> TilenestError:
+    return TilenestError(
+        f"unknown schedule {spec!r}; the schedules are {', '.join(SCHEDULE_SPELLINGS)}", None,
+        "pass None (batched, the default), one of those names, or a Schedule object such as "
+        "tilenest.interpreter.random(seed)")
+
+
+def parse_schedule(spec: Any) -> "Schedule":
+    """The :class:`Schedule` a user's spelling names, or a :class:`TilenestError`
+    listing the valid ones.
+
+    Accepted: ``None`` (batched), a :class:`Schedule`, or a string ``batched``,
+    ``canonical``, ``reversed``, ``random`` (seed 0), ``random:SEED`` (a
+    non-negative decimal integer) or ``exhaustive``; nothing else."""
+    if spec is None:
+        return BATCHED
+    if isinstance(spec, Schedule):
+        return spec
+    if isinstance(spec, str):
+        kind, colon, seed = spec.strip().partition(":")
+        if kind == "random" and colon:
+            if not seed.isdigit():
+                raise TilenestError(
+                    f"schedule {spec!r}: the seed {seed!r} is not a non-negative integer",
+                    None, "write random:SEED, e.g. random:7")
+            return Schedule("random", int(seed))
+        if kind in SCHEDULE_KINDS and not colon:
+            return Schedule(kind)
+    raise _bad_schedule(spec)
+
 
 def random(seed: int = 0) -> Schedule:
+    """The random schedule: children one at a time in an order drawn from ``seed``."""
     return Schedule("random", seed)
 
 
@@ -121,6 +172,9 @@ class Interpreter:
         self.undetermined: list[Operation] = []  # oracle: control flow on inexact values
         self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
+        # region op id -> per-instance box constraint of a domain whose extents
+        # differ between the instances executing it together (regions.domain_points)
+        self.ragged: dict[int, E.Pred] = {}
         self.ienv = IndexEnv(self._bind(args, params))
 
     # -- binding ------------------------------------------------------------
@@ -183,21 +237,84 @@ class Interpreter:
     def block(self, b: Block, args: Sequence[Any]) -> list[Any]:
         for a, v in zip(b.args, args, strict=True):
             self.values[a.name] = v
-        for op in b.ops:
+        return self._ops(b, 0)
+
+    def _ops(self, b: Block, start: int) -> list[Any]:
+        """Run ``b.ops[start:]``; the values its ``yield`` names (``[]`` without one)."""
+        for k in range(start, len(b.ops)):
+            op = b.ops[k]
             if op.name == "yield":
                 return [self.values[o.name] for o in op.operands]
             fn = RULES.get(op.name)
             if fn is None:
                 raise TilenestError(f"the interpreter has no rule for op '{op.name}'", op.loc)
             try:
+                if op.regions:
+                    self._result_extents(op)
                 fn(self, op)
                 if self.track and not op.regions and op.name != "put":
                     self._propagate(op)
+            except ExtentDiverges as dv:
+                if dv.bshape != self.bshape:  # pragma: no cover - rules restore bshape first
+                    raise RuntimeSemanticError(
+                        f"tile extent {E.to_str(dv.expr)} varies across parallel instances "
+                        "executed together", op.loc) from None
+                return self._regroup(b, k, dv)
             except TilenestError as e:
                 raise e.with_site(op.loc) from None
             except FloatingPointError as e:  # pragma: no cover - numpy errstate
                 raise RuntimeSemanticError(str(e), op.loc) from None
         return []
+
+    def _result_extents(self, op: Operation) -> None:
+        """Evaluate the extents of a region op's result types before it runs, so that
+        a divergence among the active instances regroups them here (before any of
+        the region's effects) rather than inside a branch whose yields then differ
+        in shape."""
+        for r in op.results:
+            t = r.type
+            if isinstance(t, TileType):
+                for x in t.extents:
+                    if not isinstance(x, E.Const):
+                        self.extent(x)
+
+    def _regroup(self, b: Block, k: int, dv: "ExtentDiverges") -> list[Any]:
+        """Run ``b.ops[k:]`` once per group of active instances that agree on the
+        diverging extent (each group under its lane mask, so every instance's
+        effects happen exactly once, in its group), then join the yielded values
+        per instance as a divergent ``if`` does: instance ``l`` takes group ``g``'s
+        value where ``l`` is in ``g``."""
+        saved = self.lane_mask
+        runs: list[tuple[np.ndarray, list[Any], list[Any]]] = []
+        y = b.terminator
+        names = [o.name for o in y.operands] if y is not None and y.name == "yield" else []
+        try:
+            for g in dv.groups:
+                self.lane_mask = g
+                outs = self._ops(b, k)
+                d = self.track[-1][1] if self.track else {}
+                runs.append((g, outs, [d.get(n) for n in names]))
+        finally:
+            self.lane_mask = saved
+        from .regions import select_lanes
+
+        g0, outs, marks = runs[-1]
+        outs, marks = list(outs), list(marks)
+        for g, o, m in reversed(runs[:-1]):
+            outs = [select_lanes(g, a, c, self.nb) for a, c in zip(o, outs, strict=True)]
+            for j, (ma, mb) in enumerate(zip(m, marks, strict=True)):
+                if ma is None and mb is None:
+                    continue
+                ma = np.asarray(ma if ma is not None else False)
+                mb = np.asarray(mb if mb is not None else False)
+                rank = getattr(y.operands[j].type, "rank", 0)
+                marks[j] = np.where(g.reshape(g.shape + (1,) * rank), ma, mb)
+        if self.track:
+            d = self.track[-1][1]
+            for n, m in zip(names, marks, strict=True):
+                if m is not None:
+                    d[n] = m
+        return outs
 
     def _propagate(self, op: Operation) -> None:
         """Footprints: a per-child op (anchored at or below the tracked level)
@@ -230,19 +347,59 @@ class Interpreter:
         self.values[v.name] = rv
 
     def extent(self, e: E.Expr) -> int:
-        """The value of a tile extent; it may not vary across batched instances."""
+        """The value of a tile extent for the instances executing now.
+
+        Tile shapes are shared by the instances executed together, so ``e`` must
+        take one value on every active instance (inactive ones are masked out and
+        do not count). When it does not, :class:`ExtentDiverges` asks the block
+        being executed to regroup the active instances by the value of ``e``."""
         env: dict[E.Expr, Any] = dict(self.ienv.syms)
         for k, v in self.ienv.vars.items():
             if isinstance(v, (int, np.integer)):
                 env[k] = int(v)
         try:
-            n = E.evaluate(e, env)
+            return int(E.evaluate(e, env))
         except KeyError:
-            raise RuntimeSemanticError(
-                f"tile extent {E.to_str(e)} varies across parallel instances executed together",
-                None, "give tiles a fixed extent and mask the ragged part "
-                      "(or run with a one-at-a-time schedule)") from None
-        return int(n)
+            pass
+        vals = self.lane_values(e)
+        if vals.size == 0 or self.nb == 0:
+            return int(vals.reshape(-1)[0]) if vals.size else 0
+        act = self.active_lanes()
+        live = vals[act] if act is not None else vals.reshape(-1)
+        if live.size == 0:
+            return max(0, int(vals.reshape(-1)[0]))  # no instance runs: any shape will do
+        first = live[0]
+        if np.all(live == first):
+            return int(first)
+        groups = [np.broadcast_to(vals == u, self.bshape) & (act if act is not None else True)
+                  for u in np.unique(live)]
+        raise ExtentDiverges(e, tuple(self.bshape), groups)
+
+    def extent_bound(self, e: E.Expr) -> tuple[int, bool]:
+        """``(n, uniform)``: the largest value of ``e`` over the active instances
+        (at least 0), and whether every active instance has that value."""
+        try:
+            return self.extent(e), True
+        except ExtentDiverges:
+            act = self.active_lanes()
+            vals = self.lane_values(e)
+            live = vals.reshape(-1) if act is None else vals[act]
+            return max(0, int(live.max())), False
+
+    def lane_values(self, e: E.Expr) -> np.ndarray:
+        """``e`` at every batched instance (an int64 array of shape ``bshape``)."""
+        from .runtime import eval_exprs
+
+        (v,) = eval_exprs([e], self.ienv, self.nb, (), (), self.values)
+        v = np.asarray(v, dtype=np.int64)
+        v = v.reshape(v.shape + (1,) * (self.nb - v.ndim)) if v.ndim < self.nb else v
+        return np.broadcast_to(v, self.bshape)
+
+    def active_lanes(self) -> np.ndarray | None:
+        """The active-instance mask over ``bshape`` (None: all active)."""
+        if self.lane_mask is None:
+            return None
+        return np.broadcast_to(self.lane_mask, self.bshape)
 
     def anchor_depth(self, op: Operation) -> int:
         return self.an.nest.depth(self.an.anchor[op.oid])
@@ -263,6 +420,20 @@ class Interpreter:
             raise UninitializedReadError(
                 f"{op.name} reads {t.buffer.name}{list(elem)}, which nothing wrote", op.loc,
                 "the element is an output the program has not stored yet")
+
+
+class ExtentDiverges(Exception):
+    """Internal signal: a tile extent differs between active batched instances.
+
+    Not an error of the program: the block that runs the op catches it and
+    re-runs the rest of the block once per group (``groups``: masks over
+    ``bshape`` partitioning the active instances by the extent's value)."""
+
+    def __init__(self, expr: E.Expr, bshape: tuple[int, ...], groups: list[np.ndarray]):
+        super().__init__(E.to_str(expr))
+        self.expr = expr
+        self.bshape = bshape
+        self.groups = groups
 
 
 def poison_value(dt: np.dtype) -> Any:

@@ -149,15 +149,14 @@ def _tload(it: Interpreter, op: Operation) -> None:
             if it.effects.enabled and it.effects.frames or it.effects.sinks:
                 it.effects.record(t.buffer, _flat_from(meta, full), None, False, op,
                                   it.anchor_depth(op), it.bshape, shape)
-            # batch axes the access does not depend on stay size 1 (broadcast later)
-            sub = tuple(0 if (a < it.nb and view.strides[a] == 0) else slice(None)
+            # batch axes the access does not depend on stay size 1 (broadcast later);
+            # an empty batch axis (no instance) stays empty
+            sub = tuple(slice(0, 1) if (a < it.nb and view.strides[a] == 0) else slice(None)
                         for a in range(len(full)))
-            lean_shape = tuple(1 if (a < it.nb and view.strides[a] == 0) else n
-                               for a, n in enumerate(full))
-            out = RV(np.array(view[sub].reshape(lean_shape)), it.nb)
+            out = RV(np.array(view[sub]), it.nb)
             if t.lo is not None:
                 bs = [affine_view(it, op, arr, shape, False) for arr in (t.lo, t.hi)]
-                out.with_bounds(*(np.array(b[0][sub].reshape(lean_shape)) for b in bs))
+                out.with_bounds(*(np.array(b[0][sub]) for b in bs))
             it.set(op.result, out)
             return
     coords, ok, act, full = _access(it, op, t, shape)

@@ -30,7 +30,8 @@ from ..semantics import expr as E
 from ..semantics import numerics as N
 from . import shadow as S
 from .core import Interpreter, rule
-from .regions import _bind_point, _carry_track, _finish_track, _iterate, _pred_value, domain_points
+from .regions import (_bind_point, _carry_track, _finish_track, _iterate, _pred_value,
+                      _run_masked, domain_points)
 from .runtime import RV
 
 
@@ -160,18 +161,20 @@ def _merge_fn(it: Interpreter, op: Operation, i: int):
 def _contributions(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
                    idents: list) -> list[list[RV]] | None:
     """Each active point's lifted contribution: the body applied to the identity
-    state(s). None when activity varies across batched instances."""
+    state(s). Where the point is active for some batched instances only (a
+    domain predicate or extent that differs between them), the others
+    contribute the identity itself, which leaves every grouping's value as it
+    is for that instance's own points."""
     states = [RV(np.broadcast_to(N.constant(i, o.type.dtype), s.a.shape), s.nb)
               for i, s, o in zip(idents, seeds, op.operands, strict=True)]
     out: list[list[RV]] = []
     for pt in points:
         _bind_point(it, op.attrs["vars"], pt)
         pv = _pred_value(it, op)
-        if pv is not True and not bool(np.all(pv)):
-            if np.any(pv):
-                return None
-            continue
-        out.append(it.block(body, states))
+        if pv is True or bool(np.all(pv)):
+            out.append(it.block(body, states))
+        elif np.any(pv):
+            out.append(_run_masked(it, body, states, np.asarray(pv, dtype=bool)))
     return out
 
 
@@ -204,8 +207,8 @@ def _fast_expression_reduce(it: Interpreter, op: Operation, seeds: list, shape: 
     body = op.regions[0]
     if len(seeds) != 1 or len(body.ops) != 3 or op.attrs["contracts"][0].startswith("@"):
         return None
-    if op.attrs["domain"].pred != E.TRUE:
-        return None
+    if op.attrs["domain"].pred != E.TRUE or op.oid in it.ragged:
+        return None  # not the whole box for every instance
     rx, mg, y = body.ops
     if rx.name != "reindex" or y.operands[0] != mg.result:
         return None

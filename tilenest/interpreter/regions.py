@@ -35,11 +35,37 @@ from .runtime import RV, eval_exprs
 MAX_WHILE_ITERATIONS = 10_000_000
 
 
-def domain_points(it: Interpreter, op: Operation) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
-    """The domain's extents and its coordinates in lexicographic order."""
+def domain_points(it: Interpreter, op: Operation, regroup: bool = False
+                  ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """The domain's extents and its coordinates in lexicographic order.
+
+    The extents may differ between the instances executed together (a trip
+    count ``i + 1`` under a batched ``parallel`` over ``i``, or one read from
+    data). Then the region runs over the smallest box containing every active
+    instance's domain, and each instance is masked to its own points: the box
+    constraint ``v < extent`` joins the domain predicate (see
+    :func:`_pred_value`). An instance's points keep their lexicographic order
+    within the box, so serial iteration, folds and carried values mean exactly
+    what they mean for that instance alone. With ``regroup``, a divergence
+    instead regroups the instances (each group then has one domain): used where
+    an iteration's position in the sequence matters beyond its order (the
+    window of a checked pipeline)."""
     dom = op.attrs["domain"]
-    shape = tuple(it.extent(x) for x in dom.space.extents)
-    return shape, list(itertools.product(*(range(n) for n in shape)))
+    shape: list[int] = []
+    ragged: list[E.Pred] = []
+    for v, x in zip(op.attrs["vars"], dom.space.extents, strict=True):
+        if regroup:
+            shape.append(max(0, it.extent(x)))
+            continue
+        n, uniform = it.extent_bound(x)
+        shape.append(max(0, n))
+        if not uniform:
+            ragged.append(E.Var(v).lt(x))
+    if ragged:
+        it.ragged[op.oid] = E.pand(*ragged)
+    else:
+        it.ragged.pop(op.oid, None)
+    return tuple(shape), list(itertools.product(*(range(n) for n in shape)))
 
 
 def _bind_point(it: Interpreter, vars_: tuple[str, ...], pt: tuple[int, ...]) -> None:
@@ -48,15 +74,20 @@ def _bind_point(it: Interpreter, vars_: tuple[str, ...], pt: tuple[int, ...]) ->
 
 
 def _pred_value(it: Interpreter, op: Operation) -> Any:
-    """The domain predicate at the current binding: a bool or a batch array."""
+    """The domain predicate at the current binding: a bool or a batch array
+    (with the per-instance box of a domain whose extents differ between the
+    instances executed together)."""
     p = op.attrs["domain"].pred
+    extra = it.ragged.get(op.oid)
+    if extra is not None:
+        p = E.pand(p, extra)
     if p == E.TRUE:
         return True
     (v,) = eval_exprs([p], it.ienv, it.nb, (), (), it.values)
     return v
 
 
-def _select(c: Any, a: Any, b: Any, nb: int) -> Any:
+def select_lanes(c: Any, a: Any, b: Any, nb: int) -> Any:
     """Per-lane choice between carried values (tiles) ``a`` if ``c`` else ``b``."""
     if isinstance(a, RV):
         n = max(a.nb, b.nb, nb)
@@ -69,6 +100,9 @@ def _select(c: Any, a: Any, b: Any, nb: int) -> Any:
                               for p, q in zip(a.bounds(), b.bounds(), strict=True)))
         return out
     return a  # memory states: effects were already masked per lane
+
+
+_select = select_lanes
 
 
 def _masks_in(it: Interpreter, names_from: list[str], names_to: list[str]) -> None:
@@ -335,6 +369,8 @@ def _iterate(it: Interpreter, op: Operation, body: Block, states: list, points: 
 def _run_masked(it: Interpreter, body: Block, states: list, pv: np.ndarray) -> list:
     saved = it.lane_mask
     lm = pv if saved is None else (saved & pv)
+    if not np.any(lm):
+        return states  # no instance is at this point
     it.lane_mask = np.broadcast_to(lm, it.bshape)
     try:
         new = it.block(body, states)
@@ -376,7 +412,7 @@ def _serial(it: Interpreter, op: Operation) -> None:
 
 @rule("pipeline")
 def _pipeline(it: Interpreter, op: Operation) -> None:
-    shape, points = domain_points(it, op)
+    shape, points = domain_points(it, op, regroup=it.opts.check_pipelines)
     body = op.regions[0]
     _carry_track(it, op, body)
     states = [it.val(o) for o in op.operands]
