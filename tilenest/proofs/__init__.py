@@ -14,6 +14,9 @@ Layout of this package (it imports only :mod:`tilenest.semantics`):
   obligations and the mechanical rewrite; the transform basis
 * ``bindings``     -- target catalogues and ExecBinding obligations
 * ``phases``       -- sibling-phase fusion and pipeline issue schedules
+* ``serial_fusion`` -- fusion of sibling ``serial`` regions (T-8)
+* ``layouts``/``gf2`` -- Memory layout obligations; the GF(2) procedure for
+  bit-linear (XOR/shift/mask) layouts
 * ``reductions``   -- reduction placement and reducer laws
 * ``report``       -- ``tilenest check``: gathering, tables, JSON
 * ``transform``    -- the public API, exposed as ``tilenest.transform``

@@ -32,6 +32,7 @@ from . import bindings as BD
 from . import phases as PH
 from . import program as PO
 from . import reductions as RD
+from . import serial_fusion as SF
 from . import transforms as T
 from .model import Model
 from .obligation import ASSUMED, PROVED, REFUTED, UNKNOWN, Obligation, discharge, outcome
@@ -40,7 +41,8 @@ from .remap import Transformed, TransformError
 SCHEMA = "tilenest.check/1"
 
 STEPS = {**T.TRANSFORMS, "bind": BD.bind, "fuse_phases": PH.fuse_phases,
-         "place_reduction": RD.place_reduction, "schedule": PH.schedule_pipeline}
+         "fuse_serial": SF.fuse_serial, "place_reduction": RD.place_reduction,
+         "schedule": PH.schedule_pipeline}
 
 
 def program_obligations(p: TileProgram) -> list[Obligation]:

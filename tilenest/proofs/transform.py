@@ -17,8 +17,9 @@ Execution remaps: :func:`split`, :func:`fuse`, :func:`coalesce`,
 :func:`reshape`, :func:`permute`, :func:`interchange`, :func:`tile`,
 :func:`insert_unit`, :func:`remove_unit`, :func:`compose`. Realization choices
 (no remap of the nest): :func:`bind`, :func:`place_reduction`,
-:func:`schedule_pipeline`. Scope fusion: :func:`fuse_phases`. Whole-program
-check: :func:`check` (what ``tilenest check`` runs).
+:func:`schedule_pipeline`. Scope fusion: :func:`fuse_phases` (sibling
+``parallel`` regions), :func:`fuse_serial` (sibling ``serial`` regions, T-8).
+Whole-program check: :func:`check` (what ``tilenest check`` runs).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .bindings import CPU, CUDA, METAL, TARGETS, Target, bind
 from .obligation import Obligation, discharge
 from .phases import fuse_phases, schedule_pipeline
 from .reductions import place_reduction
+from .serial_fusion import fuse_serial
 from .remap import NewLevel, Remap, Transformed, TransformError, apply
 from .report import Report, check, parse_spec, program_obligations
 from .transforms import (
@@ -62,6 +64,7 @@ __all__ = [
                          "discharge",
                          "fuse",
                          "fuse_phases",
+                         "fuse_serial",
                          "insert_unit",
                          "interchange",
                          "parse_spec",
