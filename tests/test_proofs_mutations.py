@@ -24,6 +24,10 @@ def _confirm(ob) -> str:
     w = ob.witness
     if ob.kind.startswith(("tau.", "cut.")):
         return RC.remap(ob)
+    if ob.kind == "fusion.order":
+        return RC.serial_edge(ob, w["program"])
+    if ob.kind.startswith("layout."):
+        return RC.layout(ob)
     if ob.kind in ("noninterference", "coverage.once", "fusion.dependence"):
         return RC.two_accesses(ob, w["program"])
     if ob.kind == "noninterference.pipeline":

@@ -15,6 +15,7 @@ import tilenest as tn
 from tilenest.proofs import bindings as BD
 from tilenest.proofs import phases as PH
 from tilenest.proofs import reductions as RD
+from tilenest.proofs import serial_fusion as SF
 from tilenest.proofs import transforms as T
 from tilenest.proofs.obligation import Obligation
 from tilenest.proofs.remap import NewLevel, Remap, apply
@@ -221,6 +222,21 @@ CASES: list[Case] = [
          lambda: obs(PH.schedule_pipeline(prog(K.gemv), 0, window=2, offsets=[0, 3])),
          lambda: obs(PH.schedule_pipeline(prog(K.gemv), 0, window=2, interval=2,
                                           offsets=[0, 3]))),
+    Case("fuse serial loops whose consumer reads ahead", "fusion.order",
+         lambda: obs(SF.fuse_serial(prog(K.serial_pair_bad), 0)),
+         lambda: obs(SF.fuse_serial(prog(K.serial_pair), 0))),
+    Case("fuse serial loops with a WAR edge going back", "fusion.order",
+         lambda: obs(SF.fuse_serial(prog(K.serial_war_bad), 0)),
+         lambda: obs(SF.fuse_serial(prog(K.serial_war), 0))),
+    # --- Memory layouts ---------------------------------------------------------
+    Case("swizzle that XORs onto the bits it reads (4M elements)", "layout.injective",
+         lambda: program_kind(K.swizzled_bad), lambda: program_kind(K.swizzled)),
+    Case("swizzled Memory with a size 8 elements short", "layout.range",
+         lambda: program_kind(K.swizzled_small), lambda: program_kind(K.swizzled)),
+    Case("broadcast row stride over symbolic extents", "layout.injective",
+         lambda: program_kind(K.sym_layout_bad), lambda: program_kind(K.sym_layout)),
+    Case("XOR of a symbolic row offset with the column", "layout.injective",
+         lambda: program_kind(K.xor_layout_bad), lambda: program_kind(K.sym_layout)),
     # --- reductions -------------------------------------------------------------
     Case("strided placement of an ordered_tree reduction", "reduction.order",
          lambda: obs(RD.place_reduction(prog(K.ordered), 0, 4, "strided")),

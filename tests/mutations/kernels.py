@@ -367,3 +367,68 @@ def relay(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *, window=3):
 
 
 relay_bad = relay.specialize(window=4)
+
+
+# -- serial fusion (T-8) and Memory layouts (M-12) -------------------------------
+
+@tn.kernel
+def serial_pair(x: tn.Tensor[f32, "N"], t: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *,
+                shift=-1):
+    (n,) = x.shape
+    for a in tn.serial(tn.shape(n)):
+        t(tn.coord(a.index()), tn.shape(1)).store(x[tn.coord(a.index()), tn.shape(1)] + 1.0)
+    for b in tn.serial(tn.shape(n)):
+        y(tn.coord(b.index()), tn.shape(1)).store(t[tn.coord(b.index() + shift), tn.shape(1)])
+
+
+serial_pair_bad = serial_pair.specialize(shift=1)   # B(j) reads what A(j + 1) writes
+
+
+@tn.kernel
+def serial_war(x: tn.Tensor[f32, "N"], t: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *,
+               shift=1):
+    (n,) = x.shape
+    for a in tn.serial(tn.shape(n)):
+        y(tn.coord(a.index()), tn.shape(1)).store(t[tn.coord(a.index() + shift), tn.shape(1)])
+    for b in tn.serial(tn.shape(n)):
+        t(tn.coord(b.index()), tn.shape(1)).store(x[tn.coord(b.index()), tn.shape(1)])
+
+
+serial_war_bad = serial_war.specialize(shift=-1)    # B(i - 1) overwrites what A(i) reads
+
+
+def _swizzle(o, s):
+    """CUTLASS Swizzle<3, 3, s> of a dense offset."""
+    return o ^ ((o & (7 << (3 + s))) >> s)
+
+
+@tn.kernel
+def swizzled(x: tn.Tensor[f32, 2], y: tn.Tensor[f32, 2], *, shift=3, size=4096 * 1024):
+    m = tn.memory(f32, tn.layout(tn.shape(4096, 1024), offset=lambda i, j: _swizzle(
+        i * 1024 + j, shift), size=size))
+    m.store(x[tn.coord(0, 0), tn.shape(4096, 1024)])
+    y(tn.coord(0, 0), tn.shape(4096, 1024)).store(m.load())
+
+
+swizzled_bad = swizzled.specialize(shift=0)         # XOR onto the bits it reads
+swizzled_small = swizzled.specialize(size=4096 * 1024 - 8)
+
+
+@tn.kernel
+def sym_layout(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"], *, row=1):
+    rows, cols = x.shape
+    m = tn.memory(f32, tn.layout(tn.shape(rows, cols), (cols * row, 1)))
+    m.store(x[tn.coord(0, 0), tn.shape(rows, cols)])
+    y(tn.coord(0, 0), tn.shape(rows, cols)).store(m.load())
+
+
+sym_layout_bad = sym_layout.specialize(row=0)       # a broadcast: rows share storage
+
+
+@tn.kernel
+def xor_layout_bad(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
+    rows, cols = x.shape
+    m = tn.memory(f32, tn.layout(tn.shape(rows, cols), offset=lambda i, j: (i * cols) ^ j,
+                                 size=rows * cols))
+    m.store(x[tn.coord(0, 0), tn.shape(rows, cols)])
+    y(tn.coord(0, 0), tn.shape(rows, cols)).store(m.load())

@@ -168,6 +168,44 @@ def two_accesses(ob: Obligation, p: TileProgram) -> str:
     return f"both accesses touch {a.target[1]}{list(xa)}, one writing"
 
 
+def serial_edge(ob: Obligation, p: TileProgram) -> str:
+    """Both accesses touch one element, and B's iteration runs before A's."""
+    what = two_accesses(ob, p)
+    a, b = ob.witness["a"], ob.witness["b"]
+    cx = ob.counterexample
+    ra = next(r for r in Model(p).regions_of(a.op) if r.name == "serial")
+    rb = next(r for r in Model(p).regions_of(b.op) if r.name == "serial")
+    i = tuple(cx[v] for v in ra.attrs["vars"])
+    j = tuple(cx[v + "'"] for v in rb.attrs["vars"])
+    assert (i < j) if ra.attrs["order"] == "reverse" else (j < i), (i, j)
+    return f"{what}; B{list(j)} runs before A{list(i)} once fused"
+
+
+def layout(ob: Obligation) -> str:
+    """Evaluate the Memory's own layout at the counterexample."""
+    mt = ob.witness["type"]
+    cx = ob.counterexample
+    env = {E.Sym(k): int(v) for k, v in cx.items() if "'" not in k and not k.isdigit()}
+    ext = [int(E.evaluate(x, env)) for x in mt.space.extents]
+    names = list(mt.layout.vars)
+
+    def at(suffix: str) -> tuple[tuple[int, ...], int]:
+        pt = tuple(int(cx[v + suffix]) for v in names)
+        assert all(0 <= c < n for c, n in zip(pt, ext, strict=True)), (pt, ext)
+        e = dict(env)
+        e.update({E.Var(v): c for v, c in zip(names, pt, strict=True)})
+        return pt, int(E.evaluate(mt.layout.offset, e))
+
+    u, off_u = at("")
+    if ob.kind == "layout.injective":
+        v, off_v = at("'")
+        assert u != v and off_u == off_v
+        return f"elements {u} and {v} share offset {off_u}"
+    size = int(E.evaluate(mt.layout.size, env))
+    assert not 0 <= off_u < size
+    return f"element {u} maps to {off_u}, outside [0, {size})"
+
+
 def bounds(ob: Obligation, p: TileProgram) -> str:
     a = ob.witness["a"]
     env = access_env(p, a, ob.counterexample, "")
