@@ -68,6 +68,11 @@ class TilenestError(Exception):
         }
 
 
+class TilenestWarning(UserWarning):
+    """A kernel that is legal but probably not what its author meant (reported
+    with ``warnings.warn`` at the kernel's ``file:line``)."""
+
+
 class CaptureError(TilenestError):
     """The Python kernel uses a construct the DSL does not accept."""
 

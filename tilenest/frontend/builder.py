@@ -194,7 +194,7 @@ class _Freezer:
     def _dim(self, d: Dim) -> Dim:
         c = self.dims.get(d)
         if c is None:
-            c = Dim(("p", len(self.dims)), d.label)
+            c = Dim(("p", len(self.dims)), d.label, d.origin)
             self.dims[d] = c
         return c
 

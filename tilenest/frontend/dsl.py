@@ -22,7 +22,7 @@ from ..semantics.dtypes import DType
 from ..semantics.maps import MemLayout, strided_layout
 from ..semantics.policies import (ASSUME, CHECKED, ZERO, Bounds, BoundsPolicy, ExecPolicy,
                                   MmaPolicy, PipelinePolicy, ReductionPolicy)
-from ..semantics.space import Dim, DimFactor, Space
+from ..semantics.space import Dim, DimFactor, DimOrigin, Space
 from ..semantics.types import MemoryType, StateType, TensorType, TileType
 from .builder import BValue
 from .context import ctx
@@ -152,7 +152,16 @@ def as_expr(x: Any) -> E.Expr:
         if not x.type.is_scalar or not x.dtype.is_int:
             raise TypeCheckError(f"only integer scalars can be used as indices, got {x.type_str()}")
         return E.Val(x.v.resolve().tmp_name)
-    raise CaptureError(f"expected an integer index, got {type(x).__name__}: {x!r}")
+    if isinstance(x, ScopeHandle):
+        one = len(x.vars) == 1
+        raise CaptureError(
+            f"expected an integer index, got the scope handle '{x.name}'",
+            hint=(f"use {x.name}.index() for its coordinate" if one else
+                  f"use {x.name}.index(axis) for one coordinate of its rank-{len(x.vars)} "
+                  "domain") + "; a handle is not a value")
+    raise CaptureError(f"expected an integer index, got {type(x).__name__}: {x!r}",
+                       hint="indices are Python ints, symbolic extents, handle coordinates "
+                            "(h.index()) or integer scalars")
 
 
 def sym(name: str) -> Index:
@@ -173,13 +182,25 @@ def cdiv(a: Any, b: Any) -> Any:
 # shapes, dims, coordinates
 
 
+def _here() -> Any:
+    """The source site of the construct being captured (None outside capture)."""
+    from .context import active
+
+    return ctx().site() if active() else None
+
+
+def made_here(what: str, anonymous: bool = False) -> DimOrigin:
+    """A DimOrigin for a dim made by ``what`` at the current capture site."""
+    return DimOrigin(what, _here(), anonymous)
+
+
 def dim(label: str | None = None) -> Dim:
     """A fresh dimension identity (the label is for diagnostics only)."""
-    return Dim.fresh(label)
+    return Dim.fresh(label, made_here("the dim made by tn.dim", label is None))
 
 
 def dims(*labels: str) -> tuple[Dim, ...]:
-    return tuple(Dim.fresh(lbl) for lbl in labels)
+    return tuple(Dim.fresh(lbl, made_here("a dim made by tn.dims")) for lbl in labels)
 
 
 @dataclass(frozen=True)
@@ -191,7 +212,18 @@ class Axis:
 
 
 def axis(d: Dim | str, extent: Any) -> Axis:
-    return Axis(d if isinstance(d, Dim) else Dim.fresh(d), as_expr(extent))
+    return Axis(d if isinstance(d, Dim) else Dim.fresh(d, made_here("the dim made by tn.axis")),
+                _extent(extent))
+
+
+def _extent(x: Any) -> E.Expr:
+    """An extent: an index expression that is not a negative constant (a
+    symbolic extent's sign is the caller's, checked when the call binds it)."""
+    e = as_expr(x)
+    if isinstance(e, E.Const) and e.value < 0:
+        raise CaptureError(f"extent {e.value} is negative",
+                           hint="extents count elements: use a value >= 0 (0 is an empty axis)")
+    return e
 
 
 class Shape:
@@ -223,8 +255,10 @@ class Shape:
         drop = set(_dims_arg(ds))
         return Shape([(d, x) for d, x in self.entries if d not in drop])
 
-    def space(self, dims: Sequence[Dim] | None = None, labels: str = "d") -> Space:
-        """The Space of this shape; unnamed entries get ``dims`` or fresh dims."""
+    def space(self, dims: Sequence[Dim] | None = None, labels: str = "d",
+              made_by: str | None = None) -> Space:
+        """The Space of this shape; unnamed entries get ``dims`` or fresh dims
+        (labelled ``labels`` + position, and remembered as made by ``made_by``)."""
         out = []
         for i, (d, x) in enumerate(self.entries):
             if dims is not None:
@@ -232,7 +266,10 @@ class Shape:
                 if d is not None and d != d2:
                     raise TypeCheckError(f"shape entry {i} already has dim '{d.describe()}'")
                 d = d2
-            out.append(DimFactor(d if d is not None else Dim.fresh(f"{labels}{i}"), x))
+            if d is None:
+                what = made_by if made_by is not None else "a fresh dim of an unnamed shape entry"
+                d = Dim.fresh(f"{labels}{i}", made_here(what, anonymous=True))
+            out.append(DimFactor(d, x))
         return Space(tuple(out))
 
     def __repr__(self) -> str:
@@ -251,7 +288,7 @@ def shape(*items: Any) -> Shape:
         elif isinstance(it, (tuple, list)):
             out.extend(shape(*it).entries)
         else:
-            out.append((None, as_expr(it)))
+            out.append((None, _extent(it)))
     return Shape(out)
 
 
@@ -542,18 +579,24 @@ def _reindex_select(x: Tile, keep: list[DimFactor], sub: dict) -> Tile:
 
 # constructors -------------------------------------------------------------
 
-def _space_for(shp: Any, dims: Sequence[Dim] | None) -> Space:
+def _space_for(shp: Any, dims: Sequence[Dim] | None, maker: str) -> Space:
+    """The space of a constructor's ``shp``: ``dims=`` name its dims, else the
+    shape's own dims, else fresh dims remembered as made by ``maker``."""
     s = _as_shape(shp)
     if dims is not None:
         dims = _dims_arg(dims)
         if len(dims) != s.rank:
             raise TypeCheckError(f"{len(dims)} dims given for a rank-{s.rank} shape")
-    return s.space(dims)
+    return s.space(dims, made_by=f"the fresh dim made by {maker}")
 
 
 def full(dtype: DType, shp: Any, value: Any, dims: Sequence[Dim] | None = None) -> Tile:
     """A tile of ``shp`` with every element ``value`` (``dims=`` names its dims)."""
-    space = _space_for(shp, dims)
+    return _full(dtype, shp, value, dims, "tn.full")
+
+
+def _full(dtype: DType, shp: Any, value: Any, dims: Sequence[Dim] | None, maker: str) -> Tile:
+    space = _space_for(shp, dims, maker)
     c = _literal_tile(value, dtype) if not isinstance(value, Tile) else value
     if isinstance(value, Tile):
         if value.rank:
@@ -566,7 +609,7 @@ def full(dtype: DType, shp: Any, value: Any, dims: Sequence[Dim] | None = None) 
 
 
 def zeros(dtype: DType, shp: Any, dims: Sequence[Dim] | None = None) -> Tile:
-    return full(dtype, shp, False if dtype.is_bool else 0, dims)
+    return _full(dtype, shp, False if dtype.is_bool else 0, dims, "tn.zeros")
 
 
 def scalar(value: Any, dtype: DType) -> Tile:
@@ -600,7 +643,7 @@ def ite(c: Any, a: Any, b: Any) -> Tile:
 def iota(shp: Any, axis: int = 0, dtype: DType = D.INDEX,
          dims: Sequence[Dim] | None = None) -> Tile:
     """``iota(shape, axis)[q] = q[axis]`` (an integer tile)."""
-    space = _space_for(shp, dims)
+    space = _space_for(shp, dims, "tn.iota")
     vars_ = tuple(str(i) for i in range(space.rank))
     return _index_tile(E.Var(vars_[axis]), vars_, dtype, space)
 
@@ -609,7 +652,7 @@ def index_tile(shp: Any, fn: Callable[..., Any], dtype: DType = D.INDEX,
                dims: Sequence[Dim] | None = None) -> Tile:
     """A tile whose element at local coordinate ``q`` is the index expression
     ``fn(*q)`` (which may use region coordinates and extents)."""
-    space = _space_for(shp, dims)
+    space = _space_for(shp, dims, "tn.index_tile")
     vars_ = tuple(str(i) for i in range(space.rank))
     e = as_expr(fn(*(Index(E.Var(v)) for v in vars_)))
     return _index_tile(e, vars_, dtype, space)
@@ -625,13 +668,13 @@ def broadcast(x: Any, shp: Any, dims: Sequence[Dim] | None = None) -> Tile:
         if dims is None and all(d is None for d, _ in s.entries):
             raise TypeCheckError("broadcast target needs dims",
                                  hint="pass another tile, a shape with axes, or dims=")
-        space = s.space(dims)
+        space = s.space(dims, made_by="the fresh dim made by tn.broadcast")
     return _emit("broadcast", [t], {}, (TileType(t.dtype, space),))[0]
 
 
 def reshape(x: Tile, shp: Any, dims: Sequence[Dim] | None = None) -> Tile:
     """Row-major reshape to a new space (same element count)."""
-    return _emit("reshape", [x], {}, (TileType(x.dtype, _space_for(shp, dims)),))[0]
+    return _emit("reshape", [x], {}, (TileType(x.dtype, _space_for(shp, dims, "tn.reshape")),))[0]
 
 
 def permute(x: Tile, order: Sequence[Any]) -> Tile:
@@ -643,7 +686,8 @@ def permute(x: Tile, order: Sequence[Any]) -> Tile:
 def reindex(x: Tile, shp: Any, fn: Callable[..., Any], dims: Sequence[Dim] | None = None) -> Tile:
     """``y[q] = x[fn(q)]``; ``fn`` returns one source coordinate per dim of ``x``.
     A source coordinate outside ``x`` is an error (no fill contract)."""
-    space = _space_for(shp, dims) if not isinstance(shp, Tile) else shp.type.space
+    space = (_space_for(shp, dims, "tn.reindex") if not isinstance(shp, Tile)
+             else shp.type.space)
     vars_ = tuple(str(i) for i in range(space.rank))
     src = fn(*(Index(E.Var(v)) for v in vars_))
     src = coord(*(src if isinstance(src, (tuple, list)) else (src,)))
@@ -1004,7 +1048,8 @@ def memory(dtype: DType, shape_or_layout: Any, resource: str = "auto",
         raise CaptureError(f"unknown memory resource {resource!r}",
                            hint="use tn.mem.auto/private_/shared/cluster/global_/tensor")
     spec = shape_or_layout if isinstance(shape_or_layout, LayoutSpec) else layout(shape_or_layout)
-    space = spec.shape.space(_dims_arg(dims) if dims is not None else None, labels="mem")
+    space = spec.shape.space(_dims_arg(dims) if dims is not None else None, labels="mem",
+                             made_by="the fresh dim made by tn.memory")
     vars_ = tuple(str(i) for i in range(space.rank))
     lay = spec.layout(vars_)
     mt = MemoryType(dtype, space, lay, resource)

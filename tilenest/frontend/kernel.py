@@ -21,11 +21,13 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..errors import CaptureError, Site
+import numpy as np
+
+from ..errors import CaptureError, Site, TilenestError, TilenestWarning
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import TileProgram
-from ..semantics.space import Dim
+from ..semantics.space import Dim, DimOrigin
 from ..semantics.types import TensorType, TileType
 from . import dsl
 from .builder import BValue
@@ -110,6 +112,7 @@ def capture(fn: Callable, consts: dict[str, Any], scope: dict[str, Any] | None =
     try:
         env: dict[str, Any] = {}
         args: list[BValue] = []
+        warned: set[str] = set()
         line = fdef.lineno
         c.builder.site = Site(src.file, line, 1)
         for p in sig.parameters.values():
@@ -118,6 +121,8 @@ def capture(fn: Callable, consts: dict[str, Any], scope: dict[str, Any] | None =
                 env[p.name] = consts[p.name]
             elif isinstance(a, TensorSpec):
                 names = a.names or tuple(f"{p.name}_{i}" for i in range(a.rank))
+                _warn_shadowed(fn, sig, consts, p.name, a.names or (), Site(src.file, line, 1),
+                               warned)
                 extents = []
                 for n in names:
                     if str(n).isdigit():
@@ -128,7 +133,9 @@ def capture(fn: Callable, consts: dict[str, Any], scope: dict[str, Any] | None =
                     else:
                         raise CaptureError(f"tensor extent name {n!r} of '{p.name}' is neither "
                                            "an identifier nor an integer", Site(src.file, line, 1))
-                dims = tuple(Dim.fresh(f"{p.name}.{i}") for i in range(a.rank))
+                dims = tuple(Dim.fresh(f"{p.name}.{i}", DimOrigin(
+                    f"axis {i} of tensor argument '{p.name}'", Site(src.file, line, 1)))
+                    for i in range(a.rank))
                 v = BValue(TensorType(a.dtype, tuple(extents), dims), p.name)
                 args.append(v)
                 env[p.name] = dsl.TensorArg(v, p.name, dims)
@@ -168,10 +175,129 @@ def capture(fn: Callable, consts: dict[str, Any], scope: dict[str, Any] | None =
     return prog
 
 
+def _warn_shadowed(fn: Callable, sig: inspect.Signature, consts: dict[str, Any], arg: str,
+                   names: tuple, site: Site, warned: set[str]) -> None:
+    """Warn when an extent name of ``arg``'s shape annotation is also the name of
+    a compile-time constant: the body's ``N`` then denotes the constant, while
+    the annotation's ``N`` is the tensor's symbolic extent -- two unrelated
+    values under one name."""
+    import warnings
+
+    for n in names:
+        n = str(n)
+        q = sig.parameters.get(n)
+        if q is None or n == arg or n in warned:
+            continue
+        if n in consts:
+            value = consts[n]
+        elif q.default is not inspect.Parameter.empty:
+            value = q.default
+        else:
+            continue
+        warned.add(n)
+        warnings.warn_explicit(
+            f"the shape annotation of '{arg}' names the extent '{n}', which is also "
+            f"the compile-time constant '{n}' (= {value!r}) of kernel {fn.__name__}; in the "
+            f"body '{n}' is the constant, not the extent (use {arg}.shape for the extent, or "
+            "rename one of them)", TilenestWarning, site.file or "<unknown>", site.line)
+
+
 def ast_FunctionDef() -> type:
     import ast
 
     return ast.FunctionDef
+
+
+def kernel_site(fn: Callable) -> Site:
+    """``file:line`` of a kernel's ``def`` statement, as capture diagnostics
+    name it."""
+    try:
+        src = parse_function(fn)
+        return Site(src.file, src.tree.body[0].lineno, 1)
+    except (TilenestError, SyntaxError, IndexError):
+        code = getattr(fn, "__code__", None)
+        return Site(code.co_filename if code else "<unknown>",
+                    code.co_firstlineno if code else 0)
+
+
+def _kinds(fn: Callable, scope: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """Each parameter of ``fn`` classified as ``("tensor"|"scalar"|"sym"|"const",
+    default)`` by the signature conventions of this module; a parameter fitting
+    none is ``("bad", None)`` (capture reports it)."""
+    ann = _annotations(fn, scope)
+    out: dict[str, tuple[str, Any]] = {}
+    for p in inspect.signature(fn).parameters.values():
+        a = ann.get(p.name)
+        if isinstance(a, TensorSpec):
+            out[p.name] = ("tensor", None)
+        elif isinstance(a, ScalarSpec):
+            out[p.name] = ("scalar", None)
+        elif a in (int, Sym) and p.default is inspect.Parameter.empty:
+            out[p.name] = ("sym", None)
+        elif p.default is not inspect.Parameter.empty:
+            out[p.name] = ("const", p.default)
+        else:
+            out[p.name] = ("bad", None)
+    return out
+
+
+def _const_type_ok(default: Any, value: Any) -> bool:
+    """Whether ``value`` can replace a constant whose default is ``default``:
+    the same kind of Python number or string (an int where a float is expected
+    is fine; a bool is not an int here), anything where the default is None or
+    of another type (the kernel body is the judge of those)."""
+    import numbers
+
+    if default is None:
+        return True
+    if isinstance(default, bool):
+        return isinstance(value, (bool, np.bool_))
+    if isinstance(default, numbers.Integral):
+        return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if isinstance(default, numbers.Real):
+        return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if isinstance(default, str):
+        return isinstance(value, str)
+    return True
+
+
+def check_constants(fn: Callable, consts: dict[str, Any], scope: dict[str, Any],
+                    how: str = "specialize") -> None:
+    """Reject compile-time constants that name no constant parameter of ``fn``, or
+    whose value does not fit the parameter (its default's type; an integer for a
+    symbolic parameter). The error names the kernel's ``file:line``."""
+    kinds = _kinds(fn, scope)
+    site = kernel_site(fn)
+    consts_ok = sorted(n for n, (k, _) in kinds.items() if k in ("const", "sym"))
+    listing = ", ".join(consts_ok) if consts_ok else "none"
+    for name, value in consts.items():
+        kind, default = kinds.get(name, (None, None))
+        if kind is None:
+            raise TilenestError(
+                f"{how}: kernel {fn.__name__} has no parameter '{name}'", site,
+                f"its compile-time parameters are: {listing}")
+        if kind in ("tensor", "scalar"):
+            raise TilenestError(
+                f"{how}: '{name}' is a {kind} argument of kernel {fn.__name__}, not a "
+                "compile-time constant", site,
+                f"pass it when calling the kernel; compile-time parameters: {listing}")
+        if kind == "sym":
+            import numbers
+
+            if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
+                raise TilenestError(
+                    f"{how}: symbolic parameter '{name}' of kernel {fn.__name__} needs an "
+                    f"integer, got {type(value).__name__} {value!r}", site)
+        elif kind == "const" and not _const_type_ok(default, value):
+            raise TilenestError(
+                f"{how}: constant '{name}' of kernel {fn.__name__} defaults to "
+                f"{type(default).__name__} {default!r}; got {type(value).__name__} {value!r}",
+                site, f"pass a value of type {type(default).__name__}")
+
+
+#: keyword options of the interpreter, passed through by a kernel call
+_RUN_OPTIONS = ("params", "schedule", "fast", "check_races", "poison", "outputs",
+                "check_pipelines")
 
 
 class Kernel:
@@ -184,22 +310,94 @@ class Kernel:
         self.consts = dict(consts or {})
         self.scope = scope or {}
         functools.update_wrapper(self, fn)
+        self._variants: dict[tuple, Kernel] = {}
+        if self.consts:
+            check_constants(fn, self.consts, self.scope)
 
     @functools.cached_property
     def program(self) -> TileProgram:
-        return capture(self.fn, self.consts, self.scope)
+        try:
+            return capture(self.fn, self.consts, self.scope)
+        except TilenestError as e:
+            if self.consts:
+                given = ", ".join(f"{k}={v!r}" for k, v in self.consts.items())
+                e.notes = e.notes + (f"this variant of {self.fn.__name__} has the "
+                                     f"compile-time constants {given}",)
+                e.args = (e.render(),)
+            raise
 
     def specialize(self, **consts: Any) -> "Kernel":
-        """A variant with compile-time constants overridden."""
+        """A variant with compile-time constants overridden (each must name a
+        constant or symbolic parameter of the kernel and fit its type)."""
+        check_constants(self.fn, consts, self.scope)
         return Kernel(self.fn, {**self.consts, **consts}, self.scope)
 
     def ir(self) -> str:
         return str(self.program)
 
+    def bind_arguments(self, args: tuple, kw: dict[str, Any]
+                       ) -> tuple["Kernel", tuple, dict[str, Any]]:
+        """Resolve a call ``kernel(*args, **kw)``: the variant to run (keyword
+        compile-time constants select a specialization), the tensor and scalar
+        arguments in signature order, and the interpreter options (a symbolic
+        parameter given by keyword joins ``params``)."""
+        kinds = _kinds(self.fn, self.scope)
+        site = kernel_site(self.fn)
+        name = self.fn.__name__
+        order = [n for n, (k, _) in kinds.items() if k in ("tensor", "scalar")
+                 and n not in self.consts]
+        opts = {k: v for k, v in kw.items() if k in _RUN_OPTIONS}
+        rest = {k: v for k, v in kw.items() if k not in _RUN_OPTIONS}
+        if len(args) > len(order):
+            raise TilenestError(
+                f"kernel {name} takes {len(order)} positional arguments "
+                f"({', '.join(order)}), got {len(args)}", site,
+                "compile-time constants are passed by keyword")
+        bound: dict[str, Any] = dict(zip(order, args, strict=False))
+        consts: dict[str, Any] = {}
+        params = dict(opts.get("params") or {})
+        for k, v in rest.items():
+            kind = kinds.get(k, (None, None))[0]
+            if k in bound:
+                raise TilenestError(f"kernel {name} got argument '{k}' both by position "
+                                    "and by keyword", site)
+            if kind in ("tensor", "scalar") and k in order:
+                bound[k] = v
+            elif kind == "const" or kind == "sym" and k in self.consts:
+                consts[k] = v
+            elif kind == "sym":
+                if k in params:
+                    raise TilenestError(f"kernel {name} got parameter '{k}' both by keyword "
+                                        "and in params=", site)
+                params[k] = v
+            else:
+                valid = order + sorted(n for n, (kd, _) in kinds.items()
+                                       if kd in ("const", "sym")) + list(_RUN_OPTIONS)
+                raise TilenestError(f"kernel {name} has no argument '{k}'", site,
+                                    f"its arguments are: {', '.join(valid)}")
+        missing = [n for n in order if n not in bound]
+        if missing:
+            raise TilenestError(
+                f"kernel {name} is missing argument(s) {', '.join(repr(m) for m in missing)}",
+                site, f"it takes {', '.join(order)}")
+        if params or "params" in opts:
+            opts["params"] = params
+        variant = self
+        if consts:
+            key = tuple(sorted((k, type(v).__name__, repr(v)) for k, v in consts.items()))
+            variant = self._variants.get(key)
+            if variant is None:
+                variant = self._variants[key] = self.specialize(**consts)
+        return variant, tuple(bound[n] for n in order), opts
+
     def __call__(self, *arrays: Any, **kw: Any) -> Any:
+        """Run on the reference interpreter: tensors and scalars by position or
+        by name, compile-time constants by name (a specialized variant), and the
+        interpreter's options (``params=``, ``schedule=``, ...)."""
         from ..interpreter import interpret
 
-        return interpret(self, *arrays, **kw)
+        variant, args, opts = self.bind_arguments(arrays, kw)
+        return interpret(variant, *args, **opts)
 
     def compile(self, target: str = "llvm", **kw: Any) -> Any:
         """A compiled callable for ``target`` (``schedule=`` a Schedule, or schedule

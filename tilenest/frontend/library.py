@@ -31,7 +31,7 @@ def region(kind: str, shp: dsl.Shape, inits: Sequence[Tile],
     c = ctx()
     vars_ = tuple(c.builder.fresh_var(label if shp.rank == 1 else f"{label}{i}")
                   for i in range(shp.rank))
-    space = shp.space(labels=label)
+    space = shp.space(labels=label, made_by=f"the domain dim of a library {kind} region")
     domain = IndexSet(space, vars_)
     level = c.level
     a = {"vars": vars_, "domain": domain}
@@ -102,7 +102,7 @@ def _axis_dim(x: Tile, axis: Any) -> Dim:
 
 
 def _fresh_copy_dim(d: Dim) -> Dim:
-    return Dim.fresh((d.label or "d") + "'")
+    return Dim.fresh((d.label or "d") + "'", dsl.made_here(f"a copy of dim '{d.describe()}'"))
 
 
 def _rename_dim(x: Tile, old: Dim, new: Dim) -> Tile:
@@ -331,7 +331,7 @@ def sort(x: Tile, axis: Any, descending: bool = False, k: int | None = None
                 hint="select from a tile whose extent is a constant or a kernel parameter")
     vals, src = _merge_sort(x, d, descending)
     kk = n if k is None else E.Const(k)
-    dr = Dim.fresh("rank")
+    dr = Dim.fresh("rank", dsl.made_here("the sorted axis made by tn.sort/tn.topk"))
     out_space = Space(tuple(DimFactor(dr, kk) if f.dim == d else f
                             for f in x.type.space.factors))
     vars_ = tuple(str(i) for i in range(x.rank))

@@ -516,9 +516,16 @@ class Stager:
         return before, fwd, mfwd
 
     def close_scope(self, before: dict, kind: str, site: Site | None) -> None:
-        """Names first bound inside the region become invisible after it."""
+        """Names first bound inside the region become invisible after it.
+
+        "First bound" includes a name whose value before the region was itself
+        region-local to an earlier sibling (an ``_Escaped`` marker): rebinding it
+        inside this region defines a new local, not an update of visible state,
+        so it escapes again (otherwise a third sibling would see the second
+        sibling's local as live state and carry it)."""
         for n in list(self.env):
-            if n not in before:
+            if n not in before or (isinstance(before[n], _Escaped)
+                                   and self.env[n] is not before[n]):
                 v = self.env[n]
                 if isinstance(v, (dsl.Tile, dsl.ScopeHandle, dsl.MemoryObj, dsl.TensorArg,
                                   dsl.Index, dsl.IndexCond)) or isinstance(v, StagedFunction):
@@ -640,8 +647,9 @@ class _CarryMixin:
             m.state = r
 
 
-def _domain(shape: dsl.Shape, vars_: tuple[str, ...], labels: str) -> tuple[IndexSet, dsl.Shape]:
-    space = shape.space(labels=labels)
+def _domain(shape: dsl.Shape, vars_: tuple[str, ...], labels: str, kind: str
+            ) -> tuple[IndexSet, dsl.Shape]:
+    space = shape.space(labels=labels, made_by=f"the domain dim of the {kind} region '{labels}'")
     return IndexSet(space, vars_), dsl.space_shape(space)
 
 
@@ -671,7 +679,7 @@ class RegionStager(_CarryMixin):
         base = name if rank == 1 else name
         vars_ = tuple(c.builder.fresh_var(base if rank == 1 else f"{base}{i}")
                       for i in range(rank))
-        domain, shp = _domain(spec.shape, vars_, name)
+        domain, shp = _domain(spec.shape, vars_, name, spec.kind)
         level = frame.level
         attrs: dict[str, Any] = {"vars": vars_, "domain": domain}
         child_coord = None
@@ -729,10 +737,11 @@ class RegionStager(_CarryMixin):
         # type preservation of states
         for n, a, f in zip(names + ["<memory>"] * len(mems), block.args, finals, strict=True):
             if a.type != f.type:
+                (ta, tb), notes = _tstrs(a.type, f.type)
                 raise TypeCheckError(
-                    f"the {spec.kind} region changes the type of '{n}' from "
-                    f"{_tstr(a.type)} to {_tstr(f.type)}", site,
-                    "a carried value keeps its dtype and dims; cast or reduce inside the region")
+                    f"the {spec.kind} region changes the type of '{n}' from {ta} to {tb}", site,
+                    "a carried value keeps its dtype and dims; cast or reduce inside the region",
+                    notes=notes)
         self.bind_results(op, names, mems)
         st.env[name] = handle
         st.close_scope(before, spec.kind, site)
@@ -740,12 +749,22 @@ class RegionStager(_CarryMixin):
         return None
 
 
-def _tstr(t: Any) -> str:
+def _tstr(t: Any, names: dict | None = None) -> str:
     from ..semantics.ops.values import describe_space
 
     if isinstance(t, TileType):
-        return f"{t.dtype}{describe_space(t.space)}" if t.rank else str(t.dtype)
+        return f"{t.dtype}{describe_space(t.space, names)}" if t.rank else str(t.dtype)
     return str(t)
+
+
+def _tstrs(*ts: Any) -> tuple[list[str], tuple[str, ...]]:
+    """Several types printed for one diagnostic: distinct dims that would print
+    alike are told apart, with notes saying where each was made."""
+    from ..semantics.space import dim_names
+
+    dims = [d for t in ts if isinstance(t, TileType) for d in t.dims]
+    names, notes = dim_names(dims)
+    return [_tstr(t, names) for t in ts], notes
 
 
 def stage_cut(handle: dsl.ScopeHandle, name: str | None) -> None:
@@ -1010,6 +1029,8 @@ class IfStager(_CarryMixin):
         for n in set(branches[0][1]) | set(branches[1][1]):
             vals = [b[1].get(n, _UNSET) for b in branches]
             old = before_env.get(n, _UNSET)
+            if isinstance(old, _Escaped):
+                old = _UNSET  # region-local to an earlier region: not visible here
             changed = any(v is not old for v in vals)
             if not changed:
                 continue
@@ -1044,8 +1065,11 @@ class IfStager(_CarryMixin):
             outs.append(vals)
         for i, n in enumerate(names):
             if outs[0][i].type != outs[1][i].type:
-                raise TypeCheckError(f"'{n}' has type {_tstr(outs[0][i].type)} in one branch of "
-                                     f"tn.if_ and {_tstr(outs[1][i].type)} in the other", site)
+                (ta, tb), notes = _tstrs(outs[0][i].type, outs[1][i].type)
+                raise TypeCheckError(f"'{n}' has type {ta} in one branch of tn.if_ and {tb} in "
+                                     "the other", site,
+                                     "both branches must give a value of one dtype and dims",
+                                     notes=notes)
         st.env.clear()
         st.env.update(before_env)
         for m in c.memories:
@@ -1056,7 +1080,9 @@ class IfStager(_CarryMixin):
         self.bind_results(op, names, mems)
         # names new in only one branch are not visible after
         for n in set(branches[0][1]) | set(branches[1][1]):
-            if n not in before_env and n not in names:
+            if n not in names and (n not in before_env or (
+                    isinstance(before_env[n], _Escaped)
+                    and any(b[1].get(n) is not before_env[n] for b in branches))):
                 st.env[n] = _Escaped(n, site, "tn.if_")
         return None
 
@@ -1120,7 +1146,10 @@ class WhileStager(_CarryMixin):
                           result_types=tuple(v.type for v in incoming))
         for n, a, f in zip(names, body.args, finals, strict=False):
             if a.type != f.type:
-                raise TypeCheckError(f"the while loop changes the type of '{n}'", site)
+                (ta, tb), notes = _tstrs(a.type, f.type)
+                raise TypeCheckError(f"the while loop changes the type of '{n}' from {ta} to {tb}",
+                                     site, "a carried value keeps its dtype and dims; cast or "
+                                           "reduce inside the loop", notes=notes)
         self.bind_results(op, names, mems)
         st.close_scope(before, "tn.while_", site)
         return None

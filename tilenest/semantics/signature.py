@@ -3,12 +3,14 @@
 A call supplies one value per program argument: a numpy array for each tensor
 (exact dtype, rank; its shape binds the extent symbols, and arguments sharing
 an extent name must agree), a number for each runtime scalar, and ``params``
-for symbolic parameters no shape determines. Extents that are expressions are
+for symbolic parameters no shape determines (integers: a float is an error,
+never truncated). Extents that are expressions are
 checked after all symbols are bound, then the program's assumptions.
 """
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,10 +29,20 @@ def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
         raise TilenestError(f"kernel {p.name} takes {len(p.args)} arguments ({names}), "
                             f"got {len(args)}", p.loc)
     params = params or {}
+    if not isinstance(params, dict):
+        raise TilenestError(f"params of kernel {p.name} must be a dict of name -> integer, got "
+                            f"{type(params).__name__}", p.loc)
     unknown = set(params) - set(p.syms)
     if unknown:
-        raise TilenestError(f"unknown parameter(s) {sorted(unknown)} for kernel {p.name}")
-    syms: dict[E.Expr, int] = {E.Sym(k): int(v) for k, v in params.items()}
+        raise TilenestError(f"unknown parameter(s) {sorted(unknown)} for kernel {p.name}", p.loc,
+                            f"its parameters are: {', '.join(p.syms) or 'none'}")
+    syms: dict[E.Expr, int] = {}
+    for k, v in params.items():
+        if not isinstance(v, numbers.Integral) or isinstance(v, (bool, np.bool_)):
+            raise TilenestError(f"parameter '{k}' of kernel {p.name} must be an integer, got "
+                                f"{type(v).__name__} {v!r}", p.loc,
+                                "symbolic extents and parameters are integers")
+        syms[E.Sym(k)] = int(v)
     deferred: list[tuple[str, int, E.Expr, int]] = []
     for v, a in zip(p.args, args, strict=True):
         t = v.type

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from . import expr as E
 from .expr import Expr, Pred
@@ -26,22 +26,75 @@ _fresh = itertools.count()
 
 
 @dataclass(frozen=True)
+class DimOrigin:
+    """Where and by what a Dim was made -- for diagnostics only, never part of
+    its identity. ``what`` reads as a noun phrase ("the fresh dim made by
+    tn.zeros"), ``site`` is the source location (a :class:`~tilenest.errors.Site`)
+    and ``anonymous`` says the user gave no label (the label was generated)."""
+
+    what: str
+    site: Any = None
+    anonymous: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.what} at {self.site}" if self.site is not None else self.what
+
+
+@dataclass(frozen=True)
 class Dim:
-    """A dimension identity. ``key`` is the identity; ``label`` is diagnostic only."""
+    """A dimension identity. ``key`` is the identity; ``label`` and ``origin``
+    are diagnostic only (excluded from equality and hashing)."""
 
     key: tuple
     label: str | None = field(default=None, compare=False, hash=False)
+    origin: DimOrigin | None = field(default=None, compare=False, hash=False, repr=False)
 
     @staticmethod
-    def fresh(label: str | None = None) -> "Dim":
+    def fresh(label: str | None = None, origin: DimOrigin | None = None) -> "Dim":
         """A new identity distinct from every existing Dim."""
-        return Dim(("dsl", next(_fresh)), label)
+        return Dim(("dsl", next(_fresh)), label, origin)
 
     def __repr__(self) -> str:
         return f"Dim({self.label or '_'}@{self.key[-1]})"
 
     def describe(self) -> str:
         return self.label or f"dim{self.key[-1]}"
+
+
+def dim_names(dims: Iterable[Dim]) -> tuple[dict[Dim, str], tuple[str, ...]]:
+    """How the dims of one diagnostic print, and the notes that make it unambiguous.
+
+    Each dim prints as its label (:meth:`Dim.describe`), except that distinct
+    identities which would print alike get the suffixes ``#1, #2, ...`` (in the
+    order given) and a note each saying where it was made. A dim whose label was
+    generated (a fresh dim the user never named) also gets a note naming what
+    made it, so "d0" can be traced to its ``tn.zeros`` call."""
+    order: list[Dim] = []
+    for d in dims:
+        if d not in order:
+            order.append(d)
+    groups: dict[str, list[Dim]] = {}
+    for d in order:
+        groups.setdefault(d.describe(), []).append(d)
+    names: dict[Dim, str] = {}
+    notes: list[str] = []
+    for label, ds in groups.items():
+        if len(ds) == 1:
+            d = ds[0]
+            names[d] = label
+            if d.origin is not None and d.origin.anonymous:
+                notes.append(f"'{label}' is {d.origin}")
+            continue
+        for i, d in enumerate(ds, 1):
+            names[d] = f"{label}#{i}"
+        known = [d for d in ds if d.origin is not None]
+        listed = ", ".join(repr(names[d]) for d in ds[:-1]) + f" and {names[ds[-1]]!r}"
+        head = (f"{listed} are distinct dims, "
+                f"{'both' if len(ds) == 2 else 'all'} labelled '{label}'")
+        notes.append(head + ("" if known else " (where they were made is not recorded)"))
+        for d in known:
+            notes.append(f"'{names[d]}' is {d.origin}")
+    return names, tuple(notes)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 from ...errors import TypeCheckError
 from .. import dtypes as D
 from .. import expr as E
-from ..space import DimFactor, Space
+from ..space import DimFactor, Space, dim_names
 from ..types import TileType
 from . import define, type_rule
 
@@ -67,8 +67,11 @@ def _tile(t: Any, what: str) -> TileType:
     return t
 
 
-def describe_space(s: Space) -> str:
-    return "[" + ", ".join(f"{f.dim.describe()}:{E.to_str(f.extent)}" for f in s.factors) + "]"
+def describe_space(s: Space, names: dict | None = None) -> str:
+    """``[label:extent, ...]``; ``names`` (from :func:`dim_names`) overrides labels."""
+    names = names or {}
+    return "[" + ", ".join(f"{names.get(f.dim, f.dim.describe())}:{E.to_str(f.extent)}"
+                           for f in s.factors) + "]"
 
 
 def join_spaces(spaces: list[Space], what: str = "operands", nested: bool = False) -> Space:
@@ -81,12 +84,13 @@ def join_spaces(spaces: list[Space], what: str = "operands", nested: bool = Fals
         for s in spaces:
             extra = [f.dim for f in s.factors if not big.has(f.dim)]
             if extra:
-                mine = [f.dim.describe() for f in big.factors if not s.has(f.dim)]
+                mine = [f.dim for f in big.factors if not s.has(f.dim)]
+                names, notes = dim_names(extra + mine)
                 raise TypeCheckError(
-                    f"the {what} have unrelated dims: {', '.join(d.describe() for d in extra)} "
-                    f"vs {', '.join(mine)} (dims are identities, not extents)",
+                    f"the {what} have unrelated dims: {', '.join(names[d] for d in extra)} "
+                    f"vs {', '.join(names[d] for d in mine)} (dims are identities, not extents)",
                     hint="give shared axes one identity with with_dims(...) or tn.reindex, or "
-                         "broadcast explicitly with tn.broadcast(x, shape)")
+                         "broadcast explicitly with tn.broadcast(x, shape)", notes=notes)
     out: list[DimFactor] = []
     where: dict[Any, int] = {}
     for s in spaces:
