@@ -289,3 +289,16 @@ def test_no_warning_without_shadowing():
         warnings.simplefilter("error", TilenestWarning)
         scaled.specialize(scale=1.0).program
         blocked.program
+
+
+def test_a_compiled_kernel_takes_keyword_arguments():
+    ck = scaled.compile(target="llvm")
+    x = np.arange(6, dtype=np.float32)
+    y = np.zeros(6, np.float32)
+    ck(y=y, x=x, n=3)
+    assert y.tolist() == [0, 2, 4, 0, 0, 0]
+    with pytest.raises(TilenestError, match="has no argument 'scale'") as ei:
+        ck(x, y, n=3, scale=1.0)
+    assert "specialize" in ei.value.hint
+    with pytest.raises(TilenestError, match="missing argument"):
+        ck(x, n=3)

@@ -21,6 +21,45 @@ from .ir import TileProgram
 from .types import TensorType
 
 
+def order_arguments(p: TileProgram, args: Sequence[Any], named: dict[str, Any],
+                    params: dict[str, Any] | None = None) -> tuple[tuple, dict[str, Any] | None]:
+    """A call's arguments in ``p``'s argument order, from positional ``args``
+    followed by ``named`` ones (tensors and runtime scalars by parameter name; a
+    symbolic parameter by name joins ``params``). Unknown, duplicate and
+    missing names are errors; returns ``(arguments, params)``."""
+    if not named:
+        return tuple(args), params
+    order = [a.name for a in p.args]
+    if len(args) > len(order):
+        raise TilenestError(f"kernel {p.name} takes {len(order)} arguments "
+                            f"({', '.join(order)}), got {len(args)}", p.loc)
+    bound = dict(zip(order, args, strict=False))
+    out_params = dict(params or {})
+    for k, v in named.items():
+        if k in bound:
+            raise TilenestError(f"kernel {p.name} got argument '{k}' both by position and by "
+                                "keyword", p.loc)
+        if k in order:
+            bound[k] = v
+        elif k in p.syms:
+            if k in out_params:
+                raise TilenestError(f"kernel {p.name} got parameter '{k}' both by keyword and "
+                                    "in params=", p.loc)
+            out_params[k] = v
+        else:
+            raise TilenestError(f"kernel {p.name} has no argument '{k}'", p.loc,
+                                f"its arguments are: {', '.join(order + list(p.syms))}; "
+                                "compile-time constants are fixed when the kernel is compiled "
+                                "(specialize it first)")
+    missing = [n for n in order if n not in bound]
+    if missing:
+        raise TilenestError(f"kernel {p.name} is missing argument(s) "
+                            f"{', '.join(repr(m) for m in missing)}", p.loc,
+                            f"it takes {', '.join(order)}")
+    return tuple(bound[n] for n in order), (out_params if out_params or params is not None
+                                            else None)
+
+
 def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
               ) -> dict[E.Expr, int]:
     """The value of every symbol of ``p`` for this call (raises on a mismatch)."""

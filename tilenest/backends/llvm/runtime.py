@@ -34,7 +34,7 @@ from ...errors import BoundsError, RuntimeSemanticError, TilenestError
 from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
-from ...semantics.signature import bind_call
+from ...semantics.signature import bind_call, order_arguments
 from ...semantics.types import TensorType
 from .codegen import DIV_ZERO, NEG_SHIFT
 from .workers import run_phase
@@ -153,7 +153,8 @@ class CompiledKernel:
 
     # -- execution -------------------------------------------------------------------
     def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
-                 threads: int | None = None) -> Any:
+                 threads: int | None = None, **named: Any) -> Any:
+        arrays, params = order_arguments(self.program, arrays, named, params)
         keep, syms = self.bind(arrays, params)
         groups = self.aliases(keep)
         if groups != self.schedule.aliases:
