@@ -14,10 +14,14 @@ Subcommands::
     tilenest conformance                          run the conformance suite
     tilenest bench                                run benchmarks
 
-A user's mistake (bad IR text, an ill-typed kernel, a race...) prints the
-error with its sites and a hint and exits with status 1; it never prints a
-Python traceback. Subcommands whose capability is not built yet say so and
-exit with status 3.
+Exit status: 0 success; 1 a user's mistake (a bad option or argument, a file
+that cannot be read, bad IR text, an ill-typed kernel, a race, a refuted
+obligation, a validation mismatch or nothing validated); 2 ``check`` found an
+unknown verdict and no refutation; 3 a capability this build lacks; 70 an
+internal error of tilenest (a bug: please report it). A user's mistake prints
+the error with its sites and a hint, never a Python traceback; an internal
+error prints a short note, and the traceback only when ``TILENEST_DEBUG=1`` is
+set or ``--traceback`` is given before the subcommand.
 """
 
 from __future__ import annotations
@@ -25,14 +29,114 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import re
 import sys
+import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from .errors import NotAvailableError, TilenestError
+from .errors import (
+    InternalError,
+    NotAvailableError,
+    Site,
+    TilenestError,
+    UsageError,
+    UserCodeError,
+)
 
 EXIT_USER_ERROR = 1
+EXIT_UNKNOWN = 2
 EXIT_NOT_AVAILABLE = 3
+#: sysexits.h EX_SOFTWARE: an internal software error
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _is_user_file(filename: str) -> bool:
+    """Whether a traceback frame's file is the user's code: not tilenest, not
+    the Python installation (stdlib, site-packages), not a frozen module."""
+    if not filename or filename.startswith("<"):
+        return False
+    f = Path(filename).resolve()
+    roots = {_PACKAGE_DIR, *(Path(x).resolve() for x in
+                             {sys.prefix, sys.base_prefix, sys.exec_prefix} if x)}
+    return not any(f == r or r in f.parents for r in roots)
+
+
+def _frames(tb: Any) -> list[traceback.FrameSummary]:
+    return list(traceback.extract_tb(tb))
+
+
+def _site_of(fr: traceback.FrameSummary) -> Site:
+    return Site(fr.filename, fr.lineno or 0, (fr.colno or 0) + 1 if fr.colno is not None else 0)
+
+
+def _user_code_error(e: BaseException, what: str) -> UserCodeError:
+    """``e``, raised while running the user's code, located at the deepest frame
+    of the user's own files (where the user can act)."""
+    frames = _frames(e.__traceback__)
+    user = [f for f in frames if _is_user_file(f.filename)]
+    notes = []
+    if frames and user and frames[-1] is not user[-1]:
+        last = frames[-1]
+        notes.append(f"raised in {Path(last.filename).name}:{last.lineno} ({last.name}), "
+                     f"called from the line above")
+    if isinstance(e, RecursionError):
+        msg = "Python's recursion limit was exceeded"
+        hint = ("look for a function that calls itself without end, or an expression "
+                "nested too deeply (split it into named steps)")
+    else:
+        msg, hint = str(e), "the exception comes from the Python code at that line"
+    return UserCodeError(f"{what} raised {type(e).__name__}: {msg}",
+                         _site_of(user[-1]) if user else None, hint, tuple(notes))
+
+
+def _read_text(p: Path) -> str:
+    """The UTF-8 text of an IR file; an unreadable or undecodable file is a user
+    error located at the first offending byte."""
+    try:
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise TilenestError(f"{p} is a directory, not a kernel or IR file",
+                            hint="give a .py kernel file, a .tile or a .json file") from None
+    except OSError as e:
+        raise TilenestError(f"cannot read {p}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise TilenestError(f"{p} is not UTF-8 text (byte 0x{data[e.start]:02x})",
+                            Site(str(p), line, col),
+                            "TileIR (.tile) and JSON (.json) files are UTF-8 text") from None
+
+
+def _exec_user_module(loader: Any, mod: Any, p: Path) -> None:
+    """Import the user's kernel file; what its own code raises is a located
+    user error (tilenest diagnostics and Python syntax errors pass through)."""
+    if p.is_dir():
+        raise TilenestError(f"{p} is a directory, not a kernel file",
+                            hint="give a .py file that defines @tn.kernel functions")
+    try:
+        with open(p, "rb"):
+            pass
+    except OSError as e:
+        raise TilenestError(f"cannot read {p}: {e.strerror or e}") from None
+    try:
+        loader.exec_module(mod)
+    except SyntaxError as e:
+        e.filename = e.filename or str(p)
+        raise
+    except TilenestError:
+        raise
+    except (Exception, SystemExit) as e:
+        if isinstance(e, ValueError) and "null bytes" in str(e):
+            raise TilenestError(f"{p} is not Python source (it contains null bytes)",
+                                hint="give a .py kernel file, a .tile or a .json file") from None
+        raise _user_code_error(e, f"importing {p}") from None
 
 
 def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]:
@@ -48,7 +152,7 @@ def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]
         mod = importlib.util.module_from_spec(spec)
         sys.path.insert(0, str(p.parent.resolve()))
         try:
-            spec.loader.exec_module(mod)
+            _exec_user_module(spec.loader, mod, p)
         finally:
             sys.path.pop(0)
         kernels = [(n, k) for n, k in vars(mod).items() if isinstance(k, Kernel)]
@@ -60,7 +164,7 @@ def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]
             raise TilenestError(f"{path} defines no @tn.kernel",
                                 hint="decorate a function with @tn.kernel")
         return [(n, k.program) for n, k in kernels]
-    text = p.read_text()
+    text = _read_text(p)
     if p.suffix == ".json":
         from .semantics.jsonio import loads
 
@@ -82,37 +186,101 @@ def cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
+_ARG_HINT = "give a .npy file, a number (scalars), zeros:AxB or random:AxB[:seed] (tensors)"
+_SHAPE = re.compile(r"(?:\d+(?:x\d+)*)?")
+
+
 def _parse_arg(spec: str, value: Any) -> Any:
-    """A call argument from the command line: a .npy file, a number, or
-    ``zeros:4x8`` / ``random:4x8[:seed]`` (dtype from the kernel's signature)."""
+    """A call argument from the command line: a ``.npy`` file, a number (for a
+    scalar), or ``zeros:4x8`` / ``random:4x8[:seed]`` (dtype from the kernel's
+    signature; an empty shape ``zeros:`` is a 0-d tensor). Anything else, or a
+    form that does not fit the parameter, is an error naming the parameter."""
     import numpy as np
 
     from .semantics.types import TensorType
 
     t = value.type
+    where = f"argument '{value.name}'"
+    is_tensor = isinstance(t, TensorType)
     if spec.endswith(".npy"):
-        return np.load(spec)
-    if spec.startswith(("zeros:", "random:")):
-        parts = spec.split(":")
-        shape = tuple(int(x) for x in parts[1].split("x")) if parts[1] else ()
-        if not isinstance(t, TensorType):
-            raise TilenestError(f"argument '{value.name}' is a scalar, not a tensor")
-        if parts[0] == "zeros":
+        if not is_tensor:
+            raise TilenestError(f"{where} is a scalar of {t.dtype}; {spec!r} is a tensor file",
+                                hint="give a number")
+        f = Path(spec)
+        if not f.is_file():
+            raise TilenestError(f"{where}: no such file: {spec}" if not f.exists() else
+                                f"{where}: {spec} is not a file", hint=_ARG_HINT)
+        try:
+            arr = np.load(f, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as e:
+            raise TilenestError(f"{where}: cannot read {spec} as a .npy array ({e})",
+                                hint="write it with numpy.save") from None
+        if not isinstance(arr, np.ndarray):
+            raise TilenestError(f"{where}: {spec} holds no single array", hint="use numpy.save")
+        return arr
+    kind, colon, rest = spec.partition(":")
+    if colon and kind in ("zeros", "random"):
+        if not is_tensor:
+            raise TilenestError(f"{where} is a scalar of {t.dtype}, not a tensor",
+                                hint="give a number")
+        shape_s, _, seed_s = rest.partition(":")
+        if not _SHAPE.fullmatch(shape_s):
+            raise TilenestError(f"{where}: bad shape {shape_s!r} in {spec!r}",
+                                hint="a shape is non-negative integers joined by 'x', e.g. 4x8")
+        shape = tuple(int(x) for x in shape_s.split("x")) if shape_s else ()
+        if len(shape) != len(t.shape):
+            raise TilenestError(f"{where} has rank {len(t.shape)}; {spec!r} has rank "
+                                f"{len(shape)}", hint=_ARG_HINT)
+        if kind == "zeros":
+            if seed_s:
+                raise TilenestError(f"{where}: zeros takes no seed ({spec!r})",
+                                    hint="zeros:AxB, or random:AxB:SEED")
             return np.zeros(shape, dtype=t.dtype.np)
-        rng = np.random.default_rng(int(parts[2]) if len(parts) > 2 else 0)
-        return rng.standard_normal(shape).astype(t.dtype.np) if t.dtype.is_float else \
-            rng.integers(0, 10, shape).astype(t.dtype.np)
+        if seed_s and not seed_s.isdigit():
+            raise TilenestError(f"{where}: the seed in {spec!r} is not a non-negative integer",
+                                hint="random:AxB:SEED, e.g. random:4x8:7")
+        rng = np.random.default_rng(int(seed_s) if seed_s else 0)
+        if t.dtype.is_float:
+            return rng.standard_normal(shape).astype(t.dtype.np)
+        if t.dtype.is_bool:
+            return rng.random(shape) < 0.5
+        return rng.integers(0, 10, shape).astype(t.dtype.np)
+    if is_tensor:
+        raise TilenestError(f"cannot read {where} (a tensor of {t.dtype}) from {spec!r}",
+                            hint=_ARG_HINT)
     try:
-        return float(spec) if "." in spec or "e" in spec.lower() else int(spec)
+        if t.dtype.is_bool:
+            if spec.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(spec)
+            return spec.lower() in ("true", "1")
+        if t.dtype.is_float:
+            return float(spec)
+        return int(spec, 0)
     except ValueError:
-        raise TilenestError(f"cannot read argument '{value.name}' from {spec!r}",
-                            hint="give a .npy file, a number, zeros:AxB or random:AxB[:seed]") \
-            from None
+        raise TilenestError(f"cannot read {where} (a scalar of {t.dtype}) from {spec!r}",
+                            hint="give a number of that type") from None
+
+
+def _write_outputs(out_dir: Path, arrays: dict[str, Any]) -> dict[str, dict]:
+    """Save each array as ``out_dir/NAME.npy``; a directory that cannot be made
+    or written is a user error naming ``--out-dir``."""
+    import numpy as np
+
+    report = {}
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for n, arr in arrays.items():
+            path = out_dir / f"{n}.npy"
+            np.save(path, arr)
+            report[n] = {"path": str(path), "shape": list(arr.shape), "dtype": str(arr.dtype)}
+    except OSError as e:
+        raise UsageError(f"--out-dir {out_dir}: cannot write outputs there "
+                         f"({e.strerror or e}{': ' + str(e.filename) if e.filename else ''})",
+                         hint="give a directory that exists or can be created") from None
+    return report
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    import numpy as np
-
     from .interpreter import interpret, random as rand_sched
 
     progs = load_programs(a.file, a.kernel)
@@ -121,26 +289,22 @@ def cmd_run(a: argparse.Namespace) -> int:
                             hint="kernels: " + ", ".join(n for n, _ in progs))
     name, p = progs[0]
     if len(a.args) != len(p.args):
-        raise TilenestError(f"kernel {name} takes {len(p.args)} arguments "
-                            f"({', '.join(v.name for v in p.args)}), got {len(a.args)}")
+        raise UsageError(f"kernel {name} takes {len(p.args)} arguments "
+                         f"({', '.join(v.name for v in p.args)}), got {len(a.args)}",
+                         hint="one ARG per kernel argument, in order")
     args = [_parse_arg(s, v) for s, v in zip(a.args, p.args, strict=True)]
-    params = {}
-    for kv in a.param or []:
-        k, _, v = kv.partition("=")
-        params[k] = int(v)
+    params = dict(a.param or [])
+    unknown = sorted(set(params) - set(p.syms))
+    if unknown:
+        raise UsageError(f"--param {unknown[0]}: kernel {name} has no symbol '{unknown[0]}'",
+                         hint="its symbols: " + (", ".join(p.syms) or "none"))
     sched: Any = a.schedule
     if sched and sched.startswith("random"):
         sched = rand_sched(int(sched.partition(":")[2] or 0))
     interpret(p, *args, params=params, schedule=sched, fast=a.fast, poison=a.poison)
     stored = {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
-    out_dir = Path(a.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = {}
-    for v, arr in zip(p.args, args, strict=True):
-        if v.name in stored:
-            path = out_dir / f"{v.name}.npy"
-            np.save(path, arr)
-            report[v.name] = {"path": str(path), "shape": list(arr.shape), "dtype": str(arr.dtype)}
+    report = _write_outputs(Path(a.out_dir), {v.name: arr for v, arr in
+                                              zip(p.args, args, strict=True) if v.name in stored})
     if a.json:
         print(json.dumps({"kernel": name, "outputs": report}, indent=2))
     else:
@@ -192,7 +356,9 @@ def cmd_lower(a: argparse.Namespace) -> int:
 
 
 def cmd_validate(a: argparse.Namespace) -> int:
-    """``tilenest validate``: exit 0 when every case is admitted, 1 on a mismatch."""
+    """``tilenest validate``: exit 0 when every kernel of the file compared some
+    case and every compared case is admitted; 1 on a mismatch, a kernel with
+    nothing compared or refused (3 if only for a missing capability)."""
     from .validation.report import run_cli
 
     progs = load_programs(a.file, a.kernel)
@@ -201,7 +367,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
         from .proofs.obligation import PROVED
 
         for name, p in progs:  # the compile-time gate's verdicts that are not proofs
-            obs = legality(p, _schedule_for(a, p))
+            try:
+                obs = legality(p, _schedule_for(a, p))
+            except TilenestError:
+                continue  # the kernel is refused: run_cli reports why, and goes on
             if any(o.status != PROVED and o.role == "required" for o in obs):
                 print(f"{name}: {summary(obs)}")
     return run_cli(progs, a, _schedule_for)
@@ -222,8 +391,141 @@ def _not_yet(what: str, issue: str) -> Any:
     return run
 
 
+# ---------------------------------------------------------------------------
+# argument validators: each returns the converted value or raises
+# ArgumentTypeError, which the parser reports as a usage error naming the option
+
+
+def _int_at_least(lo: int) -> Callable[[str], int]:
+    def conv(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"{v} is below the least allowed value {lo}")
+        return v
+    conv.__name__ = f"integer >= {lo}"
+    return conv
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} seconds: give a finite time > 0")
+    return v
+
+
+_SCHEDULES = ("batched", "canonical", "reversed", "random", "random:SEED", "exhaustive")
+
+
+def _schedule_arg(text: str) -> str:
+    kind, colon, seed = text.partition(":")
+    if kind in ("batched", "canonical", "reversed", "exhaustive") and not colon:
+        return text
+    if kind == "random" and (not colon or seed.isdigit()):
+        return text
+    raise argparse.ArgumentTypeError(f"unknown schedule {text!r} (choose from "
+                                     f"{', '.join(_SCHEDULES)})")
+
+
+def _param_arg(text: str) -> tuple[str, int]:
+    name, eq, value = text.partition("=")
+    if not eq or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    try:
+        return name, int(value, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}={value!r}: the value of a symbol is an "
+                                         "integer") from None
+
+
+_SELECTOR = re.compile(r"(?:\*|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*(?:\.|\*)?)?"
+                       r"(?:@\S+)?")
+
+
+def _selector_arg(text: str) -> str:
+    """An ``--assume`` selector (proofs.obligation.Obligation.matches): ``*``,
+    ``KIND``, a kind prefix ending in ``.`` or ``*``, each optionally ``@SITE``."""
+    if not text or not _SELECTOR.fullmatch(text) or text == "@":
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a selector: KIND, KIND.* or KIND. (a prefix), *, each "
+            "optionally @SITE (e.g. race.storage@gemm.py:30)")
+    return text
+
+
+def _transform_arg(text: str) -> str:
+    """A transform spec that parses and names a transform with fitting arguments."""
+    import inspect
+
+    from .proofs.report import STEPS, parse_spec
+
+    try:
+        name, args, kw = parse_spec(text)
+    except TilenestError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+    if name not in STEPS:
+        raise argparse.ArgumentTypeError(f"unknown transform '{name}' (transforms: "
+                                         f"{', '.join(sorted(STEPS))})")
+    try:
+        inspect.signature(STEPS[name]).bind(None, *args, **kw)
+    except TypeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return text
+
+
+def _blocking_file(p: Path) -> Path | None:
+    """The first existing non-directory among ``p``'s ancestors, if any."""
+    for q in reversed(p.absolute().parents):
+        if q.exists() and not q.is_dir():
+            return q
+    return None
+
+
+def _out_dir_arg(text: str) -> str:
+    p = Path(text)
+    bad = _blocking_file(p)
+    if (p.exists() and not p.is_dir()) or bad is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {bad or p} is a file, not a directory")
+    return text
+
+
+def _out_file_arg(text: str) -> str:
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; give a file name")
+    bad = _blocking_file(p)
+    if bad is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {bad} is a file, not a directory")
+    if not p.absolute().parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the directory {p.parent} does not exist")
+    return text
+
+
+def _in_dir_arg(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a directory" if Path(text).exists()
+                                         else f"no such directory: {text}")
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as a :class:`UsageError` (exit
+    status 1, like every user mistake) instead of exiting with status 2, which
+    ``tilenest check`` reserves for unknown verdicts."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tilenest", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="tilenest", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traceback", action="store_true",
+                    help="on an internal error, print the Python traceback (also: "
+                         "TILENEST_DEBUG=1)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("show", help="print the TileIR of a kernel or IR file")
     s.add_argument("file")
@@ -235,26 +537,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("args", nargs="*",
                    help="one per kernel argument: FILE.npy, a number, zeros:AxB, random:AxB[:seed]")
     s.add_argument("--kernel", help="which kernel of a .py file")
-    s.add_argument("--param", action="append", help="symbolic parameter NAME=VALUE")
-    s.add_argument("--schedule", help="canonical | reversed | random[:seed] | exhaustive")
+    s.add_argument("--param", action="append", type=_param_arg, metavar="NAME=VALUE",
+                   help="symbolic parameter")
+    s.add_argument("--schedule", type=_schedule_arg,
+                   help="batched (default) | canonical | reversed | random[:SEED] | exhaustive")
     s.add_argument("--fast", action="store_true", help="BLAS/pairwise orders (still admitted)")
     s.add_argument("--poison", action="store_true", help="report reads of unwritten outputs")
-    s.add_argument("--out-dir", default=".", help="where outputs are written as NAME.npy")
+    s.add_argument("--out-dir", default=".", type=_out_dir_arg, help="where outputs are written as NAME.npy")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_run)
     s = sub.add_parser("check", help="state and discharge the proof obligations (exit 0 all "
                        "proved, 1 any refuted, 2 any unknown and none refuted)")
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
-    s.add_argument("--transform", action="append", metavar="SPEC",
+    s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a transform applied in order, e.g. 'split(1, 0, 2)', 'tile(1, [2, 2])', "
                         "'bind(1:block, 2:warp)', 'fuse_phases(1)', 'place_reduction(0, 4)'")
     s.add_argument("--target", choices=("cuda", "metal", "cpu"),
                    help="bind the (transformed) nest to this target's scopes")
     s.add_argument("--json", action="store_true", help="machine-readable report "
                    "(schema tilenest.check/1)")
-    s.add_argument("--timeout", type=float, default=5.0, help="seconds per query (default 5)")
-    s.add_argument("--assume", action="append", metavar="SEL",
+    s.add_argument("--timeout", type=_positive_seconds, default=5.0, help="seconds per query (default 5)")
+    s.add_argument("--assume", action="append", metavar="SEL", type=_selector_arg,
                    help="take obligations matching KIND[@SITE] as axioms (reported as assumed)")
     s.add_argument("--engine", choices=("auto", "isl", "z3"), default="auto")
     s.add_argument("--debug", action="store_true",
@@ -267,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="llvm", help="code generation target (llvm)")
     s.add_argument("--emit", default="loopir",
                    help="stage: schedule | tileir | loopir | ir | opt | asm")
-    s.add_argument("--transform", action="append", metavar="SPEC",
+    s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_lower)
@@ -276,28 +580,32 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
     s.add_argument("--target", default="llvm", help="code generation target (llvm)")
-    s.add_argument("--cases", type=int, default=20, help="generated cases per kernel")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--limit", type=int, default=200, help="largest generated extent")
-    s.add_argument("--transform", action="append", metavar="SPEC",
+    s.add_argument("--cases", type=_int_at_least(1), default=20,
+                   help="generated cases per kernel (default 20)")
+    s.add_argument("--seed", type=_int_at_least(0), default=0)
+    s.add_argument("--limit", type=_int_at_least(1), default=None,
+                   help="largest generated extent (default: three tiles and a ragged tail of "
+                        "the kernel's largest tile, at least 200)")
+    s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_validate)
     s = sub.add_parser("conformance", help="run the conformance suite (spec/conformance) on the "
                        "interpreter, a backend, or an external implementation; exit 1 if a "
                        "case fails")
-    s.add_argument("--suite", help="suite folder (default: the source tree's spec/conformance)")
+    s.add_argument("--suite", type=_in_dir_arg, help="suite folder (default: the source tree's spec/conformance)")
     s.add_argument("--impl", metavar="CMD",
                    help="external implementation: a command with {case} {inputs} {outputs}")
     s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
                    help="a compiled target instead of the interpreter (llvm)")
     s.add_argument("--case", action="append", default=[], metavar="PAT",
                    help="only cases whose name contains PAT, or that cite rule PAT (V-7, R)")
-    s.add_argument("--json-report", metavar="PATH", help="write the JSON report here")
-    s.add_argument("--junit", metavar="PATH", help="write a JUnit XML report here")
-    s.add_argument("--timeout", type=float, default=120.0, help="seconds per external case")
-    s.add_argument("--keep", metavar="DIR", help="keep each external case's inputs/outputs here")
-    s.add_argument("--seed", type=int, default=1, help="the interpreter's random schedule seed")
+    s.add_argument("--json-report", metavar="PATH", type=_out_file_arg, help="write the JSON report here")
+    s.add_argument("--junit", metavar="PATH", type=_out_file_arg, help="write a JUnit XML report here")
+    s.add_argument("--timeout", type=_positive_seconds, default=120.0,
+                   help="seconds per external case")
+    s.add_argument("--keep", metavar="DIR", type=_out_dir_arg, help="keep each external case's inputs/outputs here")
+    s.add_argument("--seed", type=_int_at_least(0), default=1, help="the interpreter's random schedule seed")
     s.add_argument("--verbose", "-v", action="store_true", help="a row per case")
     s.add_argument("--json", action="store_true", help="print the JSON report instead")
     s.set_defaults(fn=cmd_conformance)
@@ -310,24 +618,91 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = build_parser()
-    a = ap.parse_args(argv)
+def _classify(e: Exception) -> TilenestError:
+    """An exception no handler turned into a diagnostic: the user's when the
+    innermost frame is the user's own code (or it is a recursion that runs
+    through the user's code), otherwise an internal error of tilenest, located
+    at tilenest's innermost frame."""
+    frames = _frames(e.__traceback__)
+    user = [f for f in frames if _is_user_file(f.filename)]
+    if user and (frames[-1] is user[-1] or isinstance(e, RecursionError)):
+        return _user_code_error(e, "the kernel's Python code")
+    own = [f for f in frames if not _is_user_file(f.filename)
+           and not f.filename.startswith("<")
+           and (Path(f.filename).resolve() == _PACKAGE_DIR
+                or _PACKAGE_DIR in Path(f.filename).resolve().parents)]
+    site = None
+    if own:
+        f = own[-1]
+        rel = Path(f.filename).resolve().relative_to(_PACKAGE_DIR.parent)
+        site = Site(str(rel), f.lineno or 0)
+    notes = [f"while running your code at {_site_of(user[-1])}"] if user else []
+    return InternalError(
+        f"tilenest failed unexpectedly: {type(e).__name__}: {e}", site,
+        "this is a bug in tilenest, not in your input; please report it with the command "
+        "line and its input files (set TILENEST_DEBUG=1 or pass --traceback before the "
+        "subcommand to print the Python traceback)", tuple(notes))
+
+
+def _quiet_stdout() -> None:
+    """After a broken pipe (``tilenest show ... | head``): point stdout at
+    devnull so that the interpreter's final flush does not fail again (the
+    recipe of the Python documentation, "Note on SIGPIPE")."""
     try:
-        return a.fn(a)
-    except NotAvailableError as e:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a descriptor (in tests)
+        pass
+
+
+def _report(e: TilenestError, a: argparse.Namespace | None) -> None:
+    """Print ``e`` (JSON on stdout in ``--json`` mode); a diagnostic that names
+    no site and not the input file gets a note naming the file."""
+    f = getattr(a, "file", None)
+    if f and not e.sites and f not in e.message and not isinstance(e, InternalError):
+        e.notes = (*e.notes, f"while reading {f}")
+    if a is not None and getattr(a, "json", False) and not isinstance(e, UsageError):
+        print(json.dumps({"error": e.to_json()}, indent=2))
+    else:
         print(e.render(), file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = os.environ.get("TILENEST_DEBUG", "") not in ("", "0")
+    a: argparse.Namespace | None = None
+    try:
+        a = build_parser().parse_args(argv)
+        show_traceback |= a.traceback
+        status = a.fn(a)
+        sys.stdout.flush()  # inside the try: a closed pipe is reported here
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_USER_ERROR
+    except NotAvailableError as e:
+        _report(e, a)
         return EXIT_NOT_AVAILABLE
     except TilenestError as e:
-        if getattr(a, "json", False):
-            print(json.dumps({"error": e.to_json()}, indent=2))
-        else:
-            print(e.render(), file=sys.stderr)
+        _report(e, a)
         return EXIT_USER_ERROR
     except SyntaxError as e:
-        print(f"error: Python syntax error in {e.filename}:{e.lineno}:{e.offset}: {e.msg}",
-              file=sys.stderr)
+        where = ":".join(str(x) for x in (e.filename or getattr(a, "file", None) or "<input>",
+                                          e.lineno, e.offset) if x is not None)
+        print(f"error: Python syntax error in {where}: {e.msg}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - the last line of defence, classified below
+        err = _classify(e)
+        _report(err, a)
+        if isinstance(err, UserCodeError):
+            return EXIT_USER_ERROR
+        if show_traceback:
+            traceback.print_exception(e, file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -131,3 +131,24 @@ class NotAvailableError(TilenestError):
     """A capability that this build of tilenest does not provide yet."""
 
     kind = "not available"
+
+
+class UsageError(TilenestError):
+    """A command line that names no valid invocation (an unknown option, a value
+    out of its range, a path that cannot be read or written)."""
+
+    kind = "usage error"
+
+
+class UserCodeError(TilenestError):
+    """The user's own Python code (a kernel module, a helper it calls) raised an
+    exception that is not a tilenest diagnostic; the site is the user's line."""
+
+    kind = "error in user code"
+
+
+class InternalError(TilenestError):
+    """An unexpected exception inside tilenest itself: a bug of tilenest, not of
+    the user's input. The site is the innermost frame of tilenest that raised."""
+
+    kind = "internal error"

@@ -172,10 +172,17 @@ class Model:
         return [op for op in self.p.walk() if op.name == name]
 
     def level_op(self, level: int) -> Operation:
+        """The ``parallel`` region of ``level``; a level the program lacks is a
+        TransformError (a user's transform or binding named it)."""
         for op in self.p.walk():
             if op.name == "parallel" and op.attrs["level"] == level:
                 return op
-        raise KeyError(level)
+        from .remap import TransformError
+
+        have = sorted(op.attrs["level"] for op in self.p.walk() if op.name == "parallel")
+        raise TransformError(f"the program has no parallel level {level}",
+                             hint="its parallel levels: " + (", ".join(map(str, have)) or "none")
+                             + " (the 'level = N' attributes in 'tilenest show')")
 
     def regions_of(self, op: Operation) -> list[Operation]:
         return [r for r, _ in self.chain[op.oid]]

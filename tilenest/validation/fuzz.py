@@ -671,7 +671,7 @@ def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None) -
         return FuzzResult(s, "error", f"{type(e).__name__}: {e}", text, src)
     compared = rep.count("ok") + rep.count("rejected")
     skipped = rep.count("skipped")
-    if not rep.ok:
+    if rep.mismatches:
         f = rep.smallest_failure()
         assert f is not None
         return FuzzResult(s, "mismatch", f"case {f.label}: {f.message}", text, src, compared,

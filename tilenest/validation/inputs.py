@@ -4,10 +4,20 @@ A *case* is one call of a kernel: a binding of its symbols (extents and integer
 parameters) and one value per argument. :func:`generate` draws cases that
 stress what compiled code gets wrong:
 
-* sizes -- every symbol takes values from a pool built from the program's own
-  constants (a tile ``c`` gives ``c-1, c, c+1``), 1, small primes and a few
-  moderate random sizes, so ragged tails, single elements and exact multiples
-  all occur; the kernel's assumptions are respected;
+* sizes -- derived from the kernel's tiles (:func:`tile_sizes`). A symbolic
+  extent ``N`` is *tiled by* ``t`` when the program divides it by ``t``
+  (``N // t``, ``cdiv(N, t) = (N + t - 1) // t``, ``N % t``) or walks an axis
+  of extent ``N`` in steps of ``t`` (an access map ``... + t*$i`` on that axis,
+  or a tile of constant extent ``t`` along it). For every tile ``t`` of ``N``
+  the pool holds ``t - 1, t, t + 1``, ``2t + 1`` and ``3t + r`` with a ragged
+  tail ``0 < r < t`` (at least three whole tiles, then a partial one); every
+  symbol also gets 0, 1 and small primes. The first cases *cover* these key
+  sizes (each tiled symbol at its multi-tile size, each symbol at 0 and at 1,
+  each tile's ``t +- 1``), the other symbols of a case drawn from the pool;
+  later cases sample the pool at random. Combinations are sampled, never the
+  full product, and a case's total element count stays under
+  :data:`MAX_ELEMENTS` (other symbols shrink first), so validation stays fast.
+  The kernel's assumptions are respected;
 * values -- floats are standard normal, with (in most cases) a sprinkling of
   special values: NaN, +-inf, +-0, subnormals, values near the dtype's
   largest finite magnitude, and large/small magnitudes; integers mix small
@@ -20,8 +30,9 @@ stress what compiled code gets wrong:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -31,6 +42,12 @@ from ..semantics.ir import TileProgram
 from ..semantics.types import TensorType
 
 SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 97)
+
+#: the largest extent drawn for an untiled symbol when no limit is given
+DEFAULT_LIMIT = 200
+
+#: the most elements (summed over tensor arguments) one generated case holds
+MAX_ELEMENTS = 1 << 18
 
 
 @dataclass
@@ -92,11 +109,148 @@ def program_constants(p: TileProgram) -> set[int]:
     return out
 
 
-def size_pool(p: TileProgram, limit: int = 200) -> list[int]:
-    pool = {1, *SMALL_PRIMES}
-    for c in program_constants(p):
-        pool.update({c - 1, c, c + 1, 2 * c + 1})
-    return sorted(x for x in pool if 1 <= x <= limit)
+def _exprs(x: Any, depth: int = 0) -> Iterator[E.Expr | E.Pred]:
+    """Every index expression or predicate inside an attribute or a type
+    (tuples, lists, dicts and the frozen dataclasses of the IR: index sets,
+    spaces, maps, layouts)."""
+    if isinstance(x, (E.Expr, E.Pred)):
+        yield x
+    elif isinstance(x, (tuple, list, frozenset, set)):
+        for y in x:
+            yield from _exprs(y, depth)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _exprs(y, depth)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, (type, DType)) and depth < 8:
+        for f in dataclasses.fields(x):
+            yield from _exprs(getattr(x, f.name), depth + 1)
+
+
+def _subterms(x: E.Expr | E.Pred) -> Iterator[Any]:
+    stack: list[Any] = [x]
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(getattr(e, "children", ()))
+
+
+def _syms(x: E.Expr | E.Pred) -> set[str]:
+    return {v.name for v in E.leaves(x) if isinstance(v, E.Sym)}
+
+
+def _var_steps(e: E.Expr, local: set[str]) -> set[int]:
+    """Constant coefficients ``c > 1`` of non-local variables in ``e``'s terms
+    (``c*$i``: the axis is walked in steps of ``c``)."""
+    out: set[int] = set()
+    terms = e.terms if isinstance(e, E.Add) else (e,)
+    for t in terms:
+        if isinstance(t, E.Mul):
+            consts = [f.value for f in t.factors if isinstance(f, E.Const)]
+            vars_ = [f for f in t.factors if isinstance(f, E.Var) and f.name not in local]
+            if len(consts) == 1 and vars_ and abs(consts[0]) > 1:
+                out.add(abs(consts[0]))
+    return out
+
+
+def tile_sizes(p: TileProgram) -> dict[str, set[int]]:
+    """For each symbol, the tile sizes the program tiles it with (see the
+    module docstring): divisors of ``//`` and ``%`` whose dividend holds the
+    symbol, and the steps and constant tile extents of accesses along tensor
+    axes whose extent holds it."""
+    out: dict[str, set[int]] = {s: set() for s in p.syms}
+
+    def note(syms: set[str], t: int) -> None:
+        if 1 < t <= 1 << 16:
+            for s in syms:
+                out.setdefault(s, set()).add(t)
+
+    def scan(x: Any) -> None:
+        for root in _exprs(x):
+            for e in _subterms(root):
+                if isinstance(e, (E.FloorDiv, E.Mod)) and isinstance(e.b, E.Const):
+                    note(_syms(e.a), abs(e.b.value))
+
+    for a in p.args:
+        scan(a.type)
+    for op in p.walk():
+        scan(op.attrs)
+        for r in op.results:
+            scan(r.type)
+        mp = op.attrs.get("map")
+        if not (op.operands and isinstance(op.operands[0].type, TensorType)
+                and isinstance(mp, tuple)):
+            continue
+        shape = op.operands[0].type.shape
+        local = set(op.attrs.get("vars", ()))
+        tile_t = op.results[0].type if op.results else (
+            op.operands[1].type if len(op.operands) > 1 else None)
+        extents = list(getattr(tile_t, "extents", ()) or ())
+        for ext, e in zip(shape, mp, strict=False):
+            syms = _syms(ext)
+            if not syms or not isinstance(e, E.Expr):
+                continue
+            for t in _var_steps(e, local):
+                note(syms, t)
+            for k, v in enumerate(op.attrs.get("vars", ())):
+                if k < len(extents) and E.Var(v) in E.leaves(e) \
+                        and isinstance(extents[k], E.Const):
+                    note(syms, extents[k].value)
+    return out
+
+
+def multi_tile_size(t: int) -> int:
+    """Three whole tiles of ``t`` and a ragged tail ``0 < r < t``."""
+    return 3 * t + max(1, t // 3)
+
+
+def sym_pools(p: TileProgram, limit: int | None = None) -> dict[str, list[int]]:
+    """The sizes each symbol may take (see the module docstring); with
+    ``limit`` every size above it is dropped (0 and 1 stay)."""
+    tiles = tile_sizes(p)
+    consts = program_constants(p)
+    biggest = max((multi_tile_size(t) for ts in tiles.values() for t in ts), default=0)
+    cap = limit if limit is not None else max(DEFAULT_LIMIT, biggest)
+    base = {0, 1, *SMALL_PRIMES}
+    for c in consts:
+        base.update({c - 1, c, c + 1, 2 * c + 1})
+    out = {}
+    for s in p.syms:
+        pool = set(base)
+        for t in tiles.get(s, ()):
+            pool.update({t - 1, t, t + 1, 2 * t + 1, multi_tile_size(t)})
+        out[s] = sorted(x for x in pool if 0 <= x <= max(cap, 1))
+    return out
+
+
+def size_pool(p: TileProgram, limit: int | None = None) -> list[int]:
+    """Every size some symbol of ``p`` may take (the union of :func:`sym_pools`)."""
+    pools = sym_pools(p, limit)
+    return sorted(set().union(*pools.values())) if pools else [1]
+
+
+def coverage_targets(p: TileProgram, limit: int | None = None) -> list[dict[str, int]]:
+    """The key sizes the first cases must realize, most important first: each
+    tiled symbol at its multi-tile size (largest tile first), each symbol at 0
+    and at 1, each tile's ``t + 1`` and ``t - 1``."""
+    pools = sym_pools(p, limit)
+    tiles = tile_sizes(p)
+    out: list[dict[str, int]] = []
+
+    def add(s: str, v: int) -> None:
+        if v in pools.get(s, ()) and {s: v} not in out:
+            out.append({s: v})
+
+    for s in p.syms:
+        for t in sorted(tiles.get(s, ()), reverse=True):
+            add(s, multi_tile_size(t))
+    for v in (0, 1):
+        for s in p.syms:
+            add(s, v)
+    for s in p.syms:
+        for t in sorted(tiles.get(s, ()), reverse=True):
+            add(s, t + 1)
+            add(s, t - 1)
+    return out
 
 
 def _floats(rng: np.random.Generator, shape: tuple, dt: np.dtype, special: float) -> np.ndarray:
@@ -137,30 +291,44 @@ def values(rng: np.random.Generator, shape: tuple, dt: DType, special: float) ->
     return _ints(rng, shape, npdt, special)
 
 
-def _bind_syms(p: TileProgram, rng: np.random.Generator, pool: list[int],
-               fixed: dict[str, int]) -> dict[str, int] | None:
-    for _ in range(50):
+def _elements(p: TileProgram, env: dict) -> int:
+    return sum(int(np.prod([int(E.evaluate(x, env)) for x in a.type.shape], dtype=np.int64))
+               for a in p.args if isinstance(a.type, TensorType))
+
+
+def _bind_syms(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[int]],
+               fixed: dict[str, int], budget: int = MAX_ELEMENTS) -> dict[str, int] | None:
+    """A binding that extends ``fixed``, satisfies the assumptions, gives every
+    tensor a non-negative shape and stays within ``budget`` elements; the free
+    symbols are drawn from their pools (never 0: only coverage targets are
+    empty), from ever smaller parts of them after repeated failures."""
+    for attempt in range(60):
         syms = dict(fixed)
         for s in p.syms:
             if s not in syms:
-                syms[s] = int(pool[rng.integers(0, len(pool))])
+                cand = [x for x in pools.get(s, ()) if x >= 1] or [1]
+                cand = cand[:max(1, len(cand) >> (attempt // 15))]
+                syms[s] = int(cand[rng.integers(0, len(cand))])
         env = {E.Sym(k): v for k, v in syms.items()}
-        if all(E.evaluate(a, env) for a in p.assumptions):
-            ok = True
-            for a in p.args:
-                if isinstance(a.type, TensorType):
-                    ok &= all(int(E.evaluate(x, env)) >= 0 for x in a.type.shape)
-            if ok:
-                return syms
+        if not all(E.evaluate(a, env) for a in p.assumptions):
+            continue
+        if not all(int(E.evaluate(x, env)) >= 0 for a in p.args
+                   if isinstance(a.type, TensorType) for x in a.type.shape):
+            continue
+        if _elements(p, env) <= budget:
+            return syms
     return None
 
 
 def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
-              pool: list[int] | None = None, fixed: dict[str, int] | None = None,
-              limit: int = 200) -> Case | None:
-    """One random case, or None when no binding satisfies the assumptions."""
-    pool = pool or size_pool(p, limit)
-    syms = _bind_syms(p, rng, pool, fixed or {})
+              pool: list[int] | dict[str, list[int]] | None = None,
+              fixed: dict[str, int] | None = None, limit: int | None = None) -> Case | None:
+    """One random case, or None when no binding satisfies the assumptions.
+    ``pool``: the sizes of every symbol (a list), or per symbol (a dict);
+    default :func:`sym_pools`."""
+    pools = sym_pools(p, limit) if pool is None else (
+        pool if isinstance(pool, dict) else {s: list(pool) for s in p.syms})
+    syms = _bind_syms(p, rng, pools, fixed or {})
     if syms is None:
         return None
     env = {E.Sym(k): v for k, v in syms.items()}
@@ -185,15 +353,28 @@ def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
     return Case(args, syms, f"{sizes}{' +special' if special else ''}", params)
 
 
-def generate(p: TileProgram, n: int, seed: int = 0, limit: int = 200) -> list[Case]:
-    """``n`` cases: the first without special values, then with increasing
-    density of special values; sizes vary across the pool."""
+def generate(p: TileProgram, n: int, seed: int = 0, limit: int | None = None) -> list[Case]:
+    """Up to ``n`` cases: the first clean (no special values), then with
+    increasing density of special values. The first cases realize the
+    :func:`coverage_targets` (a target the assumptions exclude is passed
+    over), the rest sample :func:`sym_pools`. Fewer than ``n`` only when the
+    assumptions reject the bindings tried."""
     rng = np.random.default_rng(seed)
-    pool = size_pool(p, limit)
+    pools = sym_pools(p, limit)
+    targets = coverage_targets(p, limit)
     out: list[Case] = []
-    for i in range(n):
+    first = True
+    for _ in range(3 * n + len(targets)):
+        if len(out) >= n:
+            break
+        i = len(out)
         special = 0.0 if i % 3 == 0 else (0.02 if i % 3 == 1 else 0.2)
-        c = make_case(p, rng, special, pool, limit=limit)
+        if first:  # one clean case of ordinary sizes before the edge cases
+            fixed: dict[str, int] = {}
+            first = False
+        else:
+            fixed = targets.pop(0) if targets else {}
+        c = make_case(p, rng, special, pools, fixed)
         if c is not None:
             out.append(c)
     return out

@@ -2,9 +2,15 @@
 every mismatch the smallest failing case (its sizes, the first offending
 element and why, and the kernel's TileIR).
 
-Exit status: 0 when every case of every kernel is admitted (or both reject
-it, or the program is invalid on it), 1 on any mismatch (or a user error), 3
-when no mismatch was found but some kernel cannot be compiled for the target.
+Every kernel of the file gets a verdict line: ``validated`` (with the number of
+cases compared, the sizes and the schedules), ``MISMATCH``, ``NOTHING
+COMPARED`` (no case could be compared: nothing was validated), or ``refused``
+with the compiler's reason; a refusal does not stop the other kernels.
+
+Exit status, the worst over the kernels: 1 on any mismatch, any kernel with
+nothing compared, or any kernel refused for a reason other than a missing
+capability (an illegal program, a user error); else 3 when some kernel needs a
+capability this build lacks; else 0.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from ..errors import NotAvailableError
+from ..errors import NotAvailableError, TilenestError
 from .validate import Report, validate
 
 
@@ -36,8 +42,13 @@ def table(reports: list[Report]) -> Any:
 
 def to_json(r: Report) -> dict:
     return {
-        "kernel": r.kernel, "target": r.target, "ok": r.ok,
+        "kernel": r.kernel, "target": r.target, "ok": r.ok, "status": r.status,
         "counts": {s: r.count(s) for s in ("ok", "mismatch", "rejected", "skipped")},
+        "compared": r.compared,
+        "sizes": r.sizes(),
+        "cases": [{"case": c.index, "label": c.label, "status": c.status} for c in r.results],
+        "schedules": {"compiled": r.compile_schedule, "reference": r.reference_schedule},
+        "nothing_compared": r.why_nothing() or None,
         "mismatches": [{"case": m.index, "label": m.label, "output": m.output,
                         "element": list(m.element) if m.element else None,
                         "message": m.message} for m in r.mismatches],
@@ -45,44 +56,76 @@ def to_json(r: Report) -> dict:
     }
 
 
+def verdict_line(r: Report) -> str:
+    """The one-line verdict of a validated kernel."""
+    if r.status == "ok":
+        head = f"[green]validated[/green] {r.kernel}: {r.compared} case(s) compared"
+    elif r.status == "mismatch":
+        head = (f"[red]MISMATCH[/red] {r.kernel}: {r.count('mismatch')} of {r.compared} "
+                "compared case(s)")
+    else:
+        head = f"[red]NOTHING COMPARED[/red] {r.kernel}: {r.why_nothing()}"
+    return (f"{head}\n  sizes: {r.sizes_text()}\n  schedules: compiled {r.compile_schedule}; "
+            f"reference {r.reference_schedule}")
+
+
 def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int:
-    """Validate every program of a file; print the table (or JSON)."""
+    """Validate every program of a file, each to its own verdict (a kernel the
+    compiler refuses does not stop the others); print the table and a line per
+    kernel (or JSON); return the worst exit status (module docstring)."""
     from rich.console import Console
     from rich.progress import Progress
 
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
     reports: list[Report] = []
     sources: list[Any] = []
-    unavailable: list[str] = []
+    refused: list[tuple[str, TilenestError]] = []
+    order: list[tuple[str, Any]] = []
     with Progress(console=console, transient=True, disable=a.json) as bar:
         for name, p in progs:
             task = bar.add_task(f"validating {name}", total=a.cases)
             try:
                 r = validate(p, a.target, cases=a.cases, seed=a.seed, limit=a.limit,
-                             schedule=schedule_for(a, p),
+                             compile_schedule=schedule_for(a, p),
                              progress=lambda i, n, task=task: bar.update(task, completed=i,
                                                                           total=n))
-            except NotAvailableError as e:
-                unavailable.append(f"{name}: {e.message}")
+            except TilenestError as e:  # the compiler (or its legality gate) refuses it
+                refused.append((name, e))
+                order.append(("refused", (name, e)))
                 continue
             reports.append(r)
             sources.append(p)
+            order.append(("report", r))
     if a.json:
-        print(json.dumps({"reports": [to_json(r) for r in reports],
-                          "unavailable": unavailable}, indent=2))
+        print(json.dumps({
+            "reports": [to_json(r) for r in reports],
+            "refused": [{"kernel": n, "unavailable": isinstance(e, NotAvailableError),
+                         "error": e.to_json()} for n, e in refused],
+            "unavailable": [f"{n}: {e.message}" for n, e in refused
+                            if isinstance(e, NotAvailableError)],
+        }, indent=2))
     else:
         if reports:
             console.print(table(reports))
-        for u in unavailable:
-            console.print(f"[yellow]not available[/yellow] {u}")
+        for what, x in order:
+            if what == "report":
+                console.print(verdict_line(x), highlight=False)
+            else:
+                n, e = x
+                tag = "not available" if isinstance(e, NotAvailableError) else "refused"
+                console.print(f"[yellow]{tag}[/yellow] {n}: {e.kind}: {e.message}",
+                              highlight=False)
+                for site in e.sites[:1]:
+                    console.print(f"  --> {site}", highlight=False, markup=False)
         for p, r in zip(sources, reports, strict=True):
             f = r.smallest_failure()
             if f is None:
                 continue
             console.print(f"[red]mismatch[/red] {r.kernel}: case #{f.index} ({f.label})")
-            console.print(f"  {f.message}")
+            console.print(f"  {f.message}", markup=False, highlight=False)
             console.print("  kernel TileIR:")
             console.print(str(p), markup=False, highlight=False)
-    if any(not r.ok for r in reports):
+    if any(not r.ok for r in reports) or any(not isinstance(e, NotAvailableError)
+                                             for _, e in refused):
         return 1
-    return 3 if unavailable else 0
+    return 3 if refused else 0

@@ -16,6 +16,12 @@ reductions and reassociating ``mma``. Outcomes:
   race, a read of an unwritten output, a contract error) or cannot determine
   the admitted set (control flow on inexact values): there is nothing to
   compare against.
+
+A run *compares* a case when its verdict is ``ok``, ``mismatch`` or
+``rejected``. A run that compares nothing (no case generated because the
+assumptions reject every size tried, ``cases=0``, every case skipped) proves
+nothing: its :attr:`Report.status` is ``"nothing compared"`` and
+``report.ok`` is False, as for a mismatch.
 """
 
 from __future__ import annotations
@@ -53,19 +59,42 @@ class CaseResult:
     case: Case | None = field(default=None, repr=False)
 
 
+#: the verdicts that compare the compiled kernel with the reference
+COMPARED = ("ok", "mismatch", "rejected")
+
+
 @dataclass
 class Report:
-    """All case verdicts of one validation run."""
+    """All case verdicts of one validation run, with the schedules it used:
+    ``compile_schedule`` the code generator's (what differs from the target's
+    defaults), ``reference_schedule`` the interpreter's order of ``parallel``
+    children in the reference runs."""
 
     kernel: str
     target: str
     results: list[CaseResult]
     compile_seconds: float = 0.0
     seconds: float = 0.0
+    compile_schedule: str = "default"
+    reference_schedule: str = "batched"
+
+    @property
+    def compared(self) -> int:
+        """How many cases compared the compiled kernel with the reference."""
+        return sum(r.status in COMPARED for r in self.results)
+
+    @property
+    def status(self) -> str:
+        """``"mismatch"`` if any case mismatched, else ``"nothing compared"`` if
+        no case was compared, else ``"ok"``."""
+        if self.mismatches:
+            return "mismatch"
+        return "ok" if self.compared else "nothing compared"
 
     @property
     def ok(self) -> bool:
-        return not any(r.status == "mismatch" for r in self.results)
+        """Some case was compared and none mismatched."""
+        return self.status == "ok"
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.results)
@@ -78,10 +107,41 @@ class Report:
         bad = self.mismatches
         return min(bad, key=lambda r: r.size) if bad else None
 
+    def sizes(self) -> dict[str, list[int]]:
+        """For each symbol, the values it took in the compared cases."""
+        out: dict[str, set[int]] = {}
+        for r in self.results:
+            if r.status in COMPARED and r.case is not None:
+                for k, v in r.case.syms.items():
+                    out.setdefault(k, set()).add(int(v))
+        return {k: sorted(v) for k, v in sorted(out.items())}
+
+    def sizes_text(self) -> str:
+        """``M in {0, 1, 33, 106}; N in {...}`` over the compared cases."""
+        if not self.compared:
+            return "none"
+        sz = self.sizes()
+        return "; ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in sz.items()) \
+            or "(no symbolic extents)"
+
+    def why_nothing(self) -> str:
+        """Why no case was compared (empty when some was)."""
+        if self.compared:
+            return ""
+        if not self.results:
+            return ("no case was generated: the kernel's assumptions reject every size "
+                    "tried, or zero cases were asked for")
+        skipped = next((r.message for r in self.results if r.status == "skipped"), "")
+        return f"the reference skipped every case ({skipped})"
+
     def summary(self) -> str:
         s = (f"{self.kernel} [{self.target}]: {self.count('ok')} ok, "
              f"{self.count('mismatch')} mismatch, {self.count('rejected')} both-rejected, "
              f"{self.count('skipped')} skipped")
+        s += f"\n  schedules: compiled {self.compile_schedule}; reference {self.reference_schedule}"
+        s += f"\n  sizes compared: {self.sizes_text()}"
+        if self.status == "nothing compared":
+            s += f"\n  nothing compared: {self.why_nothing()}"
         f = self.smallest_failure()
         if f is not None:
             s += f"\n  smallest failing case #{f.index} ({f.label}): {f.message}"
@@ -89,6 +149,33 @@ class Report:
 
     def __bool__(self) -> bool:
         return self.ok
+
+
+def describe_schedule(s: Any) -> str:
+    """A code-generation schedule as its fields that differ from the defaults
+    (``"default"`` when none does)."""
+    import dataclasses
+
+    if s is None:
+        return "default"
+    if not dataclasses.is_dataclass(s):
+        return str(s)
+    base = type(s)()
+    diff = [f"{f.name}={getattr(s, f.name)!r}" for f in dataclasses.fields(s)
+            if getattr(s, f.name) != getattr(base, f.name)]
+    return ", ".join(diff) or "default"
+
+
+def describe_reference_schedule(s: Any) -> str:
+    """An interpreter schedule as text (``batched`` is the interpreter's default)."""
+    if s is None:
+        return "batched"
+    if isinstance(s, str):
+        return s
+    kind = getattr(s, "kind", None)
+    if kind == "random":
+        return f"random:{getattr(s, 'seed', 0)}"
+    return str(kind or s)
 
 
 def _admitted_list(ref: Any) -> list:
@@ -120,14 +207,16 @@ def with_reference(a: Any) -> Any:
     return replace(a, lo=lo, hi=hi)
 
 
-def run_case(program: TileProgram, compiled: Callable, case: Case, index: int = 0
-             ) -> CaseResult:
-    """Judge ``compiled`` against the reference on one case."""
+def run_case(program: TileProgram, compiled: Callable, case: Case, index: int = 0,
+             reference_schedule: Any = None) -> CaseResult:
+    """Judge ``compiled`` against the reference on one case; the reference runs
+    ``parallel`` children in ``reference_schedule`` (default: batched)."""
     from ..interpreter import reference
 
     base = dict(index=index, label=case.label, size=case.size, case=case)
+    kw = {} if reference_schedule is None else {"schedule": reference_schedule}
     try:
-        ref = reference(program, *case.copy_args(), params=case.params)
+        ref = reference(program, *case.copy_args(), params=case.params, **kw)
     except _INVALID as e:
         return CaseResult(status="skipped", message=f"reference: {e.kind}: {e.message}", **base)
     except RuntimeSemanticError as e:
@@ -158,18 +247,35 @@ def run_case(program: TileProgram, compiled: Callable, case: Case, index: int = 
     return CaseResult(status="ok", **base)
 
 
+def _is_compile_schedule(s: Any) -> bool:
+    from ..lowering.schedule import Schedule
+
+    return isinstance(s, Schedule)
+
+
 def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int = 20,
              seed: int = 0, schedule: Any = None, compiled: Callable | None = None,
-             params: dict[str, int] | None = None, limit: int = 200,
-             progress: Callable[[int, int], None] | None = None) -> Report:
+             params: dict[str, int] | None = None, limit: int | None = None,
+             progress: Callable[[int, int], None] | None = None,
+             compile_schedule: Any = None) -> Report:
     """Validate the compiled ``kernel`` for ``target`` against the reference.
 
     ``inputs``: one argument list, or a list of them (outputs as given); when
-    None, ``cases`` cases are generated from ``seed`` (sizes up to ``limit``).
+    None, ``cases`` cases are generated from ``seed`` (:func:`generate`: sizes
+    derived from the kernel's tiles, none above ``limit`` when it is given).
+    ``schedule``: an interpreter schedule for the reference runs (as for
+    ``tn.interpret``: ``'canonical'``, ``tn.interpreter.random(seed)``...), or
+    a code-generation ``Schedule`` (then it is ``compile_schedule``).
     ``compiled`` replaces the compiled callable (used to validate a
     deliberately wrong lowering). Returns a :class:`Report`; ``report.ok`` is
-    False on any mismatch."""
+    False on any mismatch and when nothing was compared."""
     program: TileProgram = getattr(kernel, "program", kernel)
+    if schedule is not None and _is_compile_schedule(schedule):
+        if compile_schedule is not None:
+            raise TilenestError("validate got two code-generation schedules",
+                                hint="pass the interpreter's as schedule=, the compiler's as "
+                                     "compile_schedule=")
+        schedule, compile_schedule = None, schedule
     t0 = time.perf_counter()
     csec = 0.0
     if compiled is None:
@@ -179,9 +285,11 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
             from ..errors import NotAvailableError
 
             raise NotAvailableError(f"no compiler for target '{target}'", hint="targets: llvm")
-        ck = compile_program(program, schedule) if schedule is not None else \
+        ck = compile_program(program, compile_schedule) if compile_schedule is not None else \
             compile_program(program)
         compiled, csec = ck, ck.compile_seconds
+    used = compile_schedule if compile_schedule is not None else \
+        getattr(compiled, "schedule", None)
     if inputs is not None:
         groups = inputs if inputs and isinstance(inputs[0], (list, tuple)) else [inputs]
         todo = [user_case(program, list(g), params) for g in groups]
@@ -189,10 +297,11 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
         todo = generate(program, cases, seed, limit)
     results = []
     for i, c in enumerate(todo):
-        results.append(run_case(program, compiled, c, i))
+        results.append(run_case(program, compiled, c, i, schedule))
         if progress is not None:
             progress(i + 1, len(todo))
-    return Report(program.name, target, results, csec, time.perf_counter() - t0)
+    return Report(program.name, target, results, csec, time.perf_counter() - t0,
+                  describe_schedule(used), describe_reference_schedule(schedule))
 
 
 def same_outputs(a: list, b: list) -> bool:

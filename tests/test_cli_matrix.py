@@ -1,0 +1,263 @@
+"""The command line's bad-input matrix: for every subcommand, bad inputs (a
+file that cannot be read, a kernel module that raises, an option out of its
+range, an argument spec that does not parse, a path that cannot be written)
+each give a located one-line error and exit status 1 -- never a Python
+traceback. An exception of tilenest itself is an internal error (exit 70)
+that asks for a report, with the traceback only on request."""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilenest.cli as cli
+from tilenest.cli import EXIT_INTERNAL, main
+
+ROOT = Path(__file__).resolve().parent.parent
+SOFTMAX = str(ROOT / "examples" / "softmax.py")
+
+FILES = {
+    "bin.tile": b"\x80\x81\xff kernel",
+    "bin.json": b'{"schema": "\xff"}',
+    "bad.json": b'{"schema": ',
+    "nul.py": b"import tilenest\x00\n",
+    "raise.py": b'import tilenest as tn\nx = 1\nraise ValueError("boom")\n',
+    "badann.py": (b"import tilenest as tn\n\n@tn.kernel\n"
+                  b"def k(x: tn.Tensor[tn.f32], y: tn.Tensor[tn.f32, 1]):\n    pass\n"),
+    "rec.py": b"""import tilenest as tn
+from tilenest import f32
+
+def f(t, n):
+    return f(t + 1.0, n - 1)
+
+@tn.kernel
+def k(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    (n,) = x.shape
+    for p in tn.parallel(tn.shape(n)):
+        t = x[tn.coord(p.index()), tn.shape(1)]
+        y(tn.coord(p.index()), tn.shape(1)).store(f(t, 10))
+""",
+    "deep.py": (b"import tilenest as tn\nv = 1\nw = " + b"(" * 5000 + b"v" + b")" * 5000
+                + b"\n"),
+    "nokernel.py": b"import tilenest as tn\nx = 1\n",
+    "serial2.py": b"""import tilenest as tn
+from tilenest import f32
+
+@tn.kernel
+def k(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    (n,) = x.shape
+    for s in tn.serial(tn.shape(n)):
+        y(tn.coord(s.index()), tn.shape(1)).store(x[tn.coord(s.index()), tn.shape(1)])
+    for s in tn.serial(tn.shape(n)):
+        y(tn.coord(s.index()), tn.shape(1)).store(x[tn.coord(s.index()), tn.shape(1)])
+""",
+    "fake.npy": b"not an array",
+    "afile": b"",
+}
+
+
+@pytest.fixture(scope="module")
+def d(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli_matrix")
+    for name, data in FILES.items():
+        (root / name).write_bytes(data)
+    (root / "adir").mkdir()
+    (root / "adir.py").mkdir()
+    np.save(root / "x45.npy", np.zeros((4, 5), np.float32))
+    return root
+
+
+# (id, argv with {d} for the fixture folder, expected exit status, substrings of the message)
+MATRIX = [
+    # -- show
+    ("show-missing", "show {d}/nope.tile", 1, ["no such file", "nope.tile"]),
+    ("show-dir", "show {d}/adir", 1, ["adir is a directory"]),
+    ("show-dir-py", "show {d}/adir.py", 1, ["adir.py is a directory"]),
+    ("show-binary-tile", "show {d}/bin.tile", 1, ["not UTF-8", "bin.tile:1:1"]),
+    ("show-binary-json", "show {d}/bin.json", 1, ["not UTF-8", "bin.json:1:"]),
+    ("show-truncated-json", "show {d}/bad.json", 1, ["malformed JSON", "bad.json"]),
+    ("show-nul-py", "show {d}/nul.py", 1, ["null bytes", "nul.py"]),
+    ("show-module-raises", "show {d}/raise.py", 1, ["ValueError: boom", "raise.py:3"]),
+    ("show-bad-annotation", "show {d}/badann.py", 1, ["Tensor[dtype, rank]", "badann.py:4"]),
+    ("show-capture-recursion", "show {d}/rec.py", 1, ["RecursionError", "rec.py:5"]),
+    ("show-deep-nesting", "show {d}/deep.py", 1, ["deep.py"]),
+    ("show-no-kernel", "show {d}/nokernel.py", 1, ["defines no @tn.kernel"]),
+    ("show-unknown-kernel", "show " + SOFTMAX + " --kernel nope", 1, ["no kernel named 'nope'"]),
+    ("show-unknown-option", "show " + SOFTMAX + " --bogus", 1, ["--bogus"]),
+    ("show-no-file", "show", 1, ["file"]),
+    # -- run
+    ("run-bad-seed", "run " + SOFTMAX + " random:4x5:xyz zeros:4x5 --out-dir {d}/o", 1,
+     ["argument 'x'", "random:4x5:xyz"]),
+    ("run-missing-npy", "run " + SOFTMAX + " {d}/missing.npy zeros:4x5", 1,
+     ["argument 'x'", "missing.npy"]),
+    ("run-fake-npy", "run " + SOFTMAX + " {d}/fake.npy zeros:4x5", 1, ["fake.npy"]),
+    ("run-bad-shape", "run " + SOFTMAX + " zeros:4xq zeros:4x5", 1, ["'4xq'"]),
+    ("run-negative-shape", "run " + SOFTMAX + " zeros:-4x4 zeros:4x5", 1, ["'-4x4'"]),
+    ("run-wrong-rank", "run " + SOFTMAX + " zeros:4 zeros:4x5", 1, ["argument 'x'", "rank"]),
+    ("run-number-for-tensor", "run " + SOFTMAX + " 3 zeros:4x5", 1, ["argument 'x'"]),
+    ("run-bad-spec", "run " + SOFTMAX + " ones:4x5 zeros:4x5", 1, ["'ones:4x5'"]),
+    ("run-arg-count", "run " + SOFTMAX + " zeros:4x5", 1, ["takes 2 arguments"]),
+    ("run-param-not-int", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --param R=abc", 1,
+     ["--param", "R="]),
+    ("run-param-no-eq", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --param R", 1, ["--param"]),
+    ("run-param-unknown", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --param Q=3", 1,
+     ["--param Q", "no symbol 'Q'"]),
+    ("run-schedule-bogus", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --schedule bogus", 1,
+     ["--schedule", "bogus"]),
+    ("run-schedule-bad-seed", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --schedule random:x", 1,
+     ["--schedule"]),
+    ("run-out-dir-under-file", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --out-dir {d}/afile/o",
+     1, ["--out-dir", "afile is a file"]),
+    ("run-out-dir-is-file", "run " + SOFTMAX + " zeros:4x5 zeros:4x5 --out-dir {d}/afile", 1,
+     ["--out-dir"]),
+    ("run-shape-disagrees", "run " + SOFTMAX + " {d}/x45.npy zeros:4x6 --out-dir {d}/o", 1,
+     ["extent C"]),
+    ("run-binary-tile", "run {d}/bin.tile", 1, ["not UTF-8"]),
+    # -- check
+    ("check-fuse-serial", "check {d}/serial2.py --transform fuse_phases(1)", 1,
+     ["no parallel level 1"]),
+    ("check-timeout-negative", "check " + SOFTMAX + " --timeout -1", 1, ["--timeout"]),
+    ("check-timeout-nan", "check " + SOFTMAX + " --timeout nan", 1, ["--timeout"]),
+    ("check-timeout-text", "check " + SOFTMAX + " --timeout soon", 1, ["--timeout"]),
+    ("check-assume-invalid", "check " + SOFTMAX + " --assume ???", 1, ["--assume", "???"]),
+    ("check-assume-empty-site", "check " + SOFTMAX + " --assume race@", 1, ["--assume"]),
+    ("check-transform-arity", "check " + SOFTMAX + " --transform split(1)", 1,
+     ["--transform", "split(1)"]),
+    ("check-transform-unknown", "check " + SOFTMAX + " --transform nope(1)", 1,
+     ["--transform", "nope"]),
+    ("check-transform-syntax", "check " + SOFTMAX + " --transform split(1,", 1, ["--transform"]),
+    ("check-target", "check " + SOFTMAX + " --target gpu", 1, ["--target", "gpu"]),
+    ("check-engine", "check " + SOFTMAX + " --engine magic", 1, ["--engine"]),
+    ("check-dir", "check {d}/adir", 1, ["adir is a directory"]),
+    # -- lower
+    ("lower-emit", "lower " + SOFTMAX + " --emit bogus", 1, ["unknown stage 'bogus'"]),
+    ("lower-transform", "lower " + SOFTMAX + " --transform frob(2)", 1, ["--transform", "frob"]),
+    ("lower-missing", "lower {d}/nope.py", 1, ["no such file"]),
+    ("lower-dir", "lower {d}/adir", 1, ["is a directory"]),
+    ("lower-module-raises", "lower {d}/raise.py", 1, ["raise.py:3"]),
+    ("lower-binary", "lower {d}/bin.tile", 1, ["not UTF-8"]),
+    ("lower-target", "lower " + SOFTMAX + " --target cuda", 3, ["not available", "cuda"]),
+    # -- validate
+    ("validate-limit-0", "validate " + SOFTMAX + " --limit 0", 1, ["--limit"]),
+    ("validate-cases-0", "validate " + SOFTMAX + " --cases 0", 1, ["--cases"]),
+    ("validate-cases-negative", "validate " + SOFTMAX + " --cases -1", 1, ["--cases"]),
+    ("validate-cases-text", "validate " + SOFTMAX + " --cases many", 1, ["--cases"]),
+    ("validate-seed-negative", "validate " + SOFTMAX + " --seed -3", 1, ["--seed"]),
+    ("validate-transform", "validate " + SOFTMAX + " --transform split(", 1, ["--transform"]),
+    ("validate-missing", "validate {d}/nope.py", 1, ["no such file"]),
+    ("validate-module-raises", "validate {d}/raise.py", 1, ["raise.py:3"]),
+    # -- conformance
+    ("conformance-json-report-under-file", "conformance --json-report {d}/afile/r.json", 1,
+     ["--json-report", "afile is a file"]),
+    ("conformance-json-report-dir", "conformance --json-report {d}/adir", 1,
+     ["--json-report", "is a directory"]),
+    ("conformance-junit-dir", "conformance --junit {d}/adir", 1, ["--junit", "is a directory"]),
+    ("conformance-junit-no-parent", "conformance --junit {d}/none/j.xml", 1,
+     ["--junit", "does not exist"]),
+    ("conformance-suite-missing", "conformance --suite {d}/nosuite", 1,
+     ["--suite", "no such directory"]),
+    ("conformance-suite-file", "conformance --suite {d}/afile", 1, ["--suite"]),
+    ("conformance-timeout", "conformance --timeout 0", 1, ["--timeout"]),
+    ("conformance-keep-under-file", "conformance --keep {d}/afile/k", 1, ["--keep"]),
+    ("conformance-seed", "conformance --seed -1", 1, ["--seed"]),
+    ("conformance-impl-and-backend", "conformance --impl x --target llvm", 1,
+     ["exclude each other"]),
+    ("conformance-no-case", "conformance --suite {d}/adir", 1, ["has no cases"]),
+    # -- bench and the top level
+    ("bench", "bench", 3, ["not available"]),
+    ("bench-args", "bench gemm --size 9", 3, ["not available"]),
+    ("bench-json", "bench --json", 3, ["not available"]),
+    ("no-subcommand", "", 1, ["cmd"]),
+    ("unknown-subcommand", "frobnicate x", 1, ["frobnicate"]),
+    ("top-level-option", "--bogus show x", 1, ["--bogus"]),
+]
+
+
+@pytest.mark.parametrize("argv,status,needles", [m[1:] for m in MATRIX],
+                         ids=[m[0] for m in MATRIX])
+def test_bad_input(d, capsys, argv, status, needles):
+    args = [a.replace("{d}", str(d)) for a in argv.split()]
+    rc = main(args)
+    out, err = capsys.readouterr()
+    text = out + err
+    assert "Traceback" not in text, text
+    assert rc == status, text
+    for n in needles:
+        assert n in text, (n, text)
+    if "--json" not in args:
+        # one diagnostic on stderr: a head line, then only its site/note/hint lines
+        lines = err.strip().splitlines()
+        assert lines and all(ln.startswith("  ") for ln in lines[1:]), err
+
+
+def test_every_subcommand_has_five_bad_inputs():
+    per: dict[str, int] = {}
+    for name, *_ in MATRIX:
+        per[name.split("-")[0]] = per.get(name.split("-")[0], 0) + 1
+    for cmd in ("show", "run", "check", "lower", "validate", "conformance"):
+        assert per.get(cmd, 0) >= 5, (cmd, per)
+
+
+def test_json_mode_reports_the_error_as_json(d, capsys):
+    rc = main(["show", str(d / "bin.tile"), "--json"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    e = json.loads(out)["error"]
+    assert "not UTF-8" in e["message"] and e["sites"] == [f"{d}/bin.tile:1:1"]
+
+
+# ---------------------------------------------------------------------------
+# internal errors
+
+
+def test_internal_error_asks_for_a_report(monkeypatch, capsys):
+    # a stand-in for a bug of tilenest: a helper of the CLI handed the wrong object
+    monkeypatch.setattr(cli, "cmd_show", functools.partial(cli._blocking_file))
+    monkeypatch.delenv("TILENEST_DEBUG", raising=False)
+    rc = main(["show", SOFTMAX])
+    err = capsys.readouterr().err
+    assert rc == EXIT_INTERNAL == 70
+    assert err.startswith("internal error: tilenest failed unexpectedly: AttributeError")
+    assert "--> tilenest/cli.py:" in err  # tilenest's own innermost frame
+    assert "bug in tilenest" in err and "report" in err and "Traceback" not in err
+    rc = main(["--traceback", "show", SOFTMAX])
+    err = capsys.readouterr().err
+    assert rc == 70 and "Traceback" in err and "_blocking_file" in err
+    monkeypatch.setenv("TILENEST_DEBUG", "1")
+    rc = main(["show", SOFTMAX])
+    assert rc == 70 and "Traceback" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# through a real process
+
+
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tilenest.cli", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+
+
+def test_output_into_a_closed_pipe_is_quiet():
+    """``tilenest show ... | head``: the reader is gone before the output is
+    written; the process ends without a BrokenPipeError traceback."""
+    p = _cli("show", "--json", str(ROOT / "examples" / "gemm.py"))
+    p.stdout.close()  # the reader goes away at once
+    err = p.stderr.read().decode()
+    p.wait(timeout=120)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert p.returncode == 1
+
+
+def test_subprocess_module_error_and_usage_error(d):
+    p = _cli("show", str(d / "raise.py"))
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and b"Traceback" not in err and b"raise.py:3" in err
+    p = _cli("validate", SOFTMAX, "--cases", "-1")
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1 and b"--cases" in err and b"Traceback" not in err
