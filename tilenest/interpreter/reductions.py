@@ -66,10 +66,11 @@ def _reduce(it: Interpreter, op: Operation) -> None:
 
 def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
                  out: list) -> list:
-    """Bounds of every admitted tree evaluation (spec R-8): contributions are the
-    body applied to the identity; for float add the exact sum of the contribution
-    intervals widened by ``gamma(n-1) * sum|x| + (n-1) * eta``; float mul likewise
-    relative to the product's magnitude; max/min combine intervals exactly."""
+    """Bounds of every admitted tree evaluation (spec R-8): the leaves are the seed
+    and the contributions (the body applied to the identity); float ``add``,
+    ``mul``, ``max`` and ``min`` are bounded by :func:`shadow.tree_envelope` over
+    them. Other contracts are exact laws (R-7): their canonical value stands, and
+    is unbounded only when an input already was."""
     contracts = op.attrs["contracts"]
     need = [i for i, s in enumerate(seeds) if isinstance(s, RV) and (
         op.operands[i].type.dtype.is_float or not s.exact)]
@@ -84,42 +85,37 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
     for i in need:
         c = contracts[i]
         dt = op.operands[i].type.dtype
-        exact_inputs = seeds[i].exact and all(cb[i].exact for cb in contribs)
+        leaves = [seeds[i]] + [cb[i] for cb in contribs]
+        exact_inputs = all(v.exact for v in leaves)
         if c in ("max", "min") and exact_inputs:
             continue  # order-independent and exact: the canonical value
         if c not in ("add", "mul", "max", "min") or not dt.is_float:
             if not exact_inputs:
                 res[i] = _unbounded(out[i])
             continue
-        nb = max([seeds[i].nb, out[i].nb] + [cb[i].nb for cb in contribs])
-        shape = np.broadcast_shapes(out[i].lift(nb).shape, *(cb[i].lift(nb).shape
-                                                          for cb in contribs))
-        sl, sh = (np.broadcast_to(seeds[i].lift(nb, b), shape) for b in seeds[i].bounds())
-        with np.errstate(all="ignore"):
-            if c in ("max", "min"):
-                f = np.maximum if c == "max" else np.minimum
-                lo, hi = sl, sh
-                for cb in contribs:
-                    cl, ch = cb[i].bounds()
-                    lo, hi = f(lo, cb[i].lift(nb, cl)), f(hi, cb[i].lift(nb, ch))
-                res[i] = RV(out[i].a, out[i].nb).with_bounds(*_fit(lo, hi, out[i], nb))
-                continue
-            n = len(contribs) + 1
-            if c == "add":
-                lo, hi, mag = sl.astype(np.float64), sh.astype(np.float64), S.magnitude(sl, sh)
-                for cb in contribs:
-                    cl, ch = (cb[i].lift(nb, b) for b in cb[i].bounds())
-                    lo, hi, mag = lo + cl, hi + ch, mag + S.magnitude(cl, ch)
-                err = S.gamma(n - 1, dt) * mag + (n - 1) * S.eta(dt)
-            else:
-                lo, hi = sl.astype(np.float64), sh.astype(np.float64)
-                for cb in contribs:
-                    cl, ch = (cb[i].lift(nb, b) for b in cb[i].bounds())
-                    lo, hi = S._corners(np.multiply, lo, hi, cl, ch)
-                err = S.gamma(n - 1, dt) * S.magnitude(lo, hi) + (n - 1) * S.eta(dt)
-            lo, hi = S.round_out(lo - err, hi + err, dt)
+        nb = max([out[i].nb] + [v.nb for v in leaves])
+        shape = np.broadcast_shapes(out[i].lift(nb).shape, *(v.lift(nb).shape for v in leaves))
+        cols = [[], [], [], []]
+        for v in leaves:
+            canon = _as_f64(v.lift(nb))
+            lo, hi = (v.lift(nb, b) for b in v.bounds())
+            pt = np.ones(canon.shape, bool) if v.exact else (lo == hi) & (lo == canon)
+            for col, a in zip(cols, (lo, hi, pt, canon), strict=True):
+                col.append(np.broadcast_to(a, shape))
+        lo, hi, pt = S.tree_envelope(c, dt, *(np.stack(col) for col in cols))
+        ref = np.broadcast_to(_as_f64(out[i].lift(nb)), shape)
+        if bool(np.all(pt)):
+            continue  # the same value in every tree: the canonical one, bitwise
+        with np.errstate(invalid="ignore"):
+            lo, hi = np.where(pt, ref, lo), np.where(pt, ref, hi)
         res[i] = RV(out[i].a, out[i].nb).with_bounds(*_fit(lo, hi, out[i], nb))
     return res
+
+
+def _as_f64(a: np.ndarray) -> np.ndarray:
+    """Float values widened exactly to float64 (16-bit formats through f32)."""
+    a = np.asarray(a)
+    return (a.astype(np.float32) if a.dtype.itemsize == 2 else a).astype(np.float64)
 
 
 def _fit(lo: np.ndarray, hi: np.ndarray, v: RV, nb: int) -> tuple[np.ndarray, np.ndarray]:

@@ -62,11 +62,22 @@ def _unary(it: Interpreter, op: Operation) -> None:
     dt = op.operands[0].type.dtype
     out = RV(N.unary(op.name, x, dt), nb)
     ulp = N.ulp_bound(op.name, dt)
-    # a transcendental's contract is its documented ulp bound, not its bits
-    if shadowed(it, [it.val(op.operands[0])]) or (it.opts.oracle and ulp > 0):
+    if shadowed(it, [it.val(op.operands[0])]):
         ((lo, hi),) = bounds_on(it, op, nb)
         out.with_bounds(*S.unary(op.name, lo, hi, op.result.type.dtype, ulp))
+    elif it.opts.oracle and ulp > 0:
+        _ulp_bounds(out, op.name, dt, ulp, [x])
     it.set(op.result, out)
+
+
+def _ulp_bounds(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray]) -> None:
+    """A function with a declared ulp bound on exact operands: its contract is that
+    bound around the unrounded float64 value (``numerics.ulp_bound``), for every
+    op and dtype; the value stays exact where every element's contract is bitwise."""
+    lo, hi, point = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp)
+    if not np.all(point):
+        out.with_bounds(np.broadcast_to(lo, out.a.shape).copy(),
+                        np.broadcast_to(hi, out.a.shape).copy())
 
 
 @rule(*BINARY, *COMPARE)
@@ -74,9 +85,12 @@ def _binary(it: Interpreter, op: Operation) -> None:
     (a, b), nb = operands_on(it, op)
     dt = op.operands[0].type.dtype
     out = RV(N.binary(op.name, a, b, dt), nb)
+    ulp = N.ulp_bound(op.name, dt)
     if shadowed(it, [it.val(o) for o in op.operands]):
         (al, ah), (bl, bh) = bounds_on(it, op, nb)
         out.with_bounds(*S.binary(op.name, al, ah, bl, bh, dt))
+    elif it.opts.oracle and ulp > 0:
+        _ulp_bounds(out, op.name, dt, ulp, [a, b])
     it.set(op.result, out)
 
 

@@ -35,8 +35,8 @@ import numpy as np
 from ..errors import RuntimeSemanticError
 from .dtypes import DType
 
-__all__ = ["IntegerArithmeticError", "TRANSCENDENTAL_ULP", "ulp_bound", "unary", "binary",
-           "select", "cast", "bitcast", "constant"]
+__all__ = ["IntegerArithmeticError", "TRANSCENDENTAL_ULP", "ulp_bound", "unrounded", "unary",
+           "binary", "select", "cast", "bitcast", "constant"]
 
 
 class IntegerArithmeticError(RuntimeSemanticError):
@@ -72,8 +72,27 @@ TRANSCENDENTAL_ULP: dict[str, dict[str, float]] = {
 
 
 def ulp_bound(op: str, dt: DType) -> float:
-    """The accuracy bound (ulp of ``dt``) of ``op``; 0.0 means bit-exact."""
+    """The accuracy bound (ulp of ``dt``) of ``op``; 0.0 means bit-exact.
+
+    A bound ``k > 0`` admits, for operands ``x``, every value ``t`` of ``dt`` with
+    ``|t - y| <= k * ulp_dt(y)``, where ``y = unrounded(op, dt, x)`` is the
+    interpreter's float64 evaluation before its final rounding and ``ulp_dt(y)``
+    is the spacing of ``dt`` in the binade of ``|y|`` (the subnormal spacing
+    below the least normal). Results that are NaN, infinite or zero are exact
+    (spec V-14). The bound is the same mechanism for every op and dtype: unary
+    and binary functions alike, f64 included."""
     return TRANSCENDENTAL_ULP.get(op, {}).get(dt.name, 0.0)
+
+
+def unrounded(op: str, dt: DType, *xs: np.ndarray) -> np.ndarray:
+    """The float64 value of the transcendental ``op`` on the values ``xs`` of the
+    float dtype ``dt``, before the final rounding to ``dt``: ``unary``/``binary``
+    return exactly ``_from_f64(unrounded(...), dt)``. For f64 it is the value."""
+    if op not in _F64_FUNCTION:
+        raise ValueError(f"'{op}' is not a transcendental function")
+    with np.errstate(all="ignore"):
+        return np.asarray(_F64_FUNCTION[op](*(_to_f64(_arr(x, dt.np), dt) for x in xs)),
+                          dtype=_F64)
 
 
 # ---------------------------------------------------------------------------
@@ -200,12 +219,18 @@ def _int_abs(x: np.ndarray, dt: DType) -> np.ndarray:
     return np.where(x < 0, _int_neg(x, dt), x) if dt.is_signed else x
 
 
+#: The float64 evaluation of each transcendental (operands and result float64);
+#: the op's value in a dtype is this value rounded once (``_via_f64``).
+_F64_FUNCTION: dict[str, Callable[..., np.ndarray]] = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p,
+    "expm1": np.expm1, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "erf": _erf,
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "pow": np.power, "atan2": np.arctan2,
+}
+assert set(_F64_FUNCTION) == set(_TRANSCENDENTAL)
+
 _FLOAT_UNARY: dict[str, Callable[[DType, np.ndarray], np.ndarray]] = {
-    "exp": _via_f64(np.exp), "exp2": _via_f64(np.exp2), "log": _via_f64(np.log),
-    "log2": _via_f64(np.log2), "log1p": _via_f64(np.log1p), "expm1": _via_f64(np.expm1),
-    "sin": _via_f64(np.sin), "cos": _via_f64(np.cos), "tanh": _via_f64(np.tanh),
-    "erf": _via_f64(_erf), "sigmoid": _via_f64(lambda x: 1.0 / (1.0 + np.exp(-x))),
-    "rsqrt": _via_f64(lambda x: 1.0 / np.sqrt(x)),
+    **{fn: _via_f64(_F64_FUNCTION[fn]) for fn in _TRANSCENDENTAL if fn not in ("pow", "atan2")},
     "sqrt": _via_f32(np.sqrt), "floor": _via_f32(np.floor), "ceil": _via_f32(np.ceil),
     "trunc": _via_f32(np.trunc), "round": _via_f32(np.rint),
     "isnan": lambda dt, x: np.isnan(_wide(x, dt)),
@@ -272,7 +297,8 @@ def _float_binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarra
 _FLOAT_BINARY: dict[str, Callable[..., np.ndarray]] = {
     "add": _via_f32(np.add), "sub": _via_f32(np.subtract), "mul": _via_f32(np.multiply),
     "div": _via_f32(np.divide), "rem": _via_f32(np.fmod), "floordiv": _via_f32(np.floor_divide),
-    "mod": _via_f32(np.mod), "pow": _via_f64(np.power), "atan2": _via_f64(np.arctan2),
+    "mod": _via_f32(np.mod), "pow": _via_f64(_F64_FUNCTION["pow"]),
+    "atan2": _via_f64(_F64_FUNCTION["atan2"]),
 }
 
 
