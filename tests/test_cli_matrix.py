@@ -261,3 +261,45 @@ def test_subprocess_module_error_and_usage_error(d):
     p = _cli("validate", SOFTMAX, "--cases", "-1")
     _, err = p.communicate(timeout=120)
     assert p.returncode == 1 and b"--cases" in err and b"Traceback" not in err
+
+
+# ---------------------------------------------------------------------------
+# the same mistakes through the Python API: located TilenestErrors
+
+
+def test_bad_annotations_are_located_capture_errors(tmp_path, capsys):
+    import tilenest as tn
+    from tilenest.errors import CaptureError
+
+    with pytest.raises(CaptureError, match="needs a dtype and a rank") as ei:
+        tn.Tensor[tn.f32]
+    assert ei.value.sites and ei.value.sites[0].file == __file__
+    with pytest.raises(CaptureError, match="rank 1.5"):
+        tn.Tensor[tn.f32, 1.5]
+    with pytest.raises(CaptureError, match="not a dtype"):
+        tn.Tensor["f32", 2]
+    with pytest.raises(CaptureError, match="not a dtype"):
+        tn.Scalar[3]
+    # a string annotation is evaluated at capture: located at the kernel
+    src = tmp_path / "strann.py"
+    src.write_text("from __future__ import annotations\nimport tilenest as tn\n\n"
+                   "@tn.kernel\ndef k(x: tn.Tensor[tn.f32], y: tn.Tensor[tn.f32, 1]):\n"
+                   "    pass\n")
+    rc = main(["show", str(src)])
+    err = capsys.readouterr().err
+    assert rc == 1 and "needs a dtype and a rank" in err and "strann.py:4" in err, err
+
+
+def test_recursion_during_capture_is_a_located_capture_error(d):
+    import importlib.util
+
+    from tilenest.errors import CaptureError
+
+    spec = importlib.util.spec_from_file_location("matrix_rec", d / "rec.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    with pytest.raises(CaptureError, match="recursion limit") as ei:
+        m.k.program
+    e = ei.value
+    assert str(e.sites[0]).startswith(f"{d}/rec.py:12")  # the kernel's statement
+    assert any("rec.py:5 (f)" in n for n in e.notes)  # where the recursion runs

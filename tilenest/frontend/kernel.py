@@ -52,13 +52,20 @@ class Tensor:
 
     def __class_getitem__(cls, item: Any) -> TensorSpec:
         if not isinstance(item, tuple) or len(item) != 2:
-            raise TypeError("use Tensor[dtype, rank] or Tensor[dtype, 'M N']")
+            raise _annotation_error(f"Tensor[{_show(item)}] needs a dtype and a rank")
         dt, r = item
+        if not isinstance(dt, DType):
+            raise _annotation_error(f"Tensor[{_show(item)}]: {dt!r} is not a dtype")
         if isinstance(r, str):
             names = tuple(r.replace(",", " ").split())
             return TensorSpec(dt, len(names), names)
         if isinstance(r, (tuple, list)):
             return TensorSpec(dt, len(r), tuple(r))
+        import numbers
+
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
+            raise _annotation_error(f"Tensor[{_show(item)}]: the rank {r!r} is not a "
+                                    "non-negative integer")
         return TensorSpec(dt, int(r))
 
 
@@ -66,11 +73,48 @@ class Scalar:
     """Annotation ``Scalar[dtype]``: a runtime scalar argument."""
 
     def __class_getitem__(cls, dt: DType) -> ScalarSpec:
+        if not isinstance(dt, DType):
+            raise _annotation_error(f"Scalar[{_show(dt)}]: {dt!r} is not a dtype",
+                                    "use Scalar[dtype], e.g. tn.Scalar[tn.f32]")
         return ScalarSpec(dt)
+
+
+def _show(item: Any) -> str:
+    return ", ".join(map(repr, item)) if isinstance(item, tuple) else repr(item)
+
+
+def _annotation_error(msg: str, hint: str = "use Tensor[dtype, rank] or Tensor[dtype, 'M N'], "
+                      "e.g. tn.Tensor[tn.f32, 2]") -> CaptureError:
+    """A malformed annotation, located at the line that wrote it (the caller of
+    ``__class_getitem__``; none for an annotation evaluated from a string)."""
+    f = sys._getframe(2)
+    site = Site(f.f_code.co_filename, f.f_lineno) if not f.f_code.co_filename.startswith("<") \
+        else None
+    return CaptureError(msg, site, hint)
 
 
 class Sym:
     """Annotation for a symbolic integer parameter (same as ``int``)."""
+
+
+def _recursion_notes(e: BaseException) -> tuple[str, ...]:
+    """Where a recursion ran through the user's own code: the deepest traceback
+    frame outside tilenest and the Python installation, if any."""
+    import traceback
+    from pathlib import Path
+
+    own = Path(__file__).resolve().parent.parent
+    skip = [own, *(Path(x).resolve() for x in {sys.prefix, sys.base_prefix} if x)]
+    user = [f for f in traceback.extract_tb(e.__traceback__)
+            if not f.filename.startswith("<")
+            and not any(r in Path(f.filename).resolve().parents for r in skip)]
+    return (f"the recursion runs through {user[-1].filename}:{user[-1].lineno} "
+            f"({user[-1].name})",) if user else ()
+
+
+def _def_site(fn: Callable) -> Site | None:
+    code = getattr(fn, "__code__", None)
+    return Site(code.co_filename, code.co_firstlineno) if code is not None else None
 
 
 def _annotations(fn: Callable, scope: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +134,11 @@ def _annotations(fn: Callable, scope: dict[str, Any]) -> dict[str, Any]:
         if isinstance(a, str):
             try:
                 a = eval(a, ns)  # noqa: S307 - annotations are the user's own code
+            except TilenestError as e:
+                raise e.with_site(_def_site(fn)) from None
             except Exception as e:
                 raise CaptureError(f"cannot evaluate the annotation of '{k}': {a!r} ({e})",
+                                   _def_site(fn),
                                    hint="annotations must name tn.Tensor/tn.Scalar types "
                                         "visible where the kernel is defined") from None
         out[k] = a
@@ -161,7 +208,16 @@ def capture(fn: Callable, consts: dict[str, Any], scope: dict[str, Any] | None =
                 except ValueError:
                     pass
         st = Stager(src, globs, env)
-        r = st.run_body(fdef.body)
+        try:
+            r = st.run_body(fdef.body)
+        except RecursionError as e:
+            # the statement being staged recurses without end (a helper that calls
+            # itself), or nests deeper than Python's stack allows
+            raise CaptureError("capturing this statement exceeded Python's recursion limit "
+                               "(RecursionError)", c.builder.site,
+                               "look for a helper function that calls itself without end, "
+                               "or split a deeply nested expression into named steps",
+                               _recursion_notes(e)) from None
         if r is not None and r[1] is not None:
             raise CaptureError("a kernel returns nothing; write outputs with .store()",
                                Site(src.file, line, 1))
