@@ -147,7 +147,7 @@ def all_values() -> TileProgram:
         op("const", res=(a,), value=1.5, loc=Site(None, 3, 2)),
         op("const", res=(b,), value=-0.0),
         op("const", res=(c,), value=2.5e-300),
-        op("const", res=(i,), value=-(2 ** 70)),
+        op("const", res=(i,), value=-(2 ** 31)),
         op("const", res=(bo,), value=True),
         op("const", res=(t,), value=False),
         op("const", res=(val("nan", f2),), value=math.nan),

@@ -168,7 +168,7 @@ def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]
     if p.suffix == ".json":
         from .semantics.jsonio import loads
 
-        return [(p.stem, loads(text))]
+        return [(p.stem, loads(text, str(p)))]  # loads and parse_program verify
     from .semantics.parser import parse_program
 
     return [(p.stem, parse_program(text, str(p)))]

@@ -289,20 +289,11 @@ def read_call(folder: Path) -> tuple[list[Any], dict[str, int], list[dict[str, A
 
 # ----------------------------------------------------------------------- the oracle
 def load_program(path: Path) -> Any:
-    """Parse a case program (text or JSON TileIR) and verify it."""
-    from .semantics.verify import verify
+    """A case program (text or JSON TileIR), read and verified by the one loader
+    every program file goes through."""
+    from .semantics.loading import load_program_file
 
-    text = path.read_text()
-    if path.name.endswith(".json"):
-        from .semantics.jsonio import loads
-
-        prog = loads(text, str(path))
-    else:
-        from .semantics.parser import parse_program
-
-        prog = parse_program(text, str(path))
-    verify(prog)
-    return prog
+    return load_program_file(path)
 
 
 @dataclass

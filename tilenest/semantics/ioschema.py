@@ -20,16 +20,155 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import itertools
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 
+from lark import Lark
+from lark.lexer import PatternStr
+
+from ..errors import Site
 from . import expr as E
 from .ir import Block, Operation, TileProgram, Value
 from .ops import REGISTRY, OpDef
 from .space import Dim
 
 SCHEMA_VERSION = "tilenest.tileir/1"
+
+
+@lru_cache(maxsize=1)
+def grammar() -> Lark:
+    """The LALR parser for ``tileir.lark`` (built once)."""
+    text = resources.files(__package__).joinpath("tileir.lark").read_text(encoding="utf-8")
+    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True,
+                start=["start", "value", "type"])
+
+
+# ---------------------------------------------------------------------------
+# names, integers and strings: the lexical rules both readers enforce
+
+#: what each kind of name is, and the grammar terminal that spells it (with
+#: its sigil): a name of that kind is legal iff sigil + name is one token of
+#: that terminal. The JSON reader applies exactly these rules, so every
+#: program it accepts prints as text the parser reads back.
+NAME_KINDS: dict[str, tuple[str, str, str]] = {
+    "value": ("VALUE", "%", "a value name"),
+    "var": ("VAR", "$", "an index variable name"),
+    "global": ("GLOBAL", "@", "a kernel or reducer name"),
+    "sym": ("NAME", "", "a symbol name"),
+}
+
+
+@lru_cache(maxsize=None)
+def _terminal_regex(terminal: str) -> re.Pattern[str]:
+    return re.compile(grammar().get_terminal(terminal).pattern.to_regexp())
+
+
+@lru_cache(maxsize=1)
+def keywords() -> frozenset[str]:
+    """The grammar's keywords that a bare symbol name collides with: those of
+    its literal tokens spelled like names (``kernel``, ``and``, ``in``, ...)
+    that, written where an index expression starts, do not read as a symbol.
+    (The lexer is contextual, so most keywords are still fine symbol names.)"""
+    name = _terminal_regex("NAME")
+    g = grammar()
+    out = set()
+    for t in g.terminals:
+        word = t.pattern.value
+        if not (isinstance(t.pattern, PatternStr) and name.fullmatch(word)):
+            continue
+        try:
+            tree = g.parse(f"{word} + 1", start="value")
+        except Exception:  # noqa: BLE001 - any failure to read it means it is reserved
+            out.add(word)
+            continue
+        first = tree.children[0]
+        if getattr(first, "data", None) != "name":
+            out.add(word)
+    return frozenset(out)
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    """Why ``name`` cannot be a name of ``kind`` (see :data:`NAME_KINDS`), or None."""
+    terminal, sigil, what = NAME_KINDS[kind]
+    if not isinstance(name, str):
+        return f"{what} must be a string"
+    if not _terminal_regex(terminal).fullmatch(sigil + name):
+        return f"{json_str(name)} is not {what}"
+    if kind == "sym" and name in keywords():
+        return f"{json_str(name)} is a keyword of TileIR text, not {what}"
+    return None
+
+
+def name_hint(kind: str) -> str:
+    """What a name of ``kind`` is made of, as the grammar says."""
+    terminal, sigil, what = NAME_KINDS[kind]
+    pattern = grammar().get_terminal(terminal).pattern.to_regexp()
+    extra = " and is not a keyword" if kind == "sym" else ""
+    return f"{what} matches {pattern[len(re.escape(sigil)) if sigil else 0:]}{extra}"
+
+
+def json_str(s: str) -> str:
+    """``s`` quoted as a JSON string (every character visible)."""
+    return json.dumps(s, ensure_ascii=True)
+
+
+#: index integers of TileIR (index-expression constants, extents, strides) are
+#: signed 64-bit integers, the index type of every backend
+INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+
+
+#: the largest magnitude of an integer literal (of any kind): an element
+#: literal may be a u64; index integers are further held to int64 by the verifier
+MAX_LITERAL = (1 << 64) - 1
+
+
+def literal_problem(v: int) -> str | None:
+    """Why the integer literal ``v`` can be no TileIR integer, or None."""
+    if -MAX_LITERAL <= v <= MAX_LITERAL:
+        return None
+    return "integer is outside the 64-bit range"
+
+
+def string_problem(s: str) -> str | None:
+    """Why ``s`` cannot be a TileIR string (it must be encodable as UTF-8)."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return "string holds a lone surrogate, which no UTF-8 text can carry"
+    return None
+
+
+def site_problem(line: int, col: int) -> str | None:
+    """Why ``line:col`` cannot be a source position (both are non-negative)."""
+    for what, v in (("line", line), ("column", col)):
+        if v < 0:
+            return f"source {what} {v} is negative"
+        if v > INT_MAX:
+            return f"source {what} is outside the signed 64-bit range"
+    return None
+
+
+@dataclass(frozen=True)
+class ReadSite(Site):
+    """Where a reader found a node: ``line:col`` of TileIR text, or with
+    ``path`` the node's JSON path (``body.ops[3].regions[0].ops[1]``); ``origin``
+    is the location the node records itself (its ``loc``, e.g. the Python line
+    it was captured from), shown alongside."""
+
+    path: str = ""
+    origin: Site | None = None
+
+    def __str__(self) -> str:
+        if self.path:
+            here = f"{self.file}: {self.path}" if self.file else self.path
+        else:
+            here = Site.__str__(self)
+        return here + (f" (written at {self.origin})" if self.origin is not None else "")
+
 
 #: characters a printed dim / value / symbol name may hold
 NAME_CHARS = re.compile(r"[^A-Za-z0-9_]")
@@ -206,9 +345,10 @@ class Scope:
 # op ids
 
 
-def number_ops(p: TileProgram) -> TileProgram:
+def number_ops(p: TileProgram, renumbered: dict[int, int] | None = None) -> TileProgram:
     """``p`` with ``oid`` assigned in pre-order from 0 over the body, then
-    continuing over the custom reducers' blocks."""
+    continuing over the custom reducers' blocks. With ``renumbered``, records
+    each op's old oid -> new oid there (readers key their sites by oid)."""
     counter = itertools.count()
 
     def block(b: Block) -> Block:
@@ -216,6 +356,8 @@ def number_ops(p: TileProgram) -> TileProgram:
 
     def op_(o: Operation) -> Operation:
         oid = next(counter)
+        if renumbered is not None:
+            renumbered[o.oid] = oid
         return o.replace(oid=oid, regions=tuple(block(r) for r in o.regions))
 
     body = block(p.body)

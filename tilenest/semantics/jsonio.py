@@ -9,13 +9,21 @@ are strings (``{"float": "-0.0"}``) so that ``1`` and ``1.0``, ``inf`` and
 program whose dims are its canonical table entries; the reader checks the same
 references as the text parser and reports a mistake with its JSON path, e.g.
 ``body.ops[3].attrs.map: ...``. See ``spec/interchange.md`` for the schema.
+
+The reader holds names, integers and strings to the lexical rules of the text
+grammar (:func:`~tilenest.semantics.ioschema.name_problem` and friends, one
+definition for both readers), so every document it accepts prints as text that
+parses back. :func:`from_json` and :func:`loads` verify the program they read
+(the verifier a captured kernel passes), placing diagnostics at the op's path.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any, NoReturn
 
 import numpy as np
@@ -27,16 +35,23 @@ from .expr import Expr, Pred
 from .ioschema import (
     SCHEMA_VERSION,
     DimNames,
+    ReadSite,
     Scope,
     attr_kind,
     attr_order,
     build_bitop,
     canonical_dim,
+    grammar,
+    literal_problem,
     missing_attrs,
+    name_hint,
+    name_problem,
     number_ops,
     opdef_or_none,
     operand_count_problem,
     region_count_problem,
+    site_problem,
+    string_problem,
     unknown_attr_hint,
     unknown_op_hint,
 )
@@ -218,9 +233,50 @@ def to_json(p: TileProgram) -> dict[str, Any]:
     return out
 
 
+#: nesting depth up to which :func:`dumps` breaks lines and indents; deeper
+#: parts are written on one line, so the text stays linear in the program's size
+INDENT_DEPTH = 32
+
+
 def dumps(p: TileProgram, indent: int | None = 1) -> str:
-    """``to_json(p)`` as JSON text."""
-    return json.dumps(to_json(p), indent=indent, ensure_ascii=False)
+    """``to_json(p)`` as JSON text. With ``indent``, the outer
+    :data:`INDENT_DEPTH` levels are laid out as ``json.dumps(..., indent=indent)``
+    lays them out, and each deeper value is written compactly on one line (an
+    indentation that grows with depth would make the text quadratic in it)."""
+    d = to_json(p)
+    if indent is None:
+        return json.dumps(d, ensure_ascii=False)
+    out: list[str] = []
+    _write_indented(d, indent, out)
+    return "".join(out)
+
+
+def _write_indented(d: Any, indent: int, out: list[str]) -> None:
+    """Append ``d`` as indented JSON text to ``out`` (iteratively: no recursion)."""
+    flat = (", ", ": ")
+    # a stack of pending actions: a value to write at a depth, or a literal string
+    stack: list[tuple[Any, int] | str] = [(d, 0)]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        v, depth = item
+        if not isinstance(v, (dict, list)) or not v or depth >= INDENT_DEPTH:
+            out.append(json.dumps(v, ensure_ascii=False, separators=flat if depth else None))
+            continue
+        inner = "\n" + " " * (indent * (depth + 1))
+        close = "\n" + " " * (indent * depth) + ("}" if isinstance(v, dict) else "]")
+        parts: list[tuple[Any, int] | str] = []
+        items = list(v.items()) if isinstance(v, dict) else [(None, x) for x in v]
+        for i, (k, x) in enumerate(items):
+            lead = ("," if i else "") + inner
+            if k is not None:
+                lead += json.dumps(k, ensure_ascii=False) + ": "
+            parts += [lead, (x, depth + 1)]
+        out.append("{" if isinstance(v, dict) else "[")
+        stack.append(close)
+        stack.extend(reversed(parts))
 
 
 # ---------------------------------------------------------------------------
@@ -231,6 +287,15 @@ _BITOPS = ("^", "&", "|", "<<", ">>")
 _CMPOPS = ("<", "<=", ">", ">=", "==", "!=")
 
 
+@lru_cache(maxsize=1)
+def _float_text() -> re.Pattern[str]:
+    """A float written in ``{"float": ...}``: the text grammar's FLOAT or INT
+    token with an optional sign, or ``inf``, ``-inf``, ``nan``."""
+    g = grammar()
+    body = "|".join(g.get_terminal(t).pattern.to_regexp() for t in ("FLOAT", "INT"))
+    return re.compile(f"-?(?:{body})|-?inf|nan")
+
+
 class Decoder:
     """Builds IR from JSON data, checking references; errors name the JSON path."""
 
@@ -239,6 +304,8 @@ class Decoder:
         self.syms: set[str] | None = None
         self.dims: list[Dim] = []
         self.reducers: set[str] = set()
+        #: the JSON path of each op, by the provisional op id it is built with
+        self.sites: dict[int, Site] = {}
 
     def fail(self, path: str, message: str, hint: str | None = None) -> NoReturn:
         notes = (f"in {self.file}",) if self.file else ()
@@ -265,11 +332,25 @@ class Decoder:
     def str_(self, d: Any, path: str) -> str:
         if not isinstance(d, str):
             self.fail(path, "expected a string")
+        problem = string_problem(d)
+        if problem:
+            self.fail(path, problem)
+        return d
+
+    def name(self, d: Any, path: str, kind: str) -> str:
+        """A name of ``kind`` (value, var, global, sym), as the text grammar spells it."""
+        problem = name_problem(kind, self.str_(d, path))
+        if problem:
+            self.fail(path, problem, hint=name_hint(kind))
         return d
 
     def int_(self, d: Any, path: str) -> int:
         if not isinstance(d, int) or isinstance(d, bool):
             self.fail(path, "expected an integer")
+        problem = literal_problem(d)
+        if problem:
+            self.fail(path, problem, hint="index integers are int64; element literals fit "
+                                          "their dtype")
         return d
 
     def bool_(self, d: Any, path: str) -> bool:
@@ -280,15 +361,17 @@ class Decoder:
     def number(self, d: Any, path: str) -> int | float | bool:
         """An int, a bool, ``{"float": "<decimal, inf, -inf or nan>"}``, or (leniently)
         a JSON number with a fraction or exponent."""
-        if isinstance(d, (bool, int, float)):
+        if isinstance(d, bool):
             return d
+        if isinstance(d, int):
+            return self.int_(d, path)
+        if isinstance(d, float):
+            return math.nan if math.isnan(d) else d
         if isinstance(d, dict) and set(d) == {"float"} and isinstance(d["float"], str):
             if d["float"] == "nan":
                 return math.nan  # one shared NaN object, so equal programs compare equal
-            try:
+            if _float_text().fullmatch(d["float"]):
                 return float(d["float"])
-            except ValueError:
-                pass
         self.fail(path, 'expected an integer, a bool or {"float": "<decimal>"}')
 
     def dtype(self, d: Any, path: str) -> D.DType:
@@ -302,8 +385,12 @@ class Decoder:
         f = o.get("file")
         if f is not None:
             self.str_(f, path + ".file")
-        return Site(f, self.int_(o["line"], path + ".line"), self.int_(o.get("col", 0),
-                                                                         path + ".col"))
+        line = self.int_(o["line"], path + ".line")
+        col = self.int_(o.get("col", 0), path + ".col")
+        problem = site_problem(line, col)
+        if problem:
+            self.fail(path, problem)
+        return Site(f, line, col)
 
     # -- expressions ----------------------------------------------------
     def expr(self, d: Any, path: str, scope: Scope | None) -> Expr:
@@ -327,14 +414,14 @@ class Decoder:
         if k == "const":
             return E.Const(self.int_(v, p))
         if k == "sym":
-            name = self.str_(v, p)
+            name = self.name(v, p, "sym")
             if self.syms is not None and name not in self.syms:
                 self.fail(p, f"unknown symbol '{name}'", hint="declare it in \"syms\"")
             return E.Sym(name)
         if k == "var":
-            return E.Var(self.str_(v, p))
+            return E.Var(self.name(v, p, "var"))
         if k == "val":
-            name = self.str_(v, p)
+            name = self.name(v, p, "value")
             if scope is not None and scope.lookup(name) is None:
                 self.fail(p, *scope.undefined_message(name))
             return E.Val(name)
@@ -397,7 +484,7 @@ class Decoder:
         kind = d.get("kind") if isinstance(d, dict) else None
         if kind == "state":
             o = self.obj(d, path, ("kind", "memory"))
-            return StateType(self.str_(o["memory"], path + ".memory"))
+            return StateType(self.name(o["memory"], path + ".memory", "value"))
         if kind in ("tile", "tensor"):
             o = self.obj(d, path, ("kind", "dtype", "space"))
         elif kind == "memory":
@@ -412,8 +499,7 @@ class Decoder:
             return TensorType(dt, space.extents, space.dims)
         lp = path + ".layout"
         lay = self.obj(o["layout"], lp, ("vars", "offset", "size"))
-        vars_ = tuple(self.str_(v, f"{lp}.vars[{i}]")
-                      for i, v in enumerate(self.list_(lay["vars"], lp + ".vars")))
+        vars_ = self.vars_(lay["vars"], lp + ".vars")
         res = o.get("resource", "auto")
         if res not in RESOURCES:
             self.fail(path + ".resource", f"unknown memory resource {json.dumps(res)}",
@@ -424,7 +510,8 @@ class Decoder:
 
     # -- attributes -----------------------------------------------------
     def vars_(self, d: Any, path: str) -> tuple[str, ...]:
-        out = tuple(self.str_(v, f"{path}[{i}]") for i, v in enumerate(self.list_(d, path)))
+        out = tuple(self.name(v, f"{path}[{i}]", "var")
+                    for i, v in enumerate(self.list_(d, path)))
         if len(set(out)) != len(out):
             self.fail(path, "a variable is named twice")
         return out
@@ -513,8 +600,8 @@ class Decoder:
     # -- ops, blocks, program -------------------------------------------
     def define(self, d: Any, path: str, scope: Scope) -> Value:
         o = self.obj(d, path, ("name", "type"))
-        v = Value(self.str_(o["name"], path + ".name"), self.type_(o["type"], path + ".type",
-                                                                   scope))
+        v = Value(self.name(o["name"], path + ".name", "value"),
+                  self.type_(o["type"], path + ".type", scope))
         self.declare(v.name, path, scope)
         scope.bind(v)
         return v
@@ -567,7 +654,8 @@ class Decoder:
         for i, r in enumerate(self.list_(o.get("results", []), path + ".results")):
             p = f"{path}.results[{i}]"
             r = self.obj(r, p, ("name", "type"))
-            v = Value(self.str_(r["name"], p + ".name"), self.type_(r["type"], p + ".type", scope))
+            v = Value(self.name(r["name"], p + ".name", "value"),
+                      self.type_(r["type"], p + ".type", scope))
             self.declare(v.name, p, scope)
             results.append(v)
         regions_raw = self.list_(o.get("regions", []), path + ".regions")
@@ -579,12 +667,15 @@ class Decoder:
         for v in results:
             scope.bind(v)
         loc = self.site(o["loc"], path + ".loc") if o.get("loc") is not None else None
-        return Operation(name, tuple(operands), tuple(results), FrozenDict(attrs), regions, loc)
+        oid = len(self.sites)
+        self.sites[oid] = ReadSite(self.file, 0, 0, path)
+        return Operation(name, tuple(operands), tuple(results), FrozenDict(attrs), regions, loc,
+                         oid)
 
     def reducer(self, d: Any, path: str) -> CustomReducer:
         o = self.obj(d, path, ("name", "state", "identity", "associative", "commutative",
                                "merge"), ("provenance", "lift"))
-        name = self.str_(o["name"], path + ".name")
+        name = self.name(o["name"], path + ".name", "global")
         if name in self.reducers:
             self.fail(path + ".name", f"reducer @{name} is declared twice")
         self.reducers.add(name)
@@ -606,7 +697,7 @@ class Decoder:
         if o["schema"] != SCHEMA_VERSION:
             self.fail("schema", f"unsupported schema {json.dumps(o['schema'])}",
                       hint=f"this reader understands \"{SCHEMA_VERSION}\"")
-        syms = tuple(self.str_(s, f"syms[{i}]") for i, s in enumerate(self.list_(
+        syms = tuple(self.name(s, f"syms[{i}]", "sym") for i, s in enumerate(self.list_(
             o.get("syms", []), "syms")))
         if len(set(syms)) != len(syms):
             self.fail("syms", "a symbol is declared twice")
@@ -624,17 +715,44 @@ class Decoder:
                          for i, r in enumerate(self.list_(o.get("reducers", []), "reducers")))
         body = self.block(o["body"], "body", scope)
         loc = self.site(o["loc"], "loc") if o.get("loc") is not None else None
-        return number_ops(TileProgram(self.str_(o["name"], "name"), args, syms, assume,
-                                      tuple(self.dims), body, reducers, loc))
+        renumbered: dict[int, int] = {}
+        p = number_ops(TileProgram(self.name(o["name"], "name", "global"), args, syms, assume,
+                                   tuple(self.dims), body, reducers, loc), renumbered)
+        self.sites = {renumbered[k]: v for k, v in self.sites.items() if k in renumbered}
+        from .verify import PROGRAM_SITE
+
+        self.sites[PROGRAM_SITE] = ReadSite(self.file, 0, 0, "(root)")
+        return p
+
+
+def _decode(d: Any, file: str | None) -> tuple[TileProgram, dict[int, Site]]:
+    dec = Decoder(file)
+    try:
+        return dec.program(d), dec.sites
+    except RecursionError:
+        raise ParseError("the JSON nests too deeply to read", ()) from None
 
 
 def from_json(d: Any, file: str | None = None) -> TileProgram:
-    """The program ``d`` encodes; op ids in pre-order from 0. Raises ParseError
-    naming the JSON path of the first mistake."""
+    """The program ``d`` encodes, verified; op ids in pre-order from 0. Raises
+    ParseError naming the JSON path of the first mistake, or the verifier's
+    error at the path of the op that breaks a static rule."""
+    from .verify import verify
+
+    p, sites = _decode(d, file)
     try:
-        return Decoder(file).program(d)
+        verify(p, sites)
     except RecursionError:
-        raise ParseError("the JSON nests too deeply to read", ()) from None
+        raise ParseError("the program nests too deeply to verify", ()) from None
+    return p
+
+
+def from_json_unverified(d: Any, file: str | None = None) -> TileProgram:
+    """The schema layer of :func:`from_json` alone (references checked, static
+    rules not): the inverse of :func:`to_json` for every program, well typed or
+    not, which serves to test that pair. A document from outside is read with
+    :func:`from_json`."""
+    return _decode(d, file)[0]
 
 
 def loads(text: str, file: str | None = None) -> TileProgram:

@@ -7,17 +7,19 @@ reference (ops against their schema, ``%values`` against SSA scopes, ``#dims``
 against the dim table, symbols against ``syms``, ``@reducers`` against the
 program's reducers) while building the immutable IR. Any mistake raises
 :class:`~tilenest.errors.ParseError` at the offending token, with a hint.
+
+:func:`parse_program` is the one way in: the program it returns has passed
+the verifier (:func:`~tilenest.semantics.verify.verify`), the same one a
+captured kernel passes, with each op's diagnostics placed at the op's line:col.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
-from lark import Lark, Token, Tree
+from lark import Token, Tree
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
 
 from ..errors import ParseError, Site
@@ -26,11 +28,14 @@ from .ioschema import (
     Scope,
     attr_kind,
     canonical_dim,
+    grammar,
     missing_attrs,
     number_ops,
     opdef_or_none,
     operand_count_problem,
+    ReadSite,
     region_count_problem,
+    site_problem,
     unknown_attr_hint,
     unknown_op_hint,
 )
@@ -41,14 +46,6 @@ from .reducers import CustomReducer
 from .space import Dim
 from .types import MemoryType, StateType, TensorType, TileType, Type
 from .valueread import PTree, ValueReader
-
-
-@lru_cache(maxsize=1)
-def grammar() -> Lark:
-    """The LALR parser for ``tileir.lark`` (built once)."""
-    text = resources.files(__package__).joinpath("tileir.lark").read_text(encoding="utf-8")
-    return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True,
-                start=["start", "value", "type"])
 
 
 # ---------------------------------------------------------------------------
@@ -145,9 +142,16 @@ def _result_names(tok: Token) -> list[tuple[str, int, int]]:
 class Reader(ValueReader):
     """Builds IR from a parse tree, checking every reference on the way."""
 
+    def __init__(self, file: str | None, syms: set[str] | None = None):
+        super().__init__(file, syms)
+        #: where each op was read, by the provisional op id it is built with
+        self.sites: dict[int, Site] = {}
+
     # -- kernel ---------------------------------------------------------
     def read_kernel(self, t: PTree) -> TileProgram:
-        name = _tokens(t, "GLOBAL")[0].value[1:]
+        """The kernel; ``self.sites`` is then keyed by the final op ids."""
+        gtok = _tokens(t, "GLOBAL")[0]
+        name = gtok.value[1:]
         syms = _one(t, "syms")
         self.syms = set()
         sym_names: list[str] = []
@@ -176,7 +180,13 @@ class Reader(ValueReader):
         p = TileProgram(name, tuple(args), tuple(sym_names), assumptions,
                         tuple(self.dim_table), Block(tuple(body_args), ops), reducers,
                         self.read_loc(loc) if loc is not None else None)
-        return number_ops(p)
+        renumbered: dict[int, int] = {}
+        p = number_ops(p, renumbered)
+        self.sites = {renumbered[k]: v for k, v in self.sites.items() if k in renumbered}
+        from .verify import PROGRAM_SITE
+
+        self.sites[PROGRAM_SITE] = ReadSite(self.file, gtok.line, gtok.column)
+        return p
 
     def read_dimtable(self, t: PTree) -> None:
         for decl in _trees(t, "dimdecl"):
@@ -284,8 +294,11 @@ class Reader(ValueReader):
         for r in results:
             scope.bind(r)
         loc = _one(t, "loc")
+        first = results_tok[0] if results_tok else name_tok
+        oid = len(self.sites)
+        self.sites[oid] = ReadSite(self.file, first.line, first.column)
         return Operation(d.name, operands, results, FrozenDict(attrs), regions,
-                         self.read_loc(loc) if loc is not None else None)
+                         self.read_loc(loc) if loc is not None else None, oid)
 
     def read_region(self, t: PTree, scope: Scope) -> Block:
         label = _one(t, "label")
@@ -302,8 +315,12 @@ class Reader(ValueReader):
 
     def read_loc(self, t: PTree) -> Site:
         s = _tokens(t, "STRING")
-        line, col = _tokens(t, "INT")
-        return Site(self.as_str_token(s[0]) if s else None, int(line.value), int(col.value))
+        line_tok, col_tok = _tokens(t, "INT")
+        line, col = self.int_token(line_tok), self.int_token(col_tok)
+        problem = site_problem(line, col)
+        if problem:
+            self.fail(line_tok, problem)
+        return Site(self.as_str_token(s[0]) if s else None, line, col)
 
     # -- types ----------------------------------------------------------
     def read_type(self, t: PTree, scope: Scope | None = None) -> Type:
@@ -332,14 +349,36 @@ class Reader(ValueReader):
 # entry points
 
 
-def parse_program(text: str, file: str | None = None) -> TileProgram:
-    """The program written in ``text`` (see ``spec/interchange.md``); op ids are
-    assigned in pre-order from 0. Raises ParseError at the first mistake."""
+def _read(text: str, file: str | None) -> tuple[TileProgram, dict[int, Site]]:
     tree = _parse_tree(text, "start", file)
+    reader = Reader(file)
     try:
-        return Reader(file).read_kernel(tree.children[0])
+        return reader.read_kernel(tree.children[0]), reader.sites
     except RecursionError:
         raise ParseError("the text nests too deeply to read", Site(file, 1, 1)) from None
+
+
+def parse_program(text: str, file: str | None = None) -> TileProgram:
+    """The program written in ``text`` (see ``spec/interchange.md``), verified;
+    op ids are assigned in pre-order from 0. Raises ParseError at the first
+    mistake of the text, or the verifier's error (VerifyError, TypeCheckError,
+    ...) at the line:col of the op that breaks a static rule."""
+    from .verify import verify
+
+    p, sites = _read(text, file)
+    try:
+        verify(p, sites)
+    except RecursionError:
+        raise ParseError("the program nests too deeply to verify", Site(file, 1, 1)) from None
+    return p
+
+
+def read_program_unverified(text: str, file: str | None = None) -> TileProgram:
+    """The syntax layer of :func:`parse_program` alone: references are checked,
+    static rules are not. This is the exact inverse of ``print_program`` for
+    every program, well typed or not, and serves to test that pair; a program
+    from outside is read with :func:`parse_program`."""
+    return _read(text, file)[0]
 
 
 def parse_expr(text: str, syms: set[str] | None = None) -> Expr:

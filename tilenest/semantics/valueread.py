@@ -20,7 +20,7 @@ from ..errors import ParseError, Site
 from . import dtypes as D
 from . import expr as E
 from .expr import Expr, Pred
-from .ioschema import Scope, build_bitop
+from .ioschema import MAX_LITERAL, Scope, build_bitop, string_problem
 from .maps import Map
 from .policies import EXEC_SCOPES, Bounds, BoundsPolicy, ExecPolicy, PipelinePolicy, ReductionPolicy
 from .reducers import BUILTINS
@@ -91,10 +91,13 @@ class ValueReader:
 
     # -- scalars --------------------------------------------------------
     def int_token(self, tok: Token) -> int:
-        try:
-            return int(tok.value)
-        except ValueError:  # more digits than Python converts
-            self.fail(tok, "integer literal is too long")
+        """An integer literal of magnitude below 2**64 (:data:`MAX_LITERAL`: the
+        largest u64 element); the verifier then checks that index arithmetic
+        stays in int64 and that element literals fit their dtypes."""
+        if len(tok.value.lstrip("0")) > 20 or int(tok.value) > MAX_LITERAL:
+            self.fail(tok, "integer literal is outside the 64-bit range",
+                      hint="index integers are int64; element literals fit their dtype")
+        return int(tok.value)
 
     def as_int(self, n: PTree, what: str = "the value") -> int:
         if n.data == "int":
@@ -129,9 +132,13 @@ class ValueReader:
 
     def as_str_token(self, tok: Token) -> str:
         try:
-            return str(json.loads(tok.value))
+            s = str(json.loads(tok.value))
         except json.JSONDecodeError:
             self.fail(tok, "malformed string literal", hint="strings use JSON escapes")
+        problem = string_problem(s)
+        if problem:
+            self.fail(tok, problem)
+        return s
 
     def as_str(self, n: PTree, what: str = "the value") -> str:
         if n.data == "string":

@@ -11,22 +11,36 @@ types, reduce contracts match the states, pipeline bodies are stage sequences,
 memory-state flow (no read before a definite store, no stale state), memory
 layouts injective and in range where decidable; (5) static semantics --
 ``anchor <= frontier`` for every op.
+
+Types are checked where their values are defined: a constant extent is
+non-negative, a memory layout's offset and size mention only the layout's own
+variables, program symbols and visible values, and every integer constant of a
+program (types, attributes, assumptions) lies in the signed 64-bit range, the
+index type of every backend (:data:`~tilenest.semantics.ioschema.INT_MAX`).
+A ``per`` names the level of an enclosing ``parallel``.
+
+Programs read from text or JSON carry no ``loc`` unless one is written; their
+readers pass the position of each op (``sites``, keyed by op id) so that every
+diagnostic names line:col or a JSON path.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ..errors import TilenestError, VerifyError
+from ..errors import Site, TilenestError, VerifyError
 from . import expr as E
+from .ioschema import INT_MAX, INT_MIN
 from .ir import Block, Operation, TileProgram, Value
 from .maps import MemLayout
 from .ops import REGISTRY, infer_types
 from .space import IndexSet
-from .types import MemoryType, StateType, TileType
+from .types import MemoryType, StateType, TensorType, TileType
 
 #: largest domain the verifier enumerates to decide layout injectivity
 ENUMERATION_BUDGET = 1 << 20
@@ -34,8 +48,17 @@ ENUMERATION_BUDGET = 1 << 20
 _NEST = ("parallel", "serial", "pipeline", "reduce")
 
 
-def verify(p: TileProgram) -> None:
-    """Raise :class:`VerifyError` (or a TypeCheckError) on the first violation."""
+#: key of ``sites`` for the program itself (its header)
+PROGRAM_SITE = -1
+
+
+def verify(p: TileProgram, sites: Mapping[int, Site] | None = None) -> None:
+    """Raise :class:`VerifyError` (or a TypeCheckError) on the first violation.
+
+    ``sites`` maps op ids (and :data:`PROGRAM_SITE`) to where the op was read;
+    an op without its own ``loc`` is reported there."""
+    if sites:
+        p = located(p, sites)
     v = _Verifier(p)
     v.run()
     check_exec_nesting(p)
@@ -48,11 +71,111 @@ def verify(p: TileProgram) -> None:
                               op.loc)
 
 
+def located(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
+    """``p`` with each op's ``loc`` replaced by ``sites[oid]`` (where it was read),
+    keeping its own ``loc`` as the site's ``origin``; op ids are kept."""
+    def block(b: Block) -> Block:
+        return Block(b.args, tuple(op_(o) for o in b.ops))
+
+    def at(key: int, own: Site | None) -> Site | None:
+        site = sites.get(key)
+        if site is None:
+            return own
+        return dataclasses.replace(site, origin=own) if own is not None and hasattr(
+            site, "origin") else site
+
+    def op_(o: Operation) -> Operation:
+        return o.replace(loc=at(o.oid, o.loc), regions=tuple(block(r) for r in o.regions))
+
+    reducers = tuple(dataclasses.replace(r, merge=block(r.merge),
+                                         lift=None if r.lift is None else block(r.lift))
+                     for r in p.reducers)
+    return dataclasses.replace(p, body=block(p.body), reducers=reducers,
+                               loc=at(PROGRAM_SITE, p.loc))
+
+
+def _constants(x: Any) -> list[int]:
+    """Every integer constant inside an attribute value or type."""
+    out: list[int] = []
+    stack: list[Any] = [x]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, E.Const):
+            out.append(e.value)
+        elif isinstance(e, (E.Expr, E.Pred)):
+            stack.extend(e.children)
+        elif isinstance(e, (tuple, list)):
+            stack.extend(e)
+        elif isinstance(e, IndexSet):
+            stack.extend(e.space.extents)
+            stack.append(e.pred)
+        elif isinstance(e, (TileType, TensorType)):
+            stack.extend(e.space.extents)
+        elif isinstance(e, MemoryType):
+            stack.extend(e.space.extents)
+            stack.extend((e.layout.offset, e.layout.size))
+        else:
+            lay = getattr(e, "layout", None)
+            if lay is not None and hasattr(lay, "outputs"):
+                stack.extend(lay.outputs)
+    return out
+
+
 class _Verifier:
     def __init__(self, p: TileProgram):
         self.p = p
         self.defined: set[str] = set()
         self.syms = set(p.syms)
+
+    def check_ints(self, op: Operation | None, x: Any, what: str) -> None:
+        for c in _constants(x):
+            if not INT_MIN <= c <= INT_MAX:
+                raise self.fail(op, f"{what} holds the constant {c}, outside the signed "
+                                    "64-bit range of index arithmetic",
+                                "index constants, extents and strides are int64")
+
+    def check_type(self, v: Value, op: Operation | None, scope: list[set[str]],
+                   vars_: frozenset[str]) -> None:
+        """The type of ``v`` is well formed where ``v`` is defined."""
+        t = v.type
+        what = f"the type of %{v.name}"
+        self.check_ints(op, t, what)
+        if isinstance(t, (TileType, TensorType, MemoryType)):
+            for x in t.space.extents:
+                if isinstance(x, E.Const) and x.value < 0:
+                    raise self.fail(op, f"{what} has the negative extent {x.value}",
+                                    "an extent counts elements and is at least 0")
+            exprs: list[Any] = list(t.space.extents)
+            own: frozenset[str] = frozenset()
+            if isinstance(t, MemoryType):
+                lay = t.layout
+                if len(set(lay.vars)) != len(lay.vars):
+                    raise self.fail(op, f"the layout of %{v.name} names a variable twice")
+                own = frozenset(lay.vars)
+                exprs += [lay.offset, lay.size]
+                for leaf in E.leaves(lay.size):
+                    if isinstance(leaf, E.Var) and leaf.name in own:
+                        raise self.fail(op, f"the layout size of %{v.name} depends on its "
+                                            f"variable ${leaf.name}",
+                                        "the size is one number for the whole tile")
+            for x in exprs:
+                for leaf in E.leaves(x):
+                    if isinstance(leaf, E.Var) and leaf.name not in vars_ | own:
+                        if isinstance(t, MemoryType):
+                            own_list = ", ".join("$" + n for n in t.layout.vars)
+                            raise self.fail(op, f"the layout of %{v.name} uses ${leaf.name}, "
+                                                f"which is neither one of its variables "
+                                                f"({own_list}) nor bound here",
+                                            "a layout is ($a, ...) -> offset over its own "
+                                            "variables, one per dim")
+                        raise self.fail(op, f"{what} mentions ${leaf.name}, which is not "
+                                            "bound here")
+                    if isinstance(leaf, E.Sym) and leaf.name not in self.syms:
+                        raise self.fail(op, f"{what} mentions '{leaf.name}', which is not a "
+                                            "kernel parameter")
+                    if isinstance(leaf, E.Val) and not self.visible(leaf.name, scope):
+                        raise self.fail(op, f"{what} mentions %{leaf.name} where its "
+                                            "definition is not visible")
 
     def fail(self, op: Operation | None, msg: str, hint: str | None = None) -> VerifyError:
         return VerifyError(msg, op.loc if op is not None else self.p.loc, hint)
@@ -61,12 +184,22 @@ class _Verifier:
         scope: list[set[str]] = [set(a.name for a in self.p.args)]
         for a in self.p.args:
             self._define(a, None)
+            self.check_type(a, None, scope, frozenset())
+        self.check_ints(None, self.p.assumptions, "an assumption")
+        for r in self.p.reducers:
+            if len(r.identity) != len(r.state):
+                raise self.fail(None, f"reducer @{r.name} has {len(r.state)} state "
+                                      f"components but {len(r.identity)} identities",
+                                "give one identity per state component")
+            for x, dt in zip(r.identity, r.state, strict=True):
+                self.element_constant(None, x, dt, f"the identity of @{r.name}")
         for pr in self.p.assumptions:
             for leaf in E.leaves(pr):
                 if not isinstance(leaf, E.Sym) or leaf.name not in self.syms:
                     raise self.fail(None, f"assumption mentions '{E.to_str(leaf)}', "
                                           "not a kernel parameter")
         self.check_levels()
+        self.levels: tuple[int, ...] = ()
         self.block(self.p.body, scope, frozenset(), top=True)
         _MemoryFlow(self.p).run()
 
@@ -94,13 +227,14 @@ class _Verifier:
             if op.name == "stage":
                 raise self.fail(op, "a stage op may only appear directly in a pipeline body")
 
-    def block(self, b: Block, scope: list[set[str]], vars_: frozenset[str], top: bool = False
-              ) -> None:
+    def block(self, b: Block, scope: list[set[str]], vars_: frozenset[str], top: bool = False,
+              owner: Operation | None = None) -> None:
         local: set[str] = set()
         scope = scope + [local]
         for a in b.args:
-            self._define(a, None)
+            self._define(a, owner)
             local.add(a.name)
+            self.check_type(a, owner, scope, vars_)
         for i, op in enumerate(b.ops):
             if op.name == "yield" and i != len(b.ops) - 1:
                 raise self.fail(op, "yield must be the last op of its region")
@@ -109,7 +243,9 @@ class _Verifier:
                 self._define(r, op)
                 local.add(r.name)
         if not top and b.terminator is None:
-            raise self.fail(None, "a region must end with yield")
+            where = f" of '{owner.name}'" if owner is not None else ""
+            raise self.fail(owner, f"a region{where} must end with yield",
+                            "write 'yield' (with the region's outputs) as its last op")
 
     def visible(self, name: str, scope: list[set[str]]) -> bool:
         return any(name in s for s in scope)
@@ -140,6 +276,7 @@ class _Verifier:
         inner_vars = vars_ | own if op.regions else vars_
         allowed = vars_ if op.regions else vars_ | own
         for k, v in op.attrs.items():
+            self.check_ints(op, v, f"attribute '{k}' of '{op.name}'")
             for leaf in _leaves(v):
                 if isinstance(leaf, E.Var) and leaf.name not in allowed:
                     raise self.fail(op, f"index variable ${leaf.name} in '{op.name}' "
@@ -149,18 +286,65 @@ class _Verifier:
                 if isinstance(leaf, E.Val) and not self.visible(leaf.name, scope):
                     raise self.fail(op, f"%{leaf.name} is used in an index of '{op.name}' "
                                         "where its definition is not visible")
-        # (3) types
+        # (3) types: well formed as written, then as the type rule recomputes them
+        for r in op.results:
+            self.check_type(r, op, scope, vars_)
         hint = tuple(r.type for r in op.results)
         try:
             got = infer_types(op.name, tuple(o.type for o in op.operands), op.attrs, hint)
         except TilenestError as e:
             raise e.with_site(op.loc) from None
         if tuple(got) != hint:
-            raise self.fail(op, f"'{op.name}' result types do not match its type rule")
+            from .ioschema import DimNames
+            from .printer import print_type
+
+            names = DimNames(self.p.dims)
+            written = ", ".join(print_type(t, names) for t in hint) or "nothing"
+            rule = ", ".join(print_type(t, names) for t in got) or "nothing"
+            raise self.fail(op, f"'{op.name}' is typed {written}, but its type rule gives "
+                                f"{rule}", "write the result types the op's rule derives")
+        self.element_constants(op)
+        if op.name == "per" and op.attrs["level"] not in self.levels:
+            raise self.fail(op, f"'per' names level {op.attrs['level']}, which is not the "
+                                "level of an enclosing parallel",
+                            "enclosing parallel levels here: " + (
+                                ", ".join(map(str, self.levels)) or "none"))
         # (4) regions
-        for r in op.regions:
-            self.block(r, scope, inner_vars)
+        outer_levels = self.levels
+        if op.name == "parallel":
+            self.levels = outer_levels + (op.attrs["level"],)
+        try:
+            for r in op.regions:
+                self.block(r, scope, inner_vars, owner=op)
+        finally:
+            self.levels = outer_levels
         self.region_rules(op)
+
+    def element_constant(self, op: Operation | None, value: Any, dt: Any, what: str) -> None:
+        """``value`` is a literal of dtype ``dt`` (see ``numerics.constant``)."""
+        from .numerics import constant
+
+        try:
+            constant(value, dt)
+        except (ValueError, OverflowError, TypeError):
+            raise self.fail(op, f"{what} {value!r} is not a value of {dt}",
+                            f"write a literal that {dt} holds exactly (integers must fit its "
+                            "range; floats only in float dtypes)") from None
+
+    def element_constants(self, op: Operation) -> None:
+        """Literals held by an op (a constant, a fill, a fallback) fit the dtype
+        they are converted to when the op runs."""
+        n = op.name
+        if n == "const" and isinstance(op.results[0].type, TileType):
+            self.element_constant(op, op.attrs["value"], op.results[0].type.dtype,
+                                  "the constant")
+        if n == "gather" and isinstance(op.operands[0].type, TileType):
+            self.element_constant(op, op.attrs["fallback"], op.operands[0].type.dtype,
+                                  "the gather fallback")
+        if n == "tensor.load" and isinstance(op.results[0].type, TileType):
+            pol = op.attrs["bounds"]
+            if pol.fill is not None:
+                self.element_constant(op, pol.fill, op.results[0].type.dtype, "the fill value")
 
     def region_rules(self, op: Operation) -> None:
         n = op.name
@@ -275,22 +459,82 @@ def _leaves(x: Any) -> list[E.Expr]:
     return attr_leaves(x)
 
 
+def magnitude(x: E.Expr, bounds: Mapping[str, int]) -> int | None:
+    """An upper bound on ``|x|`` when each variable ``$v`` lies in
+    ``[0, bounds[v]]``; None when unbounded (symbols, values, shifts by a
+    variable amount). Used to decide whether int64 evaluation of ``x`` is exact."""
+    if isinstance(x, E.Const):
+        return abs(x.value)
+    if isinstance(x, E.Var):
+        return bounds.get(x.name)
+    if isinstance(x, (E.Add, E.Mul)):
+        parts = [magnitude(c, bounds) for c in x.children]
+        if any(m is None for m in parts):
+            return None
+        if isinstance(x, E.Add):
+            return sum(parts)  # type: ignore[arg-type]
+        out = 1
+        for m in parts:
+            out *= m  # type: ignore[operator]
+        return out
+    if isinstance(x, (E.FloorDiv, E.Mod, E.MinMax)):
+        a, b = magnitude(x.a, bounds), magnitude(x.b, bounds)
+        if a is None or b is None:
+            return None
+        return a if isinstance(x, E.FloorDiv) else max(a, b)
+    if isinstance(x, E.BitOp):
+        a, b = magnitude(x.a, bounds), magnitude(x.b, bounds)
+        if a is None or b is None:
+            return None
+        if x.op == "<<":
+            return a << b if b <= 128 else None
+        if x.op == ">>":
+            return a
+        return (1 << max(a, b).bit_length()) - 1 if x.op != "&" else max(a, b)
+    return None
+
+
+#: above this many elements a layout whose offsets may leave int64 is not
+#: enumerated with Python integers (it is left to ``tilenest check``)
+EXACT_ENUMERATION_BUDGET = 1 << 14
+
+
 def check_layout(mt: MemoryType, op: Operation) -> None:
     """Whole-tile storage needs an injective, in-range layout. Decided exactly by
     enumeration when all extents are constant and small; otherwise left as a
-    proof obligation (``tilenest check``)."""
+    proof obligation (``tilenest check``). Offsets are computed in int64 when
+    :func:`magnitude` shows that exact, else with Python integers."""
     lay: MemLayout = mt.layout
     ext = mt.space.extents
-    if not all(isinstance(x, E.Const) for x in ext):
+    if not all(isinstance(x, E.Const) and x.value >= 0 for x in ext):
+        return
+    if len(lay.vars) != len(ext):
         return
     n = int(np.prod([x.value for x in ext])) if ext else 1
     if n == 0 or n > ENUMERATION_BUDGET:
         return
-    if any(isinstance(lf, (E.Sym, E.Val)) for lf in E.leaves(lay.offset)):
+    if any(isinstance(lf, (E.Sym, E.Val)) or isinstance(lf, E.Var) and lf.name not in lay.vars
+           for lf in E.leaves(lay.offset)):
         return
+    bound = magnitude(lay.offset, {v: x.value - 1 for v, x in zip(lay.vars, ext, strict=True)})
+    exact = bound is not None and bound < (1 << 62)
+    if not exact and n > EXACT_ENUMERATION_BUDGET:
+        return
+    dtype = np.int64 if exact else object
     grids = np.meshgrid(*[np.arange(x.value) for x in ext], indexing="ij")
-    env = {E.Var(v): g.ravel().astype(np.int64) for v, g in zip(lay.vars, grids, strict=True)}
-    off = np.asarray(E.evaluate(lay.offset, env)) * np.ones(n, dtype=np.int64)
+    env = {E.Var(v): g.ravel().astype(dtype) for v, g in zip(lay.vars, grids, strict=True)}
+    try:
+        with np.errstate(all="ignore"):
+            off = np.asarray(E.evaluate(lay.offset, env), dtype=dtype) * np.ones(n, dtype=dtype)
+    except ZeroDivisionError:
+        raise VerifyError("memory layout divides by zero for some element", op.loc,
+                          "a layout offset's divisors and moduli are nonzero") from None
+    except (ValueError, OverflowError):  # e.g. a negative shift count: not decided here
+        return
+    if not exact and any(not INT_MIN <= int(o) <= INT_MAX for o in off):
+        raise VerifyError("memory layout maps an element to an offset outside the signed "
+                          "64-bit range", op.loc, "fix the layout's strides")
+    off = off.astype(np.int64)
     size = lay.size.value if isinstance(lay.size, E.Const) else None
     if size is not None and (off.min() < 0 or off.max() >= size):
         bad = int(np.argmax((off < 0) | (off >= size)))

@@ -1,0 +1,51 @@
+"""Reading a TileIR program from a file: the one way a program enters from disk.
+
+A file whose name ends in ``.json`` holds the JSON form (``jsonio.loads``);
+any other file holds the text form (``parser.parse_program``). Both readers
+verify what they read, so a program returned here has passed the same
+verifier as a captured kernel. A file that cannot be read as UTF-8 text is a
+ParseError at the line:col of the first bad byte; a missing file or a folder is
+a TilenestError naming the path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ParseError, Site, TilenestError
+from .ir import TileProgram
+
+
+def read_text(path: Path | str) -> str:
+    """The UTF-8 text of the file at ``path``."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except IsADirectoryError:
+        raise TilenestError(f"{p} is a folder, not a TileIR file",
+                            hint="pass a .tile or .json file") from None
+    except FileNotFoundError:
+        raise TilenestError(f"no such file: {p}") from None
+    except OSError as e:
+        raise TilenestError(f"cannot read {p}: {e.strerror or e}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        before = data[:e.start]
+        line = before.count(b"\n") + 1
+        col = e.start - (before.rfind(b"\n") + 1) + 1
+        raise ParseError(f"the file is not UTF-8 text (byte 0x{data[e.start]:02x})",
+                         Site(str(p), line, col),
+                         hint="TileIR text and JSON are UTF-8") from None
+
+
+def load_program_file(path: Path | str) -> TileProgram:
+    """The verified program in the file at ``path`` (JSON if it ends in ``.json``)."""
+    text = read_text(path)
+    if str(path).endswith(".json"):
+        from .jsonio import loads
+
+        return loads(text, str(path))
+    from .parser import parse_program
+
+    return parse_program(text, str(path))
