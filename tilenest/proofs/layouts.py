@@ -59,6 +59,7 @@ SEARCH_VALUES = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 0)
 SEARCH_COMBINATIONS = 512
 SEARCH_POINTS = 1 << 16
 SEARCH_TRIES = 4096
+SEARCH_BUDGET = 1 << 20  # elements evaluated in all, over every parameter choice
 
 INJECTIVE, RANGE = "layout.injective", "layout.range"
 
@@ -292,7 +293,7 @@ def _search(ob: Obligation, mt: MemoryType, kind: str) -> bool:
     for x in mt.space.extents:
         leaves |= E.leaves(x)
     mine = sorted(lf.name for lf in leaves if isinstance(lf, E.Sym) and lf.name in claim.params)
-    tried = 0
+    tried, budget = 0, SEARCH_BUDGET
     for vals in itertools.product(SEARCH_VALUES, repeat=len(mine)):
         if tried >= SEARCH_COMBINATIONS:
             break
@@ -302,9 +303,13 @@ def _search(ob: Obligation, mt: MemoryType, kind: str) -> bool:
             extents = [int(E.evaluate(x, env)) for x in mt.space.extents]
         except (KeyError, ZeroDivisionError):
             continue
-        if any(x <= 0 for x in extents) or int(np.prod(extents)) > SEARCH_POINTS:
+        n = int(np.prod(extents))
+        if any(x <= 0 for x in extents) or n > SEARCH_POINTS:
             continue
         tried += 1
+        budget -= n
+        if budget < 0:
+            break
         try:
             if _enumerate(ob, lay, extents, pt, kind, "search", refute_only=True):
                 return True
