@@ -243,9 +243,16 @@ class MemRT:
     array: np.ndarray
     nb: int
     buffer: Buffer
-    offsets: np.ndarray  # storage offset of each logical element
+    # storage offset of each logical element: the owner's ``nb`` batch axes (size 1
+    # where the layout is the same for every instance), then the logical shape
+    offsets: np.ndarray
     lo: np.ndarray | None = None  # oracle: bounds of stored values
     hi: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The logical (tile) shape."""
+        return self.offsets.shape[self.nb:]
 
 
 @dataclass
@@ -260,14 +267,26 @@ def _alloc(it: Interpreter, op: Operation) -> None:
     shape = tuple(it.extent(e) for e in mt.space.extents)
     if size < 0:
         raise BoundsError(f"memory layout size {size} is negative", op.loc)
-    env: dict[E.Expr, Any] = dict(it.ienv.syms)
-    grids = np.meshgrid(*[np.arange(n) for n in shape], indexing="ij") if shape else []
-    for v, g in zip(mt.layout.vars, grids, strict=True):
-        env[E.Var(v)] = g
-    off = np.broadcast_to(np.asarray(E.evaluate(mt.layout.offset, env), dtype=np.int64), shape)
-    if off.size and (off.min() < 0 or off.max() >= size):
+    # the layout at every instance executed together (it may mention their coordinates)
+    r = len(shape)
+    (off,) = eval_exprs([mt.layout.offset], it.ienv, it.nb, mt.layout.vars, shape, it.values)
+    off = np.asarray(off, dtype=np.int64)
+    off = off.reshape((1,) * (it.nb + r - off.ndim) + off.shape)
+    off = np.broadcast_to(off, off.shape[:it.nb] + shape)
+    act = it.active_lanes()
+    if any(n > 1 for n in off.shape[:it.nb]):
+        off = np.broadcast_to(off, it.bshape + shape)
+        layouts = off.reshape((-1,) + shape) if act is None else off[act]
+        if act is not None:  # inactive instances: any valid offset (they access nothing)
+            off = np.where(act.reshape(act.shape + (1,) * r), off, 0)
+        layouts = np.unique(layouts.reshape(layouts.shape[0], -1), axis=0).reshape(
+            (-1,) + shape)
+    else:
+        layouts = off.reshape((-1,) + shape)[:1]
+    if layouts.size and (layouts.min() < 0 or layouts.max() >= size):
         raise BoundsError(f"memory layout maps an element to offset outside [0, {size})", op.loc)
-    require_injective(off, size, op.loc, f"%{op.results[0].name}")  # M-12 at these extents
+    for lay in layouts:  # M-12 at these extents, for each distinct layout
+        require_injective(lay, size, op.loc, f"%{op.results[0].name}")
     it.mem_ids += 1
     arr = np.full(tuple(it.bshape) + (size,), poison_value(mt.dtype.np), dtype=mt.dtype.np)
     m = MemRT(arr, it.nb, Buffer(("mem", it.mem_ids), f"%{op.results[0].name}", arr.shape), off)
@@ -276,11 +295,12 @@ def _alloc(it: Interpreter, op: Operation) -> None:
 
 
 def _mem_index(it: Interpreter, m: MemRT) -> tuple[list[np.ndarray], tuple[int, ...]]:
-    r = m.offsets.ndim
-    full = tuple(it.bshape) + m.offsets.shape
+    r = len(m.shape)
+    full = tuple(it.bshape) + m.shape
     grids = _batch_grids(m.array.shape, m.nb, r)
     grids = [g.reshape(g.shape[:m.nb] + (1,) * (it.nb - m.nb) + g.shape[m.nb:]) for g in grids]
-    off = m.offsets.reshape((1,) * it.nb + m.offsets.shape)
+    o = m.offsets
+    off = o.reshape(o.shape[:m.nb] + (1,) * (it.nb - m.nb) + m.shape)
     return [np.broadcast_to(g, full) for g in grids] + [np.broadcast_to(off, full)], full
 
 
@@ -290,7 +310,7 @@ def _mstore(it: Interpreter, op: Operation) -> None:
     v = it.val(op.operands[2])
     idx, full = _mem_index(it, m)
     vals = np.broadcast_to(v.lift(it.nb), full)
-    r = m.offsets.ndim
+    r = len(m.shape)
     if v.lo is not None and m.lo is None:
         m.lo, m.hi = m.array.astype(np.float64), m.array.astype(np.float64)
     targets = [(m.array, vals)]
@@ -307,7 +327,7 @@ def _mstore(it: Interpreter, op: Operation) -> None:
             arr[tuple(idx)] = vv
     flat = np.ravel_multi_index(tuple(idx), m.array.shape)
     it.effects.record(m.buffer, flat, act, True, op, it.anchor_depth(op), it.bshape,
-                      m.offsets.shape)
+                      m.shape)
     it.values[op.results[0].name] = StateRT(m)
 
 
@@ -319,13 +339,13 @@ def _mload(it: Interpreter, op: Operation) -> None:
     res = RV(out, it.nb)
     if m.lo is not None:
         res.with_bounds(m.lo[tuple(idx)], m.hi[tuple(idx)])
-    r = m.offsets.ndim
+    r = len(m.shape)
     act = None
     if it.lane_mask is not None:
         act = np.broadcast_to(it.lane_mask.reshape(it.lane_mask.shape + (1,) * r), full)
     flat = np.ravel_multi_index(tuple(idx), m.array.shape)
     it.effects.record(m.buffer, flat, act, False, op, it.anchor_depth(op), it.bshape,
-                      m.offsets.shape)
+                      m.shape)
     it.set(op.result, res)
 
 

@@ -467,8 +467,14 @@ def _if(it: Interpreter, op: Operation) -> None:
     then_b, else_b = op.regions
     if c.lo is not None and np.any(c.lo != c.hi):
         it.undetermined.append(op)  # admitted executions may take either branch
-    if c.nb == 0 or np.all(cond == cond.reshape(-1)[0]):
-        take = bool(cond.reshape(-1)[0]) if cond.size else False
+    live = cond.reshape(-1)
+    if c.nb and it.lane_mask is not None:
+        # only the active instances' conditions count (the others are masked out)
+        live = np.broadcast_to(cond.reshape(cond.shape + (1,) * (it.nb - c.nb)),
+                               it.bshape)[it.active_lanes()]
+    if c.nb == 0 or live.size == 0 or np.all(live == live[0]):
+        # one branch for every active instance (none active: nothing runs either way)
+        take = bool(live[0]) if live.size else False
         b = then_b if take else else_b
         outs = it.block(b, [])
         if it.track:

@@ -33,6 +33,7 @@ from typing import Any
 from . import expr as E
 from .ir import Block, Operation, TileProgram
 from .space import IndexSet, Space
+from .types import MemoryType, TileType
 
 
 @dataclass(frozen=True)
@@ -228,11 +229,29 @@ class _Walker:
                         va = self.deeper(va, a.value_anchor.get(yy.operands[i].name, 0))
                 a.value_anchor[r.name] = va
         else:
+            # a result whose extents mention an instance's coordinates (a tile of
+            # extent i + 1) differs between instances: the op is per-instance
+            anchor = self.leaves_anchor(_type_leaves(op), anchor)
             for r in op.results:
                 a.value_anchor[r.name] = anchor
         a.anchor[op.oid] = anchor
         if op.name == "memory.alloc":
             a.owner[op.results[0].name] = frontier
+
+
+def _type_leaves(op: Operation) -> list[E.Expr]:
+    """The free leaves of the extents (and Memory layouts) of ``op``'s result types."""
+    out: list[E.Expr] = []
+    for r in op.results:
+        t = r.type
+        if isinstance(t, TileType):
+            out += attr_leaves(t.extents)
+        elif isinstance(t, MemoryType):
+            own = set(t.layout.vars)
+            out += [lf for lf in attr_leaves(t.space.extents) +
+                    attr_leaves((t.layout.size, t.layout.offset))
+                    if not (isinstance(lf, E.Var) and lf.name in own)]
+    return out
 
 
 def _leaves(x: Any) -> list[E.Expr]:
