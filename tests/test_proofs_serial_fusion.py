@@ -258,3 +258,14 @@ def test_misuse_is_a_located_error():
     with pytest.raises(TransformError, match="different domains") as ei:
         tn.transform.fuse_serial(ragged, 0)
     assert ei.value.sites
+
+
+def test_compiled_schedule_applies_the_fusion_only_when_proved():
+    x = np.arange(7, dtype=np.float32)
+    k = pointwise.compile(target="llvm", transforms=("fuse_serial(0)",))
+    want = _run(pointwise.program, x, np.zeros(7, np.float32), np.zeros(7, np.float32))
+    t, y = np.zeros(7, np.float32), np.zeros(7, np.float32)
+    k(x, t, y)
+    assert np.array_equal(y, want[2]) and np.array_equal(t, want[1])
+    with pytest.raises(tn.errors.TilenestError, match="fusion.order"):
+        reads_ahead.compile(target="llvm", transforms=("fuse_serial(0)",))
