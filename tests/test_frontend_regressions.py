@@ -302,3 +302,22 @@ def test_a_compiled_kernel_takes_keyword_arguments():
     assert "specialize" in ei.value.hint
     with pytest.raises(TilenestError, match="missing argument"):
         ck(x, n=3)
+
+
+@tn.kernel
+def broadcast_lookalike(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+    a = tn.zeros(f32, tn.shape(4))  # FIRST
+    b = tn.broadcast(a, tn.shape(4, 2), dims=(tn.dim("d0"), tn.dim("e")))  # ERR
+
+
+def test_broadcast_to_a_lookalike_dim_says_which_is_which():
+    with pytest.raises(TypeCheckError, match="lacks dim 'd0#1' of the source \\(target dims: "
+                                             "d0#2, e\\)") as ei:
+        broadcast_lookalike.program
+    e = ei.value
+    notes = "\n".join(e.notes)
+    line = marked_line(broadcast_lookalike)
+    assert (f"'d0#1' is the fresh dim made by tn.zeros at {FILE}:"
+            f"{marked_line(broadcast_lookalike, '# FIRST')}:") in notes, e.render()
+    assert f"'d0#2' is the dim made by tn.dim at {FILE}:{line}:" in notes, e.render()
+    assert names_line(e, line)

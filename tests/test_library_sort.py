@@ -209,3 +209,23 @@ def test_topk_k_must_be_a_non_negative_integer(bad):
     # capture directly: specialize would refuse a float or str for an int default
     with pytest.raises(CaptureError, match="non-negative integer k"):
         capture(kb.fn, {"k": bad})
+
+
+@tn.kernel
+def topk_growing(x: tn.Tensor[f32, "C"], v: tn.Tensor[f32, "C"], *, k=3):
+    for i in tn.serial(tn.shape(x.shape[0])):
+        t = x[tn.coord(0), tn.shape(i.index() + 1)]          # extent i + 1 varies per step
+        vs, si = tn.topk(t, t.dim(0), k)
+        v(tn.coord(0), tn.shape(k)).store(vs)
+
+
+def test_topk_k_larger_than_a_runtime_extent_is_a_bounds_error():
+    # (the llvm target refuses tiles whose extent varies inside a program)
+    from tilenest.errors import BoundsError
+
+    x = np.array([5, 1, 4, 2, 3], np.float32)
+    v = np.zeros(5, np.float32)
+    with pytest.raises(BoundsError, match="reindex"):
+        topk_growing(x, v)                           # steps 0 and 1 have fewer than 3
+    topk_growing.specialize(k=1)(x, v)
+    assert v[0] == 5

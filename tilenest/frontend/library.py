@@ -302,8 +302,9 @@ def sort(x: Tile, axis: Any, descending: bool = False, k: int | None = None
     ``(values, source_indices)`` whose sorted axis is a fresh dim ``rank`` in the
     place of ``axis``. With ``k``, only the first ``k`` (top-k): ``k`` is a
     compile-time integer, ``0 <= k <= extent`` -- checked at capture when the
-    extent is a constant, else made an assumption of the kernel (checked when a
-    call binds the extent)."""
+    extent is a constant, made an assumption of the kernel (checked when a call
+    binds the extent) when it is an expression of kernel parameters, and a
+    bounds check of the selecting reindex at run time otherwise."""
     d = _axis_dim(x, axis)
     n = x.type.space.extent_of(d)
     if k is not None:
@@ -319,16 +320,14 @@ def sort(x: Tile, axis: Any, descending: bool = False, k: int | None = None
                                      f"'{d.describe()}'",
                                      hint="k counts selected elements; it cannot exceed "
                                           "the extent")
-        elif all(isinstance(lf, (E.Sym, E.Const)) for lf in E.leaves(n)):
+        elif all(isinstance(lf, E.Sym) for lf in E.leaves(n)):
             c = ctx()
             fact = E.cmp("<=", E.Const(k), n)
             if fact not in c.assumptions:
                 c.assumptions.append(fact)
-        else:
-            raise CaptureError(
-                f"top-k with k={k} over the extent {E.to_str(n)} of '{d.describe()}', "
-                "which depends on runtime values: k <= extent cannot be checked",
-                hint="select from a tile whose extent is a constant or a kernel parameter")
+        # an extent over region coordinates or runtime values cannot be a kernel
+        # assumption: the bare reindex that takes the first k below reads outside
+        # the sorted tile when k > extent, which is a bounds error at run time
     vals, src = _merge_sort(x, d, descending)
     kk = n if k is None else E.Const(k)
     dr = Dim.fresh("rank", dsl.made_here("the sorted axis made by tn.sort/tn.topk"))

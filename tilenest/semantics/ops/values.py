@@ -241,7 +241,17 @@ def _broadcast(ts: tuple, attrs: Any, hint: tuple) -> tuple:
     (r,) = hint
     for f in x.space.factors:
         if not r.space.has(f.dim) or r.space.extent_of(f.dim) != f.extent:
-            raise TypeCheckError(f"broadcast target lacks dim '{f.dim.describe()}' of the source")
+            names, notes = dim_names((f.dim,) + r.space.dims)
+            if r.space.has(f.dim):
+                raise TypeCheckError(
+                    f"broadcast target has dim '{names[f.dim]}' with extent "
+                    f"{E.to_str(r.space.extent_of(f.dim))}, the source "
+                    f"{E.to_str(f.extent)}", notes=notes)
+            raise TypeCheckError(f"broadcast target lacks dim '{names[f.dim]}' of the source "
+                                 f"(target dims: {', '.join(names[d] for d in r.space.dims)})",
+                                 hint="a broadcast keeps the source's dims and adds new ones; "
+                                      "build the target from the source's dims",
+                                 notes=notes)
     return (r,)
 
 
