@@ -119,6 +119,8 @@ MATRIX = [
     ("run-shape-disagrees", "run " + SOFTMAX + " {d}/x45.npy zeros:4x6 --out-dir {d}/o", 1,
      ["extent C"]),
     ("run-binary-tile", "run {d}/bin.tile", 1, ["not UTF-8"]),
+    ("run-unknown-option", "run " + SOFTMAX + " zeros:4x5 --frob zeros:4x5", 1,
+     ["unrecognized arguments: --frob"]),
     # -- check
     ("check-fuse-serial", "check {d}/serial2.py --transform fuse_phases(1)", 1,
      ["no parallel level 1"]),
@@ -202,6 +204,12 @@ def test_every_subcommand_has_five_bad_inputs():
         per[name.split("-")[0]] = per.get(name.split("-")[0], 0) + 1
     for cmd in ("show", "run", "check", "lower", "validate", "conformance"):
         assert per.get(cmd, 0) >= 5, (cmd, per)
+
+
+def test_run_takes_its_arguments_after_options(d, capsys):
+    rc = main(["run", SOFTMAX, "--out-dir", str(d / "o2"), str(d / "x45.npy"), "zeros:4x5"])
+    assert rc == 0, capsys.readouterr().err
+    assert (d / "o2" / "y.npy").exists()
 
 
 def test_json_mode_reports_the_error_as_json(d, capsys):

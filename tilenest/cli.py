@@ -659,7 +659,8 @@ def _report(e: TilenestError, a: argparse.Namespace | None) -> None:
     """Print ``e`` (JSON on stdout in ``--json`` mode); a diagnostic that names
     no site and not the input file gets a note naming the file."""
     f = getattr(a, "file", None)
-    if f and not e.sites and f not in e.message and not isinstance(e, InternalError):
+    if f and not e.sites and not isinstance(e, (InternalError, UsageError)) \
+            and not any(f in t for t in (e.message, *e.notes)):
         e.notes = (*e.notes, f"while reading {f}")
     if a is not None and getattr(a, "json", False) and not isinstance(e, UsageError):
         print(json.dumps({"error": e.to_json()}, indent=2))
@@ -673,7 +674,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     show_traceback = os.environ.get("TILENEST_DEBUG", "") not in ("", "0")
     a: argparse.Namespace | None = None
     try:
-        a = build_parser().parse_args(argv)
+        ap = build_parser()
+        a, extra = ap.parse_known_args(argv)
+        if extra and a.cmd == "run" and not any(x.startswith("--") for x in extra):
+            a.args = [*a.args, *extra]  # ``run FILE --kernel K ARG...``: ARGs after options
+        elif extra:
+            opts = [x for x in extra if x.startswith("-")] or extra
+            ap.error(f"unrecognized arguments: {' '.join(opts)}")
         show_traceback |= a.traceback
         status = a.fn(a)
         sys.stdout.flush()  # inside the try: a closed pipe is reported here
