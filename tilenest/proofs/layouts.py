@@ -39,6 +39,7 @@ user assumed it, an unknown one.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -160,18 +161,22 @@ def decide_layout(ob: Obligation, timeout: float, mt: MemoryType, kind: str) -> 
             return
         closed = not any(isinstance(lf, (E.Sym, E.Val)) for lf in
                          E.leaves(lay.offset) | E.leaves(lay.size))
-        if closed and int(np.prod(extents)) <= ENUMERATION_BUDGET:
-            _enumerate(ob, lay, extents, {}, kind, "enumeration", refute_only=False)
-            return
+        if closed and math.prod(extents) <= ENUMERATION_BUDGET:
+            try:
+                _enumerate(ob, lay, extents, {}, kind, "enumeration", refute_only=False)
+                return
+            except (ZeroDivisionError, OverflowError, ValueError):
+                pass  # e.g. a modulo by zero somewhere: leave it to the engines
     claim = ob.claim
     assert claim is not None
     # outside the affine fragment Z3 often times out; a small counterexample is cheaper
-    if claim.params and not Fm.is_affine(claim.counterexample_set()) and _search(ob, mt, kind):
+    searched = bool(claim.params) and not Fm.is_affine(claim.counterexample_set())
+    if searched and _search(ob, mt, kind):
         return
     decide_claim(ob, timeout)
-    if ob.status == UNKNOWN and claim.params:
-        reason = ob.reason
-        ob.set(UNKNOWN, ob.engine, reason + "; no counterexample among small parameter values")
+    if ob.status == UNKNOWN and searched:
+        ob.set(UNKNOWN, ob.engine, ob.reason + "; no counterexample among small parameter "
+               "values")
 
 
 def _gf2(ob: Obligation, lay: MemLayout, extents: list[int], kind: str) -> bool:
@@ -257,7 +262,7 @@ def _enumerate(ob: Obligation, lay: MemLayout, extents: list[int], params: dict,
     env: dict = {E.Sym(k): x for k, x in params.items()}
     grid = _grid(extents)
     env.update({E.Var(x): g for x, g in zip(lay.vars, grid, strict=True)})
-    n = int(np.prod(extents)) if extents else 1
+    n = math.prod(extents)
     off = np.broadcast_to(np.asarray(E.evaluate(lay.offset, env), dtype=np.int64),
                           (n,)).reshape(tuple(extents))
     u = list(lay.vars)
@@ -303,7 +308,7 @@ def _search(ob: Obligation, mt: MemoryType, kind: str) -> bool:
             extents = [int(E.evaluate(x, env)) for x in mt.space.extents]
         except (KeyError, ZeroDivisionError):
             continue
-        n = int(np.prod(extents))
+        n = math.prod(extents)
         if any(x <= 0 for x in extents) or n > SEARCH_POINTS:
             continue
         tried += 1
@@ -313,6 +318,6 @@ def _search(ob: Obligation, mt: MemoryType, kind: str) -> bool:
         try:
             if _enumerate(ob, lay, extents, pt, kind, "search", refute_only=True):
                 return True
-        except (KeyError, ZeroDivisionError, OverflowError):
+        except (KeyError, ZeroDivisionError, OverflowError, ValueError):
             continue
     return False
