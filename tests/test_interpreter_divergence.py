@@ -501,3 +501,29 @@ def test_causal_attention_validates_on_llvm():
     args = m.example_inputs(np.random.default_rng(0))
     out = m.causal_attention.compile()(*args)
     np.testing.assert_allclose(out, m.numpy_reference(*args), rtol=2e-5, atol=2e-5)
+
+
+# -- tuple-state reducers under the random schedule ----------------------------------
+
+@tn.kernel
+def sum_and_count(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "2"]):
+    (n,) = x.shape
+    red = tn.reducer("sum_and_count", identity=(0.0, 0.0),
+                     merge=lambda a0, a1, b0, b1: (a0 + b0, a1 + b1), dtype=(f32, f32))
+    for p in tn.parallel(tn.shape(1)):
+        v = x[tn.coord(0), tn.shape(n)]
+        s = tn.scalar(0.0, f32)
+        c = tn.scalar(0.0, f32)
+        for r in p.reduce(v.domain(v.dim(0)), contract=red):
+            s = s + v.at(r)
+            c = c + 1.0
+        y(tn.coord(0), tn.shape(1)).store(tn.broadcast(s, tn.shape(tn.axis(y.dim(0), 1))))
+        y(tn.coord(1), tn.shape(1)).store(tn.broadcast(c, tn.shape(tn.axis(y.dim(0), 1))))
+
+
+def test_tuple_state_reducer_in_every_schedule():
+    """A custom contract over two states merges them jointly in a random tree
+    (it used to be refused under schedule=random)."""
+    x = np.array([1, 2, 4, 8, 16], np.float32)
+    run_all(sum_and_count, [x, np.zeros(2, np.float32)], [np.array([31, 5], np.float32)],
+            schedules=SCHEDULES[:-1] + [random(s) for s in range(20, 26)])

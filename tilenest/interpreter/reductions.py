@@ -134,24 +134,41 @@ def _unbounded(v: Any) -> Any:
     return RV(v.a, v.nb).with_bounds(np.full(v.a.shape, np.nan), np.full(v.a.shape, np.nan))
 
 
-def _merge_fn(it: Interpreter, op: Operation, i: int):
-    c = op.attrs["contracts"][i]
-    dt = op.operands[i].type.dtype
-    if c.startswith("@"):
-        red = next(r for r in it.prog.reducers if r.name == c[1:])
-        if len(red.state) != 1:
-            raise ContractError(f"reducer @{red.name} has {len(red.state)} state components; "
-                                "a random tree over it needs a product reduce", op.loc)
+def _merge_groups(it: Interpreter, op: Operation) -> list[tuple[list[int], Any, list]] | None:
+    """The states merged together, in order: ``(state indices, merge, identities)``.
 
-        def merge(a: RV, b: RV) -> RV:
-            (res,) = it.block(red.merge, [a, b])
-            return res
+    A builtin contract merges its one state; a custom reducer of ``k``
+    components merges the ``k`` consecutive states it covers jointly (R-10,
+    R-11), ``merge(a_1..a_k, b_1..b_k)``. None when a custom contract's arity
+    does not match the states it is attached to (no joint merge exists)."""
+    contracts = list(op.attrs["contracts"])
+    groups: list[tuple[list[int], Any, list]] = []
+    i = 0
+    while i < len(contracts):
+        c = contracts[i]
+        if c.startswith("@"):
+            red = next(r for r in it.prog.reducers if r.name == c[1:])
+            k = len(red.state)
+            if contracts[i:i + k] != [c] * k:
+                return None
 
-        return merge, red.identity[0]
-    b = BUILTINS[c]
-    return (lambda x, y: RV(N.binary(b.op, x.lift(max(x.nb, y.nb)),
-                                     y.lift(max(x.nb, y.nb)), dt), max(x.nb, y.nb))), \
-        b.identity(dt)
+            def merge(a: list, b: list, red: Any = red) -> list:
+                return it.block(red.merge, [*a, *b])
+
+            groups.append((list(range(i, i + k)), merge, list(red.identity)))
+            i += k
+            continue
+        bi = BUILTINS[c]
+        dt = op.operands[i].type.dtype
+
+        def merge1(a: list, b: list, bi: Any = bi, dt: Any = dt) -> list:
+            x, y = a[0], b[0]
+            n = max(x.nb, y.nb)
+            return [RV(N.binary(bi.op, x.lift(n), y.lift(n), dt), n)]
+
+        groups.append(([i], merge1, [bi.identity(dt)]))
+        i += 1
+    return groups
 
 
 def _contributions(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
@@ -176,24 +193,30 @@ def _contributions(it: Interpreter, op: Operation, body: Block, seeds: list, poi
 
 def _random_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
                  policy: ReductionPolicy) -> list:
-    """A randomly grouped (and for unordered_tree, permuted) evaluation."""
-    merges = [_merge_fn(it, op, i) for i in range(len(seeds))]
-    contribs = _contributions(it, op, body, seeds, points, [m[1] for m in merges])
-    if contribs is None:
-        return _iterate(it, op, body, seeds, points)  # lane-varying domain: serial
+    """A randomly grouped (and for unordered_tree, permuted) evaluation: the
+    contributions (the body applied to the identity) merged pairwise at random
+    positions, then merged into the seed."""
+    groups = _merge_groups(it, op)
+    if groups is None:
+        return _iterate(it, op, body, seeds, points)  # no joint merge: the source order
+    idents: list = [None] * len(seeds)
+    for idx, _, ids in groups:
+        for j, e in zip(idx, ids, strict=True):
+            idents[j] = e
+    contribs = _contributions(it, op, body, seeds, points, idents)
     if not contribs:
         return seeds
     order = list(range(len(contribs)))
     if policy is ReductionPolicy.unordered_tree:
         it.rng.shuffle(order)
-    out = []
-    for i, s in enumerate(seeds):
-        items = [contribs[j][i] for j in order]
-        merge = merges[i][0]
+    out = list(seeds)
+    for idx, merge, _ in groups:
+        items = [[contribs[j][i] for i in idx] for j in order]
         while len(items) > 1:
             k = it.rng.randrange(len(items) - 1)
             items[k:k + 2] = [merge(items[k], items[k + 1])]
-        out.append(merge(s, items[0]))
+        for i, v in zip(idx, merge([seeds[i] for i in idx], items[0]), strict=True):
+            out[i] = v
     return out
 
 
