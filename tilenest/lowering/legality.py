@@ -64,7 +64,7 @@ def _keys(program: TileProgram, schedule: Any) -> tuple[str, str, str]:
     text = f"{program}\naliases {schedule.aliases}"
     race = hashlib.sha256(text.encode()).hexdigest()
     sched = f"{race}\n{sorted(schedule.bind)}\n{sorted(schedule.reductions)}\n{schedule.target}"
-    lay = f"{program}\nassume {sorted(schedule.assume)}"
+    lay = f"{race}\nassume {sorted(schedule.assume)}"
     return ("race:" + race, "schedule:" + hashlib.sha256(sched.encode()).hexdigest(),
             "layout:" + hashlib.sha256(lay.encode()).hexdigest())
 
