@@ -163,7 +163,7 @@ MATRIX = [
     ("conformance-junit-no-parent", "conformance --junit {d}/none/j.xml", 1,
      ["--junit", "does not exist"]),
     ("conformance-suite-missing", "conformance --suite {d}/nosuite", 1,
-     ["--suite", "no such directory"]),
+     ["--suite", "no conformance suite", "no such directory"]),
     ("conformance-suite-file", "conformance --suite {d}/afile", 1, ["--suite"]),
     ("conformance-timeout", "conformance --timeout 0", 1, ["--timeout"]),
     ("conformance-keep-under-file", "conformance --keep {d}/afile/k", 1, ["--keep"]),
@@ -311,3 +311,17 @@ def test_recursion_during_capture_is_a_located_capture_error(d):
     e = ei.value
     assert str(e.sites[0]).startswith(f"{d}/rec.py:12")  # the kernel's statement
     assert any("rec.py:5 (f)" in n for n in e.notes)  # where the recursion runs
+
+
+@pytest.mark.parametrize("sel", ["*", "noninterference", "coverage.*", "coverage.", "layout*",
+                                 "race.storage@gemm.py:30", "@gemm.py:30"])
+def test_assume_selectors_of_every_documented_form_are_accepted(sel):
+    assert cli._selector_arg(sel) == sel
+
+
+@pytest.mark.parametrize("sel", ["???", "race@", "", ".*", "a..b", "cover age"])
+def test_malformed_assume_selectors_are_refused(sel):
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a selector"):
+        cli._selector_arg(sel)

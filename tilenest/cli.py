@@ -443,7 +443,7 @@ def _param_arg(text: str) -> tuple[str, int]:
                                          "integer") from None
 
 
-_SELECTOR = re.compile(r"(?:\*|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*(?:\.|\*)?)?"
+_SELECTOR = re.compile(r"(?:\*|[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*(?:\.\*|\.|\*)?)?"
                        r"(?:@\S+)?")
 
 
@@ -505,10 +505,10 @@ def _out_file_arg(text: str) -> str:
     return text
 
 
-def _in_dir_arg(text: str) -> str:
+def _suite_dir_arg(text: str) -> str:
     if not Path(text).is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is not a directory" if Path(text).exists()
-                                         else f"no such directory: {text}")
+        why = "not a directory" if Path(text).exists() else "no such directory"
+        raise argparse.ArgumentTypeError(f"no conformance suite at {text} ({why})")
     return text
 
 
@@ -593,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("conformance", help="run the conformance suite (spec/conformance) on the "
                        "interpreter, a backend, or an external implementation; exit 1 if a "
                        "case fails")
-    s.add_argument("--suite", type=_in_dir_arg, help="suite folder (default: the source tree's spec/conformance)")
+    s.add_argument("--suite", type=_suite_dir_arg, help="suite folder (default: the source tree's spec/conformance)")
     s.add_argument("--impl", metavar="CMD",
                    help="external implementation: a command with {case} {inputs} {outputs}")
     s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
