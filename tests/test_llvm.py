@@ -16,7 +16,7 @@ import pytest
 import tilenest as tn
 from tilenest import f32, i32
 from tilenest.backends.llvm import STAGES, compile_program, emit
-from tilenest.errors import BoundsError, NotAvailableError, TilenestError, TypeCheckError
+from tilenest.errors import BoundsError, TilenestError, TypeCheckError
 from tilenest.lowering import default_schedule, host_vector_bits
 from tilenest.validation import validate
 
@@ -64,7 +64,9 @@ def test_every_construct_kernel_is_covered():
     assert set(SUPPORTED) == {k.__name__ for k in KC.ALL}
 
 
-def test_unlowered_conversion_is_refused_naming_the_target():
+def test_int64_to_bf16_rounds_once():
+    """i64 -> bf16 rounds to odd at f64 first, then once to bf16 (no double
+    rounding): compiled results are bitwise the interpreter's."""
     @tn.kernel
     def to_bf16(x: tn.Tensor[tn.i64, "N"], y: tn.Tensor[tn.bf16, "N"]):
         (n,) = x.shape
@@ -73,8 +75,15 @@ def test_unlowered_conversion_is_refused_naming_the_target():
             y(tn.coord(p.index()), tn.shape(1)).store(tn.cast(x[tn.coord(p.index()),
                                                                  tn.shape(1)], tn.bf16))
 
-    with pytest.raises(NotAvailableError, match="llvm"):
-        to_bf16.compile()
+    # 2^62 + 2^54 + 1 lies just above a bf16 midpoint that f64 would round onto
+    x = np.array([0, 1, -1, 2**63 - 1, -2**63, 2**62 + 2**54 + 1, -(2**62 + 2**54 + 1),
+                  2**53 + 1, 255 * 2**40 + 2**32 + 1], np.int64)
+    import ml_dtypes
+
+    y = np.zeros(x.size, ml_dtypes.bfloat16)
+    to_bf16.compile()(x, y)
+    assert tn.reference(to_bf16, x, np.zeros_like(y)).admits(y)
+    assert float(y[5]) == 2.0**62 + 2.0**55
 
 
 def test_values_zoo_runs_on_valid_indices():

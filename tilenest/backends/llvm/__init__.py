@@ -71,7 +71,7 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule) -> CompiledKern
     mod = jit.parse(text, h)
     jit.optimize(mod, tm)
     opt = str(mod)
-    return CompiledKernel(program, k, jit.Engine(mod, tm), schedule, text, opt,
+    return CompiledKernel(program, k, jit.Engine(mod, tm, h), schedule, text, opt,
                           time.perf_counter() - t0)
 
 

@@ -44,6 +44,7 @@ from ...errors import NotAvailableError
 from ...lowering import loopir as L
 from ...semantics import dtypes as D
 from ...semantics import expr as E
+from . import softfloat as SF
 from .mathlib import MathLib
 
 DIV_ZERO = 1_000_001
@@ -332,49 +333,32 @@ class FnGen:
         return F64 if dt.name == "f64" else F32
 
     def to_wide(self, v: ir.Value, dt: D.DType) -> ir.Value:
+        """A value of ``dt`` widened exactly to :meth:`wide_type`."""
         if dt.name == "f16":
             return self.b.fpext(v, F32)
         if dt.name == "bf16":
-            return self.b.bitcast(self.b.shl(self.b.zext(v, I32), ir.Constant(I32, 16)), F32)
+            return SF.bf16_bits_to_f32(self.b, v)
         return v
 
     def from_wide(self, v: ir.Value, dt: D.DType) -> ir.Value:
         """A float (f32) rounded once to ``dt`` (f16/bf16), or unchanged."""
-        b = self.b
         if dt.name == "f16":
-            return b.fptrunc(v, F16)
+            return self.b.fptrunc(v, F16)
         if dt.name == "bf16":
-            u = b.bitcast(v, I32)
-            lsb = b.and_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-            r = b.lshr(b.add(u, b.add(ir.Constant(I32, 0x7FFF), lsb)), ir.Constant(I32, 16))
-            nan = b.fcmp_unordered("uno", v, v)
-            q = b.or_(b.lshr(u, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
-            return b.trunc(b.select(nan, q, r), I16)
+            return SF.f32_to_bf16_bits(self.b, v)
         return v
 
     def from_f64(self, v: ir.Value, dt: D.DType) -> ir.Value:
-        """A float64 rounded once to float dtype ``dt``."""
+        """A float64 rounded once to float dtype ``dt``. For f16 and bf16 the
+        value is rounded to odd at f32 first (``softfloat.f64_to_f32_odd``), so
+        the second rounding is the only one that counts; no f64 -> f16
+        instruction (absent on x86-64) is needed."""
         b = self.b
         if dt.name == "f64":
             return v
         if dt.name == "f32":
             return b.fptrunc(v, F32)
-        if dt.name == "f16":
-            return b.fptrunc(v, F16)
-        # bf16: round to odd at f32, then to nearest at bf16 (one rounding overall)
-        y = b.fptrunc(v, F32)
-        ybits = b.bitcast(y, I32)
-        back = b.fpext(y, F64)
-        inexact = b.and_(b.fcmp_ordered("!=", back, v), self.isfinite32(y))
-        fabs = self.math.intrinsic("llvm.fabs.f64", F64, [F64])
-        away = b.fcmp_ordered(">", b.call(fabs, [back]), b.call(fabs, [v]))
-        tz = b.select(away, b.sub(ybits, ir.Constant(I32, 1)), ybits)
-        odd = b.select(inexact, b.or_(tz, ir.Constant(I32, 1)), ybits)
-        return self.from_wide(b.bitcast(odd, F32), dt)
-
-    def isfinite32(self, y: ir.Value) -> ir.Value:
-        fabs = self.math.intrinsic("llvm.fabs.f32", F32, [F32])
-        return self.b.fcmp_ordered("<", self.b.call(fabs, [y]), ir.Constant(F32, math.inf))
+        return self.from_wide(SF.f64_to_f32_odd(b, v), dt)
 
     def to_f64(self, v: ir.Value, dt: D.DType) -> ir.Value:
         return v if dt.name == "f64" else self.b.fpext(self.to_wide(v, dt), F64)
@@ -568,15 +552,42 @@ class FnGen:
             conv = b.sitofp if src.is_signed else b.uitofp
             if dst.name in ("f32", "f64"):
                 return conv(v, reg_type(dst))
-            if src.bits > 32:
-                raise NotAvailableError(f"cast {src} -> {dst} has no llvm lowering yet")
-            return self.from_f64(conv(v, F64), dst)  # exact in f64, then one rounding
+            if v.type.width <= 32:
+                return self.from_f64(conv(v, F64), dst)  # exact in f64, then one rounding
+            return self.from_wide(SF.f64_to_f32_odd(b, self.int64_to_f64_odd(v, src)), dst)
+        # integer (or bool) -> integer: by the register widths (bool is i1 in
+        # registers although it occupies a byte), truncating or extending; bool
+        # is 0 or 1, so it zero-extends
         rt = reg_type(dst)
-        if dst.bits == src.bits or (src.is_bool and dst.bits == 1):
+        sw, dw = v.type.width, rt.width
+        if sw == dw:
             return v
-        if dst.bits < src.bits:
+        if dw < sw:
             return b.trunc(v, rt)
         return b.sext(v, rt) if src.is_signed else b.zext(v, rt)
+
+    def int64_to_f64_odd(self, v: ir.Value, src: D.DType) -> ir.Value:
+        """The 64-bit integer ``v`` rounded to odd at f64 (as numerics'
+        ``_int64_to_f64``): the magnitude ``m = hi 2^32 + lo`` is the sum of
+        two exact halves, rounded once; the exact error ``lo - (y - big)``
+        (Fast2Sum, ``big >= lo`` or ``big = 0``) says whether ``y`` is inexact
+        and on which side. Rounding the result once more to at most 51 bits
+        equals rounding ``v`` once."""
+        b = self.b
+        zero = ir.Constant(I64, 0)
+        neg = b.icmp_signed("<", v, zero) if src.is_signed else ir.Constant(I1, 0)
+        m = b.select(neg, b.sub(zero, v), v)
+        big = b.fmul(b.uitofp(b.lshr(m, ir.Constant(I64, 32)), F64), ir.Constant(F64, 2.0 ** 32))
+        lo = b.uitofp(b.and_(m, ir.Constant(I64, 0xFFFF_FFFF)), F64)
+        y = b.fadd(big, lo)
+        err = b.fsub(lo, b.fsub(y, big))
+        ybits = b.bitcast(y, I64)
+        tz = b.select(b.fcmp_ordered("<", err, ir.Constant(F64, 0.0)),
+                      b.sub(ybits, ir.Constant(I64, 1)), ybits)
+        odd = b.select(b.fcmp_ordered("!=", err, ir.Constant(F64, 0.0)),
+                       b.or_(tz, ir.Constant(I64, 1)), ybits)
+        y = b.bitcast(odd, F64)
+        return b.select(neg, b.fneg(y), y)
 
     def bitcast(self, v: ir.Value, src: D.DType, dst: D.DType) -> ir.Value:
         b = self.b

@@ -2,8 +2,14 @@
 
 The module is optimized with the new pass manager (``create_pass_builder`` with
 ``create_pipeline_tuning_options(speed_level=3)``, loop and SLP vectorization
-on) for the host CPU and its features, then compiled by MCJIT. Calls into the
-C math library resolve through symbols registered once per process.
+on) for the host CPU and its features, then compiled to an object file.
+Before MCJIT loads the object, every symbol it imports is checked against the
+explicitly bound ones
+(:func:`.symbols.check_object`): a module needing anything else is refused
+with an ``UnresolvedSymbolError`` naming the symbols, so no call can go
+through an unresolved (null) address. The bindings (C math and string
+functions from libraries opened explicitly, soft-float helpers compiled from
+IR) are made once per process by :func:`init`.
 """
 
 from __future__ import annotations
@@ -14,23 +20,24 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from ...errors import TilenestError
+from . import symbols
 
 _LOCK = threading.Lock()
 _READY = False
 
 
 def init() -> None:
-    """Initialize the native target once and register libm symbols."""
+    """Initialize the native target once and bind the external symbols compiled
+    code may use (:func:`.symbols.bind_all`)."""
     global _READY
     with _LOCK:
         if _READY:
             return
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        from .mathlib import libm_addresses
-
-        for name, addr in libm_addresses().items():
-            llvm.add_symbol(name, addr)
+        h = Host(llvm.get_process_triple(), llvm.get_host_cpu_name(),
+                 llvm.get_host_cpu_features().flatten())
+        symbols.bind_all(h.triple, lambda: target_machine(h))
         _READY = True
 
 
@@ -79,14 +86,25 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> Non
 
 
 class Engine:
-    """An MCJIT engine owning one optimized module; ``address(name)`` gives a
-    compiled function's entry point."""
+    """An MCJIT engine running one optimized module; ``address(name)`` gives a
+    compiled function's entry point.
 
-    def __init__(self, mod: llvm.ModuleRef, tm: llvm.TargetMachine):
+    The module is compiled to an object file once; the object's imported
+    symbols must all be bound (else ``UnresolvedSymbolError``, before anything
+    is loaded), then the object is loaded into an engine of its own and
+    linked."""
+
+    def __init__(self, mod: llvm.ModuleRef, tm: llvm.TargetMachine, h: Host | None = None):
         self.tm = tm
         self.mod = mod
+        obj = tm.emit_object(mod)
+        symbols.check_object(obj, f"module '{mod.name}'")
+        empty = llvm.parse_assembly("")
+        empty.triple = mod.triple
+        own_tm = target_machine(h or host())  # the engine owns its target machine
         with _LOCK:
-            self.ee = llvm.create_mcjit_compiler(mod, tm)
+            self.ee = llvm.create_mcjit_compiler(empty, own_tm)
+            self.ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.ee.finalize_object()
 
     def address(self, name: str) -> int:

@@ -29,8 +29,6 @@ maxima are listed in spec/lowering.md.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 
 from llvmlite import ir
@@ -40,7 +38,8 @@ F64 = ir.DoubleType()
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 
-#: C library functions the generated code may call (float64 -> float64, or two args)
+#: C library functions the generated code may call (float64 -> float64, or two args);
+#: each is bound explicitly by ``symbols.bind_all``
 LIBM_UNARY = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "erf")
 LIBM_BINARY = ("pow", "atan2")
 
@@ -63,16 +62,6 @@ _ERFCX_G = (0.2310872587301055, -0.15485137994376913, 0.09797742150498931,
 #: q(r) ~ (e^r - 1 - r) / r^2 on |r| <= ln2/2, coefficients of r^0..r^5 (f32 values)
 _EXPM1_Q_F32 = (0.5, 0.166666641831398, 0.04166640713810921, 0.008333808742463589,
                 0.0013937926851212978, 0.00019613619951996952)
-
-
-def libm_addresses() -> dict[str, int]:
-    """Addresses of the libm functions, for the JIT's symbol table."""
-    name = ctypes.util.find_library("m")
-    lib = ctypes.CDLL(name) if name else ctypes.CDLL(None)
-    out = {}
-    for f in LIBM_UNARY + LIBM_BINARY:
-        out[f] = ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
-    return out
 
 
 class MathLib:

@@ -1,0 +1,168 @@
+"""Exact half-precision and bfloat16 conversions written in LLVM IR.
+
+The code generator keeps f16 values in LLVM ``half`` and bf16 values as
+``i16`` bit patterns. Where the host has no instruction for a conversion
+(f64 -> f16 on x86-64 always, every f16 <-> f32 conversion on x86-64 without
+F16C), LLVM's instruction selection calls a run-time helper of the compiler
+runtime (``__truncdfhf2``, ``__truncsfhf2``, ``__extendhfsf2``, ...). Such a
+helper is not part of any library a Python process is guaranteed to have
+loaded, so tilenest defines every one of them here, in IR built from integer
+operations and correctly rounded f32/f64 hardware arithmetic only, and the JIT
+binds those definitions explicitly (:mod:`.symbols`).
+
+Meaning of each conversion (IEEE 754, round to nearest even, as
+``semantics/numerics.py`` states it):
+
+* widening (f16 -> f32, f16 -> f64, bf16 -> f32) is exact; NaN stays NaN with
+  its sign and leading payload bits, and is quiet;
+* narrowing rounds once: overflow gives +-inf, the sign of zero is kept,
+  subnormal results are rounded at their own (coarser) spacing, NaN becomes a
+  quiet NaN with the sign and the leading payload bits;
+* f64 -> f16 and f64 -> bf16 round once, not twice: the f64 value is first
+  rounded to *odd* at f32 (:func:`f64_to_f32_odd`), which keeps the side of
+  every f16/bf16 rounding midpoint, then rounded to nearest even.
+
+The builders take an ``ir.IRBuilder`` positioned where the code goes; they
+emit straight-line code (selects, no branches), so loops using them
+vectorize.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+I16, I32, I64 = ir.IntType(16), ir.IntType(32), ir.IntType(64)
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+BF16 = ir.IntType(16)  # bf16 travels as its bit pattern
+
+
+def _c32(v: int) -> ir.Constant:
+    return ir.Constant(I32, v)
+
+
+def _fabs(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """``|x|`` by clearing the sign bit (no intrinsic, no libcall)."""
+    t = x.type
+    it = I32 if t == F32 else I64
+    mask = (1 << 31) - 1 if t == F32 else (1 << 63) - 1
+    return b.bitcast(b.and_(b.bitcast(x, it), ir.Constant(it, mask)), t)
+
+
+def f16_bits_to_f32(b: ir.IRBuilder, h: ir.Value) -> ir.Value:
+    """The f16 value with bit pattern ``h`` (i16) as an exact f32.
+
+    Normal numbers move exponent and mantissa into place (rebias 15 -> 127);
+    infinities and NaN get the all-ones exponent with the mantissa shifted
+    (NaN is made quiet); a subnormal ``m * 2^-24`` is computed as the exact
+    product ``f32(m) * 2^-24`` (``m < 2^10``)."""
+    u = b.zext(h, I32)
+    sign = b.shl(b.and_(u, _c32(0x8000)), _c32(16))
+    mag = b.and_(u, _c32(0x7FFF))
+    exp = b.lshr(mag, _c32(10))
+    normal = b.add(b.shl(mag, _c32(13)), _c32((127 - 15) << 23))
+    special = b.or_(b.add(normal, _c32((128 - 16) << 23)),
+                    b.select(b.icmp_unsigned(">", mag, _c32(0x7C00)), _c32(0x0040_0000), _c32(0)))
+    sub = b.bitcast(b.fmul(b.uitofp(mag, F32), ir.Constant(F32, 2.0 ** -24)), I32)
+    bits = b.select(b.icmp_unsigned("==", exp, _c32(31)), special,
+                    b.select(b.icmp_unsigned("==", exp, _c32(0)), sub, normal))
+    return b.bitcast(b.or_(bits, sign), F32)
+
+
+def f32_to_f16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """The bit pattern (i16) of the f32 value ``x`` rounded once to f16.
+
+    With ``a = |x|`` as bits: NaN (``a > 0x7f800000``) gives ``0x7e00`` with the
+    top payload bits; ``a >= 2^16`` (including +inf) gives inf (every finite
+    value from 65520 up rounds to inf, which the normal path produces by the
+    carry out of the mantissa); below ``2^-14`` the result is subnormal and the
+    correctly rounded addition ``a + 1/2`` (whose ulp is ``2^-24``, the f16
+    subnormal spacing) rounds it to nearest even, the count of ``2^-24``
+    being the low bits of the sum; otherwise the 13 dropped mantissa bits are
+    rounded to nearest even by adding ``0xfff`` plus the kept lowest bit, which
+    carries into the exponent when the mantissa overflows."""
+    u = b.bitcast(x, I32)
+    sign = b.trunc(b.lshr(b.and_(u, _c32(0x8000_0000)), _c32(16)), I16)
+    a = b.and_(u, _c32(0x7FFF_FFFF))
+    nan = b.or_(_c32(0x7E00), b.and_(b.lshr(a, _c32(13)), _c32(0x3FF)))
+    inf_or_nan = b.select(b.icmp_unsigned(">", a, _c32(0x7F80_0000)), nan, _c32(0x7C00))
+    half = ir.Constant(F32, 0.5)
+    sub = b.sub(b.bitcast(b.fadd(b.bitcast(a, F32), half), I32), _c32(0x3F00_0000))
+    odd = b.and_(b.lshr(a, _c32(13)), _c32(1))
+    norm = b.lshr(b.add(b.add(a, _c32(((15 - 127) << 23) + 0xFFF)), odd), _c32(13))
+    r = b.select(b.icmp_unsigned(">=", a, _c32((127 + 16) << 23)), inf_or_nan,
+                 b.select(b.icmp_unsigned("<", a, _c32(113 << 23)), sub, norm))
+    return b.or_(b.trunc(r, I16), sign)
+
+
+def f32_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The bit pattern (i16) of the f32 value ``v`` rounded once to bf16: add
+    ``0x7fff`` plus the kept lowest bit and drop 16 bits (the carry handles
+    mantissa overflow and overflow to inf); NaN keeps its top bits and is made
+    quiet."""
+    u = b.bitcast(v, I32)
+    lsb = b.and_(b.lshr(u, _c32(16)), _c32(1))
+    r = b.lshr(b.add(u, b.add(_c32(0x7FFF), lsb)), _c32(16))
+    nan = b.fcmp_unordered("uno", v, v)
+    q = b.or_(b.lshr(u, _c32(16)), _c32(0x40))
+    return b.trunc(b.select(nan, q, r), I16)
+
+
+def bf16_bits_to_f32(b: ir.IRBuilder, h: ir.Value) -> ir.Value:
+    """The bf16 value with bit pattern ``h`` as an exact f32 (the top half)."""
+    return b.bitcast(b.shl(b.zext(h, I32), _c32(16)), F32)
+
+
+def f64_to_f32_odd(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The f64 ``v`` rounded to odd at f32: the nearest-even f32 ``y`` when it is
+    exact, infinite or NaN, else the neighbour of ``v`` toward zero with its
+    last bit set (``y`` itself when ``y``'s last bit is already 1 and it lies
+    toward zero). Rounding that to nearest even at any precision of at most 22
+    bits equals rounding ``v`` once; f32's range covers the f16 and bf16
+    ranges, so no midpoint is lost to f32 underflow or overflow either."""
+    y = b.fptrunc(v, F32)
+    ybits = b.bitcast(y, I32)
+    back = b.fpext(y, F64)
+    finite = b.fcmp_ordered("<", _fabs(b, y), ir.Constant(F32, math.inf))
+    inexact = b.and_(b.fcmp_ordered("!=", back, v), finite)
+    away = b.fcmp_ordered(">", _fabs(b, back), _fabs(b, v))
+    tz = b.select(away, b.sub(ybits, _c32(1)), ybits)
+    return b.bitcast(b.select(inexact, b.or_(tz, _c32(1)), ybits), F32)
+
+
+def f64_to_f16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The bit pattern of the f64 ``v`` rounded once to f16."""
+    return f32_to_f16_bits(b, f64_to_f32_odd(b, v))
+
+
+def f64_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The bit pattern of the f64 ``v`` rounded once to bf16."""
+    return f32_to_bf16_bits(b, f64_to_f32_odd(b, v))
+
+
+#: run-time helper name -> (return type, argument type, builder of the body
+#: from the argument). The types are LLVM's for the helper's C signature, so
+#: a definition compiled by this LLVM follows the calling convention its
+#: callers use. (bf16 never appears as LLVM ``bfloat`` in generated code, so
+#: its helpers ``__truncsfbf2``/``__truncdfbf2`` are never called; were one
+#: called, the JIT's symbol check would refuse the module.)
+HELPERS = {
+    "__extendhfsf2": (F32, F16, lambda b, x: f16_bits_to_f32(b, b.bitcast(x, I16))),
+    "__extendhfdf2": (F64, F16, lambda b, x: b.fpext(f16_bits_to_f32(b, b.bitcast(x, I16)), F64)),
+    "__truncsfhf2": (F16, F32, lambda b, x: b.bitcast(f32_to_f16_bits(b, x), F16)),
+    "__truncdfhf2": (F16, F64, lambda b, x: b.bitcast(f64_to_f16_bits(b, x), F16)),
+}
+
+
+def helper_module(triple: str) -> str:
+    """LLVM assembly defining every helper of :data:`HELPERS` (external linkage,
+    so the JIT can bind their addresses)."""
+    m = ir.Module(name="tilenest.softfloat")
+    m.triple = triple
+    for name, (ret, arg, body) in HELPERS.items():
+        fn = ir.Function(m, ir.FunctionType(ret, [arg]), name=name)
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.ret(body(b, fn.args[0]))
+    return str(m)
