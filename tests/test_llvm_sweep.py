@@ -31,7 +31,7 @@ import pytest
 
 import llvm_sweep as S
 import tilenest as tn
-from tilenest.backends.llvm import jit, symbols
+from tilenest.backends.llvm import jit
 from tilenest.backends.llvm.symbols import UnresolvedSymbolError, undefined_symbols
 from tilenest.semantics import dtypes as D
 from tilenest.semantics.ops import REGISTRY
@@ -167,21 +167,26 @@ def test_unbound_global_variable_is_refused_too():
         jit.Engine(m, jit.target_machine(jit.host()))
 
 
-def test_every_bound_symbol_is_an_explicit_definition():
-    jit.init()
-    b = symbols.bound()
-    for n in ("__truncdfhf2", "__truncsfhf2", "__extendhfsf2", "fmod", "fmodf", "memset",
-              "memcpy", "exp", "pow", "atan2"):
-        assert b.get(n), n
-        assert llvm.address_of_symbol(n) == b[n], n
-
-
-def test_frem_and_memset_resolve_in_the_first_engine_of_a_process():
-    """fmod/memset used to resolve only once some engine had loaded the process's
-    own symbols; the first module of a fresh process must link and run."""
+def test_symbols_are_bound_before_any_engine_exists():
+    """In a fresh process, right after ``jit.init()`` and before any engine
+    exists (engines used to load the process's own symbols as a side effect),
+    the helpers, C math and string functions are bound to the definitions of
+    the explicitly opened libraries; then a first module using ``frem`` and
+    ``memset`` links and runs."""
     code = (
-        "import ctypes\n"
+        "import ctypes, ctypes.util\n"
+        "import llvmlite.binding as llvm\n"
         "from tilenest.backends.llvm import jit\n"
+        "jit.init()\n"
+        "libm = ctypes.CDLL(ctypes.util.find_library('m'))\n"
+        "libc = ctypes.CDLL(ctypes.util.find_library('c'))\n"
+        "addr = lambda lib, n: ctypes.cast(getattr(lib, n), ctypes.c_void_p).value\n"
+        "for n in ('fmod', 'fmodf', 'exp', 'pow', 'atan2', 'floor', 'fma'):\n"
+        "    assert llvm.address_of_symbol(n) == addr(libm, n), n\n"
+        "for n in ('memset', 'memcpy', 'memmove'):\n"
+        "    assert llvm.address_of_symbol(n) == addr(libc, n), n\n"
+        "for n in ('__truncdfhf2', '__truncsfhf2', '__extendhfsf2'):\n"
+        "    assert llvm.address_of_symbol(n), n\n"
         "h = jit.host()\n"
         "m = jit.parse('''\n"
         "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)\n"
@@ -253,7 +258,7 @@ def _convert(x: np.ndarray, dst: type, features: str) -> tuple[np.ndarray, set[s
     m = jit.parse(_CONV.format(st=st, dt=dt, op=op), h)
     tm = jit.target_machine(h)
     imports = undefined_symbols(tm.emit_object(m))
-    e = jit.Engine(m, tm, h)
+    e = jit.Engine(m, tm)
     f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(e.address("conv"))
     x = np.ascontiguousarray(x)
     y = np.zeros(x.shape, dst)
