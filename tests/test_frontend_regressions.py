@@ -321,3 +321,35 @@ def test_broadcast_to_a_lookalike_dim_says_which_is_which():
             f"{marked_line(broadcast_lookalike, '# FIRST')}:") in notes, e.render()
     assert f"'d0#2' is the dim made by tn.dim at {FILE}:{line}:" in notes, e.render()
     assert names_line(e, line)
+
+
+@tn.kernel
+def while_retyped(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+    a = tn.zeros(f32, tn.shape(1))
+    i = tn.scalar(0, tn.i32)
+    while tn.while_(i < 3):  # ERR
+        a = tn.zeros(f32, tn.shape(1))
+        i = i + 1
+    y(tn.coord(0), tn.shape(1)).store(a)
+
+
+@tn.kernel
+def if_retyped(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+    s = tn.reduce(x[tn.coord(0), tn.shape(1)], x.dim(0), tn.add)
+    if tn.if_(s > 0.0):  # ERR
+        a = tn.zeros(f32, tn.shape(1))
+    else:
+        a = tn.full(f32, tn.shape(1), 1.0)
+    y(tn.coord(0), tn.shape(1)).store(a)
+
+
+@pytest.mark.parametrize("kern,needle", [
+    (while_retyped, "the while loop changes the type of 'a' from f32[d0#1:1] to f32[d0#2:1]"),
+    (if_retyped, "'a' has type f32[d0#1:1] in one branch of tn.if_ and f32[d0#2:1] in the other"),
+])
+def test_while_and_if_type_changes_name_both_types(kern, needle):
+    with pytest.raises(TypeCheckError) as ei:
+        kern.program
+    e = ei.value
+    assert needle in e.message and names_line(e, marked_line(kern)), e.render()
+    assert sum("is the fresh dim made by tn." in n for n in e.notes) == 2, e.render()
