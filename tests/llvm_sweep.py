@@ -370,15 +370,23 @@ def _slice(adm: Admitted, sl: slice) -> Admitted:
                     None if adm.hi is None else adm.hi[sl], adm.determined)
 
 
-def run_group(g: Group, only: list[Combo] | None = None) -> dict[str, dict]:
-    """Compile, run and judge ``g`` (or its members ``only``): key -> record."""
+def run_group(g: Group, only: list[Combo] | None = None,
+              compile_kw: dict | None = None) -> dict[str, dict]:
+    """Compile (with ``compile_kw``), run and judge ``g`` (or its members
+    ``only``): key -> record."""
     members = [(cb, o, i) for cb, o, i in g.members
                if only is None or cb.key in {c.key for c in only}]
     k = kernel(g, only)
     args = arrays(g, k)
     ref_args = [a.copy() for a in args]
-    k.compile()(*args)
-    adms = tn.reference(k, *ref_args)
+    k.compile(**(compile_kw or {}))(*args)
+    with np.errstate(all="ignore"):  # NaN and inf inputs are intended
+        return _judge(g, k, members, args, tn.reference(k, *ref_args))
+
+
+def _judge(g: Group, k: tn.Kernel, members: list, args: list,
+           adms: Admitted | tuple) -> dict[str, dict]:
+    """Each member's rows of the outputs judged by the oracle's verdicts."""
     adms = adms if isinstance(adms, tuple) else (adms,)
     by_name = {a.name: a for a in adms}
     pos = {v.name: j for j, v in enumerate(k.program.args)}

@@ -319,6 +319,25 @@ def test_half_conversions_are_exact(features):
     assert "__truncdfhf2" in imp64 or "f16c" not in f  # no x86 instruction for it
 
 
+def test_half_kernels_on_a_host_without_f16c():
+    """Every f16 unary, binary and conversion combination of the sweep, compiled
+    for this CPU with F16C turned off (each f16 <-> f32 conversion is then a
+    call of a soft-float helper), is admitted by the oracle."""
+    h = jit.host()
+    h = jit.Host(h.triple, h.cpu, h.features + ",-f16c,-avx512fp16")
+    imports: set[str] = set()
+    for g in S.groups():
+        if g.name not in ("unary-f16", "binary-f16", "conv-f16"):
+            continue
+        res = S.run_group(g, compile_kw={"host": h})
+        bad = {k: r["detail"] for k, r in res.items() if not r["ok"]}
+        assert not bad, bad
+        ck = S.kernel(g).compile(host=h)
+        imports |= undefined_symbols(jit.target_machine(h).emit_object(
+            jit.parse(ck.optimized_ir, h)))
+    assert {"__extendhfsf2", "__truncsfhf2"} <= imports, imports
+
+
 # ---------------------------------------------------------------------------
 # bool in arithmetic after a cast (the i1 register must be extended)
 

@@ -62,10 +62,14 @@ def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
     return Codegen(k, schedule.vector_bits or 512, h.cpu, h.features, aliased).text()
 
 
-def build(program: TileProgram, k: L.Kernel, schedule: Schedule) -> CompiledKernel:
-    """Generate, optimize and JIT an already lowered kernel ``k`` (uncached)."""
+def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
+          host: jit.Host | None = None) -> CompiledKernel:
+    """Generate, optimize and JIT an already lowered kernel ``k`` (uncached)
+    for ``host`` (default: this process's CPU and all its features; another
+    host must be one this CPU can run, e.g. the same CPU with features
+    turned off)."""
     t0 = time.perf_counter()
-    h = jit.host()
+    h = host or jit.host()
     text = stage_ir(k, schedule, h)
     tm = jit.target_machine(h)
     mod = jit.parse(text, h)
@@ -76,7 +80,8 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule) -> CompiledKern
 
 
 def compile_program(program: TileProgram, schedule: Schedule | None = None,
-                    cache: bool = True, **overrides: Any) -> CompiledKernel:
+                    cache: bool = True, host: jit.Host | None = None,
+                    **overrides: Any) -> CompiledKernel:
     """Prove ``program`` legal for this schedule, then lower, generate, optimize
     and JIT it for this host.
 
@@ -85,9 +90,10 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     obligations first: a refuted race obligation raises ``RaceError`` (compiled
     code cannot observe a race while it runs, so it refuses the program), a
     refuted schedule obligation a ``TilenestError``; the verdicts, ``unknown``
-    ones included, are kept in the kernel's ``obligations``."""
+    ones included, are kept in the kernel's ``obligations``. ``host`` is as
+    for :func:`build`."""
     s = _schedule(program, schedule, overrides)
-    h = jit.host()
+    h = host or jit.host()
     key = cache_key(program, s, h)
     if cache:
         with _CACHE_LOCK:
@@ -101,7 +107,7 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
             return got
     t0 = time.perf_counter()
     obs = legality(program, s)
-    ck = build(program, stage_loopir(program, s), s)
+    ck = build(program, stage_loopir(program, s), s, h)
     ck.obligations = obs
     ck.compile_seconds = time.perf_counter() - t0
     if cache:

@@ -12,11 +12,14 @@ groups (one array passed for several parameters).
 
 Scalar semantics follow ``semantics/numerics.py`` exactly:
 
-* ``bool`` is ``i1`` in registers and one byte (0/1) in memory; ``bf16`` is an
-  ``i16`` bit pattern, widened exactly to ``float`` for arithmetic and rounded
-  back to nearest-even (NaN stays a quiet NaN); ``f16`` is LLVM ``half``
-  computed in ``float`` and rounded once. Narrowing from f64 to bf16 rounds to
-  odd at f32 first, so the result is rounded once.
+* ``bool`` is ``i1`` in registers and one byte (0/1) in memory (so its
+  register width, not ``DType.bits``, decides whether a conversion extends);
+  ``bf16`` is an ``i16`` bit pattern, widened exactly to ``float`` for
+  arithmetic and rounded back to nearest-even (NaN stays a quiet NaN); ``f16``
+  is LLVM ``half`` computed in ``float`` and rounded once. Narrowing from f64
+  (or a 64-bit integer) to f16/bf16 rounds to odd at f32 (f64) first, so the
+  result is rounded once (``softfloat``). Conversions the host has no
+  instruction for become calls of tilenest's own helpers (``symbols``).
 * no fast-math flags except the permissions the loop IR grants (``reassoc``
   on tree-permitted merges; fused multiply-add only through ``Fma``), so LLVM
   never contracts or reorders anything else;

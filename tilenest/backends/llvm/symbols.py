@@ -35,7 +35,10 @@ from ...errors import TilenestError
 
 
 class UnresolvedSymbolError(TilenestError):
-    """Compiled code references an external symbol tilenest has not bound."""
+    """Compiled code references an external symbol tilenest has not bound (a
+    defect of tilenest, not of the kernel)."""
+
+    kind = "internal error"
 
 
 #: math-library functions that generated code, or LLVM lowering it, may call
