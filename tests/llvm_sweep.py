@@ -16,11 +16,11 @@ oracle (``tn.reference``; the compiled output must be admitted):
 Run as a script (``python -I tests/llvm_sweep.py OUT.json [INDEX COUNT]``) it
 does all of that (or one shard of it) in the current process and writes one
 JSON record per combination (``{"key": {"ok": bool, "detail": str}}``) plus
-the list of top-level modules loaded. Kernels are batched: one kernel per group (e.g. every unary op on
-f16), each combination storing to its own rows of the group's outputs, so
-the oracle's verdict is read per combination. When a group fails to compile
-or run, each of its combinations is retried alone so the failure is
-attributed. Progress goes to stderr (a crash names the group in flight).
+the list of top-level modules loaded. Kernels are batched: one kernel per
+group (e.g. every unary op on f16), each combination storing to its own rows
+of the group's outputs, so the oracle's verdict is read per combination.
+When a group fails to compile or run, each of its combinations is retried
+alone so the failure is attributed. Progress goes to stderr (a crash names the group in flight).
 """
 
 from __future__ import annotations
