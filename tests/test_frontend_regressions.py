@@ -353,3 +353,16 @@ def test_while_and_if_type_changes_name_both_types(kern, needle):
     e = ei.value
     assert needle in e.message and names_line(e, marked_line(kern)), e.render()
     assert sum("is the fresh dim made by tn." in n for n in e.notes) == 2, e.render()
+
+
+@tn.kernel
+def blocks_of(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *, B=4):
+    for p in tn.parallel(tn.shape(tn.cdiv(x.shape[0], B))):  # ERR
+        y(tn.coord(p.index() * 4), tn.shape(4)).store(x(tn.coord(p.index() * 4), tn.shape(4)).load())
+
+
+@pytest.mark.parametrize("b", [0, -4])
+def test_cdiv_by_a_non_positive_constant_is_a_located_error(b):
+    with pytest.raises(CaptureError, match=f"cdiv by {b}") as ei:
+        blocks_of.specialize(B=b).program
+    assert names_line(ei.value, marked_line(blocks_of)), ei.value.render()

@@ -173,6 +173,9 @@ def sym(name: str) -> Index:
 
 def cdiv(a: Any, b: Any) -> Any:
     """Ceiling division of index values (``ceil(a / b)``, positive ``b``)."""
+    if isinstance(as_expr(b), E.Const) and as_expr(b).value <= 0:
+        raise CaptureError(f"cdiv by {as_expr(b).value}: the divisor must be positive",
+                           hint="cdiv counts blocks of a positive size")
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return Index(E.cdiv(as_expr(a), as_expr(b)))
