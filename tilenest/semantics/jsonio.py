@@ -241,20 +241,20 @@ INDENT_DEPTH = 32
 def dumps(p: TileProgram, indent: int | None = 1) -> str:
     """``to_json(p)`` as JSON text. With ``indent``, the outer
     :data:`INDENT_DEPTH` levels are laid out as ``json.dumps(..., indent=indent)``
-    lays them out, and each deeper value is written compactly on one line (an
-    indentation that grows with depth would make the text quadratic in it)."""
-    d = to_json(p)
-    if indent is None:
-        return json.dumps(d, ensure_ascii=False)
+    lays them out and deeper values are written on one line (an indentation
+    that grows with depth would make the text quadratic in it); without, the
+    text is ``json.dumps``'s compact form. Either way the writer is iterative,
+    so its time and the text's length are linear in the program's size."""
     out: list[str] = []
-    _write_indented(d, indent, out)
+    _write(to_json(p), indent, out)
     return "".join(out)
 
 
-def _write_indented(d: Any, indent: int, out: list[str]) -> None:
-    """Append ``d`` as indented JSON text to ``out`` (iteratively: no recursion)."""
-    flat = (", ", ": ")
-    # a stack of pending actions: a value to write at a depth, or a literal string
+_encode_str = json.encoder.encode_basestring  # json.dumps(s, ensure_ascii=False)
+
+
+def _write(d: Any, indent: int | None, out: list[str]) -> None:
+    """Append ``d`` as JSON text to ``out``, using a stack instead of recursion."""
     stack: list[tuple[Any, int] | str] = [(d, 0)]
     while stack:
         item = stack.pop()
@@ -262,19 +262,37 @@ def _write_indented(d: Any, indent: int, out: list[str]) -> None:
             out.append(item)
             continue
         v, depth = item
-        if not isinstance(v, (dict, list)) or not v or depth >= INDENT_DEPTH:
-            out.append(json.dumps(v, ensure_ascii=False, separators=flat if depth else None))
+        if not isinstance(v, (dict, list)):
+            if isinstance(v, str):
+                out.append(_encode_str(v))
+            elif v is None or isinstance(v, bool):
+                out.append("null" if v is None else "true" if v else "false")
+            elif isinstance(v, int):
+                out.append(int.__repr__(v))
+            else:
+                out.append(json.dumps(v, ensure_ascii=False))
             continue
-        inner = "\n" + " " * (indent * (depth + 1))
-        close = "\n" + " " * (indent * depth) + ("}" if isinstance(v, dict) else "]")
+        is_dict = isinstance(v, dict)
+        if not v:
+            out.append("{}" if is_dict else "[]")
+            continue
+        if indent is not None and depth < INDENT_DEPTH:
+            sep = "\n" + " " * (indent * (depth + 1))
+            close = "\n" + " " * (indent * depth)
+            first, comma = sep, "," + sep
+        else:
+            first, comma, close = "", ", ", ""
+        close += "}" if is_dict else "]"
+        items = list(v.items()) if is_dict else [(None, x) for x in v]
         parts: list[tuple[Any, int] | str] = []
-        items = list(v.items()) if isinstance(v, dict) else [(None, x) for x in v]
         for i, (k, x) in enumerate(items):
-            lead = ("," if i else "") + inner
+            lead = comma if i else first
             if k is not None:
-                lead += json.dumps(k, ensure_ascii=False) + ": "
+                if not isinstance(k, str):
+                    raise TypeError(f"JSON keys are strings, not {k!r}")
+                lead += _encode_str(k) + ": "
             parts += [lead, (x, depth + 1)]
-        out.append("{" if isinstance(v, dict) else "[")
+        out.append("{" if is_dict else "[")
         stack.append(close)
         stack.extend(reversed(parts))
 
