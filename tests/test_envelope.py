@@ -427,3 +427,62 @@ def test_reference_of_a_reduce_admits_every_tree(contract, dt):
                 cand[i] = v
                 got = adm.admits(cand)
                 assert got, (x[i].tolist(), ordered, v, got.reason)
+
+
+def _mma_kernel(tin, tacc):
+    @tn.kernel
+    def mm(a: tn.Tensor[tin, 2], b: tn.Tensor[tin, 2], c: tn.Tensor[tacc, 2]):
+        m, k = a.dims()
+        rows, depth = a.shape
+        b = b.with_dims(k, c.dim(1))
+        c = c.with_dims(m, c.dim(1))
+        acc = c[tn.coord(0, 0), tn.shape(rows, 1)]
+        prod = tn.mma(a[tn.coord(0, 0), tn.shape(rows, depth)],
+                      b[tn.coord(0, 0), tn.shape(depth, 1)], acc)
+        c(tn.coord(0, 0), tn.shape(rows, 1)).store(prod)
+    return mm
+
+
+@pytest.mark.parametrize("tin,tacc", [(D.f32, D.f32), (D.f16, D.f32), (D.bf16, D.bf16),
+                                      (D.f16, D.f16)], ids=str)
+def test_reassociating_mma_admits_every_summation_order(tin, tacc):
+    """``mma`` with reassociation: every order of summing the seed and the rounded
+    products (unfused; the fused forms are covered by the same derivation, R-8)
+    is admitted, with subnormal, overflowing, infinite and NaN terms."""
+    rng = np.random.default_rng(zlib.crc32(f"mma {tin.name} {tacc.name}".encode()))
+    k = _mma_kernel(tin, tacc)
+    rows, depth = 24, 4
+    checked = 0
+    for _ in range(3):
+        a = np.stack([leaves(tin, rng, depth) for _ in range(rows)])
+        b = leaves(tin, rng, depth).reshape(depth, 1)
+        c = leaves(tacc, rng, rows).reshape(rows, 1)
+        adm = tn.reference(k, a, b, c)
+        ca, cb = N.cast(a, tin, tacc), N.cast(b, tin, tacc)
+        for i in range(rows):
+            terms = np.concatenate([c[i], N.binary("mul", ca[i], cb[:, 0], tacc)])
+            for v in reachable("add", tacc, terms, False):
+                cand = adm.value.copy()
+                cand[i, 0] = v
+                got = adm.admits(cand)
+                assert got, (a[i].tolist(), b[:, 0].tolist(), c[i].tolist(), v, got.reason)
+                checked += 1
+    assert checked > rows
+    # partial sums overflowing both ways: some order meets inf + -inf
+    big = S.max_finite(tacc) * 0.75
+    if S.max_finite(tin) >= big:  # (f16 products cannot overflow f32)
+        a = np.array([[big, big, -big, -big]]).astype(np.float32).astype(tin.np)
+        terms = np.concatenate([[np.asarray(0.0, tacc.np)],
+                                N.binary("mul", N.cast(a[0], tin, tacc),
+                                         N.constant(1.0, tacc).reshape(1), tacc)])
+        every = reachable("add", tacc, terms, False)
+        assert np.isnan(_f64(every)).any() and np.isinf(_f64(every)).any()
+        adm = tn.reference(k, a, np.ones((depth, 1), tin.np), np.zeros((1, 1), tacc.np))
+        for v in every:
+            assert adm.admits(np.asarray(v, tacc.np).reshape(1, 1)), v
+    # not vacuous: on ordinary values the result is an interval, and far values fail
+    a = rng.uniform(0.5, 2.0, (rows, depth)).astype(tin.np)
+    b = rng.uniform(0.5, 2.0, (depth, 1)).astype(tin.np)
+    adm = tn.reference(k, a, b, np.zeros((rows, 1), tacc.np))
+    assert np.isfinite(adm.lo).all() and np.isfinite(adm.hi).all()
+    assert not adm.admits((adm.value.astype(np.float32) * 1.1).astype(tacc.np))

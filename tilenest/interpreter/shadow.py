@@ -390,47 +390,91 @@ def tree_envelope(contract: str, dt: DType, lo: np.ndarray, hi: np.ndarray,
     raise ValueError(f"no floating-point envelope for contract '{contract}'")
 
 
+class SumLeaves:
+    """The leaves of a floating-point sum, accumulated one leaf (array) at a time:
+    the few sums and flags the envelope needs, so that a sum over many leaves
+    (an ``mma`` contraction) never stacks them. :meth:`envelope` gives the bounds."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.stats: dict[str, np.ndarray] = {}
+
+    def add(self, lo: Any, hi: Any, point: Any, canon: Any, dt: DType) -> None:
+        """One leaf: any value in ``[lo, hi]``, or exactly ``canon`` where ``point``."""
+        big = max_finite(dt)
+        point = np.asarray(point, dtype=bool)
+        canon = np.asarray(canon, dtype=_F64)
+        with np.errstate(all="ignore"):
+            lo = np.where(point, canon, lo)
+            hi = np.where(point, canon, hi)
+            new = {
+                "lo": lo, "hi": hi,
+                "A": np.minimum(np.fmax(np.abs(lo), np.abs(hi)), big),  # finite realizations
+                "up": np.clip(hi, 0.0, big), "dn": np.clip(-lo, 0.0, big),
+                "may_pinf": hi == np.inf, "may_minf": lo == -np.inf,
+                "sure_pinf": lo == np.inf, "sure_minf": hi == -np.inf,
+                "nan": point & np.isnan(canon),
+                "free": ~point & (np.isnan(lo) | np.isnan(hi)),
+                "zero": point & (canon == 0),
+            }
+        self.n += 1
+        if not self.stats:
+            self.stats = new
+            return
+        st = self.stats
+        with np.errstate(all="ignore"):
+            for key in ("lo", "hi", "A", "up", "dn"):
+                st[key] = st[key] + new[key]
+            for key in ("may_pinf", "may_minf", "sure_pinf", "sure_minf", "nan", "free"):
+                st[key] = st[key] | new[key]
+            st["zero"] = st["zero"] & new["zero"]
+
+    def envelope(self, dt: DType, rounds: int | None = None, absolute: Any = 0.0
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lo, hi, point)`` of every tree over the leaves.
+
+        Each leaf passes through at most ``rounds`` roundings (default ``n - 1``:
+        the additions of a tree) and the result carries an absolute error of at
+        most ``absolute`` besides (0 for a sum of floats; the products' underflow
+        for ``mma``). Without overflow every partial is ``sum_S x_i (1 + theta_i)``
+        (+ its share of ``absolute``) with ``|theta_i| <= gamma_rounds``, so
+        ``|y - sum x| <= gamma_rounds * A + absolute``, ``A = sum |x_i|``. A partial
+        can reach ``+inf`` only if ``Up + that >= Omega`` with ``Up`` the sum of
+        the positive parts (or a leaf may be ``+inf``); likewise ``-inf``; NaN
+        needs both."""
+        st, n = self.stats, self.n
+        k = n - 1 if rounds is None else rounds
+        omega = overflow_threshold(dt)
+        with np.errstate(all="ignore"):
+            A = st["A"]
+            err = gamma(k, dt) * A + 2.0 * _gamma64(n + 1) * A + absolute * (1.0 + 1e-12)
+            pos = (st["up"] + err >= omega) | st["may_pinf"]
+            neg = (st["dn"] + err >= omega) | st["may_minf"]
+            sure_nan = st["nan"] | (st["sure_pinf"] & st["sure_minf"])
+            rlo, rhi = round_out(np.where(neg, -np.inf, st["lo"] - err),
+                                 np.where(pos, np.inf, st["hi"] + err), dt)
+            # one sign of infinity is certain and the other impossible: that infinity
+            only_p = st["sure_pinf"] & ~neg & ~st["free"]
+            only_m = st["sure_minf"] & ~pos & ~st["free"]
+            rlo = np.where(only_p, np.inf, np.where(only_m, -np.inf, rlo))
+            rhi = np.where(only_p, np.inf, np.where(only_m, -np.inf, rhi))
+            free = (st["free"] | (pos & neg)) & ~sure_nan
+            rlo = np.where(free | sure_nan, np.nan, rlo)
+            rhi = np.where(free | sure_nan, np.nan, rhi)
+            # all leaves zero: an exact zero, -0.0 iff every leaf is -0.0 (a partial
+            # is -0.0 only from two -0.0 operands; exact cancellation gives +0.0)
+            zero = st["zero"] & ~sure_nan
+            rlo = np.where(zero, st["lo"], rlo)
+            rhi = np.where(zero, st["hi"], rhi)
+        return rlo, rhi, sure_nan | only_p | only_m | zero
+
+
 def _sum_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf):
-    """Sum of ``n`` leaves, ``k = n - 1`` additions. Without overflow every partial
-    is ``sum_S x_i (1 + theta_i)`` with ``|theta_i| <= gamma_k`` (additions carry
-    no absolute error), so ``|y - sum x| <= gamma_k * A``, ``A = sum |x_i|``. A
-    partial can reach ``+inf`` only if ``Up + gamma_k A >= Omega`` with ``Up`` the
-    sum of the positive parts (and a leaf that may be ``+inf``); likewise ``-inf``;
-    NaN needs both."""
-    n = lo.shape[0]
-    k = n - 1
-    big = max_finite(dt)
-    omega = overflow_threshold(dt)
-    mag = np.minimum(np.fmax(np.abs(lo), np.abs(hi)), big)  # finite realizations
-    A = np.sum(mag, axis=0)
-    err = gamma(k, dt) * A + 2.0 * _gamma64(n + 1) * A
-    up = np.sum(np.clip(hi, 0.0, big), axis=0)
-    dn = np.sum(np.clip(-lo, 0.0, big), axis=0)
-    pos = (up + err >= omega) | np.any(hi == np.inf, axis=0)
-    neg = (dn + err >= omega) | np.any(lo == -np.inf, axis=0)
-    sure_pinf = np.any(lo == np.inf, axis=0)
-    sure_minf = np.any(hi == -np.inf, axis=0)
-    sure_nan = np.any(nan_leaf, axis=0) | (sure_pinf & sure_minf)
-    rlo = np.sum(lo, axis=0) - err
-    rhi = np.sum(hi, axis=0) + err
-    rlo = np.where(neg, -np.inf, rlo)
-    rhi = np.where(pos, np.inf, rhi)
-    rlo, rhi = round_out(rlo, rhi, dt)
-    # one sign of infinity is certain and the other impossible: that infinity
-    free_any = np.any(free_leaf, axis=0)
-    only_p = sure_pinf & ~neg & ~free_any
-    only_m = sure_minf & ~pos & ~free_any
-    rlo = np.where(only_p, np.inf, np.where(only_m, -np.inf, rlo))
-    rhi = np.where(only_p, np.inf, np.where(only_m, -np.inf, rhi))
-    free = (free_any | (pos & neg)) & ~sure_nan
-    rlo = np.where(free | sure_nan, np.nan, rlo)
-    rhi = np.where(free | sure_nan, np.nan, rhi)
-    # all leaves zero (A = 0): an exact zero, -0.0 iff every leaf is -0.0
-    zero = np.all(point & (canon == 0), axis=0)
-    pt = sure_nan | only_p | only_m | zero
-    rlo = np.where(zero, np.sum(canon, axis=0), rlo)
-    rhi = np.where(zero, np.sum(canon, axis=0), rhi)
-    return rlo, rhi, pt
+    """Sum of the leaves along axis 0 (:class:`SumLeaves`)."""
+    acc = SumLeaves()
+    for i in range(lo.shape[0]):
+        acc.add(lo[i], hi[i], point[i], canon[i], dt)
+    return acc.envelope(dt)
 
 
 def _product_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf):

@@ -376,9 +376,12 @@ def _mma(it: Interpreter, op: Operation) -> None:
 
 def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, roles: dict,
                 nb: int) -> RV:
-    """Bounds of every admitted mma result: the exact sum ``c + sum_k a_k b_k`` over
-    the operand intervals, widened by ``gamma(K+1) * (|c| + sum|a_k||b_k|)`` when the
-    accumulator is floating point (any summation order, each step rounded)."""
+    """Bounds of every admitted mma result (spec V-22, R-8): a sum over the leaves
+    ``c`` and the exact products ``a_k b_k`` (over the operand intervals), each
+    leaf rounded at most ``K + 1`` times in any order, with or without fused
+    multiply-adds, plus the absolute error of the ``K`` product (or fused)
+    roundings under underflow, ``K * eta/2 * (1 + gamma_K)``
+    (:class:`shadow.SumLeaves`; overflow, NaN and zero rules included)."""
     at, bt, ct = (o.type for o in op.operands)
     dt = ct.dtype
     inexact = dt.is_float and op.attrs["allow_reassociation"]
@@ -392,23 +395,48 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
     shape = out.a.shape
     lo = np.array(np.broadcast_to(c.lift(nb, cl), shape), dtype=np.float64)
     hi = np.array(np.broadcast_to(c.lift(nb, ch), shape), dtype=np.float64)
-    mag = np.abs(lo) if c.exact else S.magnitude(lo, hi)
+    if not dt.is_float:
+        with np.errstate(all="ignore"):
+            for plo, phi in _mma_products(a, b, at, bt, ct, kdims, kext, rest_a, rest_b,
+                                          (al, ah), (bl, bh), nb):
+                lo, hi = lo + plo, hi + phi
+        return out.with_bounds(lo, hi)
+    leaves = S.SumLeaves()
+    c_point = np.ones(shape, bool) if c.exact else (lo == hi)
+    leaves.add(lo, hi, c_point, np.broadcast_to(c.lift(nb, cl), shape), dt)
+    # products of values of at most 24 bits are exact in float64; f64 products are
+    # rounded once, so their interval is widened by one float64 step
+    exact_products = dt.name != "f64" and a.exact and b.exact
     with np.errstate(all="ignore"):
-        for kidx in itertools.product(*(range(n) for n in kext)):
-            fix = dict(zip(kdims, kidx, strict=True))
-            xa = [align(RV(_select(a.lift(nb, v), at.dims, fix, nb), nb), rest_a, ct.dims, nb)
-                  for v in (al, ah)]
-            xb = [align(RV(_select(b.lift(nb, v), bt.dims, fix, nb), nb), rest_b, ct.dims, nb)
-                  for v in (bl, bh)]
-            plo, phi = S._corners(np.multiply, xa[0], xa[1], xb[0], xb[1])
-            lo = lo + plo
-            hi = hi + phi
-            mag = mag + S.magnitude(plo, phi)
-        if dt.is_float:
-            n = int(np.prod(kext)) + 1
-            err = S.gamma(n, dt) * mag + n * S.eta(dt)
-            lo, hi = S.round_out(lo - err, hi + err, dt)
-    return out.with_bounds(lo, hi)
+        for plo, phi in _mma_products(a, b, at, bt, ct, kdims, kext, rest_a, rest_b,
+                                      (al, ah), (bl, bh), nb):
+            if not exact_products:
+                plo, phi = np.nextafter(plo, -np.inf), np.nextafter(phi, np.inf)
+            leaves.add(np.broadcast_to(plo, shape), np.broadcast_to(phi, shape),
+                       np.full(shape, exact_products), np.broadcast_to(plo, shape), dt)
+        K = int(np.prod(kext))
+        absolute = K * S.eta(dt) / 2.0 * (1.0 + float(S.gamma(K, dt)))
+        lo, hi, point = leaves.envelope(dt, rounds=K + 1, absolute=absolute)
+    if bool(np.all(point)):
+        return out
+    ref = out.a.astype(np.float32).astype(np.float64) if dt.bits == 16 else \
+        out.a.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        return out.with_bounds(np.where(point, ref, lo), np.where(point, ref, hi))
+
+
+def _mma_products(a: RV, b: RV, at: TileType, bt: TileType, ct: TileType, kdims: list,
+                  kext: list, rest_a: list, rest_b: list, abounds: tuple, bbounds: tuple,
+                  nb: int):
+    """For each contraction point, the float64 interval of ``a_k * b_k`` laid out over
+    the accumulator's dims."""
+    for kidx in itertools.product(*(range(n) for n in kext)):
+        fix = dict(zip(kdims, kidx, strict=True))
+        xa = [align(RV(_select(a.lift(nb, v), at.dims, fix, nb), nb), rest_a, ct.dims, nb)
+              for v in abounds]
+        xb = [align(RV(_select(b.lift(nb, v), bt.dims, fix, nb), nb), rest_b, ct.dims, nb)
+              for v in bbounds]
+        yield S._corners(np.multiply, xa[0], xa[1], xb[0], xb[1])
 
 
 def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,
