@@ -366,3 +366,20 @@ def test_cdiv_by_a_non_positive_constant_is_a_located_error(b):
     with pytest.raises(CaptureError, match=f"cdiv by {b}") as ei:
         blocks_of.specialize(B=b).program
     assert names_line(ei.value, marked_line(blocks_of)), ei.value.render()
+
+
+def test_decorator_constants_do_not_force_early_annotation_evaluation():
+    # a string annotation naming something defined after the kernel (as with
+    # `from __future__ import annotations`) must not break the decorator
+    def late(x: LATE_TENSOR, y: LATE_TENSOR, *, scale=1.0):  # noqa: F821
+        y(tn.coord(0), tn.shape(x.shape[0])).store(x[tn.coord(0), tn.shape(x.shape[0])] * scale)
+
+    kern = tn.kernel(scale=2.0)(late)
+    late.__globals__["LATE_TENSOR"] = tn.Tensor[f32, "N"]
+    try:
+        x = np.arange(4, dtype=np.float32)
+        y = np.zeros(4, np.float32)
+        kern(x, y)
+        assert y.tolist() == [0, 2, 4, 6]
+    finally:
+        del late.__globals__["LATE_TENSOR"]

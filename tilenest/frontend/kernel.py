@@ -276,11 +276,20 @@ def kernel_site(fn: Callable) -> Site:
                     code.co_firstlineno if code else 0)
 
 
-def _kinds(fn: Callable, scope: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+def _kinds(fn: Callable, scope: dict[str, Any], strict: bool = True
+           ) -> dict[str, tuple[str, Any]]:
     """Each parameter of ``fn`` classified as ``("tensor"|"scalar"|"sym"|"const",
     default)`` by the signature conventions of this module; a parameter fitting
-    none is ``("bad", None)`` (capture reports it)."""
-    ann = _annotations(fn, scope)
+    none is ``("bad", None)`` (capture reports it). Unless ``strict``, string
+    annotations that cannot be evaluated yet (a name defined later in the
+    module) leave their parameters unclassified by annotation instead of
+    raising: capture reports them when the program is first needed."""
+    try:
+        ann = _annotations(fn, scope)
+    except TilenestError:
+        if strict:
+            raise
+        ann = {}
     out: dict[str, tuple[str, Any]] = {}
     for p in inspect.signature(fn).parameters.values():
         a = ann.get(p.name)
@@ -322,7 +331,7 @@ def check_constants(fn: Callable, consts: dict[str, Any], scope: dict[str, Any],
     """Reject compile-time constants that name no constant parameter of ``fn``, or
     whose value does not fit the parameter (its default's type; an integer for a
     symbolic parameter). The error names the kernel's ``file:line``."""
-    kinds = _kinds(fn, scope)
+    kinds = _kinds(fn, scope, strict=False)
     site = kernel_site(fn)
     consts_ok = sorted(n for n, (k, _) in kinds.items() if k in ("const", "sym"))
     listing = ", ".join(consts_ok) if consts_ok else "none"
