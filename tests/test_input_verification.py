@@ -302,3 +302,14 @@ def test_dumps_is_linear_in_nesting_depth():
         assert json.loads(text) == jsonio.to_json(p)
     # an indentation growing with depth made this ratio about 4 (quadratic)
     assert sizes[400] / sizes[200] < 2.2, sizes
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schema": NaN}', "NaN is not JSON"),
+    ('{"schema": -Infinity}', "-Infinity is not JSON"),
+    ('{"schema": "tilenest.tileir/1", "schema": "x"}', 'key "schema" appears twice'),
+])
+def test_json_text_is_strict_json(text, message):
+    with pytest.raises(ParseError, match=message) as err:
+        jsonio.loads(text, "k.json")
+    assert err.value.sites == (Site("k.json", 1, 1),) and err.value.hint

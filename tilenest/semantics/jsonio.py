@@ -773,12 +773,36 @@ def from_json_unverified(d: Any, file: str | None = None) -> TileProgram:
     return _decode(d, file)[0]
 
 
+class _NotJson(ValueError):
+    """A construct Python's JSON reader takes that JSON (RFC 8259) does not."""
+
+
+def _no_constant(name: str) -> Any:
+    word = "nan" if name == "NaN" else "-inf" if name.startswith("-") else "inf"
+    raise _NotJson(f"{name} is not JSON", f'write the float as {{"float": "{word}"}}')
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            raise _NotJson(f"key {json.dumps(k)} appears twice in one object",
+                           "each key is given once")
+        d[k] = v
+    return d
+
+
 def loads(text: str, file: str | None = None) -> TileProgram:
-    """``from_json`` of JSON text; malformed JSON is a ParseError at its line:col."""
+    """``from_json`` of JSON text (verified). Malformed JSON is a ParseError at
+    its line:col, as are the liberties Python's reader takes: ``NaN`` and
+    ``Infinity`` literals, and a key given twice in one object."""
     try:
-        d = json.loads(text)
+        d = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         raise ParseError(f"malformed JSON: {e.msg}", Site(file, e.lineno, e.colno)) from None
+    except _NotJson as e:
+        raise ParseError(f"malformed JSON: {e.args[0]}", Site(file, 1, 1), hint=e.args[1]) \
+            from None
     except (ValueError, RecursionError) as e:  # e.g. an integer with too many digits
         raise ParseError(f"malformed JSON: {e}", Site(file, 1, 1)) from None
     return from_json(d, file)
