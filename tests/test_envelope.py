@@ -147,7 +147,7 @@ def test_inexact_operands_of_pow_and_atan2_are_bounded_not_free():
     f32 = tn.f32
 
     @tn.kernel
-    def k(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"], z: tn.Tensor[f32, "R"]):
+    def k(x: tn.Tensor[f32, 2], y: tn.Tensor[f32, 1], z: tn.Tensor[f32, 1]):
         rows, cols = x.shape
         y, z = y.with_dims(x.dim(0)), z.with_dims(x.dim(0))
         for p in tn.parallel(tn.shape(rows)):
