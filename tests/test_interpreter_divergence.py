@@ -527,3 +527,68 @@ def test_tuple_state_reducer_in_every_schedule():
     x = np.array([1, 2, 4, 8, 16], np.float32)
     run_all(sum_and_count, [x, np.zeros(2, np.float32)], [np.array([31, 5], np.float32)],
             schedules=SCHEDULES[:-1] + [random(s) for s in range(20, 26)])
+
+
+# -- masking keeps effects exact ---------------------------------------------------------
+
+@tn.kernel
+def lower_triangle(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N N"]):
+    """Instance i stores y[i, s] for s <= i inside its serial loop: an instance
+    masked out of iteration s must neither store nor be logged."""
+    (n,) = x.shape
+    a, b = y.dims()
+    x = x.with_dims(b)
+    for p in tn.parallel(tn.shape(n)):
+        i = p.index()
+        for s in p.serial(tn.shape(i + 1)):
+            v = x[tn.coord(s.index()), tn.shape(1)]
+            y(tn.coord(i, s.index()), tn.shape(1, 1)).store(
+                tn.broadcast(v, tn.shape(tn.axis(a, 1), tn.axis(b, 1))))
+
+
+def test_masked_iterations_store_nothing():
+    x = np.array([1, 2, 3, 4], np.float32)
+    want = np.where(np.tril(np.ones((4, 4), bool)), x[None, :], -1).astype(np.float32)
+    run_all(lower_triangle, [x, np.full((4, 4), -1, np.float32)], [want])
+
+
+def test_races_inside_instance_dependent_loops_are_found():
+    @tn.kernel
+    def all_write_first(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+        """every instance's iteration s stores y[s]: instances 0 and 1 both write y[0]"""
+        (n,) = x.shape
+        y = y.with_dims(x.dim(0))
+        for p in tn.parallel(tn.shape(n)):
+            i = p.index()
+            for s in p.serial(tn.shape(i + 1)):
+                y(tn.coord(s.index()), tn.shape(1)).store(x[tn.coord(i), tn.shape(1)])
+
+    for s in (None, CANONICAL, REVERSED, random(4)):
+        with pytest.raises(RaceError, match=r"instance \(\d,\) writes y\[0\]"):
+            tn.interpret(all_write_first, np.ones(3, np.float32), np.zeros(3, np.float32),
+                         schedule=s)
+    # one instance: nothing to race with
+    out = tn.interpret(all_write_first, np.full(1, 5, np.float32), np.zeros(1, np.float32))
+    assert out.tolist() == [5.0]
+
+
+@tn.kernel
+def data_extents(lens: tn.Tensor[i32, "N"], x: tn.Tensor[f32, "M"], y: tn.Tensor[f32, "N"]):
+    """A tile whose extent is read from data: y[i] = sum of x[0:lens[i]]."""
+    (n,) = lens.shape
+    a = lens.dim(0)
+    e = x.dim(0)
+    y = y.with_dims(a)
+    for p in tn.parallel(tn.shape(n)):
+        i = p.index()
+        c = tn.cast(tn.reduce(lens[tn.coord(i), tn.shape(1)], a, tn.maximum), i64)
+        t = x[tn.coord(0), tn.shape(c)]
+        y(tn.coord(i), tn.shape(1)).store(tn.broadcast(tn.reduce(t, e, tn.add),
+                                                      tn.shape(tn.axis(a, 1))))
+
+
+def test_data_dependent_tile_extents():
+    lens = np.array([3, 0, 5, 3, 1], np.int32)
+    x = np.array([1, 2, 4, 8, 16], np.float32)
+    run_all(data_extents, [lens, x, np.zeros(5, np.float32)],
+            [np.array([7, -0.0, 31, 7, 1], np.float32)])  # an empty sum is -0.0
