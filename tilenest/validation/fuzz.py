@@ -130,12 +130,13 @@ STEP_KINDS = ("un", "binc", "binu", "ite", "cast", "red", "fold", "serial", "pip
 DTYPES = ("f32", "f64", "i32", "f16", "bf16")
 
 
-#: schedule variants; none may change what a program means. ``v128``/``v256``:
-#: narrower vectors; ``materialize``/``inline``: every lazily computable value
+#: schedule variants; none may change what a program means. ``v128``/``v256``/``v512``:
+#: that SIMD width (the host's own width is the default; a wider one is split
+#: by LLVM); ``materialize``/``inline``: every lazily computable value
 #: stored in a local buffer / recomputed at each use; ``sequential``: every
 #: ``reduce`` in its strict left-to-right order; ``vector``/``serial``: nested
 #: ``parallel`` levels bound to vector lanes / a serial loop
-SCHEDULES = ("default", "v128", "v256", "materialize", "inline", "sequential", "vector",
+SCHEDULES = ("default", "v128", "v256", "v512", "materialize", "inline", "sequential", "vector",
              "serial")
 
 
@@ -145,7 +146,7 @@ def schedule_for(spec: Spec, program: Any) -> Any:
 
     s = default_schedule(program)
     v = spec.sched
-    if v in ("v128", "v256"):
+    if v in ("v128", "v256", "v512"):
         return s.with_(vector_bits=int(v[1:]))
     if v in ("materialize", "inline"):
         return s.with_(storage=tuple((n, v) for n in sorted(storage_plan(program, s))))
