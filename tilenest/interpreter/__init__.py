@@ -37,8 +37,9 @@ def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
               check_pipelines: bool = True) -> Any:
     """Run a program; returns the tensors it stores to (written in place).
 
-    ``schedule``: None (batched lockstep), 'canonical', 'reversed', random(seed),
-    'exhaustive'. ``fast``: reassociating ops use BLAS/pairwise orders (still
+    ``schedule``: None (batched lockstep), 'canonical', 'reversed', random(seed)
+    (or 'random:SEED'), 'exhaustive'; anything else is a TilenestError (see
+    :func:`parse_schedule`). ``fast``: reassociating ops use BLAS/pairwise orders (still
     admitted). ``check_races``: the parallel effect log. ``poison``: fill pure
     outputs (or ``outputs``) with NaN/sentinels first and report reads of
     elements nothing wrote. ``check_pipelines``: report pipelines whose result
