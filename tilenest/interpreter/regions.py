@@ -15,6 +15,14 @@
 * ``pipeline``: the reference meaning is the serial iteration of its stages.
 * ``if`` / ``while``: ordinary control flow; when the condition differs between
   batched instances, each instance follows its own branch (lane masks).
+
+Instances executed together may diverge in two more ways, and both keep the
+meaning of running each instance alone: a region domain whose extents differ
+between them (a trip count ``i + 1``, or one read from data) runs over the box
+of all their domains with each instance masked to its own points
+(:func:`domain_points`); a tile extent that differs between them regroups them
+by that extent, the rest of the block running once per group under its mask
+(``Interpreter._regroup``). Masked instances store nothing and log no access.
 """
 
 from __future__ import annotations
