@@ -460,37 +460,34 @@ def _leaves(x: Any) -> list[E.Expr]:
 
 
 def magnitude(x: E.Expr, bounds: Mapping[str, int]) -> int | None:
-    """An upper bound on ``|x|`` when each variable ``$v`` lies in
-    ``[0, bounds[v]]``; None when unbounded (symbols, values, shifts by a
-    variable amount). Used to decide whether int64 evaluation of ``x`` is exact."""
+    """An upper bound on the magnitude of ``x`` and of every subexpression of it
+    when each variable ``$v`` lies in ``[0, bounds[v]]``; None when unbounded
+    (symbols, values, shifts by a large amount). When it is below 2**62, int64
+    evaluation of ``x`` never overflows, so it is exact."""
     if isinstance(x, E.Const):
         return abs(x.value)
     if isinstance(x, E.Var):
         return bounds.get(x.name)
-    if isinstance(x, (E.Add, E.Mul)):
-        parts = [magnitude(c, bounds) for c in x.children]
-        if any(m is None for m in parts):
-            return None
-        if isinstance(x, E.Add):
-            return sum(parts)  # type: ignore[arg-type]
+    parts = [magnitude(c, bounds) for c in x.children]
+    if any(m is None for m in parts):
+        return None
+    if isinstance(x, E.Add):
+        return sum(parts)  # type: ignore[arg-type]
+    if isinstance(x, E.Mul):
         out = 1
         for m in parts:
-            out *= m  # type: ignore[operator]
+            out *= max(m, 1)  # type: ignore[type-var]
         return out
     if isinstance(x, (E.FloorDiv, E.Mod, E.MinMax)):
-        a, b = magnitude(x.a, bounds), magnitude(x.b, bounds)
-        if a is None or b is None:
-            return None
-        return a if isinstance(x, E.FloorDiv) else max(a, b)
+        return max(parts)  # type: ignore[type-var]
     if isinstance(x, E.BitOp):
-        a, b = magnitude(x.a, bounds), magnitude(x.b, bounds)
-        if a is None or b is None:
-            return None
+        a, b = parts
         if x.op == "<<":
-            return a << b if b <= 128 else None
+            return max(a, b) << b if b <= 128 else None  # type: ignore[operator]
         if x.op == ">>":
-            return a
-        return (1 << max(a, b).bit_length()) - 1 if x.op != "&" else max(a, b)
+            return max(a, b)  # type: ignore[type-var]
+        # & | ^ on two's complement values in [-2**k, 2**k) stay in that range
+        return 1 << max(a, b).bit_length()  # type: ignore[type-var, union-attr]
     return None
 
 
