@@ -592,3 +592,21 @@ def test_data_dependent_tile_extents():
     x = np.array([1, 2, 4, 8, 16], np.float32)
     run_all(data_extents, [lens, x, np.zeros(5, np.float32)],
             [np.array([7, -0.0, 31, 7, 1], np.float32)])  # an empty sum is -0.0
+
+
+def test_exhaustive_schedule_on_a_large_region():
+    """More children than the exhaustive schedule can permute: it samples orders
+    (row-major, reversed, seeded shuffles) instead of refusing the program."""
+    x = np.arange(9, dtype=np.float32)
+    out = tn.interpret(prefix_sums, x, np.zeros(9, np.float32), schedule=EXHAUSTIVE)
+    np.testing.assert_array_equal(out, _serial_cumsum(x))
+
+    @tn.kernel
+    def last_wins(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+        (n,) = x.shape
+        y = y.with_dims(x.dim(0))
+        for p in tn.parallel(tn.shape(n)):
+            y(tn.coord(0), tn.shape(1)).store(x[tn.coord(p.index()), tn.shape(1)])
+
+    with pytest.raises(RaceError):
+        tn.interpret(last_wins, x, np.zeros(9, np.float32), schedule=EXHAUSTIVE)

@@ -298,7 +298,7 @@ class Interpreter:
             self.lane_mask = saved
         from .regions import select_lanes
 
-        g0, outs, marks = runs[-1]
+        _, outs, marks = runs[-1]
         outs, marks = list(outs), list(marks)
         for g, o, m in reversed(runs[:-1]):
             outs = [select_lanes(g, a, c, self.nb) for a, c in zip(o, outs, strict=True)]

@@ -15,7 +15,6 @@ snapshot: later stores cannot change it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
