@@ -476,30 +476,34 @@ def _example(name):
     return m
 
 
-def test_causal_attention_runs_on_the_interpreter():
+@pytest.mark.parametrize("name", ["causal_attention", "causal_attention_blocked"])
+def test_causal_attention_runs_on_the_interpreter(name):
     m = _example("causal_attention")
+    kernel = getattr(m, name)
     args = m.example_inputs(np.random.default_rng(0))
     want = m.numpy_reference(*args)
     outs = []
     for s in (None, CANONICAL, REVERSED, random(5)):
         work = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        outs.append(tn.interpret(m.causal_attention, *work, schedule=s))
+        outs.append(tn.interpret(kernel, *work, schedule=s))
         np.testing.assert_allclose(outs[-1], want, rtol=1e-5, atol=1e-6)
     for o in outs[1:]:
         np.testing.assert_array_equal(o, outs[0])
-    r = tn.reference(m.causal_attention, *args)
+    r = tn.reference(kernel, *args)
     assert r.admits(outs[0])
     small = [a[:3, :] if isinstance(a, np.ndarray) else a for a in args]
-    tn.interpret(m.causal_attention, *small, schedule=EXHAUSTIVE)
+    tn.interpret(kernel, *small, schedule=EXHAUSTIVE)
 
 
-def test_causal_attention_validates_on_llvm():
+@pytest.mark.parametrize("name", ["causal_attention", "causal_attention_blocked"])
+def test_causal_attention_validates_on_llvm(name):
     m = _example("causal_attention")
-    rep = tn.validate(m.causal_attention, "llvm", cases=6, seed=11)
+    kernel = getattr(m, name)
+    rep = tn.validate(kernel, "llvm", cases=6, seed=11)
     assert rep.ok, rep.summary()
     assert rep.count("ok") >= 5
     args = m.example_inputs(np.random.default_rng(0))
-    out = m.causal_attention.compile()(*args)
+    out = kernel.compile()(*args)
     np.testing.assert_allclose(out, m.numpy_reference(*args), rtol=2e-5, atol=2e-5)
 
 
