@@ -35,6 +35,7 @@ import ml_dtypes
 import numpy as np
 
 import tilenest as tn
+from tilenest.backends.llvm import symbols
 from tilenest.errors import TilenestError, TypeCheckError
 from tilenest.interpreter.oracle import Admitted
 from tilenest.semantics import dtypes as D
@@ -446,7 +447,8 @@ def main(argv: list[str]) -> int:
     mods = sorted({m.split(".")[0] for m in sys.modules})
     with open(argv[1], "w") as f:
         json.dump({"results": res, "modules": mods, "seconds": time.perf_counter() - t0,
-                   "cpu_seconds": time.process_time()}, f)
+                   "cpu_seconds": time.process_time(),
+                   "imported": sorted(symbols.imported())}, f)
     return 0
 
 

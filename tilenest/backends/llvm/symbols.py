@@ -54,16 +54,20 @@ LIBC_FUNCTIONS = ("memset", "memcpy", "memmove", "bzero", "memset_pattern16")
 
 _LOCK = threading.Lock()
 _BOUND: dict[str, int] = {}
+_DONE: list[bool] = []  # non-empty once every binding is made
+_SEEN: set[str] = set()  # every symbol a checked object imported, this process
 _KEEP: list[object] = []  # libraries and the helper engine, alive for the process
 
 
-def _open(name: str) -> ctypes.CDLL:
-    path = ctypes.util.find_library(name)
-    if path is None:
-        raise TilenestError(f"the C {'math ' if name == 'm' else ''}library (lib{name}) was not "
-                            "found; compiled kernels call it",
-                            hint="install the system C library development files")
-    return ctypes.CDLL(path)
+def _open(*names: str) -> ctypes.CDLL:
+    """The first of the C libraries ``names`` found (``m`` then ``c`` for the
+    math functions: some C libraries include them)."""
+    for name in names:
+        path = ctypes.util.find_library(name)
+        if path is not None:
+            return ctypes.CDLL(path)
+    raise TilenestError(f"the C library lib{names[0]} was not found; compiled kernels call it",
+                        hint="install the system C library (and its math library)")
 
 
 def _bind(name: str, addr: int) -> None:
@@ -76,9 +80,9 @@ def bind_all(triple: str, make_tm: Callable[[], llvm.TargetMachine]) -> None:
     native target initialized). ``make_tm()`` gives a fresh target machine for
     the host, which compiles the soft-float helpers."""
     with _LOCK:
-        if _BOUND:
+        if _DONE:
             return
-        for lib, names in ((_open("m"), LIBM_FUNCTIONS), (_open("c"), LIBC_FUNCTIONS)):
+        for lib, names in ((_open("m", "c"), LIBM_FUNCTIONS), (_open("c"), LIBC_FUNCTIONS)):
             _KEEP.append(lib)
             for n in names:
                 fn = getattr(lib, n, None)  # absent on some libraries (e.g. roundeven)
@@ -97,6 +101,7 @@ def bind_all(triple: str, make_tm: Callable[[], llvm.TargetMachine]) -> None:
         _KEEP.append(ee)
         for n in HELPERS:
             _bind(n, ee.get_function_address(n))
+        _DONE.append(True)
 
 
 def bound() -> dict[str, int]:
@@ -104,10 +109,17 @@ def bound() -> dict[str, int]:
     return dict(_BOUND)
 
 
+def imported() -> set[str]:
+    """The symbols the objects checked so far in this process imported."""
+    return set(_SEEN)
+
+
 def check_object(obj: bytes, what: str) -> None:
     """Raise :class:`UnresolvedSymbolError` if the object file ``obj`` (compiled
     from ``what``) needs a symbol that is not bound."""
-    missing = sorted(undefined_symbols(obj) - set(_BOUND))
+    needs = undefined_symbols(obj)
+    _SEEN.update(needs)
+    missing = sorted(needs - set(_BOUND))
     if missing:
         raise UnresolvedSymbolError(
             f"compiled code for {what} references external symbol"
