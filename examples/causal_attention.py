@@ -6,6 +6,8 @@ is the domain ``serial(shape(i + 1))`` itself.
 
 On the batched interpreter the rows run in lockstep; each row is masked to its
 own iterations (the box of all rows' domains is ``S`` iterations long).
+``causal_attention_blocked`` is the tiled form (``bq`` queries per program,
+key blocks of ``bk`` up to the diagonal).
 """
 
 import numpy as np
