@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tilenest.cli as cli
+from tilenest import cli
 from tilenest.cli import EXIT_INTERNAL, main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -280,14 +280,14 @@ def test_bad_annotations_are_located_capture_errors(tmp_path, capsys):
     from tilenest.errors import CaptureError
 
     with pytest.raises(CaptureError, match="needs a dtype and a rank") as ei:
-        tn.Tensor[tn.f32]
+        _ = tn.Tensor[tn.f32]
     assert ei.value.sites and ei.value.sites[0].file == __file__
     with pytest.raises(CaptureError, match="rank 1.5"):
-        tn.Tensor[tn.f32, 1.5]
+        _ = tn.Tensor[tn.f32, 1.5]
     with pytest.raises(CaptureError, match="not a dtype"):
-        tn.Tensor["f32", 2]
+        _ = tn.Tensor["f32", 2]
     with pytest.raises(CaptureError, match="not a dtype"):
-        tn.Scalar[3]
+        _ = tn.Scalar[3]
     # a string annotation is evaluated at capture: located at the kernel
     src = tmp_path / "strann.py"
     src.write_text("from __future__ import annotations\nimport tilenest as tn\n\n"
@@ -307,7 +307,7 @@ def test_recursion_during_capture_is_a_located_capture_error(d):
     m = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(m)
     with pytest.raises(CaptureError, match="recursion limit") as ei:
-        m.k.program
+        _ = m.k.program
     e = ei.value
     assert str(e.sites[0]).startswith(f"{d}/rec.py:12")  # the kernel's statement
     assert any("rec.py:5 (f)" in n for n in e.notes)  # where the recursion runs

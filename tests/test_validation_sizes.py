@@ -24,7 +24,7 @@ from tilenest.validation.inputs import (
 
 
 @tn.kernel
-def online_lse(x: tn.Tensor[f32, "R V"], out: tn.Tensor[f32, "R"], *, bv=256):
+def online_lse(x: tn.Tensor[f32, "R V"], out: tn.Tensor[f32, "R"], *, bv=256):  # noqa: F821
     """log(sum(exp(x))) of each row, streamed over 256-wide vocabulary blocks
     with a running maximum (the online softmax recurrence)."""
     rows, vocab = x.shape

@@ -132,7 +132,7 @@ def _exec_user_module(loader: Any, mod: Any, p: Path) -> None:
         raise
     except TilenestError:
         raise
-    except (Exception, SystemExit) as e:
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's module raises
         if isinstance(e, ValueError) and "null bytes" in str(e):
             raise TilenestError(f"{p} is not Python source (it contains null bytes)",
                                 hint="give a .py kernel file, a .tile or a .json file") from None
@@ -281,7 +281,8 @@ def _write_outputs(out_dir: Path, arrays: dict[str, Any]) -> dict[str, dict]:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from .interpreter import interpret, random as rand_sched
+    from .interpreter import interpret
+    from .interpreter import random as rand_sched
 
     progs = load_programs(a.file, a.kernel)
     if len(progs) != 1:

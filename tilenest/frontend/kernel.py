@@ -83,8 +83,10 @@ def _show(item: Any) -> str:
     return ", ".join(map(repr, item)) if isinstance(item, tuple) else repr(item)
 
 
-def _annotation_error(msg: str, hint: str = "use Tensor[dtype, rank] or Tensor[dtype, 'M N'], "
-                      "e.g. tn.Tensor[tn.f32, 2]") -> CaptureError:
+_TENSOR_HINT = "use Tensor[dtype, rank] or Tensor[dtype, 'M N'], e.g. tn.Tensor[tn.f32, 2]"
+
+
+def _annotation_error(msg: str, hint: str = _TENSOR_HINT) -> CaptureError:
     """A malformed annotation, located at the line that wrote it (the caller of
     ``__class_getitem__``; none for an annotation evaluated from a string)."""
     f = sys._getframe(2)
@@ -108,8 +110,10 @@ def _recursion_notes(e: BaseException) -> tuple[str, ...]:
     user = [f for f in traceback.extract_tb(e.__traceback__)
             if not f.filename.startswith("<")
             and not any(r in Path(f.filename).resolve().parents for r in skip)]
-    return (f"the recursion runs through {user[-1].filename}:{user[-1].lineno} "
-            f"({user[-1].name})",) if user else ()
+    if not user:
+        return ()
+    last = user[-1]
+    return (f"the recursion runs through {last.filename}:{last.lineno} ({last.name})",)
 
 
 def _def_site(fn: Callable) -> Site | None:
