@@ -472,7 +472,8 @@ def _transform_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown transform '{name}' (transforms: "
                                          f"{', '.join(sorted(STEPS))})")
     try:
-        inspect.signature(STEPS[name]).bind(None, *args, **kw)
+        step: Any = STEPS[name]  # a transform: (program, *args, **kw) -> Transformed
+        inspect.signature(step).bind(None, *args, **kw)
     except TypeError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
     return text

@@ -292,7 +292,8 @@ def values(rng: np.random.Generator, shape: tuple, dt: DType, special: float) ->
     return _ints(rng, shape, npdt, special)
 
 
-def _elements(p: TileProgram, env: dict) -> int:
+def _elements(p: TileProgram, env: dict[E.Expr, int]) -> int:
+    """The number of elements of the tensor arguments under the binding ``env``."""
     return sum(int(np.prod([int(E.evaluate(x, env)) for x in a.type.shape], dtype=np.int64))
                for a in p.args if isinstance(a.type, TensorType))
 
@@ -310,7 +311,7 @@ def _bind_syms(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[i
                 cand = [x for x in pools.get(s, ()) if x >= 1] or [1]
                 cand = cand[:max(1, len(cand) >> (attempt // 15))]
                 syms[s] = int(cand[rng.integers(0, len(cand))])
-        env = {E.Sym(k): v for k, v in syms.items()}
+        env: dict[E.Expr, int] = {E.Sym(k): v for k, v in syms.items()}
         if not all(E.evaluate(a, env) for a in p.assumptions):
             continue
         if not all(int(E.evaluate(x, env)) >= 0 for a in p.args
@@ -332,7 +333,7 @@ def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
     syms = _bind_syms(p, rng, pools, fixed or {})
     if syms is None:
         return None
-    env = {E.Sym(k): v for k, v in syms.items()}
+    env: dict[E.Expr, int] = {E.Sym(k): v for k, v in syms.items()}
     stored = {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
     loaded = {op.operands[0].name for op in p.walk() if op.name == "tensor.load"}
     args: list[Any] = []

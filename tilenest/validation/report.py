@@ -111,11 +111,11 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
             if what == "report":
                 console.print(verdict_line(x), highlight=False)
             else:
-                n, e = x
-                tag = "not available" if isinstance(e, NotAvailableError) else "refused"
-                console.print(f"[yellow]{tag}[/yellow] {n}: {e.kind}: {e.message}",
+                n, err = x
+                tag = "not available" if isinstance(err, NotAvailableError) else "refused"
+                console.print(f"[yellow]{tag}[/yellow] {n}: {err.kind}: {err.message}",
                               highlight=False)
-                for site in e.sites[:1]:
+                for site in err.sites[:1]:
                     console.print(f"  --> {site}", highlight=False, markup=False)
         for p, r in zip(sources, reports, strict=True):
             f = r.smallest_failure()

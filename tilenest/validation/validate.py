@@ -158,9 +158,9 @@ def describe_schedule(s: Any) -> str:
 
     if s is None:
         return "default"
-    if not dataclasses.is_dataclass(s):
+    if not dataclasses.is_dataclass(s) or isinstance(s, type):
         return str(s)
-    base = type(s)()
+    base: Any = type(s)()
     diff = [f"{f.name}={getattr(s, f.name)!r}" for f in dataclasses.fields(s)
             if getattr(s, f.name) != getattr(base, f.name)]
     return ", ".join(diff) or "default"
