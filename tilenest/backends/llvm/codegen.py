@@ -226,7 +226,7 @@ class FnGen:
             return self.syms[e.name]
         if isinstance(e, (E.Var, E.Val)):
             v, dt = self.read_var(e.name)
-            if dt.bits < 64:
+            if v.type.width < 64:  # by register width (bool is i1)
                 v = b.sext(v, I64) if dt.is_signed else b.zext(v, I64)
             return v
         if isinstance(e, E.Add):
