@@ -46,6 +46,17 @@ def k(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
     "deep.py": (b"import tilenest as tn\nv = 1\nw = " + b"(" * 5000 + b"v" + b")" * 5000
                 + b"\n"),
     "nokernel.py": b"import tilenest as tn\nx = 1\n",
+    "helper_asserts.py": b"""import tilenest as tn
+from tilenest import f32
+
+def helper(t):
+    assert False, "helper refuses"
+
+@tn.kernel
+def k(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    for p in tn.parallel(tn.shape(1)):
+        y(tn.coord(0), tn.shape(1)).store(helper(x[tn.coord(0), tn.shape(1)]))
+""",
     "serial2.py": b"""import tilenest as tn
 from tilenest import f32
 
@@ -87,6 +98,8 @@ MATRIX = [
     ("show-bad-annotation", "show {d}/badann.py", 1, ["Tensor[dtype, rank]", "badann.py:4"]),
     ("show-capture-recursion", "show {d}/rec.py", 1, ["RecursionError", "rec.py:5"]),
     ("show-deep-nesting", "show {d}/deep.py", 1, ["deep.py"]),
+    ("show-capture-helper-raises", "show {d}/helper_asserts.py", 1,
+     ["AssertionError: helper refuses", "helper_asserts.py:5"]),
     ("show-no-kernel", "show {d}/nokernel.py", 1, ["defines no @tn.kernel"]),
     ("show-unknown-kernel", "show " + SOFTMAX + " --kernel nope", 1, ["no kernel named 'nope'"]),
     ("show-unknown-option", "show " + SOFTMAX + " --bogus", 1, ["--bogus"]),
