@@ -115,3 +115,13 @@ def test_command_line_prints_the_summary_and_resumes(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0 and "120 inputs" in r.stdout
     assert json.loads(state_file.read_text())["next"] == 120
+
+
+def test_mutations_handle_tokens_of_any_length():
+    import random
+
+    rng = random.Random(0)
+    assert F._small_variant("9" * 5000, rng) == "9" * 5000
+    assert F._small_variant("12", rng).isdigit()
+    for i in range(50):
+        F.mutate_text("kernel @k() {\n  %x = const {value = " + "9" * 5000 + "} : f32\n}", rng)

@@ -172,7 +172,7 @@ def _token_class(t: str) -> str:
 
 def _small_variant(t: str, rng: random.Random) -> str:
     """A near miss of token ``t``: a neighbouring integer, another dtype, a fresh name."""
-    if t.isdigit():
+    if t.isdigit() and len(t) < 40:
         return str(max(0, int(t) + rng.choice((-2, -1, 1, 2, 7))))
     if t in D.BY_NAME:
         return rng.choice(_dtypes())
