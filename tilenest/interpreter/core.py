@@ -287,7 +287,8 @@ class Interpreter:
         saved = self.lane_mask
         runs: list[tuple[np.ndarray, list[Any], list[Any]]] = []
         y = b.terminator
-        names = [o.name for o in y.operands] if y is not None and y.name == "yield" else []
+        yielded = list(y.operands) if y is not None else []
+        names = [o.name for o in yielded]
         try:
             for g in dv.groups:
                 self.lane_mask = g
@@ -307,7 +308,7 @@ class Interpreter:
                     continue
                 ma = np.asarray(ma if ma is not None else False)
                 mb = np.asarray(mb if mb is not None else False)
-                rank = getattr(y.operands[j].type, "rank", 0)
+                rank = getattr(yielded[j].type, "rank", 0)
                 marks[j] = np.where(g.reshape(g.shape + (1,) * rank), ma, mb)
         if self.track:
             d = self.track[-1][1]
