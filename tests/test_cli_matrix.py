@@ -338,3 +338,9 @@ def test_malformed_assume_selectors_are_refused(sel):
 
     with pytest.raises(argparse.ArgumentTypeError, match="is not a selector"):
         cli._selector_arg(sel)
+
+
+def test_an_assume_selector_that_matches_nothing_is_warned_about(capsys):
+    rc = main(["check", SOFTMAX, "--assume", "no.such.kind"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "--assume 'no.such.kind' matched no obligation" in err

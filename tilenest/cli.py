@@ -328,6 +328,9 @@ def cmd_check(a: argparse.Namespace) -> int:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
     else:
         print("\n\n".join(r.table(a.verbose) for r in reports))
+    for sel in a.assume or ():  # a selector that took nothing as an axiom is likely a typo
+        if not any(o.matches(sel) for r in reports for o in r.obligations):
+            print(f"warning: --assume {sel!r} matched no obligation", file=sys.stderr)
     codes = [r.exit_status for r in reports]
     return 1 if 1 in codes else (2 if 2 in codes else 0)
 
