@@ -31,18 +31,29 @@ from .proofs import transform  # noqa: F401  (tn.transform: transforms and their
 __version__ = "0.1.0"
 
 
+def _bound(program_or_kernel, arrays: tuple, kw: dict) -> tuple:
+    """A call's arguments in signature order: a Kernel takes tensors and scalars
+    by position or by name and compile-time constants by name (a specialized
+    variant); a bare TileProgram takes them by position only."""
+    if isinstance(program_or_kernel, Kernel):
+        return program_or_kernel.bind_arguments(arrays, kw)
+    return program_or_kernel, arrays, kw
+
+
 def interpret(program_or_kernel, *arrays, **kw):
     """Run a program on the reference interpreter (see ``tilenest.interpreter``)."""
     from .interpreter import interpret as _interpret
 
-    return _interpret(program_or_kernel, *arrays, **kw)
+    target, args, opts = _bound(program_or_kernel, arrays, kw)
+    return _interpret(target, *args, **opts)
 
 
 def reference(program_or_kernel, *arrays, **kw):
     """The admitted outputs of a call (``Admitted`` objects with ``admits()``)."""
     from .interpreter import reference as _reference
 
-    return _reference(program_or_kernel, *arrays, **kw)
+    target, args, opts = _bound(program_or_kernel, arrays, kw)
+    return _reference(target, *args, **opts)
 
 
 def validate(kernel, target: str = "llvm", inputs=None, **kw):

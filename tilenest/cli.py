@@ -36,6 +36,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .semantics.signature import stored_tensors
 from .errors import (
     InternalError,
     NotAvailableError,
@@ -282,7 +283,6 @@ def _write_outputs(out_dir: Path, arrays: dict[str, Any]) -> dict[str, dict]:
 
 def cmd_run(a: argparse.Namespace) -> int:
     from .interpreter import interpret
-    from .interpreter import random as rand_sched
 
     progs = load_programs(a.file, a.kernel)
     if len(progs) != 1:
@@ -299,11 +299,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if unknown:
         raise UsageError(f"--param {unknown[0]}: kernel {name} has no symbol '{unknown[0]}'",
                          hint="its symbols: " + (", ".join(p.syms) or "none"))
-    sched: Any = a.schedule
-    if sched and sched.startswith("random"):
-        sched = rand_sched(int(sched.partition(":")[2] or 0))
-    interpret(p, *args, params=params, schedule=sched, fast=a.fast, poison=a.poison)
-    stored = {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
+    interpret(p, *args, params=params, schedule=a.schedule, fast=a.fast, poison=a.poison)
+    stored = stored_tensors(p)
     report = _write_outputs(Path(a.out_dir), {v.name: arr for v, arr in
                                               zip(p.args, args, strict=True) if v.name in stored})
     if a.json:
@@ -423,17 +420,14 @@ def _positive_seconds(text: str) -> float:
     return v
 
 
-_SCHEDULES = ("batched", "canonical", "reversed", "random", "random:SEED", "exhaustive")
+def _schedule_arg(text: str) -> Any:
+    """``--schedule``: the interpreter's own schedule spelling (one parser)."""
+    from .interpreter import parse_schedule
 
-
-def _schedule_arg(text: str) -> str:
-    kind, colon, seed = text.partition(":")
-    if kind in ("batched", "canonical", "reversed", "exhaustive") and not colon:
-        return text
-    if kind == "random" and (not colon or seed.isdigit()):
-        return text
-    raise argparse.ArgumentTypeError(f"unknown schedule {text!r} (choose from "
-                                     f"{', '.join(_SCHEDULES)})")
+    try:
+        return parse_schedule(text)
+    except TilenestError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
 
 
 def _param_arg(text: str) -> tuple[str, int]:

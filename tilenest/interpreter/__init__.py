@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..semantics.signature import stored_tensors
 from ..errors import RuntimeSemanticError
 from . import memory, reductions, regions, values  # noqa: F401  (register rules)
 from .core import (BATCHED, CANONICAL, REVERSED, SCHEDULE_SPELLINGS, Interpreter, Options,
@@ -57,7 +58,7 @@ def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
 
 
 def _outputs(prog: Any, arrays: tuple) -> Any:
-    stored = {op.operands[0].name for op in prog.walk() if op.name == "tensor.store"}
+    stored = stored_tensors(prog)
     outs = [a for v, a in zip(prog.args, arrays, strict=True) if v.name in stored]
     return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -186,7 +187,7 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):
         it.run()
-    stored = {op.operands[0].name for op in prog.walk() if op.name == "tensor.store"}
+    stored = stored_tensors(prog)
     res = []
     for v, a in zip(prog.args, work, strict=True):
         if v.name not in stored:

@@ -48,6 +48,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..semantics.signature import stored_tensors
 from ..errors import NotAvailableError, TilenestError
 from ..semantics.ir import Operation, TileProgram
 from ..semantics.ops.values import ELEMENTWISE
@@ -87,7 +88,7 @@ class Schedule:
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
         to, and every member of an alias group that has one."""
-        stored = {op.operands[0].name for op in program.walk() if op.name == "tensor.store"}
+        stored = stored_tensors(program)
         for group in self.aliases:
             if stored.intersection(group):
                 stored.update(group)

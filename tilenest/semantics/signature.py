@@ -60,9 +60,16 @@ def order_arguments(p: TileProgram, args: Sequence[Any], named: dict[str, Any],
                                             else None)
 
 
+def stored_tensors(p: TileProgram) -> set[str]:
+    """The tensor arguments ``p`` writes (the operands of its ``tensor.store`` ops)."""
+    return {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
+
+
 def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
               ) -> dict[E.Expr, int]:
-    """The value of every symbol of ``p`` for this call (raises on a mismatch)."""
+    """The value of every symbol of ``p`` for this call (raises on a mismatch:
+    arity, dtypes, ranks, extents, non-integer parameters, and a read-only
+    array passed for a tensor the program writes)."""
     if len(args) != len(p.args):
         names = ", ".join(a.name for a in p.args)
         raise TilenestError(f"kernel {p.name} takes {len(p.args)} arguments ({names}), "
@@ -83,6 +90,7 @@ def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
                                 "symbolic extents and parameters are integers")
         syms[E.Sym(k)] = int(v)
     deferred: list[tuple[str, int, E.Expr, int]] = []
+    stored: set[str] | None = None
     for v, a in zip(p.args, args, strict=True):
         t = v.type
         if not isinstance(t, TensorType):
@@ -97,6 +105,12 @@ def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
         if a.ndim != t.rank:
             raise TypeCheckError(f"argument '{v.name}' has rank {a.ndim}, the kernel needs "
                                  f"{t.rank}", p.loc)
+        if not a.flags.writeable:
+            stored = stored_tensors(p) if stored is None else stored
+            if v.name in stored:
+                raise TilenestError(f"argument '{v.name}' is written by kernel {p.name} but the "
+                                    "array is read-only", p.loc,
+                                    "pass a writeable array (e.g. a.copy())")
         for i, (x, n) in enumerate(zip(t.shape, a.shape, strict=True)):
             if isinstance(x, E.Sym):
                 old = syms.get(x)

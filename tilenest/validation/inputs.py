@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ..semantics.signature import stored_tensors
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import TileProgram
@@ -334,7 +335,7 @@ def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
     if syms is None:
         return None
     env: dict[E.Expr, int] = {E.Sym(k): v for k, v in syms.items()}
-    stored = {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
+    stored = stored_tensors(p)
     loaded = {op.operands[0].name for op in p.walk() if op.name == "tensor.load"}
     args: list[Any] = []
     for a in p.args:

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..semantics.signature import stored_tensors
 from ..semantics import dtypes as D
 from ..semantics.dtypes import DType
 from .bounds import Approx, Check, same_bits, within
@@ -79,7 +80,7 @@ class Workload:
     def outputs(self) -> tuple[str, ...]:
         """Names of the arguments the kernel stores to."""
         prog = self.build(D.f32).program
-        stored = {op.operands[0].name for op in prog.walk() if op.name == "tensor.store"}
+        stored = stored_tensors(prog)
         return tuple(a.name for a in prog.args if a.name in stored)
 
 

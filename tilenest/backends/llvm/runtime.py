@@ -34,7 +34,7 @@ from ...errors import BoundsError, RuntimeSemanticError, TilenestError
 from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
-from ...semantics.signature import bind_call, order_arguments
+from ...semantics.signature import bind_call, order_arguments, stored_tensors
 from ...semantics.types import TensorType
 from .codegen import DIV_ZERO, NEG_SHIFT
 from .workers import run_phase
@@ -64,7 +64,7 @@ class CompiledKernel:
         self.optimized_ir = optimized_ir
         self.compile_seconds = compile_seconds
         self.entries = [ENTRY(engine.address(ph.name)) for ph in kernel.phases]
-        self.stored = {op.operands[0].name for op in program.walk() if op.name == "tensor.store"}
+        self.stored = stored_tensors(program)
         self._extents: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
 
     @property
@@ -93,9 +93,6 @@ class CompiledKernel:
                         f"argument '{v.name}' is not a C-contiguous aligned array; compiled "
                         "kernels read arrays in place", p.loc,
                         "pass np.ascontiguousarray(x) (and copy results back if needed)")
-                if v.name in self.stored and not a.flags.writeable:
-                    raise TilenestError(f"argument '{v.name}' is written by the kernel but the "
-                                        "array is read-only", p.loc)
                 keep.append(a)
             else:
                 from ...semantics.numerics import constant
