@@ -313,3 +313,10 @@ def test_json_text_is_strict_json(text, message):
     with pytest.raises(ParseError, match=message) as err:
         jsonio.loads(text, "k.json")
     assert err.value.sites == (Site("k.json", 1, 1),) and err.value.hint
+
+
+def test_a_layout_that_divides_by_zero_is_a_verify_error():
+    text = MEMORY.replace("layout = ($0) -> 2*$0 size 7", "layout = ($0) -> 8 // ($0 - 1) size 7")
+    with pytest.raises(VerifyError, match="divides by zero") as err:
+        parse_program(text, "m.tile")
+    assert _first_site(err.value) == ReadSite("m.tile", 3, 3)
