@@ -344,6 +344,10 @@ def _mma(ts: tuple, attrs: Any, hint: tuple) -> tuple:
     a, b, c = (_tile(t, n) for t, n in zip(ts, ("A", "B", "accumulator"), strict=True))
     mma_roles(a, b, c)
     join_spaces([a.space, b.space, c.space], "mma operands")
+    if c.dtype.is_bool:
+        raise TypeCheckError("mma: the accumulator is bool, on which add and mul are not "
+                             "defined", hint="accumulate bool operands in an integer dtype, "
+                             "e.g. tn.zeros(tn.i32, ...)")
     for t, n in ((a, "A"), (b, "B")):
         if not widens(t.dtype, c.dtype):
             raise TypeCheckError(
