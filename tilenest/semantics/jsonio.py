@@ -283,7 +283,8 @@ def _write(d: Any, indent: int | None, out: list[str]) -> None:
         else:
             first, comma, close = "", ", ", ""
         close += "}" if is_dict else "]"
-        items = list(v.items()) if is_dict else [(None, x) for x in v]
+        items: list[tuple[str | None, Any]] = (
+            list(v.items()) if isinstance(v, dict) else [(None, x) for x in v])
         parts: list[tuple[Any, int] | str] = []
         for i, (k, x) in enumerate(items):
             lead = comma if i else first

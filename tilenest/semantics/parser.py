@@ -45,7 +45,7 @@ from .policies import RESOURCES
 from .reducers import CustomReducer
 from .space import Dim
 from .types import MemoryType, StateType, TensorType, TileType, Type
-from .valueread import PTree, ValueReader
+from .valueread import PTree, ValueReader, position
 
 
 # ---------------------------------------------------------------------------
@@ -185,7 +185,7 @@ class Reader(ValueReader):
         self.sites = {renumbered[k]: v for k, v in self.sites.items() if k in renumbered}
         from .verify import PROGRAM_SITE
 
-        self.sites[PROGRAM_SITE] = ReadSite(self.file, gtok.line, gtok.column)
+        self.sites[PROGRAM_SITE] = ReadSite(self.file, *position(gtok))
         return p
 
     def read_dimtable(self, t: PTree) -> None:
@@ -296,7 +296,7 @@ class Reader(ValueReader):
         loc = _one(t, "loc")
         first = results_tok[0] if results_tok else name_tok
         oid = len(self.sites)
-        self.sites[oid] = ReadSite(self.file, first.line, first.column)
+        self.sites[oid] = ReadSite(self.file, *position(first))
         return Operation(d.name, operands, results, FrozenDict(attrs), regions,
                          self.read_loc(loc) if loc is not None else None, oid)
 

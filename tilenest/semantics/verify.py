@@ -35,17 +35,22 @@ import numpy as np
 
 from ..errors import Site, TilenestError, VerifyError
 from . import expr as E
-from .ioschema import INT_MAX, INT_MIN
+from .ioschema import INT_MAX, INT_MIN, ReadSite
 from .ir import Block, Operation, TileProgram, Value
 from .maps import MemLayout
 from .ops import REGISTRY, infer_types
-from .space import IndexSet
+from .space import IndexSet, Space
 from .types import MemoryType, StateType, TensorType, TileType
 
 #: largest domain the verifier enumerates to decide layout injectivity
 ENUMERATION_BUDGET = 1 << 20
 
 _NEST = ("parallel", "serial", "pipeline", "reduce")
+
+
+def _types(ts: Any) -> str:
+    """A tuple of types or dtypes as the text prints them."""
+    return ", ".join(str(t) for t in ts)
 
 
 #: key of ``sites`` for the program itself (its header)
@@ -81,8 +86,9 @@ def located(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
         site = sites.get(key)
         if site is None:
             return own
-        return dataclasses.replace(site, origin=own) if own is not None and hasattr(
-            site, "origin") else site
+        if own is not None and isinstance(site, ReadSite):
+            return dataclasses.replace(site, origin=own)
+        return site
 
     def op_(o: Operation) -> Operation:
         return o.replace(loc=at(o.oid, o.loc), regions=tuple(block(r) for r in o.regions))
@@ -193,6 +199,7 @@ class _Verifier:
                                 "give one identity per state component")
             for x, dt in zip(r.identity, r.state, strict=True):
                 self.element_constant(None, x, dt, f"the identity of @{r.name}")
+            self.reducer_bodies(r)
         for pr in self.p.assumptions:
             for leaf in E.leaves(pr):
                 if not isinstance(leaf, E.Sym) or leaf.name not in self.syms:
@@ -202,6 +209,76 @@ class _Verifier:
         self.levels: tuple[int, ...] = ()
         self.block(self.p.body, scope, frozenset(), top=True)
         _MemoryFlow(self.p).run()
+
+    def reducer_bodies(self, r: Any) -> None:
+        """A reducer of state ``(T_1..T_k)`` (R-11): ``merge`` takes ``2k``
+        scalars ``(a_1..a_k, b_1..b_k)`` with ``a_i, b_i : T_i`` and yields
+        ``k`` scalars ``T_1..T_k``; ``lift`` (when given) takes ``k`` scalars
+        ``T_1..T_k`` and yields ``k`` such scalars. The bodies' ops are
+        verified like any region (in a scope of their own: they see only their
+        arguments)."""
+        state = tuple(TileType(dt, Space()) for dt in r.state)
+        k = len(state)
+        for what, b, ins in (("merge", r.merge, state + state), ("lift", r.lift, state)):
+            if b is None:
+                continue
+            y = b.terminator
+            where = y if y is not None else (b.ops[-1] if b.ops else None)
+            got = tuple(a.type for a in b.args)
+            if got != ins:
+                raise self.fail(where, f"the {what} of reducer @{r.name} takes "
+                                f"({_types(got)}); a state of {k} component(s) "
+                                f"({_types(state)}) needs ({_types(ins)})",
+                                "a merge takes two states (a_1..a_k, b_1..b_k), a lift one")
+            if y is None:
+                raise self.fail(where, f"the {what} of reducer @{r.name} must end with yield")
+            outs = tuple(v.type for v in y.operands)
+            if outs != state:
+                raise self.fail(y, f"the {what} of reducer @{r.name} yields {len(outs)} "
+                                f"value(s) ({_types(outs)}), but its state has {k} "
+                                f"component(s) ({_types(state)})",
+                                "return one value per state component, of the state dtypes "
+                                "in order")
+            sub = _Verifier(self.p)
+            sub.levels = ()
+            sub.block(b, [set()], frozenset(), top=True)
+
+    def reduce_contracts(self, op: Operation) -> None:
+        """Each custom contract ``@c`` of ``k`` state components covers ``k``
+        consecutive states of the reduce jointly (R-10, R-11: its merge
+        combines the whole tuple), with the state dtypes ``T_1..T_k`` in order;
+        a built-in contract covers one state."""
+        contracts = list(op.attrs["contracts"])
+        customs = {f"@{r.name}": r for r in self.p.reducers}
+        i = 0
+        while i < len(contracts):
+            c = contracts[i]
+            if c is None or not c.startswith("@"):
+                i += 1
+                continue
+            red = customs.get(c)
+            if red is None:
+                raise self.fail(op, f"unknown reducer contract {c}",
+                                "declare it with tn.reducer (a 'reducer @name' entry)")
+            k = len(red.state)
+            run = len(list(itertools.takewhile(lambda x: x == c, contracts[i:])))
+            if run % k:
+                raise self.fail(
+                    op, f"reducer {c} has {k} state component(s) ({_types(red.state)}) but "
+                    f"covers {run} consecutive state(s) of this reduce; its merge combines "
+                    f"groups of {k}",
+                    f"update {k} states in the region (one per component, in order), or "
+                    f"declare a reducer whose state matches the region's states")
+            for j in range(run):
+                v = op.operands[i + j]
+                dt = getattr(v.type, "dtype", None)
+                want = red.state[j % k]
+                if dt != want:
+                    raise self.fail(
+                        op, f"state %{v.name} of this reduce is {dt}, but component "
+                        f"{j % k + 1} of reducer {c} is {want}",
+                        "the states a custom reducer covers have its state dtypes, in order")
+            i += run
 
     def _define(self, v: Value, op: Operation | None) -> None:
         if v.name in self.defined:
@@ -314,8 +391,8 @@ class _Verifier:
         if op.name == "parallel":
             self.levels = outer_levels + (op.attrs["level"],)
         try:
-            for r in op.regions:
-                self.block(r, scope, inner_vars, owner=op)
+            for region in op.regions:
+                self.block(region, scope, inner_vars, owner=op)
         finally:
             self.levels = outer_levels
         self.region_rules(op)
@@ -372,6 +449,7 @@ class _Verifier:
         if n == "reduce":
             if len(op.attrs["contracts"]) != len(op.operands):
                 raise self.fail(op, "reduce needs one contract entry per state")
+            self.reduce_contracts(op)
             from .contracts import check_reduce
 
             check_reduce(self.p, op)
@@ -468,26 +546,27 @@ def magnitude(x: E.Expr, bounds: Mapping[str, int]) -> int | None:
         return abs(x.value)
     if isinstance(x, E.Var):
         return bounds.get(x.name)
-    parts = [magnitude(c, bounds) for c in x.children]
-    if any(m is None for m in parts):
+    found = [magnitude(c, bounds) for c in x.children]
+    parts = [m for m in found if m is not None]
+    if len(parts) != len(found) or not parts:
         return None
     if isinstance(x, E.Add):
-        return sum(parts)  # type: ignore[arg-type]
+        return sum(parts)
     if isinstance(x, E.Mul):
         out = 1
         for m in parts:
-            out *= max(m, 1)  # type: ignore[type-var]
+            out *= max(m, 1)
         return out
     if isinstance(x, (E.FloorDiv, E.Mod, E.MinMax)):
-        return max(parts)  # type: ignore[type-var]
+        return max(parts)
     if isinstance(x, E.BitOp):
         a, b = parts
         if x.op == "<<":
-            return max(a, b) << b if b <= 128 else None  # type: ignore[operator]
+            return max(a, b) << b if b <= 128 else None
         if x.op == ">>":
-            return max(a, b)  # type: ignore[type-var]
+            return max(a, b)
         # & | ^ on two's complement values in [-2**k, 2**k) stay in that range
-        return 1 << max(a, b).bit_length()  # type: ignore[type-var, union-attr]
+        return 1 << max(a, b).bit_length()
     return None
 
 
@@ -503,22 +582,21 @@ def check_layout(mt: MemoryType, op: Operation) -> None:
     :func:`magnitude` shows that exact, else with Python integers."""
     lay: MemLayout = mt.layout
     ext = mt.space.extents
-    if not all(isinstance(x, E.Const) and x.value >= 0 for x in ext):
+    sizes = [x.value for x in ext if isinstance(x, E.Const)]
+    if len(sizes) != len(ext) or any(k < 0 for k in sizes) or len(lay.vars) != len(ext):
         return
-    if len(lay.vars) != len(ext):
-        return
-    n = int(np.prod([x.value for x in ext])) if ext else 1
+    n = int(np.prod(sizes)) if sizes else 1
     if n == 0 or n > ENUMERATION_BUDGET:
         return
     if any(isinstance(lf, (E.Sym, E.Val)) or isinstance(lf, E.Var) and lf.name not in lay.vars
            for lf in E.leaves(lay.offset)):
         return
-    bound = magnitude(lay.offset, {v: x.value - 1 for v, x in zip(lay.vars, ext, strict=True)})
+    bound = magnitude(lay.offset, {v: k - 1 for v, k in zip(lay.vars, sizes, strict=True)})
     exact = bound is not None and bound < (1 << 62)
     if not exact and n > EXACT_ENUMERATION_BUDGET:
         return
-    dtype = np.int64 if exact else object
-    grids = np.meshgrid(*[np.arange(x.value) for x in ext], indexing="ij")
+    dtype: Any = np.int64 if exact else object
+    grids = np.meshgrid(*[np.arange(k) for k in sizes], indexing="ij")
     env = {E.Var(v): g.ravel().astype(dtype) for v, g in zip(lay.vars, grids, strict=True)}
     try:
         with np.errstate(all="ignore"):
