@@ -368,7 +368,8 @@ def arrays(g: Group, k: tn.Kernel, seed: int = 0) -> list[np.ndarray]:
 def _slice(adm: Admitted, sl: slice) -> Admitted:
     return Admitted(adm.name, adm.dtype, adm.value[sl],
                     None if adm.lo is None else adm.lo[sl],
-                    None if adm.hi is None else adm.hi[sl], adm.determined)
+                    None if adm.hi is None else adm.hi[sl], adm.determined,
+                    None if adm.nan is None else adm.nan[sl])
 
 
 def run_group(g: Group, only: list[Combo] | None = None,

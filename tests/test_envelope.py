@@ -255,12 +255,12 @@ def envelope(contract, dt, xs):
     """The oracle's admitted set for a tree reduction over the exact leaves ``xs``
     (first leaf the seed), canonical value the left fold."""
     f = _f64(xs)[:, None]
-    lo, hi, pt = S.tree_envelope(contract, dt, f, f, np.ones(f.shape, bool), f)
+    lo, hi, nan, pt = S.tree_envelope(contract, dt, f, f, np.isnan(f), np.ones(f.shape, bool), f)
     canon = xs[:1]
     for x in xs[1:]:
         canon = N.binary(OPS[contract], canon, x.reshape(1), dt)
-    c = _f64(canon)
-    return Admitted("s", dt, canon, np.where(pt, c, lo), np.where(pt, c, hi)), bool(pt[0])
+    shadow = [np.where(pt, c, b) for c, b in zip(S.point_of(canon), (lo, hi, nan))]
+    return Admitted("s", dt, canon, *shadow[:2], True, shadow[2]), bool(pt[0])
 
 
 def leaves(dt, rng, n):
@@ -292,7 +292,7 @@ def leaves(dt, rng, n):
 
 def _check_against_every_tree(contract, dt, xs, stats):
     adm, point = envelope(contract, dt, xs)
-    unbounded = bool(np.isnan(adm.lo[0]))
+    unbounded = bool(adm.unbounded_mask[0])
     # R-6 admits identity leaves inserted anywhere: they change no value
     ident = N.constant({"add": -0.0, "mul": 1, "max": -np.inf, "min": np.inf}[contract], dt)
     padded = np.concatenate([xs, np.asarray(ident).reshape(1)])

@@ -21,6 +21,7 @@ import numpy as np
 from ..semantics.signature import stored_tensors
 from ..errors import RuntimeSemanticError
 from . import memory, reductions, regions, values  # noqa: F401  (register rules)
+from . import shadow as S
 from .core import (BATCHED, CANONICAL, REVERSED, SCHEDULE_SPELLINGS, Interpreter, Options,
                    Schedule, parse_schedule, random)
 
@@ -193,16 +194,15 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
         if v.name not in stored:
             continue
         t = it.tensors[v.name]
-        lo, hi = t.lo, t.hi
+        lo, hi, nan = t.lo, t.hi, t.nan
         if lo is not None:
             # the canonical evaluation is always admitted (spec R-6): where rounding
-            # in the canonical order overflowed or produced NaN outside the envelope,
-            # widen the envelope to include it
-            ref = a.astype(np.float64)
-            point = lo == hi  # exact elements keep their bitwise contract
-            unbounded = np.isnan(lo) | np.isnan(hi) | (np.isnan(ref) & ~point)
-            with np.errstate(invalid="ignore"):
-                lo = np.where(unbounded, np.nan, np.where(point, lo, np.fmin(lo, ref)))
-                hi = np.where(unbounded, np.nan, np.where(point, hi, np.fmax(hi, ref)))
-        res.append(Admitted(v.name, v.type.dtype, a, lo, hi, not it.undetermined))
+            # in the canonical order overflowed outside the envelope, widen the range
+            # to include it; a canonical NaN the set does not admit (infinities of
+            # both signs met in some order) leaves the element unbounded
+            ref = S.as_f64(a)
+            missed = np.isnan(ref) & ~nan
+            lo, hi, nan = S.join((lo, hi, nan), ~np.isnan(ref), ref)
+            lo, hi, nan = S.settle(np.where(missed, np.nan, lo), hi, nan)
+        res.append(Admitted(v.name, v.type.dtype, a, lo, hi, not it.undetermined, nan))
     return res[0] if len(res) == 1 else tuple(res)

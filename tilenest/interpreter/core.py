@@ -129,15 +129,19 @@ class TensorRT:
     array: np.ndarray
     buffer: Buffer
     written: np.ndarray | None = None  # poisoned outputs: which elements were stored
-    lo: np.ndarray | None = None  # oracle: bounds of stored inexact values (float64)
+    # oracle: the admitted set of each element once an inexact value is stored
+    # (``lo``, ``hi``, ``nan``: see shadow.py)
+    lo: np.ndarray | None = None
     hi: np.ndarray | None = None
+    nan: np.ndarray | None = None
 
-    def bounds_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Create (once) the bound arrays, initialised to the exact contents."""
+    def bounds_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Create (once) the shadow arrays, initialised to the exact contents."""
         if self.lo is None:
-            f = self.array.astype(np.float64)
-            self.lo, self.hi = f, f.copy()
-        return self.lo, self.hi
+            from .shadow import point_of
+
+            self.lo, self.hi, self.nan = (np.array(b) for b in point_of(self.array))
+        return self.lo, self.hi, self.nan
 
 
 @dataclass

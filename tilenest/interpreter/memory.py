@@ -25,6 +25,7 @@ from ..semantics.layout_facts import require_injective
 from ..semantics.policies import Bounds
 from ..semantics.types import MemoryType, TensorType, TileType
 from ..semantics import numerics as N
+from . import shadow as S
 from .core import Interpreter, TensorRT, poison_value, rule
 from .effects import Buffer
 from .runtime import RV, eval_exprs
@@ -154,7 +155,7 @@ def _tload(it: Interpreter, op: Operation) -> None:
                         for a in range(len(full)))
             out = RV(np.array(view[sub]), it.nb)
             if t.lo is not None:
-                bs = [affine_view(it, op, arr, shape, False) for arr in (t.lo, t.hi)]
+                bs = [affine_view(it, op, arr, shape, False) for arr in (t.lo, t.hi, t.nan)]
                 out.with_bounds(*(np.array(b[0][sub]) for b in bs))
             it.set(op.result, out)
             return
@@ -184,7 +185,8 @@ def _tload(it: Interpreter, op: Operation) -> None:
     out = np.where(live, got, fill)
     res = RV(out, it.nb)
     if t.lo is not None and t.array.size:
-        res.with_bounds(*(np.where(live, b[safe], float(fill)) for b in (t.lo, t.hi)))
+        res.with_bounds(*(np.where(live, b[safe], f)
+                          for b, f in zip((t.lo, t.hi, t.nan), S.point_of(fill), strict=True)))
     if t.array.size:
         flat = np.ravel_multi_index(safe, t.array.shape)
         it.effects.record(t.buffer, flat, live, False, op, it.anchor_depth(op), it.bshape,
@@ -203,7 +205,7 @@ def _tstore(it: Interpreter, op: Operation) -> None:
         full = tuple(it.bshape) + shape
         view[...] = np.broadcast_to(v.lift(it.nb), full)
         if v.lo is not None or t.lo is not None:
-            for arr, b in zip(t.bounds_arrays(), v.bounds(), strict=True):
+            for arr, b in zip(t.bounds_arrays(), v.shadow(), strict=True):
                 affine_view(it, op, arr, shape, True)[0][...] = np.broadcast_to(
                     v.lift(it.nb, b), full)
         if t.written is not None:
@@ -225,7 +227,7 @@ def _tstore(it: Interpreter, op: Operation) -> None:
     sel = tuple(c[live] for c in coords)
     t.array[sel] = vals[live]
     if v.lo is not None or t.lo is not None:
-        for arr, b in zip(t.bounds_arrays(), v.bounds(), strict=True):
+        for arr, b in zip(t.bounds_arrays(), v.shadow(), strict=True):
             arr[sel] = np.broadcast_to(v.lift(it.nb, b), full)[live]
     if t.written is not None:
         t.written[sel] = True
@@ -245,8 +247,9 @@ class MemRT:
     # storage offset of each logical element: the owner's ``nb`` batch axes (size 1
     # where the layout is the same for every instance), then the logical shape
     offsets: np.ndarray
-    lo: np.ndarray | None = None  # oracle: bounds of stored values
+    lo: np.ndarray | None = None  # oracle: the admitted set of stored values (shadow.py)
     hi: np.ndarray | None = None
+    nan: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -311,11 +314,11 @@ def _mstore(it: Interpreter, op: Operation) -> None:
     vals = np.broadcast_to(v.lift(it.nb), full)
     r = len(m.shape)
     if v.lo is not None and m.lo is None:
-        m.lo, m.hi = m.array.astype(np.float64), m.array.astype(np.float64)
+        m.lo, m.hi, m.nan = (np.array(b) for b in S.point_of(m.array))
     targets = [(m.array, vals)]
     if m.lo is not None:
         targets += [(arr, np.broadcast_to(v.lift(it.nb, b), full))
-                    for arr, b in zip((m.lo, m.hi), v.bounds(), strict=True)]
+                    for arr, b in zip((m.lo, m.hi, m.nan), v.shadow(), strict=True)]
     if it.lane_mask is not None:
         act = np.broadcast_to(it.lane_mask.reshape(it.lane_mask.shape + (1,) * r), full)
         for arr, vv in targets:
@@ -337,7 +340,7 @@ def _mload(it: Interpreter, op: Operation) -> None:
     out = m.array[tuple(idx)]
     res = RV(out, it.nb)
     if m.lo is not None:
-        res.with_bounds(m.lo[tuple(idx)], m.hi[tuple(idx)])
+        res.with_bounds(m.lo[tuple(idx)], m.hi[tuple(idx)], m.nan[tuple(idx)])
     r = len(m.shape)
     act = None
     if it.lane_mask is not None:

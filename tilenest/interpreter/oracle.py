@@ -5,9 +5,12 @@ results every admitted execution can produce (see ``shadow.py``):
 
 * elements computed without freedom must match the reference **bitwise**
   (IEEE bits; any NaN matches a NaN; ``-0.0`` and ``+0.0`` differ);
-* elements downstream of a floating-point tree reduction or a reassociating
-  ``mma`` must lie in ``[lo, hi]`` -- the FP64 reference with a rigorous error
-  envelope -- and be NaN only where the envelope is unbounded.
+* elements downstream of a floating-point tree reduction, a reassociating
+  ``mma`` or an ulp-bounded function must lie in ``[lo, hi]`` -- the FP64
+  reference with a rigorous error envelope -- or be NaN where ``nan`` admits
+  NaN. An element whose only admitted value is NaN (empty range, ``nan``) must
+  be a NaN (any NaN, as for a bitwise element); an unbounded element is the
+  range ``[-inf, +inf]`` with ``nan``.
 
 ``admits(candidate)`` answers whether a candidate output (from another
 implementation, a compiled kernel, a different schedule) is admitted, and if
@@ -39,7 +42,8 @@ class Verdict:
 
 @dataclass
 class Admitted:
-    """The admitted values of one output tensor."""
+    """The admitted values of one output tensor: element ``e`` admits the values
+    ``x`` with ``lo[e] <= x <= hi[e]``, and NaN where ``nan[e]`` (shadow.py)."""
 
     name: str
     dtype: DType
@@ -47,23 +51,41 @@ class Admitted:
     lo: np.ndarray | None = None  # float64 bounds; None: every element is bitwise
     hi: np.ndarray | None = None
     determined: bool = True  # False when control flow depended on an inexact value
+    nan: np.ndarray | None = None  # NaN admitted (besides the range)
+
+    def __post_init__(self) -> None:
+        if self.lo is None:
+            return
+        from .shadow import settle
+
+        # bounds given without ``nan`` admit no NaN; a NaN bound: every value
+        nan = np.zeros(np.shape(self.lo), dtype=bool) if self.nan is None else self.nan
+        self.lo, self.hi, self.nan = settle(self.lo, self.hi, nan)
 
     @property
     def exact_mask(self) -> np.ndarray:
-        """Elements whose contract is bitwise."""
+        """Elements whose contract is bitwise: one admitted value, the reference
+        (a NaN reference: NaN alone, any NaN)."""
         if self.lo is None:
             return np.ones(self.value.shape, dtype=bool)
-        ref = self.value.astype(np.float64)
-        same = (self.lo == self.hi) & ((self.lo == ref) | (np.isnan(ref) & np.isnan(self.lo)))
-        return same | (np.isnan(ref) & ~np.isnan(self.lo) & (self.lo == self.hi))
+        ref = _f64(self.value)
+        point = (self.lo == self.hi) & ~self.nan & (self.lo == ref)
+        return point | ((self.lo > self.hi) & self.nan & np.isnan(ref))
+
+    @property
+    def unbounded_mask(self) -> np.ndarray:
+        """Elements that admit every value."""
+        if self.lo is None:
+            return np.zeros(self.value.shape, dtype=bool)
+        return (self.lo == -np.inf) & (self.hi == np.inf) & self.nan
 
     @property
     def envelope(self) -> np.ndarray:
-        """Width of the admitted interval (0 where bitwise)."""
+        """Width of the admitted range (0 where bitwise)."""
         if self.lo is None:
             return np.zeros(self.value.shape)
         with np.errstate(invalid="ignore"):
-            return np.where(self.exact_mask, 0.0, self.hi - self.lo)
+            return np.where(self.exact_mask, 0.0, np.maximum(self.hi - self.lo, 0.0))
 
     def admits(self, candidate: Any) -> Verdict:
         c = np.asarray(candidate)
@@ -87,12 +109,12 @@ class Admitted:
             why[idx] = 1
         inexact = ~exact
         if np.any(inexact):
-            lo, hi = self.lo, self.hi
-            cf = c.astype(np.float64)
-            unbounded = np.isnan(lo) | np.isnan(hi)
-            nan_bad = inexact & ~unbounded & np.isnan(cf)
+            lo, hi, nan = self.lo, self.hi, self.nan
+            cf = _f64(c)
+            cn = np.isnan(cf)
+            nan_bad = inexact & cn & ~nan
             with np.errstate(invalid="ignore"):
-                out = inexact & ~unbounded & ~np.isnan(cf) & ((cf < lo) | (cf > hi))
+                out = inexact & ~cn & ((cf < lo) | (cf > hi))
             bad |= nan_bad | out
             why[nan_bad] = 2
             why[out] = 3
@@ -107,10 +129,22 @@ class Admitted:
         elif w == 2:
             reason = (f"{self.name}{list(k)} is NaN; admitted values are in "
                       f"[{float(self.lo[k])!r}, {float(self.hi[k])!r}] (reference {_show(ref)})")
+        elif self.lo[k] > self.hi[k]:
+            reason = (f"{self.name}{list(k)} = {_show(got)} but the only admitted value is "
+                      f"NaN (reference {_show(ref)})")
         else:
+            also = " or NaN" if self.nan[k] else ""
             reason = (f"{self.name}{list(k)} = {_show(got)} lies outside the admitted "
-                      f"[{float(self.lo[k])!r}, {float(self.hi[k])!r}] (reference {_show(ref)})")
+                      f"[{float(self.lo[k])!r}, {float(self.hi[k])!r}]{also} "
+                      f"(reference {_show(ref)})")
         return Verdict(False, k, reason)
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    """Values widened exactly to float64 (16-bit floats through f32)."""
+    a = np.asarray(a)
+    return (a.astype(np.float32) if a.dtype.itemsize == 2 and a.dtype.kind not in "iub"
+            else a).astype(np.float64)
 
 
 def _isnan(a: np.ndarray) -> np.ndarray:

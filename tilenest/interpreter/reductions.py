@@ -95,20 +95,20 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
             continue
         nb = max([out[i].nb] + [v.nb for v in leaves])
         shape = np.broadcast_shapes(out[i].lift(nb).shape, *(v.lift(nb).shape for v in leaves))
-        cols = [[], [], [], []]
+        cols: list[list[np.ndarray]] = [[], [], [], [], []]
         for v in leaves:
             canon = _as_f64(v.lift(nb))
-            lo, hi = (v.lift(nb, b) for b in v.bounds())
-            pt = np.ones(canon.shape, bool) if v.exact else (lo == hi) & (lo == canon)
-            for col, a in zip(cols, (lo, hi, pt, canon), strict=True):
+            lo, hi, nan = (v.lift(nb, b) for b in v.shadow())
+            pt = np.ones(canon.shape, bool) if v.exact else (
+                ((lo == hi) & ~nan & (lo == canon)) | (S.nan_only((lo, hi, nan)) & np.isnan(canon)))
+            for col, a in zip(cols, (lo, hi, nan, pt, canon), strict=True):
                 col.append(np.broadcast_to(a, shape))
-        lo, hi, pt = S.tree_envelope(c, dt, *(np.stack(col) for col in cols))
-        ref = np.broadcast_to(_as_f64(out[i].lift(nb)), shape)
+        lo, hi, nan, pt = S.tree_envelope(c, dt, *(np.stack(col) for col in cols))
         if bool(np.all(pt)):
             continue  # the same value in every tree: the canonical one, bitwise
-        with np.errstate(invalid="ignore"):
-            lo, hi = np.where(pt, ref, lo), np.where(pt, ref, hi)
-        res[i] = RV(out[i].a, out[i].nb).with_bounds(*_fit(lo, hi, out[i], nb))
+        ref = S.point_of(np.broadcast_to(out[i].lift(nb), shape))
+        parts = [np.where(pt, r, b) for r, b in zip(ref, (lo, hi, nan), strict=True)]
+        res[i] = RV(out[i].a, out[i].nb).with_bounds(*_fit(parts, out[i], nb))
     return res
 
 
@@ -118,20 +118,21 @@ def _as_f64(a: np.ndarray) -> np.ndarray:
     return (a.astype(np.float32) if a.dtype.itemsize == 2 else a).astype(np.float64)
 
 
-def _fit(lo: np.ndarray, hi: np.ndarray, v: RV, nb: int) -> tuple[np.ndarray, np.ndarray]:
-    """Bounds shaped like ``v.a`` (``v`` may have fewer batch axes)."""
+def _fit(parts: list[np.ndarray], v: RV, nb: int) -> list[np.ndarray]:
+    """A shadow shaped like ``v.a`` (``v`` may have fewer batch axes)."""
     shape = v.a.shape
-    if lo.ndim != len(shape):
-        lo = lo.reshape(lo.shape[:v.nb] + lo.shape[nb:]) if nb > v.nb and all(
-            n == 1 for n in lo.shape[v.nb:nb]) else lo
-        hi = hi.reshape(lo.shape) if hi.shape != lo.shape else hi
-    return np.broadcast_to(lo, shape).copy(), np.broadcast_to(hi, shape).copy()
+    out = []
+    for b in parts:
+        if b.ndim != len(shape) and nb > v.nb and all(n == 1 for n in b.shape[v.nb:nb]):
+            b = b.reshape(b.shape[:v.nb] + b.shape[nb:])
+        out.append(np.broadcast_to(b, shape).copy())
+    return out
 
 
 def _unbounded(v: Any) -> Any:
     if not isinstance(v, RV):
         return v
-    return RV(v.a, v.nb).with_bounds(np.full(v.a.shape, np.nan), np.full(v.a.shape, np.nan))
+    return RV(v.a, v.nb).with_bounds(*S.full_of(v.a.shape))
 
 
 def _merge_groups(it: Interpreter, op: Operation) -> list[tuple[list[int], Any, list]] | None:

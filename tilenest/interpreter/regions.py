@@ -105,7 +105,7 @@ def select_lanes(c: Any, a: Any, b: Any, nb: int) -> Any:
         out = RV(np.where(cc, x, y), n)
         if a.lo is not None or b.lo is not None:
             out.with_bounds(*(np.where(cc, a.lift(n, p), b.lift(n, q))
-                              for p, q in zip(a.bounds(), b.bounds(), strict=True)))
+                              for p, q in zip(a.shadow(), b.shadow(), strict=True)))
         return out
     return a  # memory states: effects were already masked per lane
 
@@ -277,14 +277,14 @@ def _parallel_instances(it: Interpreter, op: Operation, vars_: tuple, shape: tup
             arrs = []
             for j in kids:
                 v = per_out[j][i]
-                x = v.lift(nbv) if part == 0 else v.lift(nbv, v.bounds()[part - 1])
+                x = v.lift(nbv) if part == 0 else v.lift(nbv, v.shadow()[part - 1])
                 arrs.append(np.broadcast_to(x, it.bshape + tile))
             # (n,) + batch + tile -> batch + children + tile
             return np.moveaxis(np.stack(arrs), 0, nb0).reshape(it.bshape + shape + tile)
 
         rv = RV(stacked(0), nb0 + len(shape))
         if any(per_out[j][i].lo is not None for j in live):
-            rv.with_bounds(stacked(1), stacked(2))
+            rv.with_bounds(stacked(1), stacked(2), stacked(3))
         outs.append(rv)
         ms = []
         for j in range(n):
@@ -314,7 +314,7 @@ def _join(it: Interpreter, op: Operation, name: str, inc: RV, outs: list, masks:
     m = masks[i]
     bnds = None
     if out.lo is not None:
-        bnds = [np.broadcast_to(out.lift(nb0 + k, b), full) for b in (out.lo, out.hi)]
+        bnds = [np.broadcast_to(out.lift(nb0 + k, b), full) for b in out.shadow()]
     if m is None or not np.any(m):
         # only collective updates: every child computed the same value
         pick0 = (slice(None),) * nb0 + (0,) * k
@@ -346,7 +346,7 @@ def _join(it: Interpreter, op: Operation, name: str, inc: RV, outs: list, masks:
 
     res = RV(joined(vals), nb0)
     if bnds is not None:
-        res.with_bounds(joined(bnds[0]), joined(bnds[1]))
+        res.with_bounds(*(joined(b) for b in bnds))
     return res, count > 0
 
 

@@ -27,8 +27,11 @@ class RV:
 
     a: np.ndarray
     nb: int = 0
-    lo: np.ndarray | None = None  # oracle: bounds of the admitted values (None = exact)
+    # oracle: the admitted set of each element (None = exact: the canonical value,
+    # bit for bit): ``{x : lo <= x <= hi}``, plus NaN where ``nan`` (see shadow.py)
+    lo: np.ndarray | None = None
     hi: np.ndarray | None = None
+    nan: np.ndarray | None = None
 
     def lift(self, nb: int, arr: np.ndarray | None = None) -> np.ndarray:
         """The array (``a``, or ``arr`` of the same layout) with singleton batch
@@ -45,15 +48,21 @@ class RV:
     def exact(self) -> bool:
         return self.lo is None
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """(lo, hi) as float64 arrays; the canonical value when exact."""
+    def shadow(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(lo, hi, nan)``: the admitted set of every element (shadow.py); an
+        exact value gives its canonical value as a point (a NaN as NaN alone)."""
         if self.lo is not None:
-            return self.lo, self.hi
-        f = np.asarray(self.a).astype(np.float64)
-        return f, f
+            return self.lo, self.hi, self.nan
+        from .shadow import point_of
 
-    def with_bounds(self, lo: Any, hi: Any) -> "RV":
-        self.lo, self.hi = lo, hi
+        return point_of(self.a)
+
+    def with_bounds(self, lo: Any, hi: Any, nan: Any) -> "RV":
+        """Attach an admitted set (``lo``, ``hi``, ``nan`` of ``a``'s shape); NaN
+        in a bound means the set is not bounded (shadow.settle)."""
+        from .shadow import settle
+
+        self.lo, self.hi, self.nan = settle(lo, hi, nan)
         return self
 
     @property

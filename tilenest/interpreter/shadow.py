@@ -1,17 +1,33 @@
 """Interval shadows: the admitted set of a value, bounded rigorously.
 
 When the oracle runs, a tile value whose admitted set is not a single point
-carries, besides its canonical value, float64 bounds ``lo <= v <= hi`` that
-contain every value an admitted execution can produce for it (``NaN`` in a
-bound means "not bounded": any value, NaN included, is admitted). A value
-without bounds is *exact*: every admitted execution produces its canonical
-bits, and so is an element whose bounds are the point ``lo == hi`` equal to
+carries, besides its canonical value, a *shadow*: three arrays ``(lo, hi, nan)``
+that say, per element, which values an admitted execution can produce for it::
+
+    admitted(e) = {x not NaN : lo[e] <= x <= hi[e]}  U  ({NaN} if nan[e])
+
+``lo`` and ``hi`` are float64 and never NaN; ``lo > hi`` is an empty range
+(:data:`EMPTY`: ``+inf, -inf``). So an element is
+
+* a *point* when ``lo == hi`` and not ``nan``: that value, bit for bit (the
+  canonical value; its zero sign included);
+* *NaN alone* when the range is empty and ``nan``: every admitted execution gives a
+  NaN (any NaN: sign and payload are not part of the contract, numerics.py);
+* a range, with NaN admitted besides or not;
+* *unbounded* when the range is ``[-inf, +inf]`` and ``nan``: every value.
+
+A value without a shadow is *exact*: every element is a point (or NaN alone) at
 its canonical value. Inexactness enters only where the calculus grants
 freedom -- floating-point reductions under a tree policy (:func:`tree_envelope`,
 spec R-8), reassociating ``mma``, and the declared ulp bound of a
 transcendental (:func:`within_ulp`, spec V-14) -- and then propagates: each
-lifted op maps input intervals to an interval containing all results, rounded
-outward to the op's dtype.
+lifted op maps input sets to a set containing all results (ranges rounded
+outward to the op's dtype; NaN operands give what the op gives on NaN, e.g.
+NaN for arithmetic, false for comparisons; NaN produced from non-NaN operands,
+``inf - inf``, ``0 * inf``, is admitted where the ranges allow it). An element
+whose operands are all points or NaN alone is computed exactly: it is the
+canonical value again (or its ulp ball). Where the interval rules cannot bound
+a result, the element is unbounded (:func:`settle`).
 
 Rounding model, per float format with precision ``p``, unit roundoff
 ``u = 2**-p``, smallest subnormal ``eta`` and overflow threshold ``Omega``
@@ -48,6 +64,83 @@ ROUNDOFF = {
 #: (precision p incl. the hidden bit, least normal exponent, greatest exponent)
 FORMAT = {"f16": (11, -14, 15), "bf16": (8, -126, 127), "f32": (24, -126, 127),
           "f64": (53, -1022, 1023)}
+
+
+#: the empty range (a NaN-only element has it, with ``nan`` set)
+EMPTY = (np.inf, -np.inf)
+
+Parts = tuple  # (lo, hi, nan): the shadow of a value (module docstring)
+
+
+def as_f64(a: Any) -> np.ndarray:
+    """Values widened exactly to float64 (16-bit floats through f32, bool as 0/1)."""
+    a = np.asarray(a)
+    if a.dtype.itemsize == 2 and a.dtype.kind not in "iub":
+        a = a.astype(_F32)
+    return a.astype(_F64)
+
+
+def point_of(v: Any) -> Parts:
+    """The shadow of exact values: each one alone (a NaN as NaN alone)."""
+    f = as_f64(v)
+    n = np.isnan(f)
+    return np.where(n, np.inf, f), np.where(n, -np.inf, f), n
+
+
+def full_of(shape: Any) -> Parts:
+    """The unbounded shadow: every value, NaN included."""
+    return np.full(shape, -np.inf), np.full(shape, np.inf), np.ones(shape, dtype=bool)
+
+
+def settle(lo: Any, hi: Any, nan: Any) -> Parts:
+    """The canonical form of a shadow computed by interval rules: an element with
+    a NaN bound (a rule that could not bound it: ``log`` over negative values,
+    ``0 * inf`` at a corner, a divisor range containing 0) admits every value."""
+    lo = np.asarray(lo, dtype=_F64)
+    hi = np.asarray(hi, dtype=_F64)
+    nan = np.asarray(nan, dtype=bool)
+    shape = np.broadcast_shapes(lo.shape, hi.shape, nan.shape)
+    lo, hi, nan = (x if x.shape == shape else np.broadcast_to(x, shape) for x in (lo, hi, nan))
+    bad = np.isnan(lo) | np.isnan(hi)
+    if not np.any(bad):
+        return lo, hi, nan
+    return np.where(bad, -np.inf, lo), np.where(bad, np.inf, hi), nan | bad
+
+
+def empty_range(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return lo > hi
+
+
+def singleton(p: Parts) -> np.ndarray:
+    """Elements whose admitted set is one value (a point) or NaN alone."""
+    lo, hi, nan = p
+    return ((lo == hi) & ~nan) | ((lo > hi) & nan)
+
+
+def nan_only(p: Parts) -> np.ndarray:
+    lo, hi, nan = p
+    return (lo > hi) & nan
+
+
+def join(p: Parts, mask: Any, vlo: Any, vhi: Any | None = None) -> Parts:
+    """``p`` with the range ``[vlo, vhi]`` (default: the value ``vlo``) added where
+    ``mask``; the empty range is the identity of this hull."""
+    lo, hi, nan = p
+    vhi = vlo if vhi is None else vhi
+    return (np.where(mask, np.minimum(lo, vlo), lo), np.where(mask, np.maximum(hi, vhi), hi),
+            nan)
+
+
+def hull3(a: Parts, b: Parts) -> Parts:
+    """The smallest shadow containing both."""
+    return np.minimum(a[0], b[0]), np.maximum(a[1], b[1]), a[2] | b[2]
+
+
+def _placeholder(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A range to evaluate interval rules on, 0 where the range is empty (the result
+    is made empty there afterwards)."""
+    e = lo > hi
+    return np.where(e, 0.0, lo), np.where(e, 0.0, hi), e
 
 
 def max_finite(dt: DType) -> float:
@@ -91,23 +184,22 @@ def round_in(lo: np.ndarray, hi: np.ndarray, dt: DType) -> tuple[np.ndarray, np.
     return cl.astype(_F64), ch.astype(_F64)
 
 
-def within_ulp(y: np.ndarray, canonical: np.ndarray, dt: DType, k: float
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def within_ulp(y: np.ndarray, canonical: np.ndarray, dt: DType, k: float) -> Parts:
     """The admitted set of a function with a ``k``-ulp bound whose operands are
     exact (spec V-14): the values ``t`` of ``dt`` with ``|t - y| <= k ulp_dt(y)``,
-    ``y`` the unrounded float64 value, as ``(lo, hi, point)``. Where the canonical
-    (rounded) result is NaN, infinite or zero, the contract is bitwise: ``point``
-    is true there and the bounds are the canonical value (NaN included)."""
-    c = np.asarray(canonical)
-    cf = c.astype(_F32 if c.dtype.itemsize == 2 else c.dtype).astype(_F64)
+    ``y`` the unrounded float64 value. Where the canonical (rounded) result is NaN,
+    infinite or zero, the contract is bitwise: the canonical value alone (a NaN:
+    NaN alone)."""
+    cf = as_f64(canonical)
     y = np.asarray(y, dtype=_F64)
     point = ~np.isfinite(cf) | (cf == 0) | ~np.isfinite(y)
     with np.errstate(all="ignore"):
         w = k * ulp(np.where(point, 0.0, y), dt)
         lo, hi = round_in(y - w, y + w, dt)
-    lo, hi = np.where(point, cf, lo), np.where(point, cf, hi)
+    plo, phi, pnan = point_of(cf)
     # the canonical value is admitted by construction (it is y rounded once)
-    return np.fmin(lo, cf), np.fmax(hi, cf), point
+    lo, hi = np.where(point, plo, np.fmin(lo, cf)), np.where(point, phi, np.fmax(hi, cf))
+    return lo, hi, pnan & point
 
 
 def widen_ulp(lo: np.ndarray, hi: np.ndarray, dt: DType, k: float
@@ -178,22 +270,25 @@ def widen(lo: np.ndarray, hi: np.ndarray, err: np.ndarray) -> tuple[np.ndarray, 
         return lo - err, hi + err
 
 
-def bounds_of(v: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(lo, hi)`` of a runtime value (its canonical value when exact)."""
-    if v.lo is not None:
-        return v.lo, v.hi
-    a = np.asarray(v.a)
-    f = a.astype(_F64) if a.dtype != np.bool_ else a.astype(_F64)
-    return f, f
-
-
 def magnitude(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.maximum(np.abs(lo), np.abs(hi))
 
 
-def hull(a: tuple, b: tuple) -> tuple[np.ndarray, np.ndarray]:
-    """The smallest interval containing both (NaN = unbounded propagates)."""
-    return np.minimum(a[0], b[0]), np.maximum(a[1], b[1])
+def product(a: Parts, b: Parts) -> Parts:
+    """The shadow of the exact (unrounded, float64) product ``a * b``: the corner
+    products of the ranges, NaN where an operand admits NaN or the ranges meet
+    ``0 * inf``; NaN alone where an operand is."""
+    al, ah, ea = _placeholder(a[0], a[1])
+    bl, bh, eb = _placeholder(b[0], b[1])
+    with np.errstate(all="ignore"):
+        lo, hi = _corners(np.multiply, al, ah, bl, bh)
+    empty = ea | eb
+    a_zero, b_zero = ~ea & (al <= 0) & (ah >= 0), ~eb & (bl <= 0) & (bh >= 0)
+    a_inf = ~ea & (np.isinf(al) | np.isinf(ah))
+    b_inf = ~eb & (np.isinf(bl) | np.isinf(bh))
+    made = (a_zero & b_inf) | (b_zero & a_inf)
+    return settle(np.where(empty, np.inf, lo), np.where(empty, -np.inf, hi),
+                  np.asarray(a[2], dtype=bool) | np.asarray(b[2], dtype=bool) | made)
 
 
 _INC = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p,
@@ -208,9 +303,31 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[_F64])(x) if np.size(x) else np.asarray(x, _F64)
 
 
-def unary(name: str, lo: np.ndarray, hi: np.ndarray, dt: DType, ulp: float
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """An interval containing ``f(x)`` (as rounded in ``dt``) for all x in [lo, hi]."""
+#: the value of each predicate on a NaN operand (``signbit``: either, the sign of a
+#: NaN is not part of the contract)
+_ON_NAN = {"isnan": (1.0, 1.0), "isinf": (0.0, 0.0), "isfinite": (0.0, 0.0),
+           "signbit": (0.0, 1.0)}
+
+
+def unary(name: str, x: Parts, dt: DType, ulp: float) -> Parts:
+    """The shadow of ``f(x)`` (rounded in ``dt``, within ``ulp`` ulp when declared)
+    over the admitted set ``x``: the image of its range, plus ``f(NaN)`` where NaN
+    is admitted (NaN itself for every float function; the predicates' value)."""
+    lo, hi, nan = x
+    pl, ph, empty = _placeholder(lo, hi)
+    rlo, rhi = _unary_range(name, pl, ph, dt, ulp)
+    rlo, rhi = np.where(empty, np.inf, rlo), np.where(empty, -np.inf, rhi)
+    if name in _ON_NAN:
+        v = _ON_NAN[name]
+        rlo, rhi, _ = join((rlo, rhi, nan), nan, *v)
+        return settle(rlo, rhi, np.zeros_like(nan))
+    return settle(rlo, rhi, nan if dt.is_float else np.zeros_like(nan))
+
+
+def _unary_range(name: str, lo: np.ndarray, hi: np.ndarray, dt: DType, ulp: float
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """An interval containing ``f(x)`` (as rounded in ``dt``) for all x in [lo, hi]
+    (NaN bounds: not bounded)."""
     with np.errstate(all="ignore"):
         if name in _INC or name == "erf":
             f = _erf if name == "erf" else _INC[name]
@@ -229,8 +346,15 @@ def unary(name: str, lo: np.ndarray, hi: np.ndarray, dt: DType, ulp: float
             rhi = np.where(np.isnan(rlo), np.nan, rhi)
         elif name == "not":
             rlo, rhi = 1.0 - hi, 1.0 - lo
-        elif name in ("isnan", "isinf", "isfinite", "signbit"):
-            rlo, rhi = np.zeros_like(lo), np.ones_like(hi)
+        elif name == "isnan":
+            rlo, rhi = np.zeros_like(lo), np.zeros_like(hi)
+        elif name in ("isinf", "isfinite"):
+            inf = np.isinf(lo) & (lo == hi)
+            fin = np.isfinite(lo) & np.isfinite(hi)
+            rlo = np.where(inf if name == "isinf" else fin, 1.0, 0.0)
+            rhi = np.where(fin if name == "isinf" else inf, 0.0, 1.0)
+        elif name == "signbit":  # the bounds do not say the sign of a zero
+            rlo, rhi = np.where(hi < 0, 1.0, 0.0), np.where(lo > 0, 0.0, 1.0)
         else:
             return np.full_like(lo, np.nan), np.full_like(hi, np.nan)
         if dt.is_float and ulp:
@@ -246,7 +370,57 @@ def _corners(f: Any, alo, ahi, blo, bhi) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def binary(name: str, alo, ahi, blo, bhi, dt: DType) -> tuple[np.ndarray, np.ndarray]:
+#: binary float ops whose result is NaN when an operand is NaN (numerics.py)
+_NAN_ABSORBS = ("add", "sub", "mul", "div", "rem", "floordiv", "mod", "maximum", "minimum",
+                "atan2")
+
+
+def binary(name: str, a: Parts, b: Parts, dt: DType) -> Parts:
+    """The shadow of ``a op b`` over the admitted sets ``a`` and ``b``.
+
+    The ranges give :func:`_binary_range` (empty when either is), plus NaN where
+    the ranges reach ``inf - inf``, ``0 * inf`` and the like. A NaN operand gives
+    NaN for arithmetic (``maximum``/``minimum`` too: NaN absorbs, V-12), false for
+    a comparison (true for ``ne``), and NaN or 1 for ``pow`` (``pow(NaN, 0) =
+    pow(1, NaN) = 1``)."""
+    alo, ahi, anan = a
+    blo, bhi, bnan = b
+    al, ah, ea = _placeholder(alo, ahi)
+    bl, bh, eb = _placeholder(blo, bhi)
+    with np.errstate(all="ignore"):
+        rlo, rhi = _binary_range(name, al, ah, bl, bh, dt)
+    empty = ea | eb
+    rlo, rhi = np.where(empty, np.inf, rlo), np.where(empty, -np.inf, rhi)
+    anan, bnan = np.asarray(anan, dtype=bool), np.asarray(bnan, dtype=bool)
+    some_nan = anan | bnan
+    if name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        v = 1.0 if name == "ne" else 0.0
+        rlo, rhi, _ = join((rlo, rhi, some_nan), some_nan, v)
+        return settle(rlo, rhi, np.zeros(np.shape(rlo), dtype=bool))
+    if not dt.is_float:
+        return settle(rlo, rhi, np.zeros(np.shape(rlo), dtype=bool))
+    a_inf_p, a_inf_m = ~ea & (ahi == np.inf), ~ea & (alo == -np.inf)
+    b_inf_p, b_inf_m = ~eb & (bhi == np.inf), ~eb & (blo == -np.inf)
+    a_zero = ~ea & (alo <= 0) & (ahi >= 0)
+    b_zero = ~eb & (blo <= 0) & (bhi >= 0)
+    if name == "add":
+        made = (a_inf_p & b_inf_m) | (a_inf_m & b_inf_p)
+    elif name == "sub":
+        made = (a_inf_p & b_inf_p) | (a_inf_m & b_inf_m)
+    elif name == "mul":
+        made = (a_zero & (b_inf_p | b_inf_m)) | (b_zero & (a_inf_p | a_inf_m))
+    elif name == "div":
+        made = (a_zero & b_zero) | ((a_inf_p | a_inf_m) & (b_inf_p | b_inf_m))
+    else:  # other rules leave a NaN bound where they cannot exclude NaN
+        made = np.zeros(np.shape(rlo), dtype=bool)
+    nan = some_nan | made
+    if name == "pow":
+        one = (anan & b_zero) | (bnan & ~ea & (alo <= 1) & (ahi >= 1))
+        rlo, rhi, _ = join((rlo, rhi, nan), one, 1.0)
+    return settle(rlo, rhi, nan)
+
+
+def _binary_range(name: str, alo, ahi, blo, bhi, dt: DType) -> tuple[np.ndarray, np.ndarray]:
     """An interval containing ``a op b`` (rounded in ``dt``) for a, b in their intervals.
     Comparisons give ``[0, 0]``/``[1, 1]`` when decided and ``[0, 1]`` otherwise.
     ``pow`` and ``atan2`` are bounded from the corners of the operand box where that
@@ -326,7 +500,31 @@ def _compare(name: str, alo, ahi, blo, bhi) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def cast(lo: np.ndarray, hi: np.ndarray, src: DType, dst: DType) -> tuple[np.ndarray, np.ndarray]:
+def cast(x: Parts, src: DType, dst: DType) -> Parts:
+    """The shadow of ``cast(x)``: the converted range, and where NaN is admitted
+    what NaN converts to (NaN for a float, 0 for an integer, true for bool)."""
+    lo, hi, nan = x
+    pl, ph, empty = _placeholder(lo, hi)
+    rlo, rhi = _cast_range(pl, ph, src, dst)
+    rlo, rhi = np.where(empty, np.inf, rlo), np.where(empty, -np.inf, rhi)
+    nan = np.asarray(nan, dtype=bool)
+    if dst.is_float:
+        return settle(rlo, rhi, nan if src.is_float else np.zeros_like(nan))
+    rlo, rhi, _ = join((rlo, rhi, nan), nan, 1.0 if dst.is_bool else 0.0)
+    return settle(rlo, rhi, np.zeros_like(nan))
+
+
+def select(c: Parts, a: Parts, b: Parts) -> Parts:
+    """The shadow of ``ite(c, a, b)``: the chosen operand's where ``c`` is decided,
+    else the hull of both."""
+    decided = c[0] == c[1]
+    pick_a = c[0] > 0
+    h = hull3(a, b)
+    return settle(*(np.where(decided, np.where(pick_a, x, y), z) for x, y, z in zip(a, b, h)))
+
+
+def _cast_range(lo: np.ndarray, hi: np.ndarray, src: DType, dst: DType
+                ) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(all="ignore"):
         if dst.is_bool:
             maybe_zero = (lo <= 0) & (hi >= 0)
@@ -353,40 +551,58 @@ def _gamma64(n: int) -> float:
     return n * _U64 / (1.0 - n * _U64)
 
 
-def tree_envelope(contract: str, dt: DType, lo: np.ndarray, hi: np.ndarray,
-                  point: np.ndarray, canon: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Bounds on every value a float ``add``/``mul``/``max``/``min`` tree can produce.
+def _leaf_parts(lo: Any, hi: Any, nan: Any, point: Any, canon: Any
+                ) -> tuple[np.ndarray, ...]:
+    """Leaves in one form: ``(lo, hi, point, canon, sure_nan, may_nan)``. A point
+    leaf has ``lo == hi == canon``; a NaN-alone leaf is a point whose canonical
+    value is NaN, with the placeholder range ``[0, 0]`` (the result is NaN in every
+    tree, so its range is never read); ``may_nan`` marks the other leaves that
+    admit NaN besides their range."""
+    lo = np.asarray(lo, dtype=_F64)
+    hi = np.asarray(hi, dtype=_F64)
+    nan = np.asarray(nan, dtype=bool)
+    point = np.asarray(point, dtype=bool)
+    canon = np.asarray(canon, dtype=_F64)
+    alone = (nan & (lo > hi)) | (point & np.isnan(canon))
+    point = point | alone
+    canon = np.where(alone, np.nan, canon)
+    lo = np.where(alone, 0.0, np.where(point, canon, lo))
+    hi = np.where(alone, 0.0, np.where(point, canon, hi))
+    return lo, hi, point, canon, alone, nan & ~point
+
+
+def tree_envelope(contract: str, dt: DType, lo: np.ndarray, hi: np.ndarray, nan: np.ndarray,
+                  point: np.ndarray, canon: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The admitted set of every value a float ``add``/``mul``/``max``/``min`` tree
+    can produce.
 
     The leaves (the seed and every lifted contribution; identity leaves change no
     value: ``x + -0.0 = x``, ``x * 1 = x``, ``max(x, -inf) = x`` exactly) lie along
-    axis 0: leaf ``i`` takes any value in ``[lo_i, hi_i]`` (NaN bounds: any value),
-    or exactly ``canon_i`` where ``point_i``. Every binary tree over every
-    permutation of the leaves is covered (so ``ordered_tree`` too). Returns
-    ``(lo, hi, point)`` over the remaining axes: ``point`` marks results that are
-    the same in every tree (the canonical value, bit for bit), NaN bounds mark
-    results that may be NaN among other values; the rest lie in ``[lo, hi]``.
-    The rules, derived from ``fl(z) = z (1 + d) + e`` (module docstring), are
-    stated in spec/reductions.md R-8."""
-    lo = np.asarray(lo, dtype=_F64)
-    hi = np.asarray(hi, dtype=_F64)
-    point = np.asarray(point, dtype=bool)
-    canon = np.asarray(canon, dtype=_F64)
+    axis 0: leaf ``i`` takes any value of its shadow ``(lo_i, hi_i, nan_i)``, or
+    exactly ``canon_i`` where ``point_i``. Every binary tree over every
+    permutation of the leaves is covered (so ``ordered_tree`` too). Returns the
+    shadow ``(lo, hi, nan)`` and ``point`` over the remaining axes: ``point`` marks
+    results that are the same in every tree (the canonical value, bit for bit; a
+    NaN as NaN alone). A leaf that admits NaN makes the result admit NaN; a leaf
+    that is NaN alone makes it NaN alone. The rules, derived from
+    ``fl(z) = z (1 + d) + e`` (module docstring), are stated in
+    spec/reductions.md R-8."""
+    lo, hi, point, canon, sure_leaf, may_leaf = _leaf_parts(lo, hi, nan, point, canon)
     with np.errstate(all="ignore"):
-        lo = np.where(point, canon, lo)
-        hi = np.where(point, canon, hi)
-        nan_leaf = point & np.isnan(canon)
-        free_leaf = ~point & (np.isnan(lo) | np.isnan(hi))
         if contract in ("max", "min"):
             f = np.max if contract == "max" else np.min
             rlo, rhi = f(lo, axis=0), f(hi, axis=0)
-            sure_nan = np.any(nan_leaf, axis=0)
+            sure_nan = np.any(sure_leaf, axis=0)  # V-12: NaN absorbs
+            rlo, rhi = np.where(sure_nan, np.inf, rlo), np.where(sure_nan, -np.inf, rhi)
             pt = sure_nan | np.all(point, axis=0)  # R-7: exact laws, one result
-            return rlo, rhi, pt
+            return rlo, rhi, sure_nan | np.any(may_leaf, axis=0), pt
         if contract == "add":
-            return _sum_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf)
+            acc = SumLeaves()
+            for i in range(lo.shape[0]):
+                acc.add(lo[i], hi[i], may_leaf[i] | sure_leaf[i], point[i], canon[i], dt)
+            return acc.envelope(dt)
         if contract == "mul":
-            return _product_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf)
+            return _product_envelope(dt, lo, hi, point, canon, sure_leaf, may_leaf)
     raise ValueError(f"no floating-point envelope for contract '{contract}'")
 
 
@@ -399,22 +615,19 @@ class SumLeaves:
         self.n = 0
         self.stats: dict[str, np.ndarray] = {}
 
-    def add(self, lo: Any, hi: Any, point: Any, canon: Any, dt: DType) -> None:
-        """One leaf: any value in ``[lo, hi]``, or exactly ``canon`` where ``point``."""
+    def add(self, lo: Any, hi: Any, nan: Any, point: Any, canon: Any, dt: DType) -> None:
+        """One leaf: any value of the shadow ``(lo, hi, nan)``, or exactly ``canon``
+        where ``point``."""
         big = max_finite(dt)
-        point = np.asarray(point, dtype=bool)
-        canon = np.asarray(canon, dtype=_F64)
+        lo, hi, point, canon, sure_leaf, may_leaf = _leaf_parts(lo, hi, nan, point, canon)
         with np.errstate(all="ignore"):
-            lo = np.where(point, canon, lo)
-            hi = np.where(point, canon, hi)
             new = {
                 "lo": lo, "hi": hi,
                 "A": np.minimum(np.fmax(np.abs(lo), np.abs(hi)), big),  # finite realizations
                 "up": np.clip(hi, 0.0, big), "dn": np.clip(-lo, 0.0, big),
                 "may_pinf": hi == np.inf, "may_minf": lo == -np.inf,
                 "sure_pinf": lo == np.inf, "sure_minf": hi == -np.inf,
-                "nan": point & np.isnan(canon),
-                "free": ~point & (np.isnan(lo) | np.isnan(hi)),
+                "nan": sure_leaf, "may_nan": may_leaf,
                 "zero": point & (canon == 0),
             }
         self.n += 1
@@ -425,13 +638,14 @@ class SumLeaves:
         with np.errstate(all="ignore"):
             for key in ("lo", "hi", "A", "up", "dn"):
                 st[key] = st[key] + new[key]
-            for key in ("may_pinf", "may_minf", "sure_pinf", "sure_minf", "nan", "free"):
+            for key in ("may_pinf", "may_minf", "sure_pinf", "sure_minf", "nan", "may_nan"):
                 st[key] = st[key] | new[key]
             st["zero"] = st["zero"] & new["zero"]
 
     def envelope(self, dt: DType, rounds: int | None = None, absolute: Any = 0.0
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(lo, hi, point)`` of every tree over the leaves.
+                 ) -> tuple[np.ndarray, ...]:
+        """``(lo, hi, nan, point)`` of every tree over the leaves (as
+        :func:`tree_envelope`).
 
         Each leaf passes through at most ``rounds`` roundings (default ``n - 1``:
         the additions of a tree) and the result carries an absolute error of at
@@ -441,7 +655,7 @@ class SumLeaves:
         ``|y - sum x| <= gamma_rounds * A + absolute``, ``A = sum |x_i|``. A partial
         can reach ``+inf`` only if ``Up + that >= Omega`` with ``Up`` the sum of
         the positive parts (or a leaf may be ``+inf``); likewise ``-inf``; NaN
-        needs both."""
+        needs both (or a leaf that admits NaN)."""
         st, n = self.stats, self.n
         k = n - 1 if rounds is None else rounds
         omega = overflow_threshold(dt)
@@ -454,30 +668,25 @@ class SumLeaves:
             rlo, rhi = round_out(np.where(neg, -np.inf, st["lo"] - err),
                                  np.where(pos, np.inf, st["hi"] + err), dt)
             # one sign of infinity is certain and the other impossible: that infinity
-            only_p = st["sure_pinf"] & ~neg & ~st["free"]
-            only_m = st["sure_minf"] & ~pos & ~st["free"]
+            only_p = st["sure_pinf"] & ~neg
+            only_m = st["sure_minf"] & ~pos
             rlo = np.where(only_p, np.inf, np.where(only_m, -np.inf, rlo))
             rhi = np.where(only_p, np.inf, np.where(only_m, -np.inf, rhi))
-            free = (st["free"] | (pos & neg)) & ~sure_nan
-            rlo = np.where(free | sure_nan, np.nan, rlo)
-            rhi = np.where(free | sure_nan, np.nan, rhi)
+            # both infinities reachable: inf - inf, and every value
+            free = pos & neg & ~sure_nan
+            rlo = np.where(free, -np.inf, np.where(sure_nan, np.inf, rlo))
+            rhi = np.where(free, np.inf, np.where(sure_nan, -np.inf, rhi))
             # all leaves zero: an exact zero, -0.0 iff every leaf is -0.0 (a partial
             # is -0.0 only from two -0.0 operands; exact cancellation gives +0.0)
             zero = st["zero"] & ~sure_nan
             rlo = np.where(zero, st["lo"], rlo)
             rhi = np.where(zero, st["hi"], rhi)
-        return rlo, rhi, sure_nan | only_p | only_m | zero
+            nan = sure_nan | free | st["may_nan"]
+        pt = sure_nan | ((only_p | only_m) & ~st["may_nan"]) | zero
+        return rlo, rhi, nan, pt
 
 
-def _sum_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf):
-    """Sum of the leaves along axis 0 (:class:`SumLeaves`)."""
-    acc = SumLeaves()
-    for i in range(lo.shape[0]):
-        acc.add(lo[i], hi[i], point[i], canon[i], dt)
-    return acc.envelope(dt)
-
-
-def _product_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf):
+def _product_envelope(dt, lo, hi, point, canon, nan_leaf, may_leaf):
     """Product of ``n`` leaves, ``k = n - 1`` multiplications. By induction over the
     tree, a subtree over ``m`` leaves computes ``P (1 + theta) + eps`` with
     ``|theta| <= gamma_{m-1}`` and ``|eps| <= (m - 1) (1 + gamma_{m-1}) (eta/2) G``,
@@ -488,7 +697,8 @@ def _product_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf):
     ``eps = 0``. Every partial is below ``(1 + gamma_k) G + E`` in magnitude (so
     no overflow if that is below ``Omega``) and above ``(1 - gamma_k) g - E`` (so
     no underflow to zero if that exceeds ``eta/2``); NaN needs an infinity and a
-    zero. The sign is the product of the signs in every tree."""
+    zero (or a leaf that admits NaN). The sign is the product of the signs in
+    every tree. Returns ``(lo, hi, nan, point)`` as :func:`tree_envelope`."""
     n = lo.shape[0]
     k = n - 1
     p, emin, _ = FORMAT[dt.name]
@@ -530,15 +740,16 @@ def _product_envelope(dt, lo, hi, point, canon, nan_leaf, free_leaf):
     # a certain infinity without a possible zero, or a certain zero without a
     # possible infinity, fixes the magnitude; the sign rule fixes the rest
     e_min = eta(dt)
-    free_any = np.any(free_leaf, axis=0)
-    only_inf = sure_inf & ~zero_possible & ~sure_nan & ~free_any
-    only_zero = sure_zero & ~inf_possible & ~sure_nan & ~free_any
+    may_nan = np.any(may_leaf, axis=0)
+    only_inf = sure_inf & ~zero_possible & ~sure_nan
+    only_zero = sure_zero & ~inf_possible & ~sure_nan
     rlo = np.where(only_inf, np.where(pos_only, np.inf, -np.inf), rlo)
     rhi = np.where(only_inf, np.where(neg_only, -np.inf, np.inf), rhi)
     rlo = np.where(only_zero, np.where(sign_known, 0.0, -e_min), rlo)
     rhi = np.where(only_zero, np.where(sign_known, 0.0, e_min), rhi)
-    free = (free_any | (inf_possible & zero_possible)) & ~sure_nan & ~only_inf & ~only_zero
-    rlo = np.where(free | sure_nan, np.nan, rlo)
-    rhi = np.where(free | sure_nan, np.nan, rhi)
-    pt = sure_nan | ((only_inf | only_zero) & sign_known)
-    return rlo, rhi, pt
+    # an infinity and a zero both reachable: inf * 0, and every value
+    free = inf_possible & zero_possible & ~sure_nan & ~only_inf & ~only_zero
+    rlo = np.where(free, -np.inf, np.where(sure_nan, np.inf, rlo))
+    rhi = np.where(free, np.inf, np.where(sure_nan, -np.inf, rhi))
+    pt = sure_nan | ((only_inf | only_zero) & sign_known & ~may_nan)
+    return rlo, rhi, sure_nan | free | may_nan, pt

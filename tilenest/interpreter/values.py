@@ -45,15 +45,40 @@ def shadowed(it: Interpreter, rvs: list[RV]) -> bool:
     return it.opts.oracle and any(r.lo is not None for r in rvs)
 
 
-def bounds_on(it: Interpreter, op: Operation, nb: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Operand bounds laid out like :func:`operands_on`."""
+def bounds_on(it: Interpreter, op: Operation, nb: int) -> list[tuple[np.ndarray, ...]]:
+    """Operand shadows ``(lo, hi, nan)`` laid out like :func:`operands_on`."""
     res = op.results[0].type
     out = []
     for o in op.operands:
         r = it.val(o)
-        lo, hi = r.bounds()
-        out.append((align(r, o.type.dims, res.dims, nb, lo), align(r, o.type.dims, res.dims, nb, hi)))
+        out.append(tuple(align(r, o.type.dims, res.dims, nb, b) for b in r.shadow()))
     return out
+
+
+def _settled(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray],
+             ins: list[tuple], res: tuple) -> RV:
+    """``out`` with the shadow ``res`` of an elementwise op, except where every
+    operand element is one value (a point or NaN alone): the op is then computed
+    exactly -- the canonical value, or its ulp ball (V-14). An op that reads a
+    NaN's sign or bits (``signbit``, ``bitcast``) is not exact on NaN alone, whose
+    sign and payload are free. Without any remaining freedom the value is exact."""
+    shape = out.a.shape
+    single = np.ones(shape, dtype=bool)
+    for p in ins:
+        one = S.singleton(p)
+        if name in ("signbit", "bitcast"):
+            one = one & ~S.nan_only(p)
+        single = single & np.broadcast_to(one, shape)
+    if ulp > 0:
+        with np.errstate(all="ignore"):
+            pin = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp)
+    else:
+        pin = S.point_of(out.a)
+    pin = tuple(np.broadcast_to(b, shape) for b in pin)
+    if bool(np.all(single)) and (ulp == 0 or bool(np.all(S.singleton(pin)))):
+        return out
+    return out.with_bounds(*(np.where(single, q, np.broadcast_to(r, shape))
+                             for q, r in zip(pin, res, strict=True)))
 
 
 @rule(*UNARY)
@@ -63,8 +88,9 @@ def _unary(it: Interpreter, op: Operation) -> None:
     out = RV(N.unary(op.name, x, dt), nb)
     ulp = N.ulp_bound(op.name, dt)
     if shadowed(it, [it.val(op.operands[0])]):
-        ((lo, hi),) = bounds_on(it, op, nb)
-        out.with_bounds(*S.unary(op.name, lo, hi, op.result.type.dtype, ulp))
+        ins = bounds_on(it, op, nb)
+        res = S.unary(op.name, ins[0], op.result.type.dtype, ulp)
+        out = _settled(out, op.name, dt, ulp, [x], ins, res)
     elif it.opts.oracle and ulp > 0:
         _ulp_bounds(out, op.name, dt, ulp, [x])
     it.set(op.result, out)
@@ -74,10 +100,9 @@ def _ulp_bounds(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray]) -
     """A function with a declared ulp bound on exact operands: its contract is that
     bound around the unrounded float64 value (``numerics.ulp_bound``), for every
     op and dtype; the value stays exact where every element's contract is bitwise."""
-    lo, hi, point = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp)
-    if not np.all(point):
-        out.with_bounds(np.broadcast_to(lo, out.a.shape).copy(),
-                        np.broadcast_to(hi, out.a.shape).copy())
+    parts = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp)
+    if not np.all(S.singleton(parts)):
+        out.with_bounds(*(np.broadcast_to(b, out.a.shape).copy() for b in parts))
 
 
 @rule(*BINARY, *COMPARE)
@@ -87,8 +112,9 @@ def _binary(it: Interpreter, op: Operation) -> None:
     out = RV(N.binary(op.name, a, b, dt), nb)
     ulp = N.ulp_bound(op.name, dt)
     if shadowed(it, [it.val(o) for o in op.operands]):
-        (al, ah), (bl, bh) = bounds_on(it, op, nb)
-        out.with_bounds(*S.binary(op.name, al, ah, bl, bh, dt))
+        ins = bounds_on(it, op, nb)
+        res = S.binary(op.name, ins[0], ins[1], dt)
+        out = _settled(out, op.name, dt, ulp, [a, b], ins, res)
     elif it.opts.oracle and ulp > 0:
         _ulp_bounds(out, op.name, dt, ulp, [a, b])
     it.set(op.result, out)
@@ -99,10 +125,8 @@ def _ite(it: Interpreter, op: Operation) -> None:
     (c, a, b), nb = operands_on(it, op)
     out = RV(N.select(c, a, b), nb)
     if shadowed(it, [it.val(o) for o in op.operands]):
-        (cl, ch), (al, ah), (bl, bh) = bounds_on(it, op, nb)
-        hl, hh = S.hull((al, ah), (bl, bh))
-        out.with_bounds(np.where(cl == ch, np.where(cl > 0, al, bl), hl),
-                        np.where(cl == ch, np.where(cl > 0, ah, bh), hh))
+        ins = bounds_on(it, op, nb)
+        out = _settled(out, "ite", None, 0.0, [], ins, S.select(*ins))
     it.set(op.result, out)
 
 
@@ -113,7 +137,8 @@ def _cast(it: Interpreter, op: Operation) -> None:
     res = N.cast(x.a, src, dst)
     out = RV(np.reshape(res, x.a.shape), x.nb)
     if shadowed(it, [x]):
-        out.with_bounds(*S.cast(x.lo, x.hi, src, dst))
+        ins = [x.shadow()]
+        out = _settled(out, "cast", None, 0.0, [], ins, S.cast(ins[0], src, dst))
     it.set(op.result, out)
 
 
@@ -122,7 +147,8 @@ def _bitcast(it: Interpreter, op: Operation) -> None:
     x = it.val(op.operands[0])
     out = RV(N.bitcast(x.a, op.operands[0].type.dtype, op.result.type.dtype), x.nb)
     if shadowed(it, [x]):
-        out.with_bounds(np.full(out.a.shape, np.nan), np.full(out.a.shape, np.nan))
+        ins = [x.shadow()]
+        out = _settled(out, "bitcast", None, 0.0, [], ins, S.full_of(out.a.shape))
     it.set(op.result, out)
 
 
@@ -201,7 +227,7 @@ def _reindex(it: Interpreter, op: Operation) -> None:
     out = RV(gather_tile(x.lift(nb), nb, clipped, len(out_shape)), nb)
     if shadowed(it, [x]):
         out.with_bounds(*(gather_tile(x.lift(nb, b), nb, clipped, len(out_shape))
-                          for b in (x.lo, x.hi)))
+                          for b in x.shadow()))
     it.set(op.result, out)
 
 
@@ -234,11 +260,10 @@ def _gather(it: Interpreter, op: Operation) -> None:
     out = RV(np.where(vb, got, fb), nb)
     if shadowed(it, [x, idx]):
         if idx.lo is not None:
-            out.with_bounds(np.full(got.shape, np.nan), np.full(got.shape, np.nan))
+            out.with_bounds(*S.full_of(got.shape))
         else:
-            f = float(fb)
             out.with_bounds(*(np.where(vb, gather_tile(x.lift(nb, b), nb, coords, r), f)
-                              for b in (x.lo, x.hi)))
+                              for b, f in zip(x.shadow(), S.point_of(fb), strict=True)))
     it.set(op.result, out)
 
 
@@ -251,7 +276,7 @@ def _broadcast(it: Interpreter, op: Operation) -> None:
     out = RV(np.broadcast_to(a, shape), x.nb)
     if shadowed(it, [x]):
         out.with_bounds(*(np.broadcast_to(align(x, op.operands[0].type.dims, t.dims, x.nb, b),
-                                          shape) for b in (x.lo, x.hi)))
+                                          shape) for b in x.shadow()))
     it.set(op.result, out)
 
 
@@ -266,7 +291,7 @@ def _reshape(it: Interpreter, op: Operation) -> None:
     out = RV(np.ascontiguousarray(x.a).reshape(x.a.shape[:x.nb] + shape), x.nb)
     if shadowed(it, [x]):
         out.with_bounds(*(np.ascontiguousarray(b).reshape(x.a.shape[:x.nb] + shape)
-                          for b in (x.lo, x.hi)))
+                          for b in x.shadow()))
     it.set(op.result, out)
 
 
@@ -276,7 +301,7 @@ def _permute(it: Interpreter, op: Operation) -> None:
     perm = list(range(x.nb)) + [x.nb + p for p in op.attrs["perm"]]
     out = RV(x.a.transpose(perm), x.nb)
     if shadowed(it, [x]):
-        out.with_bounds(x.lo.transpose(perm), x.hi.transpose(perm))
+        out.with_bounds(*(b.transpose(perm) for b in x.shadow()))
     it.set(op.result, out)
 
 
@@ -309,8 +334,8 @@ def _put(it: Interpreter, op: Operation) -> None:
     out = RV(base, nb)
     if shadowed(it, [x, p]):
         bs = []
-        for xb, pb in zip(x.bounds(), p.bounds(), strict=True):
-            bb = np.array(np.broadcast_to(x.lift(nb, xb), base.shape), dtype=np.float64)
+        for xb, pb in zip(x.shadow(), p.shadow(), strict=True):
+            bb = np.array(np.broadcast_to(x.lift(nb, xb), base.shape), dtype=xb.dtype)
             bb[idx] = np.broadcast_to(p.lift(nb, pb), full)[sel]
             bs.append(bb)
         out.with_bounds(*bs)
@@ -391,52 +416,52 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
     kext = [a.tile_shape[at.dims.index(d)] for d in kdims]
     rest_a = [d for d in at.dims if d not in kdims]
     rest_b = [d for d in bt.dims if d not in kdims]
-    (al, ah), (bl, bh), (cl, ch) = (x.bounds() for x in (a, b, c))
+    sa, sb, sc = (x.shadow() for x in (a, b, c))
     shape = out.a.shape
-    lo = np.array(np.broadcast_to(c.lift(nb, cl), shape), dtype=np.float64)
-    hi = np.array(np.broadcast_to(c.lift(nb, ch), shape), dtype=np.float64)
+    seed = [np.array(np.broadcast_to(c.lift(nb, x), shape)) for x in sc]
     if not dt.is_float:
+        lo, hi = seed[0], seed[1]
         with np.errstate(all="ignore"):
-            for plo, phi in _mma_products(a, b, at, bt, ct, kdims, kext, rest_a, rest_b,
-                                          (al, ah), (bl, bh), nb):
+            for plo, phi, _ in _mma_products(a, b, at, bt, ct, kdims, kext, rest_a, rest_b,
+                                             sa, sb, nb):
                 lo, hi = lo + plo, hi + phi
-        return out.with_bounds(lo, hi)
+        return out.with_bounds(lo, hi, np.zeros(shape, dtype=bool))
     leaves = S.SumLeaves()
-    c_point = np.ones(shape, bool) if c.exact else (lo == hi)
-    leaves.add(lo, hi, c_point, np.broadcast_to(c.lift(nb, cl), shape), dt)
+    c_point = np.ones(shape, bool) if c.exact else S.singleton(seed)
+    leaves.add(*seed, c_point, S.as_f64(np.broadcast_to(c.lift(nb), shape)), dt)
     # products of values of at most 24 bits are exact in float64; f64 products are
     # rounded once, so their interval is widened by one float64 step
     exact_products = dt.name != "f64" and a.exact and b.exact
     with np.errstate(all="ignore"):
-        for plo, phi in _mma_products(a, b, at, bt, ct, kdims, kext, rest_a, rest_b,
-                                      (al, ah), (bl, bh), nb):
+        for plo, phi, pnan in _mma_products(a, b, at, bt, ct, kdims, kext, rest_a, rest_b,
+                                            sa, sb, nb):
             if not exact_products:
                 plo, phi = np.nextafter(plo, -np.inf), np.nextafter(phi, np.inf)
-            leaves.add(np.broadcast_to(plo, shape), np.broadcast_to(phi, shape),
-                       np.full(shape, exact_products), np.broadcast_to(plo, shape), dt)
+            plo, phi, pnan = (np.broadcast_to(x, shape) for x in (plo, phi, pnan))
+            pt = np.full(shape, exact_products) | S.nan_only((plo, phi, pnan))
+            leaves.add(plo, phi, pnan, pt, np.where(S.nan_only((plo, phi, pnan)), np.nan, plo),
+                       dt)
         K = int(np.prod(kext))
         absolute = K * S.eta(dt) / 2.0 * (1.0 + float(S.gamma(K, dt)))
-        lo, hi, point = leaves.envelope(dt, rounds=K + 1, absolute=absolute)
+        lo, hi, nan, point = leaves.envelope(dt, rounds=K + 1, absolute=absolute)
     if bool(np.all(point)):
         return out
-    ref = out.a.astype(np.float32).astype(np.float64) if dt.bits == 16 else \
-        out.a.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        return out.with_bounds(np.where(point, ref, lo), np.where(point, ref, hi))
+    ref = S.point_of(out.a)
+    return out.with_bounds(*(np.where(point, r, x) for r, x in zip(ref, (lo, hi, nan),
+                                                                     strict=True)))
 
 
 def _mma_products(a: RV, b: RV, at: TileType, bt: TileType, ct: TileType, kdims: list,
-                  kext: list, rest_a: list, rest_b: list, abounds: tuple, bbounds: tuple,
-                  nb: int):
-    """For each contraction point, the float64 interval of ``a_k * b_k`` laid out over
-    the accumulator's dims."""
+                  kext: list, rest_a: list, rest_b: list, sa: tuple, sb: tuple, nb: int):
+    """For each contraction point, the shadow ``(lo, hi, nan)`` of the exact product
+    ``a_k * b_k`` (float64, unrounded) laid out over the accumulator's dims."""
     for kidx in itertools.product(*(range(n) for n in kext)):
         fix = dict(zip(kdims, kidx, strict=True))
         xa = [align(RV(_select(a.lift(nb, v), at.dims, fix, nb), nb), rest_a, ct.dims, nb)
-              for v in abounds]
+              for v in sa]
         xb = [align(RV(_select(b.lift(nb, v), bt.dims, fix, nb), nb), rest_b, ct.dims, nb)
-              for v in bbounds]
-        yield S._corners(np.multiply, xa[0], xa[1], xb[0], xb[1])
+              for v in sb]
+        yield S.product(tuple(xa), tuple(xb))
 
 
 def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,
@@ -532,8 +557,8 @@ def _map(it: Interpreter, op: Operation) -> None:
     it.lane_mask = None
     args = [RV(np.broadcast_to(a, shape), len(shape)) for a in arrs]
     if shadowed(it, rvs):
-        for arg, (lo, hi) in zip(args, bounds_on(it, op, nb), strict=True):
-            arg.with_bounds(np.broadcast_to(lo, shape), np.broadcast_to(hi, shape))
+        for arg, parts in zip(args, bounds_on(it, op, nb), strict=True):
+            arg.with_bounds(*(np.broadcast_to(b, shape) for b in parts))
     try:
         outs = it.block(op.regions[0], args)
     finally:
@@ -541,5 +566,5 @@ def _map(it: Interpreter, op: Operation) -> None:
     for r, o in zip(op.results, outs, strict=True):
         res = RV(np.broadcast_to(o.lift(len(shape)), shape), nb)
         if o.lo is not None:
-            res.with_bounds(*(np.broadcast_to(o.lift(len(shape), x), shape) for x in (o.lo, o.hi)))
+            res.with_bounds(*(np.broadcast_to(o.lift(len(shape), x), shape) for x in o.shadow()))
         it.set(r, res)

@@ -195,16 +195,14 @@ def with_reference(a: Any) -> Any:
         return a
     from dataclasses import replace
 
-    with np.errstate(invalid="ignore"):
-        ref = a.value.astype(np.float64)
-        inexact = ~a.exact_mask & ~np.isnan(a.lo) & ~np.isnan(a.hi)
-        nan_ref = inexact & np.isnan(ref)
-        fin = inexact & ~np.isnan(ref)
-        lo = np.where(fin, np.minimum(a.lo, ref), a.lo)
-        hi = np.where(fin, np.maximum(a.hi, ref), a.hi)
-        lo = np.where(nan_ref, np.nan, lo)
-        hi = np.where(nan_ref, np.nan, hi)
-    return replace(a, lo=lo, hi=hi)
+    from ..interpreter import shadow as S
+
+    ref = S.as_f64(a.value)
+    inexact = ~a.exact_mask
+    missed = inexact & np.isnan(ref) & ~a.nan
+    lo, hi, nan = S.join((a.lo, a.hi, a.nan), inexact & ~np.isnan(ref), ref)
+    lo, hi, nan = S.settle(np.where(missed, np.nan, lo), hi, nan)
+    return replace(a, lo=lo, hi=hi, nan=nan)
 
 
 def run_case(program: TileProgram, compiled: Callable, case: Case, index: int = 0,

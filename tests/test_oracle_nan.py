@@ -1,0 +1,192 @@
+"""The admitted set of an element tells "NaN alone", "a range (with or without
+NaN)" and "every value" apart: an element whose only admitted value is NaN (or
+one infinity, or one exact value) admits nothing else, also inside a tile whose
+other elements carry envelopes (tree reductions, ulp-bounded functions, mma)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gemm as gemm_example
+import tilenest as tn
+from tilenest import f32, f64
+from tilenest.interpreter import shadow as S
+
+F32_MAX = np.finfo(np.float32).max
+QNAN_NEG = np.array([0xFFC00001], np.uint32).view(np.float32)[0]  # a NaN of another sign/payload
+
+
+@tn.kernel
+def row_sum(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):
+    rows, cols = x.shape
+    y = y.with_dims(x.dim(0))
+    for p in tn.parallel(tn.shape(rows)):
+        row = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+        y(tn.coord(p.index()), tn.shape(1)).store(tn.reduce(row, row.dim(1), tn.add))
+
+
+@tn.kernel
+def row_sum_then(x: tn.Tensor[f32, "R C"], a: tn.Tensor[f32, "R"], b: tn.Tensor[f32, "R"],
+                 c: tn.Tensor[f32, "R"]):
+    rows, cols = x.shape
+    a, b, c = (t.with_dims(x.dim(0)) for t in (a, b, c))
+    for p in tn.parallel(tn.shape(rows)):
+        row = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+        s = tn.reduce(row, row.dim(1), tn.add)
+        a(tn.coord(p.index()), tn.shape(1)).store(s + 1.0)
+        b(tn.coord(p.index()), tn.shape(1)).store(tn.maximum(s, 0.0))
+        c(tn.coord(p.index()), tn.shape(1)).store(tn.cast(s > 0.0, f32))
+
+
+@tn.kernel
+def log32(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    (n,) = x.shape
+    y = y.with_dims(x.dim(0))
+    y(tn.coord(0), tn.shape(n)).store(tn.log(x[tn.coord(0), tn.shape(n)]))
+
+
+@tn.kernel
+def log_plus_one(x: tn.Tensor[f64, 1], y: tn.Tensor[f64, 1]):
+    (n,) = x.shape
+    y = y.with_dims(x.dim(0))
+    y(tn.coord(0), tn.shape(n)).store(tn.log(x[tn.coord(0), tn.shape(n)]) + 1.0)
+
+
+def _rows():
+    """Row 0 holds a NaN, row 1 both infinities, row 2 +inf, row 3 -inf, rows 4-5
+    ill-conditioned finite values (their sums depend on the order)."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((6, 33)) * 10.0 ** rng.integers(-3, 4, (6, 33))).astype(np.float32)
+    x[0, 5] = np.nan
+    x[1, 2], x[1, 30] = np.inf, -np.inf
+    x[2, 9] = np.inf
+    x[3, 17] = -np.inf
+    return x
+
+
+def _with(value, k, v):
+    c = value.copy()
+    c[k] = v
+    return c
+
+
+def test_nan_alone_after_a_tree_reduction_admits_no_number():
+    x = _rows()
+    adm = tn.reference(row_sum, x, np.zeros(6, np.float32))
+    assert not adm.exact_mask[4:].any()  # the finite rows are enveloped
+    with np.errstate(invalid="ignore"):
+        assert adm.admits(np.add.reduce(x, axis=1))
+    for k in (0, 1):  # a NaN leaf; +inf and -inf leaves: NaN in every tree
+        for cand in (3.0, 0.0, np.inf, -np.inf, F32_MAX):
+            v = adm.admits(_with(adm.value, k, cand))
+            assert not v and v.index == (k,), (k, cand)
+        assert adm.admits(_with(adm.value, k, QNAN_NEG))  # any NaN: NaNs compare as a class
+        assert np.isnan(adm.value[k]) and adm.exact_mask[k]
+
+
+def test_one_infinity_after_a_tree_reduction_admits_nothing_else():
+    x = _rows()
+    adm = tn.reference(row_sum, x, np.zeros(6, np.float32))
+    for k, inf in ((2, np.inf), (3, -np.inf)):
+        assert adm.value[k] == inf and adm.exact_mask[k]
+        for cand in (np.sign(inf) * F32_MAX, 0.0, -inf, np.nan):
+            assert not adm.admits(_with(adm.value, k, cand)), (k, cand)
+
+
+def test_nan_alone_propagates_through_lifted_ops():
+    """NaN in: NaN out for arithmetic and maximum (NaN absorbs); a comparison with
+    NaN is false, exactly."""
+    x = _rows()
+    outs = [np.zeros(6, np.float32) for _ in range(3)]
+    a, b, c = tn.reference(row_sum_then, x, *outs)
+    for adm in (a, b):
+        for k in (0, 1):
+            assert not adm.admits(_with(adm.value, k, 3.0)), (adm.name, k)
+            assert adm.exact_mask[k] and np.isnan(adm.value[k])
+        assert adm.value[2] == np.inf and not adm.admits(_with(adm.value, 2, F32_MAX))
+    assert not a.admits(_with(a.value, 3, -F32_MAX))
+    assert b.exact_mask[3] and b.value[3] == 0.0  # maximum(-inf, 0) = 0 bitwise
+    assert not b.admits(_with(b.value, 3, -0.0))
+    # s > 0 is false for NaN, true for +inf
+    for k, want in ((0, 0.0), (1, 0.0), (2, 1.0), (3, 0.0)):
+        assert c.value[k] == want and c.exact_mask[k], k
+        assert not c.admits(_with(c.value, k, 1.0 - want))
+
+
+def test_ulp_bounded_function_keeps_its_special_results_alone():
+    """log of an exact input: NaN for a negative operand, -inf at 0, +0 at 1 are
+    the contract bit for bit (V-14) next to elements admitted within 1 ulp."""
+    x = np.array([-1.0, 2.0, 3.0, 0.0, 1.0, -0.0], np.float32)
+    adm = tn.reference(log32, x, np.zeros(6, np.float32))
+    assert not adm.exact_mask[1] and not adm.exact_mask[2]
+    assert adm.lo[1] < adm.value[1] and adm.admits(_with(adm.value, 1, adm.lo[1]))
+    for k, cand in ((0, 3.0), (0, 0.0), (0, -np.inf), (3, -F32_MAX), (3, np.nan),
+                    (4, -0.0), (4, 1e-45), (5, -F32_MAX)):
+        assert not adm.admits(_with(adm.value, k, cand)), (k, cand)
+    assert adm.admits(_with(adm.value, 0, QNAN_NEG))
+
+
+def test_exact_elements_stay_bitwise_downstream_of_an_inexact_tile():
+    """log(x) + 1 in f64: where log is exact (1 -> 0, 0 -> -inf, -1 -> NaN) the
+    sum is exact too, bit for bit, although the tile carries bounds."""
+    x = np.array([1.0, 2.0, 0.0, -1.0, 10.0])
+    adm = tn.reference(log_plus_one, x, np.zeros(5))
+    assert not adm.admits(_with(adm.value, 0, np.nextafter(1.0, 2.0)))
+    assert not adm.admits(_with(adm.value, 2, -np.finfo(np.float64).max))
+    assert not adm.admits(_with(adm.value, 3, 3.0))
+    assert not adm.exact_mask[1] and not adm.exact_mask[4]
+    assert adm.exact_mask[0] and adm.value[0] == 1.0
+    assert adm.lo[1] < adm.value[1] < adm.hi[1]
+    assert adm.admits(_with(adm.value, 1, adm.hi[1]))
+
+
+def test_mma_nan_alone_inside_an_enveloped_tile():
+    a = np.random.default_rng(3).standard_normal((40, 20)).astype(np.float32)
+    b = np.random.default_rng(4).standard_normal((20, 33)).astype(np.float32)
+    a[5, 3] = np.nan  # row 5 of the result is NaN in every order
+    adm = tn.reference(gemm_example.gemm, a, b, np.zeros((40, 33), np.float32))
+    assert not adm.admits(_with(adm.value, (5, 7), 1.0))
+    assert adm.admits(a @ b)  # BLAS order: another admitted one (NaN row included)
+    assert not adm.exact_mask[0].any() and adm.exact_mask[5].all()
+
+
+def test_shadow_sets_and_ops_on_nan():
+    """The shadow rules on their own: NaN alone in gives what the op gives on NaN."""
+    nan_alone = S.point_of(np.array([np.nan]))
+    rng = (np.array([1.0]), np.array([2.0]), np.array([False]))
+    for name in ("add", "mul", "maximum", "minimum", "div", "atan2"):
+        lo, hi, nan = S.binary(name, nan_alone, rng, tn.f64)
+        assert lo[0] > hi[0] and nan[0], name
+    for name, val in (("lt", 0.0), ("eq", 0.0), ("ne", 1.0)):
+        lo, hi, nan = S.binary(name, nan_alone, rng, tn.f64)
+        assert lo[0] == hi[0] == val and not nan[0], name
+    lo, hi, nan = S.binary("pow", nan_alone, (np.array([0.0]), np.array([1.0]),
+                                              np.array([False])), tn.f64)
+    assert lo[0] == hi[0] == 1.0 and nan[0]  # pow(NaN, 0) = 1, else NaN
+    # inf - inf and 0 * inf reachable from NaN-free ranges admit NaN
+    inf_rng = (np.array([1.0]), np.array([np.inf]), np.array([False]))
+    assert S.binary("sub", inf_rng, inf_rng, tn.f64)[2][0]
+    zero_rng = (np.array([-1.0]), np.array([1.0]), np.array([False]))
+    assert S.binary("mul", zero_rng, inf_rng, tn.f64)[2][0]
+    assert not S.binary("add", inf_rng, inf_rng, tn.f64)[2][0]
+    lo, hi, nan = S.cast(nan_alone, tn.f64, tn.i32)
+    assert lo[0] == hi[0] == 0.0 and not nan[0]  # NaN converts to 0
+    lo, hi, nan = S.unary("isnan", nan_alone, tn.f64, 0.0)
+    assert lo[0] == hi[0] == 1.0 and not nan[0]
+    lo, hi, nan = S.unary("exp", nan_alone, tn.f64, 4.0)
+    assert lo[0] > hi[0] and nan[0]
+    lo, hi, nan = S.unary("signbit", nan_alone, tn.f64, 0.0)
+    assert lo[0] == 0.0 and hi[0] == 1.0  # a NaN's sign is free
+
+
+@pytest.mark.parametrize("kernel, args", [
+    (row_sum, lambda: (_rows(), np.zeros(6, np.float32))),
+    (row_sum_then, lambda: (_rows(),) + tuple(np.zeros(6, np.float32) for _ in range(3))),
+    (log32, lambda: (np.array([-1.0, 2.0, 3.0, 0.0, 1.0, -0.0], np.float32),
+                     np.zeros(6, np.float32))),
+    (log_plus_one, lambda: (np.array([1.0, 2.0, 0.0, -1.0, 10.0]), np.zeros(5))),
+])
+def test_compiled_results_validate(kernel, args):
+    rep = tn.validate(kernel, "llvm", inputs=[list(args())])
+    assert rep.ok, str(rep)
