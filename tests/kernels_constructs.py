@@ -156,9 +156,12 @@ def custom_reducer(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "2"]):
     for p in tn.parallel(tn.shape(1)):
         v = x[tn.coord(0), tn.shape(n)]
         s = tn.scalar(0.0, f32)
-        for r in p.reduce(v.domain(v.dim(0)), contract=sumsq):
+        c = tn.scalar(0.0, f32)
+        for r in p.reduce(v.domain(v.dim(0)), contract=sumsq):  # both states, jointly
             s = s + v.at(r) * v.at(r)
+            c = c + 1.0
         y(tn.coord(0), tn.shape(1)).store(tn.broadcast(s, tn.shape(tn.axis(y.dim(0), 1))))
+        y(tn.coord(1), tn.shape(1)).store(tn.broadcast(c, tn.shape(tn.axis(y.dim(0), 1))))
 
 
 @tn.kernel

@@ -94,7 +94,7 @@ def test_reduce_contracts_inferred_and_policies_kept():
     assert mma.attrs["allow_reassociation"] is False
     c = K.custom_reducer.program
     (r,) = ops(c, "reduce")
-    assert r.attrs["contracts"] == ("@sum_and_count",)
+    assert r.attrs["contracts"] == ("@sum_and_count", "@sum_and_count")
     assert c.reducers[0].name == "sum_and_count"
 
 

@@ -456,23 +456,19 @@ def _selector_arg(text: str) -> str:
 
 
 def _transform_arg(text: str) -> str:
-    """A transform spec that parses and names a transform with fitting arguments."""
-    import inspect
-
-    from .proofs.report import STEPS, parse_spec
+    """A transform spec that parses and names a transform with fitting
+    arguments (the check every transform entry point shares:
+    :func:`tilenest.proofs.report.validate_spec`)."""
+    from .proofs.remap import TransformError
+    from .proofs.report import validate_spec
 
     try:
-        name, args, kw = parse_spec(text)
-    except TilenestError as e:
-        raise argparse.ArgumentTypeError(e.message) from None
-    if name not in STEPS:
-        raise argparse.ArgumentTypeError(f"unknown transform '{name}' (transforms: "
-                                         f"{', '.join(sorted(STEPS))})")
-    try:
-        step: Any = STEPS[name]  # a transform: (program, *args, **kw) -> Transformed
-        inspect.signature(step).bind(None, *args, **kw)
-    except TypeError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+        validate_spec(text)
+    except TransformError as e:
+        # not an ArgumentTypeError: the error propagates through argparse as the
+        # same TransformError (with the signature as its hint) that Python gets
+        raise TransformError(f"--transform {text!r}: {e.message}", e.sites, e.hint,
+                             e.notes) from None
     return text
 
 

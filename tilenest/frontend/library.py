@@ -357,24 +357,31 @@ def reducer(name: str, identity: Any, merge: Callable[..., Any], dtype: DType | 
     dts = tuple(dtype) if isinstance(dtype, (tuple, list)) else (dtype,)
     ids = tuple(identity) if isinstance(identity, (tuple, list)) else (identity,)
     if len(ids) != len(dts):
-        raise CaptureError("reducer identity needs one value per state component")
+        raise CaptureError(f"reducer '{name}' has {len(dts)} state component(s) but "
+                           f"{len(ids)} identity value(s)",
+                           hint="give one identity per state component: identity=(e_1, ..., e_k) "
+                           "for dtype=(T_1, ..., T_k)")
 
-    def stage(fn: Callable[..., Any], arg_types: Sequence[DType]) -> BBlock:
+    def stage(fn: Callable[..., Any], arg_types: Sequence[DType], what: str) -> BBlock:
         blk = BBlock([BValue(TileType(t, Space()), f"a{i}") for i, t in enumerate(arg_types)])
         c.builder.push(blk)
         try:
             out = fn(*(Tile(a) for a in blk.args))
             outs = out if isinstance(out, tuple) else (out,)
             if len(outs) != len(dts):
-                raise CaptureError(f"reducer '{name}' must return {len(dts)} components")
+                raise CaptureError(
+                    f"the {what} of reducer '{name}' returns {len(outs)} value(s), but its "
+                    f"state has {len(dts)} component(s)",
+                    hint="return one value per state component (a tuple for k > 1); a "
+                    "merge takes (a_1..a_k, b_1..b_k)")
             vals = [dsl._as_tile(o, t) for o, t in zip(outs, dts, strict=True)]
             c.builder.op("yield", [v.v for v in vals])
         finally:
             c.builder.pop()
         return blk
 
-    merge_b = stage(merge, dts + dts)
-    lift_b = stage(lift, dts) if lift is not None else None
+    merge_b = stage(merge, dts + dts, "merge")
+    lift_b = stage(lift, dts, "lift") if lift is not None else None
     if name in c.reducer_names:
         raise CaptureError(f"duplicate reducer name '{name}'")
     r = CustomReducer(name, dts, ids, merge_b, lift_b, associative, commutative)

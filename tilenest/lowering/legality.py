@@ -151,26 +151,21 @@ def _race_obligations(program: TileProgram, aliases: tuple = ()) -> list[Any]:
 
 
 def _discharged(state: Any, assume: tuple[str, ...] = ()) -> list[Any]:
-    from ..proofs.obligation import discharge
+    """State the obligations (``state()``) and decide them. A user's mistake
+    found on the way (a ``TilenestError``) propagates; any other exception is
+    a bug of the checker and raises an ``InternalError`` (never an ``unknown``
+    verdict, which would let the compile go on unchecked or refuse a correct
+    program for a reason that is not its own)."""
+    from ..proofs.obligation import checker_bug, discharge
 
     try:
         obs = state()
-        discharge(obs, timeout=TIMEOUT, assume=assume)
     except TilenestError:
         raise
-    except Exception as e:  # noqa: BLE001 - a checker failure must not block compiling
-        obs = [_failed(e)]
+    except Exception as e:  # re-raised as a located internal error
+        raise checker_bug(e, "stating the program's obligations") from e
+    discharge(obs, timeout=TIMEOUT, assume=assume)
     return obs
-
-
-def _failed(e: Exception) -> Any:
-    """An ``unknown`` stand-in when stating or deciding the obligations failed."""
-    from ..proofs.obligation import UNKNOWN, Obligation
-
-    ob = Obligation("legality", "the program's race and schedule obligations")
-    ob.set(UNKNOWN, "-", f"the checker could not state or decide them ({type(e).__name__}: "
-           f"{e})")
-    return ob
 
 
 def _refuse(obs: list[Any]) -> None:

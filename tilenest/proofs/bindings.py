@@ -41,6 +41,7 @@ from . import rewrite as RW
 from .model import Model, VarInfo, where
 from .obligation import PROVED, REFUTED, Obligation
 from .remap import Transformed, TransformError, program_of
+from .transforms import transform_entry
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,7 @@ def _ev(xs: tuple, pt: dict, m: Model) -> str:
         return "(" + ", ".join(E.to_str(x) for x in xs) + ")"
 
 
+@transform_entry
 def bind(x: Any, tgt: str | Target = "cuda", scopes: Mapping[int, str] | None = None,
          maps: Mapping[int, Map] | None = None, auto: bool = True) -> Transformed:
     """Bind levels to ``tgt``'s scopes; the candidate records the scopes in the

@@ -1,14 +1,23 @@
 """Layout obligations of ``Memory`` objects (M-12, O-5) and how they are decided.
 
 For every ``memory.alloc`` with layout ``L`` (offset over the element
-coordinates ``u``, capacity ``size``) and space ``S = prod [0, e_i)``::
+coordinates ``u``, capacity ``size``) and space ``S = prod [0, e_i)``, made
+once per instance ``x`` of the regions enclosing it (``Inst(alloc)``, see
+:mod:`tilenest.proofs.model`; the extents, offset and size may depend on
+``x``, e.g. a Memory of extent ``p + 1`` in instance ``p``)::
 
-    layout.range      forall params, u in S:        0 <= L(u) < size
-    layout.injective  forall params, u, v in S:     L(u) = L(v)  =>  u = v
+    layout.range      forall params, x in Inst(alloc), u in S(x):
+                          0 <= L(x, u) < size(x)
+    layout.injective  forall params, x in Inst(alloc), u, v in S(x):
+                          L(x, u) = L(x, v)  =>  u = v
 
-Each obligation is a claim over the kernel's parameters (the general engines
-can decide it), with a decider that tries the exact special procedures
-first, in this order:
+The owner coordinates ``x`` are bound variables of the claim, shared by
+``u`` and ``v`` (two elements of one allocation). When ``Inst(alloc)`` is an
+over-approximation (the alloc sits under a data-dependent ``if`` or a
+``while``), a conflict found there is not a refutation (``refutable =
+False``). Each obligation is a claim over the kernel's parameters (the
+general engines can decide it), with a decider that tries the exact special
+procedures first, in this order:
 
 1. **empty space** -- an extent that is the constant 0: no element, no
    address event; both facts hold (``structural``).
@@ -50,7 +59,7 @@ from ..semantics.maps import MemLayout
 from ..semantics.types import MemoryType
 from . import formula as Fm
 from . import gf2
-from .model import Model, VarInfo
+from .model import Instance, Model, VarInfo
 from .obligation import PROVED, REFUTED, UNKNOWN, Obligation, decide_claim
 
 #: largest space enumerated when no structural procedure applies
@@ -72,45 +81,59 @@ def layout_obligations(m: Model) -> list[Obligation]:
         mt = op.results[0].type
         assert isinstance(mt, MemoryType)
         name = f"%{op.results[0].name}"
-        out.extend(obligations_of(mt, name, m.sites(op), m.assumptions))
+        out.extend(obligations_of(mt, name, m.sites(op), m.assumptions, m.instance(op)))
     return out
 
 
 def obligations_of(mt: MemoryType, name: str, sites: tuple = (),
-                   assumptions: Fm.F = Fm.TRUE) -> list[Obligation]:
-    """The two layout obligations of one Memory type (see the module docstring)."""
+                   assumptions: Fm.F = Fm.TRUE, owner: Instance | None = None
+                   ) -> list[Obligation]:
+    """The two layout obligations of one Memory type (see the module docstring);
+    ``owner`` is the instance domain of its ``memory.alloc`` (none: a type whose
+    extents, offset and size mention no region coordinate)."""
     lay = mt.layout
     ext = mt.space.extents
+    x = list(owner.vars) if owner is not None else []
     u = list(lay.vars)
-    v = [x + "'" for x in u]
-    box_u = Fm.in_box([E.Var(x) for x in u], ext)
-    box_v = Fm.in_box([E.Var(x) for x in v], ext)
+    v = [y + "'" for y in u]
+    dom = owner.constraint if owner is not None else Fm.TRUE
+    box_u = Fm.in_box([E.Var(y) for y in u], ext)
+    box_v = Fm.in_box([E.Var(y) for y in v], ext)
     off_v = E.rename(lay.offset, dict(zip(u, v, strict=True)))
-    info = {x: VarInfo(f"m{i}") for i, x in enumerate(u)}
-    info.update({x: VarInfo(f"m{i}'") for i, x in enumerate(v)})
+    info = dict(owner.info) if owner is not None else {}
+    info.update({y: VarInfo(f"m{i}") for i, y in enumerate(u)})
+    info.update({y: VarInfo(f"m{i}'") for i, y in enumerate(v)})
     rng = Fm.conj(Fm.atom(lay.offset.ge(0)), Fm.atom(lay.offset.lt(lay.size)))
     witness = {"memory": name, "type": mt}
+    inexact = "; ".join(owner.why_inexact) if owner is not None else ""
 
     def point(pt: dict, names: list[str]) -> tuple:
-        return tuple(pt.get(x) for x in names)
+        return tuple(pt.get(y) for y in names)
+
+    def of_owner(pt: dict) -> str:
+        if not x:
+            return ""
+        return " (owner instance " + ", ".join(
+            f"{info[y].label if y in info else y} = {pt.get(y)}" for y in x) + ")"
 
     def explain_range(pt: dict) -> list[str]:
-        return [f"element {point(pt, u)} of Memory {name} maps to offset "
+        return [f"element {point(pt, u)} of Memory {name}{of_owner(pt)} maps to offset "
                 f"{_offset(lay, pt, u)}, outside [0, {_value(lay.size, pt)})"]
 
     def explain_inj(pt: dict) -> list[str]:
-        return [f"elements {point(pt, u)} and {point(pt, v)} of Memory {name} share offset "
-                f"{_offset(lay, pt, u)}"]
+        return [f"elements {point(pt, u)} and {point(pt, v)} of Memory {name}{of_owner(pt)} "
+                f"share offset {_offset(lay, pt, u)}"]
 
     rng_ob = Obligation(
         RANGE, f"Memory {name}: offsets lie in [0, size)", sites,
-        Fm.Claim(tuple(u), box_u, rng, assumptions), info=info, explain=explain_range,
-        witness=witness)
+        Fm.Claim(tuple(x + u), Fm.conj(dom, box_u), rng, assumptions), info=info,
+        explain=explain_range, witness=witness, refutable=not inexact, inexact_note=inexact)
     inj_ob = Obligation(
         INJECTIVE, f"Memory {name}: distinct elements get distinct offsets", sites,
-        Fm.Claim(tuple(u + v), Fm.conj(box_u, box_v, Fm.atom(lay.offset.eq(off_v))),
-                 Fm.eqs([E.Var(x) for x in u], [E.Var(x) for x in v]), assumptions),
-        info=info, explain=explain_inj, witness=witness)
+        Fm.Claim(tuple(x + u + v), Fm.conj(dom, box_u, box_v, Fm.atom(lay.offset.eq(off_v))),
+                 Fm.eqs([E.Var(y) for y in u], [E.Var(y) for y in v]), assumptions),
+        info=info, explain=explain_inj, witness=witness, refutable=not inexact,
+        inexact_note=inexact)
     rng_ob.decider = lambda o, t: decide_layout(o, t, mt, RANGE)
     inj_ob.decider = lambda o, t: decide_layout(o, t, mt, INJECTIVE)
     return [rng_ob, inj_ob]
@@ -159,8 +182,9 @@ def decide_layout(ob: Obligation, timeout: float, mt: MemoryType, kind: str) -> 
         extents = [x.value for x in ext]  # type: ignore[attr-defined]
         if _gf2(ob, lay, extents, kind):
             return
-        closed = not any(isinstance(lf, (E.Sym, E.Val)) for lf in
-                         E.leaves(lay.offset) | E.leaves(lay.size))
+        closed = not any(isinstance(lf, (E.Sym, E.Val))
+                         or (isinstance(lf, E.Var) and lf.name not in lay.vars)
+                         for lf in E.leaves(lay.offset) | E.leaves(lay.size))
         if closed and math.prod(extents) <= ENUMERATION_BUDGET:
             try:
                 _enumerate(ob, lay, extents, {}, kind, "enumeration", refute_only=False)
@@ -212,12 +236,13 @@ def _gf2(ob: Obligation, lay: MemLayout, extents: list[int], kind: str) -> bool:
 
 def _refute(ob: Obligation, cx: dict, engine: str, reason: str = "") -> None:
     """Report ``cx`` after re-evaluating the claim's counterexample set there.
-    Parameters the point does not fix are given the first small values that
-    satisfy the program's assumptions (a layout fact that fails at constant
-    extents fails for every call, but the point must be a complete one)."""
+    Parameters and owner coordinates the point does not fix are given the
+    first small values under which the counterexample set holds (a layout fact
+    that fails at constant extents fails in every instance of every call, but
+    the point must be a complete one, in an instance that exists)."""
     claim = ob.claim
     assert claim is not None
-    free = [k for k in claim.params if k not in cx]
+    free = [k for k in (*claim.params, *claim.vars) if k not in cx]
     for fill in _assignments(claim, free, cx):
         full = {**fill, **cx}
         try:
@@ -226,6 +251,11 @@ def _refute(ob: Obligation, cx: dict, engine: str, reason: str = "") -> None:
             holds = False
         if holds:
             ob.checked = True
+            if not ob.refutable:
+                ob.set(UNKNOWN, engine, "a collision exists in an over-approximation of the "
+                       f"Memory's instances ({ob.inexact_note}); not a proof that the program "
+                       "has one", full)
+                return
             ob.set(REFUTED, engine, reason, full)
             return
     ob.set(UNKNOWN, engine, "a counterexample was found but failed the concrete re-check "

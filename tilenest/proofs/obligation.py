@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import Site
+from ..errors import InternalError, Site, TilenestError
 from . import formula as Fm
 from .model import VarInfo
 
@@ -242,9 +242,35 @@ def _decide(ob: Obligation, timeout: float, engine: str) -> None:
     ob.set(REFUTED, eng, counterexample=point)
 
 
+def checker_bug(e: Exception, doing: str, sites: Sequence[Site] = ()) -> InternalError:
+    """The error for an unexpected exception ``e`` of the checker itself while
+    ``doing`` something: a bug of tilenest, never a verdict. It is located at
+    the innermost frame of tilenest that raised; ``sites`` (the kernel sites
+    the obligation concerns) become notes."""
+    import traceback
+    from pathlib import Path
+
+    pkg = Path(__file__).resolve().parents[1]
+    site = None
+    for fr in reversed(traceback.extract_tb(e.__traceback__)):
+        f = Path(fr.filename).resolve()
+        if pkg in f.parents:
+            site = Site(str(f.relative_to(pkg.parent)), fr.lineno or 0)
+            break
+    notes = tuple(f"the obligation concerns {s}" for s in sites)
+    return InternalError(
+        f"the checker failed while {doing}: {type(e).__name__}: {e}", site,
+        "this is a bug in tilenest, not in your program; please report it with the kernel "
+        "(set TILENEST_DEBUG=1 for the Python traceback)", notes)
+
+
 def discharge(obs: Sequence[Obligation], timeout: float = DEFAULT_TIMEOUT,
               engine: str = "auto", assume: Iterable[str] = ()) -> list[Obligation]:
-    """Give every obligation a verdict (in place); returns ``obs``."""
+    """Give every obligation a verdict (in place); returns ``obs``. An engine's
+    own limits (budget, a fragment it cannot decide) give ``unknown``; any
+    other exception of a decision procedure is a bug of tilenest and raises
+    :func:`checker_bug`'s :class:`~tilenest.errors.InternalError` (a crash is
+    never reported as a verdict)."""
     sels = list(assume)
     for ob in obs:
         if ob.status != PENDING:
@@ -262,6 +288,10 @@ def discharge(obs: Sequence[Obligation], timeout: float = DEFAULT_TIMEOUT,
                 decide_claim(ob, timeout, engine)
             else:
                 ob.set(UNKNOWN, "-", "no decision procedure")
+        except TilenestError:
+            raise
+        except Exception as e:  # re-raised as a located internal error
+            raise checker_bug(e, f"deciding '{ob.kind}' ({ob.title})", ob.sites) from e
         finally:
             ob.seconds = time.perf_counter() - t0
         if ob.status == UNKNOWN and ob.unknown_note and not ob.reason.startswith(ob.unknown_note):

@@ -44,6 +44,7 @@ from . import rewrite as RW
 from .model import Model, VarInfo, where
 from .obligation import PROVED, REFUTED, Obligation
 from .remap import Transformed, TransformError, program_of
+from .transforms import transform_entry
 
 # ---------------------------------------------------------------------------
 # fusion
@@ -61,6 +62,7 @@ def _siblings(m: Model, level: int) -> tuple[Operation, Operation]:
     return a, ops[i + 1]
 
 
+@transform_entry
 def fuse_phases(x: Any, level: int) -> Transformed:
     """Fuse the ``parallel`` of ``level`` with the sibling region right after it."""
     p = program_of(x)
@@ -295,6 +297,7 @@ def schedule_obligations(m: Model, pipe: Operation, sch: Schedule) -> list[Oblig
     return out
 
 
+@transform_entry
 def schedule_pipeline(x: Any, index: int = 0, *, interval: int | None = None,
                       offsets: Sequence[int] | None = None,
                       latency: int | Sequence[int] = 1, versions: int | Mapping[str, int] | None

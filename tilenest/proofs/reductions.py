@@ -42,6 +42,7 @@ from . import formula as Fm
 from .model import Model, VarInfo
 from .obligation import PROVED, REFUTED, UNKNOWN, Obligation
 from .remap import Transformed, TransformError, program_of
+from .transforms import transform_entry
 
 _SCALAR_BINARY = ("add", "sub", "mul", "maximum", "minimum", "and", "or", "xor")
 
@@ -233,6 +234,7 @@ def _linear(vs: Sequence[E.Expr], extents: Sequence[E.Expr]) -> E.Expr:
     return out
 
 
+@transform_entry
 def place_reduction(x: Any, index: int, participants: E.IntLike, order: str = "blocked",
                     steps: E.IntLike | None = None) -> Transformed:
     """State a ReductionPlacement of the ``index``-th reduce region (program

@@ -166,11 +166,7 @@ def observed_cuts(m: Model, exclude: frozenset[int] = frozenset()) -> dict[int, 
 
 
 def _chain_ops(m: Model, chain: Sequence[int]) -> list[Operation]:
-    try:
-        ops = [m.level_op(lv) for lv in chain]
-    except KeyError as e:
-        raise TransformError(f"the program has no parallel level {e.args[0]}",
-                             hint="see the 'level = N' attributes in 'tilenest show'") from None
+    ops = [m.level_op(lv) for lv in chain]  # a TransformError naming the program's levels
     for a, b in zip(ops, ops[1:], strict=False):
         if m.an.nest.levels[b.attrs["level"]].parent != a.attrs["level"]:
             raise TransformError(f"level {b.attrs['level']} is not a child of level "

@@ -56,8 +56,9 @@ _TOKEN = re.compile(r"\s*(?:(-?\d+)|([A-Za-z_][A-Za-z_0-9.]*)|(\S))")
 
 
 def parse_spec(text: str) -> tuple[str, tuple, dict]:
-    """``name(arg, ...)`` where an argument is an int, a name, a list ``[...]``,
-    ``key=value``, or ``level:scope`` (collected into the ``scopes`` mapping)."""
+    """``name(arg, ...)`` where an argument is an int, a name (``None`` and
+    ``true``/``false`` are those values), a list ``[...]``, ``key=value``, or
+    ``level:scope`` (collected into the ``scopes`` mapping)."""
     toks: list[tuple[str, Any]] = []
     for mt in _TOKEN.finditer(text):
         num, name, sym = mt.groups()
@@ -70,7 +71,7 @@ def parse_spec(text: str) -> tuple[str, tuple, dict]:
     pos = 0
 
     def err(msg: str) -> TilenestError:
-        return TilenestError(f"bad transform spec {text!r}: {msg}",
+        return TransformError(f"bad transform spec {text!r}: {msg}",
                              hint="e.g. split(1, 0, 2), tile(1, [2, 2]), bind(1:block, 2:warp)")
 
     def peek() -> tuple[str, Any]:
@@ -99,8 +100,10 @@ def parse_spec(text: str) -> tuple[str, tuple, dict]:
             take(k)
             if k == "name" and v in ("None", "none"):
                 return None
+            if k == "name" and v in ("True", "true", "False", "false"):
+                return v in ("True", "true")
             return v
-        raise err(f"unexpected {v!r}")
+        raise err("unexpected end of the spec" if k == "end" else f"unexpected {v!r}")
 
     name = take("name")
     take("sym", "(")
@@ -130,8 +133,8 @@ def parse_spec(text: str) -> tuple[str, tuple, dict]:
     if scopes:
         kw["scopes"] = scopes
     if name not in STEPS:
-        raise TilenestError(f"unknown transform '{name}'",
-                            hint="one of " + ", ".join(sorted(STEPS)))
+        raise TransformError(f"unknown transform '{name}'",
+                             hint="one of " + ", ".join(sorted(STEPS)))
     return name, tuple(args), kw
 
 
@@ -207,6 +210,31 @@ class Report:
         }
 
 
+def validate_spec(spec: str | tuple) -> tuple[str, tuple, dict]:
+    """A transform step -- a spec string (:func:`parse_spec`) or a ``(name,
+    args, kwargs)`` triple -- checked against the transform's signature
+    (:func:`~tilenest.proofs.transforms.check_arguments`) before anything is
+    applied; returns the triple. A malformed spec, an unknown name or unfit
+    arguments raise a TransformError (``tilenest check --transform``, the
+    Python :func:`check` and schedule transforms give the same error)."""
+    if isinstance(spec, str):
+        name, args, kw = parse_spec(spec)
+    else:
+        try:
+            name, args, kw = spec
+            args, kw = tuple(args), dict(kw)
+        except (TypeError, ValueError):
+            raise TransformError(f"a transform step is a spec string or a (name, args, "
+                                 f"kwargs) triple, not {spec!r}",
+                                 hint="e.g. 'split(1, 0, 2)' or ('split', (1, 0, 2), {})") \
+                from None
+    if not isinstance(name, str) or name not in STEPS:
+        raise TransformError(f"unknown transform {name!r}",
+                             hint="one of " + ", ".join(sorted(STEPS)))
+    T.check_arguments(name, STEPS[name], args, kw)
+    return name, args, kw
+
+
 def check(program: Any, transforms: Sequence[str | tuple] = (), target: str | BD.Target | None
           = None, *, timeout: float = 5.0, assume: Sequence[str] = (), engine: str = "auto",
           debug: bool = False, include_program: bool = True) -> Report:
@@ -220,8 +248,8 @@ def check(program: Any, transforms: Sequence[str | tuple] = (), target: str | BD
     steps: list[str] = []
     notes: list[str] = []
     bound = False
-    for spec in transforms:
-        name, args, kw = parse_spec(spec) if isinstance(spec, str) else spec
+    specs = [validate_spec(spec) for spec in transforms]  # every step, before any runs
+    for name, args, kw in specs:
         if name == "bind":
             bound = True
             if target is not None and not args and "tgt" not in kw:

@@ -47,6 +47,7 @@ from . import rewrite as RW
 from .model import Model, where
 from .obligation import PROVED, REFUTED, Obligation
 from .remap import Transformed, TransformError, program_of
+from .transforms import transform_entry
 
 
 def serial_regions(p: TileProgram) -> list[Operation]:
@@ -94,6 +95,7 @@ def _vals(x: Any) -> list[E.Val]:
     return []
 
 
+@transform_entry
 def fuse_serial(x: Any, index: int = 0) -> Transformed:
     """Fuse the ``index``-th ``serial`` region (program order) with the sibling
     ``serial`` right after it (see the module docstring)."""

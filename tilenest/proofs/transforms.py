@@ -25,8 +25,16 @@ witnesses (the mutation tests use them); the defaults are the correct ones.
 
 from __future__ import annotations
 
+import functools
+import inspect
+import numbers
+import types
+import typing
+from collections import abc
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from ..semantics import expr as E
 from ..semantics.ir import Operation, TileProgram
@@ -37,15 +45,124 @@ from .model import Model
 from .obligation import Obligation
 from .remap import NewLevel, Remap, Transformed, TransformError, apply, program_of
 
+# ---------------------------------------------------------------------------
+# the arguments of a transform, checked against its signature
+
+_UNCHECKED = object()
+
+
+def _resolve(ann: Any, fn: Callable[..., Any]) -> Any:
+    """The annotation ``ann`` of ``fn`` as a typing object (annotations are
+    strings here); :data:`_UNCHECKED` when it cannot be evaluated."""
+    if isinstance(ann, typing.ForwardRef):
+        ann = ann.__forward_arg__
+    if not isinstance(ann, str):
+        return ann
+    ns = {**vars(E), **fn.__globals__}
+    try:
+        return eval(ann, ns)  # the library's own annotation text
+    except (NameError, AttributeError, TypeError, SyntaxError):
+        return _UNCHECKED
+
+
+def _fits(v: Any, t: Any, fn: Callable[..., Any]) -> bool:
+    """Does the value ``v`` belong to the annotated type ``t``? Ints exclude
+    bools; a sequence is a list or tuple (never a string); a parameter whose
+    annotation says nothing checkable accepts anything."""
+    t = _resolve(t, fn)
+    if t is _UNCHECKED or t is Any or t is inspect.Parameter.empty:
+        return True
+    if t is type(None) or t is None:
+        return v is None
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(v, a, fn) for a in args)
+    if origin is abc.Callable or t is abc.Callable:
+        return callable(v)
+    if origin in (abc.Sequence, list, tuple) or t in (abc.Sequence, list, tuple):
+        return isinstance(v, (list, tuple)) and (not args or all(_fits(x, args[0], fn)
+                                                                  for x in v))
+    if origin in (abc.Mapping, dict) or t in (abc.Mapping, dict):
+        return isinstance(v, abc.Mapping) and (not args or all(
+            _fits(k, args[0], fn) and _fits(x, args[1], fn) for k, x in v.items()))
+    if t is bool:
+        return isinstance(v, (bool, np.bool_))
+    if t is int:
+        return isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+    if isinstance(t, type):
+        return isinstance(v, t)
+    return True
+
+
+def _type_text(ann: Any) -> str:
+    text = ann if isinstance(ann, str) else getattr(ann, "__name__", str(ann))
+    return text.replace("E.IntLike", "int | Expr").replace("E.Expr", "Expr")
+
+
+def signature_text(name: str, fn: Callable[..., Any]) -> str:
+    """``name(level: int, axis: int, ...)``: the arguments a transform takes
+    after the program it transforms."""
+    parts: list[str] = []
+    star = False
+    for q in list(inspect.signature(fn).parameters.values())[1:]:
+        if q.kind is q.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        t = q.name
+        if q.annotation is not q.empty:
+            t += f": {_type_text(q.annotation)}"
+        if q.default is not q.empty:
+            t += f" = {q.default!r}"
+        parts.append(t)
+    return f"{name}({', '.join(parts)})"
+
+
+def check_arguments(name: str, fn: Callable[..., Any], args: Sequence[Any],
+                    kw: typing.Mapping[str, Any]) -> None:
+    """Raise a :class:`TransformError` unless ``fn(program, *args, **kw)``
+    binds (arity, keyword names) and every argument belongs to its
+    parameter's annotated type; the hint is the transform's signature. This
+    is the one check of a transform's arguments, for Python calls
+    (:func:`transform_entry`) and ``--transform`` specs alike."""
+    target = getattr(fn, "__wrapped__", fn)
+    sig = inspect.signature(target)
+    hint = "signature: " + signature_text(name, target)
+    try:
+        bound = sig.bind(None, *args, **kw)
+    except TypeError as e:
+        raise TransformError(f"{name}: {e}".replace(f"{target.__name__}() ", ""),
+                             hint=hint) from None
+    params = list(sig.parameters.values())
+    for q in params[1:]:
+        if q.name not in bound.arguments:
+            continue
+        v = bound.arguments[q.name]
+        vals = v.values() if q.kind is q.VAR_KEYWORD else v if q.kind is q.VAR_POSITIONAL \
+            else (v,)
+        for x in vals:
+            if not _fits(x, q.annotation, target):
+                raise TransformError(
+                    f"{name}: argument '{q.name}' must be {_type_text(q.annotation)}, got "
+                    f"{x!r} ({type(x).__name__})", hint=hint)
+
+
+def transform_entry(fn: Callable[..., Transformed]) -> Callable[..., Transformed]:
+    """A public transform whose arguments are checked first
+    (:func:`check_arguments`): a wrong arity or type is a TransformError with
+    the signature, never a TypeError from deep inside the rewrite."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def entry(x: Any, *args: Any, **kw: Any) -> Transformed:
+        check_arguments(name, fn, args, kw)
+        return fn(x, *args, **kw)
+
+    return entry
+
 
 def _level(p: TileProgram, level: int) -> tuple[Model, Operation, IndexSet]:
     m = Model(p)
-    try:
-        op = m.level_op(level)
-    except KeyError:
-        raise TransformError(f"the program has no parallel level {level}",
-                             hint="levels are the 'level = N' attributes in 'tilenest show'") \
-            from None
+    op = m.level_op(level)  # a TransformError naming the program's levels
     return m, op, op.attrs["domain"]
 
 
@@ -102,6 +219,7 @@ def _with(x: Any, fn: Callable[[TileProgram], Transformed]) -> Transformed:
     return t
 
 
+@transform_entry
 def split(x: Any, level: int, axis: int, factor: E.IntLike, *, nest: bool = True,
           outer_extent: E.IntLike | None = None, guard: bool = True,
           tau: Callable[[E.Expr, E.Expr], E.Expr] | None = None) -> Transformed:
@@ -157,6 +275,7 @@ def split(x: Any, level: int, axis: int, factor: E.IntLike, *, nest: bool = True
     return _with(x, run)
 
 
+@transform_entry
 def fuse(x: Any, level: int, *, linear: bool = True, extent: E.IntLike | None = None
          ) -> Transformed:
     """Fuse ``level`` with its only child level: one level whose coordinates are
@@ -198,6 +317,7 @@ def fuse(x: Any, level: int, *, linear: bool = True, extent: E.IntLike | None = 
     return _with(x, run)
 
 
+@transform_entry
 def coalesce(x: Any, level: int, axes: Sequence[int] | None = None) -> Transformed:
     """Replace consecutive ``axes`` of ``level`` (default: all) by one mixed-radix
     coordinate."""
@@ -228,6 +348,7 @@ def coalesce(x: Any, level: int, axes: Sequence[int] | None = None) -> Transform
     return _with(x, run)
 
 
+@transform_entry
 def reshape(x: Any, level: int, extents: Sequence[E.IntLike]) -> Transformed:
     """Re-factor ``level``'s domain row-major into ``extents`` (the obligations
     prove the cardinality is preserved)."""
@@ -253,6 +374,7 @@ def reshape(x: Any, level: int, extents: Sequence[E.IntLike]) -> Transformed:
     return _with(x, run)
 
 
+@transform_entry
 def permute(x: Any, level: int, perm: Sequence[int]) -> Transformed:
     """Reorder axes. With ``len(perm)`` equal to ``level``'s rank the axes stay in
     the level; a longer ``perm`` ranges over the axes of the perfect chain of
@@ -294,6 +416,7 @@ def permute(x: Any, level: int, perm: Sequence[int]) -> Transformed:
     return _with(x, run)
 
 
+@transform_entry
 def interchange(x: Any, level: int) -> Transformed:
     """Swap ``level`` with its only child level (a permutation across the cut)."""
 
@@ -318,6 +441,7 @@ def interchange(x: Any, level: int) -> Transformed:
     return _with(x, run)
 
 
+@transform_entry
 def insert_unit(x: Any, level: int) -> Transformed:
     """A new one-point level directly below ``level`` takes over its body."""
 
@@ -336,6 +460,7 @@ def insert_unit(x: Any, level: int) -> Transformed:
     return _with(x, run)
 
 
+@transform_entry
 def remove_unit(x: Any, level: int) -> Transformed:
     """Remove ``level`` (whose domain must be the single point 0, which the
     obligations prove); its body moves into the parent."""
@@ -348,6 +473,7 @@ def remove_unit(x: Any, level: int) -> Transformed:
     return _with(x, run)
 
 
+@transform_entry
 def tile(x: Any, level: int, factors: Sequence[E.IntLike | None]) -> Transformed:
     """Split each axis of ``level`` by its factor (``None``/1: untouched) and merge
     the remainders into one child level, in axis order: ``(i, j) -> (qi, qj) |>
