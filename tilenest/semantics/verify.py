@@ -261,7 +261,9 @@ class _Verifier:
                 raise self.fail(op, f"unknown reducer contract {c}",
                                 "declare it with tn.reducer (a 'reducer @name' entry)")
             k = len(red.state)
-            run = len(list(itertools.takewhile(lambda x: x == c, contracts[i:])))
+            run = 1
+            while i + run < len(contracts) and contracts[i + run] == c:
+                run += 1
             if run % k:
                 raise self.fail(
                     op, f"reducer {c} has {k} state component(s) ({_types(red.state)}) but "
