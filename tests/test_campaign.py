@@ -24,7 +24,10 @@ def faulty_checker(seed: int, i: int) -> dict:
     if i == 3:
         raise ZeroDivisionError("boom")
     if i == 5:
-        time.sleep(30)
+        try:
+            time.sleep(30)
+        except Exception:  # noqa: BLE001 - code under test may catch everything
+            return {"status": "ok"}
     if i == 7:
         os.kill(os.getpid(), signal.SIGKILL)
     return {"status": "ok"}

@@ -37,8 +37,9 @@ Checker = Callable[[int, int], dict[str, Any]]
 BUG_STATUSES = ("mismatch", "error", "crash", "timeout", "slow")
 
 
-class _ItemTimeout(Exception):
-    pass
+class _ItemTimeout(BaseException):
+    """Raised by the per-item alarm; a BaseException so that checked code
+    which turns every ``Exception`` into a verdict cannot swallow it."""
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
