@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import pytest
 
@@ -25,7 +24,8 @@ def faulty_checker(seed: int, i: int) -> dict:
         raise ZeroDivisionError("boom")
     if i == 5:
         try:
-            time.sleep(30)
+            while True:  # a hang that burns CPU, as a runaway compiled loop does
+                pass
         except Exception:  # noqa: BLE001 - code under test may catch everything
             return {"status": "ok"}
     if i == 7:

@@ -47,13 +47,16 @@ def _on_alarm(signum: int, frame: Any) -> None:
 
 
 def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, Any]:
-    """One item, timed; an exception or a run past ``time_limit`` seconds
-    becomes a ``crash`` / ``timeout`` record instead of escaping."""
+    """One item, timed; an exception or a run past ``time_limit`` seconds of
+    CPU time becomes a ``crash`` / ``timeout`` record instead of escaping. The
+    limit counts the process's CPU time (``ITIMER_PROF``), not wall time, so
+    a campaign run at low priority on a busy machine does not report slow
+    scheduling as slow programs."""
     t0 = time.perf_counter()
-    use_alarm = time_limit > 0 and hasattr(signal, "SIGALRM")
+    use_alarm = time_limit > 0 and hasattr(signal, "SIGPROF")
     if use_alarm:
-        old = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, time_limit)
+        old = signal.signal(signal.SIGPROF, _on_alarm)
+        signal.setitimer(signal.ITIMER_PROF, time_limit)
     try:
         rec = dict(check(seed, i))
     except _ItemTimeout:
@@ -65,8 +68,8 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
                "traceback": traceback.format_exc(limit=20)}
     finally:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            signal.signal(signal.SIGPROF, old)
     rec["i"] = i
     rec["secs"] = round(time.perf_counter() - t0, 4)
     return rec

@@ -739,7 +739,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--state", type=Path, help="JSON-lines state file (resumable)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=120.0,
-                    help="seconds one program may take before it counts as a timeout")
+                    help="CPU seconds one program may take before it counts as a timeout")
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
     if a.count < 1 or a.workers < 1:
         ap.error("count and --workers must be at least 1")
