@@ -307,3 +307,17 @@ def test_a_missing_level_names_the_levels():
         with pytest.raises(TransformError, match="no parallel level 9") as ei:
             fn(gemm, *args)
         assert "its parallel levels: 1" in ei.value.hint
+
+
+def test_a_crashing_rewrite_is_an_internal_error_not_a_refutation(monkeypatch):
+    """A rewriter crash used to become a refuted 'rewrite' obligation ("rewrite
+    failed: KeyError ..."): a verdict on a program nothing was wrong with."""
+    import tilenest.proofs.remap as RM
+
+    def broken(p, m, r):
+        raise KeyError("lost op")
+
+    monkeypatch.setattr(RM, "build", broken)
+    with pytest.raises(InternalError, match="rewriting the program for split") as ei:
+        tn.transform.split(gemm, 1, 0, 2)
+    assert "bug in tilenest" in ei.value.hint

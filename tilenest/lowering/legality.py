@@ -36,7 +36,10 @@ obligation is refused too (a ``TilenestError``), unless ``schedule.assume``
 selects it, as for schedule transforms: it is then reported as ``assumed``,
 never as proved. Other ``unknown`` obligations (e.g. data-dependent indices,
 which the parallel contract covers) are not refused, and are returned so that
-the compiled kernel can report them. Coverage is not part of the gate
+the compiled kernel can report them. An exception of the checker itself while
+stating or deciding an obligation is an
+:class:`~tilenest.errors.InternalError` (a bug of tilenest, reported as such),
+never an ``unknown`` verdict. Coverage is not part of the gate
 (partial writes are legal). Verdicts are cached by the program text and the
 schedule's decisions.
 """

@@ -473,8 +473,13 @@ def apply(source: TileProgram | Transformed, r: Remap) -> Transformed:
         ob.witness = {"remap": r, "program": p}
     try:
         q, lmap, reason = build(p, m, r)
-    except (TilenestError, KeyError, ValueError) as e:
-        q, lmap, reason = None, {}, f"rewrite failed: {e}"
+    except TilenestError as e:  # the remap cannot be realized on this program: refuted
+        q, lmap, reason = None, {}, f"rewrite failed: {e.message}"
+    except Exception as e:  # a bug of the rewriter, never a verdict on the program
+        from .obligation import checker_bug
+
+        raise checker_bug(e, f"rewriting the program for {r.kind}", m.sites(
+            *(op for op in m.ops("parallel") if op.attrs["level"] in r.chain))) from e
     back: dict[int, int] = {}
     if q is not None:
         q, back = RW.finish(q)
