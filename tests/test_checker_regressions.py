@@ -103,6 +103,31 @@ def test_aliasing_layout_of_a_memory_sized_per_instance_is_refuted():
         LG.legality(ragged_aliasing.program, default_schedule(ragged_aliasing.program))
 
 
+@tn.kernel
+def aliasing_under_data_if(x: tn.Tensor[f32, "N M"], y: tn.Tensor[f32, "N M"]):
+    """The aliasing per-instance Memory of ``ragged_aliasing``, allocated only
+    when a data value is positive."""
+    n, _ = x.shape
+    a, b = x.dims()
+    y = y.with_dims(a, b)
+    for p in tn.parallel(tn.shape(n)):
+        i = p.index()
+        s = tn.reduce(tn.reduce(x[tn.coord(i, 0), tn.shape(1, 1)], b, tn.add), a, tn.add)
+        if tn.if_(s > 0.0):
+            mem = tn.memory(f32, tn.layout(tn.shape(2, i + 1), strides=(1, 1)), dims=(a, b))
+            mem.store(x[tn.coord(0, 0), tn.shape(2, i + 1)])
+            y(tn.coord(i, 0), tn.shape(1, 1)).store(x[tn.coord(i, 0), tn.shape(1, 1)])
+
+
+def test_a_collision_in_an_over_approximated_owner_domain_is_not_a_refutation():
+    """Whether an instance allocates the Memory depends on data: the collision
+    found is reported as unknown (no input is known to reach it), not refuted."""
+    obs = discharge(layout_obligations(Model(aliasing_under_data_if.program)), timeout=2.0)
+    (inj,) = [o for o in obs if o.kind == "layout.injective"]
+    assert inj.status == UNKNOWN and "over-approximation" in inj.reason
+    assert "data-dependent if" in inj.reason
+
+
 # -- a crash of the checker is a bug, not a verdict --------------------------------------
 
 def test_a_crashing_decision_procedure_is_an_internal_error(monkeypatch):
