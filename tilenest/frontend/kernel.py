@@ -424,7 +424,11 @@ class Kernel:
                 "compile-time constants are passed by keyword")
         bound: dict[str, Any] = dict(zip(order, args, strict=False))
         consts: dict[str, Any] = {}
-        params = dict(opts.get("params") or {})
+        given = opts.get("params")
+        if given is not None and not isinstance(given, dict):
+            raise TilenestError(f"params of kernel {name} must be a dict of name -> integer, got "
+                                f"{type(given).__name__}", site)
+        params = dict(given or {})
         for k, v in rest.items():
             kind = kinds.get(k, (None, None))[0]
             if k in bound:
