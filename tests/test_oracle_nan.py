@@ -190,3 +190,73 @@ def test_shadow_sets_and_ops_on_nan():
 def test_compiled_results_validate(kernel, args):
     rep = tn.validate(kernel, "llvm", inputs=[list(args())])
     assert rep.ok, str(rep)
+
+
+_POOL = np.array([-np.inf, -3.0, -1.0, -0.5, -0.0, 0.0, 0.5, 1.0, 2.0, 3.0, np.inf])
+
+
+def _random_set(rng):
+    """A random admitted set over the pool (a range, NaN or not; or NaN alone) and
+    sample members of it: the endpoints, interior points and NaN when admitted."""
+    if rng.random() < 0.15:
+        return S.point_of(np.array([np.nan])), [np.nan]
+    a, b = sorted(rng.choice(_POOL, 2))
+    nan = bool(rng.random() < 0.3)
+    inner = rng.uniform(max(a, -1e3), min(b, 1e3), 3) if a < b else []
+    members = [a, b] + [x for x in _POOL if a <= x <= b] + list(inner)
+    members = [x for x in members if a <= x <= b] + ([np.nan] if nan else [])
+    return (np.array([a]), np.array([b]), np.array([nan])), members
+
+
+def _member(p, v):
+    lo, hi, nan = (float(x[0]) if i < 2 else bool(x[0]) for i, x in enumerate(p))
+    return nan if np.isnan(v) else lo <= v <= hi
+
+
+def test_shadow_rules_contain_every_result_on_sampled_members():
+    """Soundness: for random sets (NaN, infinities and zeros included), every
+    result of the op on members of the operand sets is in the result set."""
+    from tilenest.semantics import numerics as N
+
+    rng = np.random.default_rng(11)
+    checked = 0
+    for _ in range(300):
+        a, am = _random_set(rng)
+        b, bm = _random_set(rng)
+        for name in ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "atan2",
+                     "lt", "le", "eq", "ne"):
+            r = S.binary(name, a, b, tn.f64)
+            for x in am:
+                for y in bm:
+                    v = float(N.binary(name, np.float64(x), np.float64(y), tn.f64))
+                    assert _member(r, v), (name, a, b, x, y, v, r)
+                    checked += 1
+        for name in ("exp", "log", "sqrt", "neg", "abs", "isnan", "isinf", "isfinite", "sin",
+                     "tanh", "rsqrt", "floor"):
+            r = S.unary(name, a, tn.f64, N.ulp_bound(name, tn.f64))
+            for x in am:
+                v = float(N.unary(name, np.float64(x), tn.f64))
+                assert _member(r, v), (name, a, x, v, r)
+        for dst in (tn.i32, tn.f32, tn.bool_):
+            r = S.cast(a, tn.f64, dst)
+            for x in am:
+                v = float(N.cast(np.float64(x), tn.f64, dst))
+                assert _member(r, v), (str(dst), a, x, v, r)
+    assert checked > 10000
+
+
+@pytest.mark.parametrize("contract", ["add", "mul", "max", "min"])
+def test_tree_leaf_that_admits_nan_besides_a_range(contract):
+    """A leaf in [1, 2] or NaN with an exact leaf 3: the result admits NaN and the
+    combinations of the ranges; a NaN-alone leaf makes the result NaN alone."""
+    lo = np.array([[1.0], [3.0]])
+    hi = np.array([[2.0], [3.0]])
+    nan = np.array([[True], [False]])
+    point = np.array([[False], [True]])
+    rlo, rhi, rnan, pt = S.tree_envelope(contract, tn.f32, lo, hi, nan, point, lo)
+    want = {"add": (4.0, 5.0), "mul": (3.0, 6.0), "max": (3.0, 3.0), "min": (1.0, 2.0)}
+    assert rnan[0] and not pt[0]
+    assert rlo[0] <= want[contract][0] and want[contract][1] <= rhi[0] < 7.0
+    nan_alone = np.array([[np.inf], [3.0]]), np.array([[-np.inf], [3.0]])
+    rlo, rhi, rnan, pt = S.tree_envelope(contract, tn.f32, *nan_alone, nan, point, lo)
+    assert rnan[0] and pt[0] and rlo[0] > rhi[0]

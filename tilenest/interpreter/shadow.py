@@ -332,8 +332,9 @@ def _unary_range(name: str, lo: np.ndarray, hi: np.ndarray, dt: DType, ulp: floa
         if name in _INC or name == "erf":
             f = _erf if name == "erf" else _INC[name]
             rlo, rhi = f(lo), f(hi)
-        elif name == "rsqrt":
-            rlo, rhi = 1.0 / np.sqrt(hi), 1.0 / np.sqrt(lo)
+        elif name == "rsqrt":  # rsqrt(-0.0) = -inf: a range reaching 0 may hold -0.0
+            rlo = np.where(lo == 0, -np.inf, 1.0 / np.sqrt(np.where(hi == 0, 0.0, hi)))
+            rhi = 1.0 / np.sqrt(np.where(lo == 0, 0.0, lo))
         elif name == "neg":
             rlo, rhi = -hi, -lo
         elif name == "abs":
