@@ -127,7 +127,7 @@ def test_files_that_are_not_text_are_located_errors(tmp_path):
     with pytest.raises(ParseError, match="not UTF-8") as err:
         load_program_file(f)
     assert _first_site(err.value) == Site(str(f), 2, 3)
-    with pytest.raises(TilenestError, match="folder"):
+    with pytest.raises(TilenestError, match="is a directory"):
         load_program_file(tmp_path)
 
 

@@ -95,26 +95,6 @@ def _user_code_error(e: BaseException, what: str) -> UserCodeError:
                          _site_of(user[-1]) if user else None, hint, tuple(notes))
 
 
-def _read_text(p: Path) -> str:
-    """The UTF-8 text of an IR file; an unreadable or undecodable file is a user
-    error located at the first offending byte."""
-    try:
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise TilenestError(f"{p} is a directory, not a kernel or IR file",
-                            hint="give a .py kernel file, a .tile or a .json file") from None
-    except OSError as e:
-        raise TilenestError(f"cannot read {p}: {e.strerror or e}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        col = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise TilenestError(f"{p} is not UTF-8 text (byte 0x{data[e.start]:02x})",
-                            Site(str(p), line, col),
-                            "TileIR (.tile) and JSON (.json) files are UTF-8 text") from None
-
-
 def _exec_user_module(loader: Any, mod: Any, p: Path) -> None:
     """Import the user's kernel file; what its own code raises is a located
     user error (tilenest diagnostics and Python syntax errors pass through)."""
@@ -165,14 +145,9 @@ def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]
             raise TilenestError(f"{path} defines no @tn.kernel",
                                 hint="decorate a function with @tn.kernel")
         return [(n, k.program) for n, k in kernels]
-    text = _read_text(p)
-    if p.suffix == ".json":
-        from .semantics.jsonio import loads
+    from .semantics.loading import load_program_file
 
-        return [(p.stem, loads(text, str(p)))]  # loads and parse_program verify
-    from .semantics.parser import parse_program
-
-    return [(p.stem, parse_program(text, str(p)))]
+    return [(p.stem, load_program_file(p))]  # read, parsed and verified
 
 
 def cmd_show(a: argparse.Namespace) -> int:

@@ -22,8 +22,8 @@ def read_text(path: Path | str) -> str:
     try:
         data = p.read_bytes()
     except IsADirectoryError:
-        raise TilenestError(f"{p} is a folder, not a TileIR file",
-                            hint="pass a .tile or .json file") from None
+        raise TilenestError(f"{p} is a directory, not a kernel or IR file",
+                            hint="give a .py kernel file, a .tile or a .json file") from None
     except FileNotFoundError:
         raise TilenestError(f"no such file: {p}") from None
     except OSError as e:
@@ -34,7 +34,7 @@ def read_text(path: Path | str) -> str:
         before = data[:e.start]
         line = before.count(b"\n") + 1
         col = e.start - (before.rfind(b"\n") + 1) + 1
-        raise ParseError(f"the file is not UTF-8 text (byte 0x{data[e.start]:02x})",
+        raise ParseError(f"{p} is not UTF-8 text (byte 0x{data[e.start]:02x})",
                          Site(str(p), line, col),
                          hint="TileIR text and JSON are UTF-8") from None
 
