@@ -224,3 +224,22 @@ def test_cli_counts_that_compare_nothing_are_usage_errors(tmp_path, capsys, argv
     rc = main(["validate", str(f), "--kernel", "double", *argv])
     err = capsys.readouterr().err
     assert rc == 1 and argv[0] in err and "Traceback" not in err
+
+
+def test_a_tilenest_bug_while_compiling_is_exit_70_with_the_report_hint(capsys):
+    """A compile that hits a bug of tilenest is not an ordinary refusal: the
+    verdict line keeps the error's hint (asking for a report) and the status is
+    the CLI's internal-error status, whatever the other kernels did."""
+    from types import SimpleNamespace
+
+    from tilenest.errors import InternalError
+    from tilenest.validation.report import run_cli
+
+    def broken_schedule(a, p):
+        raise InternalError("the lowering met an impossible case", None,
+                            "this is a bug of tilenest; please report it")
+
+    a = SimpleNamespace(json=False, cases=1, target="llvm", seed=0, limit=None)
+    assert run_cli([("k", object())], a, broken_schedule) == 70
+    out = capsys.readouterr().out
+    assert "refused k: internal error" in out and "please report it" in out

@@ -7,7 +7,8 @@ cases compared, the sizes and the schedules), ``MISMATCH``, ``NOTHING
 COMPARED`` (no case could be compared: nothing was validated), or ``refused``
 with the compiler's reason; a refusal does not stop the other kernels.
 
-Exit status, the worst over the kernels: 1 on any mismatch, any kernel with
+Exit status, the worst over the kernels: 70 when compiling a kernel hit a bug
+of tilenest itself (an ``InternalError``); else 1 on any mismatch, any kernel with
 nothing compared, or any kernel refused for a reason other than a missing
 capability (an illegal program, a user error); else 3 when some kernel needs a
 capability this build lacks; else 0.
@@ -19,7 +20,7 @@ import json
 import sys
 from typing import Any, Callable
 
-from ..errors import NotAvailableError, TilenestError
+from ..errors import InternalError, NotAvailableError, TilenestError
 from .validate import Report, validate
 
 
@@ -117,6 +118,8 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
                               highlight=False)
                 for site in err.sites[:1]:
                     console.print(f"  --> {site}", highlight=False, markup=False)
+                if err.hint:
+                    console.print(f"  hint: {err.hint}", highlight=False, markup=False)
         for p, r in zip(sources, reports, strict=True):
             f = r.smallest_failure()
             if f is None:
@@ -125,6 +128,8 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
             console.print(f"  {f.message}", markup=False, highlight=False)
             console.print("  kernel TileIR:")
             console.print(str(p), markup=False, highlight=False)
+    if any(isinstance(e, InternalError) for _, e in refused):
+        return 70  # a bug of tilenest (the CLI's internal-error status)
     if any(not r.ok for r in reports) or any(not isinstance(e, NotAvailableError)
                                              for _, e in refused):
         return 1
