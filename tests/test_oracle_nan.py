@@ -141,10 +141,15 @@ def test_exact_elements_stay_bitwise_downstream_of_an_inexact_tile():
     assert adm.admits(_with(adm.value, 1, adm.hi[1]))
 
 
-def test_mma_nan_alone_inside_an_enveloped_tile():
+def _gemm_args():
     a = np.random.default_rng(3).standard_normal((40, 20)).astype(np.float32)
     b = np.random.default_rng(4).standard_normal((20, 33)).astype(np.float32)
     a[5, 3] = np.nan  # row 5 of the result is NaN in every order
+    return a, b, np.zeros((40, 33), np.float32)
+
+
+def test_mma_nan_alone_inside_an_enveloped_tile():
+    a, b, _ = _gemm_args()
     adm = tn.reference(gemm_example.gemm, a, b, np.zeros((40, 33), np.float32))
     assert not adm.admits(_with(adm.value, (5, 7), 1.0))
     assert adm.admits(a @ b)  # BLAS order: another admitted one (NaN row included)
@@ -186,6 +191,7 @@ def test_shadow_sets_and_ops_on_nan():
     (log32, lambda: (np.array([-1.0, 2.0, 3.0, 0.0, 1.0, -0.0], np.float32),
                      np.zeros(6, np.float32))),
     (log_plus_one, lambda: (np.array([1.0, 2.0, 0.0, -1.0, 10.0]), np.zeros(5))),
+    (gemm_example.gemm, lambda: _gemm_args()),
 ])
 def test_compiled_results_validate(kernel, args):
     rep = tn.validate(kernel, "llvm", inputs=[list(args())])
@@ -260,3 +266,27 @@ def test_tree_leaf_that_admits_nan_besides_a_range(contract):
     nan_alone = np.array([[np.inf], [3.0]]), np.array([[-np.inf], [3.0]])
     rlo, rhi, rnan, pt = S.tree_envelope(contract, tn.f32, *nan_alone, nan, point, lo)
     assert rnan[0] and pt[0] and rlo[0] > rhi[0]
+
+
+@tn.kernel
+def zero_then_reciprocal(x: tn.Tensor[f32, "R C"], z: tn.Tensor[f32, "R"],
+                         w: tn.Tensor[f32, "R"]):
+    rows, cols = x.shape
+    z, w = z.with_dims(x.dim(0)), w.with_dims(x.dim(0))
+    for p in tn.parallel(tn.shape(rows)):
+        row = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+        s = tn.reduce(row, row.dim(1), tn.add) * 0.0
+        z(tn.coord(p.index()), tn.shape(1)).store(s)
+        w(tn.coord(p.index()), tn.shape(1)).store(1.0 / s)
+
+
+def test_a_zero_of_unknown_sign_is_not_one_value():
+    """s * 0 for an enveloped s of unknown sign is +0.0 or -0.0; 1 / (s * 0) is then
+    +inf or -inf: neither may be pinned to the reference's sign."""
+    x = np.array([[1e8, -1e8, 1.0, -1.0, 0.5]], np.float32)  # the sum is near 0: either sign
+    adm_z, adm_w = tn.reference(zero_then_reciprocal, x, np.zeros(1, np.float32),
+                                np.zeros(1, np.float32))
+    assert adm_z.admits(np.array([0.0], np.float32)) and adm_z.admits(np.array([-0.0], np.float32))
+    assert not adm_z.admits(np.array([1e-45], np.float32))
+    assert adm_w.admits(np.array([np.inf], np.float32))
+    assert adm_w.admits(np.array([-np.inf], np.float32))

@@ -69,7 +69,8 @@ class Admitted:
         if self.lo is None:
             return np.ones(self.value.shape, dtype=bool)
         ref = _f64(self.value)
-        point = (self.lo == self.hi) & ~self.nan & (self.lo == ref)
+        point = ((self.lo == self.hi) & (np.signbit(self.lo) == np.signbit(self.hi)) & ~self.nan
+                 & (self.lo == ref))
         return point | ((self.lo > self.hi) & self.nan & np.isnan(ref))
 
     @property

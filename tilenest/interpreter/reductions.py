@@ -100,7 +100,7 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
             canon = _as_f64(v.lift(nb))
             lo, hi, nan = (v.lift(nb, b) for b in v.shadow())
             pt = np.ones(canon.shape, bool) if v.exact else (
-                ((lo == hi) & ~nan & (lo == canon)) | (S.nan_only((lo, hi, nan)) & np.isnan(canon)))
+                (S.singleton((lo, hi, nan)) & ((lo == canon) | np.isnan(canon))))
             for col, a in zip(cols, (lo, hi, nan, pt, canon), strict=True):
                 col.append(np.broadcast_to(a, shape))
         lo, hi, nan, pt = S.tree_envelope(c, dt, *(np.stack(col) for col in cols))

@@ -112,9 +112,17 @@ def empty_range(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def singleton(p: Parts) -> np.ndarray:
-    """Elements whose admitted set is one value (a point) or NaN alone."""
+    """Elements whose admitted set is one value (a point, zero sign included) or
+    NaN alone; ``[-0.0, +0.0]`` is both zeros, not a point."""
     lo, hi, nan = p
-    return ((lo == hi) & ~nan) | ((lo > hi) & nan)
+    return ((lo == hi) & (np.signbit(lo) == np.signbit(hi)) & ~nan) | ((lo > hi) & nan)
+
+
+def either_zero(lo: Any, hi: Any, keep: Any = False) -> tuple[np.ndarray, np.ndarray]:
+    """A computed range ``[0, 0]`` as ``[-0.0, +0.0]`` (except where ``keep``): an
+    interval rule does not know the sign of a zero result, so both are admitted."""
+    z = (lo == 0) & (hi == 0) & ~np.asarray(keep, dtype=bool)
+    return np.where(z, -0.0, lo), np.where(z, 0.0, hi)
 
 
 def nan_only(p: Parts) -> np.ndarray:
@@ -127,13 +135,25 @@ def join(p: Parts, mask: Any, vlo: Any, vhi: Any | None = None) -> Parts:
     ``mask``; the empty range is the identity of this hull."""
     lo, hi, nan = p
     vhi = vlo if vhi is None else vhi
-    return (np.where(mask, np.minimum(lo, vlo), lo), np.where(mask, np.maximum(hi, vhi), hi),
-            nan)
+    return np.where(mask, low(lo, vlo), lo), np.where(mask, high(hi, vhi), hi), nan
+
+
+def low(a: Any, b: Any) -> np.ndarray:
+    """The lesser of two lower bounds, ``-0.0`` below ``+0.0`` (so a hull keeps
+    both zeros)."""
+    a, b = np.asarray(a, dtype=_F64), np.asarray(b, dtype=_F64)
+    return np.where((b < a) | ((b == a) & np.signbit(b)), b, a)
+
+
+def high(a: Any, b: Any) -> np.ndarray:
+    """The greater of two upper bounds, ``+0.0`` above ``-0.0``."""
+    a, b = np.asarray(a, dtype=_F64), np.asarray(b, dtype=_F64)
+    return np.where((b > a) | ((b == a) & ~np.signbit(b)), b, a)
 
 
 def hull3(a: Parts, b: Parts) -> Parts:
     """The smallest shadow containing both."""
-    return np.minimum(a[0], b[0]), np.maximum(a[1], b[1]), a[2] | b[2]
+    return low(a[0], b[0]), high(a[1], b[1]), a[2] | b[2]
 
 
 def _placeholder(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -277,7 +297,9 @@ def magnitude(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 def product(a: Parts, b: Parts) -> Parts:
     """The shadow of the exact (unrounded, float64) product ``a * b``: the corner
     products of the ranges, NaN where an operand admits NaN or the ranges meet
-    ``0 * inf``; NaN alone where an operand is."""
+    ``0 * inf``; NaN alone where an operand is. (A zero range keeps the corners'
+    sign: the caller treats the product as one value only when both operands
+    are exact, where that sign is the product's.)"""
     al, ah, ea = _placeholder(a[0], a[1])
     bl, bh, eb = _placeholder(b[0], b[1])
     with np.errstate(all="ignore"):
@@ -321,7 +343,9 @@ def unary(name: str, x: Parts, dt: DType, ulp: float) -> Parts:
         v = _ON_NAN[name]
         rlo, rhi, _ = join((rlo, rhi, nan), nan, *v)
         return settle(rlo, rhi, np.zeros_like(nan))
-    return settle(rlo, rhi, nan if dt.is_float else np.zeros_like(nan))
+    if not dt.is_float:
+        return settle(rlo, rhi, np.zeros_like(nan))
+    return settle(*either_zero(rlo, rhi), nan)
 
 
 def _unary_range(name: str, lo: np.ndarray, hi: np.ndarray, dt: DType, ulp: float
@@ -418,7 +442,7 @@ def binary(name: str, a: Parts, b: Parts, dt: DType) -> Parts:
     if name == "pow":
         one = (anan & b_zero) | (bnan & ~ea & (alo <= 1) & (ahi >= 1))
         rlo, rhi, _ = join((rlo, rhi, nan), one, 1.0)
-    return settle(rlo, rhi, nan)
+    return settle(*either_zero(rlo, rhi), nan)
 
 
 def _binary_range(name: str, alo, ahi, blo, bhi, dt: DType) -> tuple[np.ndarray, np.ndarray]:
@@ -510,7 +534,7 @@ def cast(x: Parts, src: DType, dst: DType) -> Parts:
     rlo, rhi = np.where(empty, np.inf, rlo), np.where(empty, -np.inf, rhi)
     nan = np.asarray(nan, dtype=bool)
     if dst.is_float:
-        return settle(rlo, rhi, nan if src.is_float else np.zeros_like(nan))
+        return settle(*either_zero(rlo, rhi), nan if src.is_float else np.zeros_like(nan))
     rlo, rhi, _ = join((rlo, rhi, nan), nan, 1.0 if dst.is_bool else 0.0)
     return settle(rlo, rhi, np.zeros_like(nan))
 
@@ -596,7 +620,7 @@ def tree_envelope(contract: str, dt: DType, lo: np.ndarray, hi: np.ndarray, nan:
             sure_nan = np.any(sure_leaf, axis=0)  # V-12: NaN absorbs
             rlo, rhi = np.where(sure_nan, np.inf, rlo), np.where(sure_nan, -np.inf, rhi)
             pt = sure_nan | np.all(point, axis=0)  # R-7: exact laws, one result
-            return rlo, rhi, sure_nan | np.any(may_leaf, axis=0), pt
+            return (*either_zero(rlo, rhi, pt), sure_nan | np.any(may_leaf, axis=0), pt)
         if contract == "add":
             acc = SumLeaves()
             for i in range(lo.shape[0]):
@@ -684,7 +708,7 @@ class SumLeaves:
             rhi = np.where(zero, st["hi"], rhi)
             nan = sure_nan | free | st["may_nan"]
         pt = sure_nan | ((only_p | only_m) & ~st["may_nan"]) | zero
-        return rlo, rhi, nan, pt
+        return (*either_zero(rlo, rhi, pt), nan, pt)
 
 
 def _product_envelope(dt, lo, hi, point, canon, nan_leaf, may_leaf):
@@ -753,4 +777,4 @@ def _product_envelope(dt, lo, hi, point, canon, nan_leaf, may_leaf):
     rlo = np.where(free, -np.inf, np.where(sure_nan, np.inf, rlo))
     rhi = np.where(free, np.inf, np.where(sure_nan, -np.inf, rhi))
     pt = sure_nan | ((only_inf | only_zero) & sign_known & ~may_nan)
-    return rlo, rhi, sure_nan | free | may_nan, pt
+    return (*either_zero(rlo, rhi, pt), sure_nan | free | may_nan, pt)
