@@ -9,8 +9,10 @@ that say, per element, which values an admitted execution can produce for it::
 ``lo`` and ``hi`` are float64 and never NaN; ``lo > hi`` is an empty range
 (:data:`EMPTY`: ``+inf, -inf``). So an element is
 
-* a *point* when ``lo == hi`` and not ``nan``: that value, bit for bit (the
-  canonical value; its zero sign included);
+* a *point* when ``lo == hi`` (with the same sign bit) and not ``nan``: that
+  value, bit for bit (the canonical value; its zero sign included). A zero
+  whose sign an interval rule does not know is ``[-0.0, +0.0]``: both zeros,
+  not a point (:func:`either_zero`);
 * *NaN alone* when the range is empty and ``nan``: every admitted execution gives a
   NaN (any NaN: sign and payload are not part of the contract, numerics.py);
 * a range, with NaN admitted besides or not;
