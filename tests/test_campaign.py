@@ -96,3 +96,74 @@ def test_fuzz_campaign_command_resumes(tmp_path, capsys):
     assert summary["cases_compared"] > 0, "the campaign compared nothing"
     again = load_state(state, "fuzz-llvm", 11, 3).records
     assert {i: again[i]["status"] for i in first} == {i: r["status"] for i, r in first.items()}
+
+
+_SETUP: dict = {}
+
+
+def setup_process(tag: str) -> None:
+    """A per-process initializer: counts how often it ran in this process."""
+    _SETUP["tag"] = tag
+    _SETUP["runs"] = _SETUP.get("runs", 0) + 1
+
+
+def setup_checker(seed: int, i: int) -> dict:
+    return {"status": "ok", "tag": _SETUP.get("tag"), "runs": _SETUP.get("runs", 0),
+            "pid": os.getpid()}
+
+
+def failing_setup() -> None:
+    raise OSError("corpus unreadable")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_initializer_runs_once_in_each_process_before_its_items(workers):
+    _SETUP.clear()  # this process may have run the initializer in an earlier test
+    st = run_campaign("setup", setup_checker, 12, 0, workers=workers, chunk=3,
+                      init=setup_process, init_args=(f"w{workers}",))
+    recs = st.records.values()
+    assert all(r["tag"] == f"w{workers}" for r in recs), "an item ran before the initializer"
+    assert all(r["runs"] == 1 for r in recs), "the initializer ran more than once a process"
+    assert (workers == 1) == all(r["pid"] == os.getpid() for r in recs)
+
+
+def test_failing_initializer_is_a_crash_naming_it_in_a_pool():
+    st = run_campaign("setup", setup_checker, 4, 0, workers=2, chunk=2, init=failing_setup)
+    assert {r["status"] for r in st.records.values()} == {"crash"}
+    assert all("initializer failed: OSError: corpus unreadable" in r["message"]
+               for r in st.records.values())
+    with pytest.raises(OSError, match="corpus unreadable"):  # one process: the caller's error
+        run_campaign("setup", setup_checker, 4, 0, init=failing_setup)
+
+
+def marking_checker(seed: int, i: int) -> dict:
+    """Statuses of its own; odd items are marked as bugs in the record."""
+    return {"status": "unlocated" if i % 2 else "fine", **({"bug": True} if i % 2 else {})}
+
+
+def test_records_marked_as_bugs_count_as_bugs(tmp_path):
+    state = tmp_path / "m.jsonl"
+    st = run_campaign("mark", marking_checker, 6, 0, state=state)
+    assert st.summary()["bugs"] == 3 and [r["i"] for r in st.bugs()] == [1, 3, 5]
+    assert load_state(state, "mark", 0, 6).summary()["bugs"] == 3  # the file alone says so
+
+
+def test_records_keep_wall_and_processor_time(tmp_path):
+    st = run_campaign("faulty", faulty_checker, 6, 0, time_limit=0.5)
+    hang = st.records[5]
+    assert hang["status"] == "timeout" and hang["cpu_secs"] >= 0.4
+    assert all(r["secs"] >= 0 and r["cpu_secs"] >= 0 for r in st.records.values())
+
+
+def test_fuzz_count_and_seed_by_flag_or_position(tmp_path, capsys):
+    from tilenest.validation import fuzz
+
+    assert fuzz.main(["--count", "2", "--seed", "11", "--state", str(tmp_path / "a")]) == 0
+    assert fuzz.main(["2", "11", "--state", str(tmp_path / "b")]) == 0
+    a = load_state(tmp_path / "a", "fuzz-llvm", 11, 2).records
+    b = load_state(tmp_path / "b", "fuzz-llvm", 11, 2).records
+    assert sorted(a) == sorted(b) == [0, 1]
+    assert {i: r["status"] for i, r in a.items()} == {i: r["status"] for i, r in b.items()}
+    with pytest.raises(SystemExit):
+        fuzz.main(["3", "--count", "2"])
+    assert "given twice" in capsys.readouterr().err

@@ -4,7 +4,6 @@ reports what it is there to find."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -39,14 +38,15 @@ def test_seeded_slice_has_no_crash_and_no_slow_input(seeds):
     """2,000 inputs of campaign seed 2026: every one is accepted (and round-trips)
     or rejected with a located TilenestError, each within a second."""
     t0 = time.perf_counter()
-    state = F.run_campaign(2000, 2026, seeds=seeds)
-    c = state.counts
+    st = F.run_campaign(2000, 2026, seeds=seeds)
+    t = F.tally(st, seeds)
+    c = t.counts
     assert c["inputs"] == 2000 and c["text"] > 500 and c["json"] > 500
-    assert state.failures == 0, F.summary(state)
+    assert t.failures == 0 and st.summary()["bugs"] == 0, F.summary(st, seeds=seeds)
     assert c["crash"] == c["unlocated"] == c["roundtrip"] == c["slow"] == c["hang"] == 0
     assert c["accepted"] > 20 and c["rejected"] > 1000  # both outcomes are exercised
     assert c["accepted"] + c["rejected"] == 2000
-    assert state.max_seconds < F.SLOW_S
+    assert t.max_seconds < F.SLOW_S
     assert time.perf_counter() - t0 < 120
 
 
@@ -59,16 +59,43 @@ def test_inputs_are_a_function_of_seed_and_index(seeds):
 
 
 def test_a_resumed_campaign_equals_one_straight_run(seeds, tmp_path):
-    state_file = tmp_path / "state.json"
+    state_file = tmp_path / "state.jsonl"
     first = F.run_campaign(300, 5, state_file, seeds=seeds)
-    assert first.next == 300 and json.loads(state_file.read_text())["next"] == 300
-    resumed = F.run_campaign(600, 5, state_file, seeds=seeds)
+    assert sorted(first.records) == list(range(300))
+    assert len(state_file.read_text().splitlines()) == 1 + 300  # header + one line an input
+    seen = []
+    resumed = F.run_campaign(600, 5, state_file, seeds=seeds,
+                             progress=lambda st, rec: seen.append(rec["i"]))
+    assert sorted(seen) == list(range(300, 600)), "resuming checked old inputs again"
     straight = F.run_campaign(600, 5, seeds=seeds)
-    keys = ("inputs", "text", "json", "accepted", "rejected", "crash")
-    assert resumed.next == straight.next == 600
-    assert {k: resumed.counts[k] for k in keys} == {k: straight.counts[k] for k in keys}
-    with pytest.raises(F.TilenestError, match="seed 5, not 6"):
+    keys = ("status", "outcome", "reader", "from")
+    assert {i: [r[k] for k in keys] for i, r in resumed.records.items()} == \
+        {i: [r[k] for k in keys] for i, r in straight.records.items()}
+    assert F.tally(resumed).counts == F.tally(straight).counts
+    with pytest.raises(F.TilenestError, match="seed 5"):
         F.run_campaign(600, 6, state_file, seeds=seeds)
+
+
+def test_workers_give_the_records_of_one_process(seeds, tmp_path):
+    """Two worker processes (each given the corpus by the initializer) check
+    the same inputs the same way as one process does."""
+    pooled = F.run_campaign(150, 9, tmp_path / "p.jsonl", seeds=seeds, workers=2)
+    alone = F.run_campaign(150, 9, seeds=seeds)
+    keys = ("status", "outcome", "reader", "from")
+    assert {i: [r[k] for k in keys] for i, r in pooled.records.items()} == \
+        {i: [r[k] for k in keys] for i, r in alone.records.items()}
+
+
+def _count_from_the_first_input(monkeypatch, counter):
+    """The initializer warms the readers up by reading two seeds: reset
+    ``counter["n"]`` to 0 after it, so a planted reader counts inputs only."""
+    real_init = F.init_worker
+
+    def init(seeds=None):
+        real_init(seeds)
+        counter["n"] = 0
+
+    monkeypatch.setattr(F, "init_worker", init)
 
 
 def test_crashes_unlocated_errors_and_slow_inputs_are_findings(seeds, monkeypatch):
@@ -76,6 +103,7 @@ def test_crashes_unlocated_errors_and_slow_inputs_are_findings(seeds, monkeypatc
     TilenestError without a site, or takes too long, is recorded with its input."""
     real = F.read
     calls = {"n": 0}
+    _count_from_the_first_input(monkeypatch, calls)
 
     def flaky(kind, text):
         calls["n"] += 1
@@ -86,35 +114,65 @@ def test_crashes_unlocated_errors_and_slow_inputs_are_findings(seeds, monkeypatc
         return real(kind, text)
 
     monkeypatch.setattr(F, "read", flaky)
-    state = F.run_campaign(30, 1, seeds=seeds)
-    assert state.counts["crash"] == 10 and state.counts["unlocated"] == 10
-    crash = next(f for f in state.findings if f.kind == "crash")
+    st = F.run_campaign(30, 1, seeds=seeds)
+    t = F.tally(st)
+    assert t.counts["crash"] == 10 and t.counts["unlocated"] == 10
+    assert st.summary()["bugs"] == t.failures == 20  # the campaign counts them as bugs
+    crash = next(f for f in t.findings if f.kind == "crash")
     assert "KeyError: 'planted'" in crash.error and "planted" in crash.traceback
     assert crash.input == F.make_input(seeds, 1, crash.index)[1]
     monkeypatch.setattr(F, "read", real)
     monkeypatch.setattr(F, "SLOW_S", -1.0)
-    state = F.run_campaign(5, 1, seeds=seeds)
-    assert state.counts["slow"] == 5 and "slow (> -1 s) 5" in F.summary(state)
+    st = F.run_campaign(5, 1, seeds=seeds)
+    assert F.tally(st).counts["slow"] == 5 and "slow (> -1 s) 5" in F.summary(st)
+    assert {r["status"] for r in st.records.values()} == {"slow"}
+
+
+def test_a_reader_that_never_ends_is_a_hang_with_its_input(seeds, monkeypatch):
+    """The campaign's processor-time limit stops an input that loops forever;
+    the finding is reported as a hang and its input is made again from
+    (seed, index), since the stopped item recorded none."""
+    real = F.read
+    armed = {"n": -1}
+    _count_from_the_first_input(monkeypatch, armed)
+
+    def forever(kind, text):
+        while armed["n"] >= 0:
+            pass
+        return real(kind, text)
+
+    monkeypatch.setattr(F, "read", forever)
+    st = F.run_campaign(2, 3, seeds=seeds, time_limit=0.3)
+    t = F.tally(st, seeds)
+    assert t.counts["hang"] == 2 and st.summary()["bugs"] == 2
+    assert [f.kind for f in t.findings] == ["hang", "hang"]
+    assert t.findings[1].input == F.make_input(seeds, 3, 1)[1]
+    assert "hangs 2" in F.summary(st, seeds=seeds)
 
 
 def test_round_trip_failures_are_findings(seeds, monkeypatch):
     monkeypatch.setattr(F, "round_trip_problem", lambda p: "planted difference")
-    state = F.run_campaign(200, 3, seeds=seeds)
-    assert state.counts["roundtrip"] > 0 and state.counts["accepted"] == 0
-    assert all(f.error == "planted difference" for f in state.findings)
+    t = F.tally(F.run_campaign(200, 3, seeds=seeds))
+    assert t.counts["roundtrip"] > 0 and t.counts["accepted"] == 0
+    assert t.findings and all(f.error == "planted difference" for f in t.findings)
 
 
 def test_command_line_prints_the_summary_and_resumes(tmp_path):
-    state_file = tmp_path / "s.json"
+    from tilenest.validation.campaign import load_state
+
+    state_file = tmp_path / "s.jsonl"
     cmd = [sys.executable, "-m", "tilenest.validation.fuzz_text", "--count", "60", "--seed",
-           "4", "--resume", str(state_file), "--quiet"]
+           "4", "--state", str(state_file), "--workers", "1", "--quiet"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "fuzz_text seed 4: 60 inputs" in r.stdout and "crashes 0" in r.stdout
+    assert "60 new inputs" in r.stdout
     cmd[4] = "120"
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 0 and "120 inputs" in r.stdout
-    assert json.loads(state_file.read_text())["next"] == 120
+    assert r.returncode == 0 and "120 inputs" in r.stdout and "60 new inputs" in r.stdout
+    assert sorted(load_state(state_file, F.CAMPAIGN, 4, 120).records) == list(range(120))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0 and "120 inputs" in r.stdout and "0 new inputs" in r.stdout
 
 
 def test_mutations_handle_tokens_of_any_length():

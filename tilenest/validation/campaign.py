@@ -9,10 +9,19 @@ the campaign and its seed. Resuming reads the file, skips the items it
 records and runs the rest; the summary is always computed from the whole
 file, so a resumed campaign reports exactly what an uninterrupted one would.
 
-Each item yields a record ``{"i": i, "status": ..., "secs": ...}`` plus
-whatever the checker adds (a message, the failing input). A checker that
-raises, or runs past the per-item time limit, is recorded as ``crash`` or
-``timeout``: the campaign itself never stops on an item.
+Each item yields a record ``{"i": i, "status": ..., "secs": ..., "cpu_secs": ...}``
+plus whatever the checker adds (a message, the failing input). A record is a
+*bug* when its status is one of :data:`BUG_STATUSES` or the checker marked it
+``"bug": true`` (a campaign with statuses of its own, such as a reader's
+``unlocated`` error, says so in the record, so the state file alone decides
+the summary). A checker that raises, or runs past the per-item time limit, is
+recorded as ``crash`` or ``timeout``: the campaign itself never stops on an
+item.
+
+A checker that needs costly set-up (a corpus, a compiler) names an
+initializer: it runs once in every process that runs items (the campaign's
+own when ``workers`` is 1, else each worker as it starts), never inside an
+item's time.
 """
 
 from __future__ import annotations
@@ -22,11 +31,12 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import TilenestError
 
@@ -35,6 +45,12 @@ Checker = Callable[[int, int], dict[str, Any]]
 
 #: statuses that count as a bug found by the campaign
 BUG_STATUSES = ("mismatch", "error", "crash", "timeout", "slow")
+
+
+def is_bug(rec: dict[str, Any]) -> bool:
+    """Does this record count as a bug: a status in :data:`BUG_STATUSES`, or
+    the checker's own ``"bug": true`` mark?"""
+    return rec["status"] in BUG_STATUSES or rec.get("bug") is True
 
 
 class _ItemTimeout(BaseException):
@@ -51,8 +67,12 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
     CPU time becomes a ``crash`` / ``timeout`` record instead of escaping. The
     limit counts the process's CPU time (``ITIMER_PROF``), not wall time, so
     a campaign run at low priority on a busy machine does not report slow
-    scheduling as slow programs."""
+    scheduling as slow programs. (Checked code that blocks without computing
+    is not stopped by it; the checkers here only compute.) The record keeps
+    both clocks: ``secs`` (wall) and ``cpu_secs`` (this process's processor
+    time)."""
     t0 = time.perf_counter()
+    c0 = time.process_time()
     use_alarm = time_limit > 0 and hasattr(signal, "SIGPROF")
     if use_alarm:
         old = signal.signal(signal.SIGPROF, _on_alarm)
@@ -72,11 +92,36 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
             signal.signal(signal.SIGPROF, old)
     rec["i"] = i
     rec["secs"] = round(time.perf_counter() - t0, 4)
+    rec["cpu_secs"] = round(time.process_time() - c0, 4)
     return rec
+
+
+#: in a worker process: why its initializer failed (None when it succeeded)
+_INIT_ERROR: str | None = None
+
+
+def _init_guard(init: Callable[..., None] | None, args: tuple[Any, ...]) -> None:
+    """A worker's initializer. A failure is kept, not raised: raising would
+    break the pool, and every item would then be re-run alone and misreported
+    as a dead worker; instead each item of this worker records it."""
+    global _INIT_ERROR
+    if init is None:
+        return
+    try:
+        init(*args)
+    except Exception as e:  # noqa: BLE001 - reported on every item this worker takes
+        import traceback
+
+        _INIT_ERROR = f"the worker's initializer failed: {type(e).__name__}: {e}\n" + \
+            traceback.format_exc(limit=20)
 
 
 def _run_chunk(check: Checker, seed: int, items: list[int], time_limit: float
                ) -> list[dict[str, Any]]:
+    if _INIT_ERROR is not None:
+        return [{"i": i, "status": "crash", "secs": 0.0, "cpu_secs": 0.0,
+                 "message": _INIT_ERROR.splitlines()[0], "traceback": _INIT_ERROR}
+                for i in items]
     return [run_item(check, seed, i, time_limit) for i in items]
 
 
@@ -91,20 +136,20 @@ class CampaignState:
 
     def summary(self) -> dict[str, Any]:
         """Counts per status over the finished items, total item time, and the
-        number of bugs (records whose status is in :data:`BUG_STATUSES`)."""
+        number of bugs (records for which :func:`is_bug` holds)."""
         counts: dict[str, int] = {}
         for r in self.records.values():
             counts[r["status"]] = counts.get(r["status"], 0) + 1
         return {"campaign": self.name, "seed": self.seed, "count": self.count,
                 "done": len(self.records), "statuses": dict(sorted(counts.items())),
-                "bugs": sum(counts.get(s, 0) for s in BUG_STATUSES),
+                "bugs": sum(is_bug(r) for r in self.records.values()),
                 "item_secs": round(sum(r.get("secs", 0.0) for r in self.records.values()), 1),
                 "slowest_secs": max((r.get("secs", 0.0) for r in self.records.values()),
                                     default=0.0)}
 
     def bugs(self) -> list[dict[str, Any]]:
-        return [self.records[i] for i in sorted(self.records)
-                if self.records[i]["status"] in BUG_STATUSES]
+        """The bug records, in item order."""
+        return [self.records[i] for i in sorted(self.records) if is_bug(self.records[i])]
 
 
 def load_state(path: Path, name: str, seed: int, count: int) -> CampaignState:
@@ -142,11 +187,16 @@ def load_state(path: Path, name: str, seed: int, count: int) -> CampaignState:
 def run_campaign(name: str, check: Checker, count: int, seed: int, *,
                  state: Path | None = None, workers: int = 1, time_limit: float = 60.0,
                  chunk: int = 8,
-                 progress: Callable[[CampaignState, dict[str, Any]], None] | None = None
+                 progress: Callable[[CampaignState, dict[str, Any]], None] | None = None,
+                 init: Callable[..., None] | None = None, init_args: tuple[Any, ...] = ()
                  ) -> CampaignState:
     """Run items ``0..count-1`` not yet recorded in ``state``, appending each
-    record as it finishes. ``check`` must be a module-level function (it is
-    sent to worker processes by name)."""
+    record as it finishes. ``check`` (and ``init``) must be module-level
+    functions: they are sent to worker processes by name. ``init(*init_args)``
+    runs once in each process that runs items, before its first item (and
+    again in a worker that replaces a recycled or dead one); with one worker
+    its exception propagates, in a pool every item of that worker is a
+    ``crash`` naming it."""
     st = load_state(state, name, seed, count) if state is not None else \
         CampaignState(name, seed, count)
     todo = [i for i in range(count) if i not in st.records]
@@ -167,20 +217,36 @@ def run_campaign(name: str, check: Checker, count: int, seed: int, *,
         if progress is not None:
             progress(st, rec)
 
+    setup = _Setup(init, init_args)
     try:
         if workers <= 1:
+            if todo and init is not None:
+                init(*init_args)
             for i in todo:
                 record(run_item(check, seed, i, time_limit))
-        else:
-            _run_pooled(check, seed, todo, workers, chunk, time_limit, record)
+        elif todo:
+            _run_pooled(check, seed, todo, workers, chunk, time_limit, record, setup)
     finally:
         if out is not None:
             out.close()
     return st
 
 
+@dataclass(frozen=True)
+class _Setup:
+    """The per-process initializer of a pool (``init`` is None when there is none)."""
+
+    init: Callable[..., None] | None
+    args: tuple[Any, ...]
+
+    def pool(self, workers: int, ctx: Any, **kw: Any) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_guard,
+                                   initargs=(self.init, self.args), **kw)
+
+
 def _run_pooled(check: Checker, seed: int, todo: list[int], workers: int, chunk: int,
-                time_limit: float, record: Callable[[dict[str, Any]], None]) -> None:
+                time_limit: float, record: Callable[[dict[str, Any]], None],
+                setup: _Setup) -> None:
     """Run ``todo`` on a pool of ``workers`` processes, ``chunk`` items a task.
     A worker that dies (a segfault in compiled code) breaks the pool: the
     unfinished chunks are re-run one item a task on a new pool, an item that
@@ -191,10 +257,10 @@ def _run_pooled(check: Checker, seed: int, todo: list[int], workers: int, chunk:
     while queue:
         failed: list[list[int]] = []
         # workers are recycled so a long campaign's JIT memory stays bounded
-        with ProcessPoolExecutor(workers, mp_context=ctx, max_tasks_per_child=50) as ex:
+        with setup.pool(workers, ctx, max_tasks_per_child=50) as ex:
             pending: dict[Any, list[int]] = {}
 
-            def submit() -> None:
+            def submit(ex: Any = ex, pending: dict[Any, list[int]] = pending) -> None:
                 while queue and len(pending) < 2 * workers:
                     fut = ex.submit(_run_chunk, check, seed, queue[0], time_limit)
                     pending[fut] = queue.pop(0)
@@ -218,20 +284,20 @@ def _run_pooled(check: Checker, seed: int, todo: list[int], workers: int, chunk:
             failed.extend(pending.values())
         for c in failed:
             if len(c) == 1:
-                _run_isolated(check, seed, c[0], time_limit, ctx, record)
+                _run_isolated(check, seed, c[0], time_limit, ctx, record, setup)
             else:
                 queue[:0] = [[i] for i in c]
 
 
 def _run_isolated(check: Checker, seed: int, i: int, time_limit: float, ctx: Any,
-                  record: Callable[[dict[str, Any]], None]) -> None:
+                  record: Callable[[dict[str, Any]], None], setup: _Setup) -> None:
     """Item ``i`` alone in a fresh one-worker pool: if its worker dies now,
     nothing else was running, so the item is the cause (``crash``)."""
-    with ProcessPoolExecutor(1, mp_context=ctx) as ex:
+    with setup.pool(1, ctx) as ex:
         try:
             recs = ex.submit(_run_chunk, check, seed, [i], time_limit).result()
         except BrokenProcessPool:
-            recs = [{"i": i, "status": "crash", "secs": 0.0,
+            recs = [{"i": i, "status": "crash", "secs": 0.0, "cpu_secs": 0.0,
                      "message": "the worker process died (a signal in compiled code?)"}]
     for rec in recs:
         record(rec)

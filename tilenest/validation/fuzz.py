@@ -720,27 +720,37 @@ def check_item(seed: int, i: int, cases: int = 2) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tilenest.validation.fuzz [N] [SEED] [--state F] [--workers W]``:
-    a seeded differential campaign of N random programs on the LLVM target.
-    With ``--state`` it is resumable (rerun the same command to continue).
-    Prints every failure (TileIR and DSL source) and a summary; exit status 1
-    on any mismatch, error, crash or timeout."""
+    """``python -m tilenest.validation.fuzz [N] [SEED] [--count N] [--seed S]
+    [--state FILE] [--workers W]``: a seeded differential campaign of N random
+    programs on the LLVM target (N and SEED may be given by position or by
+    flag, as for ``tilenest.validation.fuzz_text``). With ``--state`` it is
+    resumable (rerun the same command to continue). Prints every failure
+    (TileIR and DSL source) and a summary; exit status 1 on any mismatch,
+    error, crash or timeout."""
     import argparse
     import sys
     import time
     from pathlib import Path
 
-    from .campaign import BUG_STATUSES, run_campaign
+    from .campaign import is_bug, run_campaign
 
     ap = argparse.ArgumentParser(prog="python -m tilenest.validation.fuzz",
                                  description=main.__doc__.split("\n\n")[0])
-    ap.add_argument("count", nargs="?", type=int, default=5000)
-    ap.add_argument("seed", nargs="?", type=int, default=20260)
-    ap.add_argument("--state", type=Path, help="JSON-lines state file (resumable)")
+    ap.add_argument("n", nargs="?", type=int, metavar="N", help="programs (same as --count)")
+    ap.add_argument("s", nargs="?", type=int, metavar="SEED", help="seed (same as --seed)")
+    ap.add_argument("--count", type=int, help="programs in the campaign (default 5000)")
+    ap.add_argument("--seed", type=int, help="campaign seed (default 20260)")
+    ap.add_argument("--state", type=Path, metavar="FILE",
+                    help="JSON-lines state file (resumable)")
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--time-limit", type=float, default=120.0,
                     help="CPU seconds one program may take before it counts as a timeout")
     a = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    for pos, flag, name, default in ((a.n, a.count, "count", 5000),
+                                     (a.s, a.seed, "seed", 20260)):
+        if pos is not None and flag is not None and pos != flag:
+            ap.error(f"the {name} is given twice, as {pos} and as --{name} {flag}")
+        setattr(a, name, next((v for v in (flag, pos) if v is not None), default))
     if a.count < 1 or a.workers < 1:
         ap.error("count and --workers must be at least 1")
     t0 = time.perf_counter()
@@ -748,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def progress(st: Any, rec: dict[str, Any]) -> None:
         n0[0] += 1
-        if rec["status"] in BUG_STATUSES:
+        if is_bug(rec):
             print(f"#{rec['i']} {rec['status']}: {rec.get('message', '')}\n--- TileIR ---\n"
                   f"{rec.get('tileir', '')}\n--- DSL ---\n{rec.get('source', '')}", flush=True)
         elif rec["status"] in ("unsupported", "skipped"):

@@ -23,25 +23,32 @@ Each input is fed to its reader with verification (``parse_program`` or
   without any location (kind ``unlocated``);
 * ``slow`` -- reading and the round trips took more than :data:`SLOW_S`
   seconds of processor time (kind ``slow``); an input is abandoned after
-  :data:`HANG_S` seconds of wall-clock time (kind ``hang``).
+  :data:`HANG_S` processor seconds (kind ``hang``).
 
-A campaign is resumable: ``--resume STATE`` keeps the progress and every
-finding (with its input and traceback) in a JSON state file, rewritten
-atomically every few seconds; running the same command again continues where
-it stopped. ``python -m tilenest.validation.fuzz_text --count N --seed S``.
+Both limits count processor time, not wall-clock time: the readers only
+compute (no input makes them wait on anything), so the processor time an
+input costs is a property of the input, while wall-clock time also counts
+every other process sharing the machine and would report a busy machine as
+slow inputs. A reader that loops forever burns processor time, so the hang
+limit still catches it.
+
+The campaign loop is :mod:`tilenest.validation.campaign`'s: input ``i`` is
+checked by :func:`check_item`, its record is appended to a JSON-lines state
+file (``--state FILE``; running the same command again resumes it and checks
+only the inputs it lacks), inputs are spread over ``--workers`` processes,
+and the summary is computed from the whole file::
+
+    python -m tilenest.validation.fuzz_text --count N --seed S --state FILE --workers W
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import importlib.util
 import json
-import os
 import random
 import re
-import signal
 import sys
 import time
 import traceback
@@ -53,6 +60,8 @@ from typing import Any
 from ..errors import TilenestError
 from ..semantics import dtypes as D
 from ..semantics.jsonio import _write
+from . import campaign
+from .campaign import CampaignState
 
 #: an input slower than this (processor seconds, reading and round trips) is a finding
 SLOW_S = 1.0
@@ -377,14 +386,6 @@ class Finding:
     traceback: str = ""
 
 
-class _Hang(Exception):
-    pass
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _Hang()
-
-
 def make_input(seeds: list[Seed], seed: int, index: int) -> tuple[Seed, str]:
     """Input ``index`` of the campaign ``seed``: the entry it mutates and the text."""
     rng = random.Random(f"{seed}:{index}")
@@ -461,14 +462,10 @@ def check_one(kind: str, text: str) -> tuple[str, str, str]:
         if not _located(e):
             return "unlocated", e.render(), ""
         return "rejected", "", ""
-    except _Hang:
-        raise
     except Exception as e:  # noqa: BLE001 - the finding this fuzzer is for
         return "crash", f"{type(e).__name__}: {e}"[:2000], traceback.format_exc()[-8000:]
     try:
         problem = round_trip_problem(p)
-    except _Hang:
-        raise
     except Exception as e:  # noqa: BLE001
         return "roundtrip", f"{type(e).__name__}: {e}"[:2000], traceback.format_exc()[-8000:]
     if problem:
@@ -480,215 +477,200 @@ def check_one(kind: str, text: str) -> tuple[str, str, str]:
 # campaign
 
 
-@dataclass
-class State:
-    """Progress of a campaign (what ``--resume`` keeps)."""
-
-    seed: int
-    count: int
-    next: int = 0
-    seconds: float = 0.0
-    counts: dict[str, int] = field(default_factory=lambda: {
-        "inputs": 0, "text": 0, "json": 0, "accepted": 0, "rejected": 0, "crash": 0,
-        "unlocated": 0, "roundtrip": 0, "slow": 0, "hang": 0})
-    findings: list[Finding] = field(default_factory=list)
-    max_seconds: float = 0.0
-    slowest: int = -1
-
-    def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["schema"] = "tilenest.fuzz_text/1"
-        return d
-
-    @staticmethod
-    def from_json(d: dict[str, Any]) -> State:
-        d = dict(d)
-        d.pop("schema", None)
-        d["findings"] = [Finding(**f) for f in d.get("findings", [])]
-        return State(**d)
-
-    @property
-    def failures(self) -> int:
-        c = self.counts
-        return c["crash"] + c["unlocated"] + c["roundtrip"] + c["slow"] + c["hang"]
-
-
-def _save(state: State, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state.to_json(), indent=1, ensure_ascii=True))
-    os.replace(tmp, path)
-
-
-#: inputs per unit of work (the granularity of progress and of ``--jobs``)
-CHUNK = 250
+#: the campaign's name in its state file
+CAMPAIGN = "fuzz-text"
+#: inputs per task handed to a worker process (inputs take milliseconds)
+CHUNK = 100
+#: outcomes that are not findings
+_FINE = ("accepted", "rejected")
 
 _SEEDS: list[Seed] | None = None
 
 
-def _init_worker(seeds: list[Seed] | None) -> None:
+def init_worker(seeds: list[Seed] | None = None) -> None:
+    """Set up a process that checks inputs: the corpus (given, or built here,
+    once per process: building it reads every case and imports every example),
+    room for the readers' deepest legitimate recursion, and the readers
+    themselves, warmed by checking one text and one JSON seed -- so that the
+    modules they import on first use are not timed as the first input's
+    reading (a fresh worker would otherwise report its first input slow)."""
     global _SEEDS
     _SEEDS = seeds if seeds is not None else corpus()
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
+    for kind in ("text", "json"):
+        s = next((s for s in _SEEDS if s.kind == kind), None)
+        if s is not None:
+            check_one(s.kind, s.text)
 
 
-def _run_one(seeds: list[Seed], seed: int, i: int, use_alarm: bool) -> tuple[
-        str, float, Finding | None, Finding | None, str]:
-    s, text = make_input(seeds, seed, i)
-    # processor time of this thread, so that a loaded machine does not make an
-    # input look slow (the hang guard below is wall-clock)
-    t0 = time.thread_time()
-    try:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, HANG_S)
-        outcome, error, tb = check_one(s.kind, text)
-    except _Hang:
-        outcome, error, tb = "hang", f"still running after {HANG_S:g} s", ""
-    finally:
-        if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    dt = time.thread_time() - t0
-    finding = slow = None
-    if outcome not in ("accepted", "rejected"):
-        finding = Finding(i, outcome, s.kind, s.name, dt, error, text[:MAX_RECORDED], tb)
-    if dt > SLOW_S and outcome != "hang":
-        slow = Finding(i, "slow", s.kind, s.name, dt, f"took {dt:.2f} s", text[:MAX_RECORDED])
-    return outcome, dt, finding, slow, s.kind
+def _corpus() -> list[Seed]:
+    if _SEEDS is None:
+        init_worker()
+    assert _SEEDS is not None
+    return _SEEDS
 
 
-def _run_chunk(args: tuple[int, int, int]) -> dict[str, Any]:
-    """Inputs ``start .. end-1`` of campaign ``seed``: counts, time and findings."""
-    seed, start, end = args
-    seeds = _SEEDS if _SEEDS is not None else corpus()
-    import threading
-
-    use_alarm = hasattr(signal, "setitimer") and \
-        threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGALRM, _on_alarm) if use_alarm else None
-    out: dict[str, Any] = {"start": start, "end": end, "counts": {}, "findings": [],
-                           "seconds": 0.0, "max_seconds": 0.0, "slowest": -1}
-    c = out["counts"]
-    try:
-        for i in range(start, end):
-            outcome, dt, finding, slow, kind = _run_one(seeds, seed, i, use_alarm)
-            for k in ("inputs", kind, outcome) + (("slow",) if slow else ()):
-                c[k] = c.get(k, 0) + 1
-            out["seconds"] += dt
-            if dt > out["max_seconds"]:
-                out["max_seconds"], out["slowest"] = dt, i
-            out["findings"] += [f for f in (finding, slow) if f is not None]
-    finally:
-        if use_alarm:
-            signal.signal(signal.SIGALRM, old)
-    return out
+def check_item(seed: int, i: int) -> dict[str, Any]:
+    """The campaign record of input ``i`` of campaign ``seed``: ``status`` is
+    the reader's outcome (see :func:`check_one`), or ``slow`` for an input
+    that reads fine but took more than :data:`SLOW_S` processor seconds.
+    ``read_secs`` is the processor time of reading and the round trips
+    (making the input is not counted). Findings carry ``"bug": true``, the
+    error, its traceback and the input itself."""
+    s, text = make_input(_corpus(), seed, i)
+    t0 = time.process_time()
+    outcome, error, tb = check_one(s.kind, text)
+    dt = time.process_time() - t0
+    rec: dict[str, Any] = {"status": outcome, "outcome": outcome, "reader": s.kind,
+                           "from": s.name, "read_secs": round(dt, 4)}
+    if dt > SLOW_S:
+        rec["slow"] = True
+        if outcome in _FINE:
+            rec["status"], error = "slow", f"took {dt:.2f} s"
+    if rec["status"] not in _FINE:
+        rec.update(bug=True, message=error, input=text[:MAX_RECORDED])
+        if tb:
+            rec["traceback"] = tb
+    return rec
 
 
-def _merge(state: State, r: dict[str, Any]) -> None:
-    for k, v in r["counts"].items():
-        state.counts[k] = state.counts.get(k, 0) + v
-    state.seconds += r["seconds"]
-    if r["max_seconds"] > state.max_seconds:
-        state.max_seconds, state.slowest = r["max_seconds"], r["slowest"]
-    state.findings += r["findings"]
-    state.next = r["end"]
+def run_campaign(count: int, seed: int, state: Path | None = None, *,
+                 seeds: list[Seed] | None = None, workers: int = 1,
+                 time_limit: float = HANG_S,
+                 progress: Callable[[CampaignState, dict[str, Any]], None] | None = None
+                 ) -> CampaignState:
+    """Inputs ``0 .. count-1`` of campaign ``seed`` through
+    :func:`tilenest.validation.campaign.run_campaign`: resumed from the
+    JSON-lines file ``state`` (if given) and recorded there as they finish,
+    on ``workers`` processes, each input stopped after ``time_limit``
+    processor seconds (a ``timeout``, reported as a hang). ``seeds`` is the
+    corpus (built once per process when omitted)."""
+    return campaign.run_campaign(CAMPAIGN, check_item, count, seed, state=state,
+                                 workers=workers, time_limit=time_limit, chunk=CHUNK,
+                                 progress=progress, init=init_worker, init_args=(seeds,))
 
 
-def run_campaign(count: int, seed: int, state_path: Path | None = None,
-                 seeds: list[Seed] | None = None, jobs: int = 1,
-                 progress: Callable[[State], None] | None = None) -> State:
-    """Run inputs ``0 .. count-1`` of campaign ``seed``, continuing the state
-    saved at ``state_path`` (if any) and saving it there as it goes; with
-    ``jobs > 1``, chunks of :data:`CHUNK` inputs run in that many processes
-    (results are merged in input order, so the state is the same)."""
-    state: State | None = None
-    if state_path is not None and state_path.exists():
-        state = State.from_json(json.loads(state_path.read_text()))
-        if state.seed != seed:
-            raise TilenestError(f"{state_path} holds campaign seed {state.seed}, not {seed}",
-                                hint="pass the same --seed, or another --resume file")
-        state.count = max(state.count, count)
-    if state is None:
-        state = State(seed, count)
-    chunks = [(seed, a, min(a + CHUNK, state.count))
-              for a in range(state.next, state.count, CHUNK)]
-    last_save = time.monotonic()
+@dataclass
+class Tally:
+    """A campaign's figures in this fuzzer's terms, computed from its records:
+    ``counts`` per reader and per outcome (a slow input also counts under its
+    outcome; a campaign timeout is a ``hang``), the findings, and the
+    processor time of reading."""
 
-    def done(r: dict[str, Any]) -> None:
-        nonlocal last_save
-        _merge(state, r)
-        if time.monotonic() - last_save > 5:
-            if state_path is not None:
-                _save(state, state_path)
-            last_save = time.monotonic()
-            if progress is not None:
-                progress(state)
+    seed: int
+    count: int
+    counts: dict[str, int]
+    findings: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+    max_seconds: float = 0.0
+    slowest: int = -1
 
-    try:
-        if jobs <= 1:
-            _init_worker(seeds)
-            for ch in chunks:
-                done(_run_chunk(ch))
-        else:
-            import multiprocessing as mp
-
-            with mp.get_context("fork").Pool(jobs, _init_worker, (seeds,)) as pool:
-                for r in pool.imap(_run_chunk, chunks):
-                    done(r)
-    finally:
-        if state_path is not None:
-            _save(state, state_path)
-    return state
+    @property
+    def failures(self) -> int:
+        """Inputs with a finding (each counted once)."""
+        return len(self.findings)
 
 
-def summary(state: State, wall: float | None = None) -> str:
-    """The campaign's figures and findings, as printed at the end."""
-    c = state.counts
+def tally(st: CampaignState, seeds: list[Seed] | None = None) -> Tally:
+    """The :class:`Tally` of a campaign's records. A record the campaign made
+    itself (a timeout, or a crash outside the reader) holds no input: it is
+    made again from ``(seed, index)`` with ``seeds`` (or this process's corpus)."""
+    c = dict.fromkeys(("inputs", "text", "json", "accepted", "rejected", "crash", "unlocated",
+                       "roundtrip", "slow", "hang"), 0)
+    t = Tally(st.seed, st.count, c)
+    for i in sorted(st.records):
+        r = st.records[i]
+        outcome = r.get("outcome", "hang" if r["status"] == "timeout" else r["status"])
+        c["inputs"] += 1
+        c[outcome] = c.get(outcome, 0) + 1
+        if "reader" in r:
+            c[r["reader"]] += 1
+        c["slow"] += bool(r.get("slow"))
+        secs = r.get("read_secs", r.get("cpu_secs", 0.0))
+        t.seconds += secs
+        if secs > t.max_seconds:
+            t.max_seconds, t.slowest = secs, i
+        if campaign.is_bug(r):
+            if "input" in r:
+                reader, origin, text = r["reader"], r["from"], r["input"]
+            else:
+                s, text = make_input(seeds if seeds is not None else _corpus(), st.seed, i)
+                reader, origin = s.kind, s.name
+            kind = "hang" if r["status"] == "timeout" else r["status"]
+            t.findings.append(Finding(i, kind, reader, origin, secs, r.get("message", ""),
+                                      text, r.get("traceback", "")))
+    return t
+
+
+def summary(st: CampaignState, wall: float | None = None, new: int | None = None,
+            seeds: list[Seed] | None = None) -> str:
+    """The campaign's figures and findings, as printed at the end (``wall``
+    and ``new``: this run's wall-clock time and number of inputs checked)."""
+    t = tally(st, seeds)
+    c = t.counts
+    this_run = [f"{wall:.1f} s wall"] if wall is not None else []
+    this_run += [f"{new} new inputs"] if new is not None else []
     lines = [
-        f"fuzz_text seed {state.seed}: {c['inputs']} inputs ({c['text']} text, {c['json']} JSON)"
-        f" of {state.count}",
+        (f"fuzz_text seed {t.seed}: {c['inputs']} inputs ({c['text']} text, "
+         f"{c['json']} JSON) of {t.count}"),
         f"  accepted {c['accepted']}, rejected with a located TilenestError {c['rejected']}",
-        f"  crashes {c['crash']}, unlocated errors {c['unlocated']}, round-trip failures "
-        f"{c['roundtrip']}, slow (> {SLOW_S:g} s) {c['slow']}, hangs {c['hang']}",
-        f"  reading time {state.seconds:.1f} s"
-        + (f" (this run {wall:.1f} s wall)" if wall is not None else "")
-        + f", slowest input {state.slowest} at {state.max_seconds * 1000:.0f} ms",
+        (f"  crashes {c['crash']}, unlocated errors {c['unlocated']}, round-trip failures "
+         f"{c['roundtrip']}, slow (> {SLOW_S:g} s) {c['slow']}, hangs {c['hang']}"),
+        f"  reading time {t.seconds:.1f} s"
+        + (f" (this run {', '.join(this_run)})" if this_run else "")
+        + f", slowest input {t.slowest} at {t.max_seconds * 1000:.0f} ms",
     ]
-    for f in state.findings[:20]:
+    for f in t.findings[:20]:
         lines.append(f"  [{f.kind}] input {f.index} ({f.reader}, from {f.seed}, "
                      f"{f.seconds:.2f} s): {f.error.splitlines()[0] if f.error else ''}")
         if f.traceback:
             lines += ["      " + ln for ln in f.traceback.strip().splitlines()[-4:]]
-    if len(state.findings) > 20:
-        lines.append(f"  ... and {len(state.findings) - 20} more findings in the state file")
+    if len(t.findings) > 20:
+        lines.append(f"  ... and {len(t.findings) - 20} more findings in the state file")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m tilenest.validation.fuzz_text [--count N] [--seed S]
+    [--state FILE] [--workers W]``: a mutation campaign over the readers;
+    with ``--state`` it is resumable (rerun the same command to continue).
+    Exit status 1 on any finding."""
     ap = argparse.ArgumentParser(
         prog="python -m tilenest.validation.fuzz_text",
         description="mutation fuzzing of the TileIR text and JSON readers "
-                    "(exit 1 on any crash, unlocated error, round-trip failure or slow input)")
+                    "(exit 1 on any crash, unlocated error, round-trip failure, slow input "
+                    "or hang)")
     ap.add_argument("--count", type=int, default=2000, help="inputs in the campaign")
     ap.add_argument("--seed", type=int, default=0, help="campaign seed")
-    ap.add_argument("--resume", metavar="STATE", help="state file: continue it, and keep "
-                                                      "progress and findings there")
-    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--state", type=Path, metavar="FILE",
+                    help="JSON-lines state file: resumed if it exists, every input recorded")
+    ap.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    ap.add_argument("--time-limit", type=float, default=HANG_S,
+                    help=f"processor seconds after which an input is a hang ({HANG_S:g})")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     a = ap.parse_args(argv)
     if a.count < 0:
         ap.error("--count must be >= 0")
-    if a.jobs < 1:
-        ap.error("--jobs must be >= 1")
+    if a.workers < 1:
+        ap.error("--workers must be >= 1")
     t0 = time.perf_counter()
+    last = [t0]
+    new = [0]
 
-    def progress(s: State) -> None:
-        if not a.quiet:
-            print(f"  ... {s.next}/{s.count} inputs, {s.failures} findings, "
-                  f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    def progress(st: CampaignState, rec: dict[str, Any]) -> None:
+        new[0] += 1
+        now = time.perf_counter()
+        if not a.quiet and now - last[0] > 5:
+            last[0] = now
+            bugs = sum(campaign.is_bug(r) for r in st.records.values())
+            print(f"  ... {len(st.records)}/{st.count} inputs, {bugs} findings, "
+                  f"{now - t0:.0f} s", file=sys.stderr, flush=True)
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 1000))
-    state = run_campaign(a.count, a.seed, Path(a.resume) if a.resume else None,
-                         jobs=a.jobs, progress=progress)
-    print(summary(state, time.perf_counter() - t0))
-    return 1 if state.failures else 0
+    seeds = corpus()
+    st = run_campaign(a.count, a.seed, a.state, seeds=seeds, workers=a.workers,
+                      time_limit=a.time_limit, progress=progress)
+    print(summary(st, time.perf_counter() - t0, new[0], seeds))
+    return 1 if st.summary()["bugs"] else 0
 
 
 if __name__ == "__main__":
