@@ -290,3 +290,24 @@ def test_a_zero_of_unknown_sign_is_not_one_value():
     assert not adm_z.admits(np.array([1e-45], np.float32))
     assert adm_w.admits(np.array([np.inf], np.float32))
     assert adm_w.admits(np.array([-np.inf], np.float32))
+
+
+def test_undetermined_admitted_set_never_admits():
+    """A branch on an inexact value (here a tree sum) makes the admitted set
+    undetermined: admits() must say so, never pass."""
+    @tn.kernel
+    def branchy(x: tn.Tensor[tn.f32, "N"], y: tn.Tensor[tn.f32, "N"]):
+        (n,) = x.shape
+        for p in tn.parallel(tn.shape(1)):
+            t = x[tn.coord(0), tn.shape(8), tn.bounds.zero]
+            s = tn.reduce(t, t.dim(0), tn.add)
+            if tn.if_(s > 1.0):
+                t = t * 2.0
+            y(tn.coord(0), tn.shape(8)).store(t)
+
+    x = np.full(8, 1.0 / 8, np.float32) + np.float32(1e-9)
+    adm = tn.reference(branchy, x, np.zeros(8, np.float32))
+    assert not adm.determined
+    v = adm.admits(adm.value)
+    assert not v and v.undetermined and "cannot judge" in v.reason
+    assert "if" in v.reason

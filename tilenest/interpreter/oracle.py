@@ -29,9 +29,14 @@ from ..semantics.dtypes import DType
 
 @dataclass
 class Verdict:
+    """Whether a candidate is admitted; if not, the first offending element and
+    why. ``undetermined``: the oracle could not judge at all (the admitted set
+    depends on a branch taken on an inexact value), which is never a pass."""
+
     ok: bool
     index: tuple[int, ...] | None = None
     reason: str = ""
+    undetermined: bool = False
 
     def __bool__(self) -> bool:
         return self.ok
@@ -52,6 +57,8 @@ class Admitted:
     hi: np.ndarray | None = None
     determined: bool = True  # False when control flow depended on an inexact value
     nan: np.ndarray | None = None  # NaN admitted (besides the range)
+    #: where control flow depended on an inexact value (when not ``determined``)
+    undetermined_at: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.lo is None:
@@ -89,6 +96,15 @@ class Admitted:
             return np.where(self.exact_mask, 0.0, np.maximum(self.hi - self.lo, 0.0))
 
     def admits(self, candidate: Any) -> Verdict:
+        """Whether ``candidate`` is an admitted result. Never ok when the set is
+        not ``determined``: a branch or loop condition was computed from an
+        inexact value, so admitted executions may have taken other paths whose
+        results this run did not compute."""
+        if not self.determined:
+            at = f" at {', '.join(self.undetermined_at)}" if self.undetermined_at else ""
+            return Verdict(False, None, f"{self.name}: the oracle cannot judge this call: control "
+                           f"flow{at} depends on an inexact value (a tree reduction, a "
+                           "reassociating mma or a transcendental)", undetermined=True)
         c = np.asarray(candidate)
         if c.shape != self.value.shape:
             return Verdict(False, None, f"shape {c.shape} differs from {self.value.shape}")
