@@ -311,3 +311,27 @@ def test_undetermined_admitted_set_never_admits():
     v = adm.admits(adm.value)
     assert not v and v.undetermined and "cannot judge" in v.reason
     assert "if" in v.reason
+
+
+def test_index_read_from_an_inexact_value_is_undetermined():
+    """An address computed from a value whose admitted set is a range (here a
+    tree sum, cast to an index) may differ in admitted executions: the oracle
+    must not judge the stored tile as if that address were exact."""
+    @tn.kernel
+    def pick(x: tn.Tensor[tn.f32, "N"], y: tn.Tensor[tn.f32, "N"]):
+        (n,) = x.shape
+        for p in tn.parallel(tn.shape(1)):
+            t = x[tn.coord(0), tn.shape(8), tn.bounds.zero]
+            s = tn.reduce(t, t.dim(0), tn.add)
+            k = tn.cast(s, tn.i64)
+            y(tn.coord(0), tn.shape(1)).store(x[tn.coord(k), tn.shape(1), tn.bounds.zero])
+
+    x = np.full(8, 1.0 / 8, np.float32)
+    x[0] += np.float32(3e-8)
+    adm = tn.reference(pick, x, np.zeros(8, np.float32))
+    v = adm.admits(adm.value)
+    assert not adm.determined and v.undetermined and "%k" in v.reason or "reading" in v.reason
+
+    # an exact index stays determined
+    adm = tn.reference(pick, np.zeros(8, np.float32), np.zeros(8, np.float32))
+    assert adm.determined and adm.admits(adm.value)

@@ -204,7 +204,10 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
             missed = np.isnan(ref) & ~nan
             lo, hi, nan = S.join((lo, hi, nan), ~np.isnan(ref), ref)
             lo, hi, nan = S.settle(np.where(missed, np.nan, lo), hi, nan)
-        at = tuple(dict.fromkeys(f"{op.name} ({op.loc})" if op.loc else op.name
-                                 for op in it.undetermined))
-        res.append(Admitted(v.name, v.type.dtype, a, lo, hi, not it.undetermined, nan, at))
+        at = tuple(dict.fromkeys([f"{op.name} ({op.loc})" if op.loc else op.name
+                                  for op in it.undetermined] +
+                                 [f"an index or condition reading %{n}"
+                                  for n in it.inexact_indices]))
+        res.append(Admitted(v.name, v.type.dtype, a, lo, hi,
+                            not (it.undetermined or it.inexact_indices), nan, at))
     return res[0] if len(res) == 1 else tuple(res)

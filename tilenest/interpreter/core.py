@@ -174,6 +174,8 @@ class Interpreter:
         self.track: list[tuple[int, dict[str, Any]]] = []
         self.mem_ids = 0
         self.undetermined: list[Operation] = []  # oracle: control flow on inexact values
+        #: oracle: values with inexact admitted sets read by index expressions
+        self.inexact_indices: list[str] = []
         self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
         # region op id -> per-instance box constraint of a domain whose extents
@@ -391,11 +393,18 @@ class Interpreter:
             live = vals.reshape(-1) if act is None else vals[act]
             return max(0, int(live.max())), False
 
+    def index_from_inexact(self, name: str) -> None:
+        """An index expression or condition read ``name``, whose admitted set is
+        not one value: the oracle's answer is then undetermined (reference)."""
+        if self.opts.oracle and name not in self.inexact_indices:
+            self.inexact_indices.append(name)
+
     def lane_values(self, e: E.Expr) -> np.ndarray:
         """``e`` at every batched instance (an int64 array of shape ``bshape``)."""
         from .runtime import eval_exprs
 
-        (v,) = eval_exprs([e], self.ienv, self.nb, (), (), self.values)
+        (v,) = eval_exprs([e], self.ienv, self.nb, (), (), self.values,
+                          self.index_from_inexact)
         v = np.asarray(v, dtype=np.int64)
         v = v.reshape(v.shape + (1,) * (self.nb - v.ndim)) if v.ndim < self.nb else v
         return np.broadcast_to(v, self.bshape)

@@ -38,7 +38,7 @@ def _access(it: Interpreter, op: Operation, t: TensorRT, tile_shape: tuple[int, 
     nb = it.nb
     r = len(tile_shape)
     exprs = list(op.attrs["map"]) + [op.attrs["valid"]]
-    vals = eval_exprs(exprs, it.ienv, nb, op.attrs["vars"], tile_shape, it.values)
+    vals = eval_exprs(exprs, it.ienv, nb, op.attrs["vars"], tile_shape, it.values, it.index_from_inexact)
     coords, valid_pred = vals[:-1], vals[-1]
     full = tuple(it.bshape) + tuple(tile_shape)
     coords = [np.broadcast_to(np.asarray(c, dtype=np.int64), full) for c in coords]
@@ -271,7 +271,7 @@ def _alloc(it: Interpreter, op: Operation) -> None:
         raise BoundsError(f"memory layout size {size} is negative", op.loc)
     # the layout at every instance executed together (it may mention their coordinates)
     r = len(shape)
-    (off,) = eval_exprs([mt.layout.offset], it.ienv, it.nb, mt.layout.vars, shape, it.values)
+    (off,) = eval_exprs([mt.layout.offset], it.ienv, it.nb, mt.layout.vars, shape, it.values, it.index_from_inexact)
     off = np.asarray(off, dtype=np.int64)
     off = off.reshape((1,) * (it.nb + r - off.ndim) + off.shape)
     off = np.broadcast_to(off, off.shape[:it.nb] + shape)

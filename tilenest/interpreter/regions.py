@@ -91,7 +91,7 @@ def _pred_value(it: Interpreter, op: Operation) -> Any:
         p = E.pand(p, extra)
     if p == E.TRUE:
         return True
-    (v,) = eval_exprs([p], it.ienv, it.nb, (), (), it.values)
+    (v,) = eval_exprs([p], it.ienv, it.nb, (), (), it.values, it.index_from_inexact)
     return v
 
 

@@ -114,9 +114,13 @@ def lift_index(x: Any, nb: int, r: int) -> Any:
 
 
 def eval_exprs(exprs: Sequence[Any], ienv: IndexEnv, nb: int, local_vars: Sequence[str],
-               local_shape: Sequence[int], values: dict[str, Any]) -> list[Any]:
+               local_shape: Sequence[int], values: dict[str, Any],
+               on_inexact: Any = None) -> list[Any]:
     """Evaluate expressions/predicates over a tile's local grid: the result
-    broadcasts over ``batch[:nb] + local_shape``."""
+    broadcasts over ``batch[:nb] + local_shape``. A value read by an expression
+    is taken at its canonical evaluation; when its admitted set is not a single
+    value (the oracle's shadow), ``on_inexact(name)`` is told, since admitted
+    executions may then compute other indices or conditions."""
     r = len(local_shape)
     env: dict[E.Expr, Any] = dict(ienv.syms)
     for k, v in ienv.vars.items():
@@ -129,6 +133,9 @@ def eval_exprs(exprs: Sequence[Any], ienv: IndexEnv, nb: int, local_vars: Sequen
         for leaf in E.leaves(e):
             if isinstance(leaf, E.Val) and leaf not in env:
                 rv = values[leaf.name]
+                if on_inexact is not None and rv.lo is not None and (
+                        np.any(rv.lo != rv.hi) or np.any(rv.nan)):
+                    on_inexact(leaf.name)
                 a = rv.lift(nb) if rv.nb <= nb else rv.a
                 env[leaf] = a.astype(np.int64).reshape(a.shape + (1,) * r)
     out = []

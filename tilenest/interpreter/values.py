@@ -169,7 +169,7 @@ def _per(it: Interpreter, op: Operation) -> None:
 def _index(it: Interpreter, op: Operation) -> None:
     t: TileType = op.result.type
     shape = tuple(it.extent(x) for x in t.extents)
-    (v,) = eval_exprs([op.attrs["value"]], it.ienv, it.nb, op.attrs["vars"], shape, it.values)
+    (v,) = eval_exprs([op.attrs["value"]], it.ienv, it.nb, op.attrs["vars"], shape, it.values, it.index_from_inexact)
     v = np.asarray(v, dtype=np.int64)
     nb = it.nb
     if v.ndim < nb + len(shape):
@@ -208,7 +208,7 @@ def _reindex(it: Interpreter, op: Operation) -> None:
     t: TileType = op.result.type
     out_shape = tuple(it.extent(e) for e in t.extents)
     nb = max(it.nb, x.nb)
-    src = eval_exprs(op.attrs["map"], it.ienv, nb, op.attrs["vars"], out_shape, it.values)
+    src = eval_exprs(op.attrs["map"], it.ienv, nb, op.attrs["vars"], out_shape, it.values, it.index_from_inexact)
     xs = x.tile_shape
     full = np.broadcast_shapes(*(np.shape(s) for s in src), (1,) * (nb + len(out_shape)))
     ok = np.ones(full, dtype=bool)
@@ -312,7 +312,7 @@ def _put(it: Interpreter, op: Operation) -> None:
     xs = x.tile_shape
     ps = p.tile_shape
     r = len(xs)
-    origin = eval_exprs(op.attrs["origin"], it.ienv, nb, (), (), it.values)
+    origin = eval_exprs(op.attrs["origin"], it.ienv, nb, (), (), it.values, it.index_from_inexact)
     base = np.array(np.broadcast_to(x.lift(nb), it.bshape[:nb] + xs if nb else xs))
     grids = []
     for k, (o, m) in enumerate(zip(origin, ps, strict=True)):
