@@ -42,7 +42,7 @@ from ..semantics.ir import Block, Operation, TileProgram
 from . import formula as Fm
 from . import rewrite as RW
 from .model import Model, VarInfo, where
-from .obligation import PROVED, REFUTED, Obligation
+from .obligation import PROVED, Obligation
 from .remap import Transformed, TransformError, program_of
 from .transforms import transform_entry
 
@@ -89,7 +89,7 @@ def fuse_phases(x: Any, level: int) -> Transformed:
     q = RW.replace_op(p, b.oid, lambda _o: [])
     q = RW.replace_ops(q, {a.oid: fused})
     q, _ = RW.finish(q)
-    obs.append(_verified(q, m.sites(a, b)))
+    obs.append(RW.verified(q, m.sites(a, b)))
     t = Transformed(p, q, obs, [f"fuse_phases: level {level} with level {b.attrs['level']}"],
                     lmap)
     if isinstance(x, Transformed):
@@ -140,21 +140,6 @@ def _dependence(m: Model, a: Operation, b: Operation) -> list[Obligation]:
     return out
 
 
-def _verified(q: TileProgram, sites: tuple) -> Obligation:
-    from ..errors import TilenestError
-    from ..semantics.verify import verify
-
-    ob = Obligation("rewrite", "the fused program verifies", sites, formula_text="verify(P')")
-
-    def decide(o: Obligation, timeout: float) -> None:
-        try:
-            verify(q)
-            o.set(PROVED, "structural")
-        except TilenestError as e:
-            o.set(REFUTED, "structural", e.message)
-
-    ob.decider = decide
-    return ob
 
 
 # ---------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..semantics import expr as E
 from ..semantics.ioschema import number_ops
@@ -30,6 +30,9 @@ from ..semantics.maps import Map, MemLayout
 from ..semantics.policies import ExecPolicy
 from ..semantics.space import Dim, DimFactor, IndexSet, Space
 from ..semantics.types import MemoryType, TileType, Type
+
+if TYPE_CHECKING:
+    from .obligation import Obligation
 
 _uid = itertools.count()
 
@@ -207,3 +210,22 @@ def parallel_op(vars_: tuple[str, ...], domain: IndexSet, level: int, body: Bloc
 def with_yield(ops: list[Operation], values: tuple[Value, ...], loc: Any) -> Block:
     return Block((), tuple(ops) + (Operation("yield", values, (), FrozenDict(), (), loc, -1),))
 
+
+def verified(q: TileProgram, sites: tuple) -> "Obligation":
+    """The ``rewrite`` obligation of a transform: the rewritten program ``q``
+    passes the verifier (refuted with the verifier's message)."""
+    from ..errors import TilenestError
+    from .obligation import PROVED, REFUTED, Obligation
+    from ..semantics.verify import verify
+
+    ob = Obligation("rewrite", "the fused program verifies", sites, formula_text="verify(P')")
+
+    def decide(o: Obligation, timeout: float) -> None:
+        try:
+            verify(q)
+            o.set(PROVED, "structural")
+        except TilenestError as e:
+            o.set(REFUTED, "structural", e.message)
+
+    ob.decider = decide
+    return ob

@@ -119,7 +119,7 @@ def fuse_serial(x: Any, index: int = 0) -> Transformed:
     reason = ""
     if why is None:
         q = _rewrite(p, a, b, sub, chained)
-        obs.append(_verified(q, m.sites(a, b)))
+        obs.append(RW.verified(q, m.sites(a, b)))
     else:
         reason = why
     prev = x if isinstance(x, Transformed) else None
@@ -239,18 +239,3 @@ def _rewrite(p: TileProgram, a: Operation, b: Operation, sub: dict,
     return RW.finish(q)[0]
 
 
-def _verified(q: TileProgram, sites: tuple) -> Obligation:
-    from ..errors import TilenestError
-    from ..semantics.verify import verify
-
-    ob = Obligation("rewrite", "the fused program verifies", sites, formula_text="verify(P')")
-
-    def decide(o: Obligation, timeout: float) -> None:
-        try:
-            verify(q)
-            o.set(PROVED, "structural")
-        except TilenestError as e:
-            o.set(REFUTED, "structural", e.message)
-
-    ob.decider = decide
-    return ob
