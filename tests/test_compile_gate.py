@@ -6,7 +6,6 @@ and records every verdict on the compiled kernel."""
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -135,12 +134,13 @@ def test_verdicts_are_cached():
     LG.clear_cache()
     p = patches.program
     s = default_schedule(p)
-    t0 = time.perf_counter()
     first = LG.legality(p, s)
-    t1 = time.perf_counter()
     again = LG.legality(p, s)
-    t2 = time.perf_counter()
-    assert all(a is b for a, b in zip(again, first, strict=True)) and (t2 - t1) < (t1 - t0)
+    # the very obligation objects come back: nothing was stated or decided again
+    # (a timing comparison here was flaky on a loaded machine)
+    assert first and all(a is b for a, b in zip(again, first, strict=True))
+    LG.clear_cache()
+    assert all(a is not b for a, b in zip(LG.legality(p, s), first, strict=True))
 
 
 RACES = [pytest.param(c, id=c.name) for c in load_suite()
