@@ -243,3 +243,15 @@ def test_if_defines_only_what_both_branches_define():
                 L.Store(X, L.IExpr(E.Var("pid")), L.Ref(v)))
     with pytest.raises(VerifyError):
         verify_kernel(_kernel(one_side, globals_=(X,)))
+
+
+def test_schedule_transform_arguments_are_checked_like_the_cli():
+    """A schedule's transform steps go through the one spec validator: wrong
+    arity is the TransformError naming the transform's signature."""
+    from tilenest.proofs.remap import TransformError
+
+    from tilenest.lowering.schedule import apply_transforms
+
+    p = example("softmax").program
+    with pytest.raises(TransformError, match="signature: split"):
+        apply_transforms(p, default_schedule(p).with_(transforms=("split(1)",)))

@@ -156,17 +156,14 @@ def apply_transforms(program: TileProgram, schedule: Schedule) -> tuple[TileProg
     try:
         from ..proofs.obligation import REFUTED, UNKNOWN
         from ..proofs.remap import Transformed
-        from ..proofs.report import STEPS, parse_spec
+        from ..proofs.report import STEPS, validate_spec
     except ImportError:  # pragma: no cover - the proofs layer ships with tilenest
         raise NotAvailableError(
             "schedule transforms need tilenest.transform (the proofs layer)",
             hint="lower without transforms") from None
     cur: Any = program
     for spec in schedule.transforms:
-        name, args, kw = parse_spec(spec) if isinstance(spec, str) else spec
-        if name not in STEPS:
-            raise TilenestError(f"unknown transform '{name}' in the schedule",
-                                hint="transforms: " + ", ".join(sorted(STEPS)))
+        name, args, kw = validate_spec(spec)  # the same check as tilenest check --transform
         cur = STEPS[name](cur, *args, **kw)
         assert isinstance(cur, Transformed)
         if cur.program is None:
