@@ -5,8 +5,10 @@ Stages (each inspectable; ``tilenest lower --emit NAME``):
 * ``schedule`` -- the :class:`Schedule` (default per target, or given), with
   the storage plan of intermediates and any transforms applied through the
   proofs layer (``schedule.apply_transforms``);
-* ``loopir``   -- :func:`lower` builds the :class:`~tilenest.lowering.loopir.Kernel`
-  and :func:`verify_kernel` checks it.
+* ``loopir``   -- :func:`lower` builds the :class:`~tilenest.lowering.loopir.Kernel`,
+  ``simt.py`` distributes each program over threads when the schedule asks
+  (``block_threads``), and :func:`verify_kernel` checks it; ``serialize.py``
+  turns the SIMT form back into one thread per program for the CPU.
 
 Backends consume the loop IR (``tilenest.backends.llvm``).
 """
@@ -24,7 +26,12 @@ __all__ = ["RULES", "Kernel", "Schedule", "default_schedule", "host_vector_bits"
 
 
 def lower_verified(program, schedule: Schedule | None = None) -> Kernel:
-    """:func:`lower` followed by :func:`verify_kernel`."""
+    """:func:`lower`, then the SIMT form when the schedule asks for threads
+    per program (``block_threads``), then :func:`verify_kernel`."""
+    from .simt import simt_kernel
+
     k = lower(program, schedule)
+    if schedule is not None and schedule.block_threads:
+        k = simt_kernel(k, schedule.block_threads)
     verify_kernel(k)
     return k

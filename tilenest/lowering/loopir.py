@@ -22,17 +22,31 @@ Values and their meaning:
   symbols (``Sym``) and integer locals (``Val``): exact integer semantics with
   floor division, evaluated in 64-bit two's complement.
 * Buffers live in an address space: ``global`` (a kernel argument, C-contiguous,
-  shared by all programs of a phase), ``local`` (private to one program; the
-  runtime gives every worker its own copy), ``scalar`` (a kernel argument passed
-  by reference).
-* A ``Load`` with a ``guard`` reads the buffer only where the guard holds and
-  yields ``fill`` elsewhere; a ``Store`` with a guard writes only where it
-  holds. An unguarded access must be in bounds (the lowering proves it or
-  guards it).
-* ``Check(cond, code)`` records error ``code`` in the program's status word when
-  ``cond`` is false (division by zero, a ``checked`` view access out of bounds);
-  execution continues with a safe value and the runtime raises the error after
-  the call.
+  shared by all programs of a phase), ``shared`` (one copy per program, seen by
+  all of the program's threads), ``local`` (private to one thread of a
+  program; the runtime gives every worker its own copy), ``scalar`` (a kernel
+  argument passed by reference).
+
+Threads (SIMT form). A program may be executed cooperatively by several
+threads. ``For(kind="thread", scope="block")`` over ``[0, W)`` runs its body
+once for every thread id ``t < W``, all ``W`` iterations *concurrently*: each
+iteration is one thread, with private copies of the locals it assigns and of
+``local`` buffers. Code outside thread loops is *program-level* (uniform): it
+means one execution, and a SIMT backend may run it redundantly on every
+thread (its locals then hold the same value in every thread, its stores are
+done by one thread, its loads by all). Between two synchronization points the
+threads' accesses are unordered, so no two threads may make conflicting
+accesses (one a write) to one location of a ``shared`` or ``global`` buffer
+unless a ``Barrier(scope="block")`` separates them (the *barrier
+sufficiency* obligation, ``proofs/barriers.py``). A block barrier stands at
+program level between thread loops, or inside a thread loop under control
+flow that does not depend on the thread id; either way every access before it,
+by any thread, happens before every access after it. ``Shuffle`` and
+``LaneReduce`` are *warp collectives* inside a thread loop: the threads of one
+aligned group of ``width`` lanes (``t // width`` equal) exchange a value, and
+every lane of ``mask`` executes them together. A backend without threads runs
+a thread loop as a sequence of its iterations, split at every
+synchronization point inside it (``lowering/serialize.py``).
 
 The loop IR is immutable (frozen dataclasses, tuple children). :func:`print_kernel`
 renders it; ``verify.py`` checks it.
@@ -187,7 +201,7 @@ Expr = Union[Const, Ref, IExpr, IPred, Un, Bin, Fma, Select, Cast, Bitcast, Load
 @dataclass(frozen=True)
 class Buffer:
     """Storage: ``size`` elements of ``dtype`` in address space ``space``
-    (``global``, ``local`` or ``scalar``). ``size`` is an index expression over
+    (``global``, ``shared``, ``local`` or ``scalar``). ``size`` is an index expression over
     kernel symbols (the runtime evaluates it); ``arg`` is the kernel-argument
     position of global/scalar buffers."""
 
@@ -224,7 +238,10 @@ class For:
     """``for var in [lo, hi)`` (descending with ``reverse``). ``kind``:
     ``serial`` (iterations in order), ``vector`` (iterations independent except
     for reductions whose merge carries ``reassoc``: the backend may vectorize),
-    ``parallel`` (only the program-id loop of a phase)."""
+    ``parallel`` (only the program-id loop of a phase), ``thread`` (``lo`` is
+    0 and every iteration is one thread of the enclosing program, all running
+    concurrently; ``scope`` names which threads: ``block``; see the module
+    docstring)."""
 
     var: LVar
     lo: E.Expr
@@ -232,6 +249,7 @@ class For:
     body: tuple["Stmt", ...]
     kind: str = "serial"
     reverse: bool = False
+    scope: str = ""
 
 
 @dataclass(frozen=True)
@@ -260,10 +278,52 @@ class Check:
 
 @dataclass(frozen=True)
 class Barrier:
-    """All work of the enclosing scope before it is complete before any after it
-    (within one program on a CPU, program order already gives this)."""
+    """All work of the enclosing scope before it is complete before any after it.
+    ``scope``: ``block`` (every thread of the enclosing thread loop), ``warp``
+    (the lanes of one 32-thread group) or ``program`` (outside thread loops,
+    where program order already gives it)."""
 
     scope: str = "program"
+
+
+#: shuffle modes: which lane ``src`` a lane ``l`` of a ``width`` group reads
+#: (``b = l - l % width`` its group's first lane; an ``src`` outside the
+#: group reads the lane's own value, as CUDA's ``__shfl_*_sync`` do)
+SHUFFLE_MODES = ("idx", "xor", "up", "down")
+FULL_MASK = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """Warp collective: ``dst = value`` as computed by lane ``src(l)`` of this
+    lane's ``width`` group, where for lane offset ``l % width = q`` and
+    argument ``lane``: ``idx``: ``src = b + lane % width``; ``xor``: ``b + (q
+    ^ lane)``; ``up``: ``b + q - lane`` when ``q >= lane``, else ``l``;
+    ``down``: ``b + q + lane`` when ``q + lane < width``, else ``l``. Every lane
+    in ``mask`` executes it together; ``lane`` is uniform over the group."""
+
+    dst: LVar
+    value: Expr
+    lane: E.Expr
+    mode: str = "xor"
+    width: int = 32
+    mask: int = FULL_MASK
+
+
+@dataclass(frozen=True)
+class LaneReduce:
+    """Warp collective: ``dst`` = the ``op``-reduction of ``value`` over the
+    lanes of this lane's ``width`` group, by the butterfly: for ``o = width/2,
+    width/4, .., 1``: ``v = op(v, shuffle_xor(v, o))``. With a commutative
+    ``op`` every lane ends with the same value; the grouping is this fixed
+    tree, so it is only used where the reduction's policy permits a tree."""
+
+    dst: LVar
+    op: str
+    value: Expr
+    width: int = 32
+    mask: int = FULL_MASK
+    flags: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -271,7 +331,10 @@ class Comment:
     text: str
 
 
-Stmt = Union[Assign, Store, For, If, While, Check, Barrier, Comment]
+Stmt = Union[Assign, Store, For, If, While, Check, Barrier, Shuffle, LaneReduce, Comment]
+
+#: statements at which the threads of a thread loop synchronize
+SYNC = (Barrier, Shuffle, LaneReduce)
 
 # ---------------------------------------------------------------------------
 # kernels
@@ -313,7 +376,9 @@ class ErrorSite:
 
 @dataclass(frozen=True)
 class Kernel:
-    """A lowered program: parameters, symbols, per-program local buffers, phases."""
+    """A lowered program: parameters, symbols, the buffers of each program
+    (``locals``: space ``local``, private to a thread, or ``shared``, one per
+    program), phases."""
 
     name: str
     params: tuple[Param, ...]
@@ -370,7 +435,9 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             out.append(f"{pad}{s.buf.name}[{expr_str(s.index)}] = {expr_str(s.value)}{g}")
         elif isinstance(s, For):
             rev = " reversed" if s.reverse else ""
-            out.append(f"{pad}for{'.' + s.kind if s.kind != 'serial' else ''} {s.var.name} in "
+            kind = f".{s.kind}" if s.kind != "serial" else ""
+            kind += f".{s.scope}" if s.scope else ""
+            out.append(f"{pad}for{kind} {s.var.name} in "
                        f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}:")
             _stmts(s.body, ind + 1, out)
         elif isinstance(s, If):
@@ -388,6 +455,13 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             out.append(f"{pad}check {expr_str(s.cond)} else error {s.code}")
         elif isinstance(s, Barrier):
             out.append(f"{pad}barrier {s.scope}")
+        elif isinstance(s, Shuffle):
+            out.append(f"{pad}{s.dst.name}: {s.dst.dtype} = shuffle.{s.mode}({expr_str(s.value)}, "
+                       f"[{E.to_str(s.lane)}], width={s.width}, mask={s.mask:#x})")
+        elif isinstance(s, LaneReduce):
+            fl = "{" + ",".join(sorted(s.flags)) + "}" if s.flags else ""
+            out.append(f"{pad}{s.dst.name}: {s.dst.dtype} = lane_reduce.{s.op}{fl}("
+                       f"{expr_str(s.value)}, width={s.width}, mask={s.mask:#x})")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")
         else:
@@ -402,7 +476,7 @@ def print_kernel(k: Kernel) -> str:
         else f"{p.name}: {p.dtype}" for p in k.params)
     out.append(f"kernel {k.name}({ps}) syms [{', '.join(k.syms)}]")
     for b in k.locals:
-        out.append(f"  local {b.name}: {b.dtype}[{E.to_str(b.size)}]")
+        out.append(f"  {b.space} {b.name}: {b.dtype}[{E.to_str(b.size)}]")
     for e in k.errors:
         out.append(f"  error {e.code}: {e.kind}: {e.message}")
     for ph in k.phases:
@@ -460,4 +534,118 @@ def stmt_exprs(s: Any) -> list:
         return [s.cond]
     if isinstance(s, Check):
         return [s.cond]
+    if isinstance(s, (Shuffle, LaneReduce)):
+        return [s.value]
     return []
+
+
+# ---------------------------------------------------------------------------
+# rewriting
+
+
+def map_expr(x: Any, f: Any) -> Any:
+    """Rebuild expression ``x`` bottom-up, replacing each node ``n`` by ``f(n)``
+    when that is not ``None`` (children are rewritten first)."""
+    if isinstance(x, Un):
+        x = Un(x.op, map_expr(x.a, f), x.dtype)
+    elif isinstance(x, Bin):
+        x = Bin(x.op, map_expr(x.a, f), map_expr(x.b, f), x.dtype, x.flags)
+    elif isinstance(x, Fma):
+        x = Fma(map_expr(x.a, f), map_expr(x.b, f), map_expr(x.c, f))
+    elif isinstance(x, Select):
+        x = Select(map_expr(x.c, f), map_expr(x.a, f), map_expr(x.b, f))
+    elif isinstance(x, Cast):
+        x = Cast(map_expr(x.a, f), x.dtype)
+    elif isinstance(x, Bitcast):
+        x = Bitcast(map_expr(x.a, f), x.dtype)
+    elif isinstance(x, Load):
+        x = Load(x.buf, map_expr(x.index, f),
+                 None if x.guard is None else map_expr(x.guard, f),
+                 None if x.fill is None else map_expr(x.fill, f))
+    r = f(x)
+    return x if r is None else r
+
+
+def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
+    """Rebuild statements: every expression through :func:`map_expr` with
+    ``fe``, every index expression (loop bounds, ``IExpr``/``IPred`` contents,
+    shuffle lanes) through ``fe`` too, as ``fe(IExpr(e))`` (so one callback
+    sees all index leaves), and every rebuilt statement through ``fs`` (which
+    returns a replacement tuple of statements, or ``None`` to keep it)."""
+    def ix(e: E.Expr) -> E.Expr:
+        r = map_expr(IExpr(e), fe)
+        return r.e if isinstance(r, IExpr) else e
+
+    out: list = []
+    for s in body:
+        if isinstance(s, Assign):
+            s = Assign(s.var, map_expr(s.value, fe))
+        elif isinstance(s, Store):
+            s = Store(s.buf, map_expr(s.index, fe), map_expr(s.value, fe),
+                      None if s.guard is None else map_expr(s.guard, fe))
+        elif isinstance(s, For):
+            s = For(s.var, ix(s.lo), ix(s.hi), map_stmts(s.body, fe, fs), s.kind, s.reverse,
+                    s.scope)
+        elif isinstance(s, If):
+            s = If(map_expr(s.cond, fe), map_stmts(s.then, fe, fs), map_stmts(s.orelse, fe, fs))
+        elif isinstance(s, While):
+            s = While(map_stmts(s.pre, fe, fs), map_expr(s.cond, fe), map_stmts(s.body, fe, fs))
+        elif isinstance(s, Check):
+            s = Check(map_expr(s.cond, fe), s.code)
+        elif isinstance(s, Shuffle):
+            s = Shuffle(s.dst, map_expr(s.value, fe), ix(s.lane), s.mode, s.width, s.mask)
+        elif isinstance(s, LaneReduce):
+            s = LaneReduce(s.dst, s.op, map_expr(s.value, fe), s.width, s.mask, s.flags)
+        r = fs(s) if fs is not None else None
+        out.extend((s,) if r is None else r)
+    return tuple(out)
+
+
+def assigned(body: tuple) -> dict[str, LVar]:
+    """Locals assigned anywhere in ``body`` (loop variables and collective
+    destinations included), by name."""
+    out: dict[str, LVar] = {}
+    for s in walk(body):
+        if isinstance(s, Assign):
+            out[s.var.name] = s.var
+        elif isinstance(s, For):
+            out[s.var.name] = s.var
+        elif isinstance(s, (Shuffle, LaneReduce)):
+            out[s.dst.name] = s.dst
+    return out
+
+
+def names(x: Any) -> set[str]:
+    """Names of the locals expression ``x`` reads (``Ref`` and index leaves)."""
+    out: set[str] = set()
+    for y in subexprs(x):
+        if isinstance(y, Ref):
+            out.add(y.var.name)
+        elif isinstance(y, (IExpr, IPred)):
+            out.update(lf.name for lf in E.leaves(y.e if isinstance(y, IExpr) else y.p)
+                       if isinstance(lf, (E.Var, E.Val)))
+    return out
+
+
+def referenced(body: tuple) -> set[str]:
+    """Names of locals read anywhere in ``body`` (``Ref`` and index leaves)."""
+    out: set[str] = set()
+
+    def note(x: Any) -> None:
+        out.update(names(x))
+
+    for s in walk(body):
+        for x in stmt_exprs(s):
+            note(x)
+        if isinstance(s, For):
+            note(IExpr(s.lo))
+            note(IExpr(s.hi))
+        elif isinstance(s, Shuffle):
+            note(IExpr(s.lane))
+    return out
+
+
+def has_sync(body: tuple) -> bool:
+    """Whether ``body`` contains a synchronization point (:data:`SYNC`)."""
+    return any(isinstance(s, SYNC) and not (isinstance(s, Barrier) and s.scope == "program")
+               for s in walk(body))

@@ -29,6 +29,12 @@ those the program admits:
   runtime picks this field from the arrays it is given.
 * ``check_assumes`` -- a checked build: ``bounds.assume`` promises are checked
   like ``bounds.checked`` (M-7 allows compiled code to skip them).
+* ``block_threads`` -- threads per program for the SIMT form
+  (``lowering/simt.py``; a multiple of 32): each program is run
+  cooperatively by that many threads. The ``cuda`` target always uses it
+  (default 256); on ``llvm`` it is off by default (``None``), and setting it
+  runs the same SIMT form serialized (``lowering/serialize.py``), so the CPU
+  also executes and validates the GPU lowering.
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -53,7 +59,7 @@ from ..errors import NotAvailableError, TilenestError
 from ..semantics.ir import Operation, TileProgram
 from ..semantics.ops.values import ELEMENTWISE
 
-TARGETS = ("llvm",)
+TARGETS = ("llvm", "cuda")
 
 #: ops whose result is a view of its operand (free to recompute)
 VIEW_OPS = frozenset({"const", "index", "broadcast", "reindex", "permute", "per", "reshape"})
@@ -78,12 +84,13 @@ class Schedule:
     assume: tuple[str, ...] = ()
     check_assumes: bool = False
     aliases: tuple[tuple[str, ...], ...] = ()
+    block_threads: int | None = None
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
-                     self.check_assumes, self.aliases, self.mma_block))
+                     self.check_assumes, self.aliases, self.mma_block, self.block_threads))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -136,6 +143,9 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
     if target not in TARGETS:
         raise NotAvailableError(f"no lowering for target '{target}'",
                                 hint=f"available targets: {', '.join(TARGETS)}")
+    if target == "cuda":
+        s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256)
+        return replace(s, **overrides) if overrides else s
     bits = host_vector_bits()
     s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,
                  mma_block=default_mma_block(bits))

@@ -15,7 +15,11 @@ well formed, so that a backend may translate it without further checks:
    condition is bool, guards and ``If``/``While``/``Check`` conditions are bool,
    stored values have the buffer's dtype, indices are ``i64``,
    ``reassoc``/``contract`` flags only on floating-point adds/muls/max/min;
-4. buffers -- every accessed buffer is a declared local or global.
+4. buffers -- every accessed buffer is a declared local or global;
+5. threads -- a ``thread`` loop starts at 0, names scope ``block`` and is not
+   nested in another; ``Shuffle``/``LaneReduce`` appear only inside one and
+   agree in dtype; a ``warp`` barrier only inside one; widths are powers of
+   two up to 32; ``shared`` buffers are program buffers, never arguments.
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -28,6 +32,8 @@ from ..semantics import expr as E
 from . import loopir as L
 
 _CMP = {"lt", "le", "gt", "ge", "eq", "ne"}
+#: merges a lane reduction may apply
+_LANE_OPS = {"add", "mul", "maximum", "minimum", "and", "or", "xor"}
 
 
 class _Checker:
@@ -112,7 +118,7 @@ class _Checker:
         if got is None or got != b:
             raise self.fail(f"buffer {b.name} is not declared", where)
 
-    def stmts(self, body: tuple, defined: dict[str, D.DType]) -> None:
+    def stmts(self, body: tuple, defined: dict[str, D.DType], threads: int = 0) -> None:
         for s in body:
             if isinstance(s, L.Assign):
                 if self.expr(s.value, defined) != s.var.dtype:
@@ -134,31 +140,62 @@ class _Checker:
                 if s.guard is not None and self.expr(s.guard, defined) != D.bool_:
                     raise self.fail("store guard must be bool", s.guard)
             elif isinstance(s, L.For):
-                if s.kind not in ("serial", "vector", "parallel"):
+                if s.kind not in ("serial", "vector", "parallel", "thread"):
                     raise self.fail(f"unknown loop kind {s.kind}", s.var.name)
+                inner_threads = threads
+                if s.kind == "thread":
+                    if threads:
+                        raise self.fail("a thread loop nested in a thread loop", s.var.name)
+                    if s.scope != "block" or s.lo != E.Const(0):
+                        raise self.fail("a thread loop runs over [0, W) with scope 'block'",
+                                        s.var.name)
+                    inner_threads = 1
+                elif s.scope:
+                    raise self.fail(f"a {s.kind} loop has no scope", s.var.name)
                 self.index(s.lo, defined, s.var.name)
                 self.index(s.hi, defined, s.var.name)
                 inner = dict(defined)
                 inner[s.var.name] = s.var.dtype
-                self.stmts(s.body, inner)
+                self.stmts(s.body, inner, inner_threads)
             elif isinstance(s, L.If):
                 if self.expr(s.cond, defined) != D.bool_:
                     raise self.fail("if condition must be bool", s.cond)
                 t, e = dict(defined), dict(defined)
-                self.stmts(s.then, t)
-                self.stmts(s.orelse, e)
+                self.stmts(s.then, t, threads)
+                self.stmts(s.orelse, e, threads)
                 defined.update({n: dt for n, dt in t.items() if n in e})
             elif isinstance(s, L.While):
-                self.stmts(s.pre, defined)  # the first test always runs
+                self.stmts(s.pre, defined, threads)  # the first test always runs
                 if self.expr(s.cond, defined) != D.bool_:
                     raise self.fail("while condition must be bool", s.cond)
-                self.stmts(s.body, dict(defined))
+                self.stmts(s.body, dict(defined), threads)
+            elif isinstance(s, (L.Shuffle, L.LaneReduce)):
+                what = type(s).__name__
+                if not threads:
+                    raise self.fail(f"{what} outside a thread loop", s.dst.name)
+                if self.expr(s.value, defined) != s.dst.dtype:
+                    raise self.fail(f"{what} of a {s.value.dtype} into a {s.dst.dtype} local",
+                                    s.dst.name)
+                if s.width not in (1, 2, 4, 8, 16, 32) or not 0 < s.mask <= L.FULL_MASK:
+                    raise self.fail(f"{what} width {s.width} / mask {s.mask:#x}", s.dst.name)
+                if isinstance(s, L.Shuffle):
+                    if s.mode not in L.SHUFFLE_MODES:
+                        raise self.fail(f"unknown shuffle mode {s.mode}", s.dst.name)
+                    self.index(s.lane, defined, s.dst.name)
+                elif s.op not in _LANE_OPS:
+                    raise self.fail(f"lane_reduce of unknown op {s.op}", s.dst.name)
+                defined[s.dst.name] = s.dst.dtype
+            elif isinstance(s, L.Barrier):
+                if s.scope not in ("block", "warp", "program"):
+                    raise self.fail(f"unknown barrier scope {s.scope}", "barrier")
+                if s.scope == "warp" and not threads:
+                    raise self.fail("a warp barrier outside a thread loop", "barrier")
             elif isinstance(s, L.Check):
                 if self.expr(s.cond, defined) != D.bool_:
                     raise self.fail("check condition must be bool", s.cond)
                 if not any(e.code == s.code for e in self.k.errors):
                     raise self.fail(f"check names unknown error code {s.code}", s.cond)
-            elif not isinstance(s, (L.Barrier, L.Comment)):
+            elif not isinstance(s, L.Comment):
                 raise self.fail("unknown statement", repr(s))
 
 
@@ -175,7 +212,7 @@ def verify_kernel(k: L.Kernel) -> None:
         if b.space not in ("global", "scalar") or not 0 <= b.arg < len(k.params):
             raise c.fail(f"argument buffer {b.name} has no parameter position", b.name)
     for b in k.locals:
-        if b.space != "local":
+        if b.space not in ("local", "shared"):
             raise c.fail(f"local buffer {b.name} in space {b.space}", b.name)
         c.index(b.size, {}, b.name)
     for ph in k.phases:

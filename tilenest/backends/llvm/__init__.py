@@ -26,7 +26,8 @@ import threading
 import time
 from typing import Any, Callable
 
-from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
+from ...lowering import Schedule, default_schedule, lower_verified, print_kernel, verify_kernel
+from ...lowering.serialize import serialize_kernel
 from ...lowering import loopir as L
 from ...lowering.legality import legality, summary
 from ...semantics.ir import TileProgram
@@ -57,7 +58,18 @@ def stage_loopir(program: TileProgram, schedule: Schedule) -> L.Kernel:
     return lower_verified(program, schedule)
 
 
+def stage_serial(k: L.Kernel) -> L.Kernel:
+    """``k`` with one thread per program: a SIMT-form kernel's thread loops run
+    one thread after another, split at synchronization points
+    (``lowering/serialize.py``); other kernels are returned as they are."""
+    s = serialize_kernel(k)
+    if s is not k:
+        verify_kernel(s)
+    return s
+
+
 def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
+    """LLVM IR of a serial kernel ``k`` (:func:`stage_serial`)."""
     aliased = frozenset(n for group in schedule.aliases for n in group)
     return Codegen(k, schedule.vector_bits or 512, h.cpu, h.features, aliased).text()
 
@@ -70,6 +82,7 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
     turned off)."""
     t0 = time.perf_counter()
     h = host or jit.host()
+    k = stage_serial(k)
     text = stage_ir(k, schedule, h)
     tm = jit.target_machine(h)
     mod = jit.parse(text, h)
@@ -141,7 +154,7 @@ def _emit_loopir(program: TileProgram, s: Schedule) -> str:
 
 
 def _emit_ir(program: TileProgram, s: Schedule) -> str:
-    return stage_ir(stage_loopir(program, s), s, jit.host())
+    return stage_ir(stage_serial(stage_loopir(program, s)), s, jit.host())
 
 
 def _emit_opt(program: TileProgram, s: Schedule) -> str:

@@ -1,0 +1,366 @@
+"""SIMT form: one program executed cooperatively by the threads of a block.
+
+:func:`simt_kernel` rewrites a lowered kernel (every program sequential) so
+that each program is run by ``W`` threads (``loopir.py``, "Threads"). The
+program's own code stays *uniform* (program-level: a backend may run it
+redundantly on every thread, its stores done by one); the work of loops whose
+iterations are independent is handed to thread loops:
+
+* an **elementwise** ``vector`` loop nest (perfect nests of ``vector`` loops
+  whose bounds do not depend on each other are linearized first) becomes
+  ``for.thread t in [0, W): for r in [0, cdiv(n, W)): l = r*W + t; if l < n:
+  body(l)``: iteration ``l`` runs on thread ``l mod W`` (the task map
+  ``repeat(cdiv(n, W)) x spatial(W)``, consecutive threads on consecutive
+  iterations, so global accesses of a row coalesce);
+* a **reduction** ``vector`` loop -- every state it carries is updated by one
+  merge marked ``reassoc`` (``s = op(s, c)`` or ``op(c, s)``; only tree
+  policies get that mark, strict folds never) -- is distributed the same way
+  into per-thread partials that start at the merge's identity, combined
+  across the 32 lanes of each warp by ``LaneReduce`` (the butterfly), across
+  warps through a ``shared`` scratch of ``W/32`` values read back in warp
+  order, and merged into the state: ``s = op(s, total)``. This regroups the
+  reduction, which is what the ``reassoc`` mark permits.
+
+Everything else -- strict folds, ``serial`` loops, ``while`` loops, scalar
+code -- stays uniform, with the thread loops inside it; the program's buffers
+become ``shared`` (one copy per program, seen by all its threads).
+
+**Barriers.** Between two program-level steps (a uniform statement or a
+thread loop) a block barrier is placed exactly when the later step accesses a
+``shared`` or ``global`` buffer that the earlier one wrote, or writes one that
+it read, unless both accesses are uniform stores (one thread). The analysis
+runs loop bodies twice so that a conflict between the end of one iteration
+and the start of the next gets a barrier too. The placement is checked, not
+trusted: the barrier-sufficiency obligation (``proofs/barriers.py``) proves
+that no two threads make conflicting accesses between barriers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..semantics import dtypes as D
+from ..semantics import expr as E
+from . import loopir as L
+
+WARP = 32
+_ids = itertools.count()
+
+#: the identity of each merge a thread's partial starts from
+IDENTITY = {"add": -0.0, "mul": 1.0, "maximum": float("-inf"), "minimum": float("inf")}
+
+
+def _fresh(stem: str, dt: D.DType) -> L.LVar:
+    return L.LVar(f"{stem}.t{next(_ids)}", dt)
+
+
+# ---------------------------------------------------------------------------
+# access summaries (for barrier placement)
+
+
+@dataclass
+class Accesses:
+    """Buffers a step reads and writes, and whether its writes are by one
+    thread (a uniform store) or by many (a thread loop)."""
+
+    reads: set[str] = field(default_factory=set)
+    writes_one: set[str] = field(default_factory=set)
+    writes_many: set[str] = field(default_factory=set)
+
+    def merge(self, o: "Accesses") -> "Accesses":
+        return Accesses(self.reads | o.reads, self.writes_one | o.writes_one,
+                        self.writes_many | o.writes_many)
+
+    def conflicts(self, later: "Accesses") -> bool:
+        """Whether ``later`` must wait for ``self`` (a barrier between them)."""
+        wr = self.writes_one | self.writes_many
+        lw = later.writes_one | later.writes_many
+        if later.reads & wr or lw & self.reads:
+            return True
+        # write-write: only two single-thread writes are ordered without a barrier
+        return bool(lw & self.writes_many or later.writes_many & wr)
+
+
+def _shared_or_global(b: L.Buffer) -> bool:
+    return b.space in ("shared", "global")
+
+
+def accesses(body: tuple, many: bool) -> Accesses:
+    """The accesses of ``body``; its writes are by many threads when ``many``."""
+    a = Accesses()
+    for s in L.walk(body):
+        inner = many or (isinstance(s, L.For) and s.kind == "thread")
+        for x in L.stmt_exprs(s):
+            for y in L.subexprs(x):
+                if isinstance(y, L.Load) and _shared_or_global(y.buf):
+                    a.reads.add(y.buf.name)
+        if isinstance(s, L.Store) and _shared_or_global(s.buf):
+            (a.writes_many if inner else a.writes_one).add(s.buf.name)
+    # a store nested in a thread loop of ``body`` is by many threads
+    for s in L.walk(body):
+        if isinstance(s, L.For) and s.kind == "thread":
+            for st in L.walk(s.body):
+                if isinstance(st, L.Store) and _shared_or_global(st.buf):
+                    a.writes_one.discard(st.buf.name)
+                    a.writes_many.add(st.buf.name)
+    return a
+
+
+# ---------------------------------------------------------------------------
+# recognizing distributable loops
+
+
+def _nest(s: L.For) -> tuple[list[L.For], tuple]:
+    """A perfect nest of ``vector`` loops starting at ``s`` whose bounds do not
+    read the nest's own variables: the loops and the innermost body."""
+    loops = [s]
+    body = s.body
+    while (len(body) == 1 and isinstance(body[0], L.For) and body[0].kind == "vector"
+           and not body[0].reverse
+           and not ({lp.var.name for lp in loops} & (L.names(L.IExpr(body[0].lo))
+                                                      | L.names(L.IExpr(body[0].hi))))):
+        loops.append(body[0])
+        body = body[0].body
+    return loops, body
+
+
+def _merge_of(s: L.Stmt, acc: str) -> tuple[str, L.Expr, D.DType, frozenset] | None:
+    """``(op, contribution, dtype, flags)`` when ``s`` is ``acc = op{reassoc}(acc, c)``
+    or ``op{reassoc}(c, acc)`` with ``c`` not reading ``acc``."""
+    if not (isinstance(s, L.Assign) and s.var.name == acc and isinstance(s.value, L.Bin)):
+        return None
+    b = s.value
+    if "reassoc" not in b.flags or b.op not in IDENTITY:
+        return None
+    for mine, c in ((b.a, b.b), (b.b, b.a)):
+        if isinstance(mine, L.Ref) and mine.var.name == acc and acc not in L.names(c):
+            return b.op, c, b.dtype, b.flags
+    return None
+
+
+def _carried(body: tuple, before: set[str]) -> list[str]:
+    """Locals the loop body assigns that live across iterations: those
+    defined before the loop (the others are temporaries of one iteration)."""
+    return sorted(n for n in L.assigned(body) if n in before)
+
+
+# ---------------------------------------------------------------------------
+# the rewrite
+
+
+class _Phase:
+    """SIMT rewrite of one phase body with ``W`` threads."""
+
+    def __init__(self, W: int, scratch: list[L.Buffer]):
+        self.W = W
+        self.scratch = scratch
+        self.red: dict[str, L.Buffer] = {}
+
+    # -- barrier tracking ---------------------------------------------------
+
+    def place(self, steps: list[tuple[tuple, Accesses]], pending: Accesses
+              ) -> tuple[list, Accesses]:
+        """Statements of ``steps`` with barriers where a step conflicts with what
+        ran since the last barrier; returns them and the accesses pending at the end."""
+        out: list = []
+        for stmts, acc in steps:
+            if pending.conflicts(acc):
+                out.append(L.Barrier("block"))
+                pending = Accesses()
+            out.extend(stmts)
+            pending = pending.merge(acc)
+        return out, pending
+
+    # -- statements ---------------------------------------------------------
+
+    def body(self, body: tuple, defined: set[str], pending: Accesses) -> tuple[tuple, Accesses]:
+        """Rewrite a uniform statement list; ``defined``: locals defined before it."""
+        steps: list = []
+        defined = set(defined)
+        for s in body:
+            for stmts, acc in self.stmt(s, defined):
+                steps.append((stmts, acc))
+            defined |= set(L.assigned((s,)))
+        out, pending = self.place(steps, pending)
+        return tuple(out), pending
+
+    def stmt(self, s: L.Stmt, defined: set[str]) -> list[tuple[tuple, Any]]:
+        """One uniform statement as program-level steps ``(stmts, accesses)``;
+        compound statements are rewritten with their own barrier placement and
+        count as one step whose accesses are those at their boundary."""
+        if isinstance(s, L.For) and s.kind == "vector" and not s.reverse:
+            got = self.distribute(s, defined)
+            if got is not None:
+                return got
+        if isinstance(s, L.For) and s.kind in ("serial", "vector"):
+            inner = defined | {s.var.name}
+            return [self.loop(s, lambda body, p: self.body(body, inner, p),
+                              lambda b: replace(s, body=b, kind="serial"))]
+        if isinstance(s, L.While):
+            def rebuild_w(parts: tuple) -> L.While:
+                n = len(s.pre)
+                return L.While(parts[:n], s.cond, parts[n:])
+
+            return [self.loop(s, lambda body, p: self.body(body, defined, p), rebuild_w,
+                              parts=s.pre + s.body)]
+        if isinstance(s, L.If):
+            then, _ = self.body(s.then, defined, Accesses())
+            orelse, _ = self.body(s.orelse, defined, Accesses())
+            new = L.If(s.cond, then, orelse)
+            return [((new,), accesses((new,), False))]
+        if isinstance(s, L.Barrier):
+            return []
+        return [((s,), accesses((s,), False))]
+
+    def loop(self, s: Any, rewrite: Any, rebuild: Any, parts: tuple | None = None
+             ) -> tuple[tuple, Accesses]:
+        """A uniform loop: its body rewritten so that the conflicts of one
+        iteration with the next are separated too (two passes: the second
+        starts from the accesses the first left pending)."""
+        body = parts if parts is not None else s.body
+        once = (isinstance(s, L.For) and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
+                and s.hi.value - s.lo.value <= 1)
+        _, end = rewrite(body, Accesses())
+        new_body, _ = rewrite(body, Accesses() if once else end)
+        new = rebuild(new_body)
+        # its boundary accesses: everything it does (conservative)
+        return (new,), accesses((new,), False)
+
+    # -- distribution -------------------------------------------------------
+
+    def distribute(self, s: L.For, defined: set[str]) -> list | None:
+        loops, inner = _nest(s)
+        carried = _carried(inner, defined)
+        merges = []
+        for name in carried:
+            ups = [t for t in inner if isinstance(t, L.Assign) and t.var.name == name]
+            nested = [t for t in L.walk(inner) if isinstance(t, L.Assign)
+                      and t.var.name == name and t not in ups]
+            m = _merge_of(ups[0], name) if len(ups) == 1 and not nested else None
+            if m is None:
+                return None
+            merges.append((name, ups[0].var, m))
+        if any(isinstance(t, L.For) and t.kind == "thread" for t in L.walk(inner)):
+            return None
+        t = _fresh("t", D.i64)
+        r = _fresh("r", D.i64)
+        tv, rv = E.Var(t.name), E.Var(r.name)
+        sizes = [E.add(lp.hi, E.mul(-1, lp.lo)) for lp in loops]
+        n: E.Expr = sizes[0]
+        for sz in sizes[1:]:
+            n = E.mul(n, sz)
+        lin = E.add(E.mul(rv, self.W), tv)
+        # the nest's variables from the linear index: row-major over the nest
+        assigns = []
+        rest = lin
+        for k in range(len(loops) - 1, -1, -1):
+            lp = loops[k]
+            if k == 0:
+                val = rest
+            else:
+                val = E.mod(rest, sizes[k])
+                rest = E.floordiv(rest, sizes[k])
+            assigns.append(L.Assign(lp.var, L.IExpr(E.add(lp.lo, val))))
+        assigns.reverse()
+        # partial accumulators
+        part: dict[str, L.LVar] = {}
+        init = []
+        for name, var, (op, _c, dt, _fl) in merges:
+            p = _fresh(f"part_{name.split('.')[0]}", dt)
+            part[name] = p
+            init.append(L.Assign(p, L.Const(_identity(op, dt), dt)))
+        ren = {name: p for name, p in part.items()}
+
+        def fe(x: Any) -> Any:
+            if isinstance(x, L.Ref) and x.var.name in ren:
+                return L.Ref(ren[x.var.name])
+            return None
+
+        def fs(st: Any) -> Any:
+            if isinstance(st, L.Assign) and st.var.name in ren:
+                return (L.Assign(ren[st.var.name], st.value),)
+            return None
+
+        work = L.map_stmts(inner, fe, fs)
+        guard = L.If(L.IPred(E.cmp("<", lin, n)), tuple(assigns) + work)
+        tl_body = tuple(init) + (L.For(r, E.Const(0), E.cdiv(n, self.W), (guard,), "serial"),)
+        steps: list = []
+        if not merges:
+            loop = L.For(t, E.Const(0), E.Const(self.W), tl_body, "thread", scope="block")
+            return [((loop,), accesses((loop,), True))]
+        # combine: lanes, then warps through shared scratch, then the state
+        tail = []
+        warp_vals = []
+        for name, var, (op, _c, dt, fl) in merges:
+            w = _fresh(f"warp_{name.split('.')[0]}", dt)
+            tail.append(L.LaneReduce(w, op, L.Ref(part[name]), WARP, L.FULL_MASK, fl))
+            buf = self.scratch_for(dt, len(warp_vals))
+            warp_vals.append((name, var, op, dt, fl, buf))
+            tail.append(L.If(L.IPred(E.cmp("==", E.mod(tv, WARP), 0)),
+                             (L.Store(buf, L.IExpr(E.floordiv(tv, WARP)), L.Ref(w)),)))
+        loop = L.For(t, E.Const(0), E.Const(self.W), tl_body + tuple(tail), "thread",
+                     scope="block")
+        steps.append(((loop,), accesses((loop,), True)))
+        nw = self.W // WARP
+        for name, var, op, dt, fl, buf in warp_vals:
+            tot = _fresh(f"tot_{name.split('.')[0]}", dt)
+            fold: list = [L.Assign(tot, L.Load(buf, L.IExpr(E.Const(0))))]
+            for j in range(1, nw):
+                fold.append(L.Assign(tot, L.Bin(op, L.Ref(tot), L.Load(buf, L.IExpr(E.Const(j))),
+                                                dt, fl)))
+            fold.append(L.Assign(var, L.Bin(op, L.Ref(var), L.Ref(tot), dt, fl)))
+            steps.append((tuple(fold), accesses(tuple(fold), False)))
+        return steps
+
+    def scratch_for(self, dt: D.DType, k: int) -> L.Buffer:
+        """The shared scratch of ``W/32`` values of ``dt`` (slot ``k`` of the
+        states one loop combines at once)."""
+        key = f"{dt.name}.{k}"
+        if key not in self.red:
+            b = L.Buffer(f"red_{dt.name}_{k}.t{next(_ids)}", dt, "shared",
+                         E.Const(self.W // WARP))
+            self.red[key] = b
+            self.scratch.append(b)
+        return self.red[key]
+
+
+def _identity(op: str, dt: D.DType) -> float:
+    return IDENTITY[op]
+
+
+def simt_kernel(k: L.Kernel, threads: int = 256) -> L.Kernel:
+    """``k`` in SIMT form with ``threads`` threads per program (a multiple of
+    32); see the module docstring."""
+    if threads % WARP or not 0 < threads <= 1024:
+        raise ValueError(f"threads per block must be a multiple of {WARP} in [32, 1024]")
+    shared = {b.name: replace(b, space="shared") for b in k.locals}
+
+    def fe(x: Any) -> Any:
+        if isinstance(x, L.Load) and x.buf.name in shared:
+            return L.Load(shared[x.buf.name], x.index, x.guard, x.fill)
+        return None
+
+    def fs(st: Any) -> Any:
+        if isinstance(st, L.Store) and st.buf.name in shared:
+            return (L.Store(shared[st.buf.name], st.index, st.value, st.guard),)
+        return None
+
+    scratch: list[L.Buffer] = []
+    phases = []
+    for ph in k.phases:
+        body = L.map_stmts(ph.body, fe, fs)
+        new, _ = _Phase(threads, scratch).body(body, {ph.pid.name}, Accesses())
+        phases.append(replace(ph, body=new))
+    return replace(k, locals=tuple(shared.values()) + tuple(scratch), phases=tuple(phases))
+
+
+def block_threads(k: L.Kernel) -> dict[str, int]:
+    """Threads per program of each phase (1 for a phase without thread loops)."""
+    out = {}
+    for ph in k.phases:
+        ws = {int(s.hi.value) for s in L.walk(ph.body)
+              if isinstance(s, L.For) and s.kind == "thread" and isinstance(s.hi, E.Const)}
+        out[ph.name] = max(ws) if ws else 1
+    return out
