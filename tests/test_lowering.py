@@ -91,8 +91,10 @@ def test_default_schedule_and_unknown_target():
     p = example("ragged").program
     s = default_schedule(p)
     assert s.target == "llvm" and s.vector_bits in (128, 256, 512) and s.threads >= 1
-    with pytest.raises(NotAvailableError, match="cuda"):
-        default_schedule(p, "cuda")
+    with pytest.raises(NotAvailableError, match="tpu"):
+        default_schedule(p, "tpu")
+    g = default_schedule(p, "cuda")
+    assert g.target == "cuda" and g.block_threads == 256
 
 
 def test_facts_implication_and_sums():
