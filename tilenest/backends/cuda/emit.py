@@ -1,0 +1,542 @@
+"""Loop IR (SIMT form) -> CUDA C++.
+
+One ``__global__`` function per phase, named ``<kernel>_<phase>``, with the
+parameters ``(tensor and scalar buffers in argument order, one long long per
+kernel symbol, int* tn_status)``. A parallel phase runs program ``pid =
+blockIdx.x`` on one block; an ordered phase runs its programs in order on a
+single block. The block has ``W`` threads, ``W`` the extent of the phase's
+thread loops (all equal; 32 for a phase without one).
+
+Program-level code runs on every thread of the block (its locals are equal
+in every thread); its stores are done by thread 0 (``if (threadIdx.x ==
+0)``). A thread loop ``for.thread t`` is the block itself: ``t =
+threadIdx.x``. A block barrier is ``__syncthreads()``; ``Shuffle`` and
+``LaneReduce`` are ``__shfl_*_sync`` with their mask and width.
+
+Shared buffers are placed one after another in the dynamic shared memory
+``tn_smem``, each at a 16-byte aligned offset; the offsets and the total
+(:attr:`CudaKernelInfo.shared_bytes`) are expressions over the kernel's
+symbols, evaluated per launch.
+
+Every scalar operation is the prelude's (``prelude/tn_prelude.cuh``)
+realization of its ``numerics.py`` meaning, or a C++ operator where that is
+the same thing (IEEE float arithmetic with ``--fmad=false``, comparisons).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ...errors import NotAvailableError
+from ...lowering import loopir as L
+from ...lowering.simt import block_threads
+from ...semantics import dtypes as D
+from ...semantics import expr as E
+
+#: register types of each dtype
+REG = {"bool": "bool", "i8": "signed char", "i16": "short", "i32": "int", "i64": "long long",
+       "u8": "unsigned char", "u16": "unsigned short", "u32": "unsigned int",
+       "u64": "unsigned long long", "f16": "tn_f16", "bf16": "tn_bf16", "f32": "float",
+       "f64": "double"}
+
+_TRANSCENDENTAL = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "erf")
+_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def reg(dt: D.DType) -> str:
+    return REG[dt.name]
+
+
+def mem(dt: D.DType) -> str:
+    """The element type of a buffer of ``dt`` (bool occupies a byte)."""
+    return "unsigned char" if dt.is_bool else REG[dt.name]
+
+
+@dataclass(frozen=True)
+class CudaKernelInfo:
+    """One emitted ``__global__`` function: its name, the phase it runs, the
+    C types of its parameters, threads per block, dynamic shared bytes and the
+    number of blocks (both over the kernel's symbols), and whether its
+    programs run in order on one block."""
+
+    name: str
+    phase: str
+    params: tuple[str, ...]
+    threads: int
+    shared_bytes: E.Expr
+    programs: E.Expr
+    ordered: bool
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """The CUDA C++ text of a kernel and its launch facts."""
+
+    text: str
+    kernels: tuple[CudaKernelInfo, ...]
+
+
+def _float_literal(v: float, dt: D.DType) -> str:
+    if dt.name == "f64":
+        if math.isfinite(v):
+            return f"{float(v).hex()}"
+        bits = np.array(v, dtype=np.float64).view(np.uint64).item()
+        return f"tn_bitsd({bits:#x}ull)"
+    if dt.name == "f32":
+        if math.isfinite(v):
+            return f"{float(v).hex()}f"
+        bits = np.array(v, dtype=np.float32).view(np.uint32).item()
+        return f"tn_bitsf({bits:#x}u)"
+    npdt = np.float16 if dt.name == "f16" else ml_dtypes.bfloat16
+    bits = np.array(v, dtype=npdt).view(np.uint16).item()
+    return f"tn_mk_{dt.name}({bits:#x})"
+
+
+def const(value: Any, dt: D.DType) -> str:
+    """A C++ expression of the register type of ``dt`` holding ``value``."""
+    if dt.is_bool:
+        return "true" if value else "false"
+    if dt.is_int:
+        v = int(value)
+        if dt.is_signed:
+            if dt.bits == 64 and v == -(1 << 63):
+                return "((long long)0x8000000000000000ull)"
+            return f"(({reg(dt)}){v}ll)"
+        return f"(({reg(dt)}){v}ull)"
+    return _float_literal(float(value), dt)
+
+
+class _Names:
+    """C identifiers for loop-IR names (which contain '.', '%'...)."""
+
+    def __init__(self) -> None:
+        self.map: dict[str, str] = {}
+        self.used: set[str] = set()
+
+    def __call__(self, name: str, stem: str = "v") -> str:
+        got = self.map.get(name)
+        if got is None:
+            base = f"{stem}_" + re.sub(r"[^0-9A-Za-z_]", "_", name)
+            got, n = base, 1
+            while got in self.used:
+                got, n = f"{base}_{n}", n + 1
+            self.map[name] = got
+            self.used.add(got)
+        return got
+
+
+class Emitter:
+    """CUDA C++ for one SIMT-form loop-IR kernel."""
+
+    def __init__(self, k: L.Kernel, restrict: bool = True, aliased: frozenset[str] = frozenset()):
+        self.k = k
+        self.restrict = restrict
+        self.aliased = aliased
+        self.names = _Names()
+        self.lines: list[str] = []
+        self.ind = 0
+        self.threads_of = block_threads(k)
+        self.in_thread = False
+
+    # -- output ---------------------------------------------------------------
+    def w(self, line: str) -> None:
+        self.lines.append("  " * self.ind + line)
+
+    # -- index expressions ------------------------------------------------------
+    def idx(self, e: E.Expr) -> str:
+        if isinstance(e, E.Const):
+            return f"{int(e.value)}ll"
+        if isinstance(e, E.Sym):
+            return self.names(e.name, "S")
+        if isinstance(e, (E.Var, E.Val)):
+            return f"((long long){self.names(e.name)})"
+        if isinstance(e, E.Add):
+            return "(" + " + ".join(self.idx(t) for t in e.terms) + ")"
+        if isinstance(e, E.Mul):
+            return "(" + " * ".join(self.idx(t) for t in e.factors) + ")"
+        if isinstance(e, E.FloorDiv):
+            return f"tn_xfloordiv({self.idx(e.a)}, {self.idx(e.b)})"
+        if isinstance(e, E.Mod):
+            return f"tn_xmod({self.idx(e.a)}, {self.idx(e.b)})"
+        if isinstance(e, E.MinMax):
+            return f"tn_x{e.op}({self.idx(e.a)}, {self.idx(e.b)})"
+        if isinstance(e, E.BitOp):
+            return f"({self.idx(e.a)} {e.op} {self.idx(e.b)})"
+        raise TypeError(f"cannot emit index expression {e!r}")
+
+    def pred(self, p: E.Pred) -> str:
+        if isinstance(p, E.BoolConst):
+            return "true" if p.value else "false"
+        if isinstance(p, E.Cmp):
+            return f"({self.idx(p.a)} {p.op} {self.idx(p.b)})"
+        if isinstance(p, E.PAnd):
+            return "(" + " && ".join(self.pred(q) for q in p.items) + ")"
+        if isinstance(p, E.POr):
+            return "(" + " || ".join(self.pred(q) for q in p.items) + ")"
+        if isinstance(p, E.PNot):
+            return f"(!{self.pred(p.item)})"
+        raise TypeError(f"cannot emit predicate {p!r}")
+
+    # -- expressions --------------------------------------------------------------
+    def expr(self, x: Any) -> str:
+        if isinstance(x, L.Const):
+            return const(x.value, x.dtype)
+        if isinstance(x, L.Ref):
+            return self.names(x.var.name)
+        if isinstance(x, L.IExpr):
+            return self.idx(x.e)
+        if isinstance(x, L.IPred):
+            return self.pred(x.p)
+        if isinstance(x, L.Load):
+            return self.load(x)
+        if isinstance(x, L.Select):
+            return f"({self.expr(x.c)} ? {self.expr(x.a)} : {self.expr(x.b)})"
+        if isinstance(x, L.Cast):
+            return self.cast(self.expr(x.a), x.a.dtype, x.dtype)
+        if isinstance(x, L.Bitcast):
+            return self.bitcast(self.expr(x.a), x.a.dtype, x.dtype)
+        if isinstance(x, L.Un):
+            return self.unary(x.op, self.expr(x.a), x.a.dtype)
+        if isinstance(x, L.Bin):
+            return self.binary(x.op, self.expr(x.a), self.expr(x.b), x.a.dtype)
+        if isinstance(x, L.Fma):
+            dt = x.dtype
+            a, b, c = (self.wide(self.expr(y), dt) for y in (x.a, x.b, x.c))
+            f = "fma" if dt.name == "f64" else "fmaf"
+            return self.narrow(f"{f}({a}, {b}, {c})", dt)
+        raise TypeError(f"unknown loop-IR expression {x!r}")
+
+    def buf(self, b: L.Buffer) -> str:
+        return self.names(b.name, "b")
+
+    def load(self, x: L.Load) -> str:
+        at = f"{self.buf(x.buf)}[{self.expr(x.index)}]"
+        if x.buf.dtype.is_bool:
+            at = f"({at} != 0)"
+        if x.guard is None:
+            return at
+        return f"({self.expr(x.guard)} ? {at} : {self.expr(x.fill)})"
+
+    # -- float helpers ----------------------------------------------------------------
+    @staticmethod
+    def wide(v: str, dt: D.DType) -> str:
+        """``v`` of float dtype ``dt`` widened exactly to float (f16/bf16) or as is."""
+        return f"tn_widen({v})" if dt.name in ("f16", "bf16") else v
+
+    @staticmethod
+    def narrow(v: str, dt: D.DType) -> str:
+        """A wide value (float for f16/bf16/f32) rounded once to ``dt``."""
+        return f"tn_narrow_{dt.name}({v})" if dt.name in ("f16", "bf16") else v
+
+    @staticmethod
+    def from_f64(v: str, dt: D.DType) -> str:
+        return v if dt.name == "f64" else f"tn_round_{dt.name}({v})"
+
+    def to_f64(self, v: str, dt: D.DType) -> str:
+        return v if dt.name == "f64" else f"((double){self.wide(v, dt)})"
+
+    # -- unary ---------------------------------------------------------------------------
+    def unary(self, op: str, v: str, dt: D.DType) -> str:
+        if dt.is_bool:
+            if op == "not":
+                return f"(!{v})"
+        elif dt.is_int:
+            t = reg(dt)
+            if op == "neg":
+                return f"tn_ineg<{t}>({v})"
+            if op == "abs":
+                return f"tn_iabs<{t}>({v})" if dt.is_signed else v
+            if op == "bitnot":
+                return f"(({t})~{v})"
+        else:
+            return self.float_unary(op, v, dt)
+        raise NotAvailableError(f"op '{op}' on {dt} has no cuda lowering")
+
+    def float_unary(self, op: str, v: str, dt: D.DType) -> str:
+        n = dt.name
+        if op in ("neg", "abs"):
+            if n in ("f16", "bf16"):
+                bits = f"(({v}).bits ^ 0x8000)" if op == "neg" else f"(({v}).bits & 0x7fff)"
+                return f"tn_mk_{n}({bits})"
+            if op == "neg":
+                return f"(-{v})"
+            return f"tn_copysign({v}, {'0.0' if n == 'f64' else '0.0f'})"
+        if op == "signbit":
+            return f"((({v}).bits >> 15) != 0)" if n in ("f16", "bf16") else f"tn_signbit({v})"
+        w = self.wide(v, dt)
+        if op in ("isnan", "isinf", "isfinite"):
+            return f"tn_{op}({w})"
+        if op in ("sqrt", "floor", "ceil", "trunc", "round"):
+            fn = {"round": "rint"}.get(op, op) + ("" if n == "f64" else "f")
+            return self.narrow(f"{fn}({w})", dt)
+        if op in _TRANSCENDENTAL:
+            return self.from_f64(f"{op}({self.to_f64(v, dt)})", dt)
+        if op in ("sigmoid", "rsqrt"):
+            return self.from_f64(f"tn_{op}({self.to_f64(v, dt)})", dt)
+        raise NotAvailableError(f"op '{op}' on {dt} has no cuda lowering")
+
+    # -- binary ---------------------------------------------------------------------------
+    def binary(self, op: str, a: str, b: str, dt: D.DType) -> str:
+        if op in _CMP and not dt.is_float:
+            return f"({a} {_CMP[op]} {b})"
+        if dt.is_bool:
+            if op in ("and", "minimum"):
+                return f"({a} && {b})"
+            if op in ("or", "maximum"):
+                return f"({a} || {b})"
+            if op == "xor":
+                return f"({a} != {b})"
+            raise NotAvailableError(f"op '{op}' on bool has no cuda lowering")
+        if dt.is_int:
+            return self.int_binary(op, a, b, dt)
+        n = dt.name
+        wa, wb = self.wide(a, dt), self.wide(b, dt)
+        if op in _CMP:
+            return f"({wa} {_CMP[op]} {wb})"
+        if op in ("add", "sub", "mul", "div"):
+            sym = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[op]
+            return self.narrow(f"({wa} {sym} {wb})", dt)
+        if op == "rem":
+            return self.narrow(f"tn_frem({wa}, {wb})", dt)
+        if op in ("maximum", "minimum"):
+            return self.narrow(f"tn_fextreme({wa}, {wb}, {'true' if op == 'maximum' else 'false'})",
+                               dt)
+        if op in ("floordiv", "mod"):
+            return self.narrow(f"tn_f{op}({wa}, {wb})", dt)
+        if op in ("pow", "atan2"):
+            return self.from_f64(f"{op}({self.to_f64(a, dt)}, {self.to_f64(b, dt)})", dt)
+        raise NotAvailableError(f"op '{op}' on {n} has no cuda lowering")
+
+    def int_binary(self, op: str, a: str, b: str, dt: D.DType) -> str:
+        t = reg(dt)
+        if op in ("add", "sub", "mul"):
+            return f"tn_i{op}<{t}>({a}, {b})"
+        if op in ("and", "or", "xor"):
+            sym = {"and": "&", "or": "|", "xor": "^"}[op]
+            return f"(({t})({a} {sym} {b}))"
+        if op in ("maximum", "minimum"):
+            return f"tn_i{op[:3]}<{t}>({a}, {b})"
+        if op in ("div", "rem", "floordiv", "mod", "shl", "shr"):
+            return f"tn_i{op}<{t}>({a}, {b}, tn_status)"
+        raise NotAvailableError(f"op '{op}' on {dt} has no cuda lowering")
+
+    # -- conversions ----------------------------------------------------------------------
+    def cast(self, v: str, src: D.DType, dst: D.DType) -> str:
+        if src == dst:
+            return v
+        if dst.is_bool:
+            if src.is_float:
+                return f"({self.wide(v, src)} != 0)"
+            return f"({v} != 0)"
+        if src.is_bool:
+            v, src = f"((int)({v} ? 1 : 0))", D.i32
+        if src.is_float and dst.is_float:
+            if src.name == "f64":
+                return self.from_f64(v, dst)
+            w = self.wide(v, src)
+            return f"((double){w})" if dst.name == "f64" else self.narrow(w, dst)
+        if src.is_float:
+            x = self.to_f64(v, src)
+            if dst.bits == 64:
+                return f"tn_f2i64({x})" if dst.is_signed else f"tn_f2u64({x})"
+            info = np.iinfo(dst.np)
+            return f"tn_f2i<{reg(dst)}>({x}, {float(info.min)!r}, {float(info.max)!r})"
+        if dst.is_float:
+            if dst.name in ("f32", "f64"):
+                return f"(({reg(dst)}){v})"
+            if src.bits <= 32:
+                return f"tn_round_{dst.name}((double){v})"
+            if src.is_signed:
+                odd = (f"tn_i64_to_f64_odd(({v}) < 0 ? 0ull - (unsigned long long)({v}) : "
+                       f"(unsigned long long)({v}), ({v}) < 0)")
+            else:
+                odd = f"tn_i64_to_f64_odd((unsigned long long)({v}), false)"
+            return f"tn_round_{dst.name}({odd})"
+        return f"(({reg(dst)}){v})"
+
+    def bitcast(self, v: str, src: D.DType, dst: D.DType) -> str:
+        if dst.is_bool:
+            return f"(tn_bitcast<unsigned char>({v}) != 0)"
+        if src.is_bool:
+            return f"(({reg(dst)})({v} ? 1 : 0))"
+        return f"tn_bitcast<{reg(dst)}>({v})"
+
+    # -- statements ------------------------------------------------------------------------
+    def stmts(self, body: tuple) -> None:
+        for s in body:
+            self.stmt(s)
+
+    def stmt(self, s: Any) -> None:
+        if isinstance(s, L.Assign):
+            self.w(f"{self.names(s.var.name)} = {self.expr(s.value)};")
+        elif isinstance(s, L.Store):
+            v = self.expr(s.value)
+            if s.buf.dtype.is_bool:
+                v = f"(unsigned char)({v} ? 1 : 0)"
+            line = f"{self.buf(s.buf)}[{self.expr(s.index)}] = {v};"
+            cond = []
+            if not self.in_thread and s.buf.space != "local":
+                cond.append("threadIdx.x == 0")
+            if s.guard is not None:
+                cond.append(self.expr(s.guard))
+            self.w(f"if ({' && '.join(cond)}) {line}" if cond else line)
+        elif isinstance(s, L.For):
+            self.loop(s)
+        elif isinstance(s, L.If):
+            self.w(f"if ({self.expr(s.cond)}) {{")
+            self.block(s.then)
+            if s.orelse:
+                self.w("} else {")
+                self.block(s.orelse)
+            self.w("}")
+        elif isinstance(s, L.While):
+            self.w("for (;;) {")
+            self.ind += 1
+            self.stmts(s.pre)
+            self.w(f"if (!({self.expr(s.cond)})) break;")
+            self.stmts(s.body)
+            self.ind -= 1
+            self.w("}")
+        elif isinstance(s, L.Check):
+            self.w(f"if (!({self.expr(s.cond)})) tn_fail(tn_status, {s.code});")
+        elif isinstance(s, L.Barrier):
+            if s.scope == "block":
+                self.w("__syncthreads();")
+            elif s.scope == "warp":
+                self.w("__syncwarp();")
+        elif isinstance(s, L.Shuffle):
+            lane = f"(int)({self.idx(s.lane)})"
+            self.w(f"{self.names(s.dst.name)} = tn_shfl_{s.mode}({s.mask:#x}u, {self.expr(s.value)}, "
+                   f"{lane}, {s.width});")
+        elif isinstance(s, L.LaneReduce):
+            self.lane_reduce(s)
+        elif isinstance(s, L.Comment):
+            self.w(f"// {s.text}")
+        else:
+            raise TypeError(f"unknown loop-IR statement {s!r}")
+
+    def block(self, body: tuple) -> None:
+        self.ind += 1
+        self.stmts(body)
+        self.ind -= 1
+
+    def loop(self, s: L.For) -> None:
+        v = self.names(s.var.name)
+        if s.kind == "thread":
+            if self.in_thread:
+                raise NotAvailableError("nested thread loops have no cuda lowering")
+            self.w(f"{v} = (long long)threadIdx.x;  // thread loop over [0, {E.to_str(s.hi)})")
+            self.w("{")
+            self.in_thread = True
+            self.block(s.body)
+            self.in_thread = False
+            self.w("}")
+            return
+        lo, hi = self.idx(s.lo), self.idx(s.hi)
+        if s.reverse:
+            self.w(f"for ({v} = {hi} - 1; {v} >= {lo}; --{v}) {{")
+        else:
+            self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}) {{")
+        self.block(s.body)
+        self.w("}")
+
+    def lane_reduce(self, s: L.LaneReduce) -> None:
+        dt = s.dst.dtype
+        v = self.names(s.dst.name)
+        self.w(f"{v} = {self.expr(s.value)};")
+        o = s.width // 2
+        while o >= 1:
+            other = f"tn_shfl_xor({s.mask:#x}u, {v}, {o}, {s.width})"
+            self.w(f"{v} = {self.binary(s.op, v, other, dt)};")
+            o //= 2
+
+    # -- kernels -----------------------------------------------------------------------------
+    def params(self) -> list[tuple[str, str]]:
+        """``(C type, name)`` of each parameter of every phase's function."""
+        out = []
+        for b in sorted(self.k.globals, key=lambda b: b.arg):
+            if b.space == "scalar":
+                out.append((f"const {mem(b.dtype)}*", self.buf(b)))
+            else:
+                r = " __restrict__" if self.restrict and b.name not in self.aliased else ""
+                out.append((f"{mem(b.dtype)}*{r}", self.buf(b)))
+        for s in self.k.syms:
+            out.append(("long long", self.names(s, "S")))
+        out.append(("int*", "tn_status"))
+        return out
+
+    def shared_layout(self) -> tuple[list[tuple[L.Buffer, E.Expr]], E.Expr]:
+        """Each shared buffer with its byte offset, and the total bytes."""
+        off: E.Expr = E.Const(0)
+        out = []
+        for b in self.k.locals:
+            if b.space != "shared":
+                continue
+            out.append((b, off))
+            nbytes = E.mul(b.size, max(1, b.dtype.itemsize))
+            off = E.add(off, E.mul(E.cdiv(nbytes, 16), 16))
+        return out, off
+
+    def phase(self, ph: L.Phase, layout: list, total: E.Expr) -> CudaKernelInfo:
+        W = self.threads_of[ph.name]
+        W = W if W > 1 else 32
+        name = re.sub(r"[^0-9A-Za-z_]", "_", f"{self.k.name}_{ph.name}")
+        params = self.params()
+        self.w(f'extern "C" __global__ void __launch_bounds__({W}) {name}(')
+        self.w("    " + ", ".join(f"{t} {n}" for t, n in params) + ") {")
+        self.ind += 1
+        if layout:
+            self.w("extern __shared__ __align__(16) unsigned char tn_smem[];")
+            for b, off in layout:
+                self.w(f"{mem(b.dtype)}* const {self.buf(b)} = ({mem(b.dtype)}*)(tn_smem + "
+                       f"{self.idx(off)});")
+        for b in self.k.locals:
+            if b.space == "local":
+                if not isinstance(b.size, E.Const):
+                    raise NotAvailableError(
+                        f"a thread-private buffer of symbolic size ({b.name}) has no cuda "
+                        "lowering", hint="use a shared buffer")
+                self.w(f"{mem(b.dtype)} {self.buf(b)}[{max(1, int(b.size.value))}];")
+        decl: dict[str, L.LVar] = {ph.pid.name: ph.pid}
+        decl.update(L.assigned(ph.body))
+        for nm, var in decl.items():
+            self.w(f"{reg(var.dtype)} {self.names(nm)};")
+        n = "1ll"
+        for x in ph.extents:
+            n = f"({n} * {self.idx(x)})"
+        pid = self.names(ph.pid.name)
+        if ph.parallel:
+            self.w(f"{pid} = (long long)blockIdx.x;")
+            self.stmts(ph.body)
+        else:
+            self.w(f"for ({pid} = 0; {pid} < {n}; ++{pid}) {{")
+            self.block(ph.body)
+            self.w("  __syncthreads();")
+            self.w("}")
+        self.ind -= 1
+        self.w("}")
+        self.w("")
+        programs: E.Expr = E.Const(1)
+        for x in ph.extents:
+            programs = E.mul(programs, x)
+        return CudaKernelInfo(name, ph.name, tuple(t for t, _ in params), W, total,
+                              programs if ph.parallel else E.Const(1), not ph.parallel)
+
+    def source(self) -> CudaSource:
+        layout, total = self.shared_layout()
+        self.w(f"// tilenest: kernel {self.k.name}")
+        self.w('#include "tn_prelude.cuh"')
+        self.w("")
+        infos = tuple(self.phase(ph, layout, total) for ph in self.k.phases)
+        return CudaSource("\n".join(self.lines) + "\n", infos)
+
+
+def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset()) -> CudaSource:
+    """The CUDA C++ source of SIMT-form kernel ``k`` (see the module docstring)."""
+    return Emitter(k, aliased=aliased).source()

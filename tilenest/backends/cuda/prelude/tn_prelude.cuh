@@ -1,0 +1,328 @@
+// tilenest CUDA prelude: the scalar semantics of the loop IR in CUDA C++.
+//
+// Every function here is the meaning of one loop-IR operation as
+// semantics/numerics.py defines it (IEEE round-to-nearest per operation,
+// integers wrapping, saturating float-to-int casts, numpy's floor division
+// and modulo, NaN-propagating maximum/minimum). The same text compiles for
+// the device (NVRTC, sm_90a) and, with TN_EMULATE defined and the emulator's
+// shim header included first, as host C++; only the few spots that need a
+// device instruction differ, each behind one #ifdef.
+//
+// 16-bit floats are stored as their bits (tn_f16 / tn_bf16) and computed in
+// float: a binary op widens both operands exactly, computes in float (exact
+// enough: float has more than 2p+2 bits for p = 11 and 8, so rounding the
+// float result once more is the correctly rounded 16-bit result) and rounds
+// once to nearest-even.
+#pragma once
+
+typedef signed char tn_i8;
+typedef short tn_i16;
+typedef int tn_i32;
+typedef long long tn_i64;
+typedef unsigned char tn_u8;
+typedef unsigned short tn_u16;
+typedef unsigned int tn_u32;
+typedef unsigned long long tn_u64;
+
+struct tn_f16 { unsigned short bits; };
+struct tn_bf16 { unsigned short bits; };
+
+#define TN_FN static __device__ __forceinline__
+
+// ---------------------------------------------------------------------------
+// bits
+
+TN_FN unsigned tn_fbits(float x) { return __float_as_uint(x); }
+TN_FN float tn_bitsf(unsigned b) { return __uint_as_float(b); }
+TN_FN unsigned long long tn_dbits(double x) { return (unsigned long long)__double_as_longlong(x); }
+TN_FN double tn_bitsd(unsigned long long b) { return __longlong_as_double((long long)b); }
+TN_FN bool tn_isnan(float x) { return x != x; }
+TN_FN bool tn_isnan(double x) { return x != x; }
+TN_FN bool tn_signbit(float x) { return (tn_fbits(x) >> 31) != 0; }
+TN_FN bool tn_signbit(double x) { return (tn_dbits(x) >> 63) != 0; }
+TN_FN float tn_copysign(float m, float s) { return tn_bitsf((tn_fbits(m) & 0x7fffffffu) | (tn_fbits(s) & 0x80000000u)); }
+TN_FN double tn_copysign(double m, double s) {
+  return tn_bitsd((tn_dbits(m) & 0x7fffffffffffffffull) | (tn_dbits(s) & 0x8000000000000000ull));
+}
+
+TN_FN bool tn_isinf(float x) { return (tn_fbits(x) & 0x7fffffffu) == 0x7f800000u; }
+TN_FN bool tn_isinf(double x) { return (tn_dbits(x) & 0x7fffffffffffffffull) == 0x7ff0000000000000ull; }
+TN_FN bool tn_isfinite(float x) { return (tn_fbits(x) & 0x7f800000u) != 0x7f800000u; }
+TN_FN bool tn_isfinite(double x) { return (tn_dbits(x) & 0x7ff0000000000000ull) != 0x7ff0000000000000ull; }
+
+// the bits of one register type read as another of the same width
+template <typename D, typename S> TN_FN D tn_bitcast(S s) {
+  D d;
+  memcpy(&d, &s, sizeof(D));
+  return d;
+}
+
+// ---------------------------------------------------------------------------
+// 16-bit floats
+
+TN_FN float tn_widen(tn_bf16 x) { return tn_bitsf((unsigned)x.bits << 16); }
+
+TN_FN float tn_widen(tn_f16 h) {
+  unsigned s = (unsigned)(h.bits & 0x8000u) << 16, e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ffu;
+  if (e == 0x1f) return tn_bitsf(s | 0x7f800000u | (m << 13));
+  if (e != 0) return tn_bitsf(s | ((e + 112u) << 23) | (m << 13));
+  // subnormal or zero: m * 2^-24, exact in float
+  float v = (float)m * 5.9604644775390625e-08f;
+  return tn_bitsf(s | tn_fbits(v));
+}
+
+TN_FN tn_bf16 tn_to_bf16(float x) {
+  unsigned b = tn_fbits(x);
+  tn_bf16 r;
+  if (tn_isnan(x)) { r.bits = (unsigned short)((b >> 16) | 0x40u); return r; }
+  unsigned lsb = (b >> 16) & 1u;
+  r.bits = (unsigned short)((b + 0x7fffu + lsb) >> 16);
+  return r;
+}
+
+TN_FN tn_f16 tn_to_f16(float x) {
+  unsigned b = tn_fbits(x), s = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
+  tn_f16 r;
+  if (a > 0x7f800000u) { r.bits = (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu)); return r; }
+  if (a >= 0x477ff000u) { r.bits = (unsigned short)(s | 0x7c00u); return r; }  // rounds to inf
+  if (a >= 0x38800000u) {  // normal half
+    unsigned m = a + 0xfffu + ((a >> 13) & 1u) - (112u << 23);
+    r.bits = (unsigned short)(s | (m >> 13));
+    return r;
+  }
+  // subnormal half (or zero): round |x| * 2^24 to an integer, nearest-even
+  float v = tn_bitsf(a) * 16777216.0f;  // exact: a power-of-two scale
+  float f = (float)(unsigned)v;
+  float d = v - f;
+  unsigned q = (unsigned)f;
+  if (d > 0.5f || (d == 0.5f && (q & 1u))) q += 1u;
+  r.bits = (unsigned short)(s | q);
+  return r;
+}
+
+TN_FN tn_f16 tn_narrow_f16(float x) { return tn_to_f16(x); }
+TN_FN tn_bf16 tn_narrow_bf16(float x) { return tn_to_bf16(x); }
+
+// a double rounded to odd at float: rounding that once more to at most 22
+// significant bits equals rounding the double once
+TN_FN float tn_f64_to_f32_odd(double d) {
+  if (tn_isnan(d)) return (float)d;
+  float f = (float)d;
+  double back = (double)f;
+  if (back == d) return f;
+  double ad = d < 0 ? -d : d, ab = back < 0 ? -back : back;
+  unsigned b = tn_fbits(f);
+  if (ab > ad) b -= 1u;  // toward zero (also from inf to FLT_MAX)
+  return tn_bitsf(b | 1u);
+}
+
+TN_FN float tn_round_f32(double d) { return (float)d; }
+TN_FN tn_f16 tn_round_f16(double d) { return tn_to_f16(tn_f64_to_f32_odd(d)); }
+TN_FN tn_bf16 tn_round_bf16(double d) { return tn_to_bf16(tn_f64_to_f32_odd(d)); }
+TN_FN double tn_round_f64(double d) { return d; }
+
+// ---------------------------------------------------------------------------
+// integer arithmetic (wrapping, as two's complement)
+
+template <typename T> struct tn_unsigned_of { typedef T type; };
+template <> struct tn_unsigned_of<signed char> { typedef unsigned char type; };
+template <> struct tn_unsigned_of<short> { typedef unsigned short type; };
+template <> struct tn_unsigned_of<int> { typedef unsigned int type; };
+template <> struct tn_unsigned_of<long long> { typedef unsigned long long type; };
+
+template <typename T> TN_FN T tn_iadd(T a, T b) {
+  typedef typename tn_unsigned_of<T>::type U; return (T)(U)((U)a + (U)b);
+}
+template <typename T> TN_FN T tn_isub(T a, T b) {
+  typedef typename tn_unsigned_of<T>::type U; return (T)(U)((U)a - (U)b);
+}
+template <typename T> TN_FN T tn_imul(T a, T b) {
+  typedef typename tn_unsigned_of<T>::type U;
+  return (T)(U)((unsigned long long)(U)a * (unsigned long long)(U)b);
+}
+template <typename T> TN_FN T tn_ineg(T a) { return tn_isub<T>((T)0, a); }
+template <typename T> TN_FN T tn_iabs(T a) { return a < (T)0 ? tn_ineg<T>(a) : a; }
+
+// the first error of a program wins (0: none yet)
+TN_FN void tn_fail(int* status, int code) { atomicCAS(status, 0, code); }
+
+#define TN_DIV_ZERO 1000001
+#define TN_NEG_SHIFT 1000002
+
+template <typename T> TN_FN T tn_idiv(T a, T b, int* st) {  // C division (toward zero)
+  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
+  if ((T)-1 < (T)0 && b == (T)-1) return tn_ineg<T>(a);
+  return (T)(a / b);
+}
+template <typename T> TN_FN T tn_irem(T a, T b, int* st) {
+  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
+  if ((T)-1 < (T)0 && b == (T)-1) return (T)0;
+  return (T)(a % b);
+}
+template <typename T> TN_FN T tn_ifloordiv(T a, T b, int* st) {  // Python's //
+  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
+  if ((T)-1 < (T)0 && b == (T)-1) return tn_ineg<T>(a);
+  T q = (T)(a / b), r = (T)(a % b);
+  if (r != (T)0 && ((r < (T)0) != (b < (T)0))) q = (T)(q - 1);
+  return q;
+}
+template <typename T> TN_FN T tn_imod(T a, T b, int* st) {  // Python's %
+  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
+  if ((T)-1 < (T)0 && b == (T)-1) return (T)0;
+  T r = (T)(a % b);
+  if (r != (T)0 && ((r < (T)0) != (b < (T)0))) r = (T)(r + b);
+  return r;
+}
+template <typename T> TN_FN T tn_ishl(T a, T b, int* st) {
+  if ((T)-1 < (T)0 && b < (T)0) { tn_fail(st, TN_NEG_SHIFT); return (T)0; }
+  typedef typename tn_unsigned_of<T>::type U;
+  if ((unsigned long long)b >= sizeof(T) * 8) return (T)0;
+  return (T)(U)((U)a << (int)b);
+}
+template <typename T> TN_FN T tn_ishr(T a, T b, int* st) {
+  if ((T)-1 < (T)0 && b < (T)0) { tn_fail(st, TN_NEG_SHIFT); return (T)0; }
+  if ((unsigned long long)b >= sizeof(T) * 8) return (T)-1 < (T)0 ? (T)(a < (T)0 ? -1 : 0) : (T)0;
+  return (T)(a >> (int)b);
+}
+template <typename T> TN_FN T tn_imax(T a, T b) { return a > b ? a : b; }
+template <typename T> TN_FN T tn_imin(T a, T b) { return a < b ? a : b; }
+
+// index arithmetic: Python floor division and modulo on 64-bit values
+TN_FN long long tn_xfloordiv(long long a, long long b) {
+  if (b == 0) return 0;
+  if (b == -1) return -a;
+  long long q = a / b, r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+TN_FN long long tn_xmod(long long a, long long b) {
+  if (b == 0 || b == -1) return 0;
+  long long r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+TN_FN long long tn_xmin(long long a, long long b) { return a < b ? a : b; }
+TN_FN long long tn_xmax(long long a, long long b) { return a > b ? a : b; }
+
+// ---------------------------------------------------------------------------
+// float arithmetic (the wide type: float for f16/bf16/f32, double for f64)
+
+template <typename F> TN_FN F tn_quiet(F x);
+template <> __device__ __forceinline__ float tn_quiet<float>(float x) { return tn_bitsf(tn_fbits(x) | 0x00400000u); }
+template <> __device__ __forceinline__ double tn_quiet<double>(double x) {
+  return tn_bitsd(tn_dbits(x) | 0x0008000000000000ull);
+}
+
+// numpy's maximum / minimum: NaN propagates (the first NaN operand, quieted);
+// equal operands differ at most in a zero's sign: max takes +0, min -0
+template <typename F> TN_FN F tn_fextreme(F a, F b, bool is_max) {
+  if (tn_isnan(a)) return tn_quiet<F>(a);
+  if (tn_isnan(b)) return tn_quiet<F>(b);
+  bool pick_a = is_max ? (a > b) : (a < b);
+  if (a == b) pick_a = tn_signbit(a) != is_max;
+  return pick_a ? a : b;
+}
+
+// numpy's floor_divide / remainder on floats (npy_divmod)
+template <typename F> TN_FN F tn_ffloordiv(F a, F d) {
+  F mod = fmod(a, d);
+  if (d == (F)0) return a / d;
+  F div = (a - mod) / d;
+  if (mod != (F)0 && ((d < (F)0) != (mod < (F)0))) div = div - (F)1;
+  if (div != (F)0) {
+    F fl = floor(div);
+    if (div - fl > (F)0.5) fl = fl + (F)1;
+    return fl;
+  }
+  return tn_copysign((F)0, a / d);
+}
+template <typename F> TN_FN F tn_fmod(F a, F d) {
+  F mod = fmod(a, d);
+  if (d == (F)0) return mod;
+  if (mod != (F)0) {
+    if ((d < (F)0) != (mod < (F)0)) mod = mod + d;
+    return mod;
+  }
+  return tn_copysign((F)0, d);
+}
+TN_FN float tn_frem(float a, float b) { return fmodf(a, b); }
+TN_FN double tn_frem(double a, double b) { return fmod(a, b); }
+TN_FN float tn_roundeven(float x) { return rintf(x); }
+TN_FN double tn_roundeven(double x) { return rint(x); }
+
+// transcendentals: evaluated in double (CUDA's double functions are within
+// 2 ulp of double; rounded once to a narrow dtype that is within 1 ulp, and
+// within the 4 ulp f64 bound as they are)
+TN_FN double tn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+TN_FN double tn_rsqrt(double x) { return 1.0 / sqrt(x); }
+
+// saturating float -> integer (NaN -> 0), as LLVM's fptosi.sat / fptoui.sat
+template <typename T> TN_FN T tn_f2i(double x, double lo, double hi) {
+  if (tn_isnan(x)) return (T)0;
+  if (x <= lo) return (T)lo;
+  if (x >= hi) return (T)hi;
+  return (T)x;
+}
+TN_FN long long tn_f2i64(double x) {
+  if (tn_isnan(x)) return 0;
+  if (x <= -9223372036854775808.0) return (long long)0x8000000000000000ull;
+  if (x >= 9223372036854775808.0) return 0x7fffffffffffffffll;
+  return (long long)x;
+}
+TN_FN unsigned long long tn_f2u64(double x) {
+  if (tn_isnan(x) || x <= 0.0) return 0;
+  if (x >= 18446744073709551616.0) return 0xffffffffffffffffull;
+  return (unsigned long long)x;
+}
+
+// a 64-bit integer rounded to odd at double (then once more to a narrow type)
+TN_FN double tn_i64_to_f64_odd(unsigned long long m, bool neg) {
+  double big = (double)(m >> 32) * 4294967296.0;
+  double lo = (double)(m & 0xffffffffull);
+  double y = big + lo;
+  double err = lo - (y - big);
+  unsigned long long yb = tn_dbits(y);
+  if (err != 0.0) yb = (err < 0.0 ? yb - 1 : yb) | 1ull;
+  y = tn_bitsd(yb);
+  return neg ? -y : y;
+}
+
+// ---------------------------------------------------------------------------
+// warp collectives on every register type (16-bit floats as their bits)
+
+#define TN_SHFL(T)                                                                            \
+  TN_FN T tn_shfl_idx(unsigned m, T v, int l, int w) { return __shfl_sync(m, v, l, w); }      \
+  TN_FN T tn_shfl_xor(unsigned m, T v, int l, int w) { return __shfl_xor_sync(m, v, l, w); }  \
+  TN_FN T tn_shfl_up(unsigned m, T v, int l, int w) { return __shfl_up_sync(m, v, (unsigned)l, w); } \
+  TN_FN T tn_shfl_down(unsigned m, T v, int l, int w) { return __shfl_down_sync(m, v, (unsigned)l, w); }
+TN_SHFL(int)
+TN_SHFL(unsigned)
+TN_SHFL(long long)
+TN_SHFL(unsigned long long)
+TN_SHFL(float)
+TN_SHFL(double)
+#undef TN_SHFL
+#define TN_SHFL_VIA(T, U, GET, PUT)                                                           \
+  TN_FN T tn_shfl_idx(unsigned m, T v, int l, int w) { return PUT(tn_shfl_idx(m, (U)GET(v), l, w)); } \
+  TN_FN T tn_shfl_xor(unsigned m, T v, int l, int w) { return PUT(tn_shfl_xor(m, (U)GET(v), l, w)); } \
+  TN_FN T tn_shfl_up(unsigned m, T v, int l, int w) { return PUT(tn_shfl_up(m, (U)GET(v), l, w)); }   \
+  TN_FN T tn_shfl_down(unsigned m, T v, int l, int w) { return PUT(tn_shfl_down(m, (U)GET(v), l, w)); }
+TN_FN tn_f16 tn_mk_f16(int b) { tn_f16 r; r.bits = (unsigned short)b; return r; }
+TN_FN tn_bf16 tn_mk_bf16(int b) { tn_bf16 r; r.bits = (unsigned short)b; return r; }
+TN_FN int tn_get16(tn_f16 v) { return v.bits; }
+TN_FN int tn_get16(tn_bf16 v) { return v.bits; }
+TN_FN bool tn_mk_bool(int b) { return b != 0; }
+TN_FN int tn_getb(bool v) { return v ? 1 : 0; }
+TN_FN signed char tn_mk_i8(int b) { return (signed char)b; }
+TN_FN unsigned char tn_mk_u8(int b) { return (unsigned char)b; }
+TN_FN short tn_mk_i16(int b) { return (short)b; }
+TN_FN unsigned short tn_mk_u16(int b) { return (unsigned short)b; }
+TN_FN int tn_geti(int v) { return v; }
+TN_SHFL_VIA(tn_f16, int, tn_get16, tn_mk_f16)
+TN_SHFL_VIA(tn_bf16, int, tn_get16, tn_mk_bf16)
+TN_SHFL_VIA(bool, int, tn_getb, tn_mk_bool)
+TN_SHFL_VIA(signed char, int, tn_geti, tn_mk_i8)
+TN_SHFL_VIA(unsigned char, int, tn_geti, tn_mk_u8)
+TN_SHFL_VIA(short, int, tn_geti, tn_mk_i16)
+TN_SHFL_VIA(unsigned short, int, tn_geti, tn_mk_u16)
+#undef TN_SHFL_VIA
+
+TN_FN long long tn_align16(long long n) { return (n + 15) / 16 * 16; }
