@@ -34,8 +34,8 @@ from ...errors import BoundsError, RuntimeSemanticError, TilenestError
 from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
-from ...semantics.signature import bind_call, order_arguments, stored_tensors
-from ...semantics.types import TensorType
+from ...semantics.signature import order_arguments, stored_tensors
+from ..calls import ArgumentBinder
 from .codegen import DIV_ZERO, NEG_SHIFT
 from .workers import run_phase
 
@@ -49,7 +49,7 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data if a.size else _EMPTY.ctypes.data
 
 
-class CompiledKernel:
+class CompiledKernel(ArgumentBinder):
     """A JIT-compiled kernel: call it like the interpreter (arrays written in
     place; returns the tensors it stores to). ``loopir``, ``llvm_ir`` and
     ``asm()`` show the generated code."""
@@ -78,67 +78,6 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         return f"<compiled {self.program.name} for llvm>"
-
-    # -- binding ------------------------------------------------------------------
-    def bind(self, arrays: tuple, params: dict[str, int] | None) -> tuple[list, dict[str, int]]:
-        p = self.program
-        env = bind_call(p, arrays, params)
-        syms = {k.name: v for k, v in env.items()}
-        keep: list[Any] = []
-        for v, a in zip(p.args, arrays, strict=True):
-            t = v.type
-            if isinstance(t, TensorType):
-                if not (a.flags.c_contiguous and a.flags.aligned):
-                    raise TilenestError(
-                        f"argument '{v.name}' is not a C-contiguous aligned array; compiled "
-                        "kernels read arrays in place", p.loc,
-                        "pass np.ascontiguousarray(x) (and copy results back if needed)")
-                keep.append(a)
-            else:
-                from ...semantics.numerics import constant
-
-                try:
-                    arr = np.array(constant(_scalar(a, v.name), t.dtype), dtype=t.dtype.np)
-                except (ValueError, TypeError) as e:
-                    raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
-                keep.append(arr)
-        return keep, syms
-
-    def aliases(self, keep: list) -> tuple[tuple[str, ...], ...]:
-        """The alias groups of a call: parameters given the same array where one
-        of them is written (M-8). Arrays sharing storage in any other way
-        (different offset, shape, strides or dtype) are refused."""
-        args = self.program.args
-        parent = list(range(len(keep)))
-
-        def root(i: int) -> int:
-            while parent[i] != i:
-                i = parent[i]
-            return i
-
-        for i, a in enumerate(keep):
-            for j in range(i):
-                b = keep[j]
-                if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or not (
-                        a.size and b.size):
-                    continue
-                if args[i].name not in self.stored and args[j].name not in self.stored:
-                    continue
-                if not np.shares_memory(a, b):
-                    continue
-                if not _same_array(a, b):
-                    raise TilenestError(
-                        f"arguments '{args[j].name}' and '{args[i].name}' overlap in memory "
-                        "without being the same array, and one of them is written; the llvm "
-                        "target supports aliased parameters only as one array",
-                        self.program.loc,
-                        "pass the same array for both, separate copies, or run on the "
-                        "interpreter (which accepts any overlap)")
-                parent[root(i)] = root(j)
-        groups: dict[int, list[str]] = {}
-        for i in range(len(keep)):
-            groups.setdefault(root(i), []).append(args[i].name)
-        return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
     def variant(self, aliases: tuple[tuple[str, ...], ...]) -> "CompiledKernel":
         """This kernel compiled for a call whose parameters alias as ``aliases``."""
@@ -205,20 +144,3 @@ class CompiledKernel:
         return RuntimeSemanticError(f"compiled kernel reported error code {code}")
 
 
-def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays view exactly the same elements in the same way."""
-    return (a.ctypes.data == b.ctypes.data and a.dtype == b.dtype and a.shape == b.shape
-            and a.strides == b.strides)
-
-
-def _scalar(a: Any, name: str) -> Any:
-    if isinstance(a, np.ndarray):
-        if a.shape != ():
-            raise TilenestError(f"argument '{name}' is a scalar parameter; got an array of shape "
-                                f"{a.shape}")
-        return a.item()
-    if isinstance(a, np.generic):
-        return a.item()
-    if not isinstance(a, (int, float, bool)):
-        raise TilenestError(f"argument '{name}' must be a number, got {type(a).__name__}")
-    return a
