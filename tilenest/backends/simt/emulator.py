@@ -1,0 +1,761 @@
+"""Host emulator for generated CUDA C++: the source itself, compiled as host C++.
+
+A generated CUDA source is compiled by the host C++ compiler against
+``shim/tn_cuda_shim.h`` (``g++ -x c++ -std=c++17 -DTN_EMULATE -include shim``)
+into a shared library, one launcher per kernel; a launch runs every GPU thread
+of a block as a fiber. What the emulator guarantees (the shim's header comment
+states it in full):
+
+* threads switch only at barriers and warp collectives, and at each switch
+  point the *interleaving policy* (:data:`POLICIES`) picks who runs next, so
+  a kernel that is correct under CUDA's rules gives the same answer under
+  every policy, and one that leans on an ordering CUDA does not promise
+  usually gives a different answer under some policy;
+* dynamic shared memory is poisoned before every block (:data:`POISONS`);
+* a divergent barrier, a warp collective with a wrong or mismatched mask, a
+  lane that exits while its warp waits for it, a deadlock, a fiber stack
+  overflow, a wild memory access and ``__trap()`` end the launch and raise
+  :class:`EmulatorError` naming the kernel, block, thread and source line.
+
+:func:`run_tsan` builds the same source with ``-fsanitize=thread`` into a
+stand-alone executable (each GPU thread a TSan fiber, barriers and collectives
+annotated as synchronization), runs it in a subprocess on arrays passed
+through files, and returns the data races TSan reports, each with the lines
+of the generated source that race.
+
+Compiled artifacts live in a per-user cache directory keyed by a hash of the
+source, the launchers, the flags, the shim's text and the compiler's version;
+headers found on the include path are checked by content before a cached
+artifact is reused.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tilenest.errors import RuntimeSemanticError, Site, TilenestError
+
+__all__ = [
+    "BLOCK_ORDERS",
+    "POISONS",
+    "POLICIES",
+    "SHIM_PATH",
+    "EmuModule",
+    "EmulatorBuildError",
+    "EmulatorError",
+    "LaunchError",
+    "Race",
+    "TsanReport",
+    "build",
+    "cache_dir",
+    "parse_kernels",
+    "parse_tsan_output",
+    "run_tsan",
+    "tsan_available",
+]
+
+#: Interleaving policies: who runs next at each switch point.
+#: ``in_order`` the lowest runnable thread; ``reversed`` the highest;
+#: ``warp_ahead`` the threads of one warp (chosen by the seed) as far as the
+#: barriers allow, then the others in order; ``random`` a seeded uniform pick.
+POLICIES = ("in_order", "reversed", "warp_ahead", "random")
+#: Shared-memory poison: ``nan`` 0x7fc00000 words (a float NaN), ``big``
+#: 0x7f7fffff words (the largest finite float), ``bytes`` every byte 0xa5.
+#: Shuffles that read a lane outside their mask also return the poison.
+POISONS = ("nan", "big", "bytes")
+#: Order of blocks: ``in_order`` (x fastest) or a ``shuffle`` by the seed.
+BLOCK_ORDERS = ("in_order", "shuffle")
+
+SHIM_PATH = Path(__file__).with_name("shim") / "tn_cuda_shim.h"
+SMEM_CAPACITY = 228 * 1024
+DEFAULT_STACK = 64 * 1024
+
+_CXX = os.environ.get("TILENEST_CXX", "g++")
+_BASE_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-g", "-fno-strict-aliasing",
+               "-ffp-contract=off", "-fvisibility=hidden", "-fno-gnu-unique", "-pthread",
+               "-DTN_EMULATE=1")
+_LIB_FLAGS = ("-fPIC", "-shared")
+_TSAN_FLAGS = ("-fsanitize=thread", "-fno-omit-frame-pointer", "-DTN_EMU_RUNNER=1")
+
+_ERROR_KINDS = {
+    1: "divergent barrier",
+    2: "warp collective mask mismatch",
+    3: "deadlock",
+    4: "fiber stack overflow",
+    5: "invalid memory access",
+    6: "trap",
+    7: "bad launch",
+    8: "arithmetic fault",
+    9: "warp collective lane exited",
+}
+_HINTS = {
+    1: "every thread of the block must reach the same __syncthreads(); hoist the barrier out "
+       "of the thread-dependent branch or early return",
+    2: "a warp collective's mask must name exactly the lanes that call it, each lane included; "
+       "with all 32 lanes participating use 0xffffffff",
+    3: "a barrier or collective waits for a thread that waits elsewhere; make all threads meet "
+       "the same synchronization in the same order",
+    4: "raise stack_size= in the launch, or move large per-thread arrays to shared memory",
+    5: "an index runs outside its buffer, or an argument pointer is wrong",
+    6: "the kernel executed __trap()",
+    7: "check grid, block, shared_bytes and stack_size against CUDA's limits",
+    8: "an integer division by zero (or INT_MIN / -1) in the kernel",
+    9: "every lane named in a collective's mask must call it; narrow the mask to the lanes "
+       "that reach the call",
+}
+
+
+class EmulatorError(RuntimeSemanticError):
+    """The emulator found a synchronization or memory fault in a launch.
+
+    ``code`` is the shim's error code, ``what`` its name, ``kernel``, ``block``
+    and ``thread`` the culprit, ``line`` the line of the generated source (0
+    when unknown)."""
+
+    kind = "emulator error"
+
+    def __init__(self, message: str, sites=(), hint: str | None = None, notes=(), *,
+                 code: int = 0, kernel: str = "", block: tuple[int, int, int] = (0, 0, 0),
+                 thread: tuple[int, int, int] = (0, 0, 0), line: int = 0):
+        self.code = code
+        self.what = _ERROR_KINDS.get(code, "error")
+        self.kernel = kernel
+        self.block = block
+        self.thread = thread
+        self.line = line
+        super().__init__(message, sites, hint, notes)
+
+
+class EmulatorBuildError(TilenestError):
+    """The host compiler rejected a generated source (with the shim)."""
+
+    kind = "emulator build error"
+
+
+class LaunchError(TilenestError):
+    """A launch whose arguments or configuration do not fit the kernel."""
+
+    kind = "launch error"
+
+
+# --------------------------------------------------------------------- the C ABI
+class _Cfg(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint32 * 3), ("block", ctypes.c_uint32 * 3),
+                ("shared_bytes", ctypes.c_uint64), ("stack_bytes", ctypes.c_uint64),
+                ("seed", ctypes.c_uint64), ("policy", ctypes.c_int32),
+                ("poison", ctypes.c_int32), ("block_order", ctypes.c_int32),
+                ("flags", ctypes.c_int32)]
+
+
+class _Err(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int32), ("line", ctypes.c_int32),
+                ("block", ctypes.c_uint32 * 3), ("thread", ctypes.c_uint32 * 3),
+                ("message", ctypes.c_char * 2048)]
+
+
+_LAUNCH_PROTO = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(_Cfg), ctypes.POINTER(_Err))
+
+#: scalar C types a kernel may take, with their ctypes
+_SCALARS: dict[str, type] = {
+    "int": ctypes.c_int32, "signed": ctypes.c_int32, "signed int": ctypes.c_int32,
+    "unsigned": ctypes.c_uint32, "unsigned int": ctypes.c_uint32,
+    "long long": ctypes.c_int64, "long long int": ctypes.c_int64, "long": ctypes.c_int64,
+    "unsigned long long": ctypes.c_uint64, "unsigned long": ctypes.c_uint64,
+    "short": ctypes.c_int16, "unsigned short": ctypes.c_uint16,
+    "char": ctypes.c_int8, "signed char": ctypes.c_int8, "unsigned char": ctypes.c_uint8,
+    "bool": ctypes.c_bool, "float": ctypes.c_float, "double": ctypes.c_double,
+    "int8_t": ctypes.c_int8, "int16_t": ctypes.c_int16, "int32_t": ctypes.c_int32,
+    "int64_t": ctypes.c_int64, "uint8_t": ctypes.c_uint8, "uint16_t": ctypes.c_uint16,
+    "uint32_t": ctypes.c_uint32, "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_uint64,
+}
+#: pointee C type -> the numpy dtype an array argument must have
+_POINTEES: dict[str, np.dtype] = {
+    k: np.dtype(v) for k, v in {
+        "float": np.float32, "double": np.float64, "int": np.int32, "unsigned": np.uint32,
+        "unsigned int": np.uint32, "long long": np.int64, "unsigned long long": np.uint64,
+        "short": np.int16, "unsigned short": np.uint16, "signed char": np.int8,
+        "unsigned char": np.uint8, "int8_t": np.int8, "uint8_t": np.uint8,
+        "int16_t": np.int16, "uint16_t": np.uint16, "int32_t": np.int32,
+        "uint32_t": np.uint32, "int64_t": np.int64, "uint64_t": np.uint64, "bool": np.bool_,
+    }.items()
+}
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
+
+
+def _norm(t: str) -> str:
+    return " ".join(t.replace("*", " * ").split())
+
+
+@dataclass(frozen=True)
+class _Param:
+    """One kernel parameter: its C type text, whether it is a pointer, and the
+    ctypes scalar type or the dtype an array must have (None: any dtype)."""
+
+    ctype: str
+    pointer: bool
+    scalar: type | None
+    dtype: np.dtype | None
+    const: bool
+
+
+def _param(ctype: str, kernel: str) -> _Param:
+    text = _norm(ctype)
+    if "*" in text:
+        head = text[: text.index("*")]
+        const = bool(re.search(r"\bconst\b", head))
+        base = " ".join(_QUALIFIERS.sub(" ", head).split())
+        return _Param(ctype, True, None, _POINTEES.get(base), const)
+    base = " ".join(_QUALIFIERS.sub(" ", text).split())
+    if base not in _SCALARS:
+        raise LaunchError(f"kernel {kernel}: parameter type {ctype!r} is not a pointer or a "
+                          f"scalar the emulator knows",
+                          hint="scalars: " + ", ".join(sorted(_SCALARS)))
+    return _Param(ctype, False, _SCALARS[base], None, False)
+
+
+# ----------------------------------------------------------------- the source
+_KERNEL_RE = re.compile(r"__global__\b(?P<head>[^;{}()]*?)\b(?P<name>[A-Za-z_]\w*)\s*\(")
+
+
+def _strip_comments(src: str) -> str:
+    src = re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), src, flags=re.DOTALL)
+    return re.sub(r"//[^\n]*", "", src)
+
+
+_TYPE_WORDS = {"int", "char", "short", "long", "float", "double", "unsigned", "signed", "bool"}
+
+
+def parse_kernels(source: str) -> dict[str, list[str]]:
+    """The ``__global__`` functions defined in ``source``: name -> parameter C
+    types (parameter names and ``__launch_bounds__`` removed), in order."""
+    text = re.sub(r"__(launch_bounds|cluster_dims)__\s*\([^()]*\)", " ", _strip_comments(source))
+    out: dict[str, list[str]] = {}
+    for m in _KERNEL_RE.finditer(text):
+        name = m.group("name")
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        params_text = text[m.end(): i - 1]
+        rest = text[i:].lstrip()
+        if not rest.startswith("{"):
+            continue  # a declaration, not the definition
+        params: list[str] = []
+        for p in _split_params(params_text):
+            p = p.strip()
+            if not p or p == "void":
+                continue
+            p = re.sub(r"\s*=.*$", "", p)
+            m2 = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", p)
+            if m2 and m2.group(1).strip() and m2.group(2) not in _TYPE_WORDS:
+                p = m2.group(1)
+            params.append(_norm(p))
+        out[name] = params
+    return out
+
+
+def _split_params(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts
+
+
+def _launchers(kernels: Mapping[str, Sequence[str]], runner: bool) -> str:
+    """The host launcher of each kernel: a thunk unpacking ``void**`` and an
+    exported ``tn_emu_launch_NAME``; with ``runner`` also the executable's main."""
+    lines = ['#line 1 "tn_emu_launchers"']
+    for name, params in kernels.items():
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            raise LaunchError(f"kernel name {name!r} is not a C identifier")
+        for i, t in enumerate(params):
+            lines.append(f"typedef {t} tn_emu_{name}_p{i};")
+        call = ", ".join(f"*(tn_emu_{name}_p{i} *)a[{i}]" for i in range(len(params)))
+        lines.append(f"static void tn_emu_thunk_{name}(void **a) {{ (void)a; {name}({call}); }}")
+        lines.append(
+            f'extern "C" __attribute__((visibility("default"))) int tn_emu_launch_{name}'
+            f"(void **a, const tn_emu_cfg *c, tn_emu_err *e) "
+            f'{{ return tn_emu::launch(tn_emu_thunk_{name}, "{name}", a, c, e); }}')
+    if runner:
+        rows = ", ".join(f'{{"{n}", tn_emu_launch_{n}}}' for n in kernels)
+        lines.append(f"static const tn_emu::KernelEntry tn_emu_table[] = {{{rows}}};")
+        lines.append("int main(int argc, char **argv) { return tn_emu::runner_main(argc, argv, "
+                     f"tn_emu_table, {len(kernels)}); }}")
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------- building
+def cache_dir() -> Path:
+    """Where compiled emulator artifacts live: ``$TILENEST_EMU_CACHE``, else
+    ``$XDG_CACHE_HOME/tilenest/simt-emu``, else ``~/.cache/tilenest/simt-emu``."""
+    env = os.environ.get("TILENEST_EMU_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tilenest" / "simt-emu"
+
+
+_version_lock = threading.Lock()
+_versions: dict[str, str] = {}
+
+
+def _compiler_version() -> str:
+    with _version_lock:
+        if _CXX not in _versions:
+            try:
+                out = subprocess.run([_CXX, "--version"], capture_output=True, text=True,
+                                     check=True).stdout
+            except (OSError, subprocess.CalledProcessError) as e:
+                raise EmulatorBuildError(f"the host C++ compiler {_CXX!r} cannot be run: {e}",
+                                         hint="install g++ or set TILENEST_CXX") from None
+            _versions[_CXX] = out.splitlines()[0] if out else _CXX
+        return _versions[_CXX]
+
+
+def tsan_available() -> bool:
+    """Whether the compiler has a ThreadSanitizer runtime (``libtsan.so``)."""
+    try:
+        out = subprocess.run([_CXX, "-print-file-name=libtsan.so"], capture_output=True,
+                             text=True, timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return bool(out) and os.path.isabs(out) and os.path.exists(out)
+
+
+def _hash_file(p: str) -> str:
+    try:
+        return hashlib.sha256(Path(p).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def _cached_artifact(manifest: Path) -> Path | None:
+    """The artifact a cache manifest names, if it and every header it was
+    built from are unchanged (by content)."""
+    try:
+        entry = json.loads(manifest.read_text())
+        deps, artifact = entry["deps"], manifest.parent / entry["artifact"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not artifact.exists() or any(_hash_file(p) != h for p, h in deps.items()):
+        return None
+    return artifact
+
+
+def _read_depfile(path: Path, skip: set[str]) -> dict[str, str]:
+    text = path.read_text().replace("\\\n", " ")
+    _, _, rest = text.partition(":")
+    files = [f for f in rest.split() if f not in skip]
+    return {f: _hash_file(f) for f in files}
+
+
+def _atomic_write(path: Path, data: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Sequence[str],
+             tsan: bool) -> Path:
+    """Compile ``source`` + launchers (cached); the path of the library or executable."""
+    shim_text = SHIM_PATH.read_text()
+    incs = [str(Path(d).resolve()) for d in include_dirs]
+    flags = list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else list(_LIB_FLAGS))
+    full = source + ("\n" if not source.endswith("\n") else "") + _launchers(kernels, tsan)
+    key = hashlib.sha256(json.dumps([full, flags, incs, shim_text, _compiler_version()])
+                         .encode()).hexdigest()[:24]
+    d = cache_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    manifest = d / f"{key}.json"
+    hit = _cached_artifact(manifest)
+    if hit is not None:
+        return hit
+    src_path = d / f"{key}.cu"
+    _atomic_write(src_path, full)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=key + ".", suffix=".tmp")
+    os.close(fd)
+    depfile = Path(tmp + ".d")
+    cmd = [_CXX, *flags, "-include", str(SHIM_PATH), "-I", str(SHIM_PATH.parent)]
+    for inc in incs:
+        cmd += ["-I", inc]
+    cmd += ["-MD", "-MF", str(depfile), str(src_path), "-o", tmp]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            msg = proc.stderr.replace(str(src_path), "<generated>")
+            raise EmulatorBuildError(
+                "the generated source does not compile as host C++ against the CUDA shim",
+                hint="the emitter used a construct the shim does not provide, or the source "
+                     "is not valid CUDA C++",
+                notes=tuple(msg.strip().splitlines()[:40]))
+        deps = _read_depfile(depfile, {str(src_path), tmp})
+        # The artifact's name carries its headers' hash: a process that loaded
+        # an older build keeps it, and dlopen never mistakes one for the other.
+        tag = hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12]
+        out = d / (f"{key}-{tag}.tsan" if tsan else f"{key}-{tag}.so")
+        os.replace(tmp, out)
+        _atomic_write(manifest, json.dumps({"artifact": out.name, "deps": deps}))
+    finally:
+        for p in (tmp, str(depfile)):
+            if os.path.exists(p):
+                os.unlink(p)
+    return out
+
+
+# ------------------------------------------------------------------- launching
+def _dim3(v, what: str) -> tuple[int, int, int]:
+    t = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
+    if not 1 <= len(t) <= 3 or not all(isinstance(x, (int, np.integer)) for x in t):
+        raise LaunchError(f"{what} must be an int or a tuple of 1 to 3 ints, not {v!r}")
+    t = tuple(int(x) for x in t) + (1,) * (3 - len(t))
+    if any(x < 1 or x >= 2**32 for x in t):
+        raise LaunchError(f"{what} extents must be positive 32-bit values, not {v!r}")
+    return t  # type: ignore[return-value]
+
+
+def _choice(value: str, options: tuple[str, ...], what: str) -> int:
+    if value not in options:
+        raise LaunchError(f"unknown {what} {value!r}", hint=f"{what}s: {', '.join(options)}")
+    return options.index(value)
+
+
+def _make_cfg(grid, block, shared_bytes: int, policy: str, seed: int, poison: str,
+              block_order: str, stack_size: int) -> _Cfg:
+    cfg = _Cfg()
+    cfg.grid[:] = _dim3(grid, "grid")
+    cfg.block[:] = _dim3(block, "block")
+    if not 0 <= shared_bytes <= SMEM_CAPACITY:
+        raise LaunchError(f"shared_bytes={shared_bytes} is outside 0..{SMEM_CAPACITY}")
+    cfg.shared_bytes = shared_bytes
+    cfg.stack_bytes = stack_size
+    cfg.seed = seed & (2**64 - 1)
+    cfg.policy = _choice(policy, POLICIES, "policy")
+    cfg.poison = _choice(poison, POISONS, "poison")
+    cfg.block_order = _choice(block_order, BLOCK_ORDERS, "block order")
+    return cfg
+
+
+def _check_array(kernel: str, i: int, p: _Param, a: np.ndarray) -> None:
+    if not a.flags.c_contiguous:
+        raise LaunchError(f"kernel {kernel}: argument {i} ({p.ctype}) is not C-contiguous",
+                          hint="pass np.ascontiguousarray(a) and read results from that array")
+    if not p.const and not a.flags.writeable:
+        raise LaunchError(f"kernel {kernel}: argument {i} ({p.ctype}) is read-only but the "
+                          f"kernel may write it")
+    if p.dtype is not None and a.dtype != p.dtype:
+        raise LaunchError(f"kernel {kernel}: argument {i} ({p.ctype}) needs dtype {p.dtype}, "
+                          f"got {a.dtype}")
+
+
+def _scalar(kernel: str, i: int, p: _Param, v):
+    assert p.scalar is not None
+    if isinstance(v, np.ndarray):
+        raise LaunchError(f"kernel {kernel}: argument {i} ({p.ctype}) is a scalar, got an array")
+    if p.scalar in (ctypes.c_float, ctypes.c_double):
+        return p.scalar(float(v))
+    if p.scalar is ctypes.c_bool:
+        return p.scalar(bool(v))
+    if isinstance(v, (float, np.floating)) and float(v) != int(v):
+        raise LaunchError(f"kernel {kernel}: argument {i} ({p.ctype}) is an integer, got {v!r}")
+    iv = int(v)
+    bits = ctypes.sizeof(p.scalar) * 8
+    signed = p.scalar(-1).value == -1
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2**bits)
+    if not lo <= iv < hi:
+        raise LaunchError(f"kernel {kernel}: argument {i} ({p.ctype}) = {iv} does not fit")
+    return p.scalar(iv)
+
+
+def _raise_for(err: _Err, kernel: str) -> None:
+    code = int(err.code)
+    if code == 0:
+        return
+    block = tuple(int(x) for x in err.block)
+    thread = tuple(int(x) for x in err.thread)
+    line = int(err.line)
+    message = err.message.decode(errors="replace")
+    raise EmulatorError(
+        f"{_ERROR_KINDS.get(code, 'error')} in kernel {kernel}, block {block}, thread {thread}: "
+        f"{message}",
+        Site(f"<cuda:{kernel}>", line) if line > 0 else (), _HINTS.get(code),
+        code=code, kernel=kernel, block=block, thread=thread, line=line)  # type: ignore[arg-type]
+
+
+@dataclass
+class EmuModule:
+    """A compiled emulator library: its kernels (name -> parameter C types)
+    and a launcher for each. Launches of one module run one at a time."""
+
+    path: Path
+    kernels: dict[str, list[str]]
+    _lib: ctypes.CDLL = field(repr=False)
+    _params: dict[str, list[_Param]] = field(repr=False, default_factory=dict)
+    _lock: threading.Lock = field(repr=False, default_factory=threading.Lock)
+
+    def state_address(self) -> int:
+        """Address of this library's emulator state (distinct per library)."""
+        fn = self._lib.tn_emu_state_addr
+        fn.restype = ctypes.c_void_p
+        return int(fn())
+
+    def smem_address(self) -> int:
+        """Address of this library's emulated shared memory (``tn_smem``)."""
+        fn = self._lib.tn_emu_smem_addr
+        fn.restype = ctypes.c_void_p
+        return int(fn())
+
+    def launch(self, name: str, grid, block, args: Sequence, *, shared_bytes: int = 0,
+               policy: str = "in_order", seed: int = 0, poison: str = "nan",
+               block_order: str = "in_order", stack_size: int = DEFAULT_STACK) -> None:
+        """Run kernel ``name`` on ``grid`` x ``block`` threads. Arrays are
+        passed by pointer and updated in place; scalars by value. Raises
+        :class:`EmulatorError` for what the emulator detects (the launch stops
+        at the first error; arrays may be partly written)."""
+        if name not in self.kernels:
+            raise LaunchError(f"no kernel {name!r} in this module",
+                              hint="kernels: " + ", ".join(self.kernels))
+        params = self._params[name]
+        if len(args) != len(params):
+            raise LaunchError(f"kernel {name} takes {len(params)} arguments, got {len(args)}")
+        keep: list = []
+        argv = (ctypes.c_void_p * max(1, len(params)))()
+        for i, (p, a) in enumerate(zip(params, args, strict=True)):
+            if p.pointer:
+                if a is None:
+                    slot = ctypes.c_void_p(0)
+                elif isinstance(a, np.ndarray):
+                    _check_array(name, i, p, a)
+                    slot = ctypes.c_void_p(a.ctypes.data)
+                else:
+                    raise LaunchError(f"kernel {name}: argument {i} ({p.ctype}) needs a numpy "
+                                      f"array, got {type(a).__name__}")
+            else:
+                slot = _scalar(name, i, p, a)
+            keep.append((a, slot))
+            argv[i] = ctypes.cast(ctypes.pointer(slot), ctypes.c_void_p)
+        cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size)
+        err = _Err()
+        fn = _LAUNCH_PROTO(("tn_emu_launch_" + name, self._lib))
+        with self._lock:
+            fn(argv, ctypes.byref(cfg), ctypes.byref(err))
+        del keep
+        _raise_for(err, name)
+
+
+def _resolve_kernels(source: str, kernels) -> dict[str, list[str]]:
+    ks = {k: list(v) for k, v in (kernels if kernels is not None else parse_kernels(source)).items()}
+    if not ks:
+        raise LaunchError("the source defines no __global__ kernel",
+                          hint="pass kernels={name: [param C types]}")
+    return ks
+
+
+def build(source: str, kernels: Mapping[str, Sequence[str]] | None = None, *,
+          include_dirs: Sequence[str | os.PathLike] = (), tsan: bool = False) -> EmuModule:
+    """Compile a generated CUDA source for the host emulator.
+
+    ``kernels`` maps each kernel to launch to its parameter C types (e.g.
+    ``["float*", "const float*", "long long", "int*"]``); ``None`` reads them
+    from the ``__global__`` definitions in the source. ``include_dirs`` are
+    searched for the source's includes (the prelude). ``tsan=True`` is for
+    :func:`run_tsan` only (a TSan build cannot be loaded into this process)."""
+    if tsan:
+        raise LaunchError("a ThreadSanitizer build runs in a subprocess", hint="use run_tsan()")
+    ks = _resolve_kernels(source, kernels)
+    params = {k: [_param(t, k) for t in v] for k, v in ks.items()}
+    path = _compile(source, ks, [str(d) for d in include_dirs], tsan=False)
+    lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
+    return EmuModule(path, ks, lib, params)
+
+
+# ------------------------------------------------------------------------ TSan
+@dataclass(frozen=True)
+class Access:
+    """One side of a race: ``Write``/``Read``, size, the thread's name (block
+    and thread of the GPU thread) and the first frame in the generated source."""
+
+    op: str
+    size: int
+    thread: str
+    function: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Race:
+    """A data race TSan reported: the current and the previous access, what
+    memory (``shared`` for ``tn_smem``, else ``global``), and the raw text."""
+
+    current: Access
+    previous: Access | None
+    space: str
+    location: str
+    text: str
+
+    @property
+    def lines(self) -> tuple[int, ...]:
+        """Source lines of both accesses (generated source), current first."""
+        ls = [self.current.line] + ([self.previous.line] if self.previous else [])
+        return tuple(x for x in ls if x > 0)
+
+
+@dataclass
+class TsanReport:
+    """Result of a TSan run: the races (empty when clean), any emulator error
+    the run raised, the process return code and the sanitizer's full output."""
+
+    races: list[Race]
+    error: EmulatorError | None
+    returncode: int
+    log: str
+
+    @property
+    def clean(self) -> bool:
+        return not self.races and self.error is None
+
+
+_ACCESS_RE = re.compile(r"^\s*(Previous )?(atomic )?([Ww]rite|[Rr]ead) of size (\d+) at \S+ by "
+                        r"(main thread|thread T\d+)")
+_FRAME_RE = re.compile(r"^\s*#\d+ (\S+).*? (\S+?):(\d+)(?::\d+)? ")
+_THREAD_RE = re.compile(r"^\s*Thread (T\d+) '([^']*)'")
+
+
+def parse_tsan_output(text: str, source_name: str) -> list[Race]:
+    """The data races in TSan's output ``text``; frames are matched to the
+    generated source by the file name ``source_name``."""
+    races: list[Race] = []
+    for block in text.split("==================\n"):
+        if "WARNING: ThreadSanitizer: data race" not in block:
+            continue
+        names = {m.group(1): m.group(2) for m in map(_THREAD_RE.match, block.splitlines()) if m}
+        accesses: list[Access] = []
+        location = ""
+        cur: dict | None = None
+        for ln in block.splitlines():
+            m = _ACCESS_RE.match(ln)
+            if m:
+                if cur:
+                    accesses.append(Access(**cur))
+                who = m.group(5)
+                tid = who.split()[-1]
+                cur = {"op": m.group(3).capitalize(), "size": int(m.group(4)),
+                       "thread": names.get(tid, who), "function": "", "line": 0}
+                continue
+            f = _FRAME_RE.match(ln)
+            if f and cur is not None and cur["line"] == 0 and \
+                    os.path.basename(f.group(2)) == source_name:
+                cur["function"], cur["line"] = f.group(1), int(f.group(3))
+            if ln.strip().startswith("Location is"):
+                location = ln.strip()
+        if cur:
+            accesses.append(Access(**cur))
+        if not accesses:
+            continue
+        space = "shared" if "'tn_smem'" in location else "global"
+        races.append(Race(accesses[0], accesses[1] if len(accesses) > 1 else None, space,
+                          location, block.strip()))
+    return races
+
+
+def run_tsan(source: str, name: str, grid, block, args: Sequence, *,
+             kernels: Mapping[str, Sequence[str]] | None = None,
+             include_dirs: Sequence[str | os.PathLike] = (), shared_bytes: int = 0,
+             policy: str = "in_order", seed: int = 0, poison: str = "nan",
+             block_order: str = "in_order", stack_size: int = DEFAULT_STACK,
+             timeout: float = 120.0) -> TsanReport:
+    """Run one launch under ThreadSanitizer in a subprocess and report its races.
+
+    Arrays in ``args`` go to the subprocess through files and come back in
+    place (as with :meth:`EmuModule.launch`). An emulator error in the run is
+    returned in :attr:`TsanReport.error`, not raised."""
+    if not tsan_available():
+        raise LaunchError("the host compiler has no ThreadSanitizer runtime (libtsan)",
+                          hint="install libtsan for the compiler (e.g. the gcc libtsan package)")
+    ks = _resolve_kernels(source, kernels)
+    if name not in ks:
+        raise LaunchError(f"no kernel {name!r} in the source", hint="kernels: " + ", ".join(ks))
+    params = [_param(t, name) for t in ks[name]]
+    if len(args) != len(params):
+        raise LaunchError(f"kernel {name} takes {len(params)} arguments, got {len(args)}")
+    cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size)
+    exe = _compile(source, ks, [str(d) for d in include_dirs], tsan=True)
+    work = Path(tempfile.mkdtemp(prefix="tn-tsan-"))
+    try:
+        lines = [f"kernel {name}", "grid {} {} {}".format(*cfg.grid),
+                 "block {} {} {}".format(*cfg.block), f"shared {cfg.shared_bytes}",
+                 f"stack {cfg.stack_bytes}", f"seed {cfg.seed}", f"policy {cfg.policy}",
+                 f"poison {cfg.poison}", f"order {cfg.block_order}"]
+        arrays: list[tuple[np.ndarray, Path]] = []
+        for i, (p, a) in enumerate(zip(params, args, strict=True)):
+            if p.pointer:
+                if a is None:
+                    lines.append("null")
+                    continue
+                if not isinstance(a, np.ndarray):
+                    raise LaunchError(f"kernel {name}: argument {i} ({p.ctype}) needs a numpy "
+                                      f"array, got {type(a).__name__}")
+                _check_array(name, i, p, a)
+                f = work / f"arg{i}.bin"
+                f.write_bytes(a.tobytes())
+                arrays.append((a, f))
+                lines.append(f"ptr {a.nbytes} {f}")
+            else:
+                s = _scalar(name, i, p, a)
+                raw = bytes(s).ljust(8, b"\0")
+                lines.append(f"val {ctypes.sizeof(s)} {int.from_bytes(raw, 'little'):x}")
+        (work / "manifest").write_text("\n".join(lines) + "\n")
+        env = dict(os.environ)
+        env["TSAN_OPTIONS"] = ("halt_on_error=0 exitcode=66 report_signal_unsafe=0 "
+                               "history_size=4 allow_addr2line=1 " +
+                               env.get("TILENEST_TSAN_OPTIONS", ""))
+        proc = subprocess.run([str(exe), str(work / "manifest"), str(work / "result")],
+                              check=False, capture_output=True, text=True, env=env, timeout=timeout)
+        result = work / "result"
+        if proc.returncode not in (0, 66) or not result.exists():
+            raise EmulatorError(f"the TSan run of kernel {name} failed (exit status "
+                                f"{proc.returncode})", (), "see the notes for its output",
+                                tuple(proc.stderr.strip().splitlines()[-30:]), kernel=name)
+        for a, f in arrays:
+            if not (a.flags.writeable):
+                continue
+            a[...] = np.frombuffer(f.read_bytes(), dtype=a.dtype).reshape(a.shape)
+        head, _, msg = result.read_text().partition("\n")
+        nums = [int(x) for x in head.split()]
+        err = _Err()
+        err.code, err.line = nums[0], nums[1]
+        err.block[:] = nums[2:5]
+        err.thread[:] = nums[5:8]
+        err.message = msg.strip().encode()[:2047]
+        error = None
+        try:
+            _raise_for(err, name)
+        except EmulatorError as e:
+            error = e
+        races = parse_tsan_output(proc.stderr, exe.name.split("-")[0] + ".cu")
+        return TsanReport(races, error, proc.returncode, proc.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
