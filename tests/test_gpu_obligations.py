@@ -1,0 +1,397 @@
+"""GPU obligations over the SIMT form of the loop IR: task maps and their
+coverage, barrier sufficiency (every example kernel proved; deleted or
+misplaced barriers refuted with the two threads and the element), and the
+block resources (shared memory, threads, grid, registers) with their launch
+preconditions."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tilenest.errors import TilenestError
+from tilenest.lowering import default_schedule, lower_verified
+from tilenest.lowering import loopir as L
+from tilenest.proofs import formula as Fm
+from tilenest.proofs.barriers import KIND, barrier_obligations, check_barriers
+from tilenest.proofs.gpu import (
+    LaunchError,
+    launch_precondition,
+    register_limits,
+    shared_capacity,
+    thread_limits,
+)
+from tilenest.proofs.obligation import PROVED, REFUTED, UNKNOWN, Obligation, discharge
+from tilenest.proofs.taskmap import TaskMapError, repeat, spatial
+from tilenest.semantics import dtypes as D
+from tilenest.semantics import expr as E
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = [("softmax", "row_softmax"), ("rmsnorm", "rmsnorm"), ("gemm", "gemm"),
+            ("ragged", "axpy"), ("two_level", "scale_rows"), ("folds", "folds"),
+            ("memory_stage", "transpose_blocks"), ("causal_attention", "causal_attention"),
+            ("causal_attention", "causal_attention_blocked")]
+
+
+def simt(module: str, name: str, threads: int = 64) -> L.Kernel:
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        k = getattr(importlib.import_module(module), name)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+    return lower_verified(k.program, default_schedule(k.program, "cuda", block_threads=threads))
+
+
+# ---------------------------------------------------------------------------
+# task maps
+
+n = E.Sym("n")
+
+
+def test_atoms_have_their_shapes():
+    s, r = spatial(4, 2), repeat(3, 5)
+    assert (s.workers, s.steps, s.tasks) == ((4, 2), (1, 1), (4, 2))
+    assert (r.workers, r.steps, r.tasks) == ((1, 1), (3, 5), (3, 5))
+    p = r * s
+    assert (p.workers, p.steps, p.tasks) == ((4, 2), (3, 5), (12, 10))
+    assert p.assign((3, 1), (2, 4)) == (2 * 4 + 3, 4 * 2 + 1)
+
+
+def test_simt_distribution_is_repeat_times_spatial():
+    m = repeat(3) * spatial(8)
+    got = {m.assign((t,), (r,)) for t in range(8) for r in range(3)}
+    assert got == {(r * 8 + t,) for t in range(8) for r in range(3)}
+    # symbolically: the worker is split as (t // 8, t % 8), exact on the worker box
+    assert m.assign((E.Var("t"),), (E.Var("r"),)) == (E.Var("r") * 8 + E.Var("t") % 8,)
+
+
+def test_product_is_associative():
+    a, b, c = spatial(2, 3), repeat(2, 1) * spatial(1, 2), repeat(3, 2)
+    left, right = (a * b) * c, a * (b * c)
+    assert (left.workers, left.steps, left.tasks) == (right.workers, right.steps, right.tasks)
+    for w in itertools.product(*(range(x) for x in left.workers)):
+        for s in itertools.product(*(range(x) for x in left.steps)):
+            assert left.assign(w, s) == right.assign(w, s)
+    # and for symbolic extents, as a proved claim
+    x, y = spatial(E.Sym("p")), repeat(E.Sym("q"))
+    z = spatial(4)
+    left, right = (x * y) * z, x * (y * z)
+    w, s = (E.Var("w"),), (E.Var("s"),)
+    box = Fm.conj(Fm.in_box(w, left.workers), Fm.in_box(s, left.steps))
+    ob = Obligation("taskmap.assoc", "associativity", claim=Fm.Claim(
+        ("w", "s"), box, Fm.eqs(left.assign(w, s), right.assign(w, s)),
+        Fm.conj(Fm.atom(E.Sym("p").ge(1)), Fm.atom(E.Sym("q").ge(1)))))
+    discharge([ob])
+    assert ob.status == PROVED, ob.reason
+
+
+def test_product_is_not_commutative():
+    a, b = spatial(2), repeat(3)
+    assert (a * b).tasks == (b * a).tasks == (6,)
+    # worker 1 at step 0 runs task 3 of spatial * repeat but task 1 of repeat * spatial
+    assert (a * b).assign((1,), (0,)) == (3,)
+    assert (b * a).assign((1,), (0,)) == (1,)
+
+
+def test_rank_mismatch_is_an_error():
+    with pytest.raises(TaskMapError, match="equal ranks") as e:
+        _ = spatial(4) * repeat(2, 3)
+    assert isinstance(e.value, TilenestError)
+    with pytest.raises(TaskMapError):
+        spatial(4).coverage([n, n])
+
+
+@pytest.mark.parametrize("W", [32, 256])
+def test_coverage_of_the_simt_map_is_proved(W):
+    ob = (repeat(E.cdiv(n, W)) * spatial(W)).coverage([n])
+    discharge([ob])
+    assert ob.status == PROVED, ob.reason
+
+
+def test_coverage_2d_with_symbolic_extents():
+    m = E.Sym("m")
+    ob = (repeat(E.cdiv(m, 4), 1) * spatial(4, 8)).coverage([m, 8])
+    discharge([ob])
+    assert ob.status == PROVED, ob.reason
+
+
+def test_coverage_that_misses_points_is_refuted():
+    ob = (repeat(n // 32) * spatial(32)).coverage([n])
+    discharge([ob])
+    assert ob.status == REFUTED and ob.checked
+    cx = ob.counterexample
+    assert cx["n"] % 32 != 0 and 0 <= cx["x0"] < cx["n"]
+    assert any("never covered" in line for line in ob.counterexample_lines())
+
+
+def test_coverage_of_a_short_spatial_map_is_refuted():
+    ob = spatial(32).coverage([n])
+    discharge([ob])
+    assert ob.status == REFUTED
+    assert ob.counterexample["n"] > 32 and ob.counterexample["x0"] >= 32
+
+
+# ---------------------------------------------------------------------------
+# barrier sufficiency: the example kernels
+
+
+@pytest.mark.parametrize("module,name", EXAMPLES)
+def test_example_barriers_are_proved(module, name):
+    k = simt(module, name)
+    obs = check_barriers(k)
+    assert all(o.kind == KIND for o in obs)
+    bad = [(o.status, o.title, o.reason, o.counterexample_lines()) for o in obs
+           if o.status != PROVED]
+    assert not bad
+
+
+def test_examples_state_obligations():
+    # the proofs above are not vacuous: the reduction scratch and the row
+    # buffer of softmax each give pairs
+    obs = barrier_obligations(simt("softmax", "row_softmax"))
+    bufs = {o.witness["buffer"] for o in obs}
+    assert any(b.startswith("red_") for b in bufs)
+    assert "%e.7" in bufs and "y" in bufs
+
+
+def _drop_barrier(body: tuple, which: int) -> tuple:
+    count = itertools.count()
+
+    def fs(s):
+        if isinstance(s, L.Barrier) and s.scope == "block" and next(count) == which:
+            return ()
+        return None
+
+    return L.map_stmts(body, lambda x: None, fs)
+
+
+def test_deleting_a_barrier_of_softmax_is_refuted():
+    k = simt("softmax", "row_softmax")
+    ph = k.phases[0]
+    # the first barrier at phase level separates the store of the row max
+    # (program level: thread 0) from the thread loop that reads it
+    top = [i for i, s in enumerate(ph.body) if isinstance(s, L.Barrier)]
+    assert top
+    body = ph.body[:top[0]] + ph.body[top[0] + 1:]
+    bad = replace(k, phases=(replace(ph, body=body),))
+    obs = [o for o in check_barriers(bad) if o.status != PROVED]
+    assert obs and all(o.status == REFUTED and o.checked for o in obs)
+    o = obs[0]
+    assert "%m.3" in o.title and "store %m.3" in o.title and "load %m.3" in o.title
+    text = "\n".join(o.counterexample_lines())
+    assert "threads 0 and" in text and "%m.3[0]" in text and "C = " in text
+
+
+def test_every_deleted_softmax_barrier_is_checked():
+    k = simt("softmax", "row_softmax")
+    ph = k.phases[0]
+    nb = sum(isinstance(s, L.Barrier) for s in L.walk(ph.body))
+    verdicts = []
+    for j in range(nb):
+        bad = replace(k, phases=(replace(ph, body=_drop_barrier(ph.body, j)),))
+        verdicts.append({o.status for o in check_barriers(bad)})
+    # all but one are needed; the barrier between writing the exponentials and
+    # reading them back is not (each thread reads the elements it wrote)
+    assert sum(REFUTED in v for v in verdicts) == nb - 1
+    assert all(UNKNOWN not in v for v in verdicts)
+
+
+# ---------------------------------------------------------------------------
+# barrier sufficiency: hand-built placements
+
+W = 64
+C = E.Sym("C")
+f32 = D.f32
+
+
+def _kernel(body, shared_size: int = W) -> L.Kernel:
+    s = L.Buffer("s", f32, "shared", E.Const(shared_size))
+    out = L.Buffer("out", f32, "global", E.mul(C, W), arg=0)
+    pid = L.LVar("pid", D.i64)
+    ph = L.Phase("ph", (C,), pid, body(s, out))
+    return L.Kernel("hand", (L.Param("out", "tensor", f32, (C, E.Const(W))),), ("C",), (s,),
+                    (ph,))
+
+
+def _tloop(name: str, body) -> L.For:
+    t = L.LVar(name, D.i64)
+    return L.For(t, E.Const(0), E.Const(W), tuple(body(E.Var(name))), "thread", scope="block")
+
+
+def _write_then_read(barrier: bool, inner: str = "none"):
+    def body(s, out):
+        def write(t):
+            return [L.Store(s, L.IExpr(t), L.Const(1.0, f32))]
+
+        def read(t):
+            return [L.Store(out, L.IExpr(E.add(E.mul(E.Var("pid"), W), t)),
+                            L.Load(s, L.IExpr(E.mod(t + 1, W))))]
+
+        if inner == "none":
+            return ((_tloop("t1", write),) + ((L.Barrier("block"),) if barrier else ())
+                    + (_tloop("t2", read),))
+        # one thread loop with the barrier inside it
+        tv = E.Var("t")
+        bar: tuple = (L.Barrier("block"),)
+        if inner == "divergent":
+            bar = (L.If(L.IPred(tv.eq(0)), bar),)
+        return (_tloop("t", lambda t: write(t) + list(bar) + read(t)),)
+
+    return _kernel(body)
+
+
+def test_neighbour_read_without_barrier_is_refuted():
+    obs = check_barriers(_write_then_read(barrier=False))
+    bad = [o for o in obs if o.status == REFUTED]
+    assert len(bad) == 1 and bad[0].checked
+    cx = bad[0].counterexample
+    t_w, t_r = cx["t1#1"], cx["t2#2"]
+    assert t_w == (t_r + 1) % W and t_w != t_r
+    text = "\n".join(bad[0].counterexample_lines())
+    assert f"threads {t_w} and {t_r}" in text and f"s[{t_w}]" in text
+    assert "store s[[$t1]]" in bad[0].title and "load s[[($t2 + 1) % 64]]" in bad[0].title
+
+
+def test_neighbour_read_with_barrier_is_proved():
+    obs = check_barriers(_write_then_read(barrier=True))
+    assert obs and all(o.status == PROVED for o in obs)
+    # the separated pair states no obligation; the self-pairs remain
+    assert not any("load s" in o.title for o in obs)
+
+
+def test_barrier_inside_a_thread_loop():
+    obs = check_barriers(_write_then_read(barrier=False, inner="uniform"))
+    assert all(o.status == PROVED for o in obs) and not any("load s" in o.title for o in obs)
+    # under `if t == 0` the barrier is divergent: it separates nothing
+    obs = check_barriers(_write_then_read(barrier=False, inner="divergent"))
+    assert any(o.status == REFUTED and "load s" in o.title for o in obs)
+
+
+def _in_loop(barriers: tuple[bool, bool]):
+    """``for i in [0, 4): [barrier]; write s[t]; barrier?; read s[t+1 mod W]``."""
+    def body(s, out):
+        w = _tloop("t1", lambda t: [L.Store(s, L.IExpr(t), L.Const(1.0, f32))])
+        r = _tloop("t2", lambda t: [L.Store(out, L.IExpr(E.add(E.mul(E.Var("pid"), W), t)),
+                                            L.Load(s, L.IExpr(E.mod(t + 1, W))))])
+        inner = ((L.Barrier("block"),) if barriers[0] else ()) + (w, L.Barrier("block"), r)
+        return (L.For(L.LVar("i", D.i64), E.Const(0), E.Const(4), inner, "serial"),)
+
+    return _kernel(body)
+
+
+def test_loop_carried_conflict_needs_a_barrier_at_the_loop_start():
+    obs = check_barriers(_in_loop((False, True)))
+    bad = [o for o in obs if o.status == REFUTED]
+    assert len(bad) == 1
+    cx = bad[0].counterexample
+    # the read of iteration i races with the write of iteration i + 1
+    assert cx["i#1"] == cx["i#2"] + 1
+    obs = check_barriers(_in_loop((True, True)))
+    assert all(o.status == PROVED for o in obs)
+
+
+def test_program_level_store_races_with_thread_loop_read():
+    def body(s, out):
+        st = L.Store(s, L.IExpr(E.Const(0)), L.Const(2.0, f32))
+        rd = _tloop("t", lambda t: [L.Store(out, L.IExpr(E.add(E.mul(E.Var("pid"), W), t)),
+                                            L.Load(s, L.IExpr(E.Const(0))))])
+        return (st, rd)
+
+    obs = check_barriers(_kernel(body))
+    bad = [o for o in obs if o.status == REFUTED]
+    assert len(bad) == 1
+    text = "\n".join(bad[0].counterexample_lines())
+    assert "threads 0 and" in text and "s[0]" in text
+
+
+def test_data_dependent_index_is_unknown():
+    def body(s, out):
+        j = L.LVar("j", D.i64)
+        return (_tloop("t", lambda t: [
+            L.Assign(j, L.Cast(L.Load(out, L.IExpr(t)), D.i64)),
+            L.Store(s, L.IExpr(E.Var("j")), L.Const(1.0, f32))]),)
+
+    obs = check_barriers(_kernel(body))
+    assert obs and all(o.status == UNKNOWN for o in obs)
+    assert any("reads data (j)" in o.reason for o in obs)
+
+
+# ---------------------------------------------------------------------------
+# resources
+
+
+def test_shared_capacity_of_a_row_buffer_is_refuted_with_a_size():
+    k = simt("softmax", "row_softmax")
+    ob = shared_capacity(k)
+    discharge([ob])
+    assert ob.status == REFUTED and ob.checked
+    c = ob.counterexample["C"]
+    assert 4 * c > 232448 - 64
+    pc = launch_precondition([ob])
+    assert pc.holds({"R": 7, "C": 1000}) and not pc.holds({"R": 7, "C": c})
+    with pytest.raises(LaunchError, match="shared memory"):
+        pc.check({"R": 7, "C": c})
+
+
+def test_shared_capacity_of_fixed_tiles_is_proved():
+    ob = shared_capacity(simt("gemm", "gemm"))
+    discharge([ob])
+    assert ob.status == PROVED
+    assert launch_precondition([ob]).trivial
+    # the same tiles with a smaller limit: refuted (no symbols to name)
+    ob = shared_capacity(simt("gemm", "gemm"), limit_bytes=8192)
+    discharge([ob])
+    assert ob.status == REFUTED
+
+
+def test_alignment_rounds_each_buffer():
+    k = _kernel(lambda s, out: (), shared_size=3)  # 12 bytes -> 16
+    ob = shared_capacity(k, limit_bytes=15)
+    discharge([ob])
+    assert ob.status == REFUTED
+    ob = shared_capacity(k, limit_bytes=16)
+    discharge([ob])
+    assert ob.status == PROVED
+
+
+def test_thread_and_grid_limits():
+    obs = discharge(thread_limits(simt("softmax", "row_softmax")))
+    threads = [o for o in obs if "threads per block" in o.title]
+    grid = [o for o in obs if "grid" in o.title]
+    assert threads and all(o.status == PROVED for o in threads)
+    assert grid and grid[0].status == REFUTED
+    assert grid[0].counterexample["R"] > 2**31 - 1
+    pc = launch_precondition(obs)
+    assert pc.holds({"R": 10**6, "C": 5}) and not pc.holds({"R": 2**31, "C": 5})
+
+
+@pytest.mark.parametrize("width,ok", [(32, True), (1024, True), (48, False), (2048, False)])
+def test_threads_per_block_must_be_warps_within_the_limit(width, ok):
+    def body(s, out):
+        t = L.LVar("t", D.i64)
+        return (L.For(t, E.Const(0), E.Const(width), (L.Store(s, L.IExpr(E.Const(0)),
+                                                              L.Const(1.0, f32)),),
+                      "thread", scope="block"),)
+
+    obs = discharge(thread_limits(_kernel(body)))
+    th = [o for o in obs if "threads per block" in o.title]
+    assert len(th) == 1 and th[0].status == (PROVED if ok else REFUTED)
+
+
+def test_register_limit():
+    k = simt("softmax", "row_softmax", threads=576)
+    name = k.phases[0].name
+    ok, = discharge(register_limits(k, {name: 113}))
+    assert ok.status == PROVED  # 113 * 576 = 65088
+    # allocated in units of 8 per thread: 120 * 576 = 69120
+    bad, = discharge(register_limits(k, {name: 113}, unit=8))
+    assert bad.status == REFUTED and bad.counterexample["needed"] == 120 * 576
+    bad, = discharge(register_limits(k, {name: 300}))
+    assert bad.status == REFUTED and "172800" in bad.counterexample_lines()[0]
+    with pytest.raises(TilenestError, match="no register count"):
+        register_limits(k, {})

@@ -1,0 +1,618 @@
+"""Barrier sufficiency: no two threads of one block make conflicting accesses
+between two block barriers (kind ``barrier.sufficiency``).
+
+The execution model is the SIMT form of the loop IR (``lowering/loopir.py``,
+"Threads"). Per program (one block of ``W`` threads):
+
+* **program-level** code (outside thread loops) runs redundantly on every
+  thread: each of its loads is made by every thread ``t in [0, W)``, each of
+  its stores by thread ``0``;
+* iteration ``t`` of a thread loop ``for.thread t in [0, W)`` runs as thread
+  ``t``;
+* a ``Barrier(scope="block")`` at program level, or inside a thread loop
+  under control flow that does not depend on the thread (an ``if`` on the
+  thread id, or on a local derived from it, makes it no barrier here), ends
+  a *barrier interval*; ``Shuffle``/``LaneReduce`` order the lanes of one
+  warp only and end nothing.
+
+Two dynamic accesses lie in one interval when some path between them
+executes no barrier. The analysis is structural: a statement *must* execute
+a barrier when it is one, an ``if`` both of whose branches must, a loop with
+a constant positive trip count whose body must, or a ``while`` whose ``pre``
+must. For two accesses ``a``, ``b`` it considers every *scenario* -- they
+occur in the same iteration of all their common loops; or they agree on the
+iterations of the common loops outside loop ``L`` and occur in iterations
+``k_a < k_b`` (or ``k_b < k_a``) of ``L`` -- and keeps those with a
+barrier-free path: ``a`` to ``b`` (or ``b`` to ``a``) inside one iteration;
+``a`` to the end of ``L``'s body and the start of the body to ``b``, with
+``k_b = k_a + 1``, or ``k_b > k_a`` when a whole iteration may pass without
+a barrier. A pair with no scenario cannot share an interval and gets no
+obligation. For each remaining pair of accesses to one ``shared`` or
+``global`` buffer, at least one a store, the obligation is::
+
+    forall syms >= 0, pid, loop variables of both accesses (in their ranges),
+           t1, t2 in [0, W):
+        guards_a and guards_b and (scenario_1 or .. or scenario_k) and
+        thread_a = t1 and thread_b = t2 and t1 != t2  =>  elem_a != elem_b
+
+(the enclosing ``if`` conditions, load/store guards and loop ranges are the
+guards). Index locals are replaced by their definitions (index expressions
+over loop variables, the program id and symbols); a local with another
+definition (a load result, a value carried around a loop) is *data*. An
+access whose index reads data gives ``unknown`` with that reason, never
+``proved``; a guard that reads data is dropped from the hypothesis, which can
+only prove (a refutation is then ``unknown``).
+
+A refutation names the buffer, both statements, the two threads, the element
+and the symbol values: a real race of the SIMT program for those sizes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..semantics import expr as E
+from . import formula as Fm
+from .model import VarInfo
+from .obligation import UNKNOWN, Obligation, discharge
+
+KIND = "barrier.sufficiency"
+
+
+def _L() -> Any:
+    # the loop IR is read, not built: deferred so that importing the proofs
+    # package does not import the lowering package
+    from ..lowering import loopir
+
+    return loopir
+
+
+# ---------------------------------------------------------------------------
+# the structure an access sits in
+
+
+@dataclass
+class _Frame:
+    """One statement list enclosing an access: ``items`` (a ``while``'s ``pre``
+    and ``body`` concatenated, the exit after ``exit_at`` items), the
+    position ``pos`` of the statement holding the access, and the loop whose
+    iteration this list is (``loop``: the For/While, else None)."""
+
+    key: int
+    items: tuple
+    pos: int
+    ctx: _Ctx
+    loop: Any = None
+    exit_at: int | None = None
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    """Barrier effectiveness: inside a thread loop (``taint``: names that
+    depend on the thread), under thread-dependent control flow (``div``)."""
+
+    thread: bool = False
+    taint: frozenset[str] = frozenset()
+    div: bool = False
+
+
+@dataclass
+class _Loop:
+    """An enclosing non-thread loop of an access: its variable and range."""
+
+    key: int
+    var: str
+    lo: E.Expr | None
+    hi: E.Expr | None
+    kind: str  # "for" or "while"
+
+
+@dataclass
+class _Access:
+    buf: Any
+    store: bool
+    index: E.Expr | None
+    guards: list[E.Pred]
+    dropped: list[str]
+    data: list[str]
+    frames: list[_Frame]
+    loops: list[_Loop]
+    thread: str | None
+    width: E.Expr
+    text: str
+    seq: int = 0
+
+
+_MEMO: dict[tuple[int, _Ctx], tuple[Any, bool]] = {}
+
+
+def _must(s: Any, ctx: _Ctx) -> bool:
+    """Whether statement ``s`` executes a block barrier on every execution."""
+    key = (id(s), ctx)
+    hit = _MEMO.get(key)
+    if hit is not None and hit[0] is s:
+        return hit[1]
+    got = _must_of(s, ctx)
+    _MEMO[key] = (s, got)
+    return got
+
+
+def _must_of(s: Any, ctx: _Ctx) -> bool:
+    L = _L()
+    if isinstance(s, L.Barrier):
+        return s.scope == "block" and not ctx.div
+    if isinstance(s, L.If):
+        inner = _branch_ctx(ctx, s.cond)
+        return _must_list(s.then, inner) and _must_list(s.orelse, inner)
+    if isinstance(s, L.For):
+        if s.kind == "thread":
+            inner = _thread_ctx(ctx, s)
+            return isinstance(s.hi, E.Const) and s.hi.value > 0 and _must_list(s.body, inner)
+        trips = (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
+                 and s.hi.value > s.lo.value)
+        return trips and _must_list(s.body, _loop_ctx(ctx, s))
+    if isinstance(s, L.While):
+        return _must_list(s.pre, _branch_ctx(ctx, None, s))
+    return False
+
+
+def _must_list(items: tuple, ctx: _Ctx) -> bool:
+    return any(_must(s, ctx) for s in items)
+
+
+def _free(items: tuple, ctx: _Ctx) -> bool:
+    """Some execution of ``items`` runs no barrier."""
+    return not _must_list(items, ctx)
+
+
+def _thread_ctx(ctx: _Ctx, s: Any) -> _Ctx:
+    """The context inside thread loop ``s``: which locals depend on the thread."""
+    L = _L()
+    taint = set(ctx.taint) | {s.var.name}
+    changed = True
+    while changed:
+        changed = False
+        for st in L.walk(s.body):
+            dst, reads = None, set()
+            if isinstance(st, L.Assign):
+                dst, reads = st.var.name, L.names(st.value)
+                if any(isinstance(y, L.Load) for y in L.subexprs(st.value)):
+                    reads.add(s.var.name)  # a loaded value may differ per thread
+            elif isinstance(st, L.For):
+                dst, reads = st.var.name, L.names(L.IExpr(st.lo)) | L.names(L.IExpr(st.hi))
+            elif isinstance(st, (L.Shuffle, L.LaneReduce)):
+                dst, reads = st.dst.name, {s.var.name}
+            if dst is not None and dst not in taint and reads & taint:
+                taint.add(dst)
+                changed = True
+    return _Ctx(True, frozenset(taint), ctx.div)
+
+
+def _branch_ctx(ctx: _Ctx, cond: Any, w: Any = None) -> _Ctx:
+    """Inside an ``if`` on ``cond`` (or a ``while``): divergent when the
+    condition depends on the thread."""
+    if not ctx.thread or ctx.div:
+        return ctx
+    L = _L()
+    reads = L.names(cond) if cond is not None else L.names(w.cond) | L.referenced(w.pre)
+    return _Ctx(ctx.thread, ctx.taint, bool(reads & ctx.taint))
+
+
+def _loop_ctx(ctx: _Ctx, s: Any) -> _Ctx:
+    if not ctx.thread or ctx.div:
+        return ctx
+    L = _L()
+    reads = L.names(L.IExpr(s.lo)) | L.names(L.IExpr(s.hi))
+    return _Ctx(ctx.thread, ctx.taint, bool(reads & ctx.taint))
+
+
+# ---------------------------------------------------------------------------
+# collecting the accesses of a phase
+
+
+class _Collector:
+    """Walks one phase body, keeping the definitions of index locals (``env``:
+    name -> expression, or None for data) and the enclosing frames."""
+
+    def __init__(self, k: Any, ph: Any, width: int):
+        self.k, self.ph, self.width = k, ph, width
+        self.out: list[_Access] = []
+        self.keys = itertools.count()
+        self.env: dict[str, E.Expr | None] = {ph.pid.name: E.Var(ph.pid.name)}
+        self.twidth: E.Expr = E.Const(width)
+
+    # -- expressions ----------------------------------------------------------
+
+    def resolve(self, e: E.Expr | E.Pred) -> tuple[Any, list[str]]:
+        """``e`` with index locals replaced by their definitions; the names of
+        locals that are data (they become ``Val`` leaves)."""
+        m: dict[E.Expr, E.Expr] = {}
+        data = []
+        for lf in E.leaves(e):
+            if isinstance(lf, (E.Var, E.Val)):
+                d = self.env.get(lf.name)
+                if d is None:
+                    m[lf] = E.Val(lf.name)
+                    data.append(lf.name)
+                elif d != lf:
+                    m[lf] = d
+        return E.subst(e, m), data
+
+    def index_of(self, x: Any) -> tuple[E.Expr | None, list[str]]:
+        L = _L()
+        if isinstance(x, L.IExpr):
+            return self.resolve(x.e)
+        if isinstance(x, L.Ref) and x.var.dtype.is_int:
+            return self.resolve(E.Var(x.var.name))
+        if isinstance(x, L.Cast) and x.dtype.is_int:
+            return self.index_of(x.a)
+        return None, sorted(L.names(x)) or ["a computed value"]
+
+    def pred_of(self, x: Any) -> tuple[E.Pred | None, list[str]]:
+        L = _L()
+        if isinstance(x, L.IPred):
+            p, data = self.resolve(x.p)
+            return (None, data) if data else (p, [])
+        if isinstance(x, L.Un) and x.op == "not":
+            p, data = self.pred_of(x.a)
+            return (E.pnot(p) if p is not None else None), data
+        if isinstance(x, L.Const) and isinstance(x.value, bool):
+            return (E.TRUE if x.value else E.FALSE), []
+        return None, sorted(L.names(x)) or ["a computed value"]
+
+    # -- statements -----------------------------------------------------------
+
+    def run(self) -> list[_Access]:
+        self.stmts(self.ph.body, [], [], [], None, _Ctx(), None)
+        return self.out
+
+    def stmts(self, items: tuple, frames: list, loops: list, guards: list,
+              thread: str | None, ctx: _Ctx, loop: Any, exit_at: int | None = None,
+              key: int | None = None, dropped: list | None = None) -> None:
+        key = next(self.keys) if key is None else key
+        dropped = list(dropped or [])
+        for pos, s in enumerate(items):
+            fr = frames + [_Frame(key, items, pos, ctx, loop, exit_at)]
+            self.stmt(s, fr, loops, guards, thread, ctx, dropped)
+
+    def access(self, buf: Any, store: bool, index: Any, guard: Any, frames: list, loops: list,
+               guards: list, thread: str | None, dropped: list, text: str) -> None:
+        if buf.space not in ("shared", "global"):
+            return
+        ix, data = self.index_of(index)
+        gs, dr = list(guards), list(dropped)
+        if guard is not None:
+            g, gd = self.pred_of(guard)
+            if g is None:
+                dr.append("the guard of " + text + " reads " + ", ".join(gd))
+            else:
+                gs.append(g)
+        width = self.twidth if thread is not None else E.Const(self.width)
+        self.out.append(_Access(buf, store, ix, gs, dr, data, list(frames), list(loops), thread,
+                                width, text, len(self.out)))
+
+    def loads(self, x: Any, frames: list, loops: list, guards: list, thread: str | None,
+              dropped: list) -> None:
+        L = _L()
+        for y in L.subexprs(x):
+            if isinstance(y, L.Load):
+                self.access(y.buf, False, y.index, y.guard, frames, loops, guards, thread, dropped,
+                            "load " + L.expr_str(y))
+
+    def stmt(self, s: Any, frames: list, loops: list, guards: list, thread: str | None,
+             ctx: _Ctx, dropped: list) -> None:
+        L = _L()
+        if isinstance(s, L.Assign):
+            self.loads(s.value, frames, loops, guards, thread, dropped)
+            self.assign(s.var, s.value)
+        elif isinstance(s, L.Store):
+            for x in L.stmt_exprs(s):
+                self.loads(x, frames, loops, guards, thread, dropped)
+            g = f" if {L.expr_str(s.guard)}" if s.guard is not None else ""
+            self.access(s.buf, True, s.index, s.guard, frames, loops, guards, thread, dropped,
+                        f"store {s.buf.name}[{L.expr_str(s.index)}] = "
+                        f"{_short(L.expr_str(s.value))}{g}")
+        elif isinstance(s, (L.Check, L.Shuffle, L.LaneReduce)):
+            for x in L.stmt_exprs(s):
+                self.loads(x, frames, loops, guards, thread, dropped)
+            if isinstance(s, (L.Shuffle, L.LaneReduce)):
+                self.env[s.dst.name] = None
+        elif isinstance(s, L.If):
+            self.loads(s.cond, frames, loops, guards, thread, dropped)
+            p, data = self.pred_of(s.cond)
+            inner = _branch_ctx(ctx, s.cond)
+            before = dict(self.env)
+            outs = []
+            for branch, pol in ((s.then, True), (s.orelse, False)):
+                self.env = dict(before)
+                gs, dr = list(guards), list(dropped)
+                if p is None:
+                    dr.append(f"the condition {L.expr_str(s.cond)} reads {', '.join(data)}")
+                else:
+                    gs.append(p if pol else E.pnot(p))
+                self.stmts(branch, frames, loops, gs, thread, inner, None, dropped=dr)
+                outs.append(self.env)
+            self.env = {n: (v if all(o.get(n, None) == v for o in outs) else None)
+                        for n, v in outs[0].items()}
+            for o in outs[1:]:
+                for n in o:
+                    self.env.setdefault(n, None)
+        elif isinstance(s, L.For):
+            lo, dlo = self.resolve(s.lo)
+            hi, dhi = self.resolve(s.hi)
+            self.forget(s.body)
+            v = s.var.name
+            self.env[v] = E.Var(v)
+            gs, dr = list(guards), list(dropped)
+            if s.kind == "thread":
+                outer, self.twidth = self.twidth, hi if not dhi else E.Const(self.width)
+                self.stmts(s.body, frames, loops, gs, v, _thread_ctx(ctx, s), None, dropped=dr)
+                self.twidth = outer
+            else:
+                if dlo or dhi:
+                    dr.append(f"the bounds of loop {v} read {', '.join(dlo + dhi)}")
+                lp = _Loop(next(self.keys), v, None if dlo else lo, None if dhi else hi, "for")
+                self.stmts(s.body, frames, loops + [lp], gs, thread, _loop_ctx(ctx, s), lp,
+                           dropped=dr)
+            self.forget(s.body)
+            self.env[v] = None
+        elif isinstance(s, L.While):
+            self.forget(s.pre + s.body)
+            lp = _Loop(next(self.keys), "", None, None, "while")
+            inner = _branch_ctx(ctx, None, s)
+            key = next(self.keys)
+            items = s.pre + s.body
+            # the condition is read after pre: walk pre, the condition, then body
+            for pos, st in enumerate(items):
+                fr = frames + [_Frame(key, items, pos, inner, lp, len(s.pre))]
+                if pos == len(s.pre):
+                    self.loads(s.cond, fr, loops + [lp], guards, thread, dropped)
+                self.stmt(st, fr, loops + [lp], guards, thread, inner, dropped)
+            if not s.body:
+                fr = frames + [_Frame(key, items, max(0, len(items) - 1), inner, lp, len(s.pre))]
+                self.loads(s.cond, fr, loops + [lp], guards, thread, dropped)
+            self.forget(s.pre + s.body)
+
+    def assign(self, var: Any, value: Any) -> None:
+        L = _L()
+        if var.dtype.is_int or var.dtype.is_bool:
+            ix, data = self.index_of(value) if not isinstance(value, L.IPred) else (None, ["p"])
+            self.env[var.name] = ix if ix is not None and not data else None
+        else:
+            self.env[var.name] = None
+
+    def forget(self, body: tuple) -> None:
+        """Locals assigned in a loop body are data on its entry and exit (their
+        value there is carried from an unknown iteration)."""
+        for n in _L().assigned(body):
+            self.env[n] = None
+
+
+def _short(s: str, n: int = 60) -> str:
+    return s if len(s) <= n else s[:n - 3] + "..."
+
+
+# ---------------------------------------------------------------------------
+# scenarios: when two accesses can share a barrier interval
+
+
+def _leave(frames: list[_Frame]) -> bool:
+    """A barrier-free path from the access out of every list of ``frames``
+    (the rest of each list; leaving a ``while`` from its body runs ``pre``
+    once more before the exit test)."""
+    for f in frames:
+        if f.exit_at is not None and f.pos >= f.exit_at:
+            ok = _free(f.items[f.pos + 1:], f.ctx) and _free(f.items[:f.exit_at], f.ctx)
+        elif f.exit_at is not None:
+            ok = _free(f.items[f.pos + 1:f.exit_at], f.ctx)
+        else:
+            ok = _free(f.items[f.pos + 1:], f.ctx)
+        if not ok:
+            return False
+    return True
+
+
+def _exit_free(frames: list[_Frame], depth: int) -> bool:
+    """A barrier-free path from the access to the end of one execution of the
+    list of ``frames[depth]`` (for a loop body: the end of the iteration)."""
+    f = frames[depth]
+    return _leave(frames[depth + 1:]) and _free(f.items[f.pos + 1:], f.ctx)
+
+
+def _enter_free(frames: list[_Frame], depth: int) -> bool:
+    """A barrier-free path from the start of the list of ``frames[depth]`` to
+    the access (through the start of each deeper list)."""
+    return all(_free(f.items[:f.pos], f.ctx) for f in frames[depth:])
+
+
+def _between_free(a: list[_Frame], b: list[_Frame], depth: int) -> bool:
+    """A barrier-free path from ``a`` to ``b`` inside one execution of the
+    list of ``frames[depth]`` (``a`` strictly before ``b`` there)."""
+    fa, fb = a[depth], b[depth]
+    return _leave(a[depth + 1:]) and _free(fa.items[fa.pos + 1:fb.pos], fa.ctx) and \
+        _enter_free(b, depth + 1)
+
+
+def _common(a: _Access, b: _Access) -> int:
+    n = 0
+    for x, y in zip(a.frames, b.frames, strict=False):
+        if x.key != y.key:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class _Scenario:
+    """Common loops (by key) in the same iteration, and at most one loop
+    ``split`` in different iterations: ``rel`` is ``next`` (b one iteration
+    after a), ``prev``, ``after`` (b later), ``before``."""
+
+    same: list[int] = field(default_factory=list)
+    split: int | None = None
+    rel: str = ""
+
+
+def scenarios(a: _Access, b: _Access) -> list[_Scenario]:
+    """The ways ``a`` and ``b`` can meet in one barrier interval."""
+    c = _common(a, b)
+    out: list[_Scenario] = []
+    # loops common to both, outer to inner, with the depth of their body frame
+    common_loops = [(d, a.frames[d].loop) for d in range(c) if a.frames[d].loop is not None]
+    same_all = [lp.key for _, lp in common_loops]
+    if a.seq == b.seq or (len(a.frames) == len(b.frames) == c
+                          and a.frames[-1].pos == b.frames[-1].pos):
+        out.append(_Scenario(same_all))
+    elif c > 0:
+        d = c - 1
+        pa, pb = a.frames[d].pos, b.frames[d].pos
+        if pa < pb and _between_free(a.frames, b.frames, d) or pb < pa and _between_free(b.frames, a.frames, d):
+            out.append(_Scenario(same_all))
+        elif pa == pb and len(a.frames) == c and _enter_free(b.frames, c):
+            out.append(_Scenario(same_all))  # a in the head of the statement holding b
+        elif pa == pb and len(b.frames) == c and _enter_free(a.frames, c):
+            out.append(_Scenario(same_all))
+    for j, (d, lp) in enumerate(common_loops):
+        same = [x.key for _, x in common_loops[:j]]
+        whole = _free(a.frames[d].items, a.frames[d].ctx)
+        fwd = _exit_free(a.frames, d) and _enter_free(b.frames, d)
+        bwd = _exit_free(b.frames, d) and _enter_free(a.frames, d)
+        if fwd:
+            out.append(_Scenario(same, lp.key, "after" if whole else "next"))
+        if bwd:
+            out.append(_Scenario(same, lp.key, "before" if whole else "prev"))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the obligations
+
+
+def _side(acc: _Access, tag: str, pid: str) -> tuple[dict[str, str], str | None]:
+    """Renaming of ``acc``'s loop and thread variables for side ``tag``."""
+    ren = {lp.var: f"{lp.var}#{tag}" for lp in acc.loops if lp.var}
+    if acc.thread is not None:
+        ren[acc.thread] = f"{acc.thread}#{tag}"
+    return ren, ren.get(acc.thread) if acc.thread else None
+
+
+def _facts(acc: _Access, ren: dict[str, str], tvar: E.Expr) -> Fm.F:
+    parts: list[Fm.F] = [Fm.atom(tvar.ge(0)), Fm.atom(tvar.lt(acc.width))]
+    for lp in acc.loops:
+        if not lp.var:
+            continue
+        v = E.Var(ren[lp.var])
+        if lp.lo is not None:
+            parts.append(Fm.atom(v.ge(E.rename(lp.lo, ren))))
+        if lp.hi is not None:
+            parts.append(Fm.atom(v.lt(E.rename(lp.hi, ren))))
+    parts += [Fm.atom(E.rename(g, ren)) for g in acc.guards]
+    return Fm.conj(*parts)
+
+
+def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
+          extents: E.Expr) -> Obligation:
+    pid = ph.pid.name
+    ren_a, _ = _side(a, "1", pid)
+    ren_b, _ = _side(b, "2", pid)
+    t1 = E.Var(ren_a[a.thread]) if a.thread else (E.Var("thread#1") if not a.store else None)
+    t2 = E.Var(ren_b[b.thread]) if b.thread else (E.Var("thread#2") if not b.store else None)
+    th1: E.Expr = t1 if t1 is not None else E.Const(0)
+    th2: E.Expr = t2 if t2 is not None else E.Const(0)
+    loops_a = {lp.key: lp for lp in a.loops}
+    alts = []
+    for sc in scen:
+        eqs = []
+        for key in sc.same:
+            lp = loops_a[key]
+            if lp.var:
+                eqs.append(Fm.atom(E.Var(ren_a[lp.var]).eq(E.Var(ren_b[lp.var]))))
+        if sc.split is not None and loops_a[sc.split].var:
+            v = loops_a[sc.split].var
+            x, y = E.Var(ren_a[v]), E.Var(ren_b[v])
+            rel = {"next": y.eq(x + 1), "prev": x.eq(y + 1), "after": y.gt(x),
+                   "before": x.gt(y)}[sc.rel]
+            eqs.append(Fm.atom(rel))
+        alts.append(Fm.conj(*eqs))
+    ea = E.rename(a.index, ren_a)
+    eb = E.rename(b.index, ren_b)
+    hyp = Fm.conj(Fm.atom(E.Var(pid).ge(0)), Fm.atom(E.Var(pid).lt(extents)),
+                  _facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
+                  Fm.atom(th1.ne(th2)), Fm.atom(ea.eq(eb)))
+    syms = sorted(Fm.syms(hyp))
+    assume = Fm.conj(*(Fm.atom(E.Sym(s).ge(0)) for s in syms))
+    claim = Fm.Claim(Fm.ordered_vars(hyp), hyp, Fm.FALSE, assume)
+    info = {v: VarInfo(v.replace("#1", " (first)").replace("#2", " (second)"))
+            for v in claim.vars}
+    dropped = a.dropped + b.dropped
+    title = (f"{ph.name}: threads never conflict on {a.buf.name} between barriers: "
+             f"`{a.text}` and `{b.text}`")
+
+    def explain(pt: dict) -> list[str]:
+        env = Fm.env_of(pt, syms)
+        x1, x2 = E.evaluate(th1, env), E.evaluate(th2, env)
+        el = E.evaluate(ea, env)
+        loops1 = ", ".join(f"{lp.var}={pt.get(ren_a[lp.var])}" for lp in a.loops if lp.var)
+        loops2 = ", ".join(f"{lp.var}={pt.get(ren_b[lp.var])}" for lp in b.loops if lp.var)
+        return [(f"program {pid}={pt.get(pid)}: threads {x1} and {x2} both access "
+                f"{a.buf.name}[{el}] in one barrier interval"),
+                f"thread {x1}: {a.text}" + (f" at {loops1}" if loops1 else ""),
+                f"thread {x2}: {b.text}" + (f" at {loops2}" if loops2 else ""),
+                "no block barrier separates them: add one between the two statements"]
+
+    ob = Obligation(KIND, title, (), claim, info=info, explain=explain,
+                    refutable=not dropped, inexact_note="; ".join(dropped),
+                    witness={"kernel": k.name, "phase": ph.name, "buffer": a.buf.name,
+                             "accesses": (a.text, b.text), "scenarios": scen})
+    data = a.data + b.data
+    if data or a.index is None or b.index is None:
+        why = ", ".join(sorted(set(data))) or "a computed value"
+
+        def unknown(o: Obligation, t: float, why: str = why) -> None:
+            o.set(UNKNOWN, "structural", f"the index reads data ({why}): the threads' "
+                  "elements are not index expressions")
+
+        ob.decider = unknown
+    return ob
+
+
+def barrier_obligations(kernel: Any, threads: int | None = None) -> list[Obligation]:
+    """One ``barrier.sufficiency`` obligation per pair of accesses to one
+    ``shared`` or ``global`` buffer, at least one a store, that can occur in
+    one barrier interval of one program of ``kernel`` (a loop-IR kernel in SIMT
+    form); ``threads`` is the block size (default: each phase's widest thread
+    loop). See the module docstring for the formula."""
+    L = _L()
+    _MEMO.clear()
+    out: list[Obligation] = []
+    for ph in kernel.phases:
+        ws = [int(s.hi.value) for s in L.walk(ph.body)
+              if isinstance(s, L.For) and s.kind == "thread" and isinstance(s.hi, E.Const)]
+        width = threads if threads is not None else (max(ws) if ws else 1)
+        if width <= 1 and not ws:
+            continue  # one thread per program: nothing is concurrent
+        accs = _Collector(kernel, ph, width).run()
+        extents: E.Expr = E.Const(1)
+        for x in ph.extents:
+            extents = E.mul(extents, x)
+        for i, a in enumerate(accs):
+            for b in accs[i:]:
+                if a.buf.name != b.buf.name or not (a.store or b.store):
+                    continue
+                if a.thread is None and b.thread is None and a.store and b.store:
+                    continue  # both by thread 0
+                if a.seq == b.seq and a.thread is None:
+                    continue  # one program-level access: by thread 0, or a load
+                scen = scenarios(a, b)
+                if scen:
+                    out.append(_pair(kernel, ph, a, b, scen, extents))
+    return out
+
+
+def check_barriers(kernel: Any, threads: int | None = None,
+                   timeout: float = 5.0) -> list[Obligation]:
+    """:func:`barrier_obligations`, discharged (for the compiler: a refuted
+    one is a race of the SIMT program)."""
+    return discharge(barrier_obligations(kernel, threads), timeout=timeout)
