@@ -9,7 +9,8 @@ Subcommands::
                    [--timeout S] [--assume SEL]   discharge the proof obligations
                                                   (exit 0 all proved, 1 any refuted,
                                                   2 any unknown and none refuted)
-    tilenest lower FILE --target llvm --emit E    print one stage (schedule|tileir|loopir|ir|opt|asm)
+    tilenest lower FILE --target llvm --emit E    print one stage (schedule|tileir|loopir|ir|opt|asm;
+                                                  cuda: schedule|loopir|cuda|ptx|sass-resources)
     tilenest validate FILE --target llvm          translation validation
     tilenest conformance                          run the conformance suite
     tilenest bench                                run benchmarks
@@ -316,14 +317,14 @@ def _schedule_for(a: argparse.Namespace, program: Any) -> Any:
 
 def cmd_lower(a: argparse.Namespace) -> int:
     """``tilenest lower``: print one stage of the generated code."""
-    from .backends.llvm import STAGES, emit
+    from .backends import target
 
-    if a.target != "llvm":
-        raise NotAvailableError(f"no lowering for target '{a.target}'", hint="targets: llvm")
-    if a.emit not in STAGES:
-        raise TilenestError(f"unknown stage '{a.emit}'", hint="stages: " + ", ".join(STAGES))
+    tgt = target(a.target)
+    if a.emit not in tgt.stages():
+        raise TilenestError(f"unknown stage '{a.emit}' for target {a.target}",
+                            hint="stages: " + ", ".join(tgt.stages()))
     progs = load_programs(a.file, a.kernel)
-    texts = [(n, emit(p, a.emit, _schedule_for(a, p))) for n, p in progs]
+    texts = [(n, tgt.emit(p, a.emit, _schedule_for(a, p))) for n, p in progs]
     if a.json:
         print(json.dumps({n: t for n, t in texts}, indent=2))
     else:
@@ -338,7 +339,10 @@ def cmd_validate(a: argparse.Namespace) -> int:
     from .validation.report import run_cli
 
     progs = load_programs(a.file, a.kernel)
-    if not a.json and a.target == "llvm":
+    if not a.json:
+        from .backends import target
+
+        target(a.target)  # an unknown target is a usage error before anything runs
         from .lowering.legality import legality, summary
         from .proofs.obligation import PROVED
 
@@ -538,7 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("lower", help="print the code a kernel lowers to (one stage)")
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
-    s.add_argument("--target", default="llvm", help="code generation target (llvm)")
+    s.add_argument("--target", default="llvm", help="code generation target (llvm, cuda)")
     s.add_argument("--emit", default="loopir",
                    help="stage: schedule | tileir | loopir | ir | opt | asm")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
@@ -549,7 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "the reference (exit 1 on any mismatch)")
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
-    s.add_argument("--target", default="llvm", help="code generation target (llvm)")
+    s.add_argument("--target", default="llvm", help="code generation target (llvm, cuda)")
     s.add_argument("--cases", type=_int_at_least(1), default=20,
                    help="generated cases per kernel (default 20)")
     s.add_argument("--seed", type=_int_at_least(0), default=0)
@@ -567,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--impl", metavar="CMD",
                    help="external implementation: a command with {case} {inputs} {outputs}")
     s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
-                   help="a compiled target instead of the interpreter (llvm)")
+                   help="a compiled target instead of the interpreter (llvm, cuda)")
     s.add_argument("--case", action="append", default=[], metavar="PAT",
                    help="only cases whose name contains PAT, or that cite rule PAT (V-7, R)")
     s.add_argument("--json-report", metavar="PATH", type=_out_file_arg, help="write the JSON report here")

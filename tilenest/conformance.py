@@ -364,25 +364,29 @@ class Interpreter:
 
 
 class Backend:
-    """A compiled backend run in-process (``llvm``: the LLVM CPU JIT), as a
+    """A compiled backend run in-process (``llvm``: the LLVM CPU JIT; ``cuda``:
+    the GPU, or the host emulator where there is none), as a
     checked build: ``bounds.assume`` promises are checked (M-7 lets compiled
     code skip them; the suite asks for the verdict a broken one has). Race
     verdicts come from the compile-time legality gate: the backend refuses a
     program whose race obligations are refuted, before it runs."""
 
     def __init__(self, target: str):
-        if target != "llvm":
+        from .backends import TARGETS
+
+        if target not in TARGETS:
             raise TilenestError(f"no conformance driver for backend '{target}'",
-                                hint="backends: llvm")
+                                hint="backends: " + ", ".join(TARGETS))
         self.name = target
 
     def run(self, case: Case) -> Outcome:
-        from .backends.llvm import compile_program
+        from .backends import target
 
         try:
             prog = load_program(case.program)
             args = materialize(case)
-            compile_program(prog, check_assumes=True)(*args, params=case.params or None)
+            target(self.name).compile(prog, None, check_assumes=True)(
+                *args, params=case.params or None)
         except TilenestError as e:
             return Outcome(error=error_kind(e), message=e.render())
         except Exception as e:  # noqa: BLE001 - a crash is an outcome like any other

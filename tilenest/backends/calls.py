@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TilenestError
+from ..errors import BoundsError, RuntimeSemanticError, TilenestError
+from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
 
@@ -105,3 +106,19 @@ def scalar_arg(a: Any, name: str) -> Any:
     if not isinstance(a, (int, float, bool)):
         raise TilenestError(f"argument '{name}' must be a number, got {type(a).__name__}")
     return a
+
+
+def status_error(program: Any, kernel: Any, code: int) -> TilenestError:
+    """The error a nonzero status word ``code`` of a compiled kernel stands
+    for: an arithmetic error of generated code, or one of the loop IR's
+    ``ErrorSite`` s (a checked access out of bounds...)."""
+    if code == DIV_ZERO:
+        return RuntimeSemanticError("integer division by zero in the compiled kernel",
+                                    program.loc, "guard the divisor, e.g. ite(d == 0, 1, d)")
+    if code == NEG_SHIFT:
+        return RuntimeSemanticError("negative shift count in the compiled kernel", program.loc)
+    for e in kernel.errors:
+        if e.code == code:
+            cls = BoundsError if e.kind == "out of bounds" else RuntimeSemanticError
+            return cls(e.message, e.site)
+    return RuntimeSemanticError(f"compiled kernel reported error code {code}")

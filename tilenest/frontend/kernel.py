@@ -474,15 +474,11 @@ class Kernel:
 
     def compile(self, target: str = "llvm", **kw: Any) -> Any:
         """A compiled callable for ``target`` (``schedule=`` a Schedule, or schedule
-        fields such as ``threads=``); called like the kernel, on numpy arrays."""
-        if target != "llvm":
-            from ..errors import NotAvailableError
+        fields such as ``threads=``; for ``cuda`` also ``device='gpu'|'emulated'``);
+        called like the kernel, on numpy arrays."""
+        from ..backends import target as lookup
 
-            raise NotAvailableError(f"compilation for target '{target}' is not available yet",
-                                    hint="targets: llvm; or run the kernel on the interpreter")
-        from ..backends.llvm import compile_program
-
-        return compile_program(self.program, **kw)
+        return lookup(target).compile(self.program, **kw)
 
     def __repr__(self) -> str:
         return f"<tn.kernel {self.fn.__name__}>"

@@ -13,7 +13,8 @@ program is lowered, :func:`legality` states and discharges
   together and that no carried value orders never conflict);
 * the obligations of the schedule's own decisions: the binding of each
   ``parallel`` the schedule runs on cores to the ``core`` scope of the CPU
-  catalogue (``binding.*``, T-6), and for every tree-policy ``reduce`` the
+  catalogue (``binding.*``, T-6) -- for ``cuda``, of each top-level
+  ``parallel`` to the ``block`` scope of the CUDA catalogue -- and for every tree-policy ``reduce`` the
   lowering may regroup (schedule entry ``auto``) the permission of its policy
   (``reduction.permission``) and the exact laws of its built-in merge
   (``reduction.law.*``; float ``add``/``mul`` regrouping rests on the policy's
@@ -82,10 +83,17 @@ def schedule_obligations(program: TileProgram, schedule: Any) -> list[Any]:
 
     m = Model(program)
     out: list[Any] = []
-    cores = {op.attrs["level"]: "core" for op in program.walk() if op.name == "parallel"
-             and schedule.binding(op.oid, op.attrs["level"]) == "cores"}
-    if cores:
-        out += BD.binding_obligations(m, BD.CPU, cores)
+    if schedule.target == "cuda":
+        # each instance of a top-level parallel is one block of the grid
+        blocks = {op.attrs["level"]: "block" for op in program.walk()
+                  if op.name == "parallel" and op.attrs["level"] == 1}
+        if blocks:
+            out += BD.binding_obligations(m, BD.CUDA, blocks)
+    else:
+        cores = {op.attrs["level"]: "core" for op in program.walk() if op.name == "parallel"
+                 and schedule.binding(op.oid, op.attrs["level"]) == "cores"}
+        if cores:
+            out += BD.binding_obligations(m, BD.CPU, cores)
     for op in program.walk():
         if op.name != "reduce":
             continue

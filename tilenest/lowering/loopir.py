@@ -63,6 +63,12 @@ from ..semantics.dtypes import DType
 
 INDEX = D.i64
 
+#: status codes of the arithmetic errors generated code detects itself
+#: (integer division by zero, a negative shift count); ``ErrorSite`` codes are
+#: below them
+DIV_ZERO = 1_000_001
+NEG_SHIFT = 1_000_002
+
 # ---------------------------------------------------------------------------
 # expressions
 

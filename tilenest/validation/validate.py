@@ -277,14 +277,9 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
     t0 = time.perf_counter()
     csec = 0.0
     if compiled is None:
-        from ..backends.llvm import compile_program
+        from ..backends import target as lookup
 
-        if target != "llvm":
-            from ..errors import NotAvailableError
-
-            raise NotAvailableError(f"no compiler for target '{target}'", hint="targets: llvm")
-        ck = compile_program(program, compile_schedule) if compile_schedule is not None else \
-            compile_program(program)
+        ck = lookup(target).compile(program, compile_schedule)
         compiled, csec = ck, ck.compile_seconds
     used = compile_schedule if compile_schedule is not None else \
         getattr(compiled, "schedule", None)

@@ -1,0 +1,188 @@
+"""The CUDA backend: loop IR (SIMT form) -> CUDA C++ -> NVRTC sm_90a cubin.
+
+Stages (``STAGES``; ``tilenest lower FILE --target cuda --emit NAME``):
+
+* ``schedule``       -- the schedule and its legality verdicts;
+* ``loopir``         -- the SIMT-form loop IR (``lowering/simt.py``);
+* ``cuda``           -- the CUDA C++ source (``emit.py``, with ``prelude/``);
+* ``ptx``            -- the PTX NVRTC generates for it;
+* ``sass-resources`` -- the ptxas report of each ``__global__`` function
+  (registers, spills, shared and stack bytes).
+
+:func:`compile_program` proves the program legal (the legality gate with
+the CUDA binding catalogue: each top-level ``parallel`` instance a block),
+lowers it, checks the SIMT form's own obligations (barrier sufficiency,
+thread limits; ``tilenest.proofs.gpu`` / ``barriers`` when present), emits
+and compiles the source, and returns a
+:class:`~tilenest.backends.cuda.runtime.CudaKernel` that runs on a GPU
+(``device="gpu"``) or on the host emulator (``device="emulated"``; the
+default where no GPU is usable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+from typing import Any, Callable
+
+from ...errors import TilenestError
+from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
+from ...lowering.legality import legality, summary
+from ...semantics.ir import TileProgram
+from .emit import CudaSource, emit_cuda
+from .runtime import CudaKernel, gpu_available
+
+__all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "gpu_available",
+           "clear_cache"]
+
+VERSION = "cuda-backend-1"
+ARCH = "sm_90a"
+_CACHE: dict[str, CudaKernel] = {}
+_LOCK = threading.Lock()
+
+
+def prelude_dir() -> str:
+    """The include directory of ``tn_prelude.cuh``."""
+    return os.path.join(os.path.dirname(__file__), "prelude")
+
+
+def _schedule(program: TileProgram, schedule: Schedule | None) -> Schedule:
+    s = schedule or default_schedule(program, "cuda")
+    if s.target != "cuda" or not s.block_threads:
+        s = s.with_(target="cuda", block_threads=s.block_threads or 256)
+    return s
+
+
+def stage_source(program: TileProgram, s: Schedule) -> tuple[Any, CudaSource]:
+    k = lower_verified(program, s)
+    aliased = frozenset(n for g in s.aliases for n in g)
+    return k, emit_cuda(k, aliased)
+
+
+def _build(src: CudaSource, want_ptx: bool = False) -> Any:
+    from .nvrtc import compile_cuda
+
+    return compile_cuda(src.text, "tilenest.cu", arch=ARCH, include_dirs=(prelude_dir(),),
+                        want_ptx=want_ptx)
+
+
+def gpu_obligations(k: Any) -> tuple[list, list]:
+    """The SIMT form's own obligations, discharged: ``(barriers, resources)``.
+    A refuted barrier-sufficiency obligation makes the lowering illegal. The
+    resource ones (shared-memory capacity, threads per block, grid size) hold
+    for all sizes or leave a *launch precondition* over the symbols, which
+    every call checks (``runtime.CudaKernel``) before it launches."""
+    from ...proofs import barriers, gpu
+    from ...proofs.obligation import discharge
+
+    bar = barriers.check_barriers(k)
+    res = [gpu.shared_capacity(k)] + list(gpu.thread_limits(k))
+    discharge(res, timeout=2.0)
+    return bar, res
+
+
+def compile_program(program: TileProgram, schedule: Schedule | None = None,
+                    cache: bool = True, device: str | None = None, **overrides: Any
+                    ) -> CudaKernel:
+    """Prove ``program`` legal, lower it to the SIMT form, emit CUDA C++ and
+    compile it to an sm_90a cubin; the kernel runs on ``device`` (``"gpu"`` or
+    ``"emulated"``; default: the GPU when one is usable, else the emulator).
+    A refuted obligation of the program or of the SIMT form is an error
+    naming it."""
+    s = _schedule(program, schedule)
+    if overrides:
+        s = s.with_(**overrides)
+    dev = device or ("gpu" if gpu_available() else "emulated")
+    if dev not in ("gpu", "emulated"):
+        raise TilenestError(f"unknown cuda device '{dev}'", hint="use 'gpu' or 'emulated'")
+    key = hashlib.sha256(f"{VERSION}\n{dev}\n{s.key()}\n{program}".encode()).hexdigest()
+    if cache:
+        with _LOCK:
+            got = _CACHE.get(key)
+        if got is not None:
+            return got
+    t0 = time.perf_counter()
+    obs = legality(program, s)
+    k, src = stage_source(program, s)
+    bar, res = gpu_obligations(k)
+    obs = obs + _refuse_refuted(bar) + res
+    built = _build(src)
+    from ...proofs import gpu
+
+    regs = {i.phase: built.resources[i.name].registers for i in src.kernels
+            if i.name in built.resources and built.resources[i.name].registers}
+    from ...proofs.obligation import discharge
+
+    reg_obs = list(gpu.register_limits(k, regs))
+    discharge(reg_obs, timeout=2.0)
+    obs += _refuse_refuted(reg_obs)
+    ck = CudaKernel(program, k, s, src, built, dev, obs, time.perf_counter() - t0)
+    ck.precondition = gpu.launch_precondition(res)
+    if cache:
+        with _LOCK:
+            _CACHE[key] = ck
+    return ck
+
+
+def _refuse_refuted(obs: list) -> list:
+    from ...proofs.obligation import REFUTED
+
+    bad = [o for o in obs if o.status == REFUTED and o.role == "required"]
+    if bad:
+        o = bad[0]
+        raise TilenestError(f"the cuda lowering is illegal: {o.kind}: {o.title}", o.sites,
+                            "this is a bug of the SIMT lowering; please report it with the "
+                            "kernel", notes=tuple(str(getattr(o, "detail", "")).splitlines()[:4]))
+    return obs
+
+
+def clear_cache() -> None:
+    with _LOCK:
+        _CACHE.clear()
+
+
+def _emit_schedule(program: TileProgram, s: Schedule) -> str:
+    return f"{s!r}\n{summary(legality(program, s))}\n"
+
+
+def _emit_loopir(program: TileProgram, s: Schedule) -> str:
+    return print_kernel(lower_verified(program, s))
+
+
+def _emit_cuda(program: TileProgram, s: Schedule) -> str:
+    return stage_source(program, s)[1].text
+
+
+def _emit_ptx(program: TileProgram, s: Schedule) -> str:
+    return _build(stage_source(program, s)[1], want_ptx=True).ptx or ""
+
+
+def _emit_resources(program: TileProgram, s: Schedule) -> str:
+    built = _build(stage_source(program, s)[1])
+    lines = []
+    for name, r in sorted(built.resources.items()):
+        lines.append(f"{name}: registers {r.registers}, spill stores {r.spill_store_bytes} B, "
+                     f"spill loads {r.spill_load_bytes} B, static shared {r.shared_bytes} B, "
+                     f"stack {r.stack_frame_bytes} B")
+    lines += [f"warning: {w}" for w in built.warnings()]
+    return "\n".join(lines) + "\n"
+
+
+#: stage name -> printer of that stage's output
+STAGES: dict[str, Callable[[TileProgram, Schedule], str]] = {
+    "schedule": _emit_schedule,
+    "loopir": _emit_loopir,
+    "cuda": _emit_cuda,
+    "ptx": _emit_ptx,
+    "sass-resources": _emit_resources,
+}
+
+
+def emit(program: TileProgram, stage: str, schedule: Schedule | None = None) -> str:
+    """The text of one stage for ``program``."""
+    if stage not in STAGES:
+        raise TilenestError(f"unknown stage '{stage}' for target cuda",
+                            hint="stages: " + ", ".join(STAGES))
+    return STAGES[stage](program, _schedule(program, schedule))

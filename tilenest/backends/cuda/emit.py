@@ -195,8 +195,8 @@ class Emitter:
             return self.pred(x.p)
         if isinstance(x, L.Load):
             return self.load(x)
-        if isinstance(x, L.Select):
-            return f"({self.expr(x.c)} ? {self.expr(x.a)} : {self.expr(x.b)})"
+        if isinstance(x, L.Select):  # both arms are evaluated (their checks too)
+            return f"tn_select({self.expr(x.c)}, {self.expr(x.a)}, {self.expr(x.b)})"
         if isinstance(x, L.Cast):
             return self.cast(self.expr(x.a), x.a.dtype, x.dtype)
         if isinstance(x, L.Bitcast):

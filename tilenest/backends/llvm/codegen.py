@@ -50,8 +50,7 @@ from ...semantics import expr as E
 from . import softfloat as SF
 from .mathlib import MathLib
 
-DIV_ZERO = 1_000_001
-NEG_SHIFT = 1_000_002
+DIV_ZERO, NEG_SHIFT = L.DIV_ZERO, L.NEG_SHIFT
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()

@@ -10,6 +10,14 @@ with an ``UnresolvedSymbolError`` naming the symbols, so no call can go
 through an unresolved (null) address. The bindings (C math and string
 functions from libraries opened explicitly, soft-float helpers compiled from
 IR) are made once per process by :func:`init`.
+
+The optimizer is not trusted to keep the module well formed: LLVM's own
+passes have been seen to emit IR that does not verify (the SLP vectorizer of
+LLVM 22 placed a load after the shuffle using it, on a kernel whose input IR
+verified), and the instruction selector aborts the whole process on such IR.
+So :func:`optimize` verifies its result and, when it is malformed, optimizes
+the unoptimized module again with a more conservative pipeline
+(:data:`FALLBACK_PIPELINES`); only verified IR ever reaches code generation.
 """
 
 from __future__ import annotations
@@ -73,15 +81,73 @@ def parse(text: str, h: Host) -> llvm.ModuleRef:
     return mod
 
 
-def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> None:
-    """Run the O``level`` pipeline of the new pass manager on ``mod`` in place."""
+#: pipeline variants tried, in order, when the previous one produced IR that
+#: does not verify: (name, loop vectorization, SLP vectorization, loop unrolling)
+FALLBACK_PIPELINES: tuple[tuple[str, bool, bool, bool], ...] = (
+    ("without the SLP vectorizer", True, False, True),
+    ("without vectorizers or unrolling", False, False, False),
+)
+
+
+def _run_pipeline(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int, loop_vec: bool,
+                  slp: bool, unroll: bool) -> None:
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
-    pto.loop_vectorization = level >= 2
-    pto.slp_vectorization = level >= 2
-    pto.loop_unrolling = True
+    pto.loop_vectorization = loop_vec
+    pto.slp_vectorization = slp
+    pto.loop_unrolling = unroll
     pb = llvm.create_pass_builder(tm, pto)
     mpm = pb.getModulePassManager()
     mpm.run(mod, pb)
+
+
+def _verify_error(mod: llvm.ModuleRef) -> str | None:
+    """The verifier's message for ``mod``, or None when it is well formed."""
+    try:
+        mod.verify()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def _take_over(mod: llvm.ModuleRef, other: llvm.ModuleRef) -> None:
+    """Make ``mod`` hold ``other``'s LLVM module and dispose of ``mod``'s old one.
+
+    Callers keep the ``ModuleRef`` they passed to :func:`optimize` (it
+    optimizes in place), so a re-optimized module must live behind the same
+    Python object. llvmlite has no public call for that; both objects are
+    plain owners of one LLVM module pointer each (same global context), so
+    exchanging the pointers and closing ``other`` frees the malformed one."""
+    mod._ptr, other._ptr = other._ptr, mod._ptr
+    mod._as_parameter_, other._as_parameter_ = other._as_parameter_, mod._as_parameter_
+    other.close()
+
+
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> None:
+    """Run the O``level`` pipeline of the new pass manager on ``mod`` in place.
+
+    Postcondition: ``mod`` verifies. When the full pipeline breaks the module,
+    the unoptimized module is optimized again under each of
+    :data:`FALLBACK_PIPELINES` in turn and the first verified result replaces
+    it; if none verifies, an internal ``TilenestError`` is raised (never an
+    abort in code generation)."""
+    original = mod.clone()
+    try:
+        _run_pipeline(mod, tm, level, level >= 2, level >= 2, True)
+        err = _verify_error(mod)
+        for why, loop_vec, slp, unroll in FALLBACK_PIPELINES if err else ():
+            retry = original.clone()
+            _run_pipeline(retry, tm, level, loop_vec and level >= 2, slp and level >= 2, unroll)
+            if _verify_error(retry) is None:
+                _take_over(mod, retry)
+                err = None
+                break
+            retry.close()
+        if err is not None:
+            raise TilenestError(
+                f"internal: the LLVM optimizer made module '{mod.name}' malformed: {err}",
+                hint="a bug of LLVM's optimizer; every fallback pipeline failed too")
+    finally:
+        original.close()
     mod.data_layout = str(tm.target_data)
 
 

@@ -30,13 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import BoundsError, RuntimeSemanticError, TilenestError
+from ...errors import TilenestError
 from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
 from ...semantics.signature import order_arguments, stored_tensors
-from ..calls import ArgumentBinder
-from .codegen import DIV_ZERO, NEG_SHIFT
+from ..calls import ArgumentBinder, status_error
 from .workers import run_phase
 
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -130,17 +129,6 @@ class CompiledKernel(ArgumentBinder):
         return sizes, counts
 
     def _error(self, code: int) -> TilenestError:
-        if code == DIV_ZERO:
-            return RuntimeSemanticError("integer division by zero in the compiled kernel",
-                                        self.program.loc,
-                                        "guard the divisor, e.g. ite(d == 0, 1, d)")
-        if code == NEG_SHIFT:
-            return RuntimeSemanticError("negative shift count in the compiled kernel",
-                                        self.program.loc)
-        for e in self.kernel.errors:
-            if e.code == code:
-                cls = BoundsError if e.kind == "out of bounds" else RuntimeSemanticError
-                return cls(e.message, e.site)
-        return RuntimeSemanticError(f"compiled kernel reported error code {code}")
+        return status_error(self.program, self.kernel, code)
 
 

@@ -50,6 +50,9 @@ TN_FN bool tn_isinf(double x) { return (tn_dbits(x) & 0x7fffffffffffffffull) == 
 TN_FN bool tn_isfinite(float x) { return (tn_fbits(x) & 0x7f800000u) != 0x7f800000u; }
 TN_FN bool tn_isfinite(double x) { return (tn_dbits(x) & 0x7ff0000000000000ull) != 0x7ff0000000000000ull; }
 
+// a select whose arms are both evaluated (a function's arguments are)
+template <typename T> TN_FN T tn_select(bool c, T a, T b) { return c ? a : b; }
+
 // the bits of one register type read as another of the same width
 template <typename D, typename S> TN_FN D tn_bitcast(S s) {
   D d;

@@ -1072,11 +1072,14 @@ TN_RT int launch(void (*thunk)(void **), const char *kernel, void **args, const 
     free(S.tsan_fibers);
     S.tsan_fibers = nullptr;
     S.tsan_cap = S.tsan_count = 0;
-    if (S.pool) munmap(S.pool, S.pool_bytes);
-    S.pool = nullptr;
 #else
     remove_fault_handlers();
 #endif
+    /* the stacks go back after every launch: each guard page splits the
+       mapping, and a process that keeps many emulated kernels loaded would
+       otherwise run out of memory mappings (vm.max_map_count) */
+    if (S.pool) munmap(S.pool, S.pool_bytes);
+    S.pool = nullptr;
     free(order);
     free(S.fibers);
     S.fibers = nullptr;

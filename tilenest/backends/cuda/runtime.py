@@ -1,0 +1,222 @@
+"""Calling a CUDA kernel: on an NVIDIA GPU, or on the host emulator.
+
+:class:`CudaKernel` binds a call like every compiled target
+(``backends/calls.py``) and runs the phases one after another, each a launch
+of its ``__global__`` function with ``programs`` blocks of ``threads``
+threads and the dynamic shared memory its layout needs for these symbol
+values. After each launch a nonzero status word raises the error it encodes.
+
+Devices (``device=``):
+
+* ``"emulated"`` -- the generated CUDA source itself compiled as host C++
+  (``backends/simt/emulator.py``: threads as fibers, shared memory poisoned
+  before every block); ``policy``, ``seed`` and ``poison`` choose the thread
+  interleaving and the poison. Needs no GPU.
+* ``"gpu"`` -- the NVRTC cubin loaded with the CUDA driver (through CuPy);
+  numpy arrays are copied to the device and the written ones back, CuPy
+  arrays are used in place.
+
+A launch never truncates: a block count above the grid limit, or dynamic
+shared memory above the device's opt-in limit, is an error naming the sizes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ...errors import TilenestError
+from ...semantics import expr as E
+from ...semantics.signature import order_arguments, stored_tensors
+from ..calls import ArgumentBinder, status_error
+
+#: most blocks of a 1-D grid
+MAX_BLOCKS = 2**31 - 1
+#: the dynamic shared memory a Hopper block may opt in to (227 KiB)
+MAX_SHARED = 232448
+
+_EMU_LOCK = threading.Lock()
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA device can be used here (CuPy and a driver with a GPU)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+class CudaKernel(ArgumentBinder):
+    """A kernel compiled for ``cuda``: call it like the interpreter (arrays
+    written in place; returns the tensors it stores to). ``source`` is the
+    CUDA C++, ``cubin`` the NVRTC sm_90a binary, ``resources`` the ptxas
+    report per ``__global__`` function."""
+
+    def __init__(self, program: Any, kernel: Any, schedule: Any, source: Any, built: Any,
+                 device: str, obligations: list, compile_seconds: float):
+        self.program = program
+        self.kernel = kernel
+        self.schedule = schedule
+        self.source = source
+        self.built = built
+        self.device = device
+        self.obligations = obligations
+        self.compile_seconds = compile_seconds
+        self.stored = stored_tensors(program)
+        self._emu: Any = None
+        self._mod: Any = None
+        self._calls = 0
+        #: the launch precondition of the resource obligations (checked per call)
+        self.precondition: Any = None
+
+    @property
+    def cubin(self) -> bytes:
+        return self.built.cubin
+
+    @property
+    def resources(self) -> Any:
+        return self.built.resources
+
+    def warnings(self) -> list[str]:
+        """Reported compile warnings (register spills)."""
+        return list(self.built.warnings())
+
+    def __repr__(self) -> str:
+        return f"<compiled {self.program.name} for cuda ({self.device})>"
+
+    def variant(self, aliases: tuple[tuple[str, ...], ...]) -> "CudaKernel":
+        """This kernel compiled for a call whose parameters alias as ``aliases``
+        (no ``__restrict__`` on them; legality checked with each group as one
+        tensor)."""
+        from . import compile_program
+
+        return compile_program(self.program, self.schedule.with_(aliases=aliases),
+                               device=self.device)
+
+    # -- execution -------------------------------------------------------------------
+    def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
+                 policy: str | None = None, seed: int | None = None, poison: str | None = None,
+                 **named: Any) -> Any:
+        """Run the kernel. On the emulator, ``policy``/``seed``/``poison`` pick
+        the interleaving and the poison; left out, successive calls rotate
+        through every policy and poison (call ``n`` uses policy ``n mod 4``,
+        poison ``n mod 3`` and seed ``n``), so repeated validation runs each."""
+        if self.device == "emulated":
+            from ..simt.emulator import POISONS, POLICIES
+
+            n = self._calls
+            self._calls += 1
+            policy = policy or POLICIES[n % len(POLICIES)]
+            poison = poison or POISONS[n % len(POISONS)]
+            seed = n if seed is None else seed
+        arrays, params = order_arguments(self.program, arrays, named, params)
+        keep, syms = self.bind(arrays, params)
+        groups = self.aliases(keep)
+        if groups != self.schedule.aliases:
+            return self.variant(groups)(*arrays, params=params, policy=policy, seed=seed,
+                                        poison=poison)
+        k = self.kernel
+        if self.precondition is not None:
+            self.precondition.check({s: int(syms[s]) for s in k.syms})
+        env = {E.Sym(s): syms[s] for s in k.syms}
+        symvals = [int(syms[s]) for s in k.syms]
+        for info in self.source.kernels:
+            n = int(E.evaluate(info.programs, env))
+            if n <= 0:
+                continue
+            smem = int(E.evaluate(info.shared_bytes, env))
+            if n > MAX_BLOCKS:
+                raise TilenestError(f"{info.name}: {n} programs exceed the grid limit "
+                                    f"{MAX_BLOCKS}", self.program.loc,
+                                    "split the top-level parallel domain")
+            if smem > MAX_SHARED:
+                raise TilenestError(
+                    f"{info.name}: the program's shared buffers need {smem} bytes for these "
+                    f"sizes, above the {MAX_SHARED} a block can have", self.program.loc,
+                    "use smaller tiles per program (the shared-capacity obligation states "
+                    "the sizes that fit)")
+            status = np.zeros(1, dtype=np.int32)
+            if self.device == "emulated":
+                self._launch_emulated(info, n, smem, keep, symvals, status, policy, seed, poison)
+            else:
+                self._launch_gpu(info, n, smem, keep, symvals, status)
+            if status[0]:
+                raise status_error(self.program, k, int(status[0]))
+        outs = [a for v, a in zip(self.program.args, arrays, strict=True)
+                if v.name in self.stored]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _args(self, keep: list, symvals: list[int], status: Any, conv: Any) -> list:
+        args = []
+        for b in sorted(self.kernel.globals, key=lambda b: b.arg):
+            a = keep[b.arg]
+            a = np.asarray(a).reshape(-1) if np.ndim(a) == 0 else a
+            if a.dtype == np.bool_:
+                a = a.view(np.uint8)  # bool elements are bytes (emit.mem)
+            args.append(conv(a))
+        args += [np.int64(v) for v in symvals]
+        args.append(conv(status))
+        return args
+
+    def _launch_emulated(self, info: Any, n: int, smem: int, keep: list, symvals: list[int],
+                         status: Any, policy: str, seed: int, poison: str) -> None:
+        from ..simt import emulator
+
+        if self._emu is None:
+            with _EMU_LOCK:
+                if self._emu is None:
+                    from . import prelude_dir
+
+                    self._emu = emulator.build(
+                        self.source.text, {i.name: list(i.params) for i in self.source.kernels},
+                        include_dirs=(prelude_dir(),))
+        args = self._args(keep, symvals, status, lambda a: a)
+        args = [a if not isinstance(a, np.int64) else int(a) for a in args]
+        self._emu.launch(info.name, (n, 1, 1), (info.threads, 1, 1), args, shared_bytes=smem,
+                         policy=policy, seed=seed, poison=poison)
+
+    def _launch_gpu(self, info: Any, n: int, smem: int, keep: list, symvals: list[int],
+                    status: Any) -> None:
+        import cupy as cp
+
+        if self._mod is None:
+            self._mod = _load_cubin(self.cubin)
+        fn = self._mod.get_function(info.name)
+        if smem > 48 * 1024:
+            fn.max_dynamic_shared_size_bytes = smem
+        dev: list = []
+        back: list = []
+
+        def conv(a: Any) -> Any:
+            if isinstance(a, np.ndarray):
+                d = cp.asarray(a) if a.size else cp.zeros(1, dtype=a.dtype)
+                dev.append(d)
+                back.append((a, d))
+                return d
+            return a
+
+        args = self._args(keep, symvals, status, conv)
+        fn((n,), (info.threads,), tuple(args), shared_mem=smem)
+        cp.cuda.Device().synchronize()
+        for host, d in back:
+            if host.size and host.flags.writeable:
+                host[...] = cp.asnumpy(d).reshape(host.shape)
+
+
+def _load_cubin(cubin: bytes) -> Any:
+    import os
+    import tempfile
+
+    import cupy as cp
+
+    fd, path = tempfile.mkstemp(suffix=".cubin")
+    with os.fdopen(fd, "wb") as f:
+        f.write(cubin)
+    try:
+        return cp.RawModule(path=path)
+    finally:
+        os.unlink(path)
