@@ -1,0 +1,139 @@
+"""Regressions where compiling or running a kernel on the LLVM target killed the
+process instead of raising an error or computing the right answer.
+
+A crash takes the test process with it, so such a kernel is compiled and run
+in a subprocess that prints ``ok`` only when the result is correct.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.backends.llvm import compile_program, jit
+from tilenest.errors import TilenestError
+
+# A carried tile read again after a nested ``parallel`` that rewrites it with
+# ``put`` from a ``serial`` carry, then a second ``serial`` carry. After full
+# unrolling, LLVM 22's SLP vectorizer emitted a load after the shuffle that
+# uses it; instruction selection then aborted on that malformed IR (SIGABRT,
+# "Already set a value for this node!"). Found by the random-program campaign
+# (seed 20264, item 6425).
+SLP_KERNEL = '''
+import tilenest as tn
+
+
+@tn.kernel
+def fz(x: tn.Tensor[tn.f32, "N"], z: tn.Tensor[tn.f32, "N"], y: tn.Tensor[tn.f32, "N"]):
+    (n,) = x.shape
+    z = z.with_dims(*x.dims())
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 8))):
+        o = tn.coord(p.index() * 8)
+        t = x[o, tn.shape(8), tn.bounds.zero]
+        u = z[o, tn.shape(8), tn.bounds.zero]
+        for s0 in p.serial(tn.shape(1)):
+            t = t * 0.5 + u
+        for c in p.parallel(tn.shape(1)):
+            part = t
+            for k in c.serial(tn.shape(2)):
+                part = part * 0.5 + u
+            t = tn.put(t, (0,), part)
+        for s in p.serial(tn.shape(2)):
+            t = t * 0.5 + u + tn.cast(s.index(), tn.f32)
+        y(o, tn.shape(8)).store(t)
+'''
+
+# Inputs are small integers, so every intermediate is exact (fused or not).
+SLP_DRIVER = '''
+import importlib.util
+import sys
+
+import numpy as np
+
+spec = importlib.util.spec_from_file_location("slp_kernel", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+from tilenest.backends.llvm import compile_program
+
+ck = compile_program(m.fz.program, cache=False)
+rng = np.random.default_rng(0)
+for n in (8, 20):
+    x = rng.integers(-8, 8, n).astype(np.float32)
+    z = rng.integers(-8, 8, n).astype(np.float32)
+    y = np.zeros(n, np.float32)
+    ck(x, z, y)
+    t = x * 0.5 + z
+    for _ in range(2):
+        t = t * 0.5 + z
+    for s in range(2):
+        t = t * 0.5 + z + s
+    assert y.tobytes() == t.astype(np.float32).tobytes(), (n, y, t)
+print("ok")
+'''
+
+
+def test_slp_vectorizer_malformed_ir_does_not_abort(tmp_path):
+    src = tmp_path / "slp_kernel.py"
+    src.write_text(SLP_KERNEL)
+    drv = tmp_path / "driver.py"
+    drv.write_text(SLP_DRIVER)
+    p = subprocess.run([sys.executable, str(drv), str(src)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), \
+        f"rc={p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+
+
+@tn.kernel
+def _axpy(x: tn.Tensor[tn.f32, "N"], y: tn.Tensor[tn.f32, "N"]):
+    (n,) = x.shape
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 8))):
+        o = tn.coord(p.index() * 8)
+        t = x[o, tn.shape(8), tn.bounds.zero]
+        y(o, tn.shape(8)).store(t * 2.0 + 1.0)
+
+
+def test_optimizer_falls_back_when_its_output_does_not_verify(monkeypatch):
+    """The first (full) pipeline's result is reported malformed: the module is
+    optimized again under a fallback pipeline, replaced in place, and runs."""
+    real = jit._verify_error
+    calls = []
+
+    def first_fails(mod):
+        calls.append(mod)
+        return "injected: does not verify" if len(calls) == 1 else real(mod)
+
+    monkeypatch.setattr(jit, "_verify_error", first_fails)
+    ck = compile_program(_axpy.program, cache=False)
+    assert len(calls) == 2
+    x = np.arange(13, dtype=np.float32)
+    y = np.zeros(13, np.float32)
+    ck(x, y)
+    assert y.tolist() == (x * 2 + 1).tolist()
+
+
+def test_optimizer_refuses_when_no_pipeline_verifies(monkeypatch):
+    monkeypatch.setattr(jit, "_verify_error", lambda mod: "injected: does not verify")
+    with pytest.raises(TilenestError, match="optimizer made module .* malformed"):
+        compile_program(_axpy.program, cache=False)
+
+
+def test_optimize_keeps_a_well_formed_module_verified():
+    h = jit.host()
+    tm = jit.target_machine(h)
+    mod = jit.parse(textwrap.dedent("""
+        define float @f(ptr %p) {
+          %v = load float, ptr %p
+          %w = fadd float %v, 1.0
+          ret float %w
+        }
+        """), h)
+    jit.optimize(mod, tm)
+    mod.verify()
+    assert "fadd" in str(mod)
