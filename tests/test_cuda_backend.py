@@ -146,3 +146,13 @@ def test_kernel_compile_and_validate_target_cuda():
     assert isinstance(ck, CudaKernel) and ck.device == "emulated"
     rep = tn.validate(kern, "cuda", cases=4)
     assert rep.ok and rep.target == "cuda", rep.summary()
+
+
+def test_conformance_suite_on_the_emulated_device(capsys):
+    """Every conformance case through the cuda target on the host emulator."""
+    from tilenest.conformance import main
+
+    status = main(backend="cuda")
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    assert "221/221 passed" in out or "passed" in out

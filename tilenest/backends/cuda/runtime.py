@@ -184,8 +184,8 @@ class CudaKernel(ArgumentBinder):
         import cupy as cp
 
         if self._mod is None:
-            self._mod = _load_cubin(self.cubin)
-        fn = self._mod.get_function(info.name)
+            self._mod = _load_cubin(self.cubin, [i.name for i in self.source.kernels])
+        fn = self._mod[info.name]
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         dev: list = []
@@ -207,7 +207,10 @@ class CudaKernel(ArgumentBinder):
                 host[...] = cp.asnumpy(d).reshape(host.shape)
 
 
-def _load_cubin(cubin: bytes) -> Any:
+def _load_cubin(cubin: bytes, names: list[str]) -> Any:
+    """A CuPy module of ``cubin`` with the functions ``names`` loaded (the
+    module reads its file lazily, so the functions are fetched before the
+    temporary file goes)."""
     import os
     import tempfile
 
@@ -217,6 +220,7 @@ def _load_cubin(cubin: bytes) -> Any:
     with os.fdopen(fd, "wb") as f:
         f.write(cubin)
     try:
-        return cp.RawModule(path=path)
+        mod = cp.RawModule(path=path)
+        return {n: mod.get_function(n) for n in names}
     finally:
         os.unlink(path)
