@@ -97,6 +97,47 @@ class CudaKernel(ArgumentBinder):
         return compile_program(self.program, self.schedule.with_(aliases=aliases),
                                device=self.device)
 
+    # -- device arrays -------------------------------------------------------------------
+    def bound(self, *arrays: Any, params: dict[str, int] | None = None) -> "BoundLaunch":
+        """The launches of a call on device arrays (CuPy, or anything with
+        ``__cuda_array_interface__``), bound once: ``.launch()`` enqueues every
+        phase on the current stream without waiting (for timing and repeated
+        calls), ``.check()`` waits and raises the error of a nonzero status.
+        Shapes and dtypes are checked as for any call; arrays must be
+        C-contiguous; nothing is copied."""
+        from ...semantics.signature import bind_call
+
+        if self.device != "gpu":
+            raise TilenestError("bound launches run on a GPU", hint="compile with device='gpu'")
+        import cupy as cp
+
+        p = self.program
+        metas, dev = [], []
+        for v, a in zip(p.args, arrays, strict=True):
+            if hasattr(a, "__cuda_array_interface__"):
+                if not a.flags.c_contiguous:
+                    raise TilenestError(f"argument '{v.name}' is not C-contiguous", p.loc,
+                                        "pass cupy.ascontiguousarray(x)")
+                meta = np.ndarray(a.shape, np.dtype(a.dtype), buffer=bytearray(a.itemsize),
+                                  strides=(0,) * a.ndim)
+                metas.append(meta)
+                dev.append(a)
+            else:
+                metas.append(a)
+                dev.append(None)
+        env = bind_call(p, tuple(metas), params)
+        syms = {k.name: int(v) for k, v in env.items()}
+        keep = []
+        for v, a, d in zip(p.args, metas, dev, strict=True):
+            if d is not None:
+                keep.append(d)
+            else:
+                from ...semantics.numerics import constant
+
+                arr = np.array(constant(a, v.type.dtype), dtype=v.type.dtype.np).reshape(1)
+                keep.append(cp.asarray(arr))
+        return BoundLaunch(self, keep, syms)
+
     # -- execution -------------------------------------------------------------------
     def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
                  policy: str | None = None, seed: int | None = None, poison: str | None = None,
@@ -224,3 +265,48 @@ def _load_cubin(cubin: bytes, names: list[str]) -> Any:
         return {n: mod.get_function(n) for n in names}
     finally:
         os.unlink(path)
+
+
+class BoundLaunch:
+    """A call of a :class:`CudaKernel` on device arrays, ready to enqueue."""
+
+    def __init__(self, ck: CudaKernel, keep: list, syms: dict[str, int]):
+        import cupy as cp
+
+        self.ck = ck
+        k = ck.kernel
+        if ck.precondition is not None:
+            ck.precondition.check({s: syms[s] for s in k.syms})
+        env = {E.Sym(s): syms[s] for s in k.syms}
+        self.status = cp.zeros(1, dtype=np.int32)
+        if ck._mod is None:
+            ck._mod = _load_cubin(ck.cubin, [i.name for i in ck.source.kernels])
+        self.steps = []
+        args = []
+        for b in sorted(k.globals, key=lambda b: b.arg):
+            a = keep[b.arg]
+            args.append(a.view(cp.uint8) if a.dtype == np.bool_ else a)
+        args += [np.int64(syms[s]) for s in k.syms]
+        args.append(self.status)
+        for info in ck.source.kernels:
+            n = int(E.evaluate(info.programs, env))
+            smem = int(E.evaluate(info.shared_bytes, env))
+            if n <= 0:
+                continue
+            fn = ck._mod[info.name]
+            if smem > 48 * 1024:
+                fn.max_dynamic_shared_size_bytes = smem
+            self.steps.append((fn, n, info.threads, smem))
+        self.args = tuple(args)
+
+    def launch(self) -> None:
+        for fn, n, threads, smem in self.steps:
+            fn((n,), (threads,), self.args, shared_mem=smem)
+
+    def check(self) -> None:
+        import cupy as cp
+
+        cp.cuda.Device().synchronize()
+        code = int(self.status.get()[0])
+        if code:
+            raise status_error(self.ck.program, self.ck.kernel, code)
