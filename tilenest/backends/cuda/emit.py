@@ -275,6 +275,8 @@ class Emitter:
         if op in ("sqrt", "floor", "ceil", "trunc", "round"):
             fn = {"round": "rint"}.get(op, op) + ("" if n == "f64" else "f")
             return self.narrow(f"{fn}({w})", dt)
+        if op == "exp" and n != "f64":  # float arithmetic, as the llvm target
+            return self.narrow(f"tn_exp_f32({w})", dt)
         if op in _TRANSCENDENTAL:
             return self.from_f64(f"{op}({self.to_f64(v, dt)})", dt)
         if op in ("sigmoid", "rsqrt"):

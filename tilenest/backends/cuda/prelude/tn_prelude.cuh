@@ -254,6 +254,37 @@ TN_FN double tn_roundeven(double x) { return rint(x); }
 // transcendentals: evaluated in double (CUDA's double functions are within
 // 2 ulp of double; rounded once to a narrow dtype that is within 1 ulp, and
 // within the 4 ulp f64 bound as they are)
+// e^x in float arithmetic, below 1 ulp: the LLVM backend's exp_f32 (see
+// backends/llvm/mathlib.py for the error analysis), step for step, so the two
+// targets agree bitwise. Reduction x = k ln2 + r with a 16-bit head of ln2
+// (exact with one fma) and the tail's rounding error recovered by a second
+// fma; e^r - 1 = r + (d + r^2 q(r)), q of degree 5; one final rounding of
+// (1 + t) 2^k by fma, subnormal results included.
+TN_FN float tn_exp_f32(float x) {
+  float xc = fminf(fmaxf(x, -104.0f), 89.0f);
+  float k = rintf(xc * 0x1.715476p+0f);
+  float nk = -k;
+  float r1 = fmaf(nk, 0x1.62e4p-1f, xc);
+  float r = fmaf(nk, 0x1.7f7d1cp-20f, r1);
+  float d = fmaf(nk, 0x1.7f7d1cp-20f, r1 - r);
+  float q = 0x1.9b53d2p-13f;
+  q = fmaf(q, r, 0x1.6d5fd8p-10f);
+  q = fmaf(q, r, 0x1.11150ep-7f);
+  q = fmaf(q, r, 0x1.5554cap-5f);
+  q = fmaf(q, r, 0x1.555552p-3f);
+  q = fmaf(q, r, 0x1p-1f);
+  float t = r + fmaf(r * r, q, d);
+  int ki = (int)k;
+  bool big = ki > 127, tiny = ki < -149;
+  int k1 = big ? 127 : (tiny ? -149 : ki);
+  if (tiny) t = (t - 1.0f) * 0.5f;
+  unsigned bits = k1 < -126 ? (1u << (unsigned)(k1 + 149)) : ((unsigned)(k1 + 127) << 23);
+  float sc = tn_bitsf(bits);
+  float y = fmaf(t, sc, sc);
+  if (big) y = y * 2.0f;
+  return tn_isnan(x) ? x + x : y;
+}
+
 TN_FN double tn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 TN_FN double tn_rsqrt(double x) { return 1.0 / sqrt(x); }
 
