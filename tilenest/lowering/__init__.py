@@ -25,13 +25,15 @@ __all__ = ["RULES", "Kernel", "Schedule", "default_schedule", "host_vector_bits"
            "loopir", "print_kernel", "storage_plan", "verify_kernel", "lower_verified"]
 
 
-def lower_verified(program, schedule: Schedule | None = None) -> Kernel:
+def lower_verified(program, schedule: Schedule | None = None, maps: list | None = None
+                   ) -> Kernel:
     """:func:`lower`, then the SIMT form when the schedule asks for threads
-    per program (``block_threads``), then :func:`verify_kernel`."""
+    per program (``block_threads``; the task maps of its distributions are
+    appended to ``maps``), then :func:`verify_kernel`."""
     from .simt import simt_kernel
 
     k = lower(program, schedule)
     if schedule is not None and schedule.block_threads:
-        k = simt_kernel(k, schedule.block_threads)
+        k = simt_kernel(k, schedule.block_threads, schedule.vector_lanes, maps)
     verify_kernel(k)
     return k

@@ -35,6 +35,8 @@ those the program admits:
   (default 256); on ``llvm`` it is off by default (``None``), and setting it
   runs the same SIMT form serialized (``lowering/serialize.py``), so the CPU
   also executes and validates the GPU lowering.
+* ``vector_lanes`` -- in the SIMT form, consecutive elements each thread
+  takes per step of a distributed loop (1, 2, 4 or 8).
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -85,12 +87,13 @@ class Schedule:
     check_assumes: bool = False
     aliases: tuple[tuple[str, ...], ...] = ()
     block_threads: int | None = None
+    vector_lanes: int = 1
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
-                     self.check_assumes, self.aliases, self.mma_block, self.block_threads))
+                     self.check_assumes, self.aliases, self.mma_block, self.block_threads, self.vector_lanes))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores

@@ -8,10 +8,13 @@ iterations are independent is handed to thread loops:
 
 * an **elementwise** ``vector`` loop nest (perfect nests of ``vector`` loops
   whose bounds do not depend on each other are linearized first) becomes
-  ``for.thread t in [0, W): for r in [0, cdiv(n, W)): l = r*W + t; if l < n:
-  body(l)``: iteration ``l`` runs on thread ``l mod W`` (the task map
-  ``repeat(cdiv(n, W)) x spatial(W)``, consecutive threads on consecutive
-  iterations, so global accesses of a row coalesce);
+  ``for.thread t in [0, W): for r in [0, cdiv(n, W V)): for.vector v in [0,
+  V): l = (r W + t) V + v; if l < n: body(l)``: the task map
+  ``repeat(cdiv(n, W V)) * spatial(W) * repeat(V)`` (``proofs/taskmap.py``),
+  each thread taking ``V`` consecutive elements (the schedule's
+  ``vector_lanes``) per step and consecutive threads consecutive groups, so
+  the accesses of a warp coalesce; its exact coverage of ``[0, n)`` is an
+  obligation the backend discharges;
 * a **reduction** ``vector`` loop -- every state it carries is updated by one
   merge marked ``reassoc`` (``s = op(s, c)`` or ``op(c, s)``; only tree
   policies get that mark, strict folds never) -- is distributed the same way
@@ -43,6 +46,7 @@ from typing import Any
 
 from ..semantics import dtypes as D
 from ..semantics import expr as E
+from ..proofs import taskmap as TM
 from . import loopir as L
 
 WARP = 32
@@ -153,9 +157,13 @@ def _carried(body: tuple, before: set[str]) -> list[str]:
 class _Phase:
     """SIMT rewrite of one phase body with ``W`` threads."""
 
-    def __init__(self, W: int, scratch: list[L.Buffer]):
+    def __init__(self, W: int, scratch: list[L.Buffer], lanes: int = 1,
+                 maps: list | None = None):
         self.W = W
+        self.lanes = lanes
         self.scratch = scratch
+        #: the task map of every distributed loop, with the extent it covers
+        self.maps: list = [] if maps is None else maps
         self.red: dict[str, L.Buffer] = {}
 
     # -- barrier tracking ---------------------------------------------------
@@ -251,7 +259,10 @@ class _Phase:
         n: E.Expr = sizes[0]
         for sz in sizes[1:]:
             n = E.mul(n, sz)
-        lin = E.add(E.mul(rv, self.W), tv)
+        V = self.lanes
+        self.maps.append((self.W, V, n))
+        lane = _fresh("v", D.i64) if V > 1 else None
+        lin = E.add(E.mul(E.add(E.mul(rv, self.W), tv), V), E.Var(lane.name) if lane else 0)
         # the nest's variables from the linear index: row-major over the nest
         assigns = []
         rest = lin
@@ -284,8 +295,10 @@ class _Phase:
             return None
 
         work = L.map_stmts(inner, fe, fs)
-        guard = L.If(L.IPred(E.cmp("<", lin, n)), tuple(assigns) + work)
-        tl_body = tuple(init) + (L.For(r, E.Const(0), E.cdiv(n, self.W), (guard,), "serial"),)
+        step: tuple = (L.If(L.IPred(E.cmp("<", lin, n)), tuple(assigns) + work),)
+        if lane is not None:  # the V elements of one step, independent: a vector loop
+            step = (L.For(lane, E.Const(0), E.Const(V), step, "vector"),)
+        tl_body = tuple(init) + (L.For(r, E.Const(0), E.cdiv(n, self.W * V), step, "serial"),)
         steps: list = []
         if not merges:
             loop = L.For(t, E.Const(0), E.Const(self.W), tl_body, "thread", scope="block")
@@ -326,15 +339,29 @@ class _Phase:
         return self.red[key]
 
 
+def distribution(W: int, V: int, n: E.Expr) -> TM.TaskMap:
+    """The task map of a loop of ``n`` iterations distributed over ``W``
+    threads, ``V`` consecutive iterations per thread and step: step ``r`` of
+    thread ``t`` covers iterations ``(r W + t) V + v`` for ``v < V`` (those
+    ``< n``; the guard masks the rest)."""
+    return TM.repeat(E.cdiv(n, W * V)) * TM.spatial(W) * TM.repeat(V)
+
+
 def _identity(op: str, dt: D.DType) -> float:
     return IDENTITY[op]
 
 
-def simt_kernel(k: L.Kernel, threads: int = 256) -> L.Kernel:
+def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
+                maps: list | None = None) -> L.Kernel:
     """``k`` in SIMT form with ``threads`` threads per program (a multiple of
-    32); see the module docstring."""
+    32), each thread taking ``lanes`` consecutive elements per step of a
+    distributed loop; see the module docstring. Every distributed loop
+    appends ``(W, V, n)`` to ``maps``: its task map is :func:`distribution`,
+    which must cover ``[0, n)`` exactly (``TaskMap.coverage``)."""
     if threads % WARP or not 0 < threads <= 1024:
         raise ValueError(f"threads per block must be a multiple of {WARP} in [32, 1024]")
+    if lanes not in (1, 2, 4, 8):
+        raise ValueError("lanes per thread must be 1, 2, 4 or 8")
     shared = {b.name: replace(b, space="shared") for b in k.locals}
 
     def fe(x: Any) -> Any:
@@ -351,7 +378,7 @@ def simt_kernel(k: L.Kernel, threads: int = 256) -> L.Kernel:
     phases = []
     for ph in k.phases:
         body = L.map_stmts(ph.body, fe, fs)
-        new, _ = _Phase(threads, scratch).body(body, {ph.pid.name}, Accesses())
+        new, _ = _Phase(threads, scratch, lanes, maps).body(body, {ph.pid.name}, Accesses())
         phases.append(replace(ph, body=new))
     return replace(k, locals=tuple(shared.values()) + tuple(scratch), phases=tuple(phases))
 

@@ -11,8 +11,10 @@ Stages (``STAGES``; ``tilenest lower FILE --target cuda --emit NAME``):
 
 :func:`compile_program` proves the program legal (the legality gate with
 the CUDA binding catalogue: each top-level ``parallel`` instance a block),
-lowers it, checks the SIMT form's own obligations (barrier sufficiency,
-thread limits; ``tilenest.proofs.gpu`` / ``barriers`` when present), emits
+lowers it, discharges the SIMT form's own obligations (the exact coverage of
+every distribution's task map and barrier sufficiency -- refuted: the
+lowering is illegal -- and the resource limits, which leave a launch
+precondition), emits
 and compiles the source, and returns a
 :class:`~tilenest.backends.cuda.runtime.CudaKernel` that runs on a GPU
 (``device="gpu"``) or on the host emulator (``device="emulated"``; the
@@ -30,6 +32,7 @@ from typing import Any, Callable
 from ...errors import TilenestError
 from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
 from ...lowering.legality import legality, summary
+from ...semantics import expr as E
 from ...semantics.ir import TileProgram
 from .emit import CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
@@ -55,8 +58,11 @@ def _schedule(program: TileProgram, schedule: Schedule | None) -> Schedule:
     return s
 
 
-def stage_source(program: TileProgram, s: Schedule) -> tuple[Any, CudaSource]:
-    k = lower_verified(program, s)
+def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
+                 ) -> tuple[Any, CudaSource]:
+    """The SIMT-form kernel and its CUDA source (the task maps of its
+    distributed loops appended to ``maps``)."""
+    k = lower_verified(program, s, maps)
     aliased = frozenset(n for g in s.aliases for n in g)
     return k, emit_cuda(k, aliased)
 
@@ -83,6 +89,29 @@ def gpu_obligations(k: Any) -> tuple[list, list]:
     return bar, res
 
 
+def coverage_obligations(maps: list) -> list:
+    """``taskmap.coverage`` of every distributed loop's task map over the
+    extent it stands for, discharged (each distinct pair once)."""
+    from ...proofs.obligation import discharge
+
+    from ...lowering.simt import distribution
+
+    seen: dict[str, Any] = {}
+    for W, V, n in maps:
+        # an extent reading the program's locals (a loop index) must be
+        # covered for every value of them: they become parameters (>= 0)
+        free = {lf: E.Sym("_" + lf.name.replace(".", "_")) for lf in E.leaves(n)
+                if isinstance(lf, (E.Var, E.Val))}
+        n = E.subst(n, free)
+        tm = distribution(W, V, n)
+        key = f"{tm} over {E.to_str(n)}"
+        if key not in seen:
+            seen[key] = tm.coverage((n,))
+    obs = list(seen.values())
+    discharge(obs, timeout=2.0)
+    return obs
+
+
 def compile_program(program: TileProgram, schedule: Schedule | None = None,
                     cache: bool = True, device: str | None = None, **overrides: Any
                     ) -> CudaKernel:
@@ -105,9 +134,10 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
             return got
     t0 = time.perf_counter()
     obs = legality(program, s)
-    k, src = stage_source(program, s)
+    maps: list = []
+    k, src = stage_source(program, s, maps)
     bar, res = gpu_obligations(k)
-    obs = obs + _refuse_refuted(bar) + res
+    obs = obs + _refuse_refuted(bar + coverage_obligations(maps)) + res
     built = _build(src)
     from ...proofs import gpu
 

@@ -441,6 +441,9 @@ class Emitter:
             self.w("}")
             return
         lo, hi = self.idx(s.lo), self.idx(s.hi)
+        if (s.kind == "vector" and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
+                and s.hi.value - s.lo.value <= 8):
+            self.w("#pragma unroll")
         if s.reverse:
             self.w(f"for ({v} = {hi} - 1; {v} >= {lo}; --{v}) {{")
         else:
