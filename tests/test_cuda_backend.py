@@ -156,3 +156,20 @@ def test_conformance_suite_on_the_emulated_device(capsys):
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
     assert "221/221 passed" in out or "passed" in out
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+def test_vector_lanes_validate_on_both_paths(lanes):
+    """Each thread takes ``lanes`` consecutive elements; full aligned groups
+    use one wide access (the source says so), ragged or misaligned ones the
+    scalar loop: rows of 64 and 66 columns take each path."""
+    (kern,) = _kernels("softmax")
+    s = default_schedule(kern.program, "cuda", block_threads=32, vector_lanes=lanes)
+    ck = cuda.compile_program(kern.program, s, device="emulated")
+    assert "vector accesses" in ck.source.text
+    assert all(o.status == "proved" for o in ck.obligations if o.kind == "taskmap.coverage")
+    rng = np.random.default_rng(lanes)
+    cases = [[rng.standard_normal((r, c)).astype(np.float32), np.zeros((r, c), np.float32)]
+             for r, c in ((3, 64), (3, 66), (2, 1000))]
+    rep = tn.validate(kern, "cuda", compiled=ck, inputs=cases)
+    assert rep.ok and rep.count("ok") == 3, rep.summary()

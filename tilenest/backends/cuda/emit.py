@@ -440,6 +440,8 @@ class Emitter:
             self.in_thread = False
             self.w("}")
             return
+        if s.kind == "vector" and self.in_thread and self.lane_loop(s):
+            return
         lo, hi = self.idx(s.lo), self.idx(s.hi)
         if (s.kind == "vector" and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
                 and s.hi.value - s.lo.value <= 8):
@@ -450,6 +452,110 @@ class Emitter:
             self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}) {{")
         self.block(s.body)
         self.w("}")
+
+    def lane_loop(self, s: L.For) -> bool:
+        """A thread's ``V`` consecutive elements (``for.vector v in [0, V): if l
+        < n: body``, ``l = l0 + v``, as ``simt.py`` distributes) with vector
+        accesses: every unguarded load or store of the body whose index is
+        ``e0 + v`` in a global or shared buffer becomes one ``V``-wide access
+        when the whole group is in bounds and each address is aligned to the
+        group's size (checked per group at run time); other groups run the
+        scalar loop. Buffers the body both loads and stores keep scalar
+        accesses (the lanes' order matters for them). Returns False (nothing
+        emitted) when the loop has another shape or nothing to widen."""
+        if not (isinstance(s.lo, E.Const) and s.lo.value == 0 and isinstance(s.hi, E.Const)
+                and s.hi.value in (2, 4, 8) and len(s.body) == 1
+                and isinstance(s.body[0], L.If) and not s.body[0].orelse
+                and isinstance(s.body[0].cond, L.IPred)):
+            return False
+        V = int(s.hi.value)
+        cond = s.body[0].cond.p
+        if not (isinstance(cond, E.Cmp) and cond.op == "<"):
+            return False
+        stmts = s.body[0].then
+        v = E.Var(s.var.name)
+        sub: dict = {}
+        for st in stmts:
+            if isinstance(st, L.Assign) and isinstance(st.value, L.IExpr):
+                sub[E.Var(st.var.name)] = E.subst(st.value.e, sub)
+
+        def at(e: E.Expr, k: int) -> E.Expr:
+            return E.subst(E.subst(e, sub), {v: k})
+
+        def unit(e: E.Expr) -> bool:
+            e0 = at(e, 0)
+            return all(E.add(at(e, k), E.mul(-1, e0)) == E.Const(k) for k in range(1, V))
+
+        if not unit(cond.a):
+            return False
+        touched_w = {st.buf.name for st in L.walk(stmts) if isinstance(st, L.Store)}
+        loads: dict = {}
+        for st in stmts:  # top level only: these run for every lane of a full group
+            for x in L.stmt_exprs(st):
+                for y in L.subexprs(x):
+                    if (isinstance(y, L.Load) and y.guard is None and isinstance(y.index, L.IExpr)
+                            and y.buf.space in ("global", "shared")
+                            and y.buf.name not in touched_w and unit(y.index.e)):
+                        loads.setdefault(y, at(y.index.e, 0))
+        read = {y.buf.name for st in L.walk(stmts) for x in L.stmt_exprs(st)
+                for y in L.subexprs(x) if isinstance(y, L.Load)}
+        stores: dict = {}
+        for st in stmts:
+            if (isinstance(st, L.Store) and st.guard is None and isinstance(st.index, L.IExpr)
+                    and st.buf.space in ("global", "shared") and st.buf.name not in read
+                    and unit(st.index.e)
+                    and sum(isinstance(o, L.Store) and o.buf.name == st.buf.name
+                            for o in L.walk(stmts)) == 1):
+                stores[st] = at(st.index.e, 0)
+        if not loads and not stores:
+            return False
+        vn = self.names(s.var.name)
+        conds = [f"{self.idx(at(cond.a, 0))} + {V} <= {self.idx(cond.b)}"]
+        for node, e0 in list(loads.items()) + list(stores.items()):
+            nbytes = max(1, node.buf.dtype.itemsize) * V
+            conds.append(f"tn_aligned(&{self.buf(node.buf)}[{self.idx(e0)}], {nbytes})")
+        self.w(f"if ({' && '.join(conds)}) {{  // {V} lanes, vector accesses")
+        self.ind += 1
+        repl: dict = {}
+        for k, (node, e0) in enumerate(loads.items()):
+            t = mem(node.buf.dtype)
+            q = self.names(f"vq.{k}.{vn}", "tn")
+            self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>(&{self.buf(node.buf)}"
+                   f"[{self.idx(e0)}]);")
+            marker = L.LVar(f"@vq{k}.{vn}", node.buf.dtype)
+            self.names.map[marker.name] = f"{q}.e[{vn}]"
+            repl[node] = L.Ref(marker)
+        outs = []
+        for k, (node, e0) in enumerate(stores.items()):
+            t = mem(node.buf.dtype)
+            q = self.names(f"vs.{k}.{vn}", "tn")
+            self.w(f"tn_pack<{t}, {V}> {q};")
+            marker = L.LVar(f"@vs{k}.{vn}", node.buf.dtype)
+            self.names.map[marker.name] = f"{q}.e[{vn}]"
+            outs.append((node, e0, q, t))
+            repl[node] = marker
+
+        def fe(x: Any) -> Any:
+            return repl.get(x) if isinstance(x, L.Load) else None
+
+        wide = tuple(L.Assign(repl[st], L.map_expr(st.value, fe)) if st in stores
+                     else L.map_stmts((st,), fe)[0] for st in stmts)
+        self.w("#pragma unroll")
+        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
+        self.block(wide)
+        self.w("}")
+        for node, e0, q, t in outs:
+            self.w(f"tn_vstore<{t}, {V}>(&{self.buf(node.buf)}[{self.idx(e0)}], {q});")
+        self.ind -= 1
+        self.w("} else {")
+        self.ind += 1
+        self.w("#pragma unroll")
+        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
+        self.block(s.body)
+        self.w("}")
+        self.ind -= 1
+        self.w("}")
+        return True
 
     def lane_reduce(self, s: L.LaneReduce) -> None:
         dt = s.dst.dtype

@@ -360,3 +360,48 @@ TN_SHFL_VIA(unsigned short, int, tn_geti, tn_mk_u16)
 #undef TN_SHFL_VIA
 
 TN_FN long long tn_align16(long long n) { return (n + 15) / 16 * 16; }
+
+// ---------------------------------------------------------------------------
+// vector accesses: V consecutive elements at an address aligned to their
+// total size (4, 8 or 16 bytes), as one load or store instruction
+
+template <typename T, int V> struct tn_pack { T e[V]; };
+
+TN_FN bool tn_aligned(const void* p, unsigned long long bytes) {
+  return ((unsigned long long)p & (bytes - 1)) == 0;
+}
+
+template <typename T, int V> TN_FN tn_pack<T, V> tn_vload(const T* p) {
+  tn_pack<T, V> r;
+  if constexpr (sizeof(T) * V == 16) {
+    uint4 u = *reinterpret_cast<const uint4*>(p);
+    memcpy(&r, &u, 16);
+  } else if constexpr (sizeof(T) * V == 8) {
+    uint2 u = *reinterpret_cast<const uint2*>(p);
+    memcpy(&r, &u, 8);
+  } else if constexpr (sizeof(T) * V == 4) {
+    unsigned u = *reinterpret_cast<const unsigned*>(p);
+    memcpy(&r, &u, 4);
+  } else {
+    for (int i = 0; i < V; ++i) r.e[i] = p[i];
+  }
+  return r;
+}
+
+template <typename T, int V> TN_FN void tn_vstore(T* p, const tn_pack<T, V>& r) {
+  if constexpr (sizeof(T) * V == 16) {
+    uint4 u;
+    memcpy(&u, &r, 16);
+    *reinterpret_cast<uint4*>(p) = u;
+  } else if constexpr (sizeof(T) * V == 8) {
+    uint2 u;
+    memcpy(&u, &r, 8);
+    *reinterpret_cast<uint2*>(p) = u;
+  } else if constexpr (sizeof(T) * V == 4) {
+    unsigned u;
+    memcpy(&u, &r, 4);
+    *reinterpret_cast<unsigned*>(p) = u;
+  } else {
+    for (int i = 0; i < V; ++i) p[i] = r.e[i];
+  }
+}
