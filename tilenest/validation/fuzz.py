@@ -140,14 +140,19 @@ SCHEDULES = ("default", "v128", "v256", "v512", "materialize", "inline", "sequen
              "serial")
 
 
-def schedule_for(spec: Spec, program: Any) -> Any:
-    """The :class:`~tilenest.lowering.Schedule` that ``spec.sched`` names."""
+def schedule_for(spec: Spec, program: Any, target: str = "llvm") -> Any:
+    """The :class:`~tilenest.lowering.Schedule` that ``spec.sched`` names for
+    ``target``. On ``cuda`` the base is the SIMT form with :data:`CUDA_THREADS`
+    threads per program, and the SIMD widths (an LLVM notion) leave it as is."""
     from ..lowering import default_schedule, storage_plan
 
-    s = default_schedule(program)
+    if target == "cuda":
+        s = default_schedule(program, "cuda", block_threads=CUDA_THREADS)
+    else:
+        s = default_schedule(program)
     v = spec.sched
     if v in ("v128", "v256", "v512"):
-        return s.with_(vector_bits=int(v[1:]))
+        return s if target == "cuda" else s.with_(vector_bits=int(v[1:]))
     if v in ("materialize", "inline"):
         return s.with_(storage=tuple((n, v) for n in sorted(storage_plan(program, s))))
     if v == "sequential":
@@ -157,6 +162,13 @@ def schedule_for(spec: Spec, program: Any) -> Any:
         return s.with_(bind=tuple((op.oid, v) for op in program.walk()
                                   if op.name == "parallel" and op.attrs["level"] > 1))
     return s
+
+
+#: threads per program of the cuda schedules: the fewest the SIMT form allows,
+#: so that the fuzzer's small tiles still spread over several rounds per thread
+CUDA_THREADS = 32
+#: targets :func:`check_spec` compiles for
+TARGETS = ("llvm", "cuda")
 
 
 class Chooser:
@@ -638,8 +650,12 @@ class FuzzResult:
     skipped: int = 0
 
 
-def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None) -> FuzzResult:
-    """Compile the spec's kernel and validate it on ``cases`` generated cases.
+def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None,
+               target: str = "llvm") -> FuzzResult:
+    """Compile the spec's kernel for ``target`` (:data:`TARGETS`; ``cuda`` runs
+    on the host emulator, whose successive calls rotate the thread
+    interleaving and the shared-memory poison) and validate it on ``cases``
+    generated cases.
     Status: ``ok`` (some case compared, none mismatched), ``skipped`` (the
     oracle skipped every case: the program is invalid on them or its control
     flow depends on inexact values), ``mismatch``, ``unsupported`` (capture or
@@ -648,6 +664,9 @@ def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None) -
     from ..errors import NotAvailableError, TilenestError
     from .validate import validate
 
+    if target not in TARGETS:
+        raise TilenestError(f"the fuzzer has no target '{target}'",
+                            hint="targets: " + ", ".join(TARGETS))
     src = render(s)
     try:
         k = build(s)
@@ -660,6 +679,11 @@ def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None) -
     try:
         if compile_fn is not None:
             compiled = compile_fn(prog)
+        elif target == "cuda":
+            from ..backends.cuda import compile_program as compile_cuda
+
+            compiled = compile_cuda(prog, schedule_for(s, prog, "cuda"), cache=False,
+                                    device="emulated")
         else:
             # uncached: a long campaign would otherwise keep every JIT'd kernel alive
             from ..backends.llvm import compile_program
