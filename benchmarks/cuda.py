@@ -1,0 +1,865 @@
+"""tilenest's CUDA kernels against PyTorch on one NVIDIA GPU, ratios measured in one run.
+
+    python benchmarks/cuda.py [--quick] [--only NAME ...] [--dtypes f32 bf16]
+                              [--no-compile] [--samples N] [--seed N] [--out FILE.json]
+
+Ceilings, measured first in the same process: the device-to-device copy
+bandwidth (a 2 GiB tensor copied by torch ``y.copy_(x)`` and by CuPy
+``cupy.copyto``, counting bytes read plus bytes written; the faster of the two
+is the copy ceiling) and the bf16 cuBLAS rate (``torch.matmul`` at 4096^3 and
+8192^3 on random data, reduced-precision reductions off, so it accumulates in
+f32 as the tilenest kernel does).
+
+Row workloads (``--only softmax rmsnorm layernorm``): the kernels of
+``tilenest.workloads`` on 8192 x 8192 in f32 and bf16 (bf16 storage, f32
+arithmetic), every schedule of the workload whose dynamic shared memory fits a
+block (the others are listed as skipped), against eager PyTorch
+(``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
+the same call (a failing torch.compile is reported and the run goes on).
+Achieved bandwidth counts the input read once, the output written once and the
+weight vectors; it is also given as a fraction of the copy ceiling. The ratio
+is baseline time / tilenest time (> 1: tilenest is faster).
+
+GEMM (``--only gemm``): bf16 ``C = A @ B`` with f32 accumulation, 4096^3 and
+8192^3 (``--quick``: 4096^3 only), TFLOP/s (2 n^3 operations) and the fraction
+of the cuBLAS rate. Schedules (tile sizes) are chosen here (``GEMM_SCHEDULES``);
+8192^3 runs only the schedule that was fastest at 4096^3. A slow kernel
+(a call over ``SLOW_S``) is timed with as many single calls as fit in
+``GEMM_BUDGET_S`` (at least two), and 8192^3 is skipped when the 4096^3 time
+predicts a call over ``GEMM_SKIP_S``; both are said in the output.
+
+Correctness first: before timing, every tilenest variant runs once on fresh
+random inputs into an output poisoned with NaN; every element must have been
+written (no NaN or inf left: the true outputs are finite) and the relative
+error norm ||out - ref|| / ||ref|| against torch in float64 on the upcast
+inputs must be under ``TOL`` (f32 1e-4, bf16 1e-2). A failing variant is
+reported loudly, not timed, and the run exits nonzero. The baselines' errors are
+recorded too, as a check of the reference. After timing, each launch's status
+word is checked and the timed outputs are checked for NaN.
+
+Timing: the device time between two CUDA events (torch events for torch calls,
+CuPy events for tilenest's launches, each on its library's current stream)
+around a batch of calls enqueued back to back, rotating among ``ROTATE`` input
+sets (each set several times the 50 MB L2 for the row workloads), after one
+untimed call that keeps the device busy while the start event is recorded. A
+sample is one batch of at least ``SAMPLE_S`` seconds, divided by its number of
+calls; the time reported is the median over all samples of ``ROUNDS`` rounds,
+the rounds alternating between implementations; ``spread`` is the relative
+difference of the rounds' medians (a difference between implementations under
+it is noise). Warm-up calls (module load, torch.compile's compile, the
+allocator) come first and are not timed. ``launch-bound`` marks a time where
+the host took about as long to enqueue a call as the device to run it.
+
+Compile time is ``CudaKernel.compile_seconds`` of the first, uncached compile
+(legality proofs, lowering, NVRTC); torch.compile's is the wall time of its
+first call. Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+# Run as ``python benchmarks/cuda.py``, this folder would come first on the
+# import path and this file would shadow the ``cuda`` namespace package
+# (cuda-bindings, cuda-pathfinder) that CuPy and PyTorch import.
+if sys.path and Path(sys.path[0] or ".").resolve() == HERE:
+    sys.path.pop(0)
+if str(ROOT) not in sys.path:
+    sys.path.append(str(ROOT))
+
+ROW_NAMES = ("softmax", "rmsnorm", "layernorm")
+NAMES = (*ROW_NAMES, "gemm")
+ROWS = COLS = 8192
+#: the inputs of each row workload's torch functions, in their order
+ROW_KEYS = {"softmax": ("x",), "rmsnorm": ("x", "w"), "layernorm": ("x", "g", "b")}
+EPS = 1e-5
+#: input sets timed in rotation, so repeated calls do not read from the L2
+ROTATE = 3
+#: bytes of the tensor copied to measure the copy ceiling
+COPY_BYTES = 2 << 30
+GEMM_SIZES = (4096, 8192)
+#: tile choices tried at 4096^3 (the first only with --quick); the fastest runs at 8192^3
+GEMM_SCHEDULES = ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"},
+                  {"bm": 32, "bn": 32, "bk": 16, "loop": "pipeline"})
+#: relative error norm allowed against the float64 reference, per storage dtype
+TOL = {"f32": 1e-4, "bf16": 1e-2}
+#: a sample lasts at least this long (seconds of device time)
+SAMPLE_S = 2e-3
+ROUNDS = 2
+#: a call longer than this (seconds) is timed singly, within a budget
+SLOW_S = 0.02
+#: seconds of single slow calls per GEMM variant (default, --quick)
+GEMM_BUDGET_S = (15.0, 6.0)
+#: skip 8192^3 when 4096^3 predicts a tilenest call longer than this (seconds)
+GEMM_SKIP_S = 12.0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    ap = argparse.ArgumentParser(prog="benchmarks/cuda.py",
+                                 description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer samples, one schedule per workload, GEMM 4096^3 only "
+                         "(under 2 minutes)")
+    ap.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
+                    help=f"run only these ({', '.join(NAMES)}); the ceilings always run")
+    ap.add_argument("--dtypes", nargs="+", choices=("f32", "bf16"), default=["f32", "bf16"],
+                    help="storage dtypes of the row workloads (default: f32 bf16)")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="leave out the torch.compile baselines")
+    ap.add_argument("--samples", type=int, help="samples per implementation and round "
+                    "(default 25, --quick 8)")
+    ap.add_argument("--seed", type=int, help="seed of the random inputs (default: from the "
+                    "clock, printed and recorded)")
+    ap.add_argument("--out", type=Path, metavar="FILE.json", help="write every number here")
+    a = ap.parse_args(argv)
+    if a.samples is not None and a.samples < 1:
+        ap.error("--samples must be at least 1")
+    return a
+
+
+@dataclasses.dataclass
+class Config:
+    quick: bool
+    samples: int
+    compile: bool
+    gemm_budget_s: float
+
+
+# ------------------------------------------------------------------------------ timing
+class Events:
+    """Device timing with one library's CUDA events, on its current stream."""
+
+    def __init__(self, lib: str):
+        self.lib = lib
+        if lib == "torch":
+            import torch
+
+            self._new = lambda: torch.cuda.Event(enable_timing=True)
+            self._ms = lambda a, b: a.elapsed_time(b)
+            self.sync = torch.cuda.synchronize
+        else:
+            import cupy as cp
+
+            self._new = cp.cuda.Event
+            self._ms = cp.cuda.get_elapsed_time
+            self.sync = lambda: cp.cuda.Device().synchronize()
+
+    def batch(self, calls: list[Callable[[], Any]], n: int, prefix: bool) -> tuple[float, float]:
+        """(device seconds, host enqueue seconds) per call of ``n`` calls
+        enqueued back to back, cycling through ``calls``; with ``prefix`` one
+        untimed call first keeps the device busy while the start is recorded."""
+        a, b = self._new(), self._new()
+        if prefix:
+            calls[-1]()
+        t0 = time.perf_counter()
+        a.record()
+        for i in range(n):
+            calls[i % len(calls)]()
+        b.record()
+        host = time.perf_counter() - t0
+        b.synchronize()
+        return self._ms(a, b) * 1e-3 / n, host / n
+
+
+@dataclasses.dataclass
+class Impl:
+    """One implementation to time: its calls (one per input set) and samples."""
+
+    label: str
+    lib: str
+    calls: list[Callable[[], Any]]
+    est_s: float | None = None
+    budget_s: float | None = None
+    samples: list[list[float]] = dataclasses.field(default_factory=list)
+    host_s: list[float] = dataclasses.field(default_factory=list)
+    inner: int = 1
+    slow: bool = False
+
+    def round(self, cfg: Config, warm: bool) -> None:
+        ev = Events(self.lib)
+        if warm:
+            for c in self.calls:
+                c()
+            ev.sync()
+        if self.est_s is None:
+            self.est_s = ev.batch(self.calls, len(self.calls), prefix=False)[0]
+        self.slow = self.est_s > SLOW_S
+        if self.slow:
+            self.inner = 1
+            budget = self.budget_s or cfg.gemm_budget_s
+            n = max(2, min(cfg.samples, int(budget / self.est_s)))
+            prefix = False
+        else:
+            self.inner = max(1, min(1000, math.ceil(SAMPLE_S / self.est_s)))
+            n = cfg.samples
+            prefix = True
+        got = []
+        for _ in range(n):
+            dev, host = ev.batch(self.calls, self.inner, prefix)
+            got.append(dev)
+            self.host_s.append(host)
+        self.samples.append(got)
+
+    def stats(self) -> dict[str, Any]:
+        flat = sorted(s for r in self.samples for s in r)
+        meds = [_median(r) for r in self.samples]
+        med = _median(flat)
+        host = _median(self.host_s)
+        return {"median_s": med, "min_s": flat[0], "max_s": flat[-1],
+                "round_medians_s": meds,
+                "spread": (max(meds) - min(meds)) / min(meds) if len(meds) > 1 else None,
+                "samples": len(flat), "calls_per_sample": self.inner,
+                "host_enqueue_s": host, "launch_bound": host >= 0.9 * med, "slow": self.slow}
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def time_impls(impls: list[Impl], cfg: Config) -> dict[str, dict[str, Any]]:
+    """Median seconds of each implementation; the rounds alternate between
+    them (a slow one is timed in the first round only)."""
+    for r in range(ROUNDS):
+        for im in impls:
+            if r and im.slow:
+                continue
+            im.round(cfg, warm=(r == 0 and im.est_s is None))
+    return {im.label: im.stats() for im in impls}
+
+
+# ------------------------------------------------------------------------------ device arrays
+class Run:
+    """State of one benchmark run: libraries, generator, problems, results."""
+
+    def __init__(self, cfg: Config, seed: int):
+        import cupy as cp
+        import numpy as np
+        import torch
+
+        from tilenest.semantics import dtypes as D
+
+        self.cfg, self.seed = cfg, seed
+        self.torch, self.cp, self.np, self.D = torch, cp, np, D
+        self.gen = torch.Generator(device="cuda")
+        self.gen.manual_seed(seed)
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+        self.bf16_path: str | None = None
+        #: the measured ceilings (``ceilings``)
+        self.ceil: dict[str, Any] = {}
+        self._bf16_cls: Any = None
+
+    def problem(self, msg: str) -> None:
+        self.problems.append(msg)
+        print(f"!!! FAIL: {msg}", flush=True)
+
+    def note(self, msg: str) -> None:
+        self.notes.append(msg)
+        print(f"note: {msg}", flush=True)
+
+    def tdtype(self, dtn: str) -> Any:
+        return {"f32": self.torch.float32, "bf16": self.torch.bfloat16}[dtn]
+
+    def randn(self, shape: tuple[int, ...], dtn: str, scale: float = 1.0,
+              shift: float = 0.0) -> Any:
+        """Normal random values (never zeros), rounded once to the storage dtype."""
+        t = self.torch.randn(shape, generator=self.gen, device="cuda", dtype=self.torch.float32)
+        if scale != 1.0:
+            t.mul_(scale)
+        if shift:
+            t.add_(shift)
+        return t.to(self.tdtype(dtn))
+
+    def view(self, t: Any) -> Any:
+        """A CuPy array on ``t``'s memory with the dtype tilenest checks
+        (bf16: ``ml_dtypes.bfloat16``). CuPy without bfloat16 support gets
+        an int16 array whose ``dtype`` reports bfloat16 (the launch passes
+        only the pointer); ``bf16_path`` records which one was used."""
+        torch, cp = self.torch, self.cp
+        if t.dtype != torch.bfloat16:
+            return cp.asarray(t)
+        raw = cp.asarray(t.view(torch.int16))
+        want = self.D.bf16.np
+        if self.bf16_path in (None, "cupy"):
+            try:
+                v = raw.view(want)
+                if v.dtype == want:
+                    self.bf16_path = "cupy"
+                    return v
+            except Exception:  # noqa: BLE001, S110 - this CuPy has no bfloat16: use the shim
+                pass
+        if self._bf16_cls is None:
+            class Bf16Array(cp.ndarray):  # type: ignore[misc, name-defined]
+                """int16 storage reporting the bfloat16 dtype."""
+
+                @property
+                def dtype(self) -> Any:
+                    return want
+
+            self._bf16_cls = Bf16Array
+        self.bf16_path = "int16 storage, dtype shim"
+        return raw.view(array_class=self._bf16_cls)
+
+
+def _rel_err(torch: Any, out: Any, ref: Any) -> float:
+    d = out.double() - ref
+    return float(torch.linalg.vector_norm(d) / torch.linalg.vector_norm(ref))
+
+
+def _unwritten(torch: Any, out: Any) -> int:
+    return int((~torch.isfinite(out)).sum())
+
+
+def _phases(ck: Any, sizes: dict[str, int]) -> list[dict[str, Any]]:
+    """Each launch of ``ck`` at these symbol values: blocks, threads, dynamic shared bytes."""
+    from tilenest.semantics import expr as E
+
+    env = {E.Sym(s): sizes[s] for s in ck.kernel.syms}
+    return [{"name": i.name, "blocks": int(E.evaluate(i.programs, env)), "threads": i.threads,
+             "shared_bytes": int(E.evaluate(i.shared_bytes, env))} for i in ck.source.kernels]
+
+
+def _resources(ck: Any) -> dict[str, Any]:
+    out = {}
+    for name, r in ck.resources.items():
+        out[name] = dataclasses.asdict(r) if dataclasses.is_dataclass(r) else str(r)
+    return out
+
+
+def _sched_label(s: dict[str, Any]) -> str:
+    if set(s) == {"rp"}:
+        return f"rp={s['rp']}"
+    if "bm" in s:
+        return f"{s['bm']}x{s['bn']}x{s['bk']}" + ("" if s.get("loop") == "pipeline"
+                                                    else f" {s.get('loop')}")
+    return ",".join(f"{k}={v}" for k, v in s.items())
+
+
+def compile_variant(run: Run, wl: Any, dtn: str, sched: dict[str, Any],
+                    sizes: dict[str, int]) -> tuple[Any, dict[str, Any]]:
+    """Compile one schedule of ``wl`` for the GPU; (kernel or None, record).
+    A launch whose shared memory exceeds a block's opt-in limit is skipped."""
+    from tilenest.backends import cuda
+    from tilenest.backends.cuda.runtime import MAX_BLOCKS, MAX_SHARED
+
+    rec: dict[str, Any] = {"schedule": dict(sched), "label": _sched_label(sched)}
+    k = wl.kernel(getattr(run.D, dtn), sched)
+    ck = cuda.compile_program(k.program, device="gpu")
+    rec["compile_s"] = ck.compile_seconds
+    rec["resources"] = _resources(ck)
+    rec["warnings"] = ck.warnings()
+    rec["phases"] = ph = _phases(ck, sizes)
+    big = [p for p in ph if p["shared_bytes"] > MAX_SHARED or p["blocks"] > MAX_BLOCKS]
+    if big:
+        rec["skipped"] = (f"needs {max(p['shared_bytes'] for p in big)} B of shared memory "
+                          f"per block (limit {MAX_SHARED}) or too many blocks")
+        return None, rec
+    return ck, rec
+
+
+# ------------------------------------------------------------------------------ ceilings
+def _warm_clocks(run: Run) -> None:
+    """Half a second of matrix products, so the clocks are up before timing."""
+    torch = run.torch
+    a = run.randn((8192, 8192), "bf16")
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.5:
+        torch.matmul(a, a)
+        torch.cuda.synchronize()
+
+
+def _copy_ceiling(run: Run) -> dict[str, Any]:
+    """Device-to-device copy of ``COPY_BYTES`` by torch and by CuPy."""
+    torch, cp, cfg = run.torch, run.cp, run.cfg
+    n = COPY_BYTES // 4
+    x = torch.rand(n, generator=run.gen, device="cuda")
+    y = torch.empty_like(x)
+    xc, yc = cp.asarray(x), cp.asarray(y)
+    torch.cuda.synchronize()
+    res = time_impls([Impl("torch copy_", "torch", [lambda: y.copy_(x)])], cfg)
+    try:
+        res.update(time_impls([Impl("cupy copyto", "cupy", [lambda: cp.copyto(yc, xc)])], cfg))
+    except Exception as e:  # noqa: BLE001 - the torch copy still gives a ceiling
+        run.note(f"cupy copy failed: {type(e).__name__}: {e}")
+    torch.cuda.synchronize()
+    if not torch.equal(x, y):
+        run.problem("the copy-ceiling copy did not reproduce its input")
+    moved = 2 * n * 4
+    for k, st in res.items():
+        st["bytes"] = moved
+        st["bytes_per_s"] = moved / st["median_s"]
+        print(f"copy {k}: {moved / 2**30:.0f} GiB moved in {st['median_s'] * 1e3:.3f} ms = "
+              f"{st['bytes_per_s'] / 1e12:.2f} TB/s", flush=True)
+    return res
+
+
+def _cublas(run: Run, n: int) -> dict[str, Any]:
+    """bf16 ``torch.matmul`` at ``n``^3 (f32 accumulation), rotating input sets."""
+    torch = run.torch
+    sets = [(run.randn((n, n), "bf16"), run.randn((n, n), "bf16")) for _ in range(ROTATE)]
+    c = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
+    calls = [lambda A=A, B=B: torch.matmul(A, B, out=c) for A, B in sets]
+    st = time_impls([Impl(f"cublas {n}", "torch", calls)], run.cfg)[f"cublas {n}"]
+    st["flop"] = 2 * n**3
+    st["flop_per_s"] = 2 * n**3 / st["median_s"]
+    print(f"cuBLAS bf16 {n}^3: {st['median_s'] * 1e3:.3f} ms = "
+          f"{st['flop_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
+    return st
+
+
+def ceilings(run: Run) -> dict[str, Any]:
+    """Copy bandwidth (torch and CuPy) and the bf16 cuBLAS rate, measured here."""
+    torch = run.torch
+    _warm_clocks(run)
+    copy = _copy_ceiling(run)
+    torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    cublas = {}
+    for n in GEMM_SIZES:
+        cublas[str(n)] = _cublas(run, n)
+        torch.cuda.empty_cache()
+    return {"copy": copy, "copy_ceiling_bytes_per_s": max(v["bytes_per_s"] for v in copy.values()),
+            "cublas": cublas,
+            "allow_bf16_reduced_precision_reduction": False}
+
+
+# ------------------------------------------------------------------------------ row workloads
+def _row_inputs(run: Run, name: str, dtn: str) -> dict[str, Any]:
+    """Random inputs as ``tilenest.workloads`` draws them (scales and shifts)."""
+    R, C = ROWS, COLS
+    if name == "softmax":
+        return {"x": run.randn((R, C), dtn, 3.0)}
+    if name == "rmsnorm":
+        return {"x": run.randn((R, C), dtn, 2.0), "w": run.randn((C,), dtn)}
+    return {"x": run.randn((R, C), dtn, 2.0, 3.0), "g": run.randn((C,), dtn),
+            "b": run.randn((C,), dtn)}
+
+
+def _row_fns(run: Run, name: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(eager torch function of the inputs, float64 reference of the inputs)."""
+    torch = run.torch
+    F = torch.nn.functional
+    C = COLS
+    if name == "softmax":
+        return (lambda x: torch.softmax(x, -1)), (lambda x: torch.softmax(x.double(), -1))
+    if name == "rmsnorm":
+        def rms_ref(x: Any, w: Any) -> Any:
+            x = x.double()
+            return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + EPS) * w.double()
+
+        return (lambda x, w: F.rms_norm(x, (C,), w, EPS)), rms_ref
+    return ((lambda x, g, b: F.layer_norm(x, (C,), g, b, EPS)),
+            (lambda x, g, b: F.layer_norm(x.double(), (C,), g.double(), b.double(), EPS)))
+
+
+def _row_tn_args(run: Run, name: str, ins: dict[str, Any], out: Any,
+                 extra: dict[str, Any]) -> tuple[Any, ...]:
+    """The tilenest call's arguments, in the kernel's signature order."""
+    v = run.view
+    eps = run.np.float32(EPS)
+    if name == "softmax":
+        return (v(ins["x"]), extra["mask"], v(out))
+    if name == "rmsnorm":
+        return (v(ins["x"]), v(ins["w"]), v(out), eps)
+    return (v(ins["x"]), v(extra["res"]), v(ins["g"]), v(ins["b"]), v(extra["h"]), v(out), eps)
+
+
+def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
+    from tilenest.workloads import WORKLOADS
+
+    torch, cfg = run.torch, run.cfg
+    wl = WORKLOADS[name]
+    R, C = ROWS, COLS
+    tdt = run.tdtype(dtn)
+    esize = torch.finfo(tdt).bits // 8
+    nw = {"softmax": 0, "rmsnorm": 1, "layernorm": 2}[name]
+    nbytes = (2 * R * C + nw * C) * esize
+    rec: dict[str, Any] = {"workload": name, "dtype": dtn, "shape": [R, C], "bytes": nbytes,
+                           "tilenest": [], "baselines": {}}
+    print(f"--- {name} {dtn} {R}x{C}", flush=True)
+    eager, ref_fn = _row_fns(run, name)
+    keys = ROW_KEYS[name]
+    extra: dict[str, Any] = {}
+    if name == "softmax":  # the unmasked kernel takes the mask argument but reads none of it
+        extra["mask"] = run.cp.asarray(torch.ones((R, C), dtype=torch.bool, device="cuda"))
+    if name == "layernorm":  # the residual variant's tensors; this variant neither reads nor stores them
+        extra["res"] = run.randn((R, C), dtn)
+        extra["h"] = torch.empty((R, C), dtype=tdt, device="cuda")
+    sets = [_row_inputs(run, name, dtn) for _ in range(ROTATE)]
+    outs = [torch.empty((R, C), dtype=tdt, device="cuda") for _ in sets]
+    chk = _row_inputs(run, name, dtn)  # fresh inputs for the correctness checks
+    ref = ref_fn(*(chk[k] for k in keys))
+    torch.cuda.synchronize()
+    scheds = list(wl.schedules)
+    impls: list[Impl] = []
+    bound_all: list[tuple[dict[str, Any], list[Any]]] = []
+    for sched in scheds:
+        if cfg.quick and bound_all:
+            break
+        label = f"tilenest {_sched_label(sched)}"
+        try:
+            ck, v = compile_variant(run, wl, dtn, sched, {"R": R, "C": C})
+        except Exception as e:  # noqa: BLE001 - reported, the run goes on
+            run.problem(f"{name} {dtn} {_sched_label(sched)}: compile: {type(e).__name__}: {e}")
+            rec["tilenest"].append({"schedule": sched, "error": f"{type(e).__name__}: {e}"})
+            continue
+        rec["tilenest"].append(v)
+        if ck is None:
+            run.note(f"{name} {dtn} {v['label']} skipped: {v['skipped']}")
+            continue
+        try:
+            out = outs[0]
+            out.fill_(float("nan"))
+            torch.cuda.synchronize()
+            bl = ck.bound(*_row_tn_args(run, name, chk, out, extra))
+            bl.launch()
+            bl.check()
+            v["unwritten"] = _unwritten(torch, out)
+            v["rel_err"] = _rel_err(torch, out, ref) if not v["unwritten"] else None
+            ok = not v["unwritten"] and v["rel_err"] < TOL[dtn]
+            print(f"{label}: compile {v['compile_s']:.2f} s, check rel err {v['rel_err']}, "
+                  f"unwritten {v['unwritten']}: {'ok' if ok else 'WRONG'}", flush=True)
+            if not ok:
+                run.problem(f"{name} {dtn} {v['label']}: wrong result (rel err {v['rel_err']}, "
+                            f"{v['unwritten']} elements not written or not finite; tol "
+                            f"{TOL[dtn]})")
+                v["error"] = "wrong result"
+                continue
+            bls = [ck.bound(*_row_tn_args(run, name, s, o, extra))
+                   for s, o in zip(sets, outs, strict=True)]
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"{name} {dtn} {v['label']}: run: {type(e).__name__}: {e}")
+            v["error"] = f"{type(e).__name__}: {e}"
+            continue
+        impls.append(Impl(label, "cupy", [bl.launch for bl in bls]))
+        bound_all.append((v, bls))
+    if cfg.quick and not bound_all:
+        run.note(f"{name} {dtn}: no schedule ran")
+    # baselines
+    base_calls: dict[str, list[Callable[[], Any]]] = {
+        "eager": [lambda s=s: eager(*(s[k] for k in keys)) for s in sets]}
+    rec["baselines"]["eager"] = {"rel_err": _rel_err(torch, eager(*(chk[k] for k in keys)), ref)}
+    if cfg.compile:
+        try:
+            cfn = torch.compile(eager, dynamic=False)
+            t0 = time.perf_counter()
+            got = cfn(*(chk[k] for k in keys))
+            torch.cuda.synchronize()
+            rec["baselines"]["compile"] = {"compile_s": time.perf_counter() - t0,
+                                           "rel_err": _rel_err(torch, got, ref)}
+            del got
+            base_calls["compile"] = [lambda s=s: cfn(*(s[k] for k in keys)) for s in sets]
+        except Exception as e:  # noqa: BLE001 - reported, the run goes on
+            msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            rec["baselines"]["compile"] = {"error": msg}
+            run.note(f"{name} {dtn}: torch.compile failed: {msg}")
+    for k, b in rec["baselines"].items():
+        if b.get("rel_err") is not None and not b["rel_err"] < TOL[dtn]:
+            run.note(f"{name} {dtn}: torch {k} has rel err {b['rel_err']:.3g} against the "
+                     f"float64 reference (tol {TOL[dtn]}): check the reference")
+    impls += [Impl(k, "torch", c) for k, c in base_calls.items()]
+    res = time_impls(impls, cfg)
+    ceiling = run.ceil["copy_ceiling_bytes_per_s"]
+    for k in base_calls:
+        rec["baselines"][k].update(res[k])
+    for (v, bls), im in zip(bound_all, impls, strict=False):
+        v.update(res[im.label])
+        try:
+            for bl in bls:
+                bl.check()
+            bad = sum(_unwritten(torch, o) for o in outs)
+            if bad:
+                run.problem(f"{name} {dtn} {v['label']}: {bad} non-finite outputs after timing")
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"{name} {dtn} {v['label']}: after timing: {type(e).__name__}: {e}")
+        t = v["median_s"]
+        v["ratio"] = {k: rec["baselines"][k]["median_s"] / t for k in base_calls}
+    for entry in [*(v for v, _ in bound_all), *(rec["baselines"][k] for k in base_calls)]:
+        entry["bytes_per_s"] = nbytes / entry["median_s"]
+        entry["fraction_of_copy"] = entry["bytes_per_s"] / ceiling
+    for v, _ in bound_all:
+        print(f"tilenest {v['label']}: {v['median_s'] * 1e3:.3f} ms, "
+              f"{v['bytes_per_s'] / 1e12:.2f} TB/s ({100 * v['fraction_of_copy']:.0f}% of copy)",
+              flush=True)
+    for k in base_calls:
+        b = rec["baselines"][k]
+        print(f"torch {k}: {b['median_s'] * 1e3:.3f} ms, {b['bytes_per_s'] / 1e12:.2f} TB/s",
+              flush=True)
+    return rec
+
+
+# ------------------------------------------------------------------------------ GEMM
+def bench_gemm(run: Run) -> list[dict[str, Any]]:
+    from tilenest.workloads import WORKLOADS
+
+    torch, cfg = run.torch, run.cfg
+    wl = WORKLOADS["gemm"]
+    recs: list[dict[str, Any]] = []
+    sizes = GEMM_SIZES[:1] if cfg.quick else GEMM_SIZES
+    scheds: list[dict[str, Any]] = list(GEMM_SCHEDULES[:1] if cfg.quick else GEMM_SCHEDULES)
+    prev: tuple[int, float] | None = None  # (n, best seconds per call)
+    for n in sizes:
+        print(f"--- gemm bf16 {n}^3", flush=True)
+        rec: dict[str, Any] = {"workload": "gemm", "dtype": "bf16", "n": n, "flop": 2 * n**3,
+                               "cublas_flop_per_s": run.ceil["cublas"][str(n)]["flop_per_s"],
+                               "tilenest": []}
+        recs.append(rec)
+        if prev is not None:
+            pred = prev[1] * (n / prev[0]) ** 3
+            rec["predicted_call_s"] = pred
+            if pred > GEMM_SKIP_S:
+                rec["skipped"] = (f"{prev[0]}^3 predicts {pred:.1f} s per call "
+                                  f"(over {GEMM_SKIP_S} s)")
+                run.note(f"gemm {n}^3 skipped: {rec['skipped']}")
+                continue
+        A0, B0 = run.randn((n, n), "bf16"), run.randn((n, n), "bf16")
+        ref = A0.double() @ B0.double()
+        sets = [(run.randn((n, n), "bf16"), run.randn((n, n), "bf16")) for _ in range(ROTATE)]
+        c = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
+        torch.cuda.synchronize()
+        best: tuple[float, dict[str, Any]] | None = None
+        for sched in scheds:
+            try:
+                ck, v = compile_variant(run, wl, "bf16", sched, {"M": n, "K": n, "N": n})
+            except Exception as e:  # noqa: BLE001
+                run.problem(f"gemm {n} {_sched_label(sched)}: compile: {type(e).__name__}: {e}")
+                rec["tilenest"].append({"schedule": sched, "error": f"{type(e).__name__}: {e}"})
+                continue
+            rec["tilenest"].append(v)
+            if ck is None:
+                run.note(f"gemm {n} {v['label']} skipped: {v['skipped']}")
+                continue
+            try:
+                c.fill_(float("nan"))
+                torch.cuda.synchronize()
+                bl = ck.bound(run.view(A0), run.view(B0), run.view(c))
+                t0 = time.perf_counter()
+                bl.launch()
+                bl.check()
+                t1 = time.perf_counter() - t0
+                v["first_call_s"] = t1
+                v["unwritten"] = _unwritten(torch, c)
+                v["rel_err"] = _rel_err(torch, c, ref) if not v["unwritten"] else None
+                ok = not v["unwritten"] and v["rel_err"] < TOL["bf16"]
+                print(f"tilenest {v['label']}: compile {v['compile_s']:.2f} s, first call "
+                      f"{t1:.3f} s, check rel err {v['rel_err']}, unwritten {v['unwritten']}: "
+                      f"{'ok' if ok else 'WRONG'}", flush=True)
+                if not ok:
+                    run.problem(f"gemm {n} {v['label']}: wrong result (rel err {v['rel_err']}, "
+                                f"{v['unwritten']} elements not written or not finite)")
+                    v["error"] = "wrong result"
+                    continue
+                bls = [ck.bound(run.view(A), run.view(B), run.view(c)) for A, B in sets]
+                im = Impl(f"tilenest {v['label']}", "cupy", [b.launch for b in bls],
+                          est_s=t1 if t1 > SLOW_S else None, budget_s=cfg.gemm_budget_s)
+                st = time_impls([im], cfg)[im.label]
+                for b in bls:
+                    b.check()
+            except Exception as e:  # noqa: BLE001
+                run.problem(f"gemm {n} {v['label']}: run: {type(e).__name__}: {e}")
+                v["error"] = f"{type(e).__name__}: {e}"
+                continue
+            v.update(st)
+            v["flop_per_s"] = 2 * n**3 / st["median_s"]
+            v["fraction_of_cublas"] = v["flop_per_s"] / rec["cublas_flop_per_s"]
+            if st["slow"]:
+                run.note(f"gemm {n} {v['label']} is slow ({st['median_s']:.2f} s per call): "
+                         f"timed with {st['samples']} single calls (budget "
+                         f"{cfg.gemm_budget_s:.0f} s)")
+            print(f"tilenest {v['label']}: {st['median_s'] * 1e3:.2f} ms, "
+                  f"{v['flop_per_s'] / 1e12:.2f} TFLOP/s "
+                  f"({100 * v['fraction_of_cublas']:.2f}% of cuBLAS)", flush=True)
+            if best is None or st["median_s"] < best[0]:
+                best = (st["median_s"], sched)
+        del A0, B0, ref, sets, c
+        torch.cuda.empty_cache()
+        if best is None:
+            break
+        prev = (n, best[0])
+        scheds = [best[1]]
+    return recs
+
+
+# ------------------------------------------------------------------------------ report
+def _f(x: Any, fmt: str, scale: float = 1.0) -> str:
+    """``x * scale`` in ``fmt``; None as a dash of the same width."""
+    if x is None:
+        w = fmt.split(".")[0]
+        return "-".rjust(int(w) if w.isdigit() else 1)
+    return format(x * scale, fmt)
+
+
+def _x(r: float | None) -> str:
+    return f"{'-':>9}" if r is None else f"{r:8.2f}x"
+
+
+def table(out: dict[str, Any]) -> str:
+    """The compact summary printed last."""
+    L: list[str] = []
+    ce = out["ceilings"]
+    cp = ", ".join(f"{k} {v['bytes_per_s'] / 1e12:.2f}" for k, v in ce["copy"].items())
+    cb = ", ".join(f"{n}^3 {v['flop_per_s'] / 1e12:.0f}" for n, v in ce["cublas"].items())
+    L.append(f"{out['env'].get('device', '?')}  seed {out['seed']}  bf16 arrays: "
+             f"{out.get('bf16_path') or '-'}")
+    L.append(f"copy TB/s (read+write): {cp}  -> ceiling "
+             f"{ce['copy_ceiling_bytes_per_s'] / 1e12:.2f};  cuBLAS bf16 TFLOP/s: {cb}")
+    if out["rows"]:
+        L.append("")
+        L.append(f"{'rows ' + str(ROWS) + 'x' + str(COLS):<17}{'impl':<17}{'ms':>8}{'TB/s':>7}"
+                 f"{'%copy':>7}{'eager/tn':>9}{'comp/tn':>9}{'spread':>7}{'comp s':>7}"
+                 f"{'rel err':>9}")
+        for r in out["rows"]:
+            w = f"{r['workload']} {r['dtype']}"
+            for v in r["tilenest"]:
+                lab = "tn " + v.get("label", _sched_label(v.get("schedule", {})))
+                if "median_s" not in v:
+                    why = v.get("skipped") or v.get("error") or "not timed"
+                    L.append(f"{w:<17}{lab:<17}  {why[:70]}")
+                    continue
+                rt = v.get("ratio", {})
+                L.append(f"{w:<17}{lab:<17}{_f(v['median_s'], '8.3f', 1e3)}"
+                         f"{_f(v['bytes_per_s'], '7.2f', 1e-12)}"
+                         f"{_f(v['fraction_of_copy'], '6.0f', 100)}%"
+                         f"{_x(rt.get('eager'))}{_x(rt.get('compile'))}"
+                         f"{_f(v.get('spread'), '6.1f', 100)}%{_f(v['compile_s'], '7.2f')}"
+                         f"{_f(v.get('rel_err'), '9.1e')}"
+                         + (" launch-bound" if v.get("launch_bound") else ""))
+            for k in ("eager", "compile"):
+                b = r["baselines"].get(k)
+                if b is None:
+                    continue
+                if "median_s" not in b:
+                    L.append(f"{w:<17}{'torch ' + k:<17}  {b.get('error', 'not timed')[:70]}")
+                    continue
+                L.append(f"{w:<17}{'torch ' + k:<17}{_f(b['median_s'], '8.3f', 1e3)}"
+                         f"{_f(b['bytes_per_s'], '7.2f', 1e-12)}"
+                         f"{_f(b['fraction_of_copy'], '6.0f', 100)}%{'':>18}"
+                         f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('compile_s'), '7.2f')}"
+                         f"{_f(b.get('rel_err'), '9.1e')}"
+                         + (" launch-bound" if b.get("launch_bound") else ""))
+    if out["gemm"]:
+        L.append("")
+        L.append(f"{'gemm bf16':<17}{'impl':<17}{'ms':>10}{'TFLOP/s':>9}{'%cuBLAS':>9}"
+                 f"{'samples':>8}{'comp s':>7}{'rel err':>9}")
+        for r in out["gemm"]:
+            w = f"{r['n']}^3"
+            L.append(f"{w:<17}{'cuBLAS':<17}{'':>10}{r['cublas_flop_per_s'] / 1e12:9.0f}")
+            if r.get("skipped"):
+                L.append(f"{w:<17}{'tilenest':<17}  skipped: {r['skipped']}")
+            for v in r["tilenest"]:
+                lab = "tn " + v.get("label", "?")
+                if "median_s" not in v:
+                    why = v.get("skipped") or v.get("error") or "not timed"
+                    L.append(f"{w:<17}{lab:<17}  {why[:70]}")
+                    continue
+                L.append(f"{w:<17}{lab:<17}{_f(v['median_s'], '10.2f', 1e3)}"
+                         f"{_f(v['flop_per_s'], '9.2f', 1e-12)}"
+                         f"{_f(v['fraction_of_cublas'], '8.2f', 100)}%{v['samples']:>8}"
+                         f"{_f(v['compile_s'], '7.2f')}{_f(v.get('rel_err'), '9.1e')}"
+                         + (" (slow: single calls)" if v.get("slow") else ""))
+    L.append("")
+    L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
+             "difference of the two rounds' medians")
+    for n in out["notes"]:
+        L.append(f"note: {n}")
+    L.append(f"total {out['wall_s']:.0f} s; "
+             + (f"{len(out['problems'])} FAILURE(S):" if out["problems"] else "all checks passed"))
+    for p in out["problems"]:
+        L.append(f"FAIL: {p}")
+    return "\n".join(L)
+
+
+def _env(run: Run) -> dict[str, Any]:
+    torch, cp = run.torch, run.cp
+    p = torch.cuda.get_device_properties(0)
+    env: dict[str, Any] = {"device": p.name, "sm_count": p.multi_processor_count,
+                           "l2_bytes": getattr(p, "L2_cache_size", None),
+                           "memory_bytes": p.total_memory, "torch": torch.__version__,
+                           "torch_cuda": torch.version.cuda, "cupy": cp.__version__,
+                           "python": sys.version.split()[0]}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except Exception:  # noqa: BLE001
+        env["triton"] = None
+    try:
+        from tilenest.backends.cuda.nvrtc import nvrtc_library
+
+        lib = nvrtc_library()
+        env["nvrtc"] = {"path": str(lib.path), "version": list(lib.version),
+                        "origin": lib.origin}
+    except Exception as e:  # noqa: BLE001
+        env["nvrtc"] = f"{type(e).__name__}: {e}"
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    t_start = time.perf_counter()
+    cfg = Config(quick=a.quick, samples=a.samples or (8 if a.quick else 25),
+                 compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0])
+    seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
+    only = set(a.only or NAMES)
+    print(f"seed {seed}", flush=True)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device is visible to torch", file=sys.stderr)
+        return 2
+    from tilenest.backends import cuda
+
+    cuda.clear_cache()
+    run = Run(cfg, seed)
+    out: dict[str, Any] = {"args": {k: (str(v) if isinstance(v, Path) else v)
+                                    for k, v in vars(a).items()},
+                           "seed": seed, "env": _env(run), "config": dataclasses.asdict(cfg),
+                           "method": {"rotate": ROTATE, "rounds": ROUNDS, "sample_s": SAMPLE_S,
+                                      "tol": TOL, "eps": EPS, "slow_s": SLOW_S,
+                                      "gemm_skip_s": GEMM_SKIP_S},
+                           "rows": [], "gemm": []}
+    print(f"{out['env']['device']}, torch {torch.__version__}, cupy {run.cp.__version__}",
+          flush=True)
+    run.ceil = out["ceilings"] = ceilings(run)
+    for name in ROW_NAMES:
+        if name not in only:
+            continue
+        for dtn in a.dtypes:
+            try:
+                out["rows"].append(bench_rows(run, name, dtn))
+            except Exception as e:  # noqa: BLE001 - one workload's crash must not hide the rest
+                run.problem(f"{name} {dtn}: {type(e).__name__}: {e}")
+            run.torch.cuda.empty_cache()
+    if "gemm" in only:
+        try:
+            out["gemm"] = bench_gemm(run)
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"gemm: {type(e).__name__}: {e}")
+    out["bf16_path"] = run.bf16_path
+    out["notes"], out["problems"] = run.notes, run.problems
+    out["wall_s"] = time.perf_counter() - t_start
+    if a.out is not None:
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(out, indent=2, default=str))
+        print(f"wrote {a.out}", flush=True)
+    print()
+    print(table(out), flush=True)
+    return 1 if run.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

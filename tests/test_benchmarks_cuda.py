@@ -1,0 +1,69 @@
+"""The GPU benchmark's command line, without a GPU: the script loads without
+torch or CuPy, ``--help`` runs, and the arguments parse as documented."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "cuda.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("benchmarks_cuda", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up by name
+    spec.loader.exec_module(mod)
+    yield mod
+    del sys.modules[spec.name]
+
+
+def test_help_runs_without_gpu_libraries():
+    r = subprocess.run([sys.executable, str(SCRIPT), "--help"], check=False,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for flag in ("--quick", "--only", "--out", "--dtypes", "--no-compile"):
+        assert flag in r.stdout
+
+
+def test_loading_imports_neither_torch_nor_cupy():
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('b', {str(SCRIPT)!r})\n"
+            "m = importlib.util.module_from_spec(spec); sys.modules['b'] = m\n"
+            "spec.loader.exec_module(m)\n"
+            "print(sorted({'torch', 'cupy'} & set(sys.modules)))\n")
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_defaults(bench):
+    a = bench.parse_args([])
+    assert not a.quick and a.only is None and a.out is None and a.seed is None
+    assert a.dtypes == ["f32", "bf16"] and not a.no_compile
+
+
+def test_options_parse(bench):
+    a = bench.parse_args(["--quick", "--only", "softmax", "gemm", "--dtypes", "bf16",
+                          "--no-compile", "--samples", "3", "--seed", "7", "--out", "r.json"])
+    assert a.quick and a.only == ["softmax", "gemm"] and a.dtypes == ["bf16"]
+    assert a.no_compile and a.samples == 3 and a.seed == 7 and a.out == Path("r.json")
+
+
+@pytest.mark.parametrize("argv", [["--only", "attention"], ["--dtypes", "f16"],
+                                  ["--samples", "0"], ["--bogus"]])
+def test_bad_arguments_are_refused(bench, argv):
+    with pytest.raises(SystemExit) as e:
+        bench.parse_args(argv)
+    assert e.value.code == 2
+
+
+def test_every_name_is_a_benchmark(bench):
+    assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm"}
+    assert all(n in bench.ROW_KEYS for n in bench.ROW_NAMES)
