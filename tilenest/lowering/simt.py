@@ -46,6 +46,7 @@ from typing import Any
 
 from ..semantics import dtypes as D
 from ..semantics import expr as E
+from ..errors import UsageError
 from ..proofs import taskmap as TM
 from . import loopir as L
 
@@ -359,9 +360,11 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
     appends ``(W, V, n)`` to ``maps``: its task map is :func:`distribution`,
     which must cover ``[0, n)`` exactly (``TaskMap.coverage``)."""
     if threads % WARP or not 0 < threads <= 1024:
-        raise ValueError(f"threads per block must be a multiple of {WARP} in [32, 1024]")
+        raise UsageError(f"block_threads={threads}: threads per program must be a multiple of "
+                         f"{WARP} in [32, 1024]", hint="e.g. Schedule(block_threads=256)")
     if lanes not in (1, 2, 4, 8):
-        raise ValueError("lanes per thread must be 1, 2, 4 or 8")
+        raise UsageError(f"vector_lanes={lanes}: consecutive elements per thread must be 1, 2, "
+                         "4 or 8", hint="e.g. Schedule(vector_lanes=4)")
     shared = {b.name: replace(b, space="shared") for b in k.locals}
 
     def fe(x: Any) -> Any:

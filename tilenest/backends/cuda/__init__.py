@@ -174,7 +174,15 @@ def clear_cache() -> None:
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:
-    return f"{s!r}\n{summary(legality(program, s))}\n"
+    """The schedule, and every obligation the compile discharged: the
+    legality gate's, the SIMT form's (coverage, barriers, resources), and the
+    launch precondition the runtime checks per call."""
+    ck = compile_program(program, s, device="emulated")
+    lines = [repr(s), summary(ck.obligations)]
+    lines += [f"  {o.status:8} {o.kind}: {o.title}" for o in ck.obligations
+              if o.kind.startswith(("taskmap", "barrier", "shared", "binding"))]
+    lines.append(f"launch precondition: {ck.precondition}")
+    return "\n".join(lines) + "\n"
 
 
 def _emit_loopir(program: TileProgram, s: Schedule) -> str:

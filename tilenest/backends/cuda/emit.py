@@ -5,7 +5,7 @@ parameters ``(tensor and scalar buffers in argument order, one long long per
 kernel symbol, int* tn_status)``. A parallel phase runs program ``pid =
 blockIdx.x`` on one block; an ordered phase runs its programs in order on a
 single block. The block has ``W`` threads, ``W`` the extent of the phase's
-thread loops (all equal; 32 for a phase without one).
+thread loops (all equal; 1 for a phase without one).
 
 Program-level code runs on every thread of the block (its locals are equal
 in every thread); its stores are done by thread 0 (``if (threadIdx.x ==
@@ -595,8 +595,7 @@ class Emitter:
         return out, off
 
     def phase(self, ph: L.Phase, layout: list, total: E.Expr) -> CudaKernelInfo:
-        W = self.threads_of[ph.name]
-        W = W if W > 1 else 32
+        W = self.threads_of[ph.name]  # 1 for a phase without thread loops
         name = re.sub(r"[^0-9A-Za-z_]", "_", f"{self.k.name}_{ph.name}")
         params = self.params()
         self.w(f'extern "C" __global__ void __launch_bounds__({W}) {name}(')
