@@ -122,6 +122,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "(default 25, --quick 8)")
     ap.add_argument("--seed", type=int, help="seed of the random inputs (default: from the "
                     "clock, printed and recorded)")
+    ap.add_argument("--block-threads", type=int, help="threads per program of every tilenest "
+                    "kernel (default: the cuda schedule's)")
+    ap.add_argument("--vector-lanes", type=int, help="consecutive elements per thread and step "
+                    "(default: the cuda schedule's)")
     ap.add_argument("--out", type=Path, metavar="FILE.json", help="write every number here")
     a = ap.parse_args(argv)
     if a.samples is not None and a.samples < 1:
@@ -135,6 +139,8 @@ class Config:
     samples: int
     compile: bool
     gemm_budget_s: float
+    block_threads: int | None = None
+    vector_lanes: int | None = None
 
 
 # ------------------------------------------------------------------------------ timing
@@ -358,7 +364,14 @@ def compile_variant(run: Run, wl: Any, dtn: str, sched: dict[str, Any],
 
     rec: dict[str, Any] = {"schedule": dict(sched), "label": _sched_label(sched)}
     k = wl.kernel(getattr(run.D, dtn), sched)
-    ck = cuda.compile_program(k.program, device="gpu")
+    over = {n: v for n, v in (("block_threads", run.cfg.block_threads),
+                              ("vector_lanes", run.cfg.vector_lanes)) if v}
+    from tilenest.lowering import default_schedule
+
+    ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **over),
+                              device="gpu")
+    rec["cuda_schedule"] = {"block_threads": ck.schedule.block_threads,
+                            "vector_lanes": ck.schedule.vector_lanes}
     rec["compile_s"] = ck.compile_seconds
     rec["resources"] = _resources(ck)
     rec["warnings"] = ck.warnings()
@@ -812,7 +825,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     t_start = time.perf_counter()
     cfg = Config(quick=a.quick, samples=a.samples or (8 if a.quick else 25),
-                 compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0])
+                 compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0],
+                 block_threads=a.block_threads, vector_lanes=a.vector_lanes)
     seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
     only = set(a.only or NAMES)
     print(f"seed {seed}", flush=True)

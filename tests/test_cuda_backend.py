@@ -33,10 +33,10 @@ def _kernels(name: str) -> list:
     return [v for v in vars(mod).values() if isinstance(v, tn.Kernel)]
 
 
-def _small(program, threads: int = 32):
+def _small(program, threads: int = 32, **kw):
     """A schedule with few threads per program, so that the validation sizes
     give every distributed loop at least three iterations per thread."""
-    return default_schedule(program, "cuda", block_threads=threads)
+    return default_schedule(program, "cuda", block_threads=threads, **kw)
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -70,7 +70,9 @@ def _mutant(ck: CudaKernel, text: str) -> CudaKernel:
 
 def _softmax():
     (kern,) = _kernels("softmax")
-    ck = cuda.compile_program(kern.program, _small(kern.program), device="emulated")
+    # one element per thread and step: the mutations below edit that map's text
+    ck = cuda.compile_program(kern.program, _small(kern.program, vector_lanes=1),
+                              device="emulated")
     x = np.random.default_rng(1).standard_normal((5, 200)).astype(np.float32)
     return kern, ck, x
 

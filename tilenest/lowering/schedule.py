@@ -36,7 +36,8 @@ those the program admits:
   runs the same SIMT form serialized (``lowering/serialize.py``), so the CPU
   also executes and validates the GPU lowering.
 * ``vector_lanes`` -- in the SIMT form, consecutive elements each thread
-  takes per step of a distributed loop (1, 2, 4 or 8).
+  takes per step of a distributed loop (1, 2, 4 or 8; the cuda default
+  :func:`default_lanes` makes one 128-bit access of the narrowest tensor).
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -141,13 +142,25 @@ def default_mma_block(vector_bits: int | None) -> tuple[int, int]:
     return MMA_BLOCKS[32 if (vector_bits or 128) >= 512 else 16]
 
 
+def default_lanes(program: TileProgram) -> int:
+    """The SIMT ``vector_lanes`` default: as many consecutive elements per
+    thread as make 16 bytes of the program's narrowest tensor (one 128-bit
+    access per step), at most 8."""
+    from ..semantics.types import TensorType
+
+    sizes = [max(1, v.type.dtype.itemsize) for v in program.args
+             if isinstance(v.type, TensorType)]
+    return max(1, min(8, 16 // min(sizes))) if sizes else 1
+
+
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:
     """The automatic schedule of ``program`` for ``target`` (overrides applied)."""
     if target not in TARGETS:
         raise NotAvailableError(f"no lowering for target '{target}'",
                                 hint=f"available targets: {', '.join(TARGETS)}")
     if target == "cuda":
-        s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256)
+        s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256,
+                     vector_lanes=default_lanes(program))
         return replace(s, **overrides) if overrides else s
     bits = host_vector_bits()
     s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,

@@ -512,7 +512,7 @@ class Emitter:
         vn = self.names(s.var.name)
         conds = [f"{self.idx(at(cond.a, 0))} + {V} <= {self.idx(cond.b)}"]
         for node, e0 in list(loads.items()) + list(stores.items()):
-            nbytes = max(1, node.buf.dtype.itemsize) * V
+            nbytes = min(16, max(1, node.buf.dtype.itemsize) * V)
             conds.append(f"tn_aligned(&{self.buf(node.buf)}[{self.idx(e0)}], {nbytes})")
         self.w(f"if ({' && '.join(conds)}) {{  // {V} lanes, vector accesses")
         self.ind += 1

@@ -373,7 +373,12 @@ TN_FN bool tn_aligned(const void* p, unsigned long long bytes) {
 
 template <typename T, int V> TN_FN tn_pack<T, V> tn_vload(const T* p) {
   tn_pack<T, V> r;
-  if constexpr (sizeof(T) * V == 16) {
+  if constexpr (sizeof(T) * V == 32) {
+    uint4 u[2];
+    u[0] = reinterpret_cast<const uint4*>(p)[0];
+    u[1] = reinterpret_cast<const uint4*>(p)[1];
+    memcpy(&r, u, 32);
+  } else if constexpr (sizeof(T) * V == 16) {
     uint4 u = *reinterpret_cast<const uint4*>(p);
     memcpy(&r, &u, 16);
   } else if constexpr (sizeof(T) * V == 8) {
@@ -389,7 +394,12 @@ template <typename T, int V> TN_FN tn_pack<T, V> tn_vload(const T* p) {
 }
 
 template <typename T, int V> TN_FN void tn_vstore(T* p, const tn_pack<T, V>& r) {
-  if constexpr (sizeof(T) * V == 16) {
+  if constexpr (sizeof(T) * V == 32) {
+    uint4 u[2];
+    memcpy(u, &r, 32);
+    reinterpret_cast<uint4*>(p)[0] = u[0];
+    reinterpret_cast<uint4*>(p)[1] = u[1];
+  } else if constexpr (sizeof(T) * V == 16) {
     uint4 u;
     memcpy(&u, &r, 16);
     *reinterpret_cast<uint4*>(p) = u;
