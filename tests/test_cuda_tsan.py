@@ -45,20 +45,21 @@ def _f32(rng, *shape):  # type: ignore[no-untyped-def]
     return rng.standard_normal(shape).astype(np.float32)
 
 
-#: example -> kernel name -> inputs for the TSan run (small, and each
-#: size-dependent thread loop at least three rounds of 32 threads)
+#: example -> inputs for the TSan run of its kernels: small, yet every
+#: size-dependent thread loop at least three rounds of 32 threads, each thread
+#: taking up to four consecutive f32 elements per round (the vector lanes)
 INPUTS = {
-    "causal_attention": lambda rng: (_f32(rng, 6, 70), _f32(rng, 6, 70), _f32(rng, 6, 67),
-                                     np.zeros((6, 67), np.float32), np.float32(0.125)),
+    "causal_attention": lambda rng: (_f32(rng, 5, 400), _f32(rng, 5, 400), _f32(rng, 5, 390),
+                                     np.zeros((5, 390), np.float32), np.float32(0.05)),
     "folds": lambda rng: (np.array([1, 2, 3], np.float32), np.zeros(2, np.float32)),
     "gemm": lambda rng: (_f32(rng, 40, 70), _f32(rng, 70, 36), np.zeros((40, 36), np.float32)),
     "memory_stage": lambda rng: (_f32(rng, 13, 21), np.zeros((21, 13), np.float32)),
     "ragged": lambda rng: (np.float32(2.5), _f32(rng, 300), _f32(rng, 300),
                            np.zeros(300, np.float32)),
-    "rmsnorm": lambda rng: (_f32(rng, 3, 100), _f32(rng, 100), np.zeros((3, 100), np.float32),
+    "rmsnorm": lambda rng: (_f32(rng, 2, 400), _f32(rng, 400), np.zeros((2, 400), np.float32),
                             np.float32(1e-5)),
-    "softmax": lambda rng: (_f32(rng, 3, 100), np.zeros((3, 100), np.float32)),
-    "two_level": lambda rng: (_f32(rng, 3, 100), np.zeros((3, 100), np.float32)),
+    "softmax": lambda rng: (_f32(rng, 2, 400), np.zeros((2, 400), np.float32)),
+    "two_level": lambda rng: (_f32(rng, 3, 400), np.zeros((3, 400), np.float32)),
 }
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
 
