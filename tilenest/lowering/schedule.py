@@ -68,6 +68,11 @@ TARGETS = ("llvm", "cuda")
 VIEW_OPS = frozenset({"const", "index", "broadcast", "reindex", "permute", "per", "reshape"})
 #: ops that can be computed lazily at their use
 LAZY_OPS = VIEW_OPS | frozenset(ELEMENTWISE) | {"map"}
+#: elementwise ops a GPU recomputes at each use rather than keep in shared
+#: memory (a few instructions each; a materialized row would cost shared
+#: capacity, hence occupancy, and a pass over it)
+GPU_RECOMPUTE = frozenset({"cast", "add", "sub", "mul", "neg", "abs", "maximum", "minimum",
+                           "select", "ite", "bitcast"})
 
 
 @dataclass(frozen=True)
@@ -258,11 +263,16 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
     A ``tensor.load`` is inlined only when its effective count is one (a
     broadcast re-read from memory counts once), it reads a tensor the program
     never stores to (the read is then a snapshot wherever it happens), and its
-    bounds are ``zero``/``fill``/``assume``. Rank-0 results are kept in scalar
+    bounds are ``zero``/``fill``/``assume``. For ``cuda`` a load used a few
+    times is re-read (from the L2 cache) and the cheap elementwise ops of
+    :data:`GPU_RECOMPUTE` are recomputed at each use, rather than kept in
+    shared memory. Rank-0 results are kept in scalar
     locals. Explicit ``schedule.storage`` entries win. Decisions are made
     users-first (reverse program order)."""
     uses, stage_of = _uses(program)
     ops = list(program.walk())
+    gpu = schedule is not None and schedule.target == "cuda"
+    loads = {o.results[0].name for o in ops if o.name == "tensor.load"}
     stored = (schedule or Schedule()).written(program)
     fixed = dict(schedule.storage) if schedule is not None else {}
     plan: dict[str, str] = {}
@@ -302,15 +312,19 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
             plan[r.name] = "inline"
             eff[r.name] = count(r.name, rank, False)
         elif op.name in ELEMENTWISE or op.name == "map":
-            n = count(r.name, rank, False)
+            # on a GPU a converted load is re-read like the load itself
+            reread = gpu and op.name == "cast" and op.operands[0].name in loads
+            n = count(r.name, rank, reread)
             eff[r.name] = n
-            plan[r.name] = "materialize" if rank == 0 or n > 1 else "inline"
+            cheap = gpu and op.name in GPU_RECOMPUTE and n < MANY
+            plan[r.name] = "materialize" if rank == 0 or (n > 1 and not cheap) else "inline"
         elif op.name == "tensor.load":
             n = count(r.name, rank, True)
             eff[r.name] = n
             pol = op.attrs["bounds"].kind.value
+            again = n <= 1 or (n < MANY and (gpu or _full_rows(op)))
             ok = (op.operands[0].name not in stored and pol in ("zero", "fill", "assume")
-                  and rank > 0 and (n <= 1 or (n < MANY and _full_rows(op))))
+                  and rank > 0 and again)
             plan[r.name] = "inline" if ok else "materialize"
         if r.name in fixed:
             plan[r.name] = fixed[r.name]
