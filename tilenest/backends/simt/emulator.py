@@ -109,7 +109,8 @@ _HINTS = {
     3: "a barrier or collective waits for a thread that waits elsewhere; make all threads meet "
        "the same synchronization in the same order",
     4: "raise stack_size= in the launch, or move large per-thread arrays to shared memory",
-    5: "an index runs outside its buffer, or an argument pointer is wrong",
+    5: "an index runs outside its buffer, an argument pointer is wrong, or a vector access "
+       "is not aligned to its size (CUDA faults on a misaligned address)",
     6: "the kernel executed __trap()",
     7: "check grid, block, shared_bytes and stack_size against CUDA's limits",
     8: "an integer division by zero (or INT_MIN / -1) in the kernel",

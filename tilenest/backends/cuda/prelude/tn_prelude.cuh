@@ -371,7 +371,22 @@ TN_FN bool tn_aligned(const void* p, unsigned long long bytes) {
   return ((unsigned long long)p & (bytes - 1)) == 0;
 }
 
+// the alignment the instructions of a B-byte vector access need (0: it is
+// done element by element): a GPU faults ("misaligned address") below it
+template <int B> struct tn_valign {
+  static constexpr unsigned long long value = B == 32 ? 16 : (B == 16 || B == 8 || B == 4) ? B : 0;
+};
+
+// the device faults on a misaligned vector access by itself; the host
+// emulator must be told, since x86 loads most misaligned addresses silently
+#ifdef TN_EMULATE
+#define TN_VCHECK(p, B) tn_emu::require_aligned((p), tn_valign<(B)>::value)
+#else
+#define TN_VCHECK(p, B) ((void)0)
+#endif
+
 template <typename T, int V> TN_FN tn_pack<T, V> tn_vload(const T* p) {
+  TN_VCHECK(p, (int)sizeof(T) * V);
   tn_pack<T, V> r;
   if constexpr (sizeof(T) * V == 32) {
     uint4 u[2];
@@ -394,6 +409,7 @@ template <typename T, int V> TN_FN tn_pack<T, V> tn_vload(const T* p) {
 }
 
 template <typename T, int V> TN_FN void tn_vstore(T* p, const tn_pack<T, V>& r) {
+  TN_VCHECK(p, (int)sizeof(T) * V);
   if constexpr (sizeof(T) * V == 32) {
     uint4 u[2];
     memcpy(u, &r, 32);

@@ -558,6 +558,17 @@ TN_RT unsigned activemask() {
     fail(TN_EMU_TRAP, line, "__trap() at line %d in thread %d", line, S.cur->lin);
 }
 
+/** A vector access of `align`-aligned instructions at `p` (align 0: none
+ * needed). A GPU raises "misaligned address" for an address below the
+ * alignment of its ld/st.v2/.v4; x86 loads most such addresses silently (only
+ * the 16-byte SSE moves fault, as a wild access), so the prelude's vector
+ * accesses ask here first and the emulator faults where the device would. */
+TN_RT void require_aligned(const void *p, unsigned long long align) {
+    if (align && ((uintptr_t)p & (align - 1)))
+        fail(TN_EMU_MEMORY_FAULT, 0, "misaligned address: a vector access needing %llu-byte "
+             "alignment at %p in thread %d", align, p, S.cur->lin);
+}
+
 /* Index builtins: values of the running fiber (set by the scheduler). */
 static inline const uint3 &cur_thread_idx() { return S.thread_idx; }
 static inline const uint3 &cur_block_idx() { return S.block_idx; }
