@@ -12,7 +12,7 @@ iterations are independent is handed to thread loops:
   V): l = (r W + t) V + v; if l < n: body(l)``: the task map
   ``repeat(cdiv(n, W V)) * spatial(W) * repeat(V)`` (``proofs/taskmap.py``),
   each thread taking ``V`` consecutive elements (the schedule's
-  ``vector_lanes``) per step and consecutive threads consecutive groups, so
+  ``vector_lanes``, halved for a loop of constant extent below ``W V``) per step and consecutive threads consecutive groups, so
   the accesses of a warp coalesce; its exact coverage of ``[0, n)`` is an
   obligation the backend discharges;
 * a **reduction** ``vector`` loop -- every state it carries is updated by one
@@ -261,6 +261,9 @@ class _Phase:
         for sz in sizes[1:]:
             n = E.mul(n, sz)
         V = self.lanes
+        if isinstance(n, E.Const):  # a short loop keeps every thread busy instead
+            while V > 1 and n.value < self.W * V:
+                V //= 2
         self.maps.append((self.W, V, n))
         lane = _fresh("v", D.i64) if V > 1 else None
         lin = E.add(E.mul(E.add(E.mul(rv, self.W), tv), V), E.Var(lane.name) if lane else 0)
