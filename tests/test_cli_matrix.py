@@ -157,7 +157,7 @@ MATRIX = [
     ("lower-dir", "lower {d}/adir", 1, ["is a directory"]),
     ("lower-module-raises", "lower {d}/raise.py", 1, ["raise.py:3"]),
     ("lower-binary", "lower {d}/bin.tile", 1, ["not UTF-8"]),
-    ("lower-target", "lower " + SOFTMAX + " --target cuda", 3, ["not available", "cuda"]),
+    ("lower-target", "lower " + SOFTMAX + " --target tpu", 3, ["not available", "tpu", "cuda"]),
     # -- validate
     ("validate-limit-0", "validate " + SOFTMAX + " --limit 0", 1, ["--limit"]),
     ("validate-cases-0", "validate " + SOFTMAX + " --cases 0", 1, ["--cases"]),
