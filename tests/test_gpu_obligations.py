@@ -38,13 +38,16 @@ EXAMPLES = [("softmax", "row_softmax"), ("rmsnorm", "rmsnorm"), ("gemm", "gemm")
             ("causal_attention", "causal_attention_blocked")]
 
 
-def simt(module: str, name: str, threads: int = 64) -> L.Kernel:
+def simt(module: str, name: str, threads: int = 64, lanes: int = 1) -> L.Kernel:
+    """The SIMT form of an example kernel (one element per thread and step
+    unless ``lanes`` says otherwise: the barrier counts below are for that)."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         k = getattr(importlib.import_module(module), name)
     finally:
         sys.path.remove(str(ROOT / "examples"))
-    return lower_verified(k.program, default_schedule(k.program, "cuda", block_threads=threads))
+    return lower_verified(k.program, default_schedule(k.program, "cuda", block_threads=threads,
+                                                      vector_lanes=lanes))
 
 
 # ---------------------------------------------------------------------------
