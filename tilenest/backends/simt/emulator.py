@@ -84,11 +84,12 @@ SMEM_CAPACITY = 228 * 1024
 DEFAULT_STACK = 64 * 1024
 
 _CXX = os.environ.get("TILENEST_CXX", "g++")
-_BASE_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-g", "-fno-strict-aliasing",
+_BASE_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-fno-strict-aliasing",
                "-ffp-contract=off", "-fvisibility=hidden", "-fno-gnu-unique", "-pthread",
                "-DTN_EMULATE=1")
 _LIB_FLAGS = ("-fPIC", "-shared")
-_TSAN_FLAGS = ("-fsanitize=thread", "-fno-omit-frame-pointer", "-DTN_EMU_RUNNER=1")
+#: a TSan build carries debug lines: its reports name the generated source's lines
+_TSAN_FLAGS = ("-g", "-fsanitize=thread", "-fno-omit-frame-pointer", "-DTN_EMU_RUNNER=1")
 
 _ERROR_KINDS = {
     1: "divergent barrier",
