@@ -14,8 +14,13 @@ and poison), and each run's outputs must be
 * within the workload's FP64 formula bound (bitwise where it is exact),
 
 as in ``test_llvm_workloads.py``. Every further tile schedule of every
-workload is judged the same way at the small size in f32. The medium sizes
-(thread loops of many rounds) run under ``-m slow``.
+workload is judged the same way at the small size in f32.
+
+The default run (about three minutes on two cores) takes the ``small`` size
+in every dtype, the other small shape variants in f32 and the second
+schedule of every workload; ``-m slow`` adds those variants in f16 and bf16,
+the remaining schedules, and the medium sizes (thread loops of many rounds,
+full vector groups).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ def _params(sizes) -> list:  # type: ignore[no-untyped-def]
 
 SMALL = _params(lambda w: [s for s in w.sizes if s not in _BIG])
 MEDIUM = _params(lambda w: [s for s in w.sizes if s == "medium"])
+#: the default run: ``small`` in every dtype, the other small variants in f32
+DEFAULT = [c for c in SMALL if c[1] == "small" or c[2] == f32]
 
 
 def _copy(a):  # type: ignore[no-untyped-def]
@@ -111,18 +118,21 @@ def _judge(name: str, size: str, dt, i: int, schedule=None) -> None:  # type: ig
 
 
 @pytest.mark.parametrize("i,name,size,dt", [
-    pytest.param(i, n, s, dt, id=f"{n}-{s}-{dt.name}") for i, (n, s, dt) in enumerate(SMALL)])
+    pytest.param(i, n, s, dt, id=f"{n}-{s}-{dt.name}",
+                 marks=() if (n, s, dt) in DEFAULT else pytest.mark.slow)
+    for i, (n, s, dt) in enumerate(SMALL)])
 def test_workload_validates_emulated(i, name, size, dt):
     _judge(name, size, dt, i)
 
 
-SCHEDULES = [pytest.param(n, j, id=f"{n}-s{j}") for n, w in WORKLOADS.items()
-             for j in range(1, len(w.schedules))]
+SCHEDULES = [pytest.param(n, j, id=f"{n}-s{j}", marks=() if j == 1 else pytest.mark.slow)
+             for n, w in WORKLOADS.items() for j in range(1, len(w.schedules))]
 
 
 @pytest.mark.parametrize("name,j", SCHEDULES)
 def test_every_schedule_validates_emulated(name, j):
-    """Schedule 0 is covered above; each other schedule at the small size, f32."""
+    """Schedule 0 is covered above; each other schedule at the small size, f32
+    (schedule 1 of every workload by default, the others under -m slow)."""
     wl = WORKLOADS[name]
     _judge(name, "small", f32, j, wl.schedules[j])
 
