@@ -398,3 +398,13 @@ def test_register_limit():
     assert bad.status == REFUTED and "172800" in bad.counterexample_lines()[0]
     with pytest.raises(TilenestError, match="no register count"):
         register_limits(k, {})
+
+
+def test_gather_through_loaded_indices_is_unknown_not_a_crash():
+    """An access whose element is computed from loaded data (a gather in a
+    nested parallel) gives an ``unknown`` barrier obligation, never a crash."""
+    from tilenest.validation.fuzz import Spec, check_spec
+
+    rec = check_spec(Spec("f32", 2, (1, 8), False, True, [("gather", 1, "raw")]), 2,
+                     target="cuda")
+    assert rec.status == "ok" and rec.compared > 0, rec.message

@@ -536,11 +536,13 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
                    "before": x.gt(y)}[sc.rel]
             eqs.append(Fm.atom(rel))
         alts.append(Fm.conj(*eqs))
-    ea = E.rename(a.index, ren_a)
-    eb = E.rename(b.index, ren_b)
+    opaque = a.index is None or b.index is None  # an element computed from data
+    ea = None if a.index is None else E.rename(a.index, ren_a)
+    eb = None if b.index is None else E.rename(b.index, ren_b)
+    same = Fm.TRUE if opaque else Fm.atom(ea.eq(eb))
     hyp = Fm.conj(Fm.atom(E.Var(pid).ge(0)), Fm.atom(E.Var(pid).lt(extents)),
                   _facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
-                  Fm.atom(th1.ne(th2)), Fm.atom(ea.eq(eb)))
+                  Fm.atom(th1.ne(th2)), same)
     syms = sorted(Fm.syms(hyp))
     assume = Fm.conj(*(Fm.atom(E.Sym(s).ge(0)) for s in syms))
     claim = Fm.Claim(Fm.ordered_vars(hyp), hyp, Fm.FALSE, assume)
@@ -553,7 +555,7 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
     def explain(pt: dict) -> list[str]:
         env = Fm.env_of(pt, syms)
         x1, x2 = E.evaluate(th1, env), E.evaluate(th2, env)
-        el = E.evaluate(ea, env)
+        el = "?" if ea is None else E.evaluate(ea, env)
         loops1 = ", ".join(f"{lp.var}={pt.get(ren_a[lp.var])}" for lp in a.loops if lp.var)
         loops2 = ", ".join(f"{lp.var}={pt.get(ren_b[lp.var])}" for lp in b.loops if lp.var)
         return [(f"program {pid}={pt.get(pid)}: threads {x1} and {x2} both access "
