@@ -134,6 +134,6 @@ def test_optimize_keeps_a_well_formed_module_verified():
           ret float %w
         }
         """), h)
-    jit.optimize(mod, tm)
+    mod = jit.optimize(mod, tm)
     mod.verify()
     assert "fadd" in str(mod)

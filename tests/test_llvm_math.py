@@ -274,7 +274,7 @@ def f32_max_ulp():
     h = jit.host()
     tm = jit.target_machine(h)
     mod = jit.parse(_MAX_ULP_IR, h)
-    jit.optimize(mod, tm, 2)
+    mod = jit.optimize(mod, tm, 2)
     eng = jit.Engine(mod, tm)
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                           ctypes.c_void_p)(eng.address("max_ulp"))

@@ -86,7 +86,7 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
     text = stage_ir(k, schedule, h)
     tm = jit.target_machine(h)
     mod = jit.parse(text, h)
-    jit.optimize(mod, tm)
+    mod = jit.optimize(mod, tm)
     opt = str(mod)
     return CompiledKernel(program, k, jit.Engine(mod, tm, h), schedule, text, opt,
                           time.perf_counter() - t0)

@@ -109,37 +109,26 @@ def _verify_error(mod: llvm.ModuleRef) -> str | None:
     return None
 
 
-def _take_over(mod: llvm.ModuleRef, other: llvm.ModuleRef) -> None:
-    """Make ``mod`` hold ``other``'s LLVM module and dispose of ``mod``'s old one.
+def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> llvm.ModuleRef:
+    """Run the O``level`` pipeline of the new pass manager on ``mod`` and return
+    the optimized module (``mod`` itself when the pipeline left it well formed).
 
-    Callers keep the ``ModuleRef`` they passed to :func:`optimize` (it
-    optimizes in place), so a re-optimized module must live behind the same
-    Python object. llvmlite has no public call for that; both objects are
-    plain owners of one LLVM module pointer each (same global context), so
-    exchanging the pointers and closing ``other`` frees the malformed one."""
-    mod._ptr, other._ptr = other._ptr, mod._ptr
-    mod._as_parameter_, other._as_parameter_ = other._as_parameter_, mod._as_parameter_
-    other.close()
-
-
-def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> None:
-    """Run the O``level`` pipeline of the new pass manager on ``mod`` in place.
-
-    Postcondition: ``mod`` verifies. When the full pipeline breaks the module,
-    the unoptimized module is optimized again under each of
-    :data:`FALLBACK_PIPELINES` in turn and the first verified result replaces
-    it; if none verifies, an internal ``TilenestError`` is raised (never an
-    abort in code generation)."""
+    Postcondition: the result verifies. When the full pipeline breaks the
+    module, the unoptimized module is optimized again under each of
+    :data:`FALLBACK_PIPELINES` in turn and the first verified result is
+    returned (``mod`` is then closed); if none verifies, an internal
+    ``TilenestError`` is raised (never an abort in code generation)."""
     original = mod.clone()
     try:
         _run_pipeline(mod, tm, level, level >= 2, level >= 2, True)
         err = _verify_error(mod)
+        out = mod
         for why, loop_vec, slp, unroll in FALLBACK_PIPELINES if err else ():
             retry = original.clone()
             _run_pipeline(retry, tm, level, loop_vec and level >= 2, slp and level >= 2, unroll)
             if _verify_error(retry) is None:
-                _take_over(mod, retry)
-                err = None
+                mod.close()
+                out, err = retry, None
                 break
             retry.close()
         if err is not None:
@@ -148,7 +137,8 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> Non
                 hint="a bug of LLVM's optimizer; every fallback pipeline failed too")
     finally:
         original.close()
-    mod.data_layout = str(tm.target_data)
+    out.data_layout = str(tm.target_data)
+    return out
 
 
 class Engine:
