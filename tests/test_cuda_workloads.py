@@ -28,13 +28,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tilenest as tn
 from tilenest import f32
 from tilenest.backends import cuda
 from tilenest.backends.simt.emulator import POISONS, POLICIES
 from tilenest.lowering import default_schedule
+from workload_checks import assert_validates
 from tilenest.workloads import WORKLOADS
-from tilenest.workloads.base import Result, check
+from tilenest.workloads.base import Result
 
 #: sizes judged by default; ``medium`` runs under -m slow; ``large`` never here
 _BIG = ("medium", "large")
@@ -93,28 +93,12 @@ def emulated_runs(wl, size, dtype, i: int, schedule=None) -> list[tuple[str, Res
     return out
 
 
-def assert_validates(label: str, r: Result, adm: tuple | None = None) -> tuple:
-    """The outputs of ``r`` against the oracle (``adm``: the admitted sets,
-    computed when not given; returned for reuse) and the FP64 formula."""
-    tag = f"{r.workload.name} {r.size} {r.dtype.name} {r.schedule} [{label}]"
-    if adm is None:
-        got = tn.reference(r.kernel, *(_copy(a) for a in r.args.values()))
-        adm = got if isinstance(got, tuple) else (got,)
-    assert {a.name for a in adm} == set(r.outputs), tag
-    for a in adm:
-        v = a.admits(r.outputs[a.name])
-        assert v, f"{tag}: oracle ({a.name}): {v}"
-    checks = check(r)
-    assert checks, tag
-    for c in checks:
-        assert c, f"{tag}: FP64 formula: {c}"
-    return adm
 
 
 def _judge(name: str, size: str, dt, i: int, schedule=None) -> None:  # type: ignore[no-untyped-def]
     adm = None
     for label, r in emulated_runs(WORKLOADS[name], size, dt, i, schedule):
-        adm = assert_validates(label, r, adm)
+        adm = assert_validates(r, label, adm)
 
 
 @pytest.mark.parametrize("i,name,size,dt", [
@@ -158,8 +142,8 @@ def test_emulated_run_really_uses_the_generated_source():
     """A wrong emulated output is caught: corrupt one element of an emulated
     softmax result and both judges must reject it."""
     (label, r), _ = emulated_runs(WORKLOADS["softmax"], "small", f32, 0)
-    assert_validates(label, r)
+    assert_validates(r, label)
     out = next(iter(r.outputs))
     r.outputs[out].flat[4] += np.float32(0.125) * (1 + abs(r.outputs[out].flat[4]))
     with pytest.raises(AssertionError):
-        assert_validates(label, r)
+        assert_validates(r, label)
