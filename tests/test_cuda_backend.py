@@ -175,3 +175,31 @@ def test_vector_lanes_validate_on_both_paths(lanes):
              for r, c in ((3, 64), (3, 66), (2, 1000))]
     rep = tn.validate(kern, "cuda", compiled=ck, inputs=cases)
     assert rep.ok and rep.count("ok") == 3, rep.summary()
+
+
+def test_conformance_backend_runs_every_interleaving_and_flags_differences(monkeypatch):
+    """The conformance driver runs an emulated case under each interleaving and
+    reports a difference between them (a race in generated code) as such."""
+    import tilenest.backends as B
+    from tilenest import conformance as C
+
+    case = next(c for c in C.load_suite(C.default_suite(), ()) if c.verdict == "admitted")
+    seen = []
+
+    class Flaky:
+        interleavings = ({"policy": "in_order"}, {"policy": "reversed"})
+
+        def __call__(self, *args, params=None, policy=None, **kw):
+            seen.append(policy)
+            for a in args:
+                if isinstance(a, np.ndarray) and a.size and policy == "reversed":
+                    a.reshape(-1)[0] += 1  # another result under another interleaving
+
+    class Row:
+        def compile(self, *a, **k):
+            return Flaky()
+
+    monkeypatch.setattr(B, "target", lambda name: Row())
+    out = C.Backend("cuda").run(case)
+    assert seen == ["in_order", "reversed"]
+    assert out.error == "internal" and "interleavings" in out.message

@@ -384,15 +384,43 @@ class Backend:
 
         try:
             prog = load_program(case.program)
+            ck = target(self.name).compile(prog, None, check_assumes=True)
+        except TilenestError as e:
+            return Outcome(error=error_kind(e), message=e.render())
+        except Exception as e:  # noqa: BLE001 - a crash is an outcome like any other
+            return Outcome(error="internal", message=f"{type(e).__name__}: {e}")
+        # an emulated GPU runs the case under every thread interleaving: a
+        # race-free kernel gives one outcome under all of them
+        runs = getattr(ck, "interleavings", None) or ({},)
+        outs = [self._once(case, ck, how) for how in runs]
+        first = outs[0]
+        for how, o in zip(runs[1:], outs[1:], strict=True):
+            if not _same_outcome(first, o):
+                return Outcome(error="internal", message=(
+                    f"the outcome differs between thread interleavings ({runs[0]} and {how}): "
+                    "the generated code races"))
+        return first
+
+    @staticmethod
+    def _once(case: Case, ck: Any, how: dict) -> Outcome:
+        try:
             args = materialize(case)
-            target(self.name).compile(prog, None, check_assumes=True)(
-                *args, params=case.params or None)
+            ck(*args, params=case.params or None, **how)
         except TilenestError as e:
             return Outcome(error=error_kind(e), message=e.render())
         except Exception as e:  # noqa: BLE001 - a crash is an outcome like any other
             return Outcome(error="internal", message=f"{type(e).__name__}: {e}")
         return Outcome({s["name"]: a for s, a in zip(case.args, args, strict=True)
                         if isinstance(a, np.ndarray)})
+
+
+def _same_outcome(a: Outcome, b: Outcome) -> bool:
+    """Equal errors, or bitwise-equal output arrays."""
+    if a.error or b.error:
+        return a.error == b.error
+    return a.outputs.keys() == b.outputs.keys() and all(
+        x.dtype == b.outputs[k].dtype and x.shape == b.outputs[k].shape
+        and x.tobytes() == b.outputs[k].tobytes() for k, x in a.outputs.items())
 
 
 class External:

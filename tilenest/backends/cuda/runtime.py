@@ -81,6 +81,18 @@ class CudaKernel(ArgumentBinder):
     def resources(self) -> Any:
         return self.built.resources
 
+    @property
+    def interleavings(self) -> tuple[dict, ...] | None:
+        """On the emulator: the keyword arguments of one call under each
+        thread interleaving policy (each with another poison), for callers
+        that run a case under all of them; ``None`` on a GPU."""
+        if self.device != "emulated":
+            return None
+        from ..simt.emulator import POISONS, POLICIES
+
+        return tuple({"policy": p, "poison": POISONS[i % len(POISONS)], "seed": i}
+                     for i, p in enumerate(POLICIES))
+
     def warnings(self) -> list[str]:
         """Reported compile warnings (register spills)."""
         return list(self.built.warnings())
