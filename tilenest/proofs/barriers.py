@@ -2,7 +2,11 @@
 between two block barriers (kind ``barrier.sufficiency``).
 
 The execution model is the SIMT form of the loop IR (``lowering/loopir.py``,
-"Threads"). Per program (one block of ``W`` threads):
+"Threads"). These obligations are the only ones stated over the loop IR
+rather than over TileIR, so this module (and ``gpu.py``) reads the loop IR's
+data classes -- imported inside functions, so that importing ``proofs`` still
+loads ``semantics`` alone; nothing else of ``lowering`` is used. Per program
+(one block of ``W`` threads):
 
 * **program-level** code (outside thread loops) runs redundantly on every
   thread: each of its loads is made by every thread ``t in [0, W)``, each of
