@@ -17,10 +17,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m tilenest.demo
 
-# the default suite on every core (test files kept whole on one worker, so
-# their module fixtures are built once)
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadfile
+	$(BIN)/python -m pytest
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
