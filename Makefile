@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m tilenest.demo
 
+# the default suite on every core (test files kept whole on one worker, so
+# their module fixtures are built once)
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
