@@ -13,7 +13,9 @@ f32 as the tilenest kernel does).
 Row workloads (``--only softmax rmsnorm layernorm``): the kernels of
 ``tilenest.workloads`` on 8192 x 8192 in f32 and bf16 (bf16 storage, f32
 arithmetic), every schedule of the workload whose dynamic shared memory fits a
-block (the others are listed as skipped), against eager PyTorch
+block (the others are listed as skipped), each with the GPU schedule choices of
+``GPU_SEARCH`` (threads per block, loads staged in shared memory or re-read;
+the fastest is starred), against eager PyTorch
 (``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
 the same call (a failing torch.compile is reported and the run goes on).
 Achieved bandwidth counts the input read once, the output written once and the
@@ -91,6 +93,10 @@ GEMM_SIZES = (4096, 8192)
 #: tile choices tried at 4096^3 (the first only with --quick); the fastest runs at 8192^3
 GEMM_SCHEDULES = ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"},
                   {"bm": 32, "bn": 32, "bk": 16, "loop": "pipeline"})
+#: GPU schedule choices searched for every row-workload schedule (each a
+#: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)
+GPU_SEARCH = ({}, {"block_threads": 512}, {"stage_loads": True},
+              {"block_threads": 512, "stage_loads": True})
 #: relative error norm allowed against the float64 reference, per storage dtype
 TOL = {"f32": 1e-4, "bf16": 1e-2}
 #: a sample lasts at least this long (seconds of device time)
@@ -355,23 +361,46 @@ def _sched_label(s: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in s.items())
 
 
+def _gpu_label(g: dict[str, Any]) -> str:
+    return "".join((f" bt{v}" if k == "block_threads" else " staged" if k == "stage_loads" and v
+                    else f" {k}={v}") for k, v in g.items())
+
+
+def gpu_search(cfg: Config) -> list[dict[str, Any]]:
+    """The GPU schedule overrides tried per row-workload schedule: the
+    command line's, else :data:`GPU_SEARCH` (``--quick``: the default only)."""
+    fixed = {n: v for n, v in (("block_threads", cfg.block_threads),
+                               ("vector_lanes", cfg.vector_lanes)) if v}
+    if cfg.quick:
+        return [fixed]
+    out: list[dict[str, Any]] = []
+    for g in GPU_SEARCH:
+        g = {**g, **fixed}
+        if g not in out:
+            out.append(g)
+    return out
+
+
 def compile_variant(run: Run, wl: Any, dtn: str, sched: dict[str, Any],
-                    sizes: dict[str, int]) -> tuple[Any, dict[str, Any]]:
-    """Compile one schedule of ``wl`` for the GPU; (kernel or None, record).
+                    sizes: dict[str, int], gpu: dict[str, Any] | None = None
+                    ) -> tuple[Any, dict[str, Any]]:
+    """Compile one schedule of ``wl`` for the GPU with the ``Schedule``
+    overrides ``gpu`` (default: the command line's); (kernel or None, record).
     A launch whose shared memory exceeds a block's opt-in limit is skipped."""
     from tilenest.backends import cuda
     from tilenest.backends.cuda.runtime import MAX_BLOCKS, MAX_SHARED
 
-    rec: dict[str, Any] = {"schedule": dict(sched), "label": _sched_label(sched)}
+    over = gpu if gpu is not None else gpu_search(dataclasses.replace(run.cfg, quick=True))[0]
+    rec: dict[str, Any] = {"schedule": dict(sched), "gpu": dict(over),
+                           "label": _sched_label(sched) + _gpu_label(over)}
     k = wl.kernel(getattr(run.D, dtn), sched)
-    over = {n: v for n, v in (("block_threads", run.cfg.block_threads),
-                              ("vector_lanes", run.cfg.vector_lanes)) if v}
     from tilenest.lowering import default_schedule
 
     ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **over),
                               device="gpu")
     rec["cuda_schedule"] = {"block_threads": ck.schedule.block_threads,
-                            "vector_lanes": ck.schedule.vector_lanes}
+                            "vector_lanes": ck.schedule.vector_lanes,
+                            "stage_loads": ck.schedule.stage_loads}
     rec["compile_s"] = ck.compile_seconds
     rec["resources"] = _resources(ck)
     rec["warnings"] = ck.warnings()
@@ -520,15 +549,17 @@ def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
     scheds = list(wl.schedules)
     impls: list[Impl] = []
     bound_all: list[tuple[dict[str, Any], list[Any]]] = []
-    for sched in scheds:
+    variants = [(sc, g) for sc in scheds for g in gpu_search(cfg)]
+    for sched, gpu in variants:
         if cfg.quick and bound_all:
             break
-        label = f"tilenest {_sched_label(sched)}"
+        label = f"tilenest {_sched_label(sched)}{_gpu_label(gpu)}"
         try:
-            ck, v = compile_variant(run, wl, dtn, sched, {"R": R, "C": C})
+            ck, v = compile_variant(run, wl, dtn, sched, {"R": R, "C": C}, gpu)
         except Exception as e:  # noqa: BLE001 - reported, the run goes on
-            run.problem(f"{name} {dtn} {_sched_label(sched)}: compile: {type(e).__name__}: {e}")
-            rec["tilenest"].append({"schedule": sched, "error": f"{type(e).__name__}: {e}"})
+            run.problem(f"{label}: compile: {type(e).__name__}: {e}")
+            rec["tilenest"].append({"schedule": sched, "gpu": gpu,
+                                    "error": f"{type(e).__name__}: {e}"})
             continue
         rec["tilenest"].append(v)
         if ck is None:
@@ -604,6 +635,8 @@ def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
     for entry in [*(v for v, _ in bound_all), *(rec["baselines"][k] for k in base_calls)]:
         entry["bytes_per_s"] = nbytes / entry["median_s"]
         entry["fraction_of_copy"] = entry["bytes_per_s"] / ceiling
+    if bound_all:
+        rec["best"] = min((v for v, _ in bound_all), key=lambda v: v["median_s"])["label"]
     for v, _ in bound_all:
         print(f"tilenest {v['label']}: {v['median_s'] * 1e3:.3f} ms, "
               f"{v['bytes_per_s'] / 1e12:.2f} TB/s ({100 * v['fraction_of_copy']:.0f}% of copy)",
@@ -732,19 +765,20 @@ def table(out: dict[str, Any]) -> str:
              f"{ce['copy_ceiling_bytes_per_s'] / 1e12:.2f};  cuBLAS bf16 TFLOP/s: {cb}")
     if out["rows"]:
         L.append("")
-        L.append(f"{'rows ' + str(ROWS) + 'x' + str(COLS):<17}{'impl':<17}{'ms':>8}{'TB/s':>7}"
+        L.append(f"{'rows ' + str(ROWS) + 'x' + str(COLS):<17}{'impl':<26}{'ms':>8}{'TB/s':>7}"
                  f"{'%copy':>7}{'eager/tn':>9}{'comp/tn':>9}{'spread':>7}{'comp s':>7}"
                  f"{'rel err':>9}")
         for r in out["rows"]:
             w = f"{r['workload']} {r['dtype']}"
             for v in r["tilenest"]:
-                lab = "tn " + v.get("label", _sched_label(v.get("schedule", {})))
+                lab = ("*" if v.get("label") == r.get("best") else "") + "tn " + v.get(
+                    "label", _sched_label(v.get("schedule", {})))
                 if "median_s" not in v:
                     why = v.get("skipped") or v.get("error") or "not timed"
-                    L.append(f"{w:<17}{lab:<17}  {why[:70]}")
+                    L.append(f"{w:<17}{lab:<26}  {why[:70]}")
                     continue
                 rt = v.get("ratio", {})
-                L.append(f"{w:<17}{lab:<17}{_f(v['median_s'], '8.3f', 1e3)}"
+                L.append(f"{w:<17}{lab:<26}{_f(v['median_s'], '8.3f', 1e3)}"
                          f"{_f(v['bytes_per_s'], '7.2f', 1e-12)}"
                          f"{_f(v['fraction_of_copy'], '6.0f', 100)}%"
                          f"{_x(rt.get('eager'))}{_x(rt.get('compile'))}"
@@ -756,9 +790,9 @@ def table(out: dict[str, Any]) -> str:
                 if b is None:
                     continue
                 if "median_s" not in b:
-                    L.append(f"{w:<17}{'torch ' + k:<17}  {b.get('error', 'not timed')[:70]}")
+                    L.append(f"{w:<17}{'torch ' + k:<26}  {b.get('error', 'not timed')[:70]}")
                     continue
-                L.append(f"{w:<17}{'torch ' + k:<17}{_f(b['median_s'], '8.3f', 1e3)}"
+                L.append(f"{w:<17}{'torch ' + k:<26}{_f(b['median_s'], '8.3f', 1e3)}"
                          f"{_f(b['bytes_per_s'], '7.2f', 1e-12)}"
                          f"{_f(b['fraction_of_copy'], '6.0f', 100)}%{'':>18}"
                          f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('compile_s'), '7.2f')}"
@@ -786,7 +820,7 @@ def table(out: dict[str, Any]) -> str:
                          + (" (slow: single calls)" if v.get("slow") else ""))
     L.append("")
     L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
-             "difference of the two rounds' medians")
+             "difference of the two rounds' medians; *: the fastest tilenest schedule")
     for n in out["notes"]:
         L.append(f"note: {n}")
     L.append(f"total {out['wall_s']:.0f} s; "

@@ -70,18 +70,19 @@ def runs_for(i: int) -> list[tuple[str, str, int]]:
             (POLICIES[(i + 2) % 4], POISONS[(i + 1) % 3], 2 * i + 2)]
 
 
-def compile_emulated(wl, size, dtype, schedule=None):  # type: ignore[no-untyped-def]
-    """The kernel of ``wl`` for ``size``/``dtype`` and its emulated CUDA build."""
+def compile_emulated(wl, size, dtype, schedule=None, gpu=None):  # type: ignore[no-untyped-def]
+    """The kernel of ``wl`` for ``size``/``dtype`` and its emulated CUDA build
+    (``gpu``: further ``Schedule`` overrides)."""
     sched = dict(wl.schedules[0] if schedule is None else schedule)
     k = wl.kernel(dtype, sched, wl.size(size))
-    s = default_schedule(k.program, "cuda", block_threads=THREADS)
+    s = default_schedule(k.program, "cuda", **{"block_threads": THREADS, **(gpu or {})})
     return sched, k, cuda.compile_program(k.program, s, device="emulated")
 
 
-def emulated_runs(wl, size, dtype, i: int, schedule=None) -> list[tuple[str, Result]]:  # type: ignore[no-untyped-def]
+def emulated_runs(wl, size, dtype, i: int, schedule=None, gpu=None) -> list[tuple[str, Result]]:  # type: ignore[no-untyped-def]
     """Run the emulated build of ``wl`` on its seeded arguments once per run
     of :func:`runs_for`; each labelled with its policy and poison."""
-    sched, k, ck = compile_emulated(wl, size, dtype, schedule)
+    sched, k, ck = compile_emulated(wl, size, dtype, schedule, gpu)
     sz = wl.size(size)
     args = wl.args(sz, dtype)
     out = []
@@ -95,9 +96,9 @@ def emulated_runs(wl, size, dtype, i: int, schedule=None) -> list[tuple[str, Res
 
 
 
-def _judge(name: str, size: str, dt, i: int, schedule=None) -> None:  # type: ignore[no-untyped-def]
+def _judge(name: str, size: str, dt, i: int, schedule=None, gpu=None) -> None:  # type: ignore[no-untyped-def]
     adm = None
-    for label, r in emulated_runs(WORKLOADS[name], size, dt, i, schedule):
+    for label, r in emulated_runs(WORKLOADS[name], size, dt, i, schedule, gpu):
         adm = assert_validates(r, label, adm)
 
 
@@ -119,6 +120,23 @@ def test_every_schedule_validates_emulated(name, j):
     (schedule 1 of every workload by default, the others under -m slow)."""
     wl = WORKLOADS[name]
     _judge(name, "small", f32, j, wl.schedules[j])
+
+
+#: row workloads whose rows are read more than once (staging changes their code)
+STAGED = ("softmax", "rmsnorm", "layernorm")
+
+
+@pytest.mark.parametrize("i,name,size,dt,vector", [
+    pytest.param(i, n, s, dt, v, id=f"{n}-{s}-{dt.name}-v{v}",
+                 marks=() if (s, dt, v) == ("medium", f32, 4) else pytest.mark.slow)
+    for i, (n, s, dt) in enumerate(c for c in SMALL + MEDIUM if c[0] in STAGED)
+    for v in (1, 4)])
+def test_staged_loads_validate_emulated(i, name, size, dt, vector):
+    """``Schedule(stage_loads=True)``: rows read once into shared memory, then
+    every use reads the shared copy. At the medium size the thread loops have
+    full vector groups (the strip-mined, unrolled loop), a partial group and
+    groups past the end; with one lane per step the scalar loops run."""
+    _judge(name, size, dt, i, gpu={"stage_loads": True, "vector_lanes": vector})
 
 
 @pytest.mark.slow

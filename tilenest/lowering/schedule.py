@@ -38,6 +38,11 @@ those the program admits:
 * ``vector_lanes`` -- in the SIMT form, consecutive elements each thread
   takes per step of a distributed loop (1, 2, 4 or 8; the cuda default
   :func:`default_lanes` makes one 128-bit access of the narrowest tensor).
+* ``stage_loads`` -- on ``cuda``, a tensor tile the program reads more than
+  once is read from global memory once into shared memory (one DRAM pass,
+  at the cost of its shared bytes per block: occupancy) instead of re-read
+  at each use (the default: re-reads hit the L2 cache only partly). The
+  benchmark's schedule search picks it per kernel.
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -94,12 +99,14 @@ class Schedule:
     aliases: tuple[tuple[str, ...], ...] = ()
     block_threads: int | None = None
     vector_lanes: int = 1
+    stage_loads: bool = False
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
-                     self.check_assumes, self.aliases, self.mma_block, self.block_threads, self.vector_lanes))
+                     self.check_assumes, self.aliases, self.mma_block, self.block_threads, self.vector_lanes,
+                     self.stage_loads))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -266,7 +273,8 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
     bounds are ``zero``/``fill``/``assume``. For ``cuda`` a load used a few
     times is re-read (from the L2 cache) and the cheap elementwise ops of
     :data:`GPU_RECOMPUTE` are recomputed at each use, rather than kept in
-    shared memory. Rank-0 results are kept in scalar
+    shared memory (with ``schedule.stage_loads`` such a load is kept, in shared
+memory, as on the CPU). Rank-0 results are kept in scalar
     locals. Explicit ``schedule.storage`` entries win. Decisions are made
     users-first (reverse program order)."""
     uses, stage_of = _uses(program)
@@ -322,7 +330,10 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
             n = count(r.name, rank, True)
             eff[r.name] = n
             pol = op.attrs["bounds"].kind.value
-            again = n <= 1 or (n < MANY and (gpu or _full_rows(op)))
+            if gpu:
+                again = n <= 1 or (n < MANY and not schedule.stage_loads)
+            else:
+                again = n <= 1 or (n < MANY and _full_rows(op))
             ok = (op.operands[0].name not in stored and pol in ("zero", "fill", "assume")
                   and rank > 0 and again)
             plan[r.name] = "inline" if ok else "materialize"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -46,6 +47,34 @@ REG = {"bool": "bool", "i8": "signed char", "i16": "short", "i32": "int", "i64":
        "f64": "double"}
 
 _TRANSCENDENTAL = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "erf")
+#: full vector groups of a thread's strip-mined loop unrolled this many times
+#: (that many wide loads in flight per thread)
+UNROLL = 4
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    """The widenable accesses of one lane loop (``Emitter.lane_plan``):
+    ``loop`` the ``for.vector v in [0, V)``, its lanes in bounds while
+    ``first + v < n``; ``stmts`` the guarded body; ``loads``/``stores`` map
+    each widened access to its index at ``v = 0``."""
+
+    loop: Any
+    V: int
+    first: E.Expr
+    n: E.Expr
+    stmts: tuple
+    loads: dict
+    stores: dict
+
+    def accesses(self) -> list[tuple[Any, E.Expr]]:
+        return [*self.loads.items(), *self.stores.items()]
+
+    def group_bytes(self, node: Any) -> int:
+        """The alignment one ``V``-wide access of ``node`` needs (at most 16)."""
+        return min(16, max(1, node.buf.dtype.itemsize) * self.V)
+
+
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
@@ -442,6 +471,8 @@ class Emitter:
             return
         if s.kind == "vector" and self.in_thread and self.lane_loop(s):
             return
+        if self.strip_loop(s):
+            return
         lo, hi = self.idx(s.lo), self.idx(s.hi)
         if (s.kind == "vector" and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
                 and s.hi.value - s.lo.value <= 8):
@@ -453,25 +484,26 @@ class Emitter:
         self.block(s.body)
         self.w("}")
 
-    def lane_loop(self, s: L.For) -> bool:
-        """A thread's ``V`` consecutive elements (``for.vector v in [0, V): if l
-        < n: body``, ``l = l0 + v``, as ``simt.py`` distributes) with vector
-        accesses: every unguarded load or store of the body whose index is
-        ``e0 + v`` in a global or shared buffer becomes one ``V``-wide access
-        when the whole group is in bounds and each address is aligned to the
-        group's size (checked per group at run time); other groups run the
-        scalar loop. Buffers the body both loads and stores keep scalar
-        accesses (the lanes' order matters for them). Returns False (nothing
-        emitted) when the loop has another shape or nothing to widen."""
+    def lane_plan(self, s: L.For) -> "LanePlan | None":
+        """The vector accesses of a thread's ``V`` consecutive elements, or None.
+
+        ``s`` must be ``for.vector v in [0, V): if l < n: body`` with ``l = l0
+        + v`` (as ``simt.py`` distributes). Every unguarded load or store of the
+        top-level body whose index is ``e0 + v`` in a global or shared buffer
+        can become one ``V``-wide access when the whole group is in bounds
+        (``l0 + V <= n``) and each address is aligned to the group's size.
+        Buffers the body both loads and stores keep scalar accesses (the
+        lanes' order matters for them). None when the loop has another shape
+        or nothing to widen."""
         if not (isinstance(s.lo, E.Const) and s.lo.value == 0 and isinstance(s.hi, E.Const)
                 and s.hi.value in (2, 4, 8) and len(s.body) == 1
                 and isinstance(s.body[0], L.If) and not s.body[0].orelse
                 and isinstance(s.body[0].cond, L.IPred)):
-            return False
+            return None
         V = int(s.hi.value)
         cond = s.body[0].cond.p
         if not (isinstance(cond, E.Cmp) and cond.op == "<"):
-            return False
+            return None
         stmts = s.body[0].then
         v = E.Var(s.var.name)
         sub: dict = {}
@@ -487,7 +519,7 @@ class Emitter:
             return all(E.add(at(e, k), E.mul(-1, e0)) == E.Const(k) for k in range(1, V))
 
         if not unit(cond.a):
-            return False
+            return None
         touched_w = {st.buf.name for st in L.walk(stmts) if isinstance(st, L.Store)}
         loads: dict = {}
         for st in stmts:  # top level only: these run for every lane of a full group
@@ -508,16 +540,54 @@ class Emitter:
                             for o in L.walk(stmts)) == 1):
                 stores[st] = at(st.index.e, 0)
         if not loads and not stores:
+            return None
+        return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores)
+
+    def aligned(self, plan: "LanePlan", at: dict | None = None) -> list[str]:
+        """Run-time tests that every widened access of ``plan`` is aligned to
+        its group's size (group start indices substituted by ``at``)."""
+        out = []
+        for node, e0 in plan.accesses():
+            out.append(f"tn_aligned(&{self.buf(node.buf)}[{self.idx(E.subst(e0, at or {}))}], "
+                       f"{plan.group_bytes(node)})")
+        return out
+
+    def lane_loop(self, s: L.For) -> bool:
+        """``s`` with vector accesses (:meth:`lane_plan`): a group in bounds
+        whose addresses are aligned (both checked per group at run time) runs
+        the widened body, any other group the scalar loop. False (nothing
+        emitted) when ``s`` has nothing to widen."""
+        plan = self.lane_plan(s)
+        if plan is None:
             return False
-        vn = self.names(s.var.name)
-        conds = [f"{self.idx(at(cond.a, 0))} + {V} <= {self.idx(cond.b)}"]
-        for node, e0 in list(loads.items()) + list(stores.items()):
-            nbytes = min(16, max(1, node.buf.dtype.itemsize) * V)
-            conds.append(f"tn_aligned(&{self.buf(node.buf)}[{self.idx(e0)}], {nbytes})")
-        self.w(f"if ({' && '.join(conds)}) {{  // {V} lanes, vector accesses")
+        conds = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}", *self.aligned(plan)]
+        self.w(f"if ({' && '.join(conds)}) {{  // {plan.V} lanes, vector accesses")
+        self.block_of(lambda: self.vector_group(plan))
+        self.w("} else {")
+        self.block_of(lambda: self.scalar_group(s))
+        self.w("}")
+        return True
+
+    def block_of(self, emit: Callable[[], None]) -> None:
         self.ind += 1
+        emit()
+        self.ind -= 1
+
+    def scalar_group(self, s: L.For) -> None:
+        vn = self.names(s.var.name)
+        self.w("#pragma unroll")
+        self.w(f"for ({vn} = 0; {vn} < {s.hi.value}; ++{vn}) {{")
+        self.block(s.body)
+        self.w("}")
+
+    def vector_group(self, plan: "LanePlan") -> None:
+        """The widened body of one full, aligned group: one ``V``-wide load per
+        widened load, the lanes' statements on the loaded packs, one ``V``-wide
+        store per widened store."""
+        V, s = plan.V, plan.loop
+        vn = self.names(s.var.name)
         repl: dict = {}
-        for k, (node, e0) in enumerate(loads.items()):
+        for k, (node, e0) in enumerate(plan.loads.items()):
             t = mem(node.buf.dtype)
             q = self.names(f"vq.{k}.{vn}", "tn")
             self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>(&{self.buf(node.buf)}"
@@ -526,7 +596,7 @@ class Emitter:
             self.names.map[marker.name] = f"{q}.e[{vn}]"
             repl[node] = L.Ref(marker)
         outs = []
-        for k, (node, e0) in enumerate(stores.items()):
+        for k, (node, e0) in enumerate(plan.stores.items()):
             t = mem(node.buf.dtype)
             q = self.names(f"vs.{k}.{vn}", "tn")
             self.w(f"tn_pack<{t}, {V}> {q};")
@@ -538,20 +608,72 @@ class Emitter:
         def fe(x: Any) -> Any:
             return repl.get(x) if isinstance(x, L.Load) else None
 
-        wide = tuple(L.Assign(repl[st], L.map_expr(st.value, fe)) if st in stores
-                     else L.map_stmts((st,), fe)[0] for st in stmts)
+        wide = tuple(L.Assign(repl[st], L.map_expr(st.value, fe)) if st in plan.stores
+                     else L.map_stmts((st,), fe)[0] for st in plan.stmts)
         self.w("#pragma unroll")
         self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
         self.block(wide)
         self.w("}")
         for node, e0, q, t in outs:
             self.w(f"tn_vstore<{t}, {V}>(&{self.buf(node.buf)}[{self.idx(e0)}], {q});")
+
+    def strip_loop(self, s: L.For) -> bool:
+        """A thread's serial loop over groups whose body is one lane loop
+        (:meth:`lane_plan`), ``l0 = c r + a0`` with a constant stride ``c >
+        0``: split into the full groups, ``r < nf`` with ``nf`` the first
+        ``r`` where ``c r + a0 + V > n`` (``nf = floor((n - V - a0) / c) +
+        1``, clamped to the loop's range), then the rest. When every widened
+        address is aligned at ``r = lo`` and its stride in ``r`` is a multiple
+        of the group's size (so aligned at every ``r``; tested once, at run
+        time), the full groups run widened, unrolled by ``UNROLL`` with no
+        per-group test (several loads in flight per thread), and the rest
+        scalar; otherwise every group runs scalar. Iterations keep their order.
+        False (nothing emitted) for any other loop."""
+        if not (self.in_thread and s.kind == "serial" and not s.reverse and len(s.body) == 1
+                and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
+            return False
+        plan = self.lane_plan(s.body[0])
+        if plan is None:
+            return False
+        r = E.Var(s.var.name)
+
+        def stride(e: E.Expr) -> E.Expr:
+            return E.add(E.subst(e, {r: 1}), E.mul(-1, E.subst(e, {r: 0})))
+
+        c = stride(plan.first)
+        if not (isinstance(c, E.Const) and c.value > 0
+                and E.add(E.subst(plan.first, {r: 2}), E.mul(-2, c)) == E.subst(plan.first, {r: 0})):
+            return False
+        for node, e0 in plan.accesses():
+            k = stride(e0)
+            if not (isinstance(k, E.Const) and (k.value * node.buf.dtype.itemsize)
+                    % plan.group_bytes(node) == 0):
+                return False
+        rn, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
+        a0 = E.subst(plan.first, {r: 0})
+        full = E.add(E.floordiv(E.add(plan.n, E.add(E.mul(-1, a0), -plan.V)), c.value), 1)
+        nf = self.names(f"nf.{rn}", "tn")
+        self.w("{")
+        self.ind += 1
+        self.w(f"const long long {nf} = tn_clamp({self.idx(full)}, {lo}, {hi});")
+        at = {r: s.lo}
+        self.w(f"if ({' && '.join(self.aligned(plan, at))}) {{  // full groups: "
+               f"{plan.V} lanes, vector accesses")
+        self.ind += 1
+        self.w(f"#pragma unroll {UNROLL}")
+        self.w(f"for ({rn} = {lo}; {rn} < {nf}; ++{rn}) {{")
+        self.block_of(lambda: self.vector_group(plan))
+        self.w("}")
+        self.w(f"for ({rn} = {nf}; {rn} < {hi}; ++{rn}) {{")
+        self.block_of(lambda: self.scalar_group(s.body[0]))
+        self.w("}")
         self.ind -= 1
         self.w("} else {")
         self.ind += 1
-        self.w("#pragma unroll")
-        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
-        self.block(s.body)
+        self.w(f"for ({rn} = {lo}; {rn} < {hi}; ++{rn}) {{")
+        self.block_of(lambda: self.scalar_group(s.body[0]))
+        self.w("}")
+        self.ind -= 1
         self.w("}")
         self.ind -= 1
         self.w("}")

@@ -191,6 +191,10 @@ template <typename T> TN_FN T tn_imax(T a, T b) { return a > b ? a : b; }
 template <typename T> TN_FN T tn_imin(T a, T b) { return a < b ? a : b; }
 
 // index arithmetic: Python floor division and modulo on 64-bit values
+// x clamped to [lo, max(lo, hi)]
+TN_FN long long tn_clamp(long long x, long long lo, long long hi) {
+  return x < lo ? lo : (x > hi ? (hi > lo ? hi : lo) : x);
+}
 TN_FN long long tn_xfloordiv(long long a, long long b) {
   if (b == 0) return 0;
   if (b == -1) return -a;
