@@ -92,6 +92,8 @@ COPY_BYTES = 2 << 30
 GEMM_SIZES = (4096, 8192)
 #: tile choices tried at 4096^3 (the first only with --quick); the fastest runs at 8192^3
 GEMM_SCHEDULES = ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"},
+                  {"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"},
+                  {"bm": 128, "bn": 64, "bk": 16, "loop": "pipeline"},
                   {"bm": 32, "bn": 32, "bk": 16, "loop": "pipeline"})
 #: GPU schedule choices searched for every row-workload schedule (each a
 #: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)

@@ -204,7 +204,21 @@ class Lowerer:
             return
         lvs = [self.fresh("i", L.INDEX) for _ in dims]
         q = {d: E.Var(v.name) for d, v in zip(dims, lvs, strict=True)}
+        if (self.sched.block_threads and kind == "vector" and not reverse and len(dims) > 1
+                and all(isinstance(e, E.Const) for e in extents[1:])):
+            # SIMT: one perfect vector nest over the whole box, guards kept per
+            # element, so that one distributed loop covers the box (its linear
+            # index splits into the dims by constant divisors)
+            self._flat(0, lvs, extents, q, body)
+            return
         self._nest(0, lvs, dims, extents, q, body, guards, exclusive, reverse, kind)
+
+    def _flat(self, k: int, lvs: list, extents: tuple, q: Index, body: Callable) -> None:
+        if k == len(lvs):
+            body(q)
+            return
+        self._loop(lvs[k], E.Const(0), extents[k],
+                   lambda: self._flat(k + 1, lvs, extents, q, body), "vector", False)
 
     def _range_facts(self, v: L.LVar, lo: E.Expr, hi: E.Expr, ext: E.Expr) -> int:
         x = E.Var(v.name)

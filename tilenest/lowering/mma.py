@@ -22,6 +22,14 @@ that are not multiples of the block get one tail band of rows and one tail
 block of columns, with the same structure. Without a free(b) dim there is
 nothing to vectorize across: the plain order batch, free(a), contraction
 runs.
+
+SIMT schedules (``Schedule.block_threads``; :func:`simt_contract`) invert
+the nest: the micro-tiles are the independent iterations of a ``vector``
+nest that the SIMT form distributes over the block's threads (one micro-tile
+per thread and step), and inside each the contraction runs with the
+``rows x cols`` micro-tile unrolled innermost, so each thread keeps its
+accumulators in registers across the contraction and reuses each loaded
+element of ``a`` ``cols`` times and of ``b`` ``rows`` times.
 """
 
 from __future__ import annotations
@@ -62,6 +70,9 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
     (``site``: the ``mma`` op's location, for schedule errors)."""
     fa, fb = list(roles["free_a"]), list(roles["free_b"])
     batch, red = list(roles["batch"]), list(roles["contraction"])
+    if lw.sched.block_threads:
+        simt_contract(lw, roles, ext_of, update)
+        return
     if not fb:
         _box(lw, batch + fa + red, ext_of, {}, update)
         return
@@ -95,6 +106,68 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
             band(q, E.Const(0), E.Const(1))
             return
         _blocks(lw, ext_of[rdim], rows_blk, lambda r0, rows: band(q, r0, rows))
+
+    _box(lw, outer, ext_of, {}, tiles)
+
+
+#: the largest SIMT micro-tile side (accumulators per thread: at most 64)
+SIMT_TILE = 8
+
+
+def simt_tile(rows: E.Expr, cols: E.Expr, threads: int) -> tuple[int, int]:
+    """The SIMT micro-tile ``(tm, tn)`` for an output of ``rows x cols``
+    elements and ``threads`` threads: powers of two dividing constant extents,
+    grown (columns first, then rows, alternately) while the micro-tiles still
+    number at least ``threads``, each side at most :data:`SIMT_TILE`;
+    ``(1, 1)`` for symbolic extents."""
+    if not (isinstance(rows, E.Const) and isinstance(cols, E.Const)):
+        return 1, 1
+    R, C = rows.value, cols.value
+    tm = tn = 1
+    grew = True
+    while grew:
+        grew = False
+        for side in ("n", "m"):
+            m2, n2 = (tm, 2 * tn) if side == "n" else (2 * tm, tn)
+            if (max(m2, n2) <= SIMT_TILE and R % m2 == 0 and C % n2 == 0
+                    and (R // m2) * (C // n2) >= threads):
+                tm, tn, grew = m2, n2, True
+    return tm, tn
+
+
+def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
+                  update: Callable[[Index], None]) -> None:
+    """The SIMT nest of ``mma`` (module docstring): batch and outer free dims
+    serial, then ``for.vector ib: for.vector jb:`` over the micro-tiles of
+    the last free dims, the contraction dims serial inside, and the
+    ``tm x tn`` micro-tile unrolled innermost. Each output element still sees
+    its contraction points in lexicographic order."""
+    fa, fb = list(roles["free_a"]), list(roles["free_b"])
+    batch, red = list(roles["batch"]), list(roles["contraction"])
+    rdim = fa[-1] if fa else None
+    cdim = fb[-1] if fb else None
+    outer = batch + fa[:-1] + fb[:-1]
+    one = E.Const(1)
+    rows = ext_of[rdim] if rdim is not None else one
+    cols = ext_of[cdim] if cdim is not None else one
+    tm, tn = simt_tile(rows, cols, lw.sched.block_threads or 1)
+
+    def tiles(q: Index) -> None:
+        def cell(ib: E.Expr, jb: E.Expr) -> None:
+            def inner(qk: Index) -> None:
+                for r in range(tm):
+                    for c in range(tn):
+                        qq = dict(qk)
+                        if rdim is not None:
+                            qq[rdim] = ib * tm + r
+                        if cdim is not None:
+                            qq[cdim] = jb * tn + c
+                        update(qq)
+            _box(lw, red, ext_of, q, inner)
+
+        _loop(lw, E.Const(0), rows // tm, "vector",
+              lambda ib: _loop(lw, E.Const(0), cols // tn, "vector",
+                               lambda jb: cell(ib, jb)))
 
     _box(lw, outer, ext_of, {}, tiles)
 

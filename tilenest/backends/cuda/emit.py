@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Callable
 from typing import Any
 
@@ -471,7 +471,7 @@ class Emitter:
             return
         if s.kind == "vector" and self.in_thread and self.lane_loop(s):
             return
-        if self.strip_loop(s):
+        if self.strip_loop(s) or self.promoted_loop(s):
             return
         lo, hi = self.idx(s.lo), self.idx(s.hi)
         if (s.kind == "vector" and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
@@ -616,6 +616,73 @@ class Emitter:
         self.w("}")
         for node, e0, q, t in outs:
             self.w(f"tn_vstore<{t}, {V}>(&{self.buf(node.buf)}[{self.idx(e0)}], {q});")
+
+    def promoted_loop(self, s: L.For) -> bool:
+        """Scalar replacement: a thread's serial loop whose straight-line body
+        reads and writes fixed elements of a buffer (every access unguarded,
+        its index independent of the loop and of everything the body assigns,
+        the indices of one buffer equal or a nonzero constant apart, so
+        distinct elements) keeps those elements in registers: loaded once
+        before the loop, stored once after it (only when it runs). No other
+        thread touches them until the next barrier (the barrier-sufficiency
+        obligation), and the body has no barrier, so the loop computes the
+        same values. False (nothing emitted) when nothing qualifies."""
+        if not (self.in_thread and s.kind in ("serial", "vector")
+                and all(isinstance(t, (L.Store, L.Assign)) for t in s.body)):
+            return False
+        varying = {s.var.name} | set(L.assigned(s.body))
+        acc: dict[str, list] = {}
+        blocked: set[str] = set()
+        for t in s.body:
+            nodes = [y for x in L.stmt_exprs(t) for y in L.subexprs(x) if isinstance(y, L.Load)]
+            if isinstance(t, L.Store):
+                nodes.append(t)
+            for y in nodes:
+                ok = (y.guard is None and isinstance(y.index, L.IExpr)
+                      and not y.buf.dtype.is_bool
+                      and not (L.names(y.index) & varying))
+                if ok:
+                    acc.setdefault(y.buf.name, []).append(y)
+                else:
+                    blocked.add(y.buf.name)
+        chosen: dict = {}
+        for name, ys in acc.items():
+            if name in blocked or not any(isinstance(y, L.Store) for y in ys):
+                continue
+            idx = list(dict.fromkeys(y.index.e for y in ys))
+            if all(isinstance(d := E.add(a, E.mul(-1, b)), E.Const) and d.value != 0
+                   for i, a in enumerate(idx) for b in idx[i + 1:]):
+                chosen[name] = (ys[0].buf, idx)
+        if not chosen:
+            return False
+        regs: dict = {}
+        self.w(f"if ({self.idx(s.lo)} < {self.idx(s.hi)}) {{  // registers across the loop")
+        self.ind += 1
+        for buf, idx in chosen.values():
+            for e in idx:
+                r = self.names(f"rg.{buf.name}.{len(regs)}", "tn")
+                marker = L.LVar(f"@rg{len(regs)}.{r}", buf.dtype)
+                self.names.map[marker.name] = r
+                regs[(buf.name, e)] = marker
+                self.w(f"{REG[buf.dtype.name]} {r} = {self.buf(buf)}[{self.idx(e)}];")
+
+        def fe(x: Any) -> Any:
+            if isinstance(x, L.Load) and x.buf.name in chosen:
+                return L.Ref(regs[(x.buf.name, x.index.e)])
+            return None
+
+        def fs(t: Any) -> Any:
+            if isinstance(t, L.Store) and t.buf.name in chosen:
+                return (L.Assign(regs[(t.buf.name, t.index.e)], L.map_expr(t.value, fe)),)
+            return None
+
+        body = L.map_stmts(s.body, fe, fs)
+        self.loop(replace(s, body=body))
+        for (name, e), marker in regs.items():
+            self.w(f"{self.buf(chosen[name][0])}[{self.idx(e)}] = {self.names(marker.name)};")
+        self.ind -= 1
+        self.w("}")
+        return True
 
     def strip_loop(self, s: L.For) -> bool:
         """A thread's serial loop over groups whose body is one lane loop
