@@ -137,3 +137,43 @@ def test_optimize_keeps_a_well_formed_module_verified():
     mod = jit.optimize(mod, tm)
     mod.verify()
     assert "fadd" in str(mod)
+
+
+# A strict right fold over a 32-element tile (fully unrolled by LLVM), then two
+# tree sums of the tile plus the fold, then a pipeline reading another tensor.
+# LLVM 22's SLP vectorizer turned the unrolled sums into a wrong shuffle
+# reduction: every output was off by a small integer (here 3), no error, no
+# crash. Found by the random-program campaign (seed 20265, item 17760) and
+# reduced by hand; the SLP vectorizer is now off (``jit.SLP_VECTORIZE``).
+@tn.kernel
+def _fold_then_tree_sums(x: tn.Tensor[tn.i32, "N"], z: tn.Tensor[tn.i32, "N"],
+                         y: tn.Tensor[tn.i32, "N"]):
+    (n,) = x.shape
+    z = z.with_dims(*x.dims())
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 32))):
+        o = tn.coord(p.index(0) * 32)
+        t = x[o, tn.shape(32), tn.bounds.fill(2)]
+        s = tn.scalar(0, tn.i32)
+        for r in p.reduce(t.domain(t.dim(0)), policy=tn.fold_right):
+            s = t.at(r) - s * 2
+        t = t + s
+        t = t + tn.reduce(t, t.dim(0), tn.add, policy=tn.unordered_tree)
+        t = t + tn.reduce(t, t.dim(0), tn.add, policy=tn.unordered_tree)
+        acc = t
+        for k in p.pipeline(tn.shape(1), tn.pipeline_policy(0, 1)):
+            k.stage("load")
+            v = z[tn.coord(p.index(0) * 32), tn.shape(32), tn.bounds.zero]
+            k.stage("use")
+            acc = acc + v
+        y(o, tn.shape(32)).store(acc)
+
+
+@pytest.mark.parametrize("n", [13, 32, 45])
+def test_unrolled_fold_then_tree_sums_is_not_miscompiled(n):
+    x = (np.arange(n) % 3).astype(np.int32)
+    z = np.ones(n, np.int32)
+    y = np.zeros(n, np.int32)
+    compile_program(_fold_then_tree_sums.program, cache=False)(x, z, y)
+    verdict = tn.reference(_fold_then_tree_sums, x, z, np.zeros(n, np.int32)).admits(y)
+    assert verdict.ok, str(verdict)
