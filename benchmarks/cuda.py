@@ -339,12 +339,11 @@ def _unwritten(torch: Any, out: Any) -> int:
 
 
 def _phases(ck: Any, sizes: dict[str, int]) -> list[dict[str, Any]]:
-    """Each launch of ``ck`` at these symbol values: blocks, threads, dynamic shared bytes."""
-    from tilenest.semantics import expr as E
-
-    env = {E.Sym(s): sizes[s] for s in ck.kernel.syms}
-    return [{"name": i.name, "blocks": int(E.evaluate(i.programs, env)), "threads": i.threads,
-             "shared_bytes": int(E.evaluate(i.shared_bytes, env))} for i in ck.source.kernels]
+    """Each launch of ``ck`` at these symbol values: blocks, threads, dynamic
+    shared bytes (``CudaKernel.launches``, unchecked: the caller skips what
+    does not fit)."""
+    return [{"name": i.name, "blocks": n, "threads": i.threads, "shared_bytes": smem}
+            for i, n, smem in ck.launches(sizes, check=False)]
 
 
 def _resources(ck: Any) -> dict[str, Any]:

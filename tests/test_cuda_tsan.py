@@ -100,25 +100,21 @@ def tsan_call(ck, arrays: tuple) -> tuple[list, dict]:  # type: ignore[no-untype
     """Run every phase of ``ck`` on ``arrays`` under ThreadSanitizer, in
     order, as the runtime launches them; arrays are updated in place.
     Returns the reports (one per launch) and the call's symbol values. The
-    launch arguments are laid out by the runtime's own packing
-    (``CudaKernel._args``), so this stays the ABI the emulator is called with."""
+    launch arguments and sizes are the runtime's own
+    (``CudaKernel.launch_args``, ``CudaKernel.launches``), so this stays the
+    ABI the emulator is called with."""
     keep, syms = ck.bind(arrays, None)
     assert ck.aliases(keep) == ck.schedule.aliases
     symvals = [int(syms[s]) for s in ck.kernel.syms]
     status = np.zeros(1, dtype=np.int32)
     args = [int(a) if isinstance(a, np.int64) else a
-            for a in ck._args(keep, symvals, status, lambda a: a)]
-    env = {E.Sym(s): syms[s] for s in ck.kernel.syms}
+            for a in ck.launch_args(keep, symvals, status, lambda a: a)]
     kernels = {i.name: list(i.params) for i in ck.source.kernels}
     reports = []
-    for info in ck.source.kernels:
-        n = int(E.evaluate(info.programs, env))
-        if n <= 0:
-            continue
+    for info, n, smem in ck.launches(syms):
         reports.append(em.run_tsan(ck.source.text, info.name, (n,), (info.threads,), args,
                                    kernels=kernels, include_dirs=(cuda.prelude_dir(),),
-                                   shared_bytes=int(E.evaluate(info.shared_bytes, env)),
-                                   policy="random", seed=7, timeout=240.0))
+                                   shared_bytes=smem, policy="random", seed=7, timeout=240.0))
         assert status[0] == 0, f"{info.name}: status {status[0]}"
     return reports, syms
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import NotAvailableError
@@ -44,6 +45,19 @@ TARGETS: dict[str, Target] = {
                    "NVIDIA GPUs (sm_90a) through CUDA C++ and NVRTC; on a GPU, or on the "
                    "host emulator"),
 }
+
+
+def stage_text(target_name: str, stages: Any, program: Any, stage: str,
+               schedule: Callable[[], Any]) -> str:
+    """The text of ``stage`` for ``program`` from a backend's ``STAGES``
+    table, under the schedule ``schedule()`` resolves (called only for a
+    known stage); an unknown stage is an error listing the stages."""
+    from ..errors import TilenestError
+
+    if stage not in stages:
+        raise TilenestError(f"unknown stage '{stage}' for target {target_name}",
+                            hint="stages: " + ", ".join(stages))
+    return stages[stage](program, schedule())
 
 
 def target(name: str) -> Target:

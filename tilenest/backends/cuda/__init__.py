@@ -220,7 +220,6 @@ STAGES: dict[str, Callable[[TileProgram, Schedule], str]] = {
 
 def emit(program: TileProgram, stage: str, schedule: Schedule | None = None) -> str:
     """The text of one stage for ``program``."""
-    if stage not in STAGES:
-        raise TilenestError(f"unknown stage '{stage}' for target cuda",
-                            hint="stages: " + ", ".join(STAGES))
-    return STAGES[stage](program, _schedule(program, schedule))
+    from .. import stage_text
+
+    return stage_text("cuda", STAGES, program, stage, lambda: _schedule(program, schedule))

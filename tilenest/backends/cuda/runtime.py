@@ -173,25 +173,8 @@ class CudaKernel(ArgumentBinder):
             return self.variant(groups)(*arrays, params=params, policy=policy, seed=seed,
                                         poison=poison)
         k = self.kernel
-        if self.precondition is not None:
-            self.precondition.check({s: int(syms[s]) for s in k.syms})
-        env = {E.Sym(s): syms[s] for s in k.syms}
         symvals = [int(syms[s]) for s in k.syms]
-        for info in self.source.kernels:
-            n = int(E.evaluate(info.programs, env))
-            if n <= 0:
-                continue
-            smem = int(E.evaluate(info.shared_bytes, env))
-            if n > MAX_BLOCKS:
-                raise TilenestError(f"{info.name}: {n} programs exceed the grid limit "
-                                    f"{MAX_BLOCKS}", self.program.loc,
-                                    "split the top-level parallel domain")
-            if smem > MAX_SHARED:
-                raise TilenestError(
-                    f"{info.name}: the program's shared buffers need {smem} bytes for these "
-                    f"sizes, above the {MAX_SHARED} a block can have", self.program.loc,
-                    "use smaller tiles per program (the shared-capacity obligation states "
-                    "the sizes that fit)")
+        for info, n, smem in self.launches(syms):
             status = np.zeros(1, dtype=np.int32)
             if self.device == "emulated":
                 self._launch_emulated(info, n, smem, keep, symvals, status, policy, seed, poison)
@@ -203,7 +186,39 @@ class CudaKernel(ArgumentBinder):
                 if v.name in self.stored]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _args(self, keep: list, symvals: list[int], status: Any, conv: Any) -> list:
+    def launches(self, syms: dict[str, int], check: bool = True) -> list[tuple[Any, int, int]]:
+        """``(kernel info, blocks, dynamic shared bytes)`` of every launch a call
+        with these symbol values makes, in order (phases with no programs left
+        out). With ``check`` the launch precondition (O-13) is checked first,
+        and a grid above :data:`MAX_BLOCKS` or shared memory above
+        :data:`MAX_SHARED` is an error, never a truncated launch."""
+        k = self.kernel
+        if check and self.precondition is not None:
+            self.precondition.check({s: int(syms[s]) for s in k.syms})
+        env = {E.Sym(s): int(syms[s]) for s in k.syms}
+        out = []
+        for info in self.source.kernels:
+            n = int(E.evaluate(info.programs, env))
+            if n <= 0:
+                continue
+            smem = int(E.evaluate(info.shared_bytes, env))
+            if check and n > MAX_BLOCKS:
+                raise TilenestError(f"{info.name}: {n} programs exceed the grid limit "
+                                    f"{MAX_BLOCKS}", self.program.loc,
+                                    "split the top-level parallel domain")
+            if check and smem > MAX_SHARED:
+                raise TilenestError(
+                    f"{info.name}: the program's shared buffers need {smem} bytes for these "
+                    f"sizes, above the {MAX_SHARED} a block can have", self.program.loc,
+                    "use smaller tiles per program (the shared-capacity obligation states "
+                    "the sizes that fit)")
+            out.append((info, n, smem))
+        return out
+
+    def launch_args(self, keep: list, symvals: list[int], status: Any, conv: Any) -> list:
+        """The launch arguments of every phase (the ABI of ``emit.py``): the
+        kernel's global buffers in argument order (bool elements as bytes,
+        each through ``conv``), one ``int64`` per symbol, the status word."""
         args = []
         for b in sorted(self.kernel.globals, key=lambda b: b.arg):
             a = keep[b.arg]
@@ -227,7 +242,7 @@ class CudaKernel(ArgumentBinder):
                     self._emu = emulator.build(
                         self.source.text, {i.name: list(i.params) for i in self.source.kernels},
                         include_dirs=(prelude_dir(),))
-        args = self._args(keep, symvals, status, lambda a: a)
+        args = self.launch_args(keep, symvals, status, lambda a: a)
         args = [a if not isinstance(a, np.int64) else int(a) for a in args]
         self._emu.launch(info.name, (n, 1, 1), (info.threads, 1, 1), args, shared_bytes=smem,
                          policy=policy, seed=seed, poison=poison)
@@ -252,7 +267,7 @@ class CudaKernel(ArgumentBinder):
                 return d
             return a
 
-        args = self._args(keep, symvals, status, conv)
+        args = self.launch_args(keep, symvals, status, conv)
         fn((n,), (info.threads,), tuple(args), shared_mem=smem)
         cp.cuda.Device().synchronize()
         for host, d in back:
@@ -287,24 +302,18 @@ class BoundLaunch:
 
         self.ck = ck
         k = ck.kernel
-        if ck.precondition is not None:
-            ck.precondition.check({s: syms[s] for s in k.syms})
-        env = {E.Sym(s): syms[s] for s in k.syms}
+        plan = ck.launches(syms)
         self.status = cp.zeros(1, dtype=np.int32)
         if ck._mod is None:
             ck._mod = _load_cubin(ck.cubin, [i.name for i in ck.source.kernels])
-        self.steps = []
         args = []
         for b in sorted(k.globals, key=lambda b: b.arg):
             a = keep[b.arg]
             args.append(a.view(cp.uint8) if a.dtype == np.bool_ else a)
         args += [np.int64(syms[s]) for s in k.syms]
         args.append(self.status)
-        for info in ck.source.kernels:
-            n = int(E.evaluate(info.programs, env))
-            smem = int(E.evaluate(info.shared_bytes, env))
-            if n <= 0:
-                continue
+        self.steps = []
+        for info, n, smem in plan:
             fn = ck._mod[info.name]
             if smem > 48 * 1024:
                 fn.max_dynamic_shared_size_bytes = smem

@@ -178,9 +178,6 @@ STAGES: dict[str, Callable[[TileProgram, Schedule], str]] = {
 
 def emit(program: TileProgram, stage: str, schedule: Schedule | None = None) -> str:
     """The text of one stage for ``program``."""
-    from ...errors import TilenestError
+    from .. import stage_text
 
-    if stage not in STAGES:
-        raise TilenestError(f"unknown stage '{stage}' for target llvm",
-                            hint="stages: " + ", ".join(STAGES))
-    return STAGES[stage](program, _schedule(program, schedule, {}))
+    return stage_text("llvm", STAGES, program, stage, lambda: _schedule(program, schedule, {}))

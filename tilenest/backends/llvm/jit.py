@@ -133,7 +133,7 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> llv
         _run_pipeline(mod, tm, level, level >= 2, SLP_VECTORIZE and level >= 2, True)
         err = _verify_error(mod)
         out = mod
-        for why, loop_vec, slp, unroll in FALLBACK_PIPELINES if err else ():
+        for _name, loop_vec, slp, unroll in FALLBACK_PIPELINES if err else ():
             retry = original.clone()
             _run_pipeline(retry, tm, level, loop_vec and level >= 2, slp and level >= 2, unroll)
             if _verify_error(retry) is None:
