@@ -5,3 +5,16 @@ ROOT = Path(__file__).resolve().parent.parent
 for p in (ROOT / "tests", ROOT / "examples"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
+
+# The suite judges freshly compiled code and freshly decided proofs: the
+# persistent cache (tilenest.diskcache) is off unless a test enables it with a
+# folder of its own (tests/test_diskcache.py). Emulator builds, which only
+# save host C++ compile time and are checked by their headers' contents, keep
+# their usual folder (as in a normal run).
+import os  # noqa: E402
+
+if "TILENEST_EMU_CACHE" not in os.environ:
+    from tilenest.backends.simt.emulator import cache_dir  # noqa: E402
+
+    os.environ["TILENEST_EMU_CACHE"] = str(cache_dir())
+os.environ["TILENEST_CACHE_DIR"] = "off"

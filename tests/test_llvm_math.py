@@ -275,7 +275,7 @@ def f32_max_ulp():
     tm = jit.target_machine(h)
     mod = jit.parse(_MAX_ULP_IR, h)
     mod = jit.optimize(mod, tm, 2)
-    eng = jit.Engine(mod, tm)
+    eng = jit.Engine.of_module(mod, tm)
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                           ctypes.c_void_p)(eng.address("max_ulp"))
     res = np.zeros(3)

@@ -158,7 +158,7 @@ def test_module_with_an_unbound_external_is_refused_naming_it():
                 "define double @f(double %x) {\n"
                 "  %y = call double @tn_no_such_function(double %x)\n  ret double %y\n}\n")
     with pytest.raises(UnresolvedSymbolError, match="tn_no_such_function") as e:
-        jit.Engine(m, jit.target_machine(jit.host()))
+        jit.Engine.of_module(m, jit.target_machine(jit.host()))
     assert e.value.hint and "report" in e.value.hint
 
 
@@ -166,7 +166,7 @@ def test_unbound_global_variable_is_refused_too():
     m = _module("@tn_no_such_global = external global i32\n"
                 "define i32 @f() {\n  %v = load i32, ptr @tn_no_such_global\n  ret i32 %v\n}\n")
     with pytest.raises(UnresolvedSymbolError, match="tn_no_such_global"):
-        jit.Engine(m, jit.target_machine(jit.host()))
+        jit.Engine.of_module(m, jit.target_machine(jit.host()))
 
 
 def test_symbols_are_bound_before_any_engine_exists():
@@ -195,7 +195,7 @@ def test_symbols_are_bound_before_any_engine_exists():
         "define double @f(double %x, double %y, ptr %p, i64 %n) {\n"
         "  call void @llvm.memset.p0.i64(ptr %p, i8 7, i64 %n, i1 false)\n"
         "  %r = frem double %x, %y\n  ret double %r\n}\n''', h)\n"
-        "e = jit.Engine(m, jit.target_machine(h))\n"
+        "e = jit.Engine.of_module(m, jit.target_machine(h))\n"
         "f = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double,\n"
         "                     ctypes.c_void_p, ctypes.c_int64)(e.address('f'))\n"
         "buf = (ctypes.c_uint8 * 300)()\n"
@@ -260,7 +260,7 @@ def _convert(x: np.ndarray, dst: type, features: str) -> tuple[np.ndarray, set[s
     m = jit.parse(_CONV.format(st=st, dt=dt, op=op), h)
     tm = jit.target_machine(h)
     imports = undefined_symbols(tm.emit_object(m))
-    e = jit.Engine(m, tm)
+    e = jit.Engine.of_module(m, tm)
     f = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(e.address("conv"))
     x = np.ascontiguousarray(x)
     y = np.zeros(x.shape, dst)

@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..diskcache import Store, key_of
+
 from ..errors import InternalError, Site, TilenestError
 from . import formula as Fm
 from .model import VarInfo
@@ -178,6 +180,41 @@ def decide_claim(ob: Obligation, timeout: float, engine: str = "auto") -> None:
     _decide(ob, timeout, engine)
 
 
+#: decided engine answers on disk (``tilenest.diskcache``), shared by processes
+PROOFS = Store("proofs")
+#: the answers of each engine that decide a claim (the ones kept on disk)
+_DEFINITE = {"isl_engine": ("empty", "point"), "z3_engine": ("unsat", "sat")}
+
+
+def _engine_versions() -> list[str]:
+    import islpy
+    import z3
+
+    return [z3.get_version_string(), str(getattr(islpy, "__version__", ""))]
+
+
+def _answer(engine: Any, cs: Any, params: Any, vars_: Any, data: Any, timeout: float) -> Any:
+    """``engine.decide(cs, params, vars_, data, timeout)``, with definite
+    answers (proved, or a counterexample) kept in :data:`PROOFS` by the
+    formula's exact structure (its ``repr``), the variable lists and both
+    engines' versions. An ``unknown`` is never kept (a larger budget may
+    decide it); a counterexample read back is re-checked by evaluating the
+    claim like a fresh one (:func:`_decide`)."""
+    if PROOFS.folder() is None:
+        return engine.decide(cs, params, vars_, data, timeout)
+    name = engine.__name__.rsplit(".", 1)[-1]
+    key = key_of(["proof", name, repr(cs), list(params), list(vars_), list(data),
+                  *_engine_versions()])
+    got = PROOFS.get(key)
+    if got is not None:
+        m = got[0]
+        return engine.Answer(m["status"], m["point"], m["reason"])
+    a = engine.decide(cs, params, vars_, data, timeout)
+    if a.status in _DEFINITE[name]:
+        PROOFS.put(key, {"status": a.status, "point": a.point, "reason": a.reason}, {})
+    return a
+
+
 def _decide(ob: Obligation, timeout: float, engine: str) -> None:
     from . import isl_engine, z3_engine
 
@@ -191,18 +228,18 @@ def _decide(ob: Obligation, timeout: float, engine: str) -> None:
         ob.set(UNKNOWN, "isl", "non-affine term " + "; ".join(Fm.non_affine_terms(cs)[:2]))
         return
     if eng == "isl":
-        a = isl_engine.decide(cs, params, vars_, data, timeout)
+        a = _answer(isl_engine, cs, params, vars_, data, timeout)
         status = {"empty": PROVED, "point": REFUTED}.get(a.status, UNKNOWN)
         if status == UNKNOWN and "budget" not in a.reason:
             # isl could not parse/handle it: give z3 the same budget
-            b = z3_engine.decide(cs, params, vars_, data, timeout)
+            b = _answer(z3_engine, cs, params, vars_, data, timeout)
             if b.status != "unknown":
                 eng, a = "z3", isl_engine.Answer("empty" if b.status == "unsat" else "point",
                                                  b.point, b.reason)
                 status = PROVED if b.status == "unsat" else REFUTED
         point, reason = a.point, a.reason
     else:
-        b = z3_engine.decide(cs, params, vars_, data, timeout)
+        b = _answer(z3_engine, cs, params, vars_, data, timeout)
         status = {"unsat": PROVED, "sat": REFUTED}.get(b.status, UNKNOWN)
         point, reason = b.point, b.reason
         if status == UNKNOWN and not affine:

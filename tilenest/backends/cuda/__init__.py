@@ -67,11 +67,11 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
     return k, emit_cuda(k, aliased)
 
 
-def _build(src: CudaSource, want_ptx: bool = False) -> Any:
+def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
     from .nvrtc import compile_cuda
 
     return compile_cuda(src.text, "tilenest.cu", arch=ARCH, include_dirs=(prelude_dir(),),
-                        want_ptx=want_ptx)
+                        want_ptx=want_ptx, cache=cache)
 
 
 def gpu_obligations(k: Any) -> tuple[list, list]:
@@ -138,7 +138,7 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     k, src = stage_source(program, s, maps)
     bar, res = gpu_obligations(k)
     obs = obs + _refuse_refuted(bar + coverage_obligations(maps)) + res
-    built = _build(src)
+    built = _build(src, cache=cache)
     from ...proofs import gpu
 
     regs = {i.phase: built.resources[i.name].registers for i in src.kernels

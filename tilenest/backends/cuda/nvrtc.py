@@ -41,6 +41,7 @@ from types import MappingProxyType
 
 from tilenest.errors import NotAvailableError, Site, TilenestError, UsageError
 
+from ...diskcache import Store, file_digest, key_of
 from .resources import KernelResources, kernel_resources
 
 #: Options every :func:`compile_cuda` passes (besides the target and includes).
@@ -397,6 +398,8 @@ class CompiledCuda:
 _CACHE_SIZE = 64
 _cache: OrderedDict[tuple, CompiledCuda] = OrderedDict()
 _cache_lock = threading.Lock()
+#: NVRTC results on disk (``tilenest.diskcache``), shared by processes
+DISK = Store("nvrtc")
 
 
 def clear_cache() -> None:
@@ -448,14 +451,17 @@ def build_options(arch: str = "sm_90a", options: Iterable[str] = (),
 
 def compile_cuda(source: str, name: str = "kernel.cu", *, arch: str = "sm_90a",
                  options: tuple[str, ...] = (), include_dirs: tuple = (),
-                 want_ptx: bool = False) -> CompiledCuda:
+                 want_ptx: bool = False, cache: bool = True) -> CompiledCuda:
     """Compile CUDA C++ ``source`` for ``arch`` under the numerical contract.
 
     ``name`` is the file name the diagnostics use. A real target (``sm_90a``)
     yields a cubin and its resource report; a virtual one (``compute_90a``)
     yields PTX only (``want_ptx`` is implied). ``ptx`` is returned when asked
     for and produced. Results are cached in-process by (source, name,
-    options, arch, NVRTC version and path, want_ptx), at most 64 of them.
+    options, arch, NVRTC version and path, want_ptx), at most 64 of them, and
+    on disk (:data:`DISK`) by the same and the contents of the headers in
+    ``include_dirs``; a disk hit runs no NVRTC. ``cache=False`` compiles
+    afresh (and stores the result).
 
     Raises :class:`CudaCompileError` with the log's ``line:col`` sites when
     NVRTC rejects the source, :class:`NotAvailableError` when there is no
@@ -466,16 +472,31 @@ def compile_cuda(source: str, name: str = "kernel.cu", *, arch: str = "sm_90a",
     want_ptx = want_ptx or arch.startswith("compute_")
     key = (source, name, full, lib.version, lib.path, want_ptx)
     with _cache_lock:
-        hit = _cache.get(key)
+        hit = _cache.get(key) if cache else None
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    raw = compile_program(source, name, full)
-    if raw.status != NVRTC_SUCCESS:
-        raise compile_error(raw, source, name, full)
-    if arch.startswith("sm_") and not raw.cubin:
-        raise CudaCompileError(f"NVRTC produced no cubin for {arch}", source=source, log=raw.log,
-                               hint="NVRTC reported success without code; see its log")
+    headers = [f for d in include_dirs for f in Path(d).glob("*")
+               if f.suffix in (".h", ".cuh", ".hpp")]
+    dkey = key_of(["nvrtc", source, name, list(full), list(lib.version), str(lib.path),
+                   want_ptx, file_digest(headers)])
+    got = DISK.get(dkey) if cache else None
+    if got is not None:
+        meta, parts = got
+        raw = RawCompile(NVRTC_SUCCESS, "NVRTC_SUCCESS", meta["log"], parts["cubin"],
+                         parts["ptx"].decode() if "ptx" in parts else None)
+    else:
+        raw = compile_program(source, name, full)
+        if raw.status != NVRTC_SUCCESS:
+            raise compile_error(raw, source, name, full)
+        if arch.startswith("sm_") and not raw.cubin:
+            raise CudaCompileError(f"NVRTC produced no cubin for {arch}", source=source,
+                                   log=raw.log,
+                                   hint="NVRTC reported success without code; see its log")
+        parts = {"cubin": raw.cubin}
+        if want_ptx and raw.ptx is not None:
+            parts["ptx"] = raw.ptx.encode()
+        DISK.put(dkey, {"log": raw.log}, parts)
     table = kernel_resources(raw.log, raw.cubin or None)
     result = CompiledCuda(
         cubin=raw.cubin, ptx=raw.ptx if want_ptx else None, log=raw.log, options=full,

@@ -75,7 +75,7 @@ def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
 
 
 def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
-          host: jit.Host | None = None) -> CompiledKernel:
+          host: jit.Host | None = None, cache: bool = True) -> CompiledKernel:
     """Generate, optimize and JIT an already lowered kernel ``k`` (uncached)
     for ``host`` (default: this process's CPU and all its features; another
     host must be one this CPU can run, e.g. the same CPU with features
@@ -84,12 +84,9 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
     h = host or jit.host()
     k = stage_serial(k)
     text = stage_ir(k, schedule, h)
-    tm = jit.target_machine(h)
-    mod = jit.parse(text, h)
-    mod = jit.optimize(mod, tm)
-    opt = str(mod)
-    return CompiledKernel(program, k, jit.Engine(mod, tm, h), schedule, text, opt,
-                          time.perf_counter() - t0)
+    obj, opt = jit.compile_object(text, h, jit.target_machine(h), cache)
+    return CompiledKernel(program, k, jit.Engine(obj, h, f"module '{program.name}'"), schedule,
+                          text, opt, time.perf_counter() - t0, h)
 
 
 def compile_program(program: TileProgram, schedule: Schedule | None = None,
@@ -104,7 +101,10 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     code cannot observe a race while it runs, so it refuses the program), a
     refuted schedule obligation a ``TilenestError``; the verdicts, ``unknown``
     ones included, are kept in the kernel's ``obligations``. ``host`` is as
-    for :func:`build`."""
+    for :func:`build`. Kernels are cached in this process by program,
+    schedule and host, and their object code on disk (``jit.DISK``,
+    ``tilenest.diskcache``) by LLVM IR, host and toolchain; ``cache=False``
+    compiles afresh."""
     s = _schedule(program, schedule, overrides)
     h = host or jit.host()
     key = cache_key(program, s, h)
@@ -115,12 +115,12 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
             if got.schedule.threads != s.threads or got.schedule.chunk != s.chunk:
                 obs = getattr(got, "obligations", [])
                 got = CompiledKernel(got.program, got.kernel, got.engine, s, got.llvm_ir,
-                                     got.optimized_ir, got.compile_seconds)
+                                     got.optimized_ir, got.compile_seconds, got.host)
                 got.obligations = obs
             return got
     t0 = time.perf_counter()
     obs = legality(program, s)
-    ck = build(program, stage_loopir(program, s), s, h)
+    ck = build(program, stage_loopir(program, s), s, h, cache)
     ck.obligations = obs
     ck.compile_seconds = time.perf_counter() - t0
     if cache:

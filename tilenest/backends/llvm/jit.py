@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
+from ...diskcache import Store, key_of
 from ...errors import TilenestError
 from . import symbols
 
@@ -151,27 +152,61 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> llv
     return out
 
 
+#: optimized object code on disk (``tilenest.diskcache``), shared by processes
+DISK = Store("llvm")
+
+
+def pipeline_key(h: Host) -> list:
+    """What the object code of a module depends on besides its IR: the host
+    (triple, CPU, features), llvmlite and LLVM versions, and the pipeline."""
+    import llvmlite
+
+    return [h.triple, h.cpu, h.features, llvmlite.__version__,
+            list(llvm.llvm_version_info), SLP_VECTORIZE, [list(f) for f in FALLBACK_PIPELINES]]
+
+
+def compile_object(text: str, h: Host, tm: llvm.TargetMachine,
+                   cache: bool = True) -> tuple[bytes, str]:
+    """``(object code, optimized IR text)`` of the LLVM IR ``text`` for ``h``:
+    parsed, optimized (:func:`optimize`) and compiled, or read from
+    :data:`DISK` when this IR was compiled for this host and toolchain before
+    (not with ``cache=False``: compiled afresh, and stored)."""
+    key = key_of(["llvm-object", text, *pipeline_key(h)])
+    got = DISK.get(key) if cache else None
+    if got is not None:
+        _, parts = got
+        return parts["object"], parts["optimized"].decode()
+    mod = optimize(parse(text, h), tm)
+    opt = str(mod)
+    obj = tm.emit_object(mod)
+    mod.close()
+    DISK.put(key, {}, {"object": obj, "optimized": opt.encode()})
+    return obj, opt
+
+
 class Engine:
-    """An MCJIT engine running one optimized module; ``address(name)`` gives a
+    """An MCJIT engine running one compiled object; ``address(name)`` gives a
     compiled function's entry point.
 
-    The module is compiled to an object file once; the object's imported
-    symbols must all be bound (else ``UnresolvedSymbolError``, before anything
-    is loaded), then the object is loaded into an engine of its own and
-    linked."""
+    The object's imported symbols must all be bound (else
+    ``UnresolvedSymbolError``, before anything is loaded), then the object is
+    loaded into an engine of its own and linked."""
 
-    def __init__(self, mod: llvm.ModuleRef, tm: llvm.TargetMachine, h: Host | None = None):
-        self.tm = tm
-        self.mod = mod
-        obj = tm.emit_object(mod)
-        symbols.check_object(obj, f"module '{mod.name}'")
+    def __init__(self, obj: bytes, h: Host, what: str = "module"):
+        symbols.check_object(obj, what)
         empty = llvm.parse_assembly("")
-        empty.triple = mod.triple
-        own_tm = target_machine(h or host())  # the engine owns its target machine
+        empty.triple = h.triple
+        self.tm = target_machine(h)  # the engine owns its target machine
         with _LOCK:
-            self.ee = llvm.create_mcjit_compiler(empty, own_tm)
+            self.ee = llvm.create_mcjit_compiler(empty, self.tm)
             self.ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
             self.ee.finalize_object()
+
+    @classmethod
+    def of_module(cls, mod: llvm.ModuleRef, tm: llvm.TargetMachine,
+                  h: Host | None = None) -> "Engine":
+        """The engine of a module, compiled to an object with ``tm``."""
+        return cls(tm.emit_object(mod), h or host(), f"module '{mod.name}'")
 
     def address(self, name: str) -> int:
         a = self.ee.get_function_address(name)

@@ -54,8 +54,9 @@ class CompiledKernel(ArgumentBinder):
     ``asm()`` show the generated code."""
 
     def __init__(self, program: TileProgram, kernel: L.Kernel, engine: Any, schedule: Any,
-                 llvm_ir: str, optimized_ir: str, compile_seconds: float):
+                 llvm_ir: str, optimized_ir: str, compile_seconds: float, host: Any = None):
         self.program = program
+        self.host = host
         self.kernel = kernel
         self.engine = engine
         self.schedule = schedule
@@ -71,9 +72,14 @@ class CompiledKernel(ArgumentBinder):
         return L.print_kernel(self.kernel)
 
     def asm(self) -> str:
-        from .jit import asm
+        """The host assembly of the optimized module."""
+        from .jit import asm, host, parse
 
-        return asm(self.engine.mod, self.engine.tm)
+        mod = parse(self.optimized_ir, self.host or host())
+        try:
+            return asm(mod, self.engine.tm)
+        finally:
+            mod.close()
 
     def __repr__(self) -> str:
         return f"<compiled {self.program.name} for llvm>"

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tilenest.diskcache import atomic_write, cache_root
 from tilenest.errors import RuntimeSemanticError, Site, TilenestError
 
 __all__ = [
@@ -312,12 +313,22 @@ def _launchers(kernels: Mapping[str, Sequence[str]], runner: bool) -> str:
 # -------------------------------------------------------------------- building
 def cache_dir() -> Path:
     """Where compiled emulator artifacts live: ``$TILENEST_EMU_CACHE``, else
-    ``$XDG_CACHE_HOME/tilenest/simt-emu``, else ``~/.cache/tilenest/simt-emu``."""
+    the ``simt-emu`` folder of the persistent cache (``tilenest.diskcache``:
+    ``$TILENEST_CACHE_DIR``, ``$XDG_CACHE_HOME/tilenest``, ``~/.cache/tilenest``);
+    with the cache off, a folder of this process's that goes with it."""
     env = os.environ.get("TILENEST_EMU_CACHE")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tilenest" / "simt-emu"
+    root = cache_root()
+    if root is None:
+        global _PRIVATE
+        if _PRIVATE is None:
+            _PRIVATE = tempfile.TemporaryDirectory(prefix="tilenest-emu-")
+        return Path(_PRIVATE.name)
+    return root / "simt-emu"
+
+
+_PRIVATE: tempfile.TemporaryDirectory | None = None
 
 
 _version_lock = threading.Lock()
@@ -375,10 +386,7 @@ def _read_depfile(path: Path, skip: set[str]) -> dict[str, str]:
 
 
 def _atomic_write(path: Path, data: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(path, data.encode())
 
 
 def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Sequence[str],
