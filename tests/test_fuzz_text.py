@@ -183,3 +183,35 @@ def test_mutations_handle_tokens_of_any_length():
     assert F._small_variant("12", rng).isdigit()
     for i in range(50):
         F.mutate_text("kernel @k() {\n  %x = const {value = " + "9" * 5000 + "} : f32\n}", rng)
+
+
+def test_a_one_off_pause_does_not_make_an_input_slow(monkeypatch):
+    """An input is slow only when it is slow twice: a pause charged to its
+    first reading (a garbage collection of a big heap) is not a finding, a
+    reading slow every time is."""
+    import tilenest.validation.fuzz_text as FT
+
+    real = FT.check_one
+    clock = {"t": 0.0, "calls": 0}
+
+    def fake_clock() -> float:
+        return clock["t"]
+
+    def first_slow(kind, text):  # type: ignore[no-untyped-def]
+        clock["calls"] += 1
+        if clock["calls"] == 1:
+            clock["t"] += 5.0  # the pause lands on the first reading only
+        return real(kind, text)
+
+    monkeypatch.setattr(FT.time, "process_time", fake_clock)
+    monkeypatch.setattr(FT, "check_one", first_slow)
+    rec = FT.check_item(2026, 3)
+    assert rec["status"] != "slow" and not rec.get("slow") and clock["calls"] == 2
+
+    def always_slow(kind, text):  # type: ignore[no-untyped-def]
+        clock["t"] += 5.0
+        return real(kind, text)
+
+    monkeypatch.setattr(FT, "check_one", always_slow)
+    rec = FT.check_item(2026, 3)
+    assert rec.get("slow") and rec["read_secs"] >= 5.0

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import importlib.util
 import json
 import random
@@ -513,7 +514,8 @@ def _corpus() -> list[Seed]:
 def check_item(seed: int, i: int) -> dict[str, Any]:
     """The campaign record of input ``i`` of campaign ``seed``: ``status`` is
     the reader's outcome (see :func:`check_one`), or ``slow`` for an input
-    that reads fine but took more than :data:`SLOW_S` processor seconds.
+    that reads fine but took more than :data:`SLOW_S` processor seconds (on
+    two readings, the second after a garbage collection).
     ``read_secs`` is the processor time of reading and the round trips
     (making the input is not counted). Findings carry ``"bug": true``, the
     error, its traceback and the input itself."""
@@ -521,6 +523,15 @@ def check_item(seed: int, i: int) -> dict[str, Any]:
     t0 = time.process_time()
     outcome, error, tb = check_one(s.kind, text)
     dt = time.process_time() - t0
+    if dt > SLOW_S:
+        # slow must mean reproducibly slow: a garbage collection of the
+        # process's whole heap (a long-lived test worker) lands on whichever
+        # input happens to trigger it. Collect first, time it again, keep the
+        # faster of the two.
+        gc.collect()
+        t0 = time.process_time()
+        check_one(s.kind, text)
+        dt = min(dt, time.process_time() - t0)
     rec: dict[str, Any] = {"status": outcome, "outcome": outcome, "reader": s.kind,
                            "from": s.name, "read_secs": round(dt, 4)}
     if dt > SLOW_S:
