@@ -695,12 +695,18 @@ class Emitter:
         time), the full groups run widened, unrolled by ``UNROLL`` with no
         per-group test (several loads in flight per thread), and the rest
         scalar; otherwise every group runs scalar. Iterations keep their order.
-        False (nothing emitted) for any other loop."""
+        False (nothing emitted) for any other loop, and for lanes that compute
+        a transcendental (compute-bound: :meth:`lane_loop` per group instead)."""
         if not (self.in_thread and s.kind == "serial" and not s.reverse and len(s.body) == 1
                 and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
             return False
         plan = self.lane_plan(s.body[0])
-        if plan is None:
+        if plan is None or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
+                               for st in plan.stmts for x in L.stmt_exprs(st)
+                               for y in L.subexprs(x)):
+            # lanes computing a transcendental (a libm call in double, or the
+            # exp formula) are not memory-bound: their three copies (wide,
+            # tail, fallback), unrolled, cost NVRTC minutes for no gain
             return False
         r = E.Var(s.var.name)
 
