@@ -177,3 +177,68 @@ def test_unrolled_fold_then_tree_sums_is_not_miscompiled(n):
     compile_program(_fold_then_tree_sums.program, cache=False)(x, z, y)
     verdict = tn.reference(_fold_then_tree_sums, x, z, np.zeros(n, np.int32)).admits(y)
     assert verdict.ok, str(verdict)
+
+
+# A second kernel of the same defect, from the same campaign (seed 20265,
+# item 42715): a right fold with a custom first-nonzero reducer over a tile,
+# a strict sum, a nested parallel of put chains and a data-dependent while
+# loop; with the SLP vectorizer every output was wrong (10 of 10 inputs).
+SECOND_SLP_KERNEL = """
+import tilenest as tn
+
+
+@tn.kernel
+def fz(x: tn.Tensor[tn.i32, "N0"], z: tn.Tensor[tn.i32, "N0"], y: tn.Tensor[tn.i32, "N0"], ix: tn.Tensor[tn.i32, "N0"]):
+    (n0,) = x.shape
+    z = z.with_dims(*x.dims())
+    y = y.with_dims(*x.dims())
+    ix = ix.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(tn.cdiv(n0, 32))):
+        o = tn.coord(p.index(0) * 32)
+        t = x[o, tn.shape(32), tn.bounds.fill(2)]
+        u = z[o, tn.shape(32), tn.bounds.fill(1)]
+        cr1 = tn.reducer('fz0_first', identity=0, merge=lambda a, b: tn.ite(a != 0, a, b), dtype=tn.i32, commutative=False)
+        sc1 = tn.scalar(0, tn.i32)
+        for rc1 in p.reduce(t.domain(t.dim(0)), contract=cr1, policy=tn.fold_right):
+            sc1 = tn.ite(sc1 != 0, sc1, t.at(rc1))
+        t = t + sc1
+        sr2 = tn.reduce(t, t.dim(0), tn.add, policy=tn.fold_left)
+        t = t + sr2
+        for pc3 in p.parallel(tn.shape(4), exec=tn.exec.thread):
+            part3 = tn.reindex(t, tn.shape(tn.axis(t.dim(0), 8)), lambda i: (pc3.index() * 8 + i,))
+            q3 = tn.reindex(u, tn.shape(tn.axis(t.dim(0), 8)), lambda i: (24 - pc3.index() * 8 + i,))
+            for kc3 in pc3.serial(tn.shape(2)):
+                part3 = part3 * 3 + q3
+            t = tn.put(t, (pc3.index() * 8,), part3)
+        si4 = ix[tn.coord(p.index(0) * 32), tn.shape(1), tn.bounds.zero]
+        si4 = tn.reduce(si4, si4.dim(0), tn.maximum)
+        si4 = tn.cast(si4, tn.i64)
+        it4 = tn.scalar(0, tn.i64)
+        while tn.while_(it4 < (si4 & 3)):
+            t = t * 3 + u
+            it4 = it4 + 1
+        y(o, tn.shape(32)).store(t)
+"""
+
+
+def test_second_campaign_miscompile_is_fixed(tmp_path):
+    import importlib.util
+
+    path = tmp_path / "second_slp_kernel.py"
+    path.write_text(SECOND_SLP_KERNEL)
+    spec = importlib.util.spec_from_file_location("second_slp_kernel", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    k = mod.fz
+    rng = np.random.default_rng(3)
+    ck = compile_program(k.program, cache=False)
+    for _ in range(3):
+        arrs = [rng.integers(-50, 50, 24).astype(np.int32) for _ in k.program.args]
+        outs = [a.copy() for a in arrs]
+        ck(*outs)
+        refs = tn.reference(k, *arrs)
+        refs = refs if isinstance(refs, tuple) else (refs,)
+        stored = [i for i, v in enumerate(k.program.args) if v.name in ck.stored]
+        for r, i in zip(refs, stored, strict=True):
+            verdict = r.admits(outs[i])
+            assert verdict.ok, str(verdict)

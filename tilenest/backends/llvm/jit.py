@@ -84,11 +84,11 @@ def parse(text: str, h: Host) -> llvm.ModuleRef:
 
 
 #: Whether the default pipeline runs LLVM's SLP vectorizer. Off: the
-#: differential campaign found two defects of LLVM 22's SLP vectorizer and no
-#: other optimizer defect -- IR that does not verify (a load placed after the
-#: shuffle using it), and a silent miscompile (a fully unrolled strict fold
-#: followed by two tree sums over the same tile returned wrong integers;
-#: ``tests/test_llvm_crash_regressions.py``). The lowering's ``vector`` loops
+#: differential campaigns found three defects of LLVM 22's SLP vectorizer and
+#: no other optimizer defect -- IR that does not verify (a load placed after
+#: the shuffle using it), and two silent miscompiles of integer kernels with a
+#: fully unrolled strict fold followed by sums over the same tile (wrong
+#: outputs, no error; ``tests/test_llvm_crash_regressions.py``). The lowering's ``vector`` loops
 #: are what the loop vectorizer vectorizes; without SLP the unrolled GEMM
 #: micro-kernel loses about 20% at 256^3 (``benchmarks/cpu.py``).
 SLP_VECTORIZE = False
