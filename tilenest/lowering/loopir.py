@@ -54,7 +54,7 @@ renders it; ``verify.py`` checks it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
 from ..semantics import dtypes as D
@@ -333,14 +333,134 @@ class LaneReduce:
 
 
 @dataclass(frozen=True)
+class Frag:
+    """A matrix view of a buffer for :class:`WarpMma`: element ``(i, j)`` is
+    ``buf[offset + i * si + j * sj]`` (``offset`` an index expression, the
+    strides constants)."""
+
+    buf: Buffer
+    offset: E.Expr
+    si: int
+    sj: int
+
+    def at(self, i: E.Expr, j: E.Expr) -> E.Expr:
+        return E.add(self.offset, E.add(E.mul(i, self.si), E.mul(j, self.sj)))
+
+    def __str__(self) -> str:
+        return f"{self.buf.name}[{E.to_str(self.offset)} + {self.si}i + {self.sj}j]"
+
+
+#: the tensor-core instruction shape of :class:`WarpMma` (rows, cols, depth)
+MMA_SHAPE = (16, 8, 16)
+
+
+@dataclass(frozen=True)
+class WarpMma:
+    """A matrix multiply-accumulate on tensor cores: for ``i < m``, ``j < n``
+
+        c[i, j] = c[i, j] + sum over kk < k of conv(a[i, kk]) * conv(b[kk, j])
+
+    (``conv``: the exact conversion of the f16/bf16 operands to the f32
+    accumulator). Only emitted for a reassociating ``mma``: the sum may be
+    evaluated in any grouping, each addition rounded faithfully (V-22).
+    ``m``, ``n``, ``k`` are multiples of :data:`MMA_SHAPE`.
+
+    With ``lane`` (an index expression, the lane id ``t % 32`` of the thread
+    loop it is in) it is a *warp collective*: the 32 lanes of one warp execute
+    it together (its offsets are uniform over the warp) and between them
+    compute the whole tile. Lane ``l`` owns the accumulator elements
+    ``(16 p + l // 4 + 8 h, 8 q + 2 (l % 4) + e)`` for ``p < m/16``, ``q < n/8``,
+    ``h, e < 2`` (the PTX fragment layout of ``mma.m16n8k16``: it reads and
+    writes exactly those of ``c``) and may read any element of the ``m x k``
+    block of ``a`` and the ``k x n`` block of ``b`` (:meth:`footprint`).
+    Without ``lane`` it is executed by one thread and computes every element.
+    """
+
+    a: Frag
+    b: Frag
+    c: Frag
+    m: int
+    n: int
+    k: int
+    lane: E.Expr | None = None
+    tag: str = "mma"
+
+    def lane_cells(self, lane: E.Expr) -> tuple[list[tuple["LVar", int]], E.Expr, E.Expr]:
+        """The loops ``(var, extent)`` enumerating lane ``lane``'s accumulator
+        elements and their coordinates ``(i, j)`` over those loop variables."""
+        vs = [LVar(f"{self.tag}.{x}", INDEX) for x in ("p", "q", "h", "e")]
+        p, q, h, e = (E.Var(v.name) for v in vs)
+        i = E.add(E.mul(p, 16), E.add(E.floordiv(lane, 4), E.mul(h, 8)))
+        j = E.add(E.mul(q, 8), E.add(E.mul(E.mod(lane, 4), 2), e))
+        return list(zip(vs, (self.m // 16, self.n // 8, 2, 2))), i, j
+
+    def update(self, i: E.Expr, j: E.Expr) -> tuple["Stmt", ...]:
+        """The in-order contraction of element ``(i, j)``: one admitted
+        evaluation, ``c = fma(a, b, c)`` over ``kk`` ascending."""
+        kv = LVar(f"{self.tag}.k", INDEX)
+        kk = E.Var(kv.name)
+        acc = LVar(f"{self.tag}.acc", self.c.buf.dtype)
+        dt = acc.dtype
+        ca = IExpr(self.c.at(i, j))
+        term = Fma(Cast(Load(self.a.buf, IExpr(self.a.at(i, kk))), dt),
+                   Cast(Load(self.b.buf, IExpr(self.b.at(kk, j))), dt), Ref(acc))
+        return (Assign(acc, Load(self.c.buf, ca)),
+                For(kv, E.Const(0), E.Const(self.k), (Assign(acc, term),)),
+                Store(self.c.buf, ca, Ref(acc)))
+
+    def reference(self) -> tuple["Stmt", ...]:
+        """The statement without concurrency: with ``lane``, what that lane
+        computes (its own elements); without, every element."""
+        if self.lane is None:
+            iv, jv = LVar(f"{self.tag}.i", INDEX), LVar(f"{self.tag}.j", INDEX)
+            body = self.update(E.Var(iv.name), E.Var(jv.name))
+            return (For(iv, E.Const(0), E.Const(self.m),
+                        (For(jv, E.Const(0), E.Const(self.n), body),)),)
+        loops, i, j = self.lane_cells(self.lane)
+        body = self.update(i, j)
+        for v, n in reversed(loops):
+            body = (For(v, E.Const(0), E.Const(n), body),)
+        return body
+
+    def footprint(self) -> tuple["Stmt", ...]:
+        """Statements making every access one lane of the collective may make
+        (for the race and barrier analyses): reads of the whole ``a`` and
+        ``b`` blocks, then the lane's own read-modify-write of ``c``."""
+        r, kk, cc = (LVar(f"{self.tag}.{x}", INDEX) for x in ("fr", "fk", "fc"))
+        rv, kv, cv = (E.Var(v.name) for v in (r, kk, cc))
+        sink = LVar(f"{self.tag}.sink", self.a.buf.dtype)
+        rd_a = For(r, E.Const(0), E.Const(self.m), (For(kk, E.Const(0), E.Const(self.k), (
+            Assign(sink, Load(self.a.buf, IExpr(self.a.at(rv, kv)))),)),))
+        rd_b = For(kk, E.Const(0), E.Const(self.k), (For(cc, E.Const(0), E.Const(self.n), (
+            Assign(sink, Load(self.b.buf, IExpr(self.b.at(kv, cv)))),)),))
+        return (rd_a, rd_b) + self.reference_cells()
+
+    def reference_cells(self) -> tuple["Stmt", ...]:
+        """The accumulator accesses of :meth:`reference` (no operand reads)."""
+        if self.lane is None:
+            iv, jv = LVar(f"{self.tag}.i", INDEX), LVar(f"{self.tag}.j", INDEX)
+            i, j = E.Var(iv.name), E.Var(jv.name)
+            loops = [(iv, self.m), (jv, self.n)]
+        else:
+            loops, i, j = self.lane_cells(self.lane)
+        acc = LVar(f"{self.tag}.acc", self.c.buf.dtype)
+        ca = IExpr(self.c.at(i, j))
+        body: tuple = (Assign(acc, Load(self.c.buf, ca)), Store(self.c.buf, ca, Ref(acc)))
+        for v, n in reversed(loops):
+            body = (For(v, E.Const(0), E.Const(n), body),)
+        return body
+
+
+@dataclass(frozen=True)
 class Comment:
     text: str
 
 
-Stmt = Union[Assign, Store, For, If, While, Check, Barrier, Shuffle, LaneReduce, Comment]
+Stmt = Union[Assign, Store, For, If, While, Check, Barrier, Shuffle, LaneReduce, WarpMma,
+             Comment]
 
 #: statements at which the threads of a thread loop synchronize
-SYNC = (Barrier, Shuffle, LaneReduce)
+SYNC = (Barrier, Shuffle, LaneReduce, WarpMma)
 
 # ---------------------------------------------------------------------------
 # kernels
@@ -468,6 +588,9 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             fl = "{" + ",".join(sorted(s.flags)) + "}" if s.flags else ""
             out.append(f"{pad}{s.dst.name}: {s.dst.dtype} = lane_reduce.{s.op}{fl}("
                        f"{expr_str(s.value)}, width={s.width}, mask={s.mask:#x})")
+        elif isinstance(s, WarpMma):
+            who = f", lane [{E.to_str(s.lane)}]" if s.lane is not None else ""
+            out.append(f"{pad}warp_mma.{s.m}x{s.n}x{s.k} {s.c} += {s.a} * {s.b}{who}")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")
         else:
@@ -602,6 +725,11 @@ def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
             s = Shuffle(s.dst, map_expr(s.value, fe), ix(s.lane), s.mode, s.width, s.mask)
         elif isinstance(s, LaneReduce):
             s = LaneReduce(s.dst, s.op, map_expr(s.value, fe), s.width, s.mask, s.flags)
+        elif isinstance(s, WarpMma):
+            s = replace(s, a=replace(s.a, offset=ix(s.a.offset)),
+                        b=replace(s.b, offset=ix(s.b.offset)),
+                        c=replace(s.c, offset=ix(s.c.offset)),
+                        lane=None if s.lane is None else ix(s.lane))
         r = fs(s) if fs is not None else None
         out.extend((s,) if r is None else r)
     return tuple(out)
@@ -648,7 +776,15 @@ def referenced(body: tuple) -> set[str]:
             note(IExpr(s.hi))
         elif isinstance(s, Shuffle):
             note(IExpr(s.lane))
+        elif isinstance(s, WarpMma):
+            for e in mma_indices(s):
+                note(IExpr(e))
     return out
+
+
+def mma_indices(s: WarpMma) -> list[E.Expr]:
+    """The index expressions a ``WarpMma`` reads (offsets and lane)."""
+    return [s.a.offset, s.b.offset, s.c.offset] + ([s.lane] if s.lane is not None else [])
 
 
 def has_sync(body: tuple) -> bool:

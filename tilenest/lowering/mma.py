@@ -172,6 +172,98 @@ def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
     _box(lw, outer, ext_of, {}, tiles)
 
 
+# ---------------------------------------------------------------------------
+# tensor cores
+
+#: the largest warp tile side (accumulators per lane: at most 64 x 64 / 32)
+WARP_TILE = 64
+MMA_UNITS = ("auto", "tensor", "simt")
+
+
+def warp_tile(rows: int, cols: int, warps: int) -> tuple[int, int]:
+    """The warp tile ``(wm, wn)`` of an output of ``rows x cols`` on
+    ``warps`` warps: sides in ``{16, 32, 64}`` dividing the output, the largest
+    area that still gives every warp a tile (the smallest, 16 x 16, when none
+    does), the squarer one among equals (fewest fragment loads per ``mma``)."""
+    sides = [x for x in (16, 32, 64) if x <= WARP_TILE]
+    cands = [(wm, wn) for wm in sides for wn in sides if rows % wm == 0 and cols % wn == 0]
+    full = [c for c in cands if (rows // c[0]) * (cols // c[1]) >= warps]
+    pool = full or [min(cands, key=lambda c: c[0] * c[1])]
+    return max(pool, key=lambda c: (c[0] * c[1], -abs(c[0] - c[1]), c[0]))
+
+
+def _stride(h: BufH, d: Dim) -> E.Expr:
+    """The element stride of dim ``d`` in dense buffer ``h``."""
+    zero = {x: E.Const(0) for x in h.dims}
+    return E.add(h.offset(zero | {d: E.Const(1)}), E.mul(-1, h.offset(zero)))
+
+
+def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
+                ext_of: dict[Dim, E.Expr]) -> str | tuple:
+    """Whether this ``mma`` runs on tensor cores: the reason it does not (a
+    string), or ``(m, n, k, wm, wn, strides)``. It qualifies when the schedule
+    is SIMT, the ``mma`` reassociates, ``a`` and ``b`` are f16 (or bf16)
+    tiles in dense program buffers with an f32 accumulator, there is one dim
+    of each role and no batch dim, the extents are constants (rows and
+    contraction multiples of 16, columns of 16) and every fragment row is
+    16-byte aligned (strides multiples of 8 elements)."""
+    at, bt, ct = (o.type for o in op.operands)
+    if not lw.sched.block_threads:
+        return "the schedule is not SIMT (block_threads unset)"
+    if not op.attrs["allow_reassociation"]:
+        return "the mma does not allow reassociation (tensor cores regroup the sum)"
+    if at.dtype != bt.dtype or at.dtype.name not in ("f16", "bf16") or ct.dtype != D.f32:
+        return (f"operands {at.dtype} x {bt.dtype} into {ct.dtype}: tensor cores take f16 or "
+                "bf16 into f32")
+    fa, fb, red = list(roles["free_a"]), list(roles["free_b"]), list(roles["contraction"])
+    if roles["batch"] or len(fa) != 1 or len(fb) != 1 or len(red) != 1:
+        return "tensor cores need one free dim in each operand, one contraction dim, no batch"
+    if not all(isinstance(h, BufH) for h in (a, b)):
+        return "an operand is not materialized in a program buffer"
+    m, n, k = (ext_of[d] for d in (fa[0], fb[0], red[0]))
+    if not all(isinstance(x, E.Const) for x in (m, n, k)):
+        return "symbolic tile extents"
+    M, N, K = m.value, n.value, k.value
+    if M % 16 or N % 16 or K % 16:
+        return f"tile {M}x{N}x{K}: rows, columns and contraction must be multiples of 16"
+    strides = []
+    for h, (di, dj) in ((a, (fa[0], red[0])), (b, (red[0], fb[0])), (res, (fa[0], fb[0]))):
+        si, sj = _stride(h, di), _stride(h, dj)
+        if not (isinstance(si, E.Const) and isinstance(sj, E.Const)):
+            return "an operand has symbolic strides"
+        strides.append((si.value, sj.value))
+    for si, sj in strides[:2]:
+        if 1 not in (si, sj) or max(si, sj) % 8:
+            return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of 8 "
+                    "(16-byte fragment rows)")
+    wm, wn = warp_tile(M, N, lw.sched.block_threads // 32)
+    return M, N, K, wm, wn, strides
+
+
+def tensor_contract(lw: Lowerer, op: Any, a: BufH, b: BufH, res: BufH, roles: dict,
+                    plan: tuple) -> None:
+    """The tensor-core nest of ``mma``: ``for.vector ib: for.vector jb:`` over
+    the ``wm x wn`` warp tiles of the output, each one ``WarpMma`` over the
+    whole contraction (the SIMT form gives each tile to one warp)."""
+    M, N, K, wm, wn, ((sam, sak), (sbk, sbn), (scm, scn)) = plan
+    fa, fb, red = roles["free_a"][0], roles["free_b"][0], roles["contraction"][0]
+    tag = lw.fresh("wm", L.INDEX).name
+    lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warp tiles of "
+                      f"m16n8k16 ({a.dtype} -> f32)"))
+
+    def tile(ib: E.Expr, jb: E.Expr) -> None:
+        i0, j0 = E.mul(ib, wm), E.mul(jb, wn)
+        zero = E.Const(0)
+        fr_a = L.Frag(a.buf, a.offset({fa: i0, red: zero}), sam, sak)
+        fr_b = L.Frag(b.buf, b.offset({red: zero, fb: j0}), sbk, sbn)
+        fr_c = L.Frag(res.buf, res.offset({fa: i0, fb: j0}), scm, scn)
+        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag))
+
+    _loop(lw, E.Const(0), E.Const(M // wm), "vector",
+          lambda ib: _loop(lw, E.Const(0), E.Const(N // wn), "vector",
+                           lambda jb: tile(ib, jb)))
+
+
 def _blocks(lw: Lowerer, n: E.Expr, size: int,
             emit: Callable[[E.Expr, E.Expr], None]) -> None:
     """Cover ``[0, n)`` by blocks of ``size`` and one tail block: calls

@@ -43,6 +43,13 @@ those the program admits:
   at the cost of its shared bytes per block: occupancy) instead of re-read
   at each use (the default: re-reads hit the L2 cache only partly). The
   benchmark's schedule search picks it per kernel.
+* ``mma_unit`` -- in the SIMT form, what computes a reassociating ``mma``:
+  ``"tensor"`` (warp tiles of ``mma.m16n8k16`` on the tensor cores,
+  ``lowering/mma.py``; an error naming the reason where the ``mma`` does not
+  qualify), ``"simt"`` (per-thread micro-tiles on the ordinary FMA units) or
+  ``"auto"`` (the default: tensor cores on ``cuda`` wherever the ``mma``
+  qualifies, else SIMT; on ``llvm`` always SIMT). The choice is noted in the
+  loop IR as a comment at the ``mma``.
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -100,13 +107,14 @@ class Schedule:
     block_threads: int | None = None
     vector_lanes: int = 1
     stage_loads: bool = False
+    mma_unit: str = "auto"
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.mma_block, self.block_threads, self.vector_lanes,
-                     self.stage_loads))
+                     self.stage_loads, self.mma_unit))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores

@@ -25,7 +25,9 @@ Warp collectives become exchanges through such a buffer: every lane writes
 its value (``xch[t] = v``), the loop splits, and every lane reads its source
 lane's (``dst = xch[src(t)]``, with ``src`` as in :class:`loopir.Shuffle`).
 ``LaneReduce`` is first expanded to its butterfly of shuffles
-(:func:`expand_lane_reduce`), so its grouping is the one the SIMT target runs.
+(:func:`expand_lane_reduce`), so its grouping is the one the SIMT target runs;
+``WarpMma`` to each lane's in-order contraction of the accumulator elements
+it owns (:func:`expand_warp_mma`).
 
 Invariant: the result has no thread loop, barrier of scope ``block``/``warp``
 or collective, and every thread loop of the input was executed for every
@@ -70,6 +72,20 @@ def expand_lane_reduce(body: tuple) -> tuple:
             o //= 2
         out.append(L.Assign(s.dst, L.Ref(v)))
         return tuple(out)
+
+    return L.map_stmts(body, lambda x: None, fs)
+
+
+def expand_warp_mma(body: tuple) -> tuple:
+    """Replace every ``WarpMma`` by its reference (``WarpMma.reference``: each
+    lane contracts its own accumulator elements in order, an evaluation the
+    reassociating sum admits). No split is needed at it: the accumulator
+    elements a lane touches are its own, and no thread writes the operands
+    in the collective's barrier interval (barrier sufficiency is proved over
+    ``WarpMma.footprint``, every element a lane of the warp may read)."""
+
+    def fs(s: Any) -> tuple | None:
+        return s.reference() if isinstance(s, L.WarpMma) else None
 
     return L.map_stmts(body, lambda x: None, fs)
 
@@ -244,7 +260,7 @@ class _ThreadLoop:
         return tuple(out)
 
     def serialize(self, loop: L.For) -> tuple:
-        body = expand_lane_reduce(loop.body)
+        body = expand_warp_mma(expand_lane_reduce(loop.body))
         self.private = L.assigned(body)
         self.private.pop(self.t.name, None)
         if not L.has_sync(body):

@@ -103,6 +103,10 @@ def accesses(body: tuple, many: bool) -> Accesses:
                     a.reads.add(y.buf.name)
         if isinstance(s, L.Store) and _shared_or_global(s.buf):
             (a.writes_many if inner else a.writes_one).add(s.buf.name)
+        if isinstance(s, L.WarpMma):
+            a.reads.update(f.buf.name for f in (s.a, s.b, s.c) if _shared_or_global(f.buf))
+            if _shared_or_global(s.c.buf):
+                a.writes_many.add(s.c.buf.name)
     # a store nested in a thread loop of ``body`` is by many threads
     for s in L.walk(body):
         if isinstance(s, L.For) and s.kind == "thread":
@@ -253,6 +257,8 @@ class _Phase:
             merges.append((name, ups[0].var, m))
         if any(isinstance(t, L.For) and t.kind == "thread" for t in L.walk(inner)):
             return None
+        if any(isinstance(t, L.WarpMma) for t in L.walk(inner)):
+            return None if merges else self.distribute_warps(loops, inner)
         t = _fresh("t", D.i64)
         r = _fresh("r", D.i64)
         tv, rv = E.Var(t.name), E.Var(r.name)
@@ -270,10 +276,19 @@ class _Phase:
         # the nest's variables from the linear index: row-major over the nest
         assigns = []
         rest = lin
+        # a thread's V consecutive elements stay in one innermost row when V
+        # divides its extent: split the group's first element, add the lane
+        # (the innermost index is then linear in the lane: wide accesses)
+        whole = (lane is not None and len(loops) > 1 and isinstance(sizes[-1], E.Const)
+                 and sizes[-1].value % V == 0)
+        first = E.mul(E.add(E.mul(rv, self.W), tv), V)
         for k in range(len(loops) - 1, -1, -1):
             lp = loops[k]
             if k == 0:
                 val = rest
+            elif whole and k == len(loops) - 1:
+                val = E.add(E.mod(first, sizes[k]), E.Var(lane.name))
+                rest = E.floordiv(first, sizes[k])
             else:
                 val = E.mod(rest, sizes[k])
                 rest = E.floordiv(rest, sizes[k])
@@ -331,6 +346,37 @@ class _Phase:
             steps.append((tuple(fold), accesses(tuple(fold), False)))
         return steps
 
+    def distribute_warps(self, loops: list[L.For], inner: tuple) -> list:
+        """A ``vector`` nest whose iterations are warp collectives (``WarpMma``
+        tiles): iteration ``r * NW + w`` runs on warp ``w`` (``NW = W / 32``
+        warps, step ``r``), all 32 lanes together, each passing its lane id;
+        the task map ``repeat(cdiv(n, NW)) * spatial(NW)`` over the warps."""
+        t, r = _fresh("t", D.i64), _fresh("r", D.i64)
+        tv, rv = E.Var(t.name), E.Var(r.name)
+        nw = self.W // WARP
+        sizes = [E.add(lp.hi, E.mul(-1, lp.lo)) for lp in loops]
+        n: E.Expr = sizes[0]
+        for sz in sizes[1:]:
+            n = E.mul(n, sz)
+        self.maps.append((nw, 1, n))
+        lin = E.add(E.mul(rv, nw), E.floordiv(tv, WARP))  # uniform over a warp
+        assigns, rest = [], lin
+        for k in range(len(loops) - 1, -1, -1):
+            val = rest if k == 0 else E.mod(rest, sizes[k])
+            rest = E.floordiv(rest, sizes[k])
+            assigns.append(L.Assign(loops[k].var, L.IExpr(E.add(loops[k].lo, val))))
+        assigns.reverse()
+        lane = E.mod(tv, WARP)
+
+        def fs(st: Any) -> Any:
+            return (replace(st, lane=lane),) if isinstance(st, L.WarpMma) else None
+
+        work = L.map_stmts(inner, lambda x: None, fs)
+        step = (L.If(L.IPred(E.cmp("<", lin, n)), tuple(assigns) + work),)
+        body = (L.For(r, E.Const(0), E.cdiv(n, nw), step, "serial"),)
+        loop = L.For(t, E.Const(0), E.Const(self.W), body, "thread", scope="block")
+        return [((loop,), accesses((loop,), True))]
+
     def scratch_for(self, dt: D.DType, k: int) -> L.Buffer:
         """The shared scratch of ``W/32`` values of ``dt`` (slot ``k`` of the
         states one loop combines at once)."""
@@ -378,6 +424,9 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
     def fs(st: Any) -> Any:
         if isinstance(st, L.Store) and st.buf.name in shared:
             return (L.Store(shared[st.buf.name], st.index, st.value, st.guard),)
+        if isinstance(st, L.WarpMma):
+            return (replace(st, **{f: replace(getattr(st, f), buf=shared.get(
+                getattr(st, f).buf.name, getattr(st, f).buf)) for f in ("a", "b", "c")}),)
         return None
 
     scratch: list[L.Buffer] = []

@@ -18,8 +18,9 @@ index outside the source.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
+from ..errors import TilenestError
 from ..semantics import numerics as N
 from ..semantics import dtypes as D
 from ..semantics import expr as E
@@ -29,7 +30,7 @@ from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, union_reads
-from .mma import contract
+from .mma import MMA_UNITS, contract, tensor_contract, tensor_plan
 
 
 def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Expr:
@@ -243,9 +244,33 @@ def _mma(lw: Lowerer, op: Operation) -> None:
             new = L.Bin("add", old, L.Bin("mul", pa, pb, dt), dt)
         lw.emit(L.Store(res.buf, off, new))
 
-    contract(lw, res, roles, ext_of, update, op.loc)
+    plan = _mma_unit(lw, op, a, b, res, roles, ext_of)
+    if isinstance(plan, tuple):
+        tensor_contract(lw, op, a, b, res, roles, plan)
+    else:
+        contract(lw, res, roles, ext_of, update, op.loc)
     lw.env[op.results[0].name] = res
     lw.def_depth[op.results[0].name] = lw.depth
+
+
+def _mma_unit(lw: Lowerer, op: Operation, a: Any, b: Any, res: BufH, roles: dict,
+              ext_of: dict) -> Any:
+    """The schedule's ``mma_unit`` decision for ``op``: a tensor-core plan, or
+    the reason for SIMT (``mma.tensor_plan``; ``"tensor"`` requires the plan)."""
+    unit = lw.sched.mma_unit
+    if unit not in MMA_UNITS:
+        raise TilenestError(f"schedule field mma_unit={unit!r} is not one of "
+                            f"{', '.join(MMA_UNITS)}", op.loc, "mma_unit='auto'")
+    if unit == "simt" or (unit == "auto" and lw.sched.target != "cuda"):
+        return None
+    plan = tensor_plan(lw, op, a, b, res, roles, ext_of)
+    if isinstance(plan, str):
+        if unit == "tensor":
+            raise TilenestError(f"mma_unit='tensor': this mma cannot run on tensor cores: {plan}",
+                                op.loc, "use mma_unit='auto' (SIMT where tensor cores do not "
+                                "apply) or change the tile")
+        lw.emit(L.Comment(f"mma on the SIMT units: {plan}"))
+    return plan
 
 
 @rule("put")

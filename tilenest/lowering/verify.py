@@ -19,7 +19,10 @@ well formed, so that a backend may translate it without further checks:
 5. threads -- a ``thread`` loop starts at 0, names scope ``block`` and is not
    nested in another; ``Shuffle``/``LaneReduce`` appear only inside one and
    agree in dtype; a ``warp`` barrier only inside one; widths are powers of
-   two up to 32; ``shared`` buffers are program buffers, never arguments.
+   two up to 32; ``shared`` buffers are program buffers, never arguments;
+6. tensor cores -- a ``WarpMma`` tile is a multiple of ``MMA_SHAPE``, reads
+   two f16 or two bf16 operands into an f32 accumulator, and as a warp
+   collective (with a lane) stands inside a thread loop.
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -185,6 +188,8 @@ class _Checker:
                 elif s.op not in _LANE_OPS:
                     raise self.fail(f"lane_reduce of unknown op {s.op}", s.dst.name)
                 defined[s.dst.name] = s.dst.dtype
+            elif isinstance(s, L.WarpMma):
+                self.warp_mma(s, defined, threads)
             elif isinstance(s, L.Barrier):
                 if s.scope not in ("block", "warp", "program"):
                     raise self.fail(f"unknown barrier scope {s.scope}", "barrier")
@@ -197,6 +202,27 @@ class _Checker:
                     raise self.fail(f"check names unknown error code {s.code}", s.cond)
             elif not isinstance(s, L.Comment):
                 raise self.fail("unknown statement", repr(s))
+
+
+    def warp_mma(self, s: L.WarpMma, defined: dict[str, D.DType], threads: int) -> None:
+        """Rule 6: tensor-core tiles (``loopir.WarpMma``)."""
+        what = f"warp_mma {s.tag}"
+        if s.lane is not None and not threads:
+            raise self.fail("a warp_mma collective outside a thread loop", what)
+        M, N, K = L.MMA_SHAPE
+        if s.m <= 0 or s.n <= 0 or s.k <= 0 or s.m % M or s.n % N or s.k % K:
+            raise self.fail(f"warp_mma tile {s.m}x{s.n}x{s.k} is not a multiple of "
+                            f"{M}x{N}x{K}", what)
+        if s.a.buf.dtype != s.b.buf.dtype or s.a.buf.dtype.name not in ("f16", "bf16"):
+            raise self.fail(f"warp_mma operands {s.a.buf.dtype} x {s.b.buf.dtype}: both f16 or "
+                            "both bf16", what)
+        if s.c.buf.dtype != D.f32:
+            raise self.fail(f"warp_mma accumulates into {s.c.buf.dtype}, not f32", what)
+        for f in (s.a, s.b, s.c):
+            self.buffer(f.buf, what)
+            self.index(f.offset, defined, what)
+        if s.lane is not None:
+            self.index(s.lane, defined, what)
 
 
 def verify_kernel(k: L.Kernel) -> None:

@@ -17,7 +17,10 @@ loads ``semantics`` alone; nothing else of ``lowering`` is used. Per program
   under control flow that does not depend on the thread (an ``if`` on the
   thread id, or on a local derived from it, makes it no barrier here), ends
   a *barrier interval*; ``Shuffle``/``LaneReduce`` order the lanes of one
-  warp only and end nothing.
+  warp only and end nothing;
+* a ``WarpMma`` collective is the accesses of its ``footprint``: each lane
+  of the warp may read every element of its ``a`` and ``b`` blocks and reads
+  and writes the accumulator elements it owns.
 
 Two dynamic accesses lie in one interval when some path between them
 executes no barrier. The analysis is structural: a statement *must* execute
@@ -323,6 +326,9 @@ class _Collector:
                 self.loads(x, frames, loops, guards, thread, dropped)
             if isinstance(s, (L.Shuffle, L.LaneReduce)):
                 self.env[s.dst.name] = None
+        elif isinstance(s, L.WarpMma):
+            # every access a lane of the collective may make (WarpMma.footprint)
+            self.stmts(s.footprint(), frames, loops, guards, thread, ctx, None, dropped=dropped)
         elif isinstance(s, L.If):
             self.loads(s.cond, frames, loops, guards, thread, dropped)
             p, data = self.pred_of(s.cond)

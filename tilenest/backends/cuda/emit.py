@@ -66,6 +66,8 @@ class LanePlan:
     stmts: tuple
     loads: dict
     stores: dict
+    #: tests that make the widened guarded loads' guards true for every lane
+    conds: tuple = ()
 
     def accesses(self) -> list[tuple[Any, E.Expr]]:
         return [*self.loads.items(), *self.stores.items()]
@@ -172,6 +174,8 @@ class Emitter:
         self.ind = 0
         self.threads_of = block_threads(k)
         self.in_thread = False
+        #: WarpMma tag -> what to emit of it ("load", "steps", "store"; else whole)
+        self.mma_mode: dict[str, str] = {}
 
     # -- output ---------------------------------------------------------------
     def w(self, line: str) -> None:
@@ -447,6 +451,8 @@ class Emitter:
                    f"{lane}, {s.width});")
         elif isinstance(s, L.LaneReduce):
             self.lane_reduce(s)
+        elif isinstance(s, L.WarpMma):
+            self.warp_mma(s)
         elif isinstance(s, L.Comment):
             self.w(f"// {s.text}")
         else:
@@ -471,8 +477,12 @@ class Emitter:
             return
         if s.kind == "vector" and self.in_thread and self.lane_loop(s):
             return
-        if self.strip_loop(s) or self.promoted_loop(s):
+        if self.strip_loop(s) or self.promoted_loop(s) or self.resident_loop(s):
             return
+        self.plain_loop(s)
+
+    def plain_loop(self, s: L.For) -> None:
+        v = self.names(s.var.name)
         lo, hi = self.idx(s.lo), self.idx(s.hi)
         if (s.kind == "vector" and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
                 and s.hi.value - s.lo.value <= 8):
@@ -520,15 +530,37 @@ class Emitter:
 
         if not unit(cond.a):
             return None
+
+        def affine(e: E.Expr) -> bool:
+            d = E.add(at(e, 1), E.mul(-1, at(e, 0)))
+            return isinstance(d, E.Const) and all(
+                E.add(at(e, k), E.mul(-1, at(e, 0))) == E.Const(k * d.value) for k in range(2, V))
+
+        def convex(g: Any) -> list[E.Pred] | None:
+            """A load guard whose truth over the lanes is an interval (a
+            conjunction of comparisons of affine sides): true for the whole
+            group when true at its first and last lane -- those two tests."""
+            if not isinstance(g, L.IPred):
+                return None
+            items = g.p.items if isinstance(g.p, E.PAnd) else (g.p,)
+            if not all(isinstance(c, E.Cmp) and affine(c.a) and affine(c.b) for c in items):
+                return None
+            return [E.subst(E.subst(g.p, sub), {v: 0}), E.subst(E.subst(g.p, sub), {v: V - 1})]
+
         touched_w = {st.buf.name for st in L.walk(stmts) if isinstance(st, L.Store)}
         loads: dict = {}
+        conds: list[E.Pred] = []
         for st in stmts:  # top level only: these run for every lane of a full group
             for x in L.stmt_exprs(st):
                 for y in L.subexprs(x):
-                    if (isinstance(y, L.Load) and y.guard is None and isinstance(y.index, L.IExpr)
+                    if not (isinstance(y, L.Load) and isinstance(y.index, L.IExpr)
                             and y.buf.space in ("global", "shared")
                             and y.buf.name not in touched_w and unit(y.index.e)):
-                        loads.setdefault(y, at(y.index.e, 0))
+                        continue
+                    ends = [] if y.guard is None else convex(y.guard)
+                    if ends is not None and y not in loads:
+                        loads[y] = at(y.index.e, 0)
+                        conds += [c for c in ends if c not in conds]
         read = {y.buf.name for st in L.walk(stmts) for x in L.stmt_exprs(st)
                 for y in L.subexprs(x) if isinstance(y, L.Load)}
         stores: dict = {}
@@ -541,7 +573,7 @@ class Emitter:
                 stores[st] = at(st.index.e, 0)
         if not loads and not stores:
             return None
-        return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores)
+        return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds))
 
     def aligned(self, plan: "LanePlan", at: dict | None = None) -> list[str]:
         """Run-time tests that every widened access of ``plan`` is aligned to
@@ -560,7 +592,8 @@ class Emitter:
         plan = self.lane_plan(s)
         if plan is None:
             return False
-        conds = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}", *self.aligned(plan)]
+        conds = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}", *self.aligned(plan),
+                 *(self.pred(p) for p in plan.conds)]
         self.w(f"if ({' && '.join(conds)}) {{  // {plan.V} lanes, vector accesses")
         self.block_of(lambda: self.vector_group(plan))
         self.w("} else {")
@@ -701,7 +734,7 @@ class Emitter:
                 and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
             return False
         plan = self.lane_plan(s.body[0])
-        if plan is None or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
+        if plan is None or plan.conds or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
                                for st in plan.stmts for x in L.stmt_exprs(st)
                                for y in L.subexprs(x)):
             # lanes computing a transcendental (a libm call in double, or the
@@ -751,6 +784,145 @@ class Emitter:
         self.ind -= 1
         self.w("}")
         return True
+
+    def warp_mma(self, s: L.WarpMma) -> None:
+        """A ``WarpMma`` on the tensor cores: the lane's accumulator fragments
+        (``m/16 x n/8`` blocks of 4 floats, the ``mma.m16n8k16`` layout) are
+        loaded into registers, then per 16-deep step every block of ``a`` and
+        pair of blocks of ``b`` comes from shared memory by ``ldmatrix.x4``
+        (transposed where the buffer is contiguous along the other axis than
+        the fragment's register pairs) and each 16 x 8 block is one
+        ``mma.sync``; the fragments are stored back at the end. Inside a loop
+        that keeps them resident (:meth:`resident_loop`) only the steps are
+        emitted, or only the load or the store. The lone-thread form (no
+        lane) is its reference loop nest."""
+        if s.lane is None or not self.in_thread:
+            self.stmts(s.reference())
+            return
+        mode = self.mma_mode.get(s.tag, "whole")
+        MT, NT, KS = s.m // 16, s.n // 8, s.k // 16
+        fn = "tn_mma_bf16" if s.a.buf.dtype.name == "bf16" else "tn_mma_f16"
+        u = self.names(s.tag, "mma")
+        self.w(f"{{  // warp_mma {s.m}x{s.n}x{s.k} ({mode}): {s.c} += {s.a} * {s.b}")
+        self.ind += 1
+        self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
+        self.w(f"const int {u}_g = {u}_l >> 2, {u}_q = {u}_l & 3, {u}_r = {u}_l & 7, "
+               f"{u}_bi = ({u}_l >> 3) & 1, {u}_bj = {u}_l >> 4;")
+        self.w(f"const long long {u}_oa = {self.idx(s.a.offset)}, {u}_ob = "
+               f"{self.idx(s.b.offset)}, {u}_oc = {self.idx(s.c.offset)};")
+        self.w(f"(void){u}_g; (void){u}_q; (void){u}_r; (void){u}_bi; (void){u}_bj; "
+               f"(void){u}_oa; (void){u}_ob; (void){u}_oc;")
+        if mode == "whole":
+            self.w(f"float {u}_d[{MT}][{NT}][4];")
+        if mode in ("whole", "load"):
+            self.mma_cells(s, u, load=True)
+        if mode in ("whole", "steps"):
+            self.w("#pragma unroll")
+            self.w(f"for (int {u}_k = 0; {u}_k < {KS}; ++{u}_k) {{")
+            self.ind += 1
+            self.w(f"unsigned {u}_fa[{MT}][4], {u}_fb[{NT}][2], {u}_t[4];")
+            for p in range(MT):
+                self.w(self.ldsm(s.a, u, f"{u}_fa[{p}]", f"{16 * p}", f"16 * {u}_k", pair="j")
+                       + ";")
+            for q2 in range(NT // 2):
+                self.w(self.ldsm(s.b, u, f"{u}_t", f"16 * {u}_k", f"{16 * q2}", pair="i") + ";")
+                for r, (q, h) in enumerate(((2 * q2, 0), (2 * q2, 1), (2 * q2 + 1, 0),
+                                            (2 * q2 + 1, 1))):
+                    self.w(f"{u}_fb[{q}][{h}] = {u}_t[{r}];")
+            for p in range(MT):
+                for q in range(NT):
+                    self.w(f"{fn}({u}_d[{p}][{q}], {u}_fa[{p}], {u}_fb[{q}]);")
+            self.ind -= 1
+            self.w("}")
+        if mode in ("whole", "store"):
+            self.mma_cells(s, u, load=False)
+        self.ind -= 1
+        self.w("}")
+
+    def mma_cells(self, s: L.WarpMma, u: str, load: bool) -> None:
+        """Copy the lane's accumulator elements between ``c`` and its
+        fragment registers ``u_d`` (``load``: into the registers)."""
+        c, cb = s.c, self.buf(s.c.buf)
+        for x, n in (("p", s.m // 16), ("n", s.n // 8), ("h", 2), ("e", 2)):
+            self.w("#pragma unroll")
+            self.w(f"for (int {u}_{x} = 0; {u}_{x} < {n}; ++{u}_{x})")
+        at = (f"{cb}[{u}_oc + (16 * {u}_p + {u}_g + 8 * {u}_h) * {c.si}ll + "
+              f"(8 * {u}_n + 2 * {u}_q + {u}_e) * {c.sj}ll]")
+        reg = f"{u}_d[{u}_p][{u}_n][2 * {u}_h + {u}_e]"
+        self.w(f"  {reg} = {at};" if load else f"  {at} = {reg};")
+
+    def resident_plan(self, s: L.For) -> "tuple[L.For, L.WarpMma] | None":
+        """A program-level serial loop whose only access to a ``WarpMma``'s
+        accumulator is that ``WarpMma``, standing in a thread loop of the
+        loop's body in the shape the SIMT form gives one warp tile per warp
+        (``for.thread t: for r in [0, 1): if c: index assigns; WarpMma``) with
+        nothing in that path depending on the loop: ``(thread loop, WarpMma)``,
+        else None. Each lane then owns the same accumulator elements in every
+        iteration and no other statement of the loop touches them, so they
+        may stay in the lane's registers for the whole loop."""
+        if self.in_thread or s.kind not in ("serial", "vector"):
+            return None
+        found = [(t, w) for t in s.body if isinstance(t, L.For) and t.kind == "thread"
+                 for w in L.walk(t.body) if isinstance(w, L.WarpMma)]
+        mmas = [w for w in L.walk(s.body) if isinstance(w, L.WarpMma)]
+        if len(found) != 1 or len(mmas) != 1 or found[0][1].lane is None:
+            return None
+        t, w = found[0]
+        if not (len(t.body) == 1 and isinstance(t.body[0], L.For) and t.body[0].hi == E.Const(1)
+                and t.body[0].lo == E.Const(0) and len(t.body[0].body) == 1
+                and isinstance(t.body[0].body[0], L.If) and not t.body[0].body[0].orelse):
+            return None
+        r, br = t.body[0], t.body[0].body[0]
+        if br.then[-1] is not w or not all(isinstance(x, L.Assign) for x in br.then[:-1]):
+            return None
+        local = {t.var.name, r.var.name} | {x.var.name for x in br.then[:-1]}
+        reads = L.names(br.cond) | {n for x in br.then[:-1] for n in L.names(x.value)}
+        reads |= {n for e in L.mma_indices(w) for n in L.names(L.IExpr(e))}
+        if (reads - local) & (set(L.assigned(s.body)) | {s.var.name}):
+            return None
+        c = w.c.buf.name
+        if c in (w.a.buf.name, w.b.buf.name):
+            return None
+        for st in L.walk(s.body):
+            touched = [y.buf.name for x in L.stmt_exprs(st) for y in L.subexprs(x)
+                       if isinstance(y, L.Load)]
+            if isinstance(st, L.Store):
+                touched.append(st.buf.name)
+            if c in touched:
+                return None
+        return t, w
+
+    def resident_loop(self, s: L.For) -> bool:
+        """:meth:`resident_plan`'s loop with the accumulator fragments in
+        registers: loaded once before the loop, only the ``mma`` steps inside,
+        stored once after it. False (nothing emitted) for any other loop."""
+        plan = self.resident_plan(s)
+        if plan is None:
+            return False
+        t, w = plan
+        u = self.names(w.tag, "mma")
+        self.w(f"float {u}_d[{w.m // 16}][{w.n // 8}][4];  // resident across the loop")
+        for mode in ("load", None, "store"):
+            self.mma_mode[w.tag] = mode or "steps"
+            if mode is None:
+                self.plain_loop(s)
+            else:
+                self.stmt(t)
+        del self.mma_mode[w.tag]
+        return True
+
+    def ldsm(self, f: L.Frag, u: str, regs: str, i0: str, j0: str, pair: str) -> str:
+        """The ``ldmatrix.x4`` call loading the four 8 x 8 blocks ``(bi, bj)``
+        of the 16 x 16 block of ``f`` at ``(i0, j0)`` (lane ``8 (2 bj + bi) +
+        r`` gives row ``r`` of its block along ``f``'s strided axis), so that
+        register ``2 bj + bi`` holds pairs along axis ``pair``."""
+        contiguous = "j" if f.sj == 1 else "i"
+        di = f"8 * {u}_bi" + (f" + {u}_r" if contiguous == "j" else "")
+        dj = f"8 * {u}_bj" + (f" + {u}_r" if contiguous == "i" else "")
+        fn = "tn_ldsm_x4" if contiguous == pair else "tn_ldsm_x4_t"
+        off = f"{u}_o{'a' if pair == 'j' else 'b'}"
+        at = (f"{off} + ({i0} + {di}) * {f.si}ll + ({j0} + {dj}) * {f.sj}ll")
+        return f"{fn}({regs}, {self.buf(f.buf)} + ({at}))"
 
     def lane_reduce(self, s: L.LaneReduce) -> None:
         dt = s.dst.dtype

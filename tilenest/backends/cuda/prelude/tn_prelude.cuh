@@ -381,6 +381,41 @@ template <int B> struct tn_valign {
   static constexpr unsigned long long value = B == 32 ? 16 : (B == 16 || B == 8 || B == 4) ? B : 0;
 };
 
+// ---------------------------------------------------------------------------
+// tensor cores: ldmatrix.x4 (four 8x8 b16 matrices from shared memory, one
+// row address per lane; _t: transposed) and mma.sync m16n8k16 row.col with
+// f32 accumulation in place (d += a * b). The emulator runs them as warp
+// collectives by the PTX fragment layouts (tn_cuda_shim.h).
+#ifdef TN_EMULATE
+#define tn_ldsm_x4(r, p) tn_emu::ldsm_at(__LINE__, (r), (p), false)
+#define tn_ldsm_x4_t(r, p) tn_emu::ldsm_at(__LINE__, (r), (p), true)
+#define tn_mma_bf16(d, a, b) tn_emu::mma_at(__LINE__, true, (d), (a), (b))
+#define tn_mma_f16(d, a, b) tn_emu::mma_at(__LINE__, false, (d), (a), (b))
+#else
+TN_FN void tn_ldsm_x4(unsigned* r, const void* p) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+TN_FN void tn_ldsm_x4_t(unsigned* r, const void* p) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+TN_FN void tn_mma_bf16(float* d, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+TN_FN void tn_mma_f16(float* d, const unsigned* a, const unsigned* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+               "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+
 // the device faults on a misaligned vector access by itself; the host
 // emulator must be told, since x86 loads most misaligned addresses silently
 #ifdef TN_EMULATE

@@ -179,12 +179,13 @@ enum FState { F_READY, F_RUNNING, F_BARRIER, F_COLL, F_DONE, F_ABORTED };
 enum Op {
     OP_SYNCWARP, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR,
     OP_BALLOT, OP_ANY, OP_ALL, OP_RED_ADD, OP_RED_MIN, OP_RED_MAX,
-    OP_RED_AND, OP_RED_OR, OP_RED_XOR, OP_NOPS
+    OP_RED_AND, OP_RED_OR, OP_RED_XOR, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16, OP_NOPS
 };
 static const char *const op_names[OP_NOPS] = {
     "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
     "__ballot_sync", "__any_sync", "__all_sync", "__reduce_add_sync", "__reduce_min_sync",
-    "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync"};
+    "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
+    "ldmatrix.x4", "ldmatrix.x4.trans", "mma.m16n8k16.bf16", "mma.m16n8k16.f16"};
 
 struct Fiber {
     ucontext_t ctx;
@@ -428,6 +429,115 @@ TN_RT uint64_t collective_result(Fiber *warp, int l, int wsize) {
     return warp[src].val;
 }
 
+/* ------------------------------------------------------ tensor-core fragments
+ * ldmatrix and mma.sync are warp collectives whose operands are per-lane
+ * arrays: each lane deposits a pointer to its MatLane, and the lane that
+ * completes the rendezvous computes the whole warp's result by the PTX ISA's
+ * fragment layouts (lane l: group g = l / 4, thread-in-group q = l % 4):
+ *   ldmatrix.x4 -- lane 8i + r gives the address of row r of matrix i; lane
+ *     l receives in register i row g, columns 2q, 2q+1 of matrix i (with
+ *     .trans: rows 2q, 2q+1 of column g), low half first;
+ *   mma.m16n8k16.row.col -- A 16x16: a0 (g, 2q+e), a1 (g+8, 2q+e),
+ *     a2 (g, 2q+8+e), a3 (g+8, 2q+8+e); B 16x8: b0 (2q+e, g), b1 (2q+8+e, g);
+ *     C/D 16x8 f32: d0 (g, 2q), d1 (g, 2q+1), d2 (g+8, 2q), d3 (g+8, 2q+1).
+ * The arithmetic models the tensor cores' accumulation: the products are
+ * exact, each output is c + the 16 products summed in double, then rounded
+ * toward zero to f32 (the hardware truncates; V-22 admits faithful rounding). */
+struct MatLane {
+    const void *src;     /* ldmatrix: this lane's row address */
+    unsigned *regs;      /* ldmatrix: the four registers it receives */
+    float *d;            /* mma: accumulator fragment (read and written) */
+    const unsigned *a;   /* mma: A fragment (4 registers) */
+    const unsigned *b;   /* mma: B fragment (2 registers) */
+};
+
+static inline float half_bits_to_float(unsigned h, bool bf) {
+    if (bf) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }
+    unsigned sgn = h >> 15 & 1u, ex = h >> 10 & 31u, man = h & 1023u;
+    float v;
+    if (ex == 0) v = std::ldexp((float)man, -24);
+    else if (ex == 31) v = man ? NAN : INFINITY;
+    else v = std::ldexp((float)(man | 1024u), (int)ex - 25);
+    return sgn ? -v : v;
+}
+
+static inline float toward_zero(double x) {
+    float f = (float)x;
+    if (std::isfinite(x) && std::fabs((double)f) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    return f;
+}
+
+/* The data movement and arithmetic, instrumented under TSan (the completing
+ * lane's reads of shared memory are real accesses); `matrix_op` below is the
+ * bookkeeping around it. */
+static __attribute__((noinline)) void matrix_compute(MatLane *const *ln, int op, int line) {
+    if (op == OP_LDSM || op == OP_LDSM_T) {
+        for (int k = 0; k < 32; ++k) {
+            const unsigned char *p = (const unsigned char *)ln[k]->src;
+            if (p < tn_smem || p + 16 > tn_smem + TN_SMEM_CAPACITY)
+                fail(TN_EMU_MEMORY_FAULT, line, "ldmatrix at line %d: lane %d's row address %p "
+                     "is not in shared memory", line, k, (const void *)p);
+            if ((uintptr_t)p & 15u)
+                fail(TN_EMU_MEMORY_FAULT, line, "ldmatrix at line %d: lane %d's row address %p "
+                     "is not 16-byte aligned", line, k, (const void *)p);
+        }
+        for (int l = 0; l < 32; ++l)
+            for (int i = 0; i < 4; ++i) {
+                uint16_t lo, hi;
+                const uint16_t *row;
+                if (op == OP_LDSM) {
+                    row = (const uint16_t *)ln[8 * i + l / 4]->src;
+                    lo = row[2 * (l % 4)];
+                    hi = row[2 * (l % 4) + 1];
+                } else {
+                    lo = ((const uint16_t *)ln[8 * i + 2 * (l % 4)]->src)[l / 4];
+                    hi = ((const uint16_t *)ln[8 * i + 2 * (l % 4) + 1]->src)[l / 4];
+                }
+                ln[l]->regs[i] = (unsigned)lo | (unsigned)hi << 16;
+            }
+        return;
+    }
+    const bool bf = op == OP_MMA_BF16;
+    float A[16][16], B[16][8];
+    double C[16][8];
+    for (int l = 0; l < 32; ++l) {
+        int g = l / 4, q = l % 4;
+        for (int e = 0; e < 2; ++e) {
+            for (int r = 0; r < 4; ++r) {
+                unsigned w = ln[l]->a[r] >> (16 * e) & 0xffffu;
+                A[g + 8 * (r & 1)][2 * q + 8 * (r >> 1) + e] = half_bits_to_float(w, bf);
+            }
+            for (int r = 0; r < 2; ++r)
+                B[2 * q + 8 * r + e][g] = half_bits_to_float(ln[l]->b[r] >> (16 * e) & 0xffffu, bf);
+            C[g][2 * q + e] = ln[l]->d[e];
+            C[g + 8][2 * q + e] = ln[l]->d[2 + e];
+        }
+    }
+    float D[16][8];
+    for (int i = 0; i < 16; ++i)
+        for (int j = 0; j < 8; ++j) {
+            double s = C[i][j];
+            for (int k = 0; k < 16; ++k) s += (double)A[i][k] * (double)B[k][j];
+            D[i][j] = toward_zero(s);
+        }
+    for (int l = 0; l < 32; ++l) {
+        int g = l / 4, q = l % 4;
+        for (int e = 0; e < 2; ++e) {
+            ln[l]->d[e] = D[g][2 * q + e];
+            ln[l]->d[2 + e] = D[g + 8][2 * q + e];
+        }
+    }
+}
+
+TN_RT void matrix_op(Fiber *warp, int wsize, int op, int line) {
+    if (wsize != 32)
+        fail(TN_EMU_COLLECTIVE_MISMATCH, line, "%s at line %d in a warp of %d lanes: tensor-core "
+             "collectives need all 32", op_names[op], line, wsize);
+    MatLane *ln[32];
+    for (int k = 0; k < 32; ++k) ln[k] = (MatLane *)(uintptr_t)warp[k].val;
+    matrix_compute(ln, op, line);
+}
+
 TN_RT uint64_t collective(int op, int line, unsigned mask, int width, int arg, uint64_t val) {
     Fiber *me = S.cur;
     const int lane = me->lin & 31;
@@ -487,7 +597,13 @@ TN_RT uint64_t collective(int op, int line, unsigned mask, int width, int arg, u
     ++*me->token;
     __tsan_release(me->token);
 #endif
-    if (complete) {
+    if (complete && op >= OP_LDSM) {
+#ifdef __SANITIZE_THREAD__
+        __tsan_acquire(me->token); /* the other lanes' operands, deposited before arrival */
+#endif
+        matrix_op(warp, wsize, op, line);
+        for (int k = 0; k < wsize; ++k) { warp[k].res = 0; warp[k].state = F_READY; }
+    } else if (complete) {
         uint64_t out[32];
         for (int k = 0; k < wsize; ++k)
             if (mask >> k & 1u) out[k] = collective_result(warp, k, wsize);
@@ -526,6 +642,14 @@ template <class T> static inline T shfl_down_at(int line, unsigned m, T v, unsig
 }
 template <class T> static inline T shfl_xor_at(int line, unsigned m, T v, int lm, int w = 32) {
     return from_bits<T>(collective(OP_SHFL_XOR, line, m, w, lm, to_bits(v)));
+}
+static inline void ldsm_at(int line, unsigned *regs, const void *p, bool trans) {
+    MatLane m{p, regs, nullptr, nullptr, nullptr};
+    collective(trans ? OP_LDSM_T : OP_LDSM, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
+}
+static inline void mma_at(int line, bool bf, float *d, const unsigned *a, const unsigned *b) {
+    MatLane m{nullptr, nullptr, d, a, b};
+    collective(bf ? OP_MMA_BF16 : OP_MMA_F16, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
 }
 static inline void syncwarp_at(int line, unsigned m = 0xffffffffu) { collective(OP_SYNCWARP, line, m, 32, 0, 0); }
 static inline unsigned ballot_at(int line, unsigned m, int p) { return (unsigned)collective(OP_BALLOT, line, m, 32, 0, p != 0); }
