@@ -405,7 +405,10 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
     ``c`` and the exact products ``a_k b_k`` (over the operand intervals), each
     leaf rounded at most ``K + 1`` times in any order, with or without fused
     multiply-adds, plus the absolute error of the ``K`` product (or fused)
-    roundings under underflow, ``K * eta/2 * (1 + gamma_K)``
+    roundings under underflow, ``K * eta/2 * (1 + gamma_K)``; a reassociating
+    ``mma`` may round every operation faithfully (either neighbour, as the
+    tensor cores' truncating adders do), counted as ``2 (K + 1)`` roundings
+    and ``K * eta`` of underflow
     (:class:`shadow.SumLeaves`; overflow, NaN and zero rules included)."""
     at, bt, ct = (o.type for o in op.operands)
     dt = ct.dtype
@@ -442,8 +445,14 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
             leaves.add(plo, phi, pnan, pt, np.where(S.nan_only((plo, phi, pnan)), np.nan, plo),
                        dt)
         K = int(np.prod(kext))
-        absolute = K * S.eta(dt) / 2.0 * (1.0 + float(S.gamma(K, dt)))
-        lo, hi, nan, point = leaves.envelope(dt, rounds=K + 1, absolute=absolute)
+        # a reassociating mma may round each operation faithfully (matrix
+        # units truncate): one such rounding is within two nearest ones,
+        # (1 + 2u) <= (1 + u)^2, and loses under a whole subnormal step
+        faithful = bool(op.attrs["allow_reassociation"])
+        rounds = 2 * (K + 1) if faithful else K + 1
+        step = S.eta(dt) if faithful else S.eta(dt) / 2.0
+        absolute = K * step * (1.0 + float(S.gamma(rounds, dt)))
+        lo, hi, nan, point = leaves.envelope(dt, rounds=rounds, absolute=absolute)
     if bool(np.all(point)):
         return out
     ref = S.point_of(out.a)

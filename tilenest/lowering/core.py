@@ -55,6 +55,37 @@ def unsupported(op: Operation, target: str, why: str = "") -> NotAvailableError:
                              op.loc, "run it on the reference interpreter (call the kernel)")
 
 
+def _mma_only(prog: TileProgram) -> set[str]:
+    """Names of the values whose every use is as operand ``a`` or ``b`` of an
+    ``mma``, directly or through the ``yield`` of a pipeline ``stage`` into
+    the stage's result of the same position (a greatest fixpoint)."""
+    uses: dict[str, list[tuple[str, Any]]] = {}
+
+    def visit(ops: Any, parent: Any) -> None:
+        for op in ops:
+            for i, o in enumerate(op.operands):
+                if op.name == "mma" and i < 2:
+                    use: Any = ("mma", None)
+                elif op.name == "yield" and parent is not None and parent.name == "stage":
+                    use = ("via", parent.results[i].name if i < len(parent.results) else None)
+                else:
+                    use = ("other", None)
+                uses.setdefault(o.name, []).append(use)
+            for r in op.regions:
+                visit(r.ops, op)
+
+    visit(prog.body.ops, None)
+    good = set(uses)
+    changed = True
+    while changed:
+        changed = False
+        for n in list(good):
+            if not all(k == "mma" or (k == "via" and v in good) for k, v in uses[n]):
+                good.discard(n)
+                changed = True
+    return good
+
+
 class Lowerer:
     """State of one lowering (see the module docstring)."""
 
@@ -83,6 +114,8 @@ class Lowerer:
                 self.uses[o.name] = self.uses.get(o.name, 0) + 1
         self.params: list[L.Param] = []
         self.globals: list[L.Buffer] = []
+        #: values read only as ``mma`` operands (their copies may be padded)
+        self.mma_only = _mma_only(prog)
 
     # -- statements ---------------------------------------------------------
     def emit(self, *stmts: L.Stmt) -> None:
@@ -283,10 +316,28 @@ class Lowerer:
             v = self.fresh(base, h.dtype)
             self.emit(L.Assign(v, h.at(self, {})))
             return VarH(v)
-        buf = self.local(base, h.dtype, h.extents)
-        out = BufH(buf, h.dims, h.extents)
+        pitch = self.operand_pitch(h, base)
+        ext = h.extents if pitch is None else h.extents[:-1] + (pitch,)
+        buf = self.local(base, h.dtype, ext)
+        out = BufH(buf, h.dims, h.extents, pitch)
         self.store_into(h, out)
         return out
+
+    def operand_pitch(self, h: Handle, base: str) -> E.Expr | None:
+        """The padded row pitch of the shared copy of an ``mma`` operand on
+        ``cuda`` (None: dense). Tensor-core fragments are read eight rows of
+        16 bytes at a time; rows an even number of 16-byte units apart fall
+        on the same shared-memory banks (an 8-way conflict at 128 bytes), so
+        such rows get 16 bytes of padding (an odd number of units: the eight
+        rows hit distinct banks)."""
+        if not (self.target == "cuda" and self.sched.block_threads and base in self.mma_only
+                and h.rank >= 2 and isinstance(h.extents[-1], E.Const)):
+            return None
+        size = max(1, h.dtype.itemsize)
+        row = h.extents[-1].value * size
+        if row % 16 or (row // 16) % 2:
+            return None
+        return E.Const(h.extents[-1].value + 16 // size)
 
     def store_into(self, h: Handle, dst: Handle) -> None:
         """``dst[q] = h[q]`` for every q (``dst`` a VarH or BufH over h's dims)."""

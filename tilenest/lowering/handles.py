@@ -88,16 +88,21 @@ class VarH(Handle):
 
 @dataclass
 class BufH(Handle):
+    """A tile in ``buf``, row-major over ``dims``; consecutive rows (last dim)
+    lie ``pitch`` elements apart (default: the last extent, dense)."""
+
     buf: L.Buffer
     dims: tuple[Dim, ...]
     extents: tuple[E.Expr, ...]
+    pitch: E.Expr | None = None
 
     def __post_init__(self) -> None:
         self.dtype = self.buf.dtype
         self.reads = frozenset({self.buf.name})
 
     def offset(self, q: Index) -> E.Expr:
-        return linear(self.extents, [q[d] for d in self.dims])
+        ext = self.extents if self.pitch is None else self.extents[:-1] + (self.pitch,)
+        return linear(ext, [q[d] for d in self.dims])
 
     def at(self, lw: "Lowerer", q: Index) -> L.Expr:
         return L.Load(self.buf, L.IExpr(self.offset(q)))

@@ -30,7 +30,8 @@ operation           bound on the result's error ``e'``
 ``sum`` of n terms  ``p = sum(e_i)``; any summation tree of n nonzero terms:
                     ``e' = p + gamma(n-1)*(sum|v_i| + p)`` (Higham, Thm. 4.4)
 ``contract`` (mma)  products and sum together: ``p = sum(|a|eb + ea|b| + ea*eb)``;
-                    ``e' = p + gamma(K+1)*(sum|a*b| + |acc| + p) + K*eta`` (covers FMA)
+                    ``e' = p + gamma(2(K+1))*(sum|a*b| + |acc| + p) + K*eta`` (covers FMA and the
+                    faithful rounding of matrix units)
 ``cast`` to T       ``e' = e + u_T*(|v| + e) + eta_T`` (exact when T is not narrower)
 ==================  =======================================================
 
@@ -323,7 +324,7 @@ def contract(spec: str, a: Approx, b: Approx, acc: Approx | None = None) -> Appr
             absum = absum + np.abs(acc.v)
             p = p + acc.e
             n = k + 1
-        g = gamma(n, dt)
+        g = gamma(2 * n, dt)  # faithful rounding per operation (V-22): two nearest ones
         e = p + g * (absum + p) + k * eta(dt) + (n + 1) * 2.0 ** -53 * absum
         return Approx(_arr(v), np.where(np.isfinite(v), e, 0.0), dt)._fin(v, e)
 
