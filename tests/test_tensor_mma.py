@@ -12,6 +12,7 @@ make, and a wrong fragment mapping in the emitter is caught by validation.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -127,11 +128,15 @@ def test_tensor_gemm_validates_emulated(dt, bm, bn, bk, loop, threads):
     _validate(kern, dt, bm + 5, 3 * bk + 3, bn + 7, sched)
 
 
-def test_serialized_tensor_form_validates_on_llvm():
-    """The same loop IR on the CPU: each lane's reference contraction."""
+@pytest.mark.parametrize("double", [False, True], ids=["single", "double-buffered"])
+def test_serialized_tensor_form_validates_on_llvm(double):
+    """The same loop IR on the CPU: each lane's reference contraction (and
+    the double-buffered loop, serialized)."""
     kern = _gemm(32, 32, 16)
-    sched = default_schedule(kern.program, "llvm", block_threads=64, mma_unit="tensor")
-    assert "warp_mma" in print_kernel(lower_verified(kern.program, sched))
+    sched = default_schedule(kern.program, "llvm", block_threads=64, mma_unit="tensor",
+                             double_buffer=double)
+    text = print_kernel(lower_verified(kern.program, sched))
+    assert "warp_mma" in text and ("double-buffered" in text) == double
     _validate(kern, tn.bf16, 37, 51, 39, sched)
 
 
@@ -150,29 +155,31 @@ def test_wrong_fragment_mapping_is_caught(monkeypatch):
         _validate(kern, tn.bf16, 32, 48, 32, sched, runs=1, cache=False)
 
 
-def test_dropped_barrier_before_warp_mma_is_refuted():
-    """Mutation: without the barrier between the operand tile copies and the
-    tensor-core collective, a lane may read an operand element another thread
-    is still writing; the proof names the buffer and both threads."""
+@pytest.mark.parametrize("double", [False, True], ids=["single", "double-buffered"])
+def test_dropped_barrier_in_the_contraction_loop_is_refuted(double):
+    """Mutation: without the last barrier of each contraction step, a lane may
+    read an operand element another thread is writing (single buffer: the
+    tile copy of the same step; double-buffered: the copy of the step after
+    next into the version being read); the proof names the buffer."""
     kern = _gemm(32, 32, 16)
-    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=64))
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=64,
+                                                      double_buffer=double))
+    loops = [s for ph in k.phases for s in L.walk(ph.body)
+             if isinstance(s, L.For) and s.kind == "serial"
+             and any(isinstance(w, L.WarpMma) for w in L.walk(s.body))
+             and any(isinstance(t, L.For) and t.kind == "thread" for t in L.walk(s.body))]
+    assert len(loops) == 1
+    loop = loops[0]
+    assert any("double-buffered" in getattr(s, "text", "") for ph in k.phases
+               for s in L.walk(ph.body)) == double
+    last = max(i for i, s in enumerate(loop.body) if isinstance(s, L.Barrier))
+    cut = replace(loop, body=loop.body[:last] + loop.body[last + 1:])
 
-    def drop(body: tuple) -> tuple:
-        out = []
-        for i, s in enumerate(body):
-            nxt = body[i + 1] if i + 1 < len(body) else None
-            if (isinstance(s, L.Barrier) and isinstance(nxt, L.For) and nxt.kind == "thread"
-                    and any(isinstance(w, L.WarpMma) for w in L.walk(nxt.body))):
-                continue
-            if isinstance(s, L.For):
-                s = L.For(s.var, s.lo, s.hi, drop(s.body), s.kind, s.reverse, s.scope)
-            out.append(s)
-        return tuple(out)
+    def swap(body: tuple) -> tuple:
+        return tuple(cut if s is loop else replace(s, body=swap(s.body))
+                     if isinstance(s, L.For) else s for s in body)
 
-    from dataclasses import replace
-    bad = replace(k, phases=tuple(replace(ph, body=drop(ph.body)) for ph in k.phases))
-    assert sum(isinstance(s, L.Barrier) for ph in bad.phases for s in L.walk(ph.body)) < \
-        sum(isinstance(s, L.Barrier) for ph in k.phases for s in L.walk(ph.body))
+    bad = replace(k, phases=tuple(replace(ph, body=swap(ph.body)) for ph in k.phases))
     good = barriers.check_barriers(k)
     # (a solver timeout on a loaded machine may leave one unknown: never refuted)
     assert not [o for o in good if o.status == "refuted"]

@@ -7,7 +7,9 @@ Stages (each inspectable; ``tilenest lower --emit NAME``):
   proofs layer (``schedule.apply_transforms``);
 * ``loopir``   -- :func:`lower` builds the :class:`~tilenest.lowering.loopir.Kernel`,
   ``simt.py`` distributes each program over threads when the schedule asks
-  (``block_threads``), and :func:`verify_kernel` checks it; ``serialize.py``
+  (``block_threads``), ``double_buffer.py`` overlaps the production of the
+  next tiles with the consumption of the current ones, and
+  :func:`verify_kernel` checks it; ``serialize.py``
   turns the SIMT form back into one thread per program for the CPU.
 
 Backends consume the loop IR (``tilenest.backends.llvm``).
@@ -35,5 +37,9 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
     k = lower(program, schedule)
     if schedule is not None and schedule.block_threads:
         k = simt_kernel(k, schedule.block_threads, schedule.vector_lanes, maps)
+        if schedule.double_buffer:
+            from .double_buffer import double_buffer
+
+            k = double_buffer(k)
     verify_kernel(k)
     return k

@@ -233,10 +233,17 @@ class Assign:
 
 @dataclass(frozen=True)
 class Store:
+    """``buf[index] = value`` (if ``guard``). ``mode="async"`` permits the
+    target to complete the store at any time before the next block barrier
+    (an asynchronous copy: ``double_buffer.py`` marks its producers so);
+    between barriers the threads' accesses are unordered anyway, and no
+    statement of the storing thread reads the element before that barrier."""
+
     buf: Buffer
     index: Expr
     value: Expr
     guard: Expr | None = None
+    mode: str = ""
 
 
 @dataclass(frozen=True)
@@ -558,7 +565,8 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             out.append(f"{pad}{s.var.name}: {s.var.dtype} = {expr_str(s.value)}")
         elif isinstance(s, Store):
             g = f" if {expr_str(s.guard)}" if s.guard is not None else ""
-            out.append(f"{pad}{s.buf.name}[{expr_str(s.index)}] = {expr_str(s.value)}{g}")
+            m = f" ({s.mode})" if s.mode else ""
+            out.append(f"{pad}{s.buf.name}[{expr_str(s.index)}] ={m} {expr_str(s.value)}{g}")
         elif isinstance(s, For):
             rev = " reversed" if s.reverse else ""
             kind = f".{s.kind}" if s.kind != "serial" else ""
@@ -710,8 +718,8 @@ def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
         if isinstance(s, Assign):
             s = Assign(s.var, map_expr(s.value, fe))
         elif isinstance(s, Store):
-            s = Store(s.buf, map_expr(s.index, fe), map_expr(s.value, fe),
-                      None if s.guard is None else map_expr(s.guard, fe))
+            s = replace(s, index=map_expr(s.index, fe), value=map_expr(s.value, fe),
+                        guard=None if s.guard is None else map_expr(s.guard, fe))
         elif isinstance(s, For):
             s = For(s.var, ix(s.lo), ix(s.hi), map_stmts(s.body, fe, fs), s.kind, s.reverse,
                     s.scope)

@@ -176,6 +176,9 @@ class Emitter:
         self.in_thread = False
         #: WarpMma tag -> what to emit of it ("load", "steps", "store"; else whole)
         self.mma_mode: dict[str, str] = {}
+        #: whether some store may be an asynchronous copy (waited for at barriers)
+        self.has_async = any(isinstance(s, L.Store) and s.mode == "async"
+                             for ph in k.phases for s in L.walk(ph.body))
 
     # -- output ---------------------------------------------------------------
     def w(self, line: str) -> None:
@@ -442,6 +445,8 @@ class Emitter:
             self.w(f"if (!({self.expr(s.cond)})) tn_fail(tn_status, {s.code});")
         elif isinstance(s, L.Barrier):
             if s.scope == "block":
+                if self.has_async:  # asynchronous copies complete before the barrier
+                    self.w("tn_cp_async_wait();")
                 self.w("__syncthreads();")
             elif s.scope == "warp":
                 self.w("__syncwarp();")
@@ -619,8 +624,23 @@ class Emitter:
         store per widened store."""
         V, s = plan.V, plan.loop
         vn = self.names(s.var.name)
+        # an asynchronous store of a widened load unchanged: one cp.async
+        # per group, the data never passing through registers
+        direct = {st: st.value for st in plan.stores if st.mode == "async"
+                  and isinstance(st.value, L.Load) and st.value in plan.loads
+                  and st.value.buf.dtype == st.buf.dtype}
+        for st, ld in direct.items():
+            nbytes = max(1, st.buf.dtype.itemsize) * V
+            self.w(f"tn_cp_async<{nbytes}>(&{self.buf(st.buf)}[{self.idx(plan.stores[st])}], "
+                   f"&{self.buf(ld.buf)}[{self.idx(plan.loads[ld])}]);")
+        rest = [st for st in plan.stmts if st not in direct]
+        if direct and not any(isinstance(st, (L.Store, L.Check)) for st in L.walk(tuple(rest))):
+            return  # nothing else has an effect (index locals only)
+        used = {y for st in rest for x in L.stmt_exprs(st) for y in L.subexprs(x)}
         repl: dict = {}
         for k, (node, e0) in enumerate(plan.loads.items()):
+            if direct and node not in used:
+                continue
             t = mem(node.buf.dtype)
             q = self.names(f"vq.{k}.{vn}", "tn")
             self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>(&{self.buf(node.buf)}"
@@ -630,6 +650,8 @@ class Emitter:
             repl[node] = L.Ref(marker)
         outs = []
         for k, (node, e0) in enumerate(plan.stores.items()):
+            if node in direct:
+                continue
             t = mem(node.buf.dtype)
             q = self.names(f"vs.{k}.{vn}", "tn")
             self.w(f"tn_pack<{t}, {V}> {q};")
@@ -642,7 +664,7 @@ class Emitter:
             return repl.get(x) if isinstance(x, L.Load) else None
 
         wide = tuple(L.Assign(repl[st], L.map_expr(st.value, fe)) if st in plan.stores
-                     else L.map_stmts((st,), fe)[0] for st in plan.stmts)
+                     else L.map_stmts((st,), fe)[0] for st in rest)
         self.w("#pragma unroll")
         self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
         self.block(wide)
@@ -876,8 +898,9 @@ class Emitter:
         if br.then[-1] is not w or not all(isinstance(x, L.Assign) for x in br.then[:-1]):
             return None
         local = {t.var.name, r.var.name} | {x.var.name for x in br.then[:-1]}
+        # the accumulator's cells must not move (the operands' offsets may)
         reads = L.names(br.cond) | {n for x in br.then[:-1] for n in L.names(x.value)}
-        reads |= {n for e in L.mma_indices(w) for n in L.names(L.IExpr(e))}
+        reads |= L.names(L.IExpr(w.c.offset)) | L.names(L.IExpr(w.lane))
         if (reads - local) & (set(L.assigned(s.body)) | {s.var.name}):
             return None
         c = w.c.buf.name

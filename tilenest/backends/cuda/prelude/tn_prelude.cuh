@@ -416,6 +416,35 @@ TN_FN void tn_mma_f16(float* d, const unsigned* a, const unsigned* b) {
 }
 #endif
 
+// asynchronous global -> shared copies of B = 4, 8 or 16 bytes (16 per
+// instruction; 32 as two), complete by the next tn_cp_async_wait(), which
+// every block barrier of a kernel with such copies is preceded by. The
+// emulator copies at once (a completion the wait permits).
+#ifdef TN_EMULATE
+template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
+  tn_emu::require_aligned(dst, B < 16 ? B : 16);
+  tn_emu::require_aligned(src, B < 16 ? B : 16);
+  memcpy(dst, src, B);
+}
+TN_FN void tn_cp_async_wait() {}
+#else
+template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
+  static_assert(B == 4 || B == 8 || B == 16 || B == 32, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (B == 32) {
+    tn_cp_async<16>(dst, src);
+    tn_cp_async<16>((char*)dst + 16, (const char*)src + 16);
+  } else {
+    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    if constexpr (B == 16)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
+    else
+      asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(src), "n"(B)
+                   : "memory");
+  }
+}
+TN_FN void tn_cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+#endif
+
 // the device faults on a misaligned vector access by itself; the host
 // emulator must be told, since x86 loads most misaligned addresses silently
 #ifdef TN_EMULATE

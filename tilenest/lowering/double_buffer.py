@@ -1,0 +1,202 @@
+"""Double buffering of a contraction loop's operand tiles (SIMT form).
+
+A program-level loop of the SIMT form whose iterations each *produce* tiles
+into ``shared`` buffers and then *consume* them, a block barrier between::
+
+    for k in [lo, hi):
+        barrier; P(k)            -- thread loops storing only into buffers X
+        barrier; C(k)            -- reads X, never writes it
+
+is rewritten so that the tiles of iteration ``k + 1`` are produced while
+iteration ``k`` consumes its own, each buffer in two versions (``X`` of
+twice the size, version ``v`` at offset ``v * |X|``)::
+
+    barrier; P(lo) into version 0; barrier
+    for k in [lo, hi):
+        if k + 1 < hi: P(k + 1) into version (k + 1 - lo) % 2
+        C(k) reading version (k - lo) % 2
+        barrier
+
+one barrier per iteration instead of two, and the producer's memory
+traffic overlaps the consumer's work (``Store.mode = "async"`` marks the
+producer's stores: a target may issue them as asynchronous copies that
+complete before the next block barrier, ``cp.async`` on ``cuda``).
+
+It is a reordering of independent work: it applies only when the producer
+reads no buffer the loop writes and no local the loop assigns outside the
+producer, the buffers ``X`` are touched nowhere else in the phase, and the
+consumer never writes them; then ``P(k + 1)`` commutes with ``C(k)``. The
+barrier-sufficiency obligation is discharged on the rewritten kernel, so the
+placement of the versions and the barriers is proved, not trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..semantics import expr as E
+from . import loopir as L
+
+
+def _is_barrier(s: Any) -> bool:
+    return isinstance(s, L.Barrier) and s.scope == "block"
+
+
+def _stores(body: tuple) -> set[str]:
+    return {s.buf.name for s in L.walk(body) if isinstance(s, L.Store)} | {
+        s.c.buf.name for s in L.walk(body) if isinstance(s, L.WarpMma)}
+
+
+def _reads(body: tuple) -> set[str]:
+    out = {y.buf.name for s in L.walk(body) for x in L.stmt_exprs(s) for y in L.subexprs(x)
+           if isinstance(y, L.Load)}
+    for s in L.walk(body):
+        if isinstance(s, L.WarpMma):
+            out |= {s.a.buf.name, s.b.buf.name, s.c.buf.name}
+    return out
+
+
+def _split(loop: L.For) -> tuple[tuple, tuple] | None:
+    """``(producer, consumer)`` of a loop body ``[barrier] P.. barrier C..``
+    (comments before the consumer's barrier move into the consumer), else None."""
+    body = list(loop.body)
+    if body and _is_barrier(body[0]):
+        body = body[1:]
+    prod = []
+    while body and isinstance(body[0], L.For) and body[0].kind == "thread":
+        prod.append(body.pop(0))
+    notes = []
+    while body and isinstance(body[0], L.Comment):
+        notes.append(body.pop(0))
+    if not prod or not body or not _is_barrier(body[0]):
+        return None
+    cons = tuple(notes) + tuple(body[1:])
+    if not cons or any(_is_barrier(s) for s in cons[-1:]):
+        return None
+    return tuple(prod), cons
+
+
+def plan(loop: L.For, phase_body: tuple, bufs: dict[str, L.Buffer]
+         ) -> tuple[tuple, tuple, list[L.Buffer]] | None:
+    """The producer, consumer and versioned buffers of ``loop`` when the
+    rewrite applies (module docstring), else None."""
+    if loop.kind != "serial" or loop.reverse:
+        return None
+    parts = _split(loop)
+    if parts is None:
+        return None
+    prod, cons = parts
+    if any(L.has_sync(p.body) for p in prod):
+        return None
+    xs = _stores(prod)
+    if not xs or any(bufs.get(x) is None or bufs[x].space != "shared" for x in xs):
+        return None
+    if xs & _stores(cons) or _reads(prod) & (_stores(prod) | _stores(cons)):
+        return None
+    inside = {id(s) for s in L.walk(loop.body)}
+    outside = [s for s in L.walk(phase_body) if id(s) not in inside and s is not loop]
+    if xs & (_reads(tuple(outside)) | _stores(tuple(outside))):
+        return None
+    # the producer depends on the iteration only through the loop variable
+    own = set(L.assigned(prod))
+    needs = L.referenced(prod) - own
+    if needs & (set(L.assigned(cons)) | set(L.assigned(loop.body)) - own):
+        return None
+    if (L.names(L.IExpr(loop.lo)) | L.names(L.IExpr(loop.hi))) & set(L.assigned(loop.body)):
+        return None
+    return prod, cons, [bufs[x] for x in sorted(xs)]
+
+
+def _versioned(body: tuple, xs: dict[str, tuple[L.Buffer, E.Expr]], store_mode: str) -> tuple:
+    """``body`` with every access to a buffer of ``xs`` moved to the new
+    buffer at the version offset, its stores marked ``store_mode``."""
+
+    def fe(x: Any) -> Any:
+        if isinstance(x, L.Load) and x.buf.name in xs:
+            nb, off = xs[x.buf.name]
+            return replace(x, buf=nb, index=L.IExpr(E.add(x.index.e, off)))
+        return None
+
+    def fs(s: Any) -> Any:
+        if isinstance(s, L.Store) and s.buf.name in xs:
+            nb, off = xs[s.buf.name]
+            return (replace(s, buf=nb, index=L.IExpr(E.add(s.index.e, off)), mode=store_mode),)
+        if isinstance(s, L.WarpMma):
+            fr = {}
+            for f in ("a", "b", "c"):
+                g = getattr(s, f)
+                if g.buf.name in xs:
+                    nb, off = xs[g.buf.name]
+                    fr[f] = replace(g, buf=nb, offset=E.add(g.offset, off))
+            return (replace(s, **fr),) if fr else None
+        return None
+
+    return L.map_stmts(body, fe, fs)
+
+
+def _at(body: tuple, var: L.LVar, value: E.Expr) -> tuple:
+    """``body`` with loop variable ``var`` replaced by ``value``."""
+    v = E.Var(var.name)
+
+    def fe(x: Any) -> Any:
+        if isinstance(x, L.IExpr) and v in E.leaves(x.e):
+            return L.IExpr(E.subst(x.e, {v: value}))
+        if isinstance(x, L.IPred) and v in E.leaves(x.p):
+            return L.IPred(E.subst(x.p, {v: value}))
+        return None
+
+    return L.map_stmts(body, fe)
+
+
+def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer]
+            ) -> tuple[tuple, dict[str, L.Buffer]]:
+    """The statements replacing ``loop`` and the new buffers by old name."""
+    kv = E.Var(loop.var.name)
+    news = {b.name: replace(b, size=E.mul(b.size, 2)) for b in olds}
+
+    def version(k: E.Expr) -> dict[str, tuple[L.Buffer, E.Expr]]:
+        ver = E.mod(E.add(k, E.mul(-1, loop.lo)), 2)
+        return {b.name: (news[b.name], E.mul(ver, b.size)) for b in olds}
+
+    first = _versioned(_at(prod, loop.var, loop.lo), version(loop.lo), "async")
+    ahead = E.add(kv, 1)
+    nxt = _versioned(_at(prod, loop.var, ahead), version(ahead), "async")
+    body = (L.If(L.IPred(E.cmp("<", ahead, loop.hi)), nxt),) + \
+        _versioned(cons, version(kv), "") + (L.Barrier("block"),)
+    pre = (L.Barrier("block"),
+           L.If(L.IPred(E.cmp("<", loop.lo, loop.hi)), first),
+           L.Barrier("block"),
+           L.Comment(f"double-buffered: {', '.join(b.name for b in olds)} in two versions; "
+                     "the next tiles are produced while these are consumed"))
+    return pre + (replace(loop, body=body),), news
+
+
+def double_buffer(k: L.Kernel) -> L.Kernel:
+    """``k`` with every qualifying loop of every phase double-buffered
+    (outermost first; a rewritten loop is not visited again)."""
+    bufs = {b.name: b for b in k.locals}
+    replaced: dict[str, L.Buffer] = {}
+    phases = []
+    for ph in k.phases:
+        def walk(body: tuple) -> tuple:
+            out: list = []
+            for s in body:
+                if isinstance(s, L.For) and s.kind != "thread":
+                    got = plan(s, ph.body, bufs)
+                    if got is not None:
+                        stmts, news = rewrite(s, *got)
+                        replaced.update(news)
+                        out.extend(stmts)
+                        continue
+                    s = replace(s, body=walk(s.body))
+                elif isinstance(s, L.If):
+                    s = replace(s, then=walk(s.then), orelse=walk(s.orelse))
+                out.append(s)
+            return tuple(out)
+
+        phases.append(replace(ph, body=walk(ph.body)))
+    if not replaced:
+        return k
+    locals_ = tuple(replaced.get(b.name, b) for b in k.locals)
+    return replace(k, locals=locals_, phases=tuple(phases))
