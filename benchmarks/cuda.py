@@ -371,11 +371,17 @@ def _gpu_label(g: dict[str, Any]) -> str:
                     else f" {k}={v}") for k, v in g.items())
 
 
+def fixed_gpu(cfg: Config) -> dict[str, Any]:
+    """The GPU schedule overrides the command line fixes (``--block-threads``,
+    ``--vector-lanes``)."""
+    return {n: v for n, v in (("block_threads", cfg.block_threads),
+                              ("vector_lanes", cfg.vector_lanes)) if v}
+
+
 def gpu_search(cfg: Config) -> list[dict[str, Any]]:
     """The GPU schedule overrides tried per row-workload schedule: the
     command line's, else :data:`GPU_SEARCH` (``--quick``: the default only)."""
-    fixed = {n: v for n, v in (("block_threads", cfg.block_threads),
-                               ("vector_lanes", cfg.vector_lanes)) if v}
+    fixed = fixed_gpu(cfg)
     if cfg.quick:
         return [fixed]
     out: list[dict[str, Any]] = []
@@ -395,7 +401,7 @@ def compile_variant(run: Run, wl: Any, dtn: str, sched: dict[str, Any],
     from tilenest.backends import cuda
     from tilenest.backends.cuda.runtime import MAX_BLOCKS, MAX_SHARED
 
-    over = gpu if gpu is not None else gpu_search(dataclasses.replace(run.cfg, quick=True))[0]
+    over = {**(gpu or {}), **fixed_gpu(run.cfg)}
     rec: dict[str, Any] = {"schedule": dict(sched), "gpu": dict(over),
                            "label": _sched_label(sched) + _gpu_label(over)}
     k = wl.kernel(getattr(run.D, dtn), sched)

@@ -49,8 +49,7 @@ def _stores(body: tuple) -> set[str]:
 
 
 def _reads(body: tuple) -> set[str]:
-    out = {y.buf.name for s in L.walk(body) for x in L.stmt_exprs(s) for y in L.subexprs(x)
-           if isinstance(y, L.Load)}
+    out = {y.buf.name for y in L.evaluated(body) if isinstance(y, L.Load)}
     for s in L.walk(body):
         if isinstance(s, L.WarpMma):
             out |= {s.a.buf.name, s.b.buf.name, s.c.buf.name}

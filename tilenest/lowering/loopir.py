@@ -44,7 +44,8 @@ flow that does not depend on the thread id; either way every access before it,
 by any thread, happens before every access after it. ``Shuffle`` and
 ``LaneReduce`` are *warp collectives* inside a thread loop: the threads of one
 aligned group of ``width`` lanes (``t // width`` equal) exchange a value, and
-every lane of ``mask`` executes them together. A backend without threads runs
+every lane of ``mask`` executes them together; ``WarpMma`` is one too (a
+tensor-core tile multiply-accumulate by the 32 lanes of a warp). A backend without threads runs
 a thread loop as a sequence of its iterations, split at every
 synchronization point inside it (``lowering/serialize.py``).
 
@@ -659,6 +660,15 @@ def subexprs(x: Any) -> Any:
         if x.guard is not None:
             yield from subexprs(x.guard)
             yield from subexprs(x.fill)
+
+
+def evaluated(body: tuple, nested: bool = True) -> Any:
+    """Every expression node the statements of ``body`` evaluate (those of
+    nested statements too unless ``nested`` is false), subexpressions
+    included."""
+    for st in (walk(body) if nested else body):
+        for x in stmt_exprs(st):
+            yield from subexprs(x)
 
 
 def stmt_exprs(s: Any) -> list:

@@ -32,6 +32,8 @@ read off the rewritten IR, ``policy`` for reduction permissions.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -186,11 +188,13 @@ PROOFS = Store("proofs")
 _DEFINITE = {"isl_engine": ("empty", "point"), "z3_engine": ("unsat", "sat")}
 
 
-def _engine_versions() -> list[str]:
+@functools.cache
+def _engine_versions() -> tuple[str, str]:
+    """The z3 and islpy versions (part of every proof's cache key; read once)."""
     import islpy
     import z3
 
-    return [z3.get_version_string(), str(getattr(islpy, "__version__", ""))]
+    return z3.get_version_string(), str(getattr(islpy, "__version__", ""))
 
 
 def _answer(engine: Any, cs: Any, params: Any, vars_: Any, data: Any, timeout: float) -> Any:

@@ -566,8 +566,7 @@ class Emitter:
                     if ends is not None and y not in loads:
                         loads[y] = at(y.index.e, 0)
                         conds += [c for c in ends if c not in conds]
-        read = {y.buf.name for st in L.walk(stmts) for x in L.stmt_exprs(st)
-                for y in L.subexprs(x) if isinstance(y, L.Load)}
+        read = {y.buf.name for y in L.evaluated(stmts) if isinstance(y, L.Load)}
         stores: dict = {}
         for st in stmts:
             if (isinstance(st, L.Store) and st.guard is None and isinstance(st.index, L.IExpr)
@@ -636,7 +635,7 @@ class Emitter:
         rest = [st for st in plan.stmts if st not in direct]
         if direct and not any(isinstance(st, (L.Store, L.Check)) for st in L.walk(tuple(rest))):
             return  # nothing else has an effect (index locals only)
-        used = {y for st in rest for x in L.stmt_exprs(st) for y in L.subexprs(x)}
+        used = set(L.evaluated(tuple(rest), nested=False))
         repl: dict = {}
         for k, (node, e0) in enumerate(plan.loads.items()):
             if direct and node not in used:
@@ -689,7 +688,7 @@ class Emitter:
         acc: dict[str, list] = {}
         blocked: set[str] = set()
         for t in s.body:
-            nodes = [y for x in L.stmt_exprs(t) for y in L.subexprs(x) if isinstance(y, L.Load)]
+            nodes = [y for y in L.evaluated((t,), nested=False) if isinstance(y, L.Load)]
             if isinstance(t, L.Store):
                 nodes.append(t)
             for y in nodes:
@@ -757,8 +756,7 @@ class Emitter:
             return False
         plan = self.lane_plan(s.body[0])
         if plan is None or plan.conds or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
-                               for st in plan.stmts for x in L.stmt_exprs(st)
-                               for y in L.subexprs(x)):
+                                             for y in L.evaluated(plan.stmts, nested=False)):
             # lanes computing a transcendental (a libm call in double, or the
             # exp formula) are not memory-bound: their three copies (wide,
             # tail, fallback), unrolled, cost NVRTC minutes for no gain
@@ -907,7 +905,7 @@ class Emitter:
         if c in (w.a.buf.name, w.b.buf.name):
             return None
         for st in L.walk(s.body):
-            touched = [y.buf.name for x in L.stmt_exprs(st) for y in L.subexprs(x)
+            touched = [y.buf.name for y in L.evaluated((st,), nested=False)
                        if isinstance(y, L.Load)]
             if isinstance(st, L.Store):
                 touched.append(st.buf.name)

@@ -385,10 +385,6 @@ def _read_depfile(path: Path, skip: set[str]) -> dict[str, str]:
     return {f: _hash_file(f) for f in files}
 
 
-def _atomic_write(path: Path, data: str) -> None:
-    atomic_write(path, data.encode())
-
-
 def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Sequence[str],
              tsan: bool) -> Path:
     """Compile ``source`` + launchers (cached); the path of the library or executable."""
@@ -405,7 +401,7 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     if hit is not None:
         return hit
     src_path = d / f"{key}.cu"
-    _atomic_write(src_path, full)
+    atomic_write(src_path, full.encode())
     fd, tmp = tempfile.mkstemp(dir=d, prefix=key + ".", suffix=".tmp")
     os.close(fd)
     depfile = Path(tmp + ".d")
@@ -428,7 +424,7 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
         tag = hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12]
         out = d / (f"{key}-{tag}.tsan" if tsan else f"{key}-{tag}.so")
         os.replace(tmp, out)
-        _atomic_write(manifest, json.dumps({"artifact": out.name, "deps": deps}))
+        atomic_write(manifest, json.dumps({"artifact": out.name, "deps": deps}).encode())
     finally:
         for p in (tmp, str(depfile)):
             if os.path.exists(p):
