@@ -107,6 +107,13 @@ def plan(loop: L.For, phase_body: tuple, bufs: dict[str, L.Buffer]
     return prod, cons, [bufs[x] for x in sorted(xs)]
 
 
+def _shift(index: L.Expr, off: E.Expr) -> L.Expr:
+    """``index + off`` (an index expression, or a computed i64 index)."""
+    if isinstance(index, L.IExpr):
+        return L.IExpr(E.add(index.e, off))
+    return L.Bin("add", index, L.IExpr(off), L.INDEX)
+
+
 def _versioned(body: tuple, xs: dict[str, tuple[L.Buffer, E.Expr]], store_mode: str) -> tuple:
     """``body`` with every access to a buffer of ``xs`` moved to the new
     buffer at the version offset, its stores marked ``store_mode``."""
@@ -114,13 +121,13 @@ def _versioned(body: tuple, xs: dict[str, tuple[L.Buffer, E.Expr]], store_mode: 
     def fe(x: Any) -> Any:
         if isinstance(x, L.Load) and x.buf.name in xs:
             nb, off = xs[x.buf.name]
-            return replace(x, buf=nb, index=L.IExpr(E.add(x.index.e, off)))
+            return replace(x, buf=nb, index=_shift(x.index, off))
         return None
 
     def fs(s: Any) -> Any:
         if isinstance(s, L.Store) and s.buf.name in xs:
             nb, off = xs[s.buf.name]
-            return (replace(s, buf=nb, index=L.IExpr(E.add(s.index.e, off)), mode=store_mode),)
+            return (replace(s, buf=nb, index=_shift(s.index, off), mode=store_mode),)
         if isinstance(s, L.WarpMma):
             fr = {}
             for f in ("a", "b", "c"):
