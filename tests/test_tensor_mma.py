@@ -25,6 +25,8 @@ from tilenest.lowering import default_schedule, lower_verified, print_kernel
 from tilenest.lowering import loopir as L
 from tilenest.lowering.mma import warp_tile
 from tilenest.proofs import barriers
+from tilenest.semantics import dtypes as D
+from tilenest.semantics import expr as E
 from tilenest.workloads import WORKLOADS
 
 
@@ -188,3 +190,40 @@ def test_dropped_barrier_in_the_contraction_loop_is_refuted(double):
     refuted = [o for o in obs if o.status == "refuted"]
     assert refuted, [o.status for o in obs]
     assert any(re.search(r"%(a|b)\.\d+", o.title) for o in refuted)
+
+
+def _copy_then_use(consumer_reads_local: bool) -> tuple:
+    """A loop ``for k: barrier; for.thread t: x = k; X[t] = A[k, t];
+    barrier; Y[k] = X[0] (+ x)`` and its phase, as loop IR."""
+    k, t, x = L.LVar("k", L.INDEX), L.LVar("t", L.INDEX), L.LVar("x", L.INDEX)
+    A = L.Buffer("A", D.f32, "global", E.Const(64), 0)
+    Y = L.Buffer("Y", D.f32, "global", E.Const(8), 1)
+    X = L.Buffer("X", D.f32, "shared", E.Const(32))
+    kv, tv = E.Var("k"), E.Var("t")
+    prod = L.For(t, E.Const(0), E.Const(32), (
+        L.Assign(x, L.IExpr(kv)),
+        L.Store(X, L.IExpr(tv), L.Load(A, L.IExpr(E.add(E.mul(kv, 8), tv))))), "thread",
+        scope="block")
+    val: L.Expr = L.Load(X, L.IExpr(E.Const(0)))
+    if consumer_reads_local:
+        val = L.Bin("add", val, L.Cast(L.Ref(x), D.f32), D.f32)
+    cons = L.Store(Y, L.IExpr(kv), val)
+    loop = L.For(k, E.Const(0), E.Const(8), (L.Barrier("block"), prod, L.Barrier("block"),
+                                             cons))
+    return loop, (L.Assign(x, L.IExpr(E.Const(0))), loop), {"X": X}
+
+
+def test_double_buffer_needs_an_independent_consumer():
+    """The rewrite runs P(k + 1) before C(k): it applies to a consumer that
+    reads only the produced tiles, and not when the consumer reads a local the
+    producer assigns (it would see the next iteration's value)."""
+    from tilenest.lowering.double_buffer import plan
+
+    loop, body, bufs = _copy_then_use(False)
+    assert plan(loop, [body], bufs) is not None
+    loop, body, bufs = _copy_then_use(True)
+    assert plan(loop, [body], bufs) is None
+    # a buffer another phase touches cannot change size
+    loop, body, bufs = _copy_then_use(False)
+    other = (L.Store(bufs["X"], L.IExpr(E.Const(0)), L.Const(1.0, bufs["X"].dtype)),)
+    assert plan(loop, [body, other], bufs) is None

@@ -76,10 +76,12 @@ def _split(loop: L.For) -> tuple[tuple, tuple] | None:
     return tuple(prod), cons
 
 
-def plan(loop: L.For, phase_body: tuple, bufs: dict[str, L.Buffer]
+def plan(loop: L.For, phase_bodies: list[tuple], bufs: dict[str, L.Buffer]
          ) -> tuple[tuple, tuple, list[L.Buffer]] | None:
     """The producer, consumer and versioned buffers of ``loop`` when the
-    rewrite applies (module docstring), else None."""
+    rewrite applies (module docstring; ``phase_bodies``: every phase of the
+    kernel, where the buffers must not be touched outside the loop), else
+    None."""
     if loop.kind != "serial" or loop.reverse:
         return None
     parts = _split(loop)
@@ -94,13 +96,17 @@ def plan(loop: L.For, phase_body: tuple, bufs: dict[str, L.Buffer]
     if xs & _stores(cons) or _reads(prod) & (_stores(prod) | _stores(cons)):
         return None
     inside = {id(s) for s in L.walk(loop.body)}
-    outside = [s for s in L.walk(phase_body) if id(s) not in inside and s is not loop]
+    outside = [s for body in phase_bodies for s in L.walk(body)
+               if id(s) not in inside and s is not loop]
     if xs & (_reads(tuple(outside)) | _stores(tuple(outside))):
         return None
-    # the producer depends on the iteration only through the loop variable
+    # the producer depends on the iteration only through the loop variable,
+    # and the consumer reads none of the producer's locals (P(k + 1) runs first)
     own = set(L.assigned(prod))
     needs = L.referenced(prod) - own
     if needs & (set(L.assigned(cons)) | set(L.assigned(loop.body)) - own):
+        return None
+    if L.referenced(cons) & own:
         return None
     if (L.names(L.IExpr(loop.lo)) | L.names(L.IExpr(loop.hi))) & set(L.assigned(loop.body)):
         return None
@@ -189,7 +195,7 @@ def double_buffer(k: L.Kernel) -> L.Kernel:
             out: list = []
             for s in body:
                 if isinstance(s, L.For) and s.kind != "thread":
-                    got = plan(s, ph.body, bufs)
+                    got = plan(s, [p.body for p in k.phases], bufs)
                     if got is not None:
                         stmts, news = rewrite(s, *got)
                         replaced.update(news)
