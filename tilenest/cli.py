@@ -290,12 +290,27 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_check(a: argparse.Namespace) -> int:
     """``tilenest check``: exit 0 when every required obligation is proved (or
     assumed), 1 when one is refuted (or on a user error), 2 when one is unknown
-    and none is refuted. ``--json`` follows spec/obligations.md."""
+    and none is refuted. ``--json`` follows spec/obligations.md. ``--sarif FILE``
+    also writes the verdicts as a SARIF 2.1.0 log (:mod:`tilenest.sarif`); the
+    printed report and the exit status are the same with or without it."""
     from .proofs.report import check
 
-    progs = load_programs(a.file, a.kernel)
-    reports = [check(p, a.transform or (), a.target, timeout=a.timeout, assume=a.assume or (),
-                     engine=a.engine, debug=a.debug) for _, p in progs]
+    if a.sarif is not None:
+        from . import sarif
+
+        sarif.check_destination(a.sarif)  # before a long check, not after it
+    try:
+        progs = load_programs(a.file, a.kernel)
+        reports = [check(p, a.transform or (), a.target, timeout=a.timeout,
+                         assume=a.assume or (), engine=a.engine, debug=a.debug)
+                   for _, p in progs]
+    except Exception as e:
+        if a.sarif is not None:  # a log that says the check stopped, not a stale or no file
+            try:
+                sarif.write(sarif.document([], a.file, error=e), a.sarif)
+            except TilenestError as w:
+                print(f"warning: {w.message}", file=sys.stderr)
+        raise
     if a.json:
         out = [r.to_json() for r in reports]
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
@@ -305,7 +320,10 @@ def cmd_check(a: argparse.Namespace) -> int:
         if not any(o.matches(sel) for r in reports for o in r.obligations):
             print(f"warning: --assume {sel!r} matched no obligation", file=sys.stderr)
     codes = [r.exit_status for r in reports]
-    return 1 if 1 in codes else (2 if 2 in codes else 0)
+    status = 1 if 1 in codes else (2 if 2 in codes else 0)
+    if a.sarif is not None:
+        sarif.write(sarif.document(reports, a.file, exit_status=status), a.sarif)
+    return status
 
 
 def _schedule_for(a: argparse.Namespace, program: Any) -> Any:
@@ -538,6 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--debug", action="store_true",
                    help="re-check the program obligations after every rewrite")
     s.add_argument("--verbose", "-v", action="store_true", help="print every statement")
+    s.add_argument("--sarif", metavar="FILE",
+                   help="also write the verdicts as a SARIF 2.1.0 log for code-scanning "
+                        "dashboards (refuted: error, unknown: warning; proved ones omitted)")
     s.set_defaults(fn=cmd_check)
     s = sub.add_parser("lower", help="print the code a kernel lowers to (one stage)")
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
