@@ -7,8 +7,9 @@ Subcommands::
     tilenest run FILE ...                         run a kernel on the reference interpreter
     tilenest check FILE [--transform SPEC ...] [--target cuda|metal|cpu] [--json]
                    [--timeout S] [--assume SEL]   discharge the proof obligations
-                                                  (exit 0 all proved, 1 any refuted,
-                                                  2 any unknown and none refuted)
+                   [--sarif FILE]                 (exit 0 all proved, 1 any refuted,
+                                                  2 any unknown and none refuted;
+                                                  FILE: the verdicts as SARIF 2.1.0)
     tilenest lower FILE --target llvm --emit E    print one stage (schedule|tileir|loopir|ir|opt|asm;
                                                   cuda: schedule|loopir|cuda|ptx|sass-resources)
     tilenest validate FILE --target llvm          translation validation
