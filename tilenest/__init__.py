@@ -83,3 +83,17 @@ __all__ = [
     "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "validate", "parse",
     *_fn_all,
 ]
+
+#: subpackages reachable as ``tn.NAME`` without importing them up front
+#: (``tn.interpreter.random(seed)``, ``tn.lowering.default_schedule``...)
+_LAZY_SUBPACKAGES = ("interpreter", "lowering", "backends", "validation", "workloads",
+                     "conformance", "proofs")
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    """``tn.interpreter`` and the other subpackages, imported on first use."""
+    if name in _LAZY_SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tilenest' has no attribute {name!r}")
