@@ -4,8 +4,10 @@
 tensor parameter, one number per runtime scalar; extents bind the kernel's
 symbols, ``params=`` gives the others), and what generated code relies on:
 C-contiguous, aligned arrays read in place, and aliasing only as the *same*
-array (M-8). A target's kernel class inherits it and provides ``program``
-and ``stored``.
+array (M-8). Arrays of any framework arrive through ``tilenest/arrays.py``
+(host views by default; a target on a device overrides
+:meth:`ArgumentBinder.arguments`). A target's kernel class inherits it and
+provides ``program`` and ``stored``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import arrays as A
 from ..errors import BoundsError, RuntimeSemanticError, TilenestError
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..semantics.signature import bind_call
@@ -27,19 +30,27 @@ class ArgumentBinder:
     stored: set[str]
 
     # -- binding ------------------------------------------------------------------
+    def arguments(self, arrays: tuple) -> tuple:
+        """The call's arguments as the kernel reads them: here every tensor as a
+        numpy view of the caller's host memory (``tilenest/arrays.py``)."""
+        return A.host_arguments(self.program, arrays, self.stored)
+
     def bind(self, arrays: tuple, params: dict[str, int] | None) -> tuple[list, dict[str, int]]:
         p = self.program
-        env = bind_call(p, arrays, params)
+        given = arrays
+        arrays = self.arguments(arrays)
+        # a device array's elements stay on the device: the checks see its shape
+        env = bind_call(p, tuple(A.stand_in(a) if hasattr(a, "__cuda_array_interface__")
+                                 else a for a in arrays), params)
         syms = {k.name: v for k, v in env.items()}
         keep: list[Any] = []
-        for v, a in zip(p.args, arrays, strict=True):
+        for v, a, g in zip(p.args, arrays, given, strict=True):
             t = v.type
             if isinstance(t, TensorType):
-                if not (a.flags.c_contiguous and a.flags.aligned):
+                if not A.is_packed(a):
                     raise TilenestError(
                         f"argument '{v.name}' is not a C-contiguous aligned array; compiled "
-                        "kernels read arrays in place", p.loc,
-                        "pass np.ascontiguousarray(x) (and copy results back if needed)")
+                        "kernels read arrays in place", p.loc, A.packed_hint(g, a))
                 keep.append(a)
             else:
                 from ..semantics.numerics import constant
@@ -66,12 +77,11 @@ class ArgumentBinder:
         for i, a in enumerate(keep):
             for j in range(i):
                 b = keep[j]
-                if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or not (
-                        a.size and b.size):
+                if not (a.size and b.size):
                     continue
                 if args[i].name not in self.stored and args[j].name not in self.stored:
                     continue
-                if not np.shares_memory(a, b):
+                if not A.shares_memory(a, b):
                     continue
                 if not same_array(a, b):
                     raise TilenestError(
@@ -89,9 +99,10 @@ class ArgumentBinder:
 
 
 
-def same_array(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two arrays view exactly the same elements in the same way."""
-    return (a.ctypes.data == b.ctypes.data and a.dtype == b.dtype and a.shape == b.shape
+def same_array(a: Any, b: Any) -> bool:
+    """Whether two arrays (numpy, or both on the device) view exactly the same
+    elements in the same way."""
+    return (A.address(a) == A.address(b) and a.dtype == b.dtype and a.shape == b.shape
             and a.strides == b.strides)
 
 

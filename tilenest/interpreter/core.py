@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..arrays import host_arguments
 from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
@@ -186,6 +187,7 @@ class Interpreter:
     # -- binding ------------------------------------------------------------
     def _bind(self, args: Sequence[Any], params: dict[str, int]) -> dict[E.Expr, int]:
         p = self.prog
+        args = host_arguments(p, args)  # any host array, as a numpy view of its memory
         syms = bind_call(p, args, params)
         for v, a in zip(p.args, args, strict=True):
             t = v.type

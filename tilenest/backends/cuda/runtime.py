@@ -13,8 +13,9 @@ Devices (``device=``):
   before every block); ``policy``, ``seed`` and ``poison`` choose the thread
   interleaving and the poison. Needs no GPU.
 * ``"gpu"`` -- the NVRTC cubin loaded with the CUDA driver (through CuPy);
-  numpy arrays are copied to the device and the written ones back, CuPy
-  arrays are used in place.
+  host arrays (numpy, torch CPU tensors...) are copied to the device and the
+  written ones back, device arrays (CuPy, torch CUDA tensors, any DLPack
+  array on the current CUDA device) are used in place (``tilenest/arrays.py``).
 
 A launch never truncates: a block count above the grid limit, or dynamic
 shared memory above the device's opt-in limit, is an error naming the sizes.
@@ -27,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import arrays as A
 from ...errors import TilenestError
 from ...semantics import expr as E
 from ...semantics.signature import order_arguments, stored_tensors
@@ -109,9 +111,18 @@ class CudaKernel(ArgumentBinder):
         return compile_program(self.program, self.schedule.with_(aliases=aliases),
                                device=self.device)
 
+    def arguments(self, arrays: tuple) -> tuple:
+        """The call's arguments as the kernel reads them: on a GPU, device arrays
+        as cupy arrays in place and host arrays as numpy views (copied per
+        launch); on the emulator, every tensor as a numpy view."""
+        if self.device == "gpu":
+            return A.cuda_arguments(self.program, arrays, self.stored)
+        return A.host_arguments(self.program, arrays, self.stored)
+
     # -- device arrays -------------------------------------------------------------------
     def bound(self, *arrays: Any, params: dict[str, int] | None = None) -> "BoundLaunch":
-        """The launches of a call on device arrays (CuPy, or anything with
+        """The launches of a call on device arrays (CuPy, a torch CUDA tensor,
+        any DLPack array on the current CUDA device, or anything with
         ``__cuda_array_interface__``), bound once: ``.launch()`` enqueues every
         phase on the current stream without waiting (for timing and repeated
         calls), ``.check()`` waits and raises the error of a nonzero status.
@@ -124,15 +135,14 @@ class CudaKernel(ArgumentBinder):
         import cupy as cp
 
         p = self.program
+        arrays = A.cuda_arguments(p, arrays, self.stored)
         metas, dev = [], []
         for v, a in zip(p.args, arrays, strict=True):
             if hasattr(a, "__cuda_array_interface__"):
                 if not a.flags.c_contiguous:
                     raise TilenestError(f"argument '{v.name}' is not C-contiguous", p.loc,
                                         "pass cupy.ascontiguousarray(x)")
-                meta = np.ndarray(a.shape, np.dtype(a.dtype), buffer=bytearray(a.itemsize),
-                                  strides=(0,) * a.ndim)
-                metas.append(meta)
+                metas.append(A.stand_in(a))
                 dev.append(a)
             else:
                 metas.append(a)
@@ -222,7 +232,7 @@ class CudaKernel(ArgumentBinder):
         args = []
         for b in sorted(self.kernel.globals, key=lambda b: b.arg):
             a = keep[b.arg]
-            a = np.asarray(a).reshape(-1) if np.ndim(a) == 0 else a
+            a = a.reshape(-1) if a.ndim == 0 else a  # numpy, or cupy on a GPU
             if a.dtype == np.bool_:
                 a = a.view(np.uint8)  # bool elements are bytes (emit.mem)
             args.append(conv(a))

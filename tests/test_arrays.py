@@ -1,0 +1,309 @@
+"""Arrays from any framework (``tilenest/arrays.py``): DLPack arrays (torch,
+jax, numpy's own export, a minimal producer) and buffer-protocol objects run
+through the interpreter, the llvm target and the CUDA emulator, read in
+place and with outputs written in place; device mismatches, layouts a
+compiled target does not read, immutable outputs and non-arrays are errors
+naming the argument. The GPU tests (marker ``device``) use cupy arrays and
+torch CUDA tensors in place."""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest import arrays as A
+from tilenest import bf16, f32
+from tilenest.errors import TilenestError, TypeCheckError
+
+
+@tn.kernel
+def scale(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *, k=2.0):
+    (n,) = x.shape
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 4))):
+        o = tn.coord(p.index() * 4)
+        y(o, tn.shape(4)).store(x[o, tn.shape(4), tn.bounds.zero] * k + 1.0)
+
+
+@tn.kernel
+def bump(x: tn.Tensor[bf16, "N"]):
+    (n,) = x.shape
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 4))):
+        o = tn.coord(p.index() * 4)
+        x(o, tn.shape(4)).store(x[o, tn.shape(4), tn.bounds.zero] * 2.0)
+
+
+N = 10
+X = np.arange(N, dtype=np.float32) - 3.5
+WANT = X * 2 + 1  # exact in f32: the numpy run of every entry point gives this
+
+
+@pytest.fixture(scope="module")
+def llvm():
+    return scale.compile(target="llvm")
+
+
+@pytest.fixture(scope="module")
+def emulated():
+    return scale.compile(target="cuda", device="emulated")
+
+
+def _numpy_run() -> np.ndarray:
+    y = np.zeros(N, dtype=np.float32)
+    scale(X.copy(), y)
+    return y
+
+
+class Exporter:
+    """The least an array may offer: ``__dlpack__`` and ``__dlpack_device__``
+    (here over a numpy array, on the device it claims)."""
+
+    def __init__(self, a: np.ndarray, device: tuple[int, int] = (1, 0)):
+        self.a = a
+        self.device = device
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+# -- without torch or jax --------------------------------------------------------------
+def test_numpy_run_is_the_expected_one():
+    assert np.array_equal(_numpy_run(), WANT)
+
+
+@pytest.mark.parametrize("entry", ["interpreter", "llvm"])
+def test_a_dlpack_producer_is_read_and_written_in_place(entry, llvm):
+    x, y = Exporter(X.copy()), Exporter(np.zeros(N, dtype=np.float32))
+    run = scale if entry == "interpreter" else llvm
+    out = run(x, y)
+    assert out is y  # the caller's own object comes back
+    assert np.array_equal(y.a, WANT)
+
+
+@pytest.mark.parametrize("entry", ["interpreter", "llvm"])
+def test_buffer_protocol_objects_are_read_and_written_in_place(entry, llvm):
+    x = array.array("f", X.tolist())
+    y = bytearray(4 * N)  # bytes: viewed as uint8, so given as a typed memoryview
+    run = scale if entry == "interpreter" else llvm
+    run(x, memoryview(y).cast("f"))
+    assert np.array_equal(np.frombuffer(y, dtype=np.float32), WANT)
+
+
+def test_host_view_shares_memory_with_the_caller():
+    a = np.zeros(N, dtype=np.float32)
+    v = A.host_view(Exporter(a), "x", written=True)
+    assert v.ctypes.data == a.ctypes.data and v.flags.writeable
+    assert A.host_view(a, "x", written=True) is a  # numpy arrays pass through unchanged
+    b = bytearray(8)
+    assert A.host_view(b, "x", written=True).ctypes.data == np.frombuffer(b, np.uint8).ctypes.data
+
+
+def test_a_read_only_buffer_for_an_output_is_the_numpy_error():
+    y = memoryview(np.zeros(N, dtype=np.float32)).toreadonly()
+    with pytest.raises(TilenestError, match="argument 'y' is written .* read-only"):
+        scale(X.copy(), y)
+    scale(memoryview(X.copy()).toreadonly(), np.zeros(N, dtype=np.float32))  # input: fine
+
+
+@pytest.mark.parametrize("entry", ["interpreter", "llvm", "emulated"])
+def test_a_device_array_on_a_host_entry_point_is_an_error(entry, llvm, emulated):
+    run = {"interpreter": scale, "llvm": llvm, "emulated": emulated}[entry]
+    y = Exporter(np.zeros(N, dtype=np.float32), device=(2, 1))  # claims cuda:1
+    with pytest.raises(TilenestError, match="argument 'y' is a .* on cuda:1, but this entry "
+                       "point runs on the host") as e:
+        run(X.copy(), y)
+    assert "device='gpu'" in e.value.hint
+    assert not y.a.any()
+
+
+@pytest.mark.parametrize("bad,kind", [([0.0] * N, "list"), (np.float32(1), "numpy.float32"),
+                                      ("text", "str")])
+def test_an_object_that_is_not_an_array_is_an_error(bad, kind, llvm):
+    for run in (scale, llvm):
+        with pytest.raises(TilenestError, match=f"argument 'x' must be an array, got {kind}\n"
+                           ) as e:
+            run(bad, np.zeros(N, dtype=np.float32))
+        assert "DLPack" in e.value.hint
+
+
+def test_numpy_messages_are_unchanged(llvm):
+    with pytest.raises(TypeCheckError, match="argument 'x' has dtype float64, the kernel "
+                       "needs f32"):
+        scale(X.astype(np.float64), np.zeros(N, dtype=np.float32))
+    with pytest.raises(TilenestError, match="argument 'y' is not a C-contiguous aligned "
+                       "array") as e:
+        llvm(X.copy(), np.zeros(2 * N, dtype=np.float32)[::2])
+    assert e.value.hint == "pass np.ascontiguousarray(x) (and copy results back if needed)"
+
+
+def test_a_wrong_dtype_through_dlpack_is_the_numpy_error():
+    with pytest.raises(TypeCheckError, match="argument 'x' has dtype float64, the kernel "
+                       "needs f32"):
+        scale(Exporter(X.astype(np.float64)), np.zeros(N, dtype=np.float32))
+
+
+# -- torch ---------------------------------------------------------------------------------
+def test_torch_cpu_tensors_through_interpreter_llvm_and_emulator(llvm, emulated):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(X.copy())
+    for run in (scale, lambda a, b: tn.interpret(scale, a, b), llvm, emulated):
+        y = torch.zeros(N)
+        ptr = y.data_ptr()
+        out = run(x, y)
+        assert out is y and y.data_ptr() == ptr
+        assert np.array_equal(y.numpy(), WANT)
+
+
+def test_torch_host_view_writes_the_tensor():
+    torch = pytest.importorskip("torch")
+    t = torch.zeros(3, 4)
+    v = A.host_view(t, "y", written=True)
+    assert v.ctypes.data == t.data_ptr()
+    v[1, 2] = 7.0
+    assert t[1, 2].item() == 7.0
+
+
+@pytest.mark.xfail(strict=True, reason="tn.reference copies only numpy arrays before the run: "
+                   "tilenest/interpreter/__init__.py must view its arguments with "
+                   "host_arguments(prog, arrays, written=()) before copy_arguments")
+def test_reference_on_torch_admits_the_numpy_run_and_leaves_the_tensors_alone():
+    torch = pytest.importorskip("torch")
+    x, y = torch.from_numpy(X.copy()), torch.zeros(N)
+    adm = tn.reference(scale, x, y)
+    assert adm.admits(WANT)
+    assert not y.any()
+
+
+def test_strided_torch_tensors(llvm):
+    torch = pytest.importorskip("torch")
+    y = torch.zeros(2 * N)
+    scale(torch.from_numpy(X.copy()), y[::2])  # the interpreter reads any strides
+    assert np.array_equal(y[::2].numpy(), WANT) and not y[1::2].any()
+    with pytest.raises(TilenestError, match="argument 'y' is not a C-contiguous aligned "
+                       "array") as e:
+        llvm(torch.from_numpy(X.copy()), torch.zeros(2 * N)[::2])
+    assert "x.contiguous()" in e.value.hint
+
+
+def test_torch_errors_name_the_argument(llvm):
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(X.copy())
+    for run in (scale, llvm):
+        with pytest.raises(TypeCheckError, match="argument 'x' has dtype float64, the kernel "
+                           "needs f32"):
+            run(x.double(), torch.zeros(N))
+        with pytest.raises(TilenestError, match="argument 'y': its torch.Tensor cannot be "
+                           "viewed as a host array") as e:
+            run(x, torch.zeros(N, requires_grad=True))
+        assert "detach" in e.value.hint
+
+
+def test_torch_bfloat16_is_viewed_through_its_bits():
+    torch = pytest.importorskip("torch")
+    x = torch.arange(6, dtype=torch.bfloat16) - 2
+    want = (x * 2).clone()
+    bump(x)
+    assert torch.equal(x, want)
+
+
+@tn.kernel
+def axpy(a: tn.Scalar[f32], x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+    (n,) = x.shape
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 4))):
+        o = tn.coord(p.index() * 4)
+        y(o, tn.shape(4)).store(x[o, tn.shape(4), tn.bounds.zero] * a)
+
+
+def test_a_0d_torch_tensor_is_a_scalar_argument():
+    torch = pytest.importorskip("torch")
+    x, y = torch.from_numpy(X.copy()), torch.zeros(N)
+    axpy(torch.tensor(3.0), x, y)
+    assert np.array_equal(y.numpy(), X * 3)
+    y.zero_()
+    axpy.compile()(torch.tensor(3.0), x, y)
+    assert np.array_equal(y.numpy(), X * 3)
+
+
+# -- jax -----------------------------------------------------------------------------------
+def test_jax_arrays_are_inputs(llvm):
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.asarray(X)
+    # (not the emulator: it refuses read-only arrays for every pointer parameter)
+    for run in (scale, llvm):
+        y = np.zeros(N, dtype=np.float32)
+        run(x, y)
+        assert np.array_equal(y, WANT)
+    assert tn.reference(scale, x, np.zeros(N, dtype=np.float32)).admits(WANT)
+
+
+def test_a_jax_array_for_an_output_is_an_error(llvm, emulated):
+    jnp = pytest.importorskip("jax.numpy")
+    y = jnp.zeros(N, dtype=jnp.float32)
+    for run in (scale, llvm, emulated):
+        with pytest.raises(TilenestError, match="argument 'y' is written by the kernel, but "
+                           "it is a jax.Array and jax arrays are immutable") as e:
+            run(X.copy(), y)
+        assert "jnp.asarray(out)" in e.value.hint
+    assert not np.asarray(y).any()
+
+
+# -- on a GPU --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpu():
+    from tilenest.backends import cuda
+
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    return scale.compile(target="cuda", device="gpu")
+
+
+@pytest.mark.device
+def test_cupy_arrays_are_used_in_place_on_the_gpu(gpu):
+    import cupy as cp
+
+    x, y = cp.asarray(X), cp.zeros(N, dtype=cp.float32)
+    ptr = y.data.ptr
+    assert gpu(x, y) is y
+    assert y.data.ptr == ptr
+    assert np.array_equal(cp.asnumpy(y), WANT)
+    b = gpu.bound(x, y)  # the bound launches take them the same way
+    y.fill(0)
+    b.launch()
+    b.check()
+    assert np.array_equal(cp.asnumpy(y), WANT)
+
+
+@pytest.mark.device
+def test_torch_cuda_tensors_are_used_in_place_on_the_gpu(gpu):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    x = torch.from_numpy(X.copy()).cuda()
+    y = torch.zeros(N, device="cuda")
+    ptr = y.data_ptr()
+    assert gpu(x, y) is y
+    torch.cuda.synchronize()
+    assert y.data_ptr() == ptr
+    assert np.array_equal(y.cpu().numpy(), WANT)
+    hy = torch.zeros(N)  # a host tensor: copied to the device and back, as numpy
+    gpu(x, hy)
+    assert np.array_equal(hy.numpy(), WANT)
+    with pytest.raises(TilenestError, match="argument 'y' is a torch.Tensor on cuda:0, but "
+                       "this entry point runs on the host"):
+        scale(x.cpu(), y)
+    with pytest.raises(TilenestError, match="argument 'y' is not a C-contiguous"):
+        gpu(x, torch.zeros(2 * N, device="cuda")[::2])
+
+
+@pytest.mark.device
+def test_cupy_on_the_interpreter_is_an_error():
+    import cupy as cp
+
+    with pytest.raises(TilenestError, match="argument 'x' is a cupy.ndarray on cuda:0") as e:
+        scale(cp.asarray(X), np.zeros(N, dtype=np.float32))
+    assert "cupy.asnumpy" in e.value.hint

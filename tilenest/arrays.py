@@ -1,0 +1,279 @@
+"""Arrays from any framework: what a call's tensor arguments may be, and how
+each entry point sees them.
+
+A tensor argument is an *array*: a numpy array, anything that speaks DLPack
+(``__dlpack__`` and ``__dlpack_device__``: torch, cupy, jax, numpy itself),
+or an object with the buffer protocol (``memoryview(x)`` works: ``bytearray``,
+``array.array``...). The rules, the same at every entry point:
+
+* **Zero-copy or an error, never a silent copy.** An array is used through a
+  view of the caller's own memory. Where no view is possible -- the array lives
+  on another device than the entry point runs on, DLPack refuses the export
+  (a torch tensor that requires grad, a dtype numpy has no view of), or the
+  layout is one a compiled target does not read -- the call is a
+  :class:`~tilenest.errors.TilenestError` naming the argument, with a hint
+  that says which explicit copy to make.
+* **Outputs are written in place** in the caller's array: writing through the
+  view changes the torch tensor, the cupy array, the ``bytearray``. An array
+  that cannot be written -- a read-only numpy array or buffer, and every jax
+  array (jax arrays are immutable) -- may be passed for a tensor the kernel
+  only reads; passed for one it writes, it is an error.
+* **Where each entry point runs.** The interpreter, the ``llvm`` target and the
+  CUDA emulator run on the host (:func:`host_arguments`): a host array is
+  viewed as numpy (``np.from_dlpack`` or the buffer protocol), a device array
+  is an error. The ``cuda`` target on a GPU (:func:`cuda_arguments`) uses a
+  device array (cupy, a torch CUDA tensor, any DLPack array whose device is
+  CUDA, ``__cuda_array_interface__``) in place as a cupy array, which must be
+  on the current device; host arrays are viewed as numpy and copied to the
+  device and back by the runtime, as numpy arrays always were.
+* numpy arrays pass through unchanged, so their checks and messages
+  (``semantics/signature.py``: dtype, rank, extents, read-only outputs) are
+  the same whether or not this module is involved; the other arrays reach
+  those checks as the numpy (or cupy) views made here.
+
+Runtime scalar arguments are numbers; a 0-d host array that speaks DLPack (a
+torch or jax scalar tensor) is viewed like any array and read as its value.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import Site, TilenestError
+
+#: DLPack device types (``DLDeviceType``) whose memory the host reads directly
+HOST_DEVICES = {1: "cpu", 3: "cuda_host", 11: "rocm_host"}
+#: DLPack device types the ``cuda`` target uses in place
+CUDA_DEVICES = {2: "cuda", 13: "cuda_managed"}
+#: names of the other DLPack device types, for messages
+OTHER_DEVICES = {4: "opencl", 7: "vulkan", 8: "metal", 9: "vpi", 10: "rocm", 12: "ext_dev",
+                 14: "oneapi", 15: "webgpu", 16: "hexagon", 17: "maia"}
+
+#: what to say when an object is not an array at all
+ARRAY_KINDS = ("a numpy array, or an array that speaks DLPack (torch, cupy, jax) or the "
+               "buffer protocol")
+
+
+def describe(a: Any) -> str:
+    """A short name of ``a``'s type for messages (``torch.Tensor``, ``jax.Array``)."""
+    if is_immutable(a):
+        return "jax.Array"
+    t = type(a)
+    root = t.__module__.split(".")[0]
+    return t.__name__ if root == "builtins" else f"{root}.{t.__name__}"
+
+
+def is_immutable(a: Any) -> bool:
+    """Whether ``a`` is an array its framework never lets anyone write (a jax
+    array), whatever flags a view of it carries."""
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(a, jax.Array)
+
+
+def dlpack_device(a: Any) -> tuple[int, int] | None:
+    """``(DLPack device type, device id)`` of an array that speaks DLPack,
+    ``None`` for other objects."""
+    if isinstance(a, np.ndarray) or not hasattr(a, "__dlpack__"):
+        return None
+    dev = getattr(a, "__dlpack_device__", None)
+    if dev is None:
+        return (1, 0)  # a producer without a device query exports host memory
+    kind, ident = dev()
+    return int(kind), int(ident)
+
+
+def device_name(dev: tuple[int, int]) -> str:
+    """``cuda:0``, ``cpu``, ``metal:0``..."""
+    kind, ident = dev
+    name = {**HOST_DEVICES, **CUDA_DEVICES, **OTHER_DEVICES}.get(kind, f"device type {kind}")
+    return name if kind == 1 else f"{name}:{ident}"
+
+
+def host_view(a: Any, name: str, written: bool, site: Site | None = None) -> Any:
+    """``a`` as a numpy array sharing its memory, for an entry point running on
+    the host; a numpy array is returned as it is. ``written``: the kernel
+    stores to this argument. Raises for objects that are not arrays, arrays on
+    a device, and exports DLPack refuses (see the module docstring)."""
+    if isinstance(a, np.ndarray):
+        return a
+    if isinstance(a, np.generic):  # a numpy scalar is a number, not an array
+        raise TilenestError(f"argument '{name}' must be an array, got {describe(a)}", site,
+                            f"pass {ARRAY_KINDS}")
+    if written and is_immutable(a):
+        raise _immutable_output(a, name, site)
+    dev = dlpack_device(a)
+    if dev is not None:
+        if dev[0] not in HOST_DEVICES:
+            raise TilenestError(
+                f"argument '{name}' is a {describe(a)} on {device_name(dev)}, but this entry "
+                "point runs on the host", site,
+                "copy it to the host yourself (torch: x.cpu(), cupy: cupy.asnumpy(x)) and "
+                "copy results back, or compile for target='cuda' with device='gpu', which "
+                "uses device arrays in place")
+        view = _from_dlpack(a, name, site)
+    else:
+        try:
+            mem = memoryview(a)
+        except TypeError:
+            raise TilenestError(f"argument '{name}' must be an array, got {describe(a)}",
+                                site, f"pass {ARRAY_KINDS}") from None
+        view = np.asarray(mem)
+    if is_immutable(a) and view.flags.writeable:
+        view.flags.writeable = False
+    return view
+
+
+def cuda_view(a: Any, name: str, written: bool, site: Site | None = None) -> Any:
+    """``a`` for the ``cuda`` target on a GPU: a device array as a cupy array
+    sharing its memory (on the current device), any other array as
+    :func:`host_view` makes it (the runtime copies host arrays to the device
+    and the written ones back)."""
+    if isinstance(a, np.ndarray):
+        return a
+    dev = dlpack_device(a)
+    on_device = (dev is not None and dev[0] in CUDA_DEVICES) or (
+        dev is None and hasattr(a, "__cuda_array_interface__"))
+    if not on_device:
+        return host_view(a, name, written, site)
+    if written and is_immutable(a):
+        raise _immutable_output(a, name, site)
+    import cupy as cp
+
+    here = cp.cuda.Device().id
+    if dev is not None and dev[1] != here:
+        raise TilenestError(
+            f"argument '{name}' is on {device_name(dev)}, but the kernel runs on cuda:{here} "
+            "(the current device)", site,
+            f"run the call under `with cupy.cuda.Device({dev[1]}):`, or move the array to "
+            f"cuda:{here}")
+    if isinstance(a, cp.ndarray):
+        return a
+    try:
+        return cp.from_dlpack(a) if dev is not None else cp.asarray(a)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise TilenestError(f"argument '{name}': its {describe(a)} cannot be used in place "
+                            f"({e})", site, _export_hint(a)) from None
+
+
+def host_arguments(p: Any, args: Sequence[Any], written: Collection[str] | None = None
+                   ) -> tuple:
+    """The arguments of a call of program ``p`` for a host entry point: every
+    tensor argument through :func:`host_view`, every runtime scalar given as a
+    DLPack array too (read as its value later); others unchanged. ``written``:
+    the tensors the caller's arrays receive stores to (default: every tensor
+    ``p`` stores to; an oracle that writes only copies passes ``()``)."""
+    return _convert(p, args, written, host_view)
+
+
+def cuda_arguments(p: Any, args: Sequence[Any], written: Collection[str] | None = None
+                   ) -> tuple:
+    """As :func:`host_arguments`, for the ``cuda`` target on a GPU: tensor
+    arguments through :func:`cuda_view`."""
+    return _convert(p, args, written, cuda_view)
+
+
+def _convert(p: Any, args: Sequence[Any], written: Collection[str] | None, view: Any) -> tuple:
+    from .semantics.types import TensorType
+
+    if len(args) != len(p.args):
+        return tuple(args)  # the arity error is bind_call's, with its message
+    out = []
+    for v, a in zip(p.args, args, strict=True):
+        if isinstance(a, np.ndarray):
+            out.append(a)
+        elif isinstance(v.type, TensorType):
+            if written is None:  # walked only for a call with other arrays
+                written = {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
+            out.append(view(a, v.name, v.name in written, p.loc))
+        elif dlpack_device(a) is not None:
+            out.append(host_view(a, v.name, False, p.loc))
+        else:
+            out.append(a)
+    return tuple(out)
+
+
+def stand_in(a: Any) -> np.ndarray:
+    """A numpy array with ``a``'s dtype and shape over one element of fresh
+    memory (zero strides), writeable: what the signature checks of a call see
+    of a device array, whose elements the host cannot read."""
+    return np.ndarray(tuple(a.shape), np.dtype(a.dtype), buffer=bytearray(max(1, a.itemsize)),
+                      strides=(0,) * len(a.shape))
+
+
+def is_packed(a: Any) -> bool:
+    """Whether a compiled kernel can read ``a`` in place: C-contiguous, and its
+    first element aligned to its element size (numpy or cupy)."""
+    if isinstance(a, np.ndarray):
+        return bool(a.flags.c_contiguous and a.flags.aligned)
+    return bool(a.flags.c_contiguous) and int(a.data.ptr) % max(1, a.itemsize) == 0
+
+
+def address(a: Any) -> int:
+    """The address of ``a``'s first element (host, or device for a cupy array)."""
+    return int(a.ctypes.data) if isinstance(a, np.ndarray) else int(a.data.ptr)
+
+
+def shares_memory(a: Any, b: Any) -> bool:
+    """Whether two arrays of a call may touch one byte: exactly for numpy arrays
+    (``np.shares_memory``); for device arrays (C-contiguous, checked first) by
+    their byte ranges; a host array and a device array never do."""
+    host_a, host_b = isinstance(a, np.ndarray), isinstance(b, np.ndarray)
+    if host_a and host_b:
+        return bool(np.shares_memory(a, b))
+    if host_a or host_b:
+        return False
+    lo_a, lo_b = address(a), address(b)
+    return lo_a < lo_b + b.nbytes and lo_b < lo_a + a.nbytes
+
+
+def packed_hint(original: Any, view: Any) -> str:
+    """How to make the array ``original`` (seen as ``view``) readable in place."""
+    if isinstance(original, np.ndarray):
+        return "pass np.ascontiguousarray(x) (and copy results back if needed)"
+    if type(original).__module__.split(".")[0] == "torch":
+        return "pass x.contiguous() (and copy results back if needed)"
+    if not isinstance(view, np.ndarray):
+        return "pass cupy.ascontiguousarray(x) (and copy results back if needed)"
+    return "pass a C-contiguous copy (and copy results back if needed)"
+
+
+def _from_dlpack(a: Any, name: str, site: Site | None) -> np.ndarray:
+    """``np.from_dlpack(a)``, with the errors of a refused export as tilenest
+    errors; a torch bfloat16 tensor is viewed through its bits (numpy's DLPack
+    import has no bfloat16)."""
+    try:
+        if _is_torch_bf16(a):
+            import ml_dtypes
+            import torch
+
+            return np.from_dlpack(a.view(torch.int16)).view(ml_dtypes.bfloat16)
+        return np.from_dlpack(a)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise TilenestError(f"argument '{name}': its {describe(a)} cannot be viewed as a host "
+                            f"array ({e})", site, _export_hint(a)) from None
+
+
+def _is_torch_bf16(a: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor) and a.dtype == torch.bfloat16
+
+
+def _export_hint(a: Any) -> str:
+    root = type(a).__module__.split(".")[0]
+    if root == "torch":
+        return ("a tensor that requires grad needs x.detach(); a conjugated or negated view "
+                "needs x.resolve_conj() / x.resolve_neg(); other dtypes need x.to(dtype)")
+    return ("pass an array of a dtype numpy knows (bool, integers, float16/32/64), or a numpy "
+            "array")
+
+
+def _immutable_output(a: Any, name: str, site: Site | None) -> TilenestError:
+    return TilenestError(
+        f"argument '{name}' is written by the kernel, but it is a {describe(a)} and jax "
+        "arrays are immutable", site,
+        "pass a writeable array for the output (e.g. np.zeros(shape, dtype)) and make a jax "
+        "array of it afterwards (jnp.asarray(out)); jax arrays are fine as inputs")
