@@ -1,4 +1,4 @@
-"""Arrays from any framework (``tilenest/arrays.py``): DLPack arrays (torch,
+"""Arrays from any framework (``tilenest/semantics/arrays.py``): DLPack arrays (torch,
 jax, numpy's own export, a minimal producer) and buffer-protocol objects run
 through the interpreter, the llvm target and the CUDA emulator, read in
 place and with outputs written in place; device mismatches, layouts a
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tilenest as tn
-from tilenest import arrays as A
+from tilenest.semantics import arrays as A
 from tilenest import bf16, f32
 from tilenest.errors import TilenestError, TypeCheckError
 
@@ -168,9 +168,6 @@ def test_torch_host_view_writes_the_tensor():
     assert t[1, 2].item() == 7.0
 
 
-@pytest.mark.xfail(strict=True, reason="tn.reference copies only numpy arrays before the run: "
-                   "tilenest/interpreter/__init__.py must view its arguments with "
-                   "host_arguments(prog, arrays, written=()) before copy_arguments")
 def test_reference_on_torch_admits_the_numpy_run_and_leaves_the_tensors_alone():
     torch = pytest.importorskip("torch")
     x, y = torch.from_numpy(X.copy()), torch.zeros(N)

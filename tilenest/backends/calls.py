@@ -4,7 +4,7 @@
 tensor parameter, one number per runtime scalar; extents bind the kernel's
 symbols, ``params=`` gives the others), and what generated code relies on:
 C-contiguous, aligned arrays read in place, and aliasing only as the *same*
-array (M-8). Arrays of any framework arrive through ``tilenest/arrays.py``
+array (M-8). Arrays of any framework arrive through ``tilenest/semantics/arrays.py``
 (host views by default; a target on a device overrides
 :meth:`ArgumentBinder.arguments`). A target's kernel class inherits it and
 provides ``program`` and ``stored``.
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import arrays as A
+from ..semantics import arrays as A
 from ..errors import BoundsError, RuntimeSemanticError, TilenestError
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..semantics.signature import bind_call
@@ -32,7 +32,7 @@ class ArgumentBinder:
     # -- binding ------------------------------------------------------------------
     def arguments(self, arrays: tuple) -> tuple:
         """The call's arguments as the kernel reads them: here every tensor as a
-        numpy view of the caller's host memory (``tilenest/arrays.py``)."""
+        numpy view of the caller's host memory (``tilenest/semantics/arrays.py``)."""
         return A.host_arguments(self.program, arrays, self.stored)
 
     def bind(self, arrays: tuple, params: dict[str, int] | None) -> tuple[list, dict[str, int]]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..semantics.arrays import host_arguments
 from ..semantics.signature import stored_tensors
 from ..errors import RuntimeSemanticError
 from . import memory, reductions, regions, values  # noqa: F401  (register rules)
@@ -50,9 +51,11 @@ def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
     prog = getattr(program_or_kernel, "program", program_or_kernel)
     sched = parse_schedule(schedule)
     opts = Options(sched, fast, check_races, poison, outputs, check_pipelines)
+    host = host_arguments(prog, arrays)  # numpy views of the caller's arrays
     if sched.kind == "exhaustive":
-        return _exhaustive(prog, arrays, params or {}, opts)
-    it = Interpreter(prog, arrays, params or {}, opts)
+        _exhaustive(prog, host, params or {}, opts)
+        return _outputs(prog, arrays)
+    it = Interpreter(prog, host, params or {}, opts)
     with np.errstate(all="ignore"):
         it.run()
     return _outputs(prog, arrays)
@@ -179,11 +182,12 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
 
     prog = getattr(program_or_kernel, "program", program_or_kernel)
     sched = parse_schedule(schedule)
+    host = host_arguments(prog, arrays, written=())  # the oracle writes only copies
     if sched.kind == "exhaustive":
         probe = Options(sched, False, True, poison, outputs, True)
-        _exhaustive(prog, tuple(copy_arguments(arrays)), params or {}, probe)
+        _exhaustive(prog, tuple(copy_arguments(host)), params or {}, probe)
         sched = CANONICAL
-    work = copy_arguments(arrays)
+    work = copy_arguments(host)
     opts = Options(sched, False, True, poison, outputs, True, None, True)
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):

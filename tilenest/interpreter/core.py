@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..arrays import host_arguments
+from ..semantics.arrays import host_arguments
 from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram

@@ -3,7 +3,7 @@
 A call supplies one value per program argument: a numpy array for each tensor
 (exact dtype, rank; its shape binds the extent symbols, and arguments sharing
 an extent name must agree; the entry points first turn other frameworks'
-arrays into numpy views, ``tilenest/arrays.py``), a number for each runtime
+arrays into numpy views, ``semantics/arrays.py``), a number for each runtime
 scalar, and ``params`` for symbolic parameters no shape determines (integers:
 a float is an error, never truncated). Extents that are expressions are
 checked after all symbols are bound, then the program's assumptions.
@@ -99,7 +99,7 @@ def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
         if not isinstance(a, np.ndarray):
             raise TilenestError(f"argument '{v.name}' must be a numpy array, got "
                                 f"{type(a).__name__}", p.loc,
-                                "entry points view other arrays as numpy first (tilenest.arrays)")
+                                "entry points view other arrays as numpy first (tilenest.semantics.arrays)")
         if a.dtype != t.dtype.np:
             raise TypeCheckError(f"argument '{v.name}' has dtype {a.dtype}, the kernel needs "
                                  f"{t.dtype}", p.loc,

@@ -15,7 +15,7 @@ Devices (``device=``):
 * ``"gpu"`` -- the NVRTC cubin loaded with the CUDA driver (through CuPy);
   host arrays (numpy, torch CPU tensors...) are copied to the device and the
   written ones back, device arrays (CuPy, torch CUDA tensors, any DLPack
-  array on the current CUDA device) are used in place (``tilenest/arrays.py``).
+  array on the current CUDA device) are used in place (``tilenest/semantics/arrays.py``).
 
 A launch never truncates: a block count above the grid limit, or dynamic
 shared memory above the device's opt-in limit, is an error naming the sizes.
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import arrays as A
+from ...semantics import arrays as A
 from ...errors import TilenestError
 from ...semantics import expr as E
 from ...semantics.signature import order_arguments, stored_tensors

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import Site, TilenestError
+from ..errors import Site, TilenestError
 
 #: DLPack device types (``DLDeviceType``) whose memory the host reads directly
 HOST_DEVICES = {1: "cpu", 3: "cuda_host", 11: "rocm_host"}
@@ -177,7 +177,7 @@ def cuda_arguments(p: Any, args: Sequence[Any], written: Collection[str] | None 
 
 
 def _convert(p: Any, args: Sequence[Any], written: Collection[str] | None, view: Any) -> tuple:
-    from .semantics.types import TensorType
+    from .types import TensorType
 
     if len(args) != len(p.args):
         return tuple(args)  # the arity error is bind_call's, with its message
