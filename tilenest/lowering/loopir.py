@@ -416,19 +416,24 @@ class WarpMma:
                 For(kv, E.Const(0), E.Const(self.k), (Assign(acc, term),)),
                 Store(self.c.buf, ca, Ref(acc)))
 
+    def cells(self, body: Any) -> tuple["Stmt", ...]:
+        """``body(i, j)`` inside loops over the accumulator elements this
+        statement's executor owns: with ``lane``, that lane's
+        (:meth:`lane_cells`); without, every element."""
+        if self.lane is None:
+            iv, jv = LVar(f"{self.tag}.i", INDEX), LVar(f"{self.tag}.j", INDEX)
+            loops, i, j = [(iv, self.m), (jv, self.n)], E.Var(iv.name), E.Var(jv.name)
+        else:
+            loops, i, j = self.lane_cells(self.lane)
+        out = tuple(body(i, j))
+        for v, n in reversed(loops):
+            out = (For(v, E.Const(0), E.Const(n), out),)
+        return out
+
     def reference(self) -> tuple["Stmt", ...]:
         """The statement without concurrency: with ``lane``, what that lane
         computes (its own elements); without, every element."""
-        if self.lane is None:
-            iv, jv = LVar(f"{self.tag}.i", INDEX), LVar(f"{self.tag}.j", INDEX)
-            body = self.update(E.Var(iv.name), E.Var(jv.name))
-            return (For(iv, E.Const(0), E.Const(self.m),
-                        (For(jv, E.Const(0), E.Const(self.n), body),)),)
-        loops, i, j = self.lane_cells(self.lane)
-        body = self.update(i, j)
-        for v, n in reversed(loops):
-            body = (For(v, E.Const(0), E.Const(n), body),)
-        return body
+        return self.cells(self.update)
 
     def footprint(self) -> tuple["Stmt", ...]:
         """Statements making every access one lane of the collective may make
@@ -445,18 +450,13 @@ class WarpMma:
 
     def reference_cells(self) -> tuple["Stmt", ...]:
         """The accumulator accesses of :meth:`reference` (no operand reads)."""
-        if self.lane is None:
-            iv, jv = LVar(f"{self.tag}.i", INDEX), LVar(f"{self.tag}.j", INDEX)
-            i, j = E.Var(iv.name), E.Var(jv.name)
-            loops = [(iv, self.m), (jv, self.n)]
-        else:
-            loops, i, j = self.lane_cells(self.lane)
         acc = LVar(f"{self.tag}.acc", self.c.buf.dtype)
-        ca = IExpr(self.c.at(i, j))
-        body: tuple = (Assign(acc, Load(self.c.buf, ca)), Store(self.c.buf, ca, Ref(acc)))
-        for v, n in reversed(loops):
-            body = (For(v, E.Const(0), E.Const(n), body),)
-        return body
+
+        def rmw(i: E.Expr, j: E.Expr) -> tuple:
+            ca = IExpr(self.c.at(i, j))
+            return (Assign(acc, Load(self.c.buf, ca)), Store(self.c.buf, ca, Ref(acc)))
+
+        return self.cells(rmw)
 
 
 @dataclass(frozen=True)

@@ -240,7 +240,7 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     return M, N, K, wm, wn, strides
 
 
-def tensor_contract(lw: Lowerer, op: Any, a: BufH, b: BufH, res: BufH, roles: dict,
+def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
                     plan: tuple) -> None:
     """The tensor-core nest of ``mma``: ``for.vector ib: for.vector jb:`` over
     the ``wm x wn`` warp tiles of the output, each one ``WarpMma`` over the

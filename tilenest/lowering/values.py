@@ -246,7 +246,7 @@ def _mma(lw: Lowerer, op: Operation) -> None:
 
     plan = _mma_unit(lw, op, a, b, res, roles, ext_of)
     if isinstance(plan, tuple):
-        tensor_contract(lw, op, a, b, res, roles, plan)
+        tensor_contract(lw, a, b, res, roles, plan)
     else:
         contract(lw, res, roles, ext_of, update, op.loc)
     lw.env[op.results[0].name] = res
