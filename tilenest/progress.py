@@ -1,0 +1,65 @@
+"""Progress bars for long commands, shown only to a person at a terminal.
+
+A long command (``conformance``, ``validate``, a campaign, ``bench``) wraps
+its loop in :func:`bar`::
+
+    with progress.bar("conformance", total=len(cases)) as step:
+        for case in cases:
+            ...
+            step(case.name)          # one unit done; the label is optional
+
+The bar is drawn on standard error, and only when :func:`enabled` holds:
+standard error is a terminal, ``CI`` is not set (CI systems set it, and some
+of them attach a pseudo-terminal), and ``TILENEST_PROGRESS`` is not ``0``
+(``TILENEST_PROGRESS=1`` forces it on). Otherwise ``step`` does nothing, so
+logs and machine-read output (``--json``, JUnit) never contain bar frames.
+A bar is transient: it is erased when its loop ends, leaving the command's
+own report as the only output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+#: advances a bar by one unit, optionally naming what was just done
+Step = Callable[..., None]
+
+
+def enabled() -> bool:
+    """Should progress be drawn: a terminal on stderr, not CI, not switched off?"""
+    force = os.environ.get("TILENEST_PROGRESS")
+    if force is not None:
+        return force not in ("", "0")
+    if os.environ.get("CI"):
+        return False
+    return sys.stderr.isatty()
+
+
+def _quiet(label: str = "", advance: int = 1) -> None:
+    """The step of a bar that is not drawn."""
+
+
+@contextmanager
+def bar(description: str, total: int | None) -> Iterator[Step]:
+    """A progress bar over ``total`` units (``None``: unknown), yielding its
+    step function ``step(label="", advance=1)``."""
+    if not enabled():
+        yield _quiet
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+               TextColumn("{task.fields[label]}"))
+    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as p:
+        task = p.add_task(description, total=total, label="")
+
+        def step(label: str = "", advance: int = 1) -> None:
+            p.update(task, advance=advance, label=label)
+
+        yield step
