@@ -44,6 +44,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import errors as ERR
+from . import progress as _progress
 from .errors import TilenestError
 
 SCHEMA = "tilenest.conformance/1"
@@ -653,22 +654,26 @@ class Report:
 
 def run_suite(cases: list[Case], impl: Any, check_companions: bool = True,
               progress: Callable[[CaseResult], None] | None = None, suite: str = "") -> Report:
-    """Judge ``impl`` on every case."""
+    """Judge ``impl`` on every case; on a terminal, a progress bar on stderr
+    steps once per case, labelled with the case's name (:mod:`tilenest.progress`:
+    silent when redirected or in CI, so reports are never interleaved with it)."""
     t0 = time.perf_counter()
     results = []
-    for case in cases:
-        t = time.perf_counter()
-        with np.errstate(all="ignore"):
-            exp = oracle(case)
-            status, detail = judge(case, exp, impl.run(case))
-            if status == "pass" and check_companions:
-                why = self_check(case, exp)
-                if why is not None:
-                    status, detail = "error", why
-        r = CaseResult(case, status, detail, time.perf_counter() - t)
-        results.append(r)
-        if progress is not None:
-            progress(r)
+    with _progress.bar(f"conformance ({impl.name})", len(cases)) as step:
+        for case in cases:
+            t = time.perf_counter()
+            with np.errstate(all="ignore"):
+                exp = oracle(case)
+                status, detail = judge(case, exp, impl.run(case))
+                if status == "pass" and check_companions:
+                    why = self_check(case, exp)
+                    if why is not None:
+                        status, detail = "error", why
+            r = CaseResult(case, status, detail, time.perf_counter() - t)
+            results.append(r)
+            step(case.name)
+            if progress is not None:
+                progress(r)
     return Report(impl.name, suite, results, time.perf_counter() - t0)
 
 

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import progress as _progress
 from ..errors import (
     ContractError,
     RaceError,
@@ -289,10 +290,13 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
     else:
         todo = generate(program, cases, seed, limit)
     results = []
-    for i, c in enumerate(todo):
-        results.append(run_case(program, compiled, c, i, schedule))
-        if progress is not None:
-            progress(i + 1, len(todo))
+    # one step per case (a size), on stderr and only at a terminal (tilenest.progress)
+    with _progress.bar(f"validate {program.name} ({target})", len(todo)) as step:
+        for i, c in enumerate(todo):
+            results.append(run_case(program, compiled, c, i, schedule))
+            step(c.label)
+            if progress is not None:
+                progress(i + 1, len(todo))
     return Report(program.name, target, results, csec, time.perf_counter() - t0,
                   describe_schedule(used), describe_reference_schedule(schedule))
 
