@@ -2,7 +2,8 @@
 
     python benchmarks/proofs.py [--reps 3] [--max-depth 6] [--json]
 
-Measures, in one run:
+The suite lives in the package (``tilenest bench --suite proofs``,
+:mod:`tilenest.bench.proofs`). Measures, in one run:
 
 1. the tiled GEMM example after ``split(1, 0, 2)`` and binding to the CUDA-like
    target: every obligation (program, transform, binding), wall time per
@@ -14,7 +15,7 @@ Measures, in one run:
 
 The first query of a process pays for importing islpy/z3; it is measured once
 separately ("warm-up") and excluded from the per-kernel numbers, which are the
-best of ``--reps`` complete runs (the per-process law cache is cleared before
+median of ``--reps`` complete runs (the per-process law cache is cleared before
 each). Target: a whole kernel checked in under 2 s.
 """
 
@@ -23,55 +24,35 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples"))
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gemm as gemm_example
-import softmax as softmax_example
+from tilenest import progress  # noqa: E402
+from tilenest.bench import proofs  # noqa: E402
 
-import tilenest as tn
-from tilenest import f32
-
-BUDGET_S = 2.0
+BUDGET_S = proofs.BUDGET_S
 
 
-@tn.kernel
-def flat(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):  # noqa: F821
-    (n,) = x.shape
-    for p in tn.parallel(tn.shape(n)):
-        y(tn.coord(p.index()), tn.shape(1)).store(x[tn.coord(p.index()), tn.shape(1)] * 2.0)
-
-
-def run(program, transforms=(), target=None, reps=3):
-    from tilenest.proofs import reductions
-
-    best = None
-    for _ in range(reps):
-        reductions._CACHE.clear()  # every run decides every law: no cross-run caching
-        r = tn.transform.check(program, list(transforms), target)
-        if best is None or r.seconds < best.seconds:
-            best = r
-    return best
-
-
-def per_kind(report) -> dict[str, tuple[int, float]]:
-    acc: dict[str, list[float]] = defaultdict(list)
-    for o in report.obligations:
-        acc[o.kind].append(o.seconds)
-    return {k: (len(v), sum(v)) for k, v in acc.items()}
-
-
-def deep(depth: int):
-    """``flat`` split ``depth - 1`` times at its innermost level: ``depth`` levels."""
-    t = tn.transform.split(flat.program, 1, 0, 4)
-    for d in range(2, depth):
-        t = tn.transform.split(t, d, 0, 2)
-    return (t.program if depth > 1 else flat.program)
+def legacy(out: dict) -> dict:
+    """The suite's result in this script's JSON form (seconds are medians)."""
+    doc: dict = {"warmup_s": out["warmup_s"], "budget_s": out["budget_s"], "kernels": {},
+                 "depth": []}
+    for r in out["rows"]:
+        if r["name"] == "depth":
+            doc["depth"].append({"depth": r["depth"], "levels_after": r["levels_after"],
+                                 "obligations": r["obligations"],
+                                 "seconds": r["tilenest"]["median_s"],
+                                 "spread": r["tilenest"]["spread"],
+                                 "ratio_to_depth1": 1 / r["ratios"]["depth1"],
+                                 "max_query_s": r["max_query_s"],
+                                 "exit_status": r["exit_status"]})
+        else:
+            doc["kernels"][r["workload"]] = {
+                "seconds": r["tilenest"]["median_s"], "spread": r["tilenest"]["spread"],
+                "obligations": r["obligations"], "exit_status": r["exit_status"],
+                "per_kind": r["per_kind"]}
+    return doc
 
 
 def main() -> None:
@@ -80,34 +61,13 @@ def main() -> None:
     ap.add_argument("--max-depth", type=int, default=6)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-
-    t0 = time.perf_counter()
-    tn.transform.check(flat.program)
-    warm = time.perf_counter() - t0
-
-    out: dict = {"warmup_s": warm, "budget_s": BUDGET_S, "kernels": {}, "depth": []}
-    cases = [("gemm: split(1, 0, 2) + bind cuda", gemm_example.gemm.program,
-              ["split(1, 0, 2)"], "cuda"),
-             ("softmax", softmax_example.row_softmax.program, [], None)]
-    for name, prog, tr, tgt in cases:
-        r = run(prog, tr, tgt, a.reps)
-        out["kernels"][name] = {"seconds": r.seconds, "obligations": len(r.obligations),
-                                "exit_status": r.exit_status, "per_kind": per_kind(r)}
-    base = None
-    for d in range(1, a.max_depth + 1):
-        prog = deep(d)
-        r = run(prog, [f"split({d}, 0, 2)"], "cuda", a.reps)
-        base = base or r.seconds
-        out["depth"].append({"depth": d, "levels_after": d + 1, "obligations":
-                             len(r.obligations), "seconds": r.seconds,
-                             "ratio_to_depth1": r.seconds / base,
-                             "max_query_s": max(o.seconds for o in r.obligations),
-                             "exit_status": r.exit_status})
+    with progress.bar("proofs", 2 + a.max_depth) as step:
+        out = legacy(proofs.run(a.max_depth, a.reps, proofs.NAMES, step))
     if a.json:
         print(json.dumps(out, indent=2))
         return
-    print(f"warm-up (imports islpy/z3, first query): {warm:.3f} s   budget per kernel: "
-          f"{BUDGET_S} s")
+    print(f"warm-up (imports islpy/z3, first query): {out['warmup_s']:.3f} s   budget per "
+          f"kernel: {BUDGET_S} s")
     for name, k in out["kernels"].items():
         print(f"\n{name}: {k['obligations']} obligations in {k['seconds']:.3f} s "
               f"({k['seconds'] / BUDGET_S:.1%} of budget), exit {k['exit_status']}")

@@ -1,0 +1,226 @@
+"""``tilenest bench``: benchmarks that ship with the package, each reported
+against baselines measured in the same run.
+
+Suites (``--suite``):
+
+* ``codegen`` (default) -- kernels compiled for ``--target llvm`` against
+  numpy and, when installed, PyTorch CPU (:mod:`tilenest.bench.codegen`);
+* ``interpreter`` -- the reference interpreter against numpy
+  (:mod:`tilenest.bench.interpreter`);
+* ``proofs`` -- the obligation checker, with nest depth 1 as the baseline of
+  the growth benchmark (:mod:`tilenest.bench.proofs`).
+
+Timing (:mod:`tilenest.bench.timing`): warm-up calls first, then ``--samples``
+samples per function in alternating rounds; the median is reported with the
+spread of the samples. A ratio is baseline time / tilenest time (> 1: tilenest
+is faster). Each benchmark's result is checked before it is timed; a wrong one
+is reported and makes the exit status 1. Benchmarks are measurements, not
+tests: nothing here asserts a speed.
+
+GPU benchmarks need CuPy and PyTorch with CUDA and live in the source tree:
+``python benchmarks/cuda.py``; ``--target cuda`` runs that script when it is
+there and a GPU is present, and is an error saying so otherwise.
+
+The command-line entry points are :func:`add_arguments` and :func:`run`
+(``tilenest bench``), and :func:`main` (``python -m tilenest.bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import progress
+from ..errors import NotAvailableError, TilenestError
+from . import codegen, interpreter, proofs
+
+SCHEMA = "tilenest.bench/1"
+#: suite -> (its module, what it measures)
+SUITES: dict[str, Any] = {"codegen": codegen, "interpreter": interpreter, "proofs": proofs}
+SIZES = ("small", "medium", "large")
+TARGETS = ("llvm", "cuda")
+#: the GPU benchmark script of a source checkout
+CUDA_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda.py"
+CUDA_HINT = ("GPU benchmarks run from a source checkout on a machine with an NVIDIA GPU, "
+             "CuPy and PyTorch: python benchmarks/cuda.py [--quick] [--only NAME ...]")
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} is below the least allowed value 1")
+    return v
+
+
+def _positive_ms(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if not 0 < v < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} ms: give a finite time > 0")
+    return v
+
+
+def default_threads() -> list[int]:
+    """1, and every core when there are more."""
+    return sorted({1, os.cpu_count() or 1})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``tilenest bench`` (and ``python -m tilenest.bench``)."""
+    parser.description = __doc__.split("\n\n")[0]
+    parser.epilog = ("ratio = baseline time / tilenest time, baselines measured in the same "
+                     "run. " + CUDA_HINT + ".")
+    parser.add_argument("--suite", choices=tuple(SUITES), default="codegen",
+                        help="codegen: compiled kernels vs numpy/torch (default); interpreter: "
+                             "the reference interpreter vs numpy; proofs: the checker")
+    parser.add_argument("--target", choices=TARGETS, default="llvm",
+                        help="code generation target of the codegen suite (default llvm); "
+                             "cuda runs benchmarks/cuda.py of a source checkout, on a GPU")
+    parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                        help="only these benchmarks of the suite (names or NAME,NAME); "
+                             "codegen: " + " ".join(codegen.NAMES) + "; interpreter: "
+                             + " ".join(interpreter.NAMES) + "; proofs: "
+                             + " ".join(proofs.NAMES))
+    parser.add_argument("--samples", type=_at_least_one, default=5,
+                        help="timed samples per function (default 5); the median is reported "
+                             "with the spread")
+    parser.add_argument("--size", choices=SIZES, default="medium",
+                        help="problem sizes: small (seconds, a smoke run), medium (default), "
+                             "large (4096^2 rows, GEMMs up to 1024^3)")
+    parser.add_argument("--threads", type=_at_least_one, nargs="+", default=None,
+                        metavar="N", help="codegen: thread counts, each in its own worker "
+                                          "process with BLAS pinned (default: 1 and every "
+                                          "core)")
+    parser.add_argument("--min-calls", type=_at_least_one, default=1, metavar="N",
+                        help="codegen: calls per sample at least (default 1)")
+    parser.add_argument("--min-sample-ms", type=_positive_ms, default=50.0, metavar="MS",
+                        help="codegen: the least duration of one sample, in milliseconds "
+                             "(default 50: short kernels are timed in steady state)")
+    parser.add_argument("--json", action="store_true",
+                        help=f"print the results as JSON (schema {SCHEMA})")
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+
+
+def selected(suite: str, only: Sequence[str] | None) -> tuple[str, ...]:
+    """The benchmarks of ``suite`` that ``--only`` names (all when None), in
+    the suite's order; an unknown name is an error naming the valid ones."""
+    names: tuple[str, ...] = SUITES[suite].NAMES
+    if not only:
+        return names
+    asked = [n for item in only for n in item.split(",") if n]
+    bad = [n for n in asked if n not in names]
+    if bad:
+        raise TilenestError(f"no benchmark named {', '.join(map(repr, bad))} in the {suite} "
+                            "suite", hint="valid names: " + ", ".join(names))
+    return tuple(n for n in names if n in asked)
+
+
+def _environment() -> dict[str, Any]:
+    import numpy as np
+
+    env: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
+                           "machine": platform.machine(), "cpus": os.cpu_count()}
+    try:
+        import torch  # type: ignore[import-not-found]
+
+        env["torch"] = torch.__version__
+    except ImportError:
+        env["torch"] = None
+    return env
+
+
+def _cuda(args: argparse.Namespace) -> int:
+    """``--target cuda``: run the source tree's GPU benchmark, or say why not."""
+    from ..backends.cuda.runtime import gpu_available
+
+    if not gpu_available():
+        raise NotAvailableError("GPU benchmarks need an NVIDIA GPU; none is available here",
+                                hint=CUDA_HINT)
+    if not CUDA_SCRIPT.exists():
+        raise NotAvailableError("the GPU benchmarks are not installed with the package",
+                                hint=CUDA_HINT)
+    cmd = [sys.executable, str(CUDA_SCRIPT), "--samples", str(args.samples)]
+    if args.size != "large":
+        cmd.append("--quick")
+    if args.only:
+        cmd += ["--only", *[n for item in args.only for n in item.split(",") if n]]
+    return subprocess.run(cmd, check=False).returncode
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the suite ``args`` asks for; print a table (or JSON); exit status 0,
+    or 1 when some benchmark's result was wrong (it is reported, not timed)."""
+    if args.worker is not None:  # one thread count of the codegen suite, in its own process
+        codegen.worker(args.worker, args.size, args.samples,
+                       selected("codegen", args.only), codegen.emit_line, args.min_calls,
+                       args.min_sample_ms / 1e3)
+        return 0
+    if args.target == "cuda":
+        if args.suite != "codegen":
+            raise TilenestError(f"--target cuda applies to the codegen suite, not {args.suite}")
+        return _cuda(args)
+    names = selected(args.suite, args.only)
+    doc: dict[str, Any] = {"schema": SCHEMA, "suite": args.suite, "size": args.size,
+                           "samples": args.samples, "environment": _environment()}
+    if args.suite == "codegen":
+        threads = args.threads or default_threads()
+        doc.update(target=args.target, threads=threads)
+        total = codegen.planned(args.size, names) * len(threads)
+        with progress.bar("bench codegen", total) as step:
+            rows = codegen.run(threads, args.size, args.samples, names, step, args.min_calls,
+                              args.min_sample_ms / 1e3)
+        doc["benchmarks"] = rows
+        shown = codegen.table(rows)
+    elif args.suite == "interpreter":
+        with progress.bar("bench interpreter", len(names)) as step:
+            rows = interpreter.run(args.size, args.samples, names, step)
+        doc["benchmarks"] = rows
+        shown = interpreter.table(rows)
+    else:
+        total = len([n for n in names if n != "depth"]) + \
+            (proofs.SIZES[args.size] if "depth" in names else 0)
+        with progress.bar("bench proofs", total) as step:
+            out = proofs.run(args.size, args.samples, names, step)
+        doc.update(warmup_s=out["warmup_s"], budget_s=out["budget_s"])
+        rows = doc["benchmarks"] = out["rows"]
+        shown = proofs.table(out)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        from rich.console import Console
+
+        Console(width=None if sys.stdout.isatty() else 140).print(shown)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tilenest.bench``: the same command outside the ``tilenest`` CLI."""
+    ap = argparse.ArgumentParser(prog="python -m tilenest.bench")
+    add_arguments(ap)
+    a = ap.parse_args(argv)
+    try:
+        return run(a)
+    except NotAvailableError as e:
+        print(e.render(), file=sys.stderr)
+        return 3
+    except TilenestError as e:
+        if a.json:
+            print(json.dumps({"error": e.to_json()}, indent=2))
+        else:
+            print(e.render(), file=sys.stderr)
+        return 1
+
+
+__all__ = ["SUITES", "SCHEMA", "add_arguments", "run", "main", "selected"]

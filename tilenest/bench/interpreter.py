@@ -1,0 +1,103 @@
+"""Interpreter speed: the batched reference interpreter against the same math
+done directly in numpy, in one run.
+
+Each benchmark times numpy, the interpreter in its fast batched mode with the
+race and pipeline-order checks off (``tilenest``), and with both checks on
+(``checked``), in alternating rounds; a sample is one call, or as many as
+last 50 ms (numpy, small sizes), after one untimed warm-up call per function
+(an interpreted call at the large size lasts seconds). The
+interpreter's outputs are checked against numpy. Ratios are numpy time /
+interpreter time (below 1: the interpreter is slower).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .timing import Method, measure
+
+NAMES = ("softmax", "rmsnorm", "gemm")
+#: per size: the row workloads' R (R x R) and the GEMM's n (n^3, 64^3 tiles)
+SIZES = {"small": (128, 64), "medium": (1024, 256), "large": (4096, 1024)}
+
+
+def run(size: str, samples: int, only: tuple[str, ...],
+        step: Callable[..., None]) -> list[dict[str, Any]]:
+    """A row per selected benchmark; ``step(label)`` after each."""
+    import numpy as np
+
+    import tilenest as tn
+
+    from .kernels import kernels
+
+    ks = kernels()
+    n, g = SIZES[size]
+    rng = np.random.default_rng(0)
+    method = Method(samples=samples, min_sample_s=0.05, warm_each=False)
+    fast = dict(fast=True, check_races=False, check_pipelines=False, poison=False)
+    rows: list[dict[str, Any]] = []
+
+    def bench(name: str, workload: str, kern: Any, args: tuple[Any, ...], out: Any,
+              np_fn: Callable[[], Any], rtol: float, atol: float) -> None:
+        kern.program  # capture outside the timing
+        tn.interpret(kern, *args, **fast)
+        row: dict[str, Any] = {"name": name, "workload": workload}
+        if not np.allclose(out, np_fn(), rtol=rtol, atol=atol):
+            row["error"] = "the interpreter's result differs from numpy"
+        else:
+            t = measure([lambda: tn.interpret(kern, *args, **fast), np_fn,
+                         lambda: tn.interpret(kern, *args, fast=True, poison=False)], method)
+            row["tilenest"] = t[0].to_json()
+            row["checked"] = t[2].to_json()
+            row["baselines"] = {"numpy": t[1].to_json()}
+            row["ratios"] = {"numpy": t[1].median / t[0].median,
+                             "numpy_checked": t[1].median / t[2].median}
+        rows.append(row)
+        step(workload)
+
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    y = np.zeros_like(x)
+    if "softmax" in only:
+        def np_softmax() -> Any:
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            return e / e.sum(axis=1, keepdims=True)
+
+        bench("softmax", f"row softmax {n}x{n} f32", ks["softmax"], (x, y), y, np_softmax,
+              1e-5, 1e-7)
+    if "rmsnorm" in only:
+        w = rng.standard_normal(n).astype(np.float32)
+        eps = np.float32(1e-5)
+
+        def np_rmsnorm() -> Any:
+            return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * w
+
+        bench("rmsnorm", f"rmsnorm {n}x{n} f32", ks["rmsnorm_rows"].specialize(
+            rows_per_program=16), (x, w, y, eps), y, np_rmsnorm, 1e-4, 1e-5)
+    if "gemm" in only:
+        A = rng.standard_normal((g, g)).astype(np.float32)
+        B = rng.standard_normal((g, g)).astype(np.float32)
+        C = np.zeros((g, g), np.float32)
+        bench("gemm", f"tiled gemm {g}^3 f32 (64^3 tiles)",
+              ks["gemm"].specialize(bm=64, bn=64, bk=64), (A, B, C), C, lambda: A @ B,
+              1e-3, 1e-3)
+    return rows
+
+
+def table(rows: list[dict[str, Any]]) -> Any:
+    """A rich Table: medians in ms with spreads; ratios numpy / interpreter."""
+    from rich.table import Table
+
+    t = Table(title="tilenest interpreter vs numpy (ratio = numpy time / interpreter time; "
+                    "median of samples, ± spread)")
+    for c in ("benchmark", "numpy ms", "interpreter ms", "ratio", "+checks ms", "ratio "):
+        t.add_column(c, justify="left" if c == "benchmark" else "right", no_wrap=True)
+    for r in rows:
+        if "error" in r:
+            t.add_row(r["workload"], f"[red]{r['error']}[/red]", "", "", "", "")
+            continue
+        tm = [r["baselines"]["numpy"], r["tilenest"], r["checked"]]
+        a, b, c = (f"{x['median_s'] * 1e3:.2f} ±{x['spread']:.0%}" for x in tm)
+        t.add_row(r["workload"], a, b, f"{r['ratios']['numpy']:.3f}x", c,
+                  f"{r['ratios']['numpy_checked']:.3f}x")
+    return t

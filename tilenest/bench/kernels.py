@@ -1,0 +1,113 @@
+"""The kernels the benchmarks time, kept inside the package so that an
+installed tilenest can run them (``examples/`` is not installed).
+
+``row_softmax`` and ``gemm`` are the programs of ``examples/softmax.py`` and
+``examples/gemm.py``; ``rmsnorm_rows`` that of ``examples/rmsnorm.py``. The
+GEMM's ``mma`` allows reassociation unless ``reassoc=False`` (then every output
+element sums its products in K order, separately rounded: bitwise the
+interpreter). Built on first use: importing this module captures nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+
+@functools.cache
+def kernels() -> dict[str, Any]:
+    """name -> kernel: softmax, rmsnorm (a row per program), rmsnorm_rows
+    (``rows_per_program`` rows), layernorm, add, row_sum, gemm, gemm_strict."""
+    import tilenest as tn
+    from tilenest import f32
+
+    @tn.kernel
+    def row_softmax(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
+        rows, cols = x.shape
+        for p in tn.parallel(tn.shape(rows)):
+            row = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+            m = tn.reduce(row, row.dim(1), tn.maximum)
+            e = tn.exp(row - m)
+            s = tn.reduce(e, e.dim(1), tn.add)
+            y(tn.coord(p.index(), 0), tn.shape(1, cols)).store(e / s)
+
+    @tn.kernel
+    def rmsnorm(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"], y: tn.Tensor[f32, "R C"],
+                eps: tn.Scalar[f32]):
+        rows, cols = x.shape
+        c = x.dim(1)
+        w = w.with_dims(c)
+        for p in tn.parallel(tn.shape(rows)):
+            xs = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+            ms = tn.reduce(xs * xs, c, tn.add) / tn.cast(cols, f32)
+            y(tn.coord(p.index(), 0), tn.shape(1, cols)).store(
+                xs * tn.rsqrt(ms + eps) * w[tn.coord(0), tn.shape(cols)])
+
+    @tn.kernel
+    def rmsnorm_rows(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"],
+                     y: tn.Tensor[f32, "R C"], eps: tn.Scalar[f32], *, rows_per_program=4):
+        rows, cols = x.shape
+        c = x.dim(1)
+        w = w.with_dims(c)
+        for p in tn.parallel(tn.shape(tn.cdiv(rows, rows_per_program))):
+            r0 = p.index() * rows_per_program
+            xs = x[tn.coord(r0, 0), tn.shape(rows_per_program, cols)]
+            ms = tn.reduce(xs * xs, c, tn.add) / tn.cast(cols, f32)
+            y(tn.coord(r0, 0), tn.shape(rows_per_program, cols)).store(
+                xs * tn.rsqrt(ms + eps) * w[tn.coord(0), tn.shape(cols)])
+
+    @tn.kernel
+    def layernorm(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"], b: tn.Tensor[f32, "C"],
+                  y: tn.Tensor[f32, "R C"], eps: tn.Scalar[f32]):
+        rows, cols = x.shape
+        c = x.dim(1)
+        w = w.with_dims(c)
+        b = b.with_dims(c)
+        for p in tn.parallel(tn.shape(rows)):
+            t = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+            mu = tn.reduce(t, c, tn.add) / tn.cast(cols, f32)
+            d = t - mu
+            var = tn.reduce(d * d, c, tn.add) / tn.cast(cols, f32)
+            y(tn.coord(p.index(), 0), tn.shape(1, cols)).store(
+                d * tn.rsqrt(var + eps) * w[tn.coord(0), tn.shape(cols)]
+                + b[tn.coord(0), tn.shape(cols)])
+
+    @tn.kernel
+    def add(x: tn.Tensor[f32, "R C"], z: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
+        rows, cols = x.shape
+        z = z.with_dims(*x.dims())
+        for p in tn.parallel(tn.shape(rows)):
+            o = tn.coord(p.index(), 0)
+            y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)] + z[o, tn.shape(1, cols)])
+
+    @tn.kernel
+    def row_sum(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):
+        rows, cols = x.shape
+        y = y.with_dims(x.dim(0))
+        for p in tn.parallel(tn.shape(tn.cdiv(rows, 4))):
+            t = x[tn.coord(p.index() * 4, 0), tn.shape(4, cols)]
+            y(tn.coord(p.index() * 4), tn.shape(4)).store(tn.reduce(t, t.dim(1), tn.add))
+
+    @tn.kernel
+    def gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
+             bm=32, bn=32, bk=32, reassoc=True):
+        M, K = A.shape
+        N = B.shape[1]
+        m, k = A.dims()
+        n = C.dim(1)
+        B = B.with_dims(k, n)
+        C = C.with_dims(m, n)
+        for nest in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = nest.index(0), nest.index(1)
+            acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in nest.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
+            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
+
+    return {"softmax": row_softmax, "rmsnorm": rmsnorm, "rmsnorm_rows": rmsnorm_rows,
+            "layernorm": layernorm, "add": add, "row_sum": row_sum, "gemm": gemm,
+            "gemm_strict": gemm.specialize(reassoc=False)}
