@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tilenest import progress  # noqa: E402
-from tilenest.bench import codegen  # noqa: E402
+from tilenest import progress
+from tilenest.bench import codegen
 
 gemm_tiles = codegen.gemm_tiles
 

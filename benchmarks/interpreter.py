@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tilenest import progress  # noqa: E402
-from tilenest.bench import interpreter  # noqa: E402
+from tilenest import progress
+from tilenest.bench import interpreter
 
 
 def main() -> int:
@@ -36,7 +36,8 @@ def main() -> int:
     if a.json:
         print(json.dumps(rows, indent=2))
         return 1 if any("error" in r for r in rows) else 0
-    print(f"{'workload':36} {'numpy s':>9} {'interp s':>9} {'ratio':>7} {'+races s':>9} {'ratio':>7}")
+    print(f"{'workload':36} {'numpy s':>9} {'interp s':>9} {'ratio':>7} {'+races s':>9} "
+          f"{'ratio':>7}")
     for r in rows:
         if "error" in r:
             print(f"{r['workload']:36} {r['error']}")

@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tilenest import progress  # noqa: E402
-from tilenest.bench import proofs  # noqa: E402
+from tilenest import progress
+from tilenest.bench import proofs
 
 BUDGET_S = proofs.BUDGET_S
 

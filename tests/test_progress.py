@@ -48,7 +48,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tilenest.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
 
 
 def _select() -> list[str]:

@@ -79,7 +79,8 @@ def default_threads() -> list[int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``tilenest bench`` (and ``python -m tilenest.bench``)."""
-    parser.description = __doc__.split("\n\n")[0]
+    parser.description = ("Benchmarks that ship with the package, each reported against "
+                          "baselines measured in the same run.")
     parser.epilog = ("ratio = baseline time / tilenest time, baselines measured in the same "
                      "run. " + CUDA_HINT + ".")
     parser.add_argument("--suite", choices=tuple(SUITES), default="codegen",
@@ -93,7 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "codegen: " + " ".join(codegen.NAMES) + "; interpreter: "
                              + " ".join(interpreter.NAMES) + "; proofs: "
                              + " ".join(proofs.NAMES))
-    parser.add_argument("--samples", type=_at_least_one, default=5,
+    parser.add_argument("--samples", type=_at_least_one, default=5, metavar="N",
                         help="timed samples per function (default 5); the median is reported "
                              "with the spread")
     parser.add_argument("--size", choices=SIZES, default="medium",
@@ -223,4 +224,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-__all__ = ["SUITES", "SCHEMA", "add_arguments", "run", "main", "selected"]
+__all__ = ["SCHEMA", "SUITES", "add_arguments", "main", "run", "selected"]

@@ -35,12 +35,12 @@ def run(size: str, samples: int, only: tuple[str, ...],
     n, g = SIZES[size]
     rng = np.random.default_rng(0)
     method = Method(samples=samples, min_sample_s=0.05, warm_each=False)
-    fast = dict(fast=True, check_races=False, check_pipelines=False, poison=False)
+    fast = {"fast": True, "check_races": False, "check_pipelines": False, "poison": False}
     rows: list[dict[str, Any]] = []
 
     def bench(name: str, workload: str, kern: Any, args: tuple[Any, ...], out: Any,
               np_fn: Callable[[], Any], rtol: float, atol: float) -> None:
-        kern.program  # capture outside the timing
+        _ = kern.program  # capture outside the timing
         tn.interpret(kern, *args, **fast)
         row: dict[str, Any] = {"name": name, "workload": workload}
         if not np.allclose(out, np_fn(), rtol=rtol, atol=atol):

@@ -8,8 +8,6 @@ element sums its products in K order, separately rounded: bitwise the
 interpreter). Built on first use: importing this module captures nothing.
 """
 
-from __future__ import annotations
-
 import functools
 from typing import Any
 
@@ -32,8 +30,9 @@ def kernels() -> dict[str, Any]:
             y(tn.coord(p.index(), 0), tn.shape(1, cols)).store(e / s)
 
     @tn.kernel
-    def rmsnorm(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"], y: tn.Tensor[f32, "R C"],
-                eps: tn.Scalar[f32]):
+    def rmsnorm(x: tn.Tensor[f32, "R C"],
+                w: tn.Tensor[f32, "C"],  # noqa: F821 (a shape's name)
+                y: tn.Tensor[f32, "R C"], eps: tn.Scalar[f32]):
         rows, cols = x.shape
         c = x.dim(1)
         w = w.with_dims(c)
@@ -44,7 +43,8 @@ def kernels() -> dict[str, Any]:
                 xs * tn.rsqrt(ms + eps) * w[tn.coord(0), tn.shape(cols)])
 
     @tn.kernel
-    def rmsnorm_rows(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"],
+    def rmsnorm_rows(x: tn.Tensor[f32, "R C"],
+                     w: tn.Tensor[f32, "C"],  # noqa: F821
                      y: tn.Tensor[f32, "R C"], eps: tn.Scalar[f32], *, rows_per_program=4):
         rows, cols = x.shape
         c = x.dim(1)
@@ -57,7 +57,8 @@ def kernels() -> dict[str, Any]:
                 xs * tn.rsqrt(ms + eps) * w[tn.coord(0), tn.shape(cols)])
 
     @tn.kernel
-    def layernorm(x: tn.Tensor[f32, "R C"], w: tn.Tensor[f32, "C"], b: tn.Tensor[f32, "C"],
+    def layernorm(x: tn.Tensor[f32, "R C"],
+                  w: tn.Tensor[f32, "C"], b: tn.Tensor[f32, "C"],  # noqa: F821
                   y: tn.Tensor[f32, "R C"], eps: tn.Scalar[f32]):
         rows, cols = x.shape
         c = x.dim(1)
@@ -81,7 +82,7 @@ def kernels() -> dict[str, Any]:
             y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)] + z[o, tn.shape(1, cols)])
 
     @tn.kernel
-    def row_sum(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):
+    def row_sum(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):  # noqa: F821
         rows, cols = x.shape
         y = y.with_dims(x.dim(0))
         for p in tn.parallel(tn.shape(tn.cdiv(rows, 4))):

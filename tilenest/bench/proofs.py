@@ -41,7 +41,7 @@ def flat() -> Any:
     from tilenest import f32
 
     @tn.kernel
-    def flat(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):  # noqa: F821
+    def flat(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):  # noqa: F821, UP037
         (n,) = x.shape
         for p in tn.parallel(tn.shape(n)):
             y(tn.coord(p.index()), tn.shape(1)).store(x[tn.coord(p.index()), tn.shape(1)] * 2.0)

@@ -46,7 +46,7 @@ class Timing:
                 "spread": self.spread, "samples": self.samples, "calls": self.calls}
 
     @staticmethod
-    def of(values: Sequence[float], calls: int = 1) -> "Timing":
+    def of(values: Sequence[float], calls: int = 1) -> Timing:
         """The timing of a list of per-call sample times."""
         if not values:
             raise ValueError("a timing needs at least one sample")
