@@ -1,9 +1,10 @@
 """The persistent compile cache (``tilenest.diskcache``) and its users.
 
 A second process must load what a first one compiled without compiling
-(LLVM object code, NVRTC cubins), a corrupted entry must be rebuilt and never
-loaded, and processes writing one entry at the same time must never leave a
-partial one.
+(whole kernels, LLVM object code, NVRTC cubins), a corrupted entry must be
+rebuilt and never loaded, and processes writing one entry at the same time
+must never leave a partial one. The whole-kernel cache has its own tests in
+tests/test_kernel_cache.py.
 """
 
 from __future__ import annotations
@@ -111,6 +112,11 @@ _SCRIPT = textwrap.dedent('''
     from tilenest.backends.llvm import jit
     from tilenest.backends.cuda import nvrtc
     from tilenest.backends import cuda
+    from tilenest.backends import kernelcache as KC
+
+    # both processes must agree on the compiler's identity even if a file of
+    # the package is edited in between (tests/test_kernel_cache.py tests it)
+    KC.source_digest = lambda: "the-same-compiler"
 
     calls = {"optimize": 0, "nvrtc": 0}
     real_opt, real_nv = jit.optimize, nvrtc.compile_program
@@ -142,7 +148,8 @@ _SCRIPT = textwrap.dedent('''
     t_cuda = time.perf_counter() - t0
     print(json.dumps({"calls": calls, "ok": bool((y == x * 3 + 1).all()),
                       "cubin": len(ck.cubin), "llvm_s": t_llvm, "cuda_s": t_cuda,
-                      "llvm": vars(jit.DISK.stats), "nvrtc_disk": vars(nvrtc.DISK.stats)}))
+                      "llvm": vars(jit.DISK.stats), "nvrtc_disk": vars(nvrtc.DISK.stats),
+                      "kernels": vars(KC.DISK.stats), "from": [k.cached, ck.cached]}))
 ''')
 
 
@@ -162,10 +169,13 @@ def test_a_second_process_loads_compiled_code_from_disk(tmp_path):
     assert first["ok"] and first["cubin"] > 0
     assert first["calls"]["optimize"] >= 1 and first["calls"]["nvrtc"] >= 1
     assert first["llvm"]["writes"] >= 1 and first["nvrtc_disk"]["writes"] >= 1
+    assert first["kernels"]["writes"] == 2 and first["from"] == [None, None]
     second = _run(tmp_path)
     assert second["ok"] and second["cubin"] == first["cubin"]
     assert second["calls"] == {"optimize": 0, "nvrtc": 0}, second  # nothing compiled
-    assert second["llvm"]["hits"] >= 1 and second["nvrtc_disk"]["hits"] >= 1
+    # whole kernels from disk: the object-code and cubin stores are not even asked
+    assert second["kernels"]["hits"] == 2 and second["from"] == ["disk", "disk"]
+    assert second["llvm"]["hits"] == 0 and second["nvrtc_disk"]["hits"] == 0
     # every entry corrupted: the third process rebuilds (and stores) them
     for p in (tmp_path / "cache").rglob("*.tnc"):
         b = bytearray(p.read_bytes())
@@ -175,7 +185,9 @@ def test_a_second_process_loads_compiled_code_from_disk(tmp_path):
     assert third["ok"] and third["cubin"] == first["cubin"]
     assert third["calls"]["optimize"] >= 1 and third["calls"]["nvrtc"] >= 1
     assert third["llvm"]["corrupt"] >= 1 and third["nvrtc_disk"]["corrupt"] >= 1
+    assert third["kernels"]["corrupt"] == 2 and third["from"] == [None, None]
     assert third["llvm"]["writes"] >= 1 and third["nvrtc_disk"]["writes"] >= 1
+    assert third["kernels"]["writes"] == 2
 
 
 def test_proof_answers_are_kept_and_counterexamples_rechecked(tmp_path, monkeypatch):
@@ -209,3 +221,13 @@ def test_proof_answers_are_kept_and_counterexamples_rechecked(tmp_path, monkeypa
     assert calls == [] and O.PROOFS.stats.hits >= 2
     assert [o.status for o in second] == [O.REFUTED, O.PROVED]
     assert second[0].checked and second[0].counterexample == first[0].counterexample
+
+
+def test_a_reader_can_discard_a_whole_entry_it_cannot_use(tmp_path):
+    st = DC.Store("t", tmp_path)
+    st.put("k", {"format": "old"}, {"a": b"1"})
+    assert st.get("k") is not None and st.stats.hits == 1
+    st.discard("k")
+    assert not st.path("k").exists()
+    assert (st.stats.hits, st.stats.misses, st.stats.corrupt) == (0, 1, 1)
+    assert st.get("k") is None

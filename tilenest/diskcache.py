@@ -18,7 +18,9 @@ the payload: a JSON header (its length first, 4 bytes) with the caller's
 metadata and the names and sizes of the binary parts, then the parts. A file
 that is truncated, has another magic or whose payload does not match its
 digest is *corrupt*: it is deleted and reported as a miss, never loaded, and
-the caller rebuilds. Writers write a temporary file in the same folder and
+the caller rebuilds. A reader that finds a whole entry it cannot use (a
+header of another format) discards it the same way (:meth:`Store.discard`).
+Writers write a temporary file in the same folder and
 rename it over the entry (atomic on POSIX), so concurrent processes see
 either the old entry, the new one or none, never a partial one.
 """
@@ -142,6 +144,22 @@ class Store:
             except OSError:
                 pass
         return got
+
+    def discard(self, key: str) -> None:
+        """Delete the entry ``key`` that :meth:`get` returned but its reader
+        found unusable (another format, a header it cannot decode): counted as
+        corrupt and as a miss instead of a hit, so the caller rebuilds it."""
+        p = self.path(key)
+        if p is None:
+            return
+        with self._lock:
+            self.stats.hits = max(0, self.stats.hits - 1)
+            self.stats.misses += 1
+            self.stats.corrupt += 1
+        try:
+            p.unlink()
+        except OSError:
+            pass
 
     def put(self, key: str, meta: dict[str, Any], parts: dict[str, bytes]) -> None:
         """Store an entry (best effort: a cache that cannot be written, e.g. a

@@ -18,14 +18,17 @@ precondition), emits
 and compiles the source, and returns a
 :class:`~tilenest.backends.cuda.runtime.CudaKernel` that runs on a GPU
 (``device="gpu"``) or on the host emulator (``device="emulated"``; the
-default where no GPU is usable).
+default where no GPU is usable). Compiled kernels are cached
+(:mod:`tilenest.backends.kernelcache`): in this process in a bounded LRU, and
+on disk as a whole (cubin, source, call and launch facts, every verdict, the
+launch precondition), so that a second process compiling the same kernel
+neither lowers, proves nor runs NVRTC.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import threading
 import time
 from typing import Any, Callable
 
@@ -34,7 +37,8 @@ from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
 from ...lowering.legality import legality, summary
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
-from .emit import CudaSource, emit_cuda
+from .. import kernelcache as KC
+from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
 
 __all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "gpu_available",
@@ -42,8 +46,6 @@ __all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "gp
 
 VERSION = "cuda-backend-1"
 ARCH = "sm_90a"
-_CACHE: dict[str, CudaKernel] = {}
-_LOCK = threading.Lock()
 
 
 def prelude_dir() -> str:
@@ -119,19 +121,40 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     compile it to an sm_90a cubin; the kernel runs on ``device`` (``"gpu"`` or
     ``"emulated"``; default: the GPU when one is usable, else the emulator).
     A refuted obligation of the program or of the SIMT form is an error
-    naming it."""
+    naming it.
+
+    Kernels are cached in this process (a bounded LRU) by device, schedule
+    and program, and whole on disk by schedule, program, NVRTC and
+    tilenest's own source: a hit lowers, proves and compiles nothing
+    (``kernel.cached == "disk"``). ``cache=False`` does it all afresh (and
+    stores the result on disk)."""
     s = _schedule(program, schedule)
     if overrides:
         s = s.with_(**overrides)
     dev = device or ("gpu" if gpu_available() else "emulated")
     if dev not in ("gpu", "emulated"):
         raise TilenestError(f"unknown cuda device '{dev}'", hint="use 'gpu' or 'emulated'")
-    key = hashlib.sha256(f"{VERSION}\n{dev}\n{s.key()}\n{program}".encode()).hexdigest()
+    text = f"{VERSION}\n{dev}\n{s.key()}\n{program}"
+    key = "cuda:" + hashlib.sha256(text.encode()).hexdigest()
     if cache:
-        with _LOCK:
-            got = _CACHE.get(key)
+        got = KC.MEMORY.get(key)
         if got is not None:
             return got
+    t0 = time.perf_counter()
+    ck = _load(disk_key(program, s), program, s, dev) if cache else None
+    if ck is None:
+        ck = _compile(program, s, dev, cache)
+        # the key again, now that the compile has loaded NVRTC: the entry is
+        # stored under the identity of the library that produced it
+        _store(disk_key(program, s), ck)
+    ck.compile_seconds = time.perf_counter() - t0
+    if cache:
+        KC.MEMORY.put(key, ck, ck.nbytes)
+    return ck
+
+
+def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKernel:
+    """Prove, lower, discharge the SIMT obligations, emit and build (no kernel cache)."""
     t0 = time.perf_counter()
     obs = legality(program, s)
     maps: list = []
@@ -150,10 +173,76 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     obs += _refuse_refuted(reg_obs)
     ck = CudaKernel(program, k, s, src, built, dev, obs, time.perf_counter() - t0)
     ck.precondition = gpu.launch_precondition(res)
-    if cache:
-        with _LOCK:
-            _CACHE[key] = ck
     return ck
+
+
+def disk_key(program: TileProgram, s: Schedule) -> str:
+    """The whole-kernel disk key (:func:`tilenest.backends.kernelcache.kernel_key`):
+    the program, the schedule, the architecture and the NVRTC installation.
+    The device is not part of it: the cubin, the source and the verdicts are
+    the same for a GPU and the emulator."""
+    from .nvrtc import toolchain_identity
+
+    return KC.kernel_key("cuda", program, s, [VERSION, ARCH, toolchain_identity()])
+
+
+def _info_json(i: CudaKernelInfo) -> dict:
+    return {"name": i.name, "phase": i.phase, "params": list(i.params), "threads": i.threads,
+            "shared_bytes": KC.expr_json(i.shared_bytes), "programs": KC.expr_json(i.programs),
+            "ordered": i.ordered}
+
+
+def _info_of(d: dict) -> CudaKernelInfo:
+    return CudaKernelInfo(str(d["name"]), str(d["phase"]), tuple(str(p) for p in d["params"]),
+                          int(d["threads"]), KC.expr_of(d["shared_bytes"]),
+                          KC.expr_of(d["programs"]), bool(d["ordered"]))
+
+
+def _store(dkey: str, ck: CudaKernel) -> None:
+    """Keep ``ck`` on disk as a whole (see :mod:`tilenest.backends.kernelcache`)."""
+    b, pc = ck.built, ck.precondition
+
+    def meta() -> dict:
+        return {"facts": ck.facts.to_json(),
+                "obligations": [KC.obligation_json(o) for o in ck.obligations],
+                "precondition": None if pc is None else {"pred": KC.pred_json(pc.pred),
+                                                         "what": pc.what},
+                "kernels": [_info_json(i) for i in ck.source.kernels],
+                "nvrtc": {"log": b.log, "options": list(b.options), "arch": b.arch,
+                          "name": b.name, "version": list(b.nvrtc_version)}}
+
+    def parts() -> dict:
+        out = {"cubin": b.cubin, "source": ck.source.text.encode()}
+        if b.ptx is not None:
+            out["ptx"] = b.ptx.encode()
+        return out
+
+    KC.write(dkey, "cuda", meta, parts)
+
+
+def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel | None:
+    """The kernel of the disk entry ``dkey`` for ``dev``, or None (no entry, or
+    a damaged or stale one, which is discarded)."""
+
+    def decode(meta: dict, parts: dict[str, bytes]) -> CudaKernel:
+        from ...proofs.gpu import Precondition
+        from .nvrtc import compiled_cuda
+
+        nv = meta["nvrtc"]
+        built = compiled_cuda(parts["cubin"], parts["ptx"].decode() if "ptx" in parts else None,
+                              str(nv["log"]), [str(o) for o in nv["options"]], str(nv["arch"]),
+                              str(nv["name"]), tuple(nv["version"]))
+        src = CudaSource(parts["source"].decode(), tuple(_info_of(i) for i in meta["kernels"]))
+        obs = [KC.obligation_of(o) for o in meta["obligations"]]
+        ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
+                        0.0, lower=lambda: lower_verified(program, s))
+        pc = meta["precondition"]
+        ck.precondition = None if pc is None else Precondition(KC.pred_of(pc["pred"]),
+                                                               str(pc["what"]))
+        ck.cached = "disk"
+        return ck
+
+    return KC.read(dkey, "cuda", decode)
 
 
 def _refuse_refuted(obs: list) -> list:
@@ -169,8 +258,16 @@ def _refuse_refuted(obs: list) -> list:
 
 
 def clear_cache() -> None:
-    with _LOCK:
-        _CACHE.clear()
+    """Forget this process's compiled cuda kernels, NVRTC results and legality
+    verdicts, and give the memory back (kernels a caller still holds keep
+    working)."""
+    from ...lowering import legality as LG
+    from . import nvrtc
+
+    KC.MEMORY.clear("cuda:")
+    nvrtc.clear_cache()
+    LG.clear_cache()
+    KC.release_memory()
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:

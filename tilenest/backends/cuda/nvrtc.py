@@ -35,7 +35,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from types import MappingProxyType
 
@@ -206,6 +205,8 @@ def _load(c: _Candidate) -> NvrtcLibrary:
         raise OSError(f"nvrtcVersion failed in {c.path}")
     pkg = None
     if c.origin == "wheel":
+        from importlib import metadata  # imported when needed: it is slow to import
+
         try:
             pkg = metadata.version("nvidia-cuda-nvrtc")
         except metadata.PackageNotFoundError:  # nvrtcVersion's answer then stands alone
@@ -403,7 +404,7 @@ DISK = Store("nvrtc")
 
 
 def clear_cache() -> None:
-    """Forget every cached compilation."""
+    """Forget every compilation cached in this process."""
     with _cache_lock:
         _cache.clear()
 
@@ -497,17 +498,52 @@ def compile_cuda(source: str, name: str = "kernel.cu", *, arch: str = "sm_90a",
         if want_ptx and raw.ptx is not None:
             parts["ptx"] = raw.ptx.encode()
         DISK.put(dkey, {"log": raw.log}, parts)
-    table = kernel_resources(raw.log, raw.cubin or None)
-    result = CompiledCuda(
-        cubin=raw.cubin, ptx=raw.ptx if want_ptx else None, log=raw.log, options=full,
-        resources=MappingProxyType({k: v for k, v in table.items() if v.entry}),
-        arch=arch, name=name, nvrtc_version=lib.version,
-        functions=MappingProxyType(table))
+    result = compiled_cuda(raw.cubin, raw.ptx if want_ptx else None, raw.log, full, arch, name,
+                           lib.version)
     with _cache_lock:
         _cache[key] = result
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return result
+
+
+def compiled_cuda(cubin: bytes, ptx: str | None, log: str, options: Iterable[str], arch: str,
+                  name: str, version: tuple[int, int]) -> CompiledCuda:
+    """The :class:`CompiledCuda` of an NVRTC result (fresh or read back from a
+    cache): the resource report is read from the log and the cubin."""
+    table = kernel_resources(log, cubin or None)
+    return CompiledCuda(
+        cubin=cubin, ptx=ptx, log=log, options=tuple(options),
+        resources=MappingProxyType({k: v for k, v in table.items() if v.entry}),
+        arch=arch, name=name, nvrtc_version=(int(version[0]), int(version[1])),
+        functions=MappingProxyType(table))
+
+
+def _file_identity(p: Path) -> list:
+    try:
+        st = p.stat()
+    except OSError:
+        return [str(p), "missing"]
+    return [str(p), st.st_size, st.st_mtime_ns]
+
+
+def toolchain_identity() -> list:
+    """The NVRTC a compile in this process uses, identified without loading
+    it (a caller with a compiled result cached needs no NVRTC): the library
+    already loaded, else the first one :func:`find_nvrtc` would try -- its
+    path, size and time stamp, those of its builtins library, and the header
+    folders; ``["absent"]`` when there is none. A caller that stores a result
+    under this identity reads it again after compiling (the library loaded
+    then is the one that produced the result)."""
+    if _library is not None:
+        path, incs = Path(_library.path), tuple(_library.include_dirs)
+    else:
+        found = _wheel_candidates(_nvidia_roots()) + _toolkit_candidates(_toolkit_homes())
+        if not found:
+            return ["absent"]
+        path, incs = found[0].path, tuple(str(d) for d in found[0].include_dirs)
+    builtins = [_file_identity(b) for b in sorted(path.parent.glob("libnvrtc-builtins.so*"))]
+    return [_file_identity(path), builtins, list(incs)]
 
 
 # --------------------------------------------------------------------------- diagnostics

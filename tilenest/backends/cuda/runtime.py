@@ -24,6 +24,7 @@ shared memory above the device's opt-in limit, is an error naming the sizes.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,19 @@ class CudaKernel(ArgumentBinder):
     report per ``__global__`` function."""
 
     def __init__(self, program: Any, kernel: Any, schedule: Any, source: Any, built: Any,
-                 device: str, obligations: list, compile_seconds: float):
+                 device: str, obligations: list, compile_seconds: float, *,
+                 lower: Callable[[], Any] | None = None):
+        from ..kernelcache import CallFacts
+
         self.program = program
-        self.kernel = kernel
+        #: what a call needs of the loop IR (``kernel`` may be these facts
+        #: alone, for a kernel read from the disk cache; then ``lower`` gives
+        #: the loop IR when something asks for it)
+        self.facts = CallFacts.of(kernel)
+        self._kernel = None if isinstance(kernel, CallFacts) else kernel
+        self._lower = lower
+        #: ``"disk"`` for a kernel read from the disk cache, else None
+        self.cached: str | None = None
         self.schedule = schedule
         self.source = source
         self.built = built
@@ -74,6 +85,23 @@ class CudaKernel(ArgumentBinder):
         self._calls = 0
         #: the launch precondition of the resource obligations (checked per call)
         self.precondition: Any = None
+
+    @property
+    def kernel(self) -> Any:
+        """The SIMT-form loop IR kernel (lowered again on first access for a
+        kernel read from the disk cache; calls never need it)."""
+        if self._kernel is None:
+            if self._lower is None:
+                raise TilenestError("internal: this compiled kernel has no loop IR")
+            self._kernel = self._lower()
+        return self._kernel
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the artifacts this kernel holds (cubin, PTX, source, log):
+        what it counts for in the in-memory cache's bound."""
+        b = self.built
+        return len(b.cubin) + len(b.ptx or "") + len(b.log) + len(self.source.text)
 
     @property
     def cubin(self) -> bytes:
@@ -182,7 +210,7 @@ class CudaKernel(ArgumentBinder):
         if groups != self.schedule.aliases:
             return self.variant(groups)(*arrays, params=params, policy=policy, seed=seed,
                                         poison=poison)
-        k = self.kernel
+        k = self.facts
         symvals = [int(syms[s]) for s in k.syms]
         for info, n, smem in self.launches(syms):
             status = np.zeros(1, dtype=np.int32)
@@ -202,7 +230,7 @@ class CudaKernel(ArgumentBinder):
         out). With ``check`` the launch precondition (O-13) is checked first,
         and a grid above :data:`MAX_BLOCKS` or shared memory above
         :data:`MAX_SHARED` is an error, never a truncated launch."""
-        k = self.kernel
+        k = self.facts
         if check and self.precondition is not None:
             self.precondition.check({s: int(syms[s]) for s in k.syms})
         env = {E.Sym(s): int(syms[s]) for s in k.syms}
@@ -230,7 +258,7 @@ class CudaKernel(ArgumentBinder):
         kernel's global buffers in argument order (bool elements as bytes,
         each through ``conv``), one ``int64`` per symbol, the status word."""
         args = []
-        for b in sorted(self.kernel.globals, key=lambda b: b.arg):
+        for b in sorted(self.facts.globals, key=lambda b: b.arg):
             a = keep[b.arg]
             a = a.reshape(-1) if a.ndim == 0 else a  # numpy, or cupy on a GPU
             if a.dtype == np.bool_:
@@ -311,7 +339,7 @@ class BoundLaunch:
         import cupy as cp
 
         self.ck = ck
-        k = ck.kernel
+        k = ck.facts
         plan = ck.launches(syms)
         self.status = cp.zeros(1, dtype=np.int32)
         if ck._mod is None:
@@ -340,4 +368,4 @@ class BoundLaunch:
         cp.cuda.Device().synchronize()
         code = int(self.status.get()[0])
         if code:
-            raise status_error(self.ck.program, self.ck.kernel, code)
+            raise status_error(self.ck.program, self.ck.facts, code)

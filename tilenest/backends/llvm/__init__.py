@@ -14,15 +14,16 @@ prints any of them):
 legality gate, :mod:`tilenest.lowering.legality`: race obligations, binding and
 reduction obligations; a refuted race is a ``RaceError``), then runs them all
 and returns a :class:`~tilenest.backends.llvm.runtime.CompiledKernel` whose
-``obligations`` keep the gate's verdicts. Compiled kernels are
-cached in-process by a hash of the printed TileIR, the schedule's
-code-relevant fields and the host target.
+``obligations`` keep the gate's verdicts. Compiled kernels are cached
+(:mod:`tilenest.backends.kernelcache`): in this process in a bounded LRU by a
+hash of the printed TileIR, the schedule's code-relevant fields and the host
+target, and on disk as a whole (object code, call facts, verdicts), so that
+a second process compiling the same kernel neither lowers nor proves it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from typing import Any, Callable
 
@@ -31,6 +32,7 @@ from ...lowering.serialize import serialize_kernel
 from ...lowering import loopir as L
 from ...lowering.legality import legality, summary
 from ...semantics.ir import TileProgram
+from .. import kernelcache as KC
 from . import jit
 from .codegen import Codegen
 from .runtime import CompiledKernel
@@ -39,8 +41,6 @@ __all__ = ["compile_program", "build", "emit", "STAGES", "cache_key", "CompiledK
            "clear_cache"]
 
 VERSION = "llvm-backend-1"
-_CACHE: dict[str, CompiledKernel] = {}
-_CACHE_LOCK = threading.Lock()
 
 
 def _schedule(program: TileProgram, schedule: Schedule | None, overrides: dict) -> Schedule:
@@ -49,9 +49,15 @@ def _schedule(program: TileProgram, schedule: Schedule | None, overrides: dict) 
 
 
 def cache_key(program: TileProgram, schedule: Schedule, h: jit.Host) -> str:
-    """The compile-cache key: program text, schedule and target."""
+    """The in-memory cache key: program text, schedule and target."""
     text = f"{VERSION}\n{h.triple}\n{h.cpu}\n{h.features}\n{schedule.key()}\n{program}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    return "llvm:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def disk_key(program: TileProgram, schedule: Schedule, h: jit.Host) -> str:
+    """The whole-kernel disk key (:func:`tilenest.backends.kernelcache.kernel_key`):
+    the program, the schedule, the host and the LLVM toolchain."""
+    return KC.kernel_key("llvm", program, schedule, [VERSION, *jit.pipeline_key(h)])
 
 
 def stage_loopir(program: TileProgram, schedule: Schedule) -> L.Kernel:
@@ -86,7 +92,7 @@ def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
     text = stage_ir(k, schedule, h)
     obj, opt = jit.compile_object(text, h, jit.target_machine(h), cache)
     return CompiledKernel(program, k, jit.Engine(obj, h, f"module '{program.name}'"), schedule,
-                          text, opt, time.perf_counter() - t0, h)
+                          text, opt, time.perf_counter() - t0, h, object_code=obj)
 
 
 def compile_program(program: TileProgram, schedule: Schedule | None = None,
@@ -101,37 +107,75 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     code cannot observe a race while it runs, so it refuses the program), a
     refuted schedule obligation a ``TilenestError``; the verdicts, ``unknown``
     ones included, are kept in the kernel's ``obligations``. ``host`` is as
-    for :func:`build`. Kernels are cached in this process by program,
-    schedule and host, and their object code on disk (``jit.DISK``,
-    ``tilenest.diskcache``) by LLVM IR, host and toolchain; ``cache=False``
-    compiles afresh."""
+    for :func:`build`.
+
+    Caching (:mod:`tilenest.backends.kernelcache`): kernels are kept in this
+    process (a bounded LRU) by program, schedule and host; whole kernels on
+    disk by the same plus the toolchain and tilenest's own source, so that
+    another process loads the object code, the call facts and the verdicts
+    without lowering or proving (``kernel.cached`` says where a kernel came
+    from: ``"memory"``, ``"disk"`` or ``None``); object code alone on disk
+    by LLVM IR, host and toolchain (``jit.DISK``). ``cache=False`` lowers,
+    proves and compiles afresh (and stores the result on disk)."""
     s = _schedule(program, schedule, overrides)
     h = host or jit.host()
     key = cache_key(program, s, h)
     if cache:
-        with _CACHE_LOCK:
-            got = _CACHE.get(key)
+        got = KC.MEMORY.get(key)
         if got is not None:
-            if got.schedule.threads != s.threads or got.schedule.chunk != s.chunk:
-                obs = getattr(got, "obligations", [])
-                got = CompiledKernel(got.program, got.kernel, got.engine, s, got.llvm_ir,
-                                     got.optimized_ir, got.compile_seconds, got.host)
-                got.obligations = obs
-            return got
+            return got.with_schedule(s, cached="memory")
     t0 = time.perf_counter()
-    obs = legality(program, s)
-    ck = build(program, stage_loopir(program, s), s, h, cache)
-    ck.obligations = obs
+    dkey = disk_key(program, s, h)
+    ck = _load(dkey, program, s, h) if cache else None
+    if ck is None:
+        obs = legality(program, s)
+        ck = build(program, stage_loopir(program, s), s, h, cache)
+        ck.obligations = obs
+        _store(dkey, ck)
     ck.compile_seconds = time.perf_counter() - t0
     if cache:
-        with _CACHE_LOCK:
-            _CACHE[key] = ck
+        KC.MEMORY.put(key, ck, ck.nbytes)
     return ck
 
 
+def _store(dkey: str, ck: CompiledKernel) -> None:
+    """Keep ``ck`` on disk as a whole (see :mod:`tilenest.backends.kernelcache`)."""
+    KC.write(dkey, "llvm",
+             lambda: {"facts": ck.facts.to_json(),
+                      "obligations": [KC.obligation_json(o) for o in ck.obligations]},
+             lambda: {"object": ck.object_code, "llvm_ir": ck.llvm_ir.encode(),
+                      "optimized": ck.optimized_ir.encode(), "loopir": ck.loopir.encode()})
+
+
+def _load(dkey: str, program: TileProgram, s: Schedule, h: jit.Host) -> CompiledKernel | None:
+    """The kernel of the disk entry ``dkey``, or None (no entry, or a damaged
+    or stale one, which is discarded). The object's imported symbols are
+    checked before it is loaded, as for a fresh compile."""
+
+    def decode(meta: dict, parts: dict[str, bytes]) -> CompiledKernel:
+        facts = KC.CallFacts.from_json(meta["facts"])
+        obs = [KC.obligation_of(o) for o in meta["obligations"]]
+        obj = parts["object"]
+        engine = jit.Engine(obj, h, f"module '{program.name}'")
+        ck = CompiledKernel(program, facts, engine, s, parts["llvm_ir"].decode(),
+                            parts["optimized"].decode(), 0.0, h, object_code=obj,
+                            lower=lambda: stage_serial(stage_loopir(program, s)),
+                            loopir=parts["loopir"].decode())
+        ck.obligations = obs
+        ck.cached = "disk"
+        return ck
+
+    return KC.read(dkey, "llvm", decode)
+
+
 def clear_cache() -> None:
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    """Forget this process's compiled llvm kernels and the legality verdicts,
+    and give the memory back (kernels a caller still holds keep working)."""
+    from ...lowering import legality as LG
+
+    KC.MEMORY.clear("llvm:")
+    LG.clear_cache()
+    KC.release_memory()
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:

@@ -33,22 +33,23 @@ from ...errors import TilenestError
 from . import symbols
 
 _LOCK = threading.Lock()
-_READY = False
+_HOST: list[Host] = []  # this process's CPU, once init() ran
 
 
 def init() -> None:
-    """Initialize the native target once and bind the external symbols compiled
-    code may use (:func:`.symbols.bind_all`)."""
-    global _READY
+    """Initialize the native target once, read this CPU's identity (once: it
+    does not change while the process runs, and LLVM takes tens of
+    milliseconds to answer) and bind the external symbols compiled code may
+    use (:func:`.symbols.bind_all`)."""
     with _LOCK:
-        if _READY:
+        if _HOST:
             return
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         h = Host(llvm.get_process_triple(), llvm.get_host_cpu_name(),
                  llvm.get_host_cpu_features().flatten())
         symbols.bind_all(h.triple, lambda: target_machine(h))
-        _READY = True
+        _HOST.append(h)
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,9 @@ class Host:
 
 
 def host() -> Host:
+    """The CPU of this process, with all its features."""
     init()
-    return Host(llvm.get_process_triple(), llvm.get_host_cpu_name(),
-                llvm.get_host_cpu_features().flatten())
+    return _HOST[0]
 
 
 def target_machine(h: Host) -> llvm.TargetMachine:
@@ -204,7 +205,7 @@ class Engine:
 
     @classmethod
     def of_module(cls, mod: llvm.ModuleRef, tm: llvm.TargetMachine,
-                  h: Host | None = None) -> "Engine":
+                  h: Host | None = None) -> Engine:
         """The engine of a module, compiled to an object with ``tm``."""
         return cls(tm.emit_object(mod), h or host(), f"module '{mod.name}'")
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,25 +52,77 @@ def _ptr(a: np.ndarray) -> int:
 class CompiledKernel(ArgumentBinder):
     """A JIT-compiled kernel: call it like the interpreter (arrays written in
     place; returns the tensors it stores to). ``loopir``, ``llvm_ir`` and
-    ``asm()`` show the generated code."""
+    ``asm()`` show the generated code.
 
-    def __init__(self, program: TileProgram, kernel: L.Kernel, engine: Any, schedule: Any,
-                 llvm_ir: str, optimized_ir: str, compile_seconds: float, host: Any = None):
+    ``kernel`` is the serial loop IR the code was generated from, or the
+    :class:`~tilenest.backends.kernelcache.CallFacts` of it (a kernel read
+    from the disk cache); calls read only ``facts``. For a kernel built from
+    facts, ``kernel`` is lowered again on first access (``lower``), never for
+    a call. ``engine`` owns the machine code: it lives as long as this
+    object, whatever the caches do. ``cached`` is ``"disk"`` for a kernel
+    read from the disk cache, else None."""
+
+    def __init__(self, program: TileProgram, kernel: Any, engine: Any, schedule: Any,
+                 llvm_ir: str, optimized_ir: str, compile_seconds: float, host: Any = None, *,
+                 object_code: bytes = b"", lower: Callable[[], L.Kernel] | None = None,
+                 loopir: str | None = None):
+        from ..kernelcache import CallFacts
+
         self.program = program
         self.host = host
-        self.kernel = kernel
+        self.facts = CallFacts.of(kernel)
+        self._kernel = None if isinstance(kernel, CallFacts) else kernel
+        self._lower = lower
+        self._loopir = loopir
         self.engine = engine
         self.schedule = schedule
         self.llvm_ir = llvm_ir
         self.optimized_ir = optimized_ir
+        self.object_code = object_code
         self.compile_seconds = compile_seconds
-        self.entries = [ENTRY(engine.address(ph.name)) for ph in kernel.phases]
+        self.obligations: list = []
+        self.cached: str | None = None
+        self.entries = [ENTRY(engine.address(ph.name)) for ph in self.facts.phases]
         self.stored = stored_tensors(program)
         self._extents: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
 
     @property
+    def kernel(self) -> L.Kernel:
+        """The serial loop IR kernel (lowered again on first access for a
+        kernel read from the disk cache)."""
+        if self._kernel is None:
+            if self._lower is None:
+                raise TilenestError("internal: this compiled kernel has no loop IR")
+            self._kernel = self._lower()
+        return self._kernel
+
+    @property
     def loopir(self) -> str:
-        return L.print_kernel(self.kernel)
+        if self._loopir is None:
+            self._loopir = L.print_kernel(self.kernel)
+        return self._loopir
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the artifacts this kernel holds (object code, IR texts):
+        what it counts for in the in-memory cache's bound."""
+        return (len(self.object_code) + len(self.llvm_ir) + len(self.optimized_ir)
+                + len(self._loopir or ""))
+
+    def with_schedule(self, schedule: Any, cached: str | None = None) -> CompiledKernel:
+        """This kernel under ``schedule``, which differs from its own at most in
+        the runtime fields ``threads`` and ``chunk``: itself when those agree,
+        else a kernel sharing the engine and the code."""
+        own = self.schedule
+        if own.threads == schedule.threads and own.chunk == schedule.chunk:
+            return self
+        ck = CompiledKernel(self.program, self._kernel or self.facts, self.engine, schedule,
+                            self.llvm_ir, self.optimized_ir, self.compile_seconds, self.host,
+                            object_code=self.object_code, lower=self._lower,
+                            loopir=self._loopir)
+        ck.obligations = self.obligations
+        ck.cached = cached
+        return ck
 
     def asm(self) -> str:
         """The host assembly of the optimized module."""
@@ -84,7 +137,7 @@ class CompiledKernel(ArgumentBinder):
     def __repr__(self) -> str:
         return f"<compiled {self.program.name} for llvm>"
 
-    def variant(self, aliases: tuple[tuple[str, ...], ...]) -> "CompiledKernel":
+    def variant(self, aliases: tuple[tuple[str, ...], ...]) -> CompiledKernel:
         """This kernel compiled for a call whose parameters alias as ``aliases``."""
         if aliases == self.schedule.aliases:
             return self
@@ -100,7 +153,7 @@ class CompiledKernel(ArgumentBinder):
         groups = self.aliases(keep)
         if groups != self.schedule.aliases:
             return self.variant(groups)(*arrays, params=params, threads=threads)
-        k = self.kernel
+        k = self.facts
         values = tuple(syms[s] for s in k.syms)
         argv = (ctypes.c_void_p * max(1, len(keep)))(*[_ptr(a) for a in keep])
         symv = (ctypes.c_int64 * max(1, len(k.syms)))(*values)
@@ -121,11 +174,11 @@ class CompiledKernel(ArgumentBinder):
     def _evaluate_extents(self, values: tuple[int, ...]) -> tuple[list[int], list[int]]:
         """Bytes of each local buffer and program count of each phase for
         these symbol values (kept for later calls with the same values)."""
-        env = {E.Sym(s): v for s, v in zip(self.kernel.syms, values, strict=True)}
+        env = {E.Sym(s): v for s, v in zip(self.facts.syms, values, strict=True)}
         sizes = [max(1, int(E.evaluate(b.size, env))) * b.dtype.itemsize
-                 for b in self.kernel.locals]
+                 for b in self.facts.locals]
         counts = []
-        for ph in self.kernel.phases:
+        for ph in self.facts.phases:
             n = 1
             for x in ph.extents:
                 n *= int(E.evaluate(x, env))
@@ -135,6 +188,6 @@ class CompiledKernel(ArgumentBinder):
         return sizes, counts
 
     def _error(self, code: int) -> TilenestError:
-        return status_error(self.program, self.kernel, code)
+        return status_error(self.program, self.facts, code)
 
 
