@@ -93,12 +93,14 @@ GEMM_SIZES = (4096, 8192)
 #: (tile, GPU ``Schedule`` overrides) tried at 4096^3 (the first only with
 #: --quick); the fastest runs at 8192^3
 GEMM_SCHEDULES = (({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {}),
-                  ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"}, {}),
-                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {}),
-                  ({"bm": 128, "bn": 64, "bk": 32, "loop": "pipeline"}, {}),
-                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"stages": 3}),
+                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"stages": 4}),
+                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {"stages": 3}),
+                  ({"bm": 128, "bn": 64, "bk": 32, "loop": "pipeline"}, {"stages": 4}),
+                  ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"}, {"stages": 4}),
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
-                  ({"bm": 32, "bn": 32, "bk": 16, "loop": "pipeline"}, {}))
+                  ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"},
+                   {"block_threads": 512, "stages": 3}))
 #: GPU schedule choices searched for every row-workload schedule (each a
 #: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)
 GPU_SEARCH = ({}, {"block_threads": 512}, {"stage_loads": True},

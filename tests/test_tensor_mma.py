@@ -136,15 +136,15 @@ def test_tensor_gemm_validates_emulated(dt, bm, bn, bk, loop, threads):
     _validate(kern, dt, bm + 5, 3 * bk + 3, bn + 7, sched)
 
 
-@pytest.mark.parametrize("double", [False, True], ids=["single", "double-buffered"])
-def test_serialized_tensor_form_validates_on_llvm(double):
+@pytest.mark.parametrize("stages", [1, 2, 3], ids=["single", "double-buffered", "3-stage"])
+def test_serialized_tensor_form_validates_on_llvm(stages):
     """The same loop IR on the CPU: each lane's reference contraction (and
-    the double-buffered loop, serialized)."""
+    the multi-stage loop, serialized)."""
     kern = _gemm(32, 32, 16)
     sched = default_schedule(kern.program, "llvm", block_threads=64, mma_unit="tensor",
-                             double_buffer=double)
+                             stages=stages)
     text = print_kernel(lower_verified(kern.program, sched))
-    assert "warp_mma" in text and ("double-buffered" in text) == double
+    assert "warp_mma" in text and (f"{stages}-stage ring" in text) == (stages > 1)
     _validate(kern, tn.bf16, 37, 51, 39, sched)
 
 
@@ -163,23 +163,23 @@ def test_wrong_fragment_mapping_is_caught(monkeypatch):
         _validate(kern, tn.bf16, 32, 48, 32, sched, runs=1, cache=False)
 
 
-@pytest.mark.parametrize("double", [False, True], ids=["single", "double-buffered"])
-def test_dropped_barrier_in_the_contraction_loop_is_refuted(double):
+@pytest.mark.parametrize("stages", [1, 2, 3], ids=["single", "double-buffered", "3-stage"])
+def test_dropped_barrier_in_the_contraction_loop_is_refuted(stages):
     """Mutation: without the last barrier of each contraction step, a lane may
     read an operand element another thread is writing (single buffer: the
-    tile copy of the same step; double-buffered: the copy of the step after
-    next into the version being read); the proof names the buffer."""
+    tile copy of the same step; multi-stage: the copy of a later step into
+    the version being read); the proof names the buffer."""
     kern = _gemm(32, 32, 16)
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=64,
-                                                      double_buffer=double))
+                                                      stages=stages))
     loops = [s for ph in k.phases for s in L.walk(ph.body)
              if isinstance(s, L.For) and s.kind == "serial"
              and any(isinstance(w, L.WarpMma) for w in L.walk(s.body))
              and any(isinstance(t, L.For) and t.kind == "thread" for t in L.walk(s.body))]
     assert len(loops) == 1
     loop = loops[0]
-    assert any("double-buffered" in getattr(s, "text", "") for ph in k.phases
-               for s in L.walk(ph.body)) == double
+    assert any("-stage ring" in getattr(s, "text", "") for ph in k.phases
+               for s in L.walk(ph.body)) == (stages > 1)
     last = max(i for i, s in enumerate(loop.body) if isinstance(s, L.Barrier))
     cut = replace(loop, body=loop.body[:last] + loop.body[last + 1:])
 
@@ -233,3 +233,73 @@ def test_double_buffer_needs_an_independent_consumer():
     loop, body, bufs = _copy_then_use(False)
     other = (L.Store(bufs["X"], L.IExpr(E.Const(0)), L.Const(1.0, bufs["X"].dtype)),)
     assert plan(loop, [body, other], bufs) is None
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_ring_gemm_validates_emulated(stages):
+    """An S-stage ring (``Schedule.stages``): more than ``2 S`` contraction
+    steps with a ragged tail, so every version is reused; the emulator lands
+    each ``cp.async`` only when a wait orders it, so an early read would see
+    the poison."""
+    kern = _gemm(32, 32, 16)
+    sched = default_schedule(kern.program, "cuda", block_threads=64, stages=stages)
+    text = print_kernel(lower_verified(kern.program, sched))
+    assert f"barrier block keep={stages - 2}" in text and f"{stages}-stage ring" in text
+    _validate(kern, tn.bf16, 37, (2 * stages + 1) * 16 + 5, 39, sched)
+
+
+def _ring(stages: int, keep: int) -> L.Kernel:
+    """The loop IR of a ring GEMM whose loop-top barrier has ``keep`` instead
+    of ``stages - 2``."""
+    kern = _gemm(32, 32, 16)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=64,
+                                                      stages=stages))
+
+    def fix(body: tuple) -> tuple:
+        out = []
+        for s in body:
+            if isinstance(s, L.For):
+                b = s.body
+                if b and isinstance(b[0], L.Barrier) and b[0].keep == stages - 2 and \
+                        any(isinstance(w, L.WarpMma) for w in L.walk(b)):
+                    b = (replace(b[0], keep=keep),) + b[1:]
+                s = replace(s, body=fix(b))
+            elif isinstance(s, L.If):
+                s = replace(s, then=fix(s.then), orelse=fix(s.orelse))
+            out.append(s)
+        return tuple(out)
+
+    return replace(k, phases=tuple(replace(ph, body=fix(ph.body)) for ph in k.phases))
+
+
+def test_ring_keep_is_proved_and_one_more_is_refuted():
+    """Barrier sufficiency with copies in flight: ``keep = S - 2`` at the
+    loop top is proved; ``keep = S - 1`` lets the copy into the version being
+    read run on past the barrier, refuted with the operand buffer named and
+    the hint to lower the keep."""
+    good = barriers.check_barriers(_ring(3, 1))
+    assert not [o for o in good if o.status == "refuted"]
+    assert any(o.status == "proved" and re.search(r"%(a|b)\.\d+", o.title) for o in good)
+    bad = [o for o in barriers.check_barriers(_ring(3, 2)) if o.status == "refuted"]
+    assert bad and any(re.search(r"%(a|b)\.\d+", o.title) for o in bad)
+    assert any("lower the keep" in line for o in bad for line in o.counterexample_lines())
+
+
+def test_ring_wait_one_group_short_is_caught_by_the_emulator(monkeypatch):
+    """Mutation of the emitted code: waiting for one group fewer than the
+    barrier's ``keep`` says leaves the version a step reads still in flight;
+    the emulator (copies land at the wait) feeds the poison to the ``mma``
+    and the oracle rejects the result."""
+    real = Emitter.source
+
+    def short(self):  # type: ignore[no-untyped-def]
+        src = real(self)
+        text = src.text.replace("tn_cp_async_wait<1>()", "tn_cp_async_wait<2>()")
+        assert text != src.text
+        return replace(src, text=text)
+
+    monkeypatch.setattr(Emitter, "source", short)
+    kern = _gemm(32, 32, 16)
+    sched = default_schedule(kern.program, "cuda", block_threads=64, stages=3)
+    with pytest.raises(AssertionError, match="not admitted"):
+        _validate(kern, tn.bf16, 32, 7 * 16, 32, sched, runs=1, cache=False)

@@ -56,7 +56,9 @@ def bar(description: str, total: int | None) -> Iterator[Step]:
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                TextColumn("{task.fields[label]}"))
-    with Progress(*columns, console=Console(file=sys.stderr), transient=True) as p:
+    forced = os.environ.get("TILENEST_PROGRESS") not in (None, "", "0")
+    console = Console(file=sys.stderr, force_terminal=True if forced else None)
+    with Progress(*columns, console=console, transient=True) as p:
         task = p.add_task(description, total=total, label="")
 
         def step(label: str = "", advance: int = 1) -> None:

@@ -37,9 +37,15 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
     k = lower(program, schedule)
     if schedule is not None and schedule.block_threads:
         k = simt_kernel(k, schedule.block_threads, schedule.vector_lanes, maps)
-        if schedule.double_buffer:
+        if not isinstance(schedule.stages, int) or not 1 <= schedule.stages <= 8:
+            from ..errors import UsageError
+
+            raise UsageError(f"stages={schedule.stages!r}: versions of each produced tile, "
+                             "an int in [1, 8]", hint="e.g. Schedule(stages=3); 1 turns "
+                             "the buffering off")
+        if schedule.stages > 1:
             from .double_buffer import double_buffer
 
-            k = double_buffer(k)
+            k = double_buffer(k, schedule.stages)
     verify_kernel(k)
     return k

@@ -1,4 +1,4 @@
-"""Double buffering of a contraction loop's operand tiles (SIMT form).
+"""Multi-stage buffering of a contraction loop's operand tiles (SIMT form).
 
 A program-level loop of the SIMT form whose iterations each *produce* tiles
 into ``shared`` buffers and then *consume* them, a block barrier between::
@@ -7,26 +7,36 @@ into ``shared`` buffers and then *consume* them, a block barrier between::
         barrier; P(k)            -- thread loops storing only into buffers X
         barrier; C(k)            -- reads X, never writes it
 
-is rewritten so that the tiles of iteration ``k + 1`` are produced while
-iteration ``k`` consumes its own, each buffer in two versions (``X`` of
-twice the size, version ``v`` at offset ``v * |X|``)::
+is rewritten, for ``S >= 2`` stages, so that the tiles of iterations ``k +
+1 .. k + S - 1`` are on their way while iteration ``k`` consumes its own:
+each buffer ``X`` gets ``S`` versions (a buffer ``S`` times the size,
+version ``v`` at offset ``v * |X|``), iteration ``k`` using version
+``(k - lo) % S``::
 
-    barrier; P(lo) into version 0; barrier
+    barrier
+    P(lo) into version 0;  barrier keep=1;  ..;  P(lo + S - 2) into version S - 2
     for k in [lo, hi):
-        if k + 1 < hi: P(k + 1) into version (k + 1 - lo) % 2
-        C(k) reading version (k - lo) % 2
-        barrier
+        barrier keep=S-2
+        if k + S - 1 < hi: P(k + S - 1) into version (k + S - 1 - lo) % S
+        C(k) reading version (k - lo) % S
+    barrier
 
-one barrier per iteration instead of two, and the producer's memory
-traffic overlaps the consumer's work (``Store.mode = "async"`` marks the
-producer's stores: a target may issue them as asynchronous copies that
-complete before the next block barrier, ``cp.async`` on ``cuda``).
+(each ``P(j)`` guarded by ``j < hi``). The producers' stores are
+asynchronous (``Store.mode = "async"``: ``cp.async`` on ``cuda``), and a
+barrier with ``keep = S - 2`` orders all but the ``S - 2`` newest groups of
+them (``Barrier.keep``): at the top of iteration ``k`` the group of
+``P(k)`` is complete and visible to every thread, while those of ``P(k +
+1) .. P(k + S - 2)`` may still be in flight, and every thread has finished
+``C(k - 1)``, whose version ``P(k + S - 1)`` then overwrites. One barrier
+per iteration instead of two, and ``S - 1`` tiles of memory traffic overlap
+the consumer's work (``S = 2``: double buffering, ``keep = 0``).
 
 It is a reordering of independent work: it applies only when the producer
 reads no buffer the loop writes and no local the loop assigns outside the
 producer, the buffers ``X`` are touched nowhere else in the phase, and the
-consumer never writes them; then ``P(k + 1)`` commutes with ``C(k)``. The
-barrier-sufficiency obligation is discharged on the rewritten kernel, so the
+consumer never writes them; then ``P(k + j)`` commutes with ``C(k)``. The
+barrier-sufficiency obligation is discharged on the rewritten kernel (with
+the asynchronous stores in flight across ``keep`` barriers), so the
 placement of the versions and the barriers is proved, not trusted.
 """
 
@@ -161,32 +171,39 @@ def _at(body: tuple, var: L.LVar, value: E.Expr) -> tuple:
     return L.map_stmts(body, fe)
 
 
-def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer]
+def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages: int
             ) -> tuple[tuple, dict[str, L.Buffer]]:
-    """The statements replacing ``loop`` and the new buffers by old name."""
+    """The statements replacing ``loop`` (``stages`` versions of each buffer
+    of ``olds``) and the new buffers by old name."""
     kv = E.Var(loop.var.name)
-    news = {b.name: replace(b, size=E.mul(b.size, 2)) for b in olds}
+    news = {b.name: replace(b, size=E.mul(b.size, stages)) for b in olds}
 
     def version(k: E.Expr) -> dict[str, tuple[L.Buffer, E.Expr]]:
-        ver = E.mod(E.add(k, E.mul(-1, loop.lo)), 2)
+        ver = E.mod(E.add(k, E.mul(-1, loop.lo)), stages)
         return {b.name: (news[b.name], E.mul(ver, b.size)) for b in olds}
 
-    first = _versioned(_at(prod, loop.var, loop.lo), version(loop.lo), "async")
-    ahead = E.add(kv, 1)
-    nxt = _versioned(_at(prod, loop.var, ahead), version(ahead), "async")
-    body = (L.If(L.IPred(E.cmp("<", ahead, loop.hi)), nxt),) + \
-        _versioned(cons, version(kv), "") + (L.Barrier("block"),)
-    pre = (L.Barrier("block"),
-           L.If(L.IPred(E.cmp("<", loop.lo, loop.hi)), first),
-           L.Barrier("block"),
-           L.Comment(f"double-buffered: {', '.join(b.name for b in olds)} in two versions; "
-                     "the next tiles are produced while these are consumed"))
-    return pre + (replace(loop, body=body),), news
+    def produce(k: E.Expr) -> L.If:
+        return L.If(L.IPred(E.cmp("<", k, loop.hi)),
+                    _versioned(_at(prod, loop.var, k), version(k), "async"))
+
+    pre: list = [L.Barrier("block"),
+                 L.Comment(f"{stages}-stage ring: {', '.join(b.name for b in olds)} in "
+                           f"{stages} versions; tiles of the next {stages - 1} steps are in "
+                           "flight while one is consumed")]
+    for j in range(stages - 1):
+        if j:
+            pre.append(L.Barrier("block", keep=j))
+        pre.append(produce(E.add(loop.lo, j)))
+    body = (L.Barrier("block", keep=stages - 2), produce(E.add(kv, stages - 1))) + \
+        _versioned(cons, version(kv), "")
+    return tuple(pre) + (replace(loop, body=body), L.Barrier("block")), news
 
 
-def double_buffer(k: L.Kernel) -> L.Kernel:
-    """``k`` with every qualifying loop of every phase double-buffered
-    (outermost first; a rewritten loop is not visited again)."""
+def double_buffer(k: L.Kernel, stages: int = 2) -> L.Kernel:
+    """``k`` with every qualifying loop of every phase buffered in ``stages``
+    versions (outermost first; a rewritten loop is not visited again)."""
+    if stages < 2:
+        return k
     bufs = {b.name: b for b in k.locals}
     replaced: dict[str, L.Buffer] = {}
     phases = []
@@ -197,7 +214,7 @@ def double_buffer(k: L.Kernel) -> L.Kernel:
                 if isinstance(s, L.For) and s.kind != "thread":
                     got = plan(s, [p.body for p in k.phases], bufs)
                     if got is not None:
-                        stmts, news = rewrite(s, *got)
+                        stmts, news = rewrite(s, *got, stages)
                         replaced.update(news)
                         out.extend(stmts)
                         continue

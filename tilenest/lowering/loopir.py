@@ -235,10 +235,12 @@ class Assign:
 @dataclass(frozen=True)
 class Store:
     """``buf[index] = value`` (if ``guard``). ``mode="async"`` permits the
-    target to complete the store at any time before the next block barrier
-    (an asynchronous copy: ``double_buffer.py`` marks its producers so);
-    between barriers the threads' accesses are unordered anyway, and no
-    statement of the storing thread reads the element before that barrier."""
+    target to complete the store at any time before the block barrier that
+    orders its group (``Barrier.keep``: the next one when every ``keep`` is
+    0) -- an asynchronous copy, ``cp.async`` on ``cuda``; the stores of
+    ``double_buffer.py``'s producers are so. Until then it is unordered with
+    every access, the storing thread's own included (the barrier proof checks
+    both)."""
 
     buf: Buffer
     index: Expr
@@ -295,9 +297,21 @@ class Barrier:
     """All work of the enclosing scope before it is complete before any after it.
     ``scope``: ``block`` (every thread of the enclosing thread loop), ``warp``
     (the lanes of one 32-thread group) or ``program`` (outside thread loops,
-    where program order already gives it)."""
+    where program order already gives it).
+
+    ``keep`` (block barriers) lets asynchronous stores run on across it: the
+    ``mode="async"`` stores a thread issued since its previous block barrier
+    form one *group*, committed at this barrier; the barrier then orders only
+    the groups older than the thread's ``keep`` newest ones (``keep = 0``:
+    every earlier access, the plain meaning). So a store whose group was
+    committed at barrier ``B_g`` is complete before the first later barrier
+    ``B_h`` with ``h - g >= keep(B_h)``: with every ``keep`` equal to ``N`` it
+    stays in flight across ``N`` barriers after its issue (its *lag*), and the
+    barrier proof treats it as unordered with every access within that many
+    barriers of it."""
 
     scope: str = "program"
+    keep: int = 0
 
 
 #: shuffle modes: which lane ``src`` a lane ``l`` of a ``width`` group reads
@@ -589,7 +603,7 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
         elif isinstance(s, Check):
             out.append(f"{pad}check {expr_str(s.cond)} else error {s.code}")
         elif isinstance(s, Barrier):
-            out.append(f"{pad}barrier {s.scope}")
+            out.append(f"{pad}barrier {s.scope}" + (f" keep={s.keep}" if s.keep else ""))
         elif isinstance(s, Shuffle):
             out.append(f"{pad}{s.dst.name}: {s.dst.dtype} = shuffle.{s.mode}({expr_str(s.value)}, "
                        f"[{E.to_str(s.lane)}], width={s.width}, mask={s.mask:#x})")

@@ -50,11 +50,12 @@ those the program admits:
   ``"auto"`` (the default: tensor cores on ``cuda`` wherever the ``mma``
   qualifies, else SIMT; on ``llvm`` always SIMT). The choice is noted in the
   loop IR as a comment at the ``mma``.
-* ``double_buffer`` -- in the SIMT form, loops that produce tiles into
-  shared memory and then consume them produce the next iteration's tiles
-  into a second version while consuming the current ones
-  (``lowering/double_buffer.py``; on by default on ``cuda``, where the
-  producers' stores become ``cp.async`` copies).
+* ``stages`` -- in the SIMT form, loops that produce tiles into shared
+  memory and then consume them keep that many versions of the tiles: the
+  next ``stages - 1`` iterations' tiles are produced while the current ones
+  are consumed (``lowering/double_buffer.py``; 1: no rewrite, 2: double
+  buffering, the default on ``cuda``, where the producers' stores become
+  ``cp.async`` copies; each version counts against the shared capacity).
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -113,14 +114,14 @@ class Schedule:
     vector_lanes: int = 1
     stage_loads: bool = False
     mma_unit: str = "auto"
-    double_buffer: bool = False
+    stages: int = 1
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.mma_block, self.block_threads, self.vector_lanes,
-                     self.stage_loads, self.mma_unit, self.double_buffer))
+                     self.stage_loads, self.mma_unit, self.stages))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -186,7 +187,7 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
                                 hint=f"available targets: {', '.join(TARGETS)}")
     if target == "cuda":
         s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256,
-                     vector_lanes=default_lanes(program), double_buffer=True)
+                     vector_lanes=default_lanes(program), stages=2)
         return replace(s, **overrides) if overrides else s
     bits = host_vector_bits()
     s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,

@@ -195,6 +195,9 @@ class _Checker:
                     raise self.fail(f"unknown barrier scope {s.scope}", "barrier")
                 if s.scope == "warp" and not threads:
                     raise self.fail("a warp barrier outside a thread loop", "barrier")
+                if not isinstance(s.keep, int) or s.keep < 0 or (s.keep and s.scope != "block"):
+                    raise self.fail(f"barrier keep={s.keep!r}: a count of async groups, >= 0, "
+                                    "on block barriers only", "barrier")
             elif isinstance(s, L.Check):
                 if self.expr(s.cond, defined) != D.bool_:
                     raise self.fail("check condition must be bool", s.cond)

@@ -22,18 +22,27 @@ loads ``semantics`` alone; nothing else of ``lowering`` is used. Per program
   of the warp may read every element of its ``a`` and ``b`` blocks and reads
   and writes the accumulator elements it owns.
 
-Two dynamic accesses lie in one interval when some path between them
-executes no barrier. The analysis is structural: a statement *must* execute
-a barrier when it is one, an ``if`` both of whose branches must, a loop with
-a constant positive trip count whose body must, or a ``while`` whose ``pre``
-must. For two accesses ``a``, ``b`` it considers every *scenario* -- they
+* an asynchronous store (``Store.mode = "async"``) stays in flight across
+  up to ``lag`` barriers after its issue, ``lag`` the largest ``keep`` of
+  the phase's block barriers (``Barrier.keep``: a barrier orders only the
+  groups of async stores older than its ``keep`` newest), and until then it
+  is unordered with every access, its own thread's included.
+
+Two dynamic accesses lie in one interval when some path from the earlier to
+the later executes no barrier (at most ``lag`` barriers when the earlier is
+an asynchronous store); the analysis counts the fewest barriers each
+statement executes. The count is structural: a barrier is one, an ``if`` the
+fewer of its branches', a loop with a constant trip count that many times
+its body's, a ``while`` its ``pre``'s, any other loop none. For two
+accesses ``a``, ``b`` it considers every *scenario* -- they
 occur in the same iteration of all their common loops; or they agree on the
 iterations of the common loops outside loop ``L`` and occur in iterations
 ``k_a < k_b`` (or ``k_b < k_a``) of ``L`` -- and keeps those with a
 barrier-free path: ``a`` to ``b`` (or ``b`` to ``a``) inside one iteration;
 ``a`` to the end of ``L``'s body and the start of the body to ``b``, with
-``k_b = k_a + 1``, or ``k_b > k_a`` when a whole iteration may pass without
-a barrier. A pair with no scenario cannot share an interval and gets no
+``k_a < k_b <= k_a + s``, ``s`` the most iterations the path may span within
+its barrier allowance (unbounded when a whole iteration may pass without a
+barrier). A pair with no scenario cannot share an interval and gets no
 obligation. For each remaining pair of accesses to one ``shared`` or
 ``global`` buffer, at least one a store, the obligation is::
 
@@ -42,7 +51,8 @@ obligation. For each remaining pair of accesses to one ``shared`` or
         guards_a and guards_b and (scenario_1 or .. or scenario_k) and
         thread_a = t1 and thread_b = t2 and t1 != t2  =>  elem_a != elem_b
 
-(the enclosing ``if`` conditions, load/store guards and loop ranges are the
+(``t1 != t2`` is dropped when one of them is an asynchronous store, except
+between one store and itself in one iteration; the enclosing ``if`` conditions, load/store guards and loop ranges are the
 guards). Index locals are replaced by their definitions (index expressions
 over loop variables, the program id and symbols); a local with another
 definition (a load result, a value carried around a loop) is *data*. An
@@ -114,6 +124,7 @@ class _Loop:
     lo: E.Expr | None
     hi: E.Expr | None
     kind: str  # "for" or "while"
+    reverse: bool = False  # iterations run from hi - 1 down to lo
 
 
 @dataclass
@@ -130,48 +141,50 @@ class _Access:
     width: E.Expr
     text: str
     seq: int = 0
+    lag: int = 0  # barriers an asynchronous store may stay in flight across
 
 
-_MEMO: dict[tuple[int, _Ctx], tuple[Any, bool]] = {}
+_MEMO: dict[tuple[int, _Ctx], tuple[Any, int]] = {}
+
+#: a count of barriers standing for "arbitrarily many"
+_MANY = 1 << 20
 
 
-def _must(s: Any, ctx: _Ctx) -> bool:
-    """Whether statement ``s`` executes a block barrier on every execution."""
+def _least(s: Any, ctx: _Ctx) -> int:
+    """The fewest block barriers statement ``s`` executes on any execution."""
     key = (id(s), ctx)
     hit = _MEMO.get(key)
     if hit is not None and hit[0] is s:
         return hit[1]
-    got = _must_of(s, ctx)
+    got = _least_of(s, ctx)
     _MEMO[key] = (s, got)
     return got
 
 
-def _must_of(s: Any, ctx: _Ctx) -> bool:
+def _least_of(s: Any, ctx: _Ctx) -> int:
     L = _L()
     if isinstance(s, L.Barrier):
-        return s.scope == "block" and not ctx.div
+        return int(s.scope == "block" and not ctx.div)
     if isinstance(s, L.If):
         inner = _branch_ctx(ctx, s.cond)
-        return _must_list(s.then, inner) and _must_list(s.orelse, inner)
+        return min(_least_list(s.then, inner), _least_list(s.orelse, inner))
     if isinstance(s, L.For):
         if s.kind == "thread":
+            # the threads execute a barrier of the body together: once
             inner = _thread_ctx(ctx, s)
-            return isinstance(s.hi, E.Const) and s.hi.value > 0 and _must_list(s.body, inner)
-        trips = (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
-                 and s.hi.value > s.lo.value)
-        return trips and _must_list(s.body, _loop_ctx(ctx, s))
+            ok = isinstance(s.hi, E.Const) and s.hi.value > 0
+            return _least_list(s.body, inner) if ok else 0
+        if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
+            return 0
+        trips = max(0, s.hi.value - s.lo.value)
+        return min(_MANY, trips * _least_list(s.body, _loop_ctx(ctx, s)))
     if isinstance(s, L.While):
-        return _must_list(s.pre, _branch_ctx(ctx, None, s))
-    return False
+        return _least_list(s.pre, _branch_ctx(ctx, None, s))
+    return 0
 
 
-def _must_list(items: tuple, ctx: _Ctx) -> bool:
-    return any(_must(s, ctx) for s in items)
-
-
-def _free(items: tuple, ctx: _Ctx) -> bool:
-    """Some execution of ``items`` runs no barrier."""
-    return not _must_list(items, ctx)
+def _least_list(items: tuple, ctx: _Ctx) -> int:
+    return min(_MANY, sum(_least(s, ctx) for s in items))
 
 
 def _thread_ctx(ctx: _Ctx, s: Any) -> _Ctx:
@@ -229,6 +242,12 @@ class _Collector:
         self.keys = itertools.count()
         self.env: dict[str, E.Expr | None] = {ph.pid.name: E.Var(ph.pid.name)}
         self.twidth: E.Expr = E.Const(width)
+        # an asynchronous store may stay in flight across as many barriers as
+        # the largest ``keep`` lets it (Barrier.keep; the bound over all of
+        # the phase's barriers, which is conservative)
+        L = _L()
+        self.lag = max([st.keep for st in L.walk(ph.body)
+                        if isinstance(st, L.Barrier) and st.scope == "block"], default=0)
 
     # -- expressions ----------------------------------------------------------
 
@@ -285,7 +304,7 @@ class _Collector:
             self.stmt(s, fr, loops, guards, thread, ctx, dropped)
 
     def access(self, buf: Any, store: bool, index: Any, guard: Any, frames: list, loops: list,
-               guards: list, thread: str | None, dropped: list, text: str) -> None:
+               guards: list, thread: str | None, dropped: list, text: str, lag: int = 0) -> None:
         if buf.space not in ("shared", "global"):
             return
         ix, data = self.index_of(index)
@@ -298,7 +317,7 @@ class _Collector:
                 gs.append(g)
         width = self.twidth if thread is not None else E.Const(self.width)
         self.out.append(_Access(buf, store, ix, gs, dr, data, list(frames), list(loops), thread,
-                                width, text, len(self.out)))
+                                width, text, len(self.out), lag))
 
     def loads(self, x: Any, frames: list, loops: list, guards: list, thread: str | None,
               dropped: list) -> None:
@@ -320,7 +339,8 @@ class _Collector:
             g = f" if {L.expr_str(s.guard)}" if s.guard is not None else ""
             self.access(s.buf, True, s.index, s.guard, frames, loops, guards, thread, dropped,
                         f"store {s.buf.name}[{L.expr_str(s.index)}] = "
-                        f"{_short(L.expr_str(s.value))}{g}")
+                        f"{_short(L.expr_str(s.value))}{g}",
+                        self.lag if s.mode == "async" else 0)
         elif isinstance(s, (L.Check, L.Shuffle, L.LaneReduce)):
             for x in L.stmt_exprs(s):
                 self.loads(x, frames, loops, guards, thread, dropped)
@@ -363,7 +383,8 @@ class _Collector:
             else:
                 if dlo or dhi:
                     dr.append(f"the bounds of loop {v} read {', '.join(dlo + dhi)}")
-                lp = _Loop(next(self.keys), v, None if dlo else lo, None if dhi else hi, "for")
+                lp = _Loop(next(self.keys), v, None if dlo else lo, None if dhi else hi, "for",
+                           bool(s.reverse))
                 self.stmts(s.body, frames, loops + [lp], gs, thread, _loop_ctx(ctx, s), lp,
                            dropped=dr)
             self.forget(s.body)
@@ -408,41 +429,70 @@ def _short(s: str, n: int = 60) -> str:
 # scenarios: when two accesses can share a barrier interval
 
 
-def _leave(frames: list[_Frame]) -> bool:
-    """A barrier-free path from the access out of every list of ``frames``
-    (the rest of each list; leaving a ``while`` from its body runs ``pre``
-    once more before the exit test)."""
+@dataclass
+class _Path:
+    """The fewest barriers on a path: ``const`` plus, for each term ``(n,
+    side, loop, what)``, ``n`` times a count of iterations of ``loop`` the
+    path runs whole -- ``left``: those after the access's iteration,
+    ``entered``: those before it (of access ``side``, "a" or "b"), ``span``:
+    those strictly between the two accesses' iterations."""
+
+    const: int = 0
+    terms: list[tuple[int, str, _Loop, str]] = field(default_factory=list)
+
+    def __add__(self, o: "_Path") -> "_Path":
+        return _Path(self.const + o.const, self.terms + o.terms)
+
+
+def _loop_term(f: _Frame, side: str, what: str) -> list[tuple[int, str, _Loop, str]]:
+    """The iterations term of frame ``f`` when it is a loop body that runs
+    barriers in every iteration."""
+    if f.loop is None or f.loop.kind != "for" or not f.loop.var:
+        return []
+    n = _least_list(f.items, f.ctx)
+    return [(n, side, f.loop, what)] if n else []
+
+
+def _leave(frames: list[_Frame], side: str) -> _Path:
+    """A path from the access out of every list of ``frames`` (the rest of
+    each list and the later iterations of each loop; leaving a ``while``
+    from its body runs ``pre`` once more before the exit test)."""
+    p = _Path()
     for f in frames:
         if f.exit_at is not None and f.pos >= f.exit_at:
-            ok = _free(f.items[f.pos + 1:], f.ctx) and _free(f.items[:f.exit_at], f.ctx)
+            p.const += _least_list(f.items[f.pos + 1:], f.ctx) + \
+                _least_list(f.items[:f.exit_at], f.ctx)
         elif f.exit_at is not None:
-            ok = _free(f.items[f.pos + 1:f.exit_at], f.ctx)
+            p.const += _least_list(f.items[f.pos + 1:f.exit_at], f.ctx)
         else:
-            ok = _free(f.items[f.pos + 1:], f.ctx)
-        if not ok:
-            return False
-    return True
+            p.const += _least_list(f.items[f.pos + 1:], f.ctx)
+        p.terms += _loop_term(f, side, "left")
+    return p
 
 
-def _exit_free(frames: list[_Frame], depth: int) -> bool:
-    """A barrier-free path from the access to the end of one execution of the
-    list of ``frames[depth]`` (for a loop body: the end of the iteration)."""
+def _exit(frames: list[_Frame], depth: int, side: str) -> _Path:
+    """A path from the access to the end of one execution of the list of
+    ``frames[depth]`` (for a loop body: the end of the iteration)."""
     f = frames[depth]
-    return _leave(frames[depth + 1:]) and _free(f.items[f.pos + 1:], f.ctx)
+    return _leave(frames[depth + 1:], side) + _Path(_least_list(f.items[f.pos + 1:], f.ctx))
 
 
-def _enter_free(frames: list[_Frame], depth: int) -> bool:
-    """A barrier-free path from the start of the list of ``frames[depth]`` to
-    the access (through the start of each deeper list)."""
-    return all(_free(f.items[:f.pos], f.ctx) for f in frames[depth:])
+def _enter(frames: list[_Frame], depth: int, side: str, fresh: int | None = None) -> _Path:
+    """A path from the start of the list of ``frames[depth]`` to the access
+    (through the start of each deeper list; the loops of ``frames[fresh:]``,
+    default ``frames[depth:]``, entered from their first iteration)."""
+    p = _Path(sum(_least_list(f.items[:f.pos], f.ctx) for f in frames[depth:]))
+    for f in frames[depth if fresh is None else fresh:]:
+        p.terms += _loop_term(f, side, "entered")
+    return p
 
 
-def _between_free(a: list[_Frame], b: list[_Frame], depth: int) -> bool:
-    """A barrier-free path from ``a`` to ``b`` inside one execution of the
-    list of ``frames[depth]`` (``a`` strictly before ``b`` there)."""
+def _between(a: list[_Frame], b: list[_Frame], depth: int, sa: str, sb: str) -> _Path:
+    """A path from ``a`` to ``b`` inside one execution of the list of
+    ``frames[depth]`` (``a`` strictly before ``b`` there)."""
     fa, fb = a[depth], b[depth]
-    return _leave(a[depth + 1:]) and _free(fa.items[fa.pos + 1:fb.pos], fa.ctx) and \
-        _enter_free(b, depth + 1)
+    return _leave(a[depth + 1:], sa) + \
+        _Path(_least_list(fa.items[fa.pos + 1:fb.pos], fa.ctx)) + _enter(b, depth + 1, sb)
 
 
 def _common(a: _Access, b: _Access) -> int:
@@ -457,43 +507,52 @@ def _common(a: _Access, b: _Access) -> int:
 @dataclass
 class _Scenario:
     """Common loops (by key) in the same iteration, and at most one loop
-    ``split`` in different iterations: ``rel`` is ``next`` (b one iteration
-    after a), ``prev``, ``after`` (b later), ``before``."""
+    ``split`` in different iterations: ``rel`` is ``after`` (b in a later
+    iteration than a) or ``before`` (b earlier); ``path`` the barriers from
+    the earlier access to the later, at most ``lag`` (the earlier's)."""
 
     same: list[int] = field(default_factory=list)
     split: int | None = None
     rel: str = ""
+    path: _Path = field(default_factory=_Path)
+    lag: int = 0
 
 
 def scenarios(a: _Access, b: _Access) -> list[_Scenario]:
-    """The ways ``a`` and ``b`` can meet in one barrier interval."""
+    """The ways ``a`` and ``b`` can meet in one barrier interval: a path from
+    the earlier to the later crossing at most the earlier's ``lag`` barriers
+    (0, except for an asynchronous store that stays in flight). A scenario
+    whose path's constant part exceeds the lag is impossible and left out;
+    the rest of the bound is a condition of the obligation."""
     c = _common(a, b)
-    out: list[_Scenario] = []
+    cands: list[_Scenario] = []
     # loops common to both, outer to inner, with the depth of their body frame
     common_loops = [(d, a.frames[d].loop) for d in range(c) if a.frames[d].loop is not None]
     same_all = [lp.key for _, lp in common_loops]
     if a.seq == b.seq or (len(a.frames) == len(b.frames) == c
                           and a.frames[-1].pos == b.frames[-1].pos):
-        out.append(_Scenario(same_all))
+        cands.append(_Scenario(same_all, lag=max(a.lag, b.lag)))
     elif c > 0:
         d = c - 1
         pa, pb = a.frames[d].pos, b.frames[d].pos
-        if pa < pb and _between_free(a.frames, b.frames, d) or pb < pa and _between_free(b.frames, a.frames, d):
-            out.append(_Scenario(same_all))
-        elif pa == pb and len(a.frames) == c and _enter_free(b.frames, c):
-            out.append(_Scenario(same_all))  # a in the head of the statement holding b
-        elif pa == pb and len(b.frames) == c and _enter_free(a.frames, c):
-            out.append(_Scenario(same_all))
+        if pa < pb:
+            cands.append(_Scenario(same_all, path=_between(a.frames, b.frames, d, "a", "b"),
+                                   lag=a.lag))
+        elif pb < pa:
+            cands.append(_Scenario(same_all, path=_between(b.frames, a.frames, d, "b", "a"),
+                                   lag=b.lag))
+        elif len(a.frames) == c:  # a in the head of the statement holding b
+            cands.append(_Scenario(same_all, path=_enter(b.frames, c, "b"), lag=a.lag))
+        elif len(b.frames) == c:
+            cands.append(_Scenario(same_all, path=_enter(a.frames, c, "a"), lag=b.lag))
     for j, (d, lp) in enumerate(common_loops):
         same = [x.key for _, x in common_loops[:j]]
-        whole = _free(a.frames[d].items, a.frames[d].ctx)
-        fwd = _exit_free(a.frames, d) and _enter_free(b.frames, d)
-        bwd = _exit_free(b.frames, d) and _enter_free(a.frames, d)
-        if fwd:
-            out.append(_Scenario(same, lp.key, "after" if whole else "next"))
-        if bwd:
-            out.append(_Scenario(same, lp.key, "before" if whole else "prev"))
-    return out
+        span = _loop_term(a.frames[d], "", "span")
+        fwd = _exit(a.frames, d, "a") + _Path(0, span) + _enter(b.frames, d, "b", d + 1)
+        bwd = _exit(b.frames, d, "b") + _Path(0, span) + _enter(a.frames, d, "a", d + 1)
+        cands.append(_Scenario(same, lp.key, "after", fwd, a.lag))
+        cands.append(_Scenario(same, lp.key, "before", bwd, b.lag))
+    return [sc for sc in cands if sc.path.const <= sc.lag]
 
 
 # ---------------------------------------------------------------------------
@@ -522,6 +581,40 @@ def _facts(acc: _Access, ren: dict[str, str], tvar: E.Expr) -> Fm.F:
     return Fm.conj(*parts)
 
 
+def _path_bound(sc: _Scenario, rens: dict[str, dict[str, str]],
+                loops_a: dict[int, _Loop]) -> E.Pred | None:
+    """``const + sum n * iterations <= lag`` for the scenario's path (None
+    when it has no terms: the constant was checked already). A loop whose
+    bound is data contributes no term (a weaker condition)."""
+    total: E.Expr = E.Const(sc.path.const)
+    terms = 0
+    for n, side, lp, what in sc.path.terms:
+        if what == "span":
+            v = loops_a[sc.split].var if sc.split is not None else ""
+            if not v:
+                continue
+            x, y = E.Var(rens["a"][v]), E.Var(rens["b"][v])
+            first, later = (x, y) if sc.rel == "after" else (y, x)
+            run = (first - later if lp.reverse else later - first) - 1
+        else:
+            k = E.Var(rens[side][lp.var])
+            lo = None if lp.lo is None else E.rename(lp.lo, rens[side])
+            hi = None if lp.hi is None else E.rename(lp.hi, rens[side])
+            # iterations before k (entered) or after it (left), in run order
+            start, stop = (hi, lo) if lp.reverse else (lo, hi)
+            if what == "entered":
+                if start is None:
+                    continue
+                run = start - 1 - k if lp.reverse else k - start
+            else:
+                if stop is None:
+                    continue
+                run = k - stop if lp.reverse else stop - 1 - k
+        total = E.add(total, E.mul(n, run))
+        terms += 1
+    return total.le(sc.lag) if terms else None
+
+
 def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
           extents: E.Expr) -> Obligation:
     pid = ph.pid.name
@@ -532,6 +625,8 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
     th1: E.Expr = t1 if t1 is not None else E.Const(0)
     th2: E.Expr = t2 if t2 is not None else E.Const(0)
     loops_a = {lp.key: lp for lp in a.loops}
+    # an asynchronous store is unordered with its own thread's accesses too
+    own_thread = bool(a.lag or b.lag)
     alts = []
     for sc in scen:
         eqs = []
@@ -540,11 +635,16 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
             if lp.var:
                 eqs.append(Fm.atom(E.Var(ren_a[lp.var]).eq(E.Var(ren_b[lp.var]))))
         if sc.split is not None and loops_a[sc.split].var:
-            v = loops_a[sc.split].var
-            x, y = E.Var(ren_a[v]), E.Var(ren_b[v])
-            rel = {"next": y.eq(x + 1), "prev": x.eq(y + 1), "after": y.gt(x),
-                   "before": x.gt(y)}[sc.rel]
-            eqs.append(Fm.atom(rel))
+            lp = loops_a[sc.split]
+            x, y = E.Var(ren_a[lp.var]), E.Var(ren_b[lp.var])
+            first, later = (x, y) if sc.rel == "after" else (y, x)
+            eqs.append(Fm.atom((first if lp.reverse else later).gt(
+                later if lp.reverse else first)))
+        elif own_thread and sc.split is None and a.seq == b.seq:
+            eqs.append(Fm.atom(th1.ne(th2)))  # one thread's one access: itself
+        bound = _path_bound(sc, {"a": ren_a, "b": ren_b}, loops_a)
+        if bound is not None:
+            eqs.append(Fm.atom(bound))
         alts.append(Fm.conj(*eqs))
     opaque = a.index is None or b.index is None  # an element computed from data
     ea = None if a.index is None else E.rename(a.index, ren_a)
@@ -552,7 +652,7 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
     same = Fm.TRUE if opaque else Fm.atom(ea.eq(eb))
     hyp = Fm.conj(Fm.atom(E.Var(pid).ge(0)), Fm.atom(E.Var(pid).lt(extents)),
                   _facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
-                  Fm.atom(th1.ne(th2)), same)
+                  Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)
     syms = sorted(Fm.syms(hyp))
     assume = Fm.conj(*(Fm.atom(E.Sym(s).ge(0)) for s in syms))
     claim = Fm.Claim(Fm.ordered_vars(hyp), hyp, Fm.FALSE, assume)
@@ -572,7 +672,9 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
                 f"{a.buf.name}[{el}] in one barrier interval"),
                 f"thread {x1}: {a.text}" + (f" at {loops1}" if loops1 else ""),
                 f"thread {x2}: {b.text}" + (f" at {loops2}" if loops2 else ""),
-                "no block barrier separates them: add one between the two statements"]
+                ("the asynchronous store is still in flight: lower the keep of the barriers "
+                 "between them" if a.lag or b.lag else
+                 "no block barrier separates them: add one between the two statements")]
 
     ob = Obligation(KIND, title, (), claim, info=info, explain=explain,
                     refutable=not dropped, inexact_note="; ".join(dropped),

@@ -1,4 +1,4 @@
-"""What ``tilenest validate`` prints: a progress bar, a summary table, and for
+"""What ``tilenest validate`` prints: a summary table, and for
 every mismatch the smallest failing case (its sizes, the first offending
 element and why, and the kernel's TileIR).
 
@@ -75,28 +75,24 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
     compiler refuses does not stop the others); print the table and a line per
     kernel (or JSON); return the worst exit status (module docstring)."""
     from rich.console import Console
-    from rich.progress import Progress
 
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 120)
     reports: list[Report] = []
     sources: list[Any] = []
     refused: list[tuple[str, TilenestError]] = []
     order: list[tuple[str, Any]] = []
-    with Progress(console=console, transient=True, disable=a.json) as bar:
-        for name, p in progs:
-            task = bar.add_task(f"validating {name}", total=a.cases)
-            try:
-                r = validate(p, a.target, cases=a.cases, seed=a.seed, limit=a.limit,
-                             compile_schedule=schedule_for(a, p),
-                             progress=lambda i, n, task=task: bar.update(task, completed=i,
-                                                                          total=n))
-            except TilenestError as e:  # the compiler (or its legality gate) refuses it
-                refused.append((name, e))
-                order.append(("refused", (name, e)))
-                continue
-            reports.append(r)
-            sources.append(p)
-            order.append(("report", r))
+    # validate() draws the progress bar (tilenest.progress: on a terminal only)
+    for name, p in progs:
+        try:
+            r = validate(p, a.target, cases=a.cases, seed=a.seed, limit=a.limit,
+                         compile_schedule=schedule_for(a, p))
+        except TilenestError as e:  # the compiler (or its legality gate) refuses it
+            refused.append((name, e))
+            order.append(("refused", (name, e)))
+            continue
+        reports.append(r)
+        sources.append(p)
+        order.append(("report", r))
     if a.json:
         print(json.dumps({
             "reports": [to_json(r) for r in reports],

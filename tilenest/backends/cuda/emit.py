@@ -445,8 +445,9 @@ class Emitter:
             self.w(f"if (!({self.expr(s.cond)})) tn_fail(tn_status, {s.code});")
         elif isinstance(s, L.Barrier):
             if s.scope == "block":
-                if self.has_async:  # asynchronous copies complete before the barrier
-                    self.w("tn_cp_async_wait();")
+                if self.has_async:  # the copies since the last barrier form a group;
+                    # all but the newest `keep` groups complete before it (Barrier.keep)
+                    self.w(f"tn_cp_async_commit(); tn_cp_async_wait<{s.keep}>();")
                 self.w("__syncthreads();")
             elif s.scope == "warp":
                 self.w("__syncwarp();")

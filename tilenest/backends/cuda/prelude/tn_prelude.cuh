@@ -417,16 +417,34 @@ TN_FN void tn_mma_f16(float* d, const unsigned* a, const unsigned* b) {
 #endif
 
 // asynchronous global -> shared copies of B = 4, 8 or 16 bytes (16 per
-// instruction; 32 as two), complete by the next tn_cp_async_wait(), which
-// every block barrier of a kernel with such copies is preceded by. The
-// emulator copies at once (a completion the wait permits).
+// instruction; 32 as two). Every block barrier of a kernel with such copies
+// is preceded by tn_cp_async_commit() (the copies this thread issued since
+// its last commit form a group) and tn_cp_async_wait<N>() (every group but
+// the N newest is complete): the loop IR's Barrier(keep=N).
 #ifdef TN_EMULATE
+// the emulator keeps each copy pending (source bytes read at issue) until a
+// wait orders its group: the latest completion the PTX semantics permit, so
+// a consumer that reads a version too early reads the poison
+template <int N> TN_FN void tn_cp_async_wait() {
+  unsigned char bytes[32];
+  void* dst;
+  int n;
+  while ((n = tn_emu::async_complete(N, &dst, bytes)) > 0) memcpy(dst, bytes, n);
+}
 template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
+  static_assert(B == 4 || B == 8 || B == 16 || B == 32, "cp.async copies 4, 8 or 16 bytes");
   tn_emu::require_aligned(dst, B < 16 ? B : 16);
   tn_emu::require_aligned(src, B < 16 ? B : 16);
-  memcpy(dst, src, B);
+  void* slot;
+  while (!(slot = tn_emu::async_issue(dst, B))) {  // a full queue: the oldest lands now
+    unsigned char bytes[32];
+    void* d;
+    int n = tn_emu::async_complete(-(1 << 30), &d, bytes);
+    memcpy(d, bytes, n);
+  }
+  memcpy(slot, src, B);
 }
-TN_FN void tn_cp_async_wait() {}
+TN_FN void tn_cp_async_commit() { tn_emu::async_commit(); }
 #else
 template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
   static_assert(B == 4 || B == 8 || B == 16 || B == 32, "cp.async copies 4, 8 or 16 bytes");
@@ -442,7 +460,10 @@ template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
                    : "memory");
   }
 }
-TN_FN void tn_cp_async_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+TN_FN void tn_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> TN_FN void tn_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 #endif
 
 // the device faults on a misaligned vector access by itself; the host

@@ -187,6 +187,16 @@ static const char *const op_names[OP_NOPS] = {
     "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
     "ldmatrix.x4", "ldmatrix.x4.trans", "mma.m16n8k16.bf16", "mma.m16n8k16.f16"};
 
+/* An asynchronous copy (cp.async) issued and not yet complete: its source
+ * bytes, read at issue, land in `dst` when a wait orders its group. */
+struct AsyncCopy {
+    void *dst;
+    int bytes;
+    int group;           /* the fiber's commit count at issue */
+    unsigned char data[32];
+};
+enum { ASYNC_MAX = 64 };  /* pending copies per thread; the oldest completes early past it */
+
 struct Fiber {
     ucontext_t ctx;
     char *stack_lo;      /* lowest usable byte; the guard page lies below */
@@ -202,6 +212,9 @@ struct Fiber {
     uint64_t res;
     void *tsan_fiber;
     long *token;         /* TSan sync object of the rendezvous it takes part in */
+    int committed;       /* cp.async groups committed */
+    int npending;
+    AsyncCopy pending[ASYNC_MAX];  /* oldest first */
 };
 
 struct State {
@@ -691,6 +704,34 @@ TN_RT void require_aligned(const void *p, unsigned long long align) {
     if (align && ((uintptr_t)p & (align - 1)))
         fail(TN_EMU_MEMORY_FAULT, 0, "misaligned address: a vector access needing %llu-byte "
              "alignment at %p in thread %d", align, p, S.cur->lin);
+}
+
+/* cp.async of the running thread. async_issue gives the buffer its `bytes`
+ * source bytes are to be copied into now, or null when the thread's queue is
+ * full, and the copy completes at once (a completion the semantics permit);
+ * async_commit closes a group; async_complete hands out the oldest pending
+ * copy whose group is older than the `keep` newest committed ones (its byte
+ * count, 0 when none is left; a negative `keep` reaches uncommitted copies
+ * too), for the caller -- kernel code, seen by TSan -- to write. Groups
+ * complete in order, as on the device. */
+TN_RT void *async_issue(void *dst, int bytes) {
+    Fiber *me = S.cur;
+    if (me->npending == ASYNC_MAX) return nullptr;
+    AsyncCopy *c = &me->pending[me->npending++];
+    c->dst = dst;
+    c->bytes = bytes;
+    c->group = me->committed;
+    return c->data;
+}
+TN_RT void async_commit() { S.cur->committed++; }
+TN_RT int async_complete(int keep, void **dst, unsigned char *out) {
+    Fiber *me = S.cur;
+    if (me->npending == 0 || me->pending[0].group >= me->committed - keep) return 0;
+    AsyncCopy c = me->pending[0];
+    memmove(&me->pending[0], &me->pending[1], sizeof(AsyncCopy) * (size_t)(--me->npending));
+    *dst = c.dst;
+    memcpy(out, c.data, (size_t)c.bytes);
+    return c.bytes;
 }
 
 /* Index builtins: values of the running fiber (set by the scheduler). */
