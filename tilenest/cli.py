@@ -14,6 +14,9 @@ Subcommands::
                                                   cuda: schedule|loopir|cuda|ptx|sass-resources)
     tilenest validate FILE --target llvm          translation validation
     tilenest conformance                          run the conformance suite
+    tilenest campaign fuzz|text --count N --seed S [--state FILE] [--targets llvm,cuda:K]
+                   [--workers W] [--ray [ADDRESS]]   a seeded, resumable fuzz campaign (local
+                   [--shard-size K] [--json]       processes or a Ray cluster; exit 1 on a bug)
     tilenest bench                                run benchmarks
 
 Exit status: 0 success; 1 a user's mistake (a bad option or argument, a file
@@ -383,6 +386,40 @@ def cmd_conformance(a: argparse.Namespace) -> int:
                            a.timeout, a.keep, a.seed, a.backend)
 
 
+def cmd_campaign(a: argparse.Namespace) -> int:
+    """``tilenest campaign``: run (or resume) a seeded campaign on local
+    processes or on Ray; print the merged report; exit 1 when it holds a bug."""
+    import time
+
+    from . import progress
+    from .validation import cluster
+    from .validation.campaign import load_state
+
+    c = cluster.make_campaign(a.kind, a.targets, a.cases, a.mutant, a.shrink_secs)
+    state = Path(a.state) if a.state else None
+    before = len(load_state(state, c.name, a.seed, a.count).records) if state else 0
+    t0 = time.perf_counter()
+    with progress.bar(f"campaign {a.kind}", total=a.count) as step:
+        step(advance=min(before, a.count))
+        st = cluster.run(c, a.count, a.seed, state=state, workers=a.workers,
+                         ray=a.ray is not None, address=None if a.ray in (None, "") else a.ray,
+                         shard=a.shard_size, time_limit=a.time_limit,
+                         progress=lambda st, rec: step(f"#{rec['i']} {rec['status']}"))
+    rep = cluster.report(c, st)
+    rep["run"] = {"new": len(st.records) - before, "wall_secs": round(time.perf_counter() - t0, 1),
+                  "on": "ray" if a.ray is not None else "local",
+                  "address": a.ray or None, "workers": a.workers}
+    if a.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        r = rep["run"]
+        print(cluster.render_report(c, rep))
+        print(f"  this run: {r['new']} new {c.unit} in {r['wall_secs']} s on "
+              f"{'Ray' if r['on'] == 'ray' else 'local processes'}"
+              + (f" at {r['address']}" if r["address"] else f" ({r['workers']} workers)"))
+    return 1 if rep["bugs"] else 0
+
+
 def _not_yet(what: str, issue: str) -> Any:
     def run(a: argparse.Namespace) -> int:
         raise NotAvailableError(f"'tilenest {what}' is not available in this build yet",
@@ -605,6 +642,37 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verbose", "-v", action="store_true", help="a row per case")
     s.add_argument("--json", action="store_true", help="print the JSON report instead")
     s.set_defaults(fn=cmd_conformance)
+    s = sub.add_parser("campaign", help="a seeded, resumable fuzz campaign on local worker "
+                       "processes or a Ray cluster (exit 1 on any bug)")
+    s.add_argument("kind", choices=("fuzz", "text"),
+                   help="fuzz: random programs, interpreter vs compiled targets; "
+                        "text: mutated TileIR text and JSON through the readers")
+    s.add_argument("--count", type=_int_at_least(1), required=True,
+                   help="items in the campaign (0 .. N-1)")
+    s.add_argument("--seed", type=_int_at_least(0), required=True, help="campaign seed")
+    s.add_argument("--state", metavar="FILE", type=_out_file_arg,
+                   help="JSON-lines state file: resumed if it exists, every item recorded")
+    s.add_argument("--targets", metavar="T[:K],...",
+                   help="fuzz targets, e.g. llvm,cuda:50 (cuda, on the emulated device, on "
+                        "every 50th program); default llvm")
+    s.add_argument("--workers", type=_int_at_least(1), default=1,
+                   help="worker processes, or the CPUs of a local Ray cluster (default 1)")
+    s.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="run on Ray: a local cluster of --workers CPUs, or the cluster at "
+                        "ADDRESS (HOST:6379 of 'ray start --head')")
+    s.add_argument("--shard-size", type=_int_at_least(1), metavar="K",
+                   help="items per task (default 8 programs, 100 text inputs)")
+    s.add_argument("--cases", type=_int_at_least(1), default=2,
+                   help="generated cases per program (default 2)")
+    s.add_argument("--time-limit", type=_positive_seconds, default=120.0,
+                   help="processor seconds an item may take (default 120)")
+    s.add_argument("--shrink-secs", type=float, default=60.0,
+                   help="processor seconds to shrink a failure, on its worker (0: off)")
+    s.add_argument("--mutant", metavar="KIND",
+                   help="compile llvm with a deliberate bug (flip_index, drop_tail_guard, "
+                        "reorder_fold, drop_reduce_seed): a self-test of the campaign")
+    s.add_argument("--json", action="store_true", help="print the report as JSON")
+    s.set_defaults(fn=cmd_campaign)
     for name, issue, help_ in (
             ("bench", "benchmarks", "run benchmarks"),):
         s = sub.add_parser(name, help=help_ + " (not yet available)")

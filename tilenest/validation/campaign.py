@@ -58,6 +58,23 @@ class _ItemTimeout(BaseException):
     which turns every ``Exception`` into a verdict cannot swallow it."""
 
 
+#: what a checker may catch to stop work of its own (a shrinker) at the item's limit
+ItemTimeout = _ItemTimeout
+
+#: the process time at which the running item's limit falls (None: no limit)
+_DEADLINE: float | None = None
+
+
+def remaining_cpu() -> float:
+    """Processor seconds the running item has left before its time limit
+    (infinity outside an item or without a limit). A checker that does
+    optional work after its verdict (shrinking a failure) bounds it by this,
+    so the verdict is never lost to a ``timeout``."""
+    if _DEADLINE is None:
+        return float("inf")
+    return _DEADLINE - time.process_time()
+
+
 def _on_alarm(signum: int, frame: Any) -> None:
     raise _ItemTimeout()
 
@@ -71,12 +88,14 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
     is not stopped by it; the checkers here only compute.) The record keeps
     both clocks: ``secs`` (wall) and ``cpu_secs`` (this process's processor
     time)."""
+    global _DEADLINE
     t0 = time.perf_counter()
     c0 = time.process_time()
     use_alarm = time_limit > 0 and hasattr(signal, "SIGPROF")
     if use_alarm:
         old = signal.signal(signal.SIGPROF, _on_alarm)
         signal.setitimer(signal.ITIMER_PROF, time_limit)
+        _DEADLINE = c0 + time_limit
     try:
         rec = dict(check(seed, i))
     except _ItemTimeout:
@@ -90,6 +109,7 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
         if use_alarm:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.signal(signal.SIGPROF, old)
+            _DEADLINE = None
     rec["i"] = i
     rec["secs"] = round(time.perf_counter() - t0, 4)
     rec["cpu_secs"] = round(time.process_time() - c0, 4)
@@ -135,17 +155,32 @@ class CampaignState:
     records: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
-        """Counts per status over the finished items, total item time, and the
-        number of bugs (records for which :func:`is_bug` holds)."""
+        """Counts per status over the finished items, total item time, the
+        number of bugs (records for which :func:`is_bug` holds) and, when the
+        records carry them, the counts per target (:meth:`target_statuses`)."""
         counts: dict[str, int] = {}
         for r in self.records.values():
             counts[r["status"]] = counts.get(r["status"], 0) + 1
-        return {"campaign": self.name, "seed": self.seed, "count": self.count,
-                "done": len(self.records), "statuses": dict(sorted(counts.items())),
-                "bugs": sum(is_bug(r) for r in self.records.values()),
-                "item_secs": round(sum(r.get("secs", 0.0) for r in self.records.values()), 1),
-                "slowest_secs": max((r.get("secs", 0.0) for r in self.records.values()),
-                                    default=0.0)}
+        out = {"campaign": self.name, "seed": self.seed, "count": self.count,
+               "done": len(self.records), "statuses": dict(sorted(counts.items())),
+               "bugs": sum(is_bug(r) for r in self.records.values()),
+               "item_secs": round(sum(r.get("secs", 0.0) for r in self.records.values()), 1),
+               "slowest_secs": max((r.get("secs", 0.0) for r in self.records.values()),
+                                   default=0.0)}
+        per = self.target_statuses()
+        if per:
+            out["targets"] = per
+        return out
+
+    def target_statuses(self) -> dict[str, dict[str, int]]:
+        """Counts per status on each target, for records that say what each
+        target gave (``"targets": {name: {"status": ...}}``); empty when none do."""
+        per: dict[str, dict[str, int]] = {}
+        for r in self.records.values():
+            for t, tr in (r.get("targets") or {}).items():
+                c = per.setdefault(t, {})
+                c[tr["status"]] = c.get(tr["status"], 0) + 1
+        return {t: dict(sorted(c.items())) for t, c in sorted(per.items())}
 
     def bugs(self) -> list[dict[str, Any]]:
         """The bug records, in item order."""
@@ -184,10 +219,58 @@ def load_state(path: Path, name: str, seed: int, count: int) -> CampaignState:
     return st
 
 
+#: called after each record is kept: (the campaign so far, the new record)
+Progress = Callable[[CampaignState, dict[str, Any]], None]
+
+
+class Journal:
+    """A campaign's state as it runs: the records so far (read back from the
+    state file when resuming) and the file they are appended to, one JSON line
+    each, flushed as it arrives. Every runner (the local pool,
+    :mod:`tilenest.validation.cluster`) keeps its records through one, so a
+    state file written by one can be resumed by another.
+
+    Use it as a context manager; :attr:`todo` is the items not yet recorded."""
+
+    def __init__(self, name: str, count: int, seed: int, state: Path | None = None,
+                 progress: Progress | None = None):
+        self.state = load_state(state, name, seed, count) if state is not None else \
+            CampaignState(name, seed, count)
+        self.todo = [i for i in range(count) if i not in self.state.records]
+        self._path = state
+        self._progress = progress
+        self._out: Any = None
+
+    def __enter__(self) -> Journal:
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            fresh = not self._path.exists() or self._path.stat().st_size == 0
+            self._out = self._path.open("a")
+            if fresh:
+                self._out.write(json.dumps({"campaign": self.state.name,
+                                            "seed": self.state.seed}) + "\n")
+                self._out.flush()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def record(self, rec: dict[str, Any]) -> None:
+        """Keep one finished item's record (a later record of the same item
+        replaces it, in memory and, when the file is read back, on disk)."""
+        self.state.records[rec["i"]] = rec
+        if self._out is not None:
+            self._out.write(json.dumps(rec) + "\n")
+            self._out.flush()
+        if self._progress is not None:
+            self._progress(self.state, rec)
+
+
 def run_campaign(name: str, check: Checker, count: int, seed: int, *,
                  state: Path | None = None, workers: int = 1, time_limit: float = 60.0,
-                 chunk: int = 8,
-                 progress: Callable[[CampaignState, dict[str, Any]], None] | None = None,
+                 chunk: int = 8, progress: Progress | None = None,
                  init: Callable[..., None] | None = None, init_args: tuple[Any, ...] = ()
                  ) -> CampaignState:
     """Run items ``0..count-1`` not yet recorded in ``state``, appending each
@@ -197,39 +280,16 @@ def run_campaign(name: str, check: Checker, count: int, seed: int, *,
     again in a worker that replaces a recycled or dead one); with one worker
     its exception propagates, in a pool every item of that worker is a
     ``crash`` naming it."""
-    st = load_state(state, name, seed, count) if state is not None else \
-        CampaignState(name, seed, count)
-    todo = [i for i in range(count) if i not in st.records]
-    out = None
-    if state is not None:
-        state.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not state.exists() or state.stat().st_size == 0
-        out = state.open("a")
-        if fresh:
-            out.write(json.dumps({"campaign": name, "seed": seed}) + "\n")
-            out.flush()
-
-    def record(rec: dict[str, Any]) -> None:
-        st.records[rec["i"]] = rec
-        if out is not None:
-            out.write(json.dumps(rec) + "\n")
-            out.flush()
-        if progress is not None:
-            progress(st, rec)
-
     setup = _Setup(init, init_args)
-    try:
+    with Journal(name, count, seed, state, progress) as j:
         if workers <= 1:
-            if todo and init is not None:
+            if j.todo and init is not None:
                 init(*init_args)
-            for i in todo:
-                record(run_item(check, seed, i, time_limit))
-        elif todo:
-            _run_pooled(check, seed, todo, workers, chunk, time_limit, record, setup)
-    finally:
-        if out is not None:
-            out.close()
-    return st
+            for i in j.todo:
+                j.record(run_item(check, seed, i, time_limit))
+        elif j.todo:
+            _run_pooled(check, seed, j.todo, workers, chunk, time_limit, j.record, setup)
+    return j.state
 
 
 @dataclass(frozen=True)

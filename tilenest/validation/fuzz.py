@@ -729,18 +729,143 @@ def summarize(results: list[FuzzResult]) -> dict[str, int]:
     return out
 
 
-def check_item(seed: int, i: int, cases: int = 2) -> dict[str, Any]:
+#: a campaign's targets: (target, k) runs the target on every k-th item
+#: (items 0, k, 2k, ...); the first target runs on every item
+Plan = tuple[tuple[str, int], ...]
+
+
+def parse_targets(text: str) -> Plan:
+    """``llvm,cuda:50`` -> ``(("llvm", 1), ("cuda", 50))``: targets of
+    :data:`TARGETS`, each optionally ``:K`` (every K-th item only). The first
+    must run on every item, so that each item has a verdict."""
+    from ..errors import TilenestError
+
+    plan: list[tuple[str, int]] = []
+    for part in text.split(","):
+        name, _, every = part.strip().partition(":")
+        if name not in TARGETS:
+            raise TilenestError(f"--targets {text!r}: no fuzz target '{name}'",
+                                hint="targets: " + ", ".join(TARGETS) +
+                                     " (e.g. llvm,cuda:50: cuda on every 50th program)")
+        if every and (not every.isdigit() or int(every) < 1):
+            raise TilenestError(f"--targets {text!r}: '{part}' is not TARGET or TARGET:K "
+                                "with K >= 1", hint="e.g. llvm,cuda:50")
+        if any(t == name for t, _ in plan):
+            raise TilenestError(f"--targets {text!r}: '{name}' is given twice")
+        plan.append((name, int(every) if every else 1))
+    if plan[0][1] != 1:
+        raise TilenestError(f"--targets {text!r}: the first target runs on every program",
+                            hint=f"e.g. llvm,{plan[0][0]}:{plan[0][1]}")
+    return tuple(plan)
+
+
+def plan_name(plan: Plan, cases: int = 2, mutant: str | None = None) -> str:
+    """The campaign name a state file records for this plan: ``fuzz-llvm``
+    for the LLVM campaign (as ``python -m tilenest.validation.fuzz`` writes
+    it), ``fuzz-llvm+cuda:50``..., with the cases and an injected mutant when
+    they are not the defaults (resuming under another plan is refused)."""
+    name = "fuzz-" + "+".join(t if k == 1 else f"{t}:{k}" for t, k in plan)
+    if cases != 2:
+        name += f"-cases{cases}"
+    if mutant:
+        name += f"-mutant:{mutant}"
+    return name
+
+
+def _compile_with_mutant(s: Spec, mutant: str) -> Callable[[Any], Any]:
+    """An LLVM compile that injects the bug ``mutant`` (tilenest.validation.mutants)
+    where it applies and compiles correctly elsewhere: a deliberately broken
+    target, to show that a campaign finds and shrinks what it should."""
+    def compile_fn(prog: Any) -> Any:
+        from ..backends.llvm import compile_program
+        from .mutants import compile_mutant
+
+        try:
+            return compile_mutant(prog, mutant, schedule_for(s, prog))
+        except ValueError:  # the mutation does not apply to this kernel
+            return compile_program(prog, schedule_for(s, prog), cache=False)
+    return compile_fn
+
+
+def _on_target(s: Spec, cases: int, seed: int, target: str, mutant: str | None) -> FuzzResult:
+    fn = _compile_with_mutant(s, mutant) if mutant and target == "llvm" else None
+    return check_spec(s, cases, seed, compile_fn=fn, target=target)
+
+
+def _same_failure(r: FuzzResult, want: FuzzResult) -> bool:
+    """Does ``r`` fail as ``want`` does: the same status, and for an ``error``
+    the same kind (the text before the first colon: an exception type, or
+    ``capture crashed``)?"""
+    if r.status != want.status:
+        return False
+    return want.status != "error" or r.message.split(":")[0] == want.message.split(":")[0]
+
+
+def check_item(seed: int, i: int, cases: int = 2, targets: Plan = (("llvm", 1),),
+               mutant: str | None = None, shrink_secs: float = 0.0) -> dict[str, Any]:
     """Campaign item ``i`` of ``seed``: the random spec ``seed * 1_000_003 + i``
-    validated on ``cases`` cases (the same stream :func:`campaign` draws).
-    Failures keep their TileIR and DSL source so they can be replayed."""
-    r = check_spec(random_spec(seed * 1_000_003 + i), cases, seed + i)
-    rec: dict[str, Any] = {"status": r.status, "compared": r.compared, "skipped": r.skipped}
-    if r.status != "ok":
-        rec["message"] = r.message
-    if r.status in ("mismatch", "error"):
-        rec["tileir"] = r.tileir
-        rec["source"] = r.source
+    (the same stream :func:`campaign` draws) validated on ``cases`` cases on
+    each target of the plan that runs on item ``i``.
+
+    The record's ``targets`` maps each target run to its status, cases
+    compared and skipped (and message); its own ``status`` is the first
+    ``mismatch`` or ``error`` among them in plan order, else the first
+    target's. A failure keeps its TileIR and DSL source, and with
+    ``shrink_secs > 0`` it is shrunk here, in the process that found it
+    (:func:`tilenest.validation.shrink.shrink_spec`, at most that many
+    processor seconds): ``shrunk`` holds the smallest spec on which the same
+    target still fails the same way, its source, TileIR and message, and
+    where it was shrunk (host and process id). ``mutant`` compiles the LLVM
+    target with that deliberate bug (:mod:`tilenest.validation.mutants`)."""
+    s = random_spec(seed * 1_000_003 + i)
+    results: dict[str, FuzzResult] = {}
+    for t, every in targets:
+        if i % every == 0:
+            results[t] = _on_target(s, cases, seed + i, t, mutant)
+    per = {t: {"status": r.status, "compared": r.compared, "skipped": r.skipped,
+               **({"message": r.message} if r.status != "ok" else {})}
+           for t, r in results.items()}
+    bad = next((t for t, r in results.items() if r.status in ("mismatch", "error")), None)
+    head = results[bad if bad is not None else targets[0][0]]
+    rec: dict[str, Any] = {"status": head.status,
+                           "compared": sum(r.compared for r in results.values()),
+                           "skipped": sum(r.skipped for r in results.values()),
+                           "targets": per}
+    if head.status != "ok":
+        rec["message"] = head.message
+    if bad is not None:
+        rec["target"] = bad
+        rec["tileir"] = head.tileir
+        rec["source"] = head.source
+        if shrink_secs > 0:
+            rec["shrunk"] = _shrink(head, cases, seed + i, bad, mutant, shrink_secs)
     return rec
+
+
+def _shrink(found: FuzzResult, cases: int, seed: int, target: str, mutant: str | None,
+            budget: float) -> dict[str, Any]:
+    """Shrink a failure on ``target``; the record of the result."""
+    import os
+    import socket
+
+    from .shrink import flat_size, shrink_spec
+
+    last: dict[str, FuzzResult] = {}
+
+    def fails(c: Spec) -> bool:
+        r = _on_target(c, cases, seed, target, mutant)
+        if _same_failure(r, found):
+            last["r"] = r
+            return True
+        return False
+
+    out = shrink_spec(found.spec, fails, budget)
+    r = last.get("r", found)
+    return {"spec": repr(out.value), "source": r.source, "tileir": r.tileir,
+            "status": r.status, "message": r.message, "steps": flat_size(out.value.steps),
+            "from_steps": flat_size(found.spec.steps), "tries": out.tries, "kept": out.kept,
+            "cpu_secs": out.secs, "stopped": out.stopped, "host": socket.gethostname(),
+            "pid": os.getpid()}
 
 
 def main(argv: list[str] | None = None) -> int:

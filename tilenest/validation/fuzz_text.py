@@ -511,14 +511,17 @@ def _corpus() -> list[Seed]:
     return _SEEDS
 
 
-def check_item(seed: int, i: int) -> dict[str, Any]:
+def check_item(seed: int, i: int, shrink_secs: float = 0.0) -> dict[str, Any]:
     """The campaign record of input ``i`` of campaign ``seed``: ``status`` is
     the reader's outcome (see :func:`check_one`), or ``slow`` for an input
     that reads fine but took more than :data:`SLOW_S` processor seconds (on
     two readings, the second after a garbage collection).
     ``read_secs`` is the processor time of reading and the round trips
     (making the input is not counted). Findings carry ``"bug": true``, the
-    error, its traceback and the input itself."""
+    error, its traceback and the input itself; with ``shrink_secs > 0`` a
+    crash, unlocated error or round-trip failure is also shrunk here, in the
+    process that found it (:func:`tilenest.validation.shrink.shrink_text`):
+    ``shrunk`` holds the shortest input found that fails the same way."""
     s, text = make_input(_corpus(), seed, i)
     t0 = time.process_time()
     outcome, error, tb = check_one(s.kind, text)
@@ -542,7 +545,27 @@ def check_item(seed: int, i: int) -> dict[str, Any]:
         rec.update(bug=True, message=error, input=text[:MAX_RECORDED])
         if tb:
             rec["traceback"] = tb
+        if shrink_secs > 0 and rec["status"] != "slow":
+            rec["shrunk"] = _shrink(s.kind, text, outcome, error, shrink_secs)
     return rec
+
+
+def _shrink(kind: str, text: str, outcome: str, error: str, budget: float) -> dict[str, Any]:
+    """The record of ``text`` shrunk while it keeps its outcome (and, for a
+    crash, its exception type)."""
+    import os
+    import socket
+
+    from .shrink import shrink_text
+
+    def fails(t: str) -> bool:
+        got, err, _ = check_one(kind, t)
+        return got == outcome and (outcome != "crash" or err.split(":")[0] == error.split(":")[0])
+
+    out = shrink_text(text, fails, budget)
+    return {"input": out.value, "chars": len(out.value), "from_chars": len(text),
+            "tries": out.tries, "kept": out.kept, "cpu_secs": out.secs, "stopped": out.stopped,
+            "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def run_campaign(count: int, seed: int, state: Path | None = None, *,
