@@ -217,7 +217,9 @@ class _Driver:
             refs = [r for s in self.slots for r in s.queued]
             if not refs:
                 continue
-            done, _ = ray.wait(refs, num_returns=1)
+            done: list = []
+            while not done:  # in steps, so that Ctrl-C reaches Python between them
+                done, _ = ray.wait(refs, num_returns=1, timeout=1.0)
             for ref in done:
                 slot = next(s for s in self.slots if ref in s.queued)
                 items = slot.queued.pop(ref)
