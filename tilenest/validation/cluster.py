@@ -167,11 +167,14 @@ def run_ray_campaign(name: str, check: Checker, count: int, seed: int, *,
         if not j.todo:
             return j.state
         session = connect(address, workers)
+        driver = None
         try:
-            _Driver(check, seed, time_limit, init, init_args,
-                    workers or session.cpus, j.record).run(
-                        [j.todo[k:k + shard] for k in range(0, len(j.todo), shard)])
+            driver = _Driver(check, seed, time_limit, init, init_args,
+                             workers or session.cpus, j.record)
+            driver.run([j.todo[k:k + shard] for k in range(0, len(j.todo), shard)])
         finally:
+            if driver is not None:
+                driver.close()
             session.close()
     return j.state
 
@@ -197,6 +200,13 @@ class _Driver:
     def _retire(self, slot: _Slot) -> None:
         self.ray.kill(slot.actor, no_restart=True)
         self.slots[self.slots.index(slot)] = self._new()
+
+    def close(self) -> None:
+        """Stop this campaign's actors (their CPUs go back to the cluster, which
+        may outlive the campaign)."""
+        for slot in self.slots:
+            self.ray.kill(slot.actor, no_restart=True)
+        self.slots = []
 
     def run(self, shards: list[list[int]]) -> None:
         ray = self.ray
@@ -310,8 +320,9 @@ def make_campaign(kind: str, targets: str | None = None, cases: int = 2,
             raise TilenestError("the text campaign reads IR; it has no targets or mutants",
                                 hint="drop --targets and --mutant, or use the fuzz campaign")
         check = functools.partial(fuzz_text.check_item, shrink_secs=min(shrink_secs, 10.0))
-        return Campaign(kind, fuzz_text.CAMPAIGN, check, fuzz_text.init_worker, (None,),
-                        fuzz_text.CHUNK, "inputs")
+        # the corpus is built once, here, and sent to every worker with its set-up
+        return Campaign(kind, fuzz_text.CAMPAIGN, check, fuzz_text.init_worker,
+                        (fuzz_text.corpus(),), fuzz_text.CHUNK, "inputs")
     raise TilenestError(f"no campaign kind '{kind}'", hint="kinds: " + ", ".join(KINDS))
 
 
@@ -364,7 +375,7 @@ def report(c: Campaign, st: CampaignState) -> dict[str, Any]:
     else:
         from . import fuzz_text
 
-        out["readers"] = fuzz_text.tally(st).counts
+        out["readers"] = fuzz_text.tally(st, c.init_args[0] if c.init_args else None).counts
     out["findings"] = st.bugs()
     return out
 
