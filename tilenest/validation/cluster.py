@@ -321,8 +321,13 @@ def make_campaign(kind: str, targets: str | None = None, cases: int = 2,
                                 hint="drop --targets and --mutant, or use the fuzz campaign")
         check = functools.partial(fuzz_text.check_item, shrink_secs=min(shrink_secs, 10.0))
         # the corpus is built once, here, and sent to every worker with its set-up
-        return Campaign(kind, fuzz_text.CAMPAIGN, check, fuzz_text.init_worker,
-                        (fuzz_text.corpus(),), fuzz_text.CHUNK, "inputs")
+        seeds = fuzz_text.corpus()
+        if not seeds:
+            raise TilenestError(f"the text campaign found no corpus under {fuzz_text.ROOT}",
+                                hint="it mutates the programs of spec/conformance/cases and "
+                                     "examples/: run it from a source checkout of tilenest")
+        return Campaign(kind, fuzz_text.CAMPAIGN, check, fuzz_text.init_worker, (seeds,),
+                        fuzz_text.CHUNK, "inputs")
     raise TilenestError(f"no campaign kind '{kind}'", hint="kinds: " + ", ".join(KINDS))
 
 
