@@ -167,3 +167,37 @@ def test_fuzz_count_and_seed_by_flag_or_position(tmp_path, capsys):
     with pytest.raises(SystemExit):
         fuzz.main(["3", "--count", "2"])
     assert "given twice" in capsys.readouterr().err
+
+
+def budget_checker(seed: int, i: int) -> dict:
+    """Reports the processor time its item has left."""
+    from tilenest.validation.campaign import remaining_cpu
+
+    return {"status": "ok", "left": remaining_cpu()}
+
+
+def test_an_item_knows_its_remaining_processor_time():
+    from tilenest.validation.campaign import remaining_cpu
+
+    st = run_campaign("budget", budget_checker, 2, 0, time_limit=30.0)
+    assert all(25.0 < r["left"] <= 30.0 for r in st.records.values())
+    assert remaining_cpu() == float("inf"), "the deadline outlived its item"
+    st = run_campaign("budget", budget_checker, 1, 0, time_limit=0)
+    assert st.records[0]["left"] == float("inf")
+
+
+def per_target_checker(seed: int, i: int) -> dict:
+    """llvm on every item, cuda on even ones; item 3 mismatches on llvm."""
+    targets = {"llvm": {"status": "mismatch" if i == 3 else "ok"}}
+    if i % 2 == 0:
+        targets["cuda"] = {"status": "ok" if i else "skipped"}
+    return {"status": targets["llvm"]["status"], "targets": targets}
+
+
+def test_summary_counts_each_targets_statuses(tmp_path):
+    state = tmp_path / "t.jsonl"
+    st = run_campaign("targets", per_target_checker, 6, 0, state=state)
+    want = {"cuda": {"ok": 2, "skipped": 1}, "llvm": {"mismatch": 1, "ok": 5}}
+    assert st.summary()["targets"] == want and st.summary()["bugs"] == 1
+    assert load_state(state, "targets", 0, 6).summary()["targets"] == want
+    assert "targets" not in run_campaign("sq", square_checker, 2, 0).summary()

@@ -74,7 +74,7 @@ def _figures(st) -> dict:  # type: ignore[no-untyped-def]
 
 
 def test_fuzz_campaign_on_ray_equals_the_local_pool(ray_session, tmp_path):
-    c = cluster.make_campaign("fuzz", "llvm,cuda:10", shrink_secs=0)
+    c = cluster.make_campaign("fuzz", "llvm,cuda:16", shrink_secs=0)
     on_ray = cluster.run(c, 20, 3, ray=True, shard=4, state=tmp_path / "ray.jsonl")
     local = cluster.run(c, 20, 3, workers=2, shard=4)
     assert sorted(on_ray.records) == list(range(20))
@@ -82,7 +82,7 @@ def test_fuzz_campaign_on_ray_equals_the_local_pool(ray_session, tmp_path):
         {i: (r["status"], r["targets"]) for i, r in local.records.items()}
     figs = _figures(on_ray)
     assert figs == _figures(local)
-    assert sum(figs["targets"]["cuda"].values()) == 2  # items 0 and 10
+    assert sum(figs["targets"]["cuda"].values()) == 2  # items 0 and 16
     assert sum(figs["targets"]["llvm"].values()) == 20
     assert figs["statuses"].get("ok", 0) >= 16, figs
     # the state file alone gives the same report
