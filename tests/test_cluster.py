@@ -182,7 +182,7 @@ def test_injected_bug_is_found_and_shrunk_on_the_worker(ray_session):
     sh = bad["shrunk"]
     assert sh["pid"] != os.getpid(), "shrunk on the driver, not on the worker"
     assert sh["status"] == "mismatch" and sh["steps"] < sh["from_steps"] and sh["steps"] <= 1
-    small = eval(sh["spec"], {"Spec": fuzz.Spec})  # noqa: S307 - our own record
+    small = eval(sh["spec"], {"Spec": fuzz.Spec})  # our own record
     assert flat_size(small.steps) == sh["steps"]
     assert fuzz._on_target(small, 2, 5 + 1, "llvm", "drop_reduce_seed").status == "mismatch"
     assert fuzz.check_spec(small, 2, 5 + 1).status == "ok", "the shrunk program fails unmutated"

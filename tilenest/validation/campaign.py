@@ -36,7 +36,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from ..errors import TilenestError
 
@@ -241,7 +241,7 @@ class Journal:
         self._progress = progress
         self._out: Any = None
 
-    def __enter__(self) -> Journal:
+    def __enter__(self) -> Self:
         if self._path is not None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not self._path.exists() or self._path.stat().st_size == 0
@@ -252,7 +252,7 @@ class Journal:
                 self._out.flush()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._out is not None:
             self._out.close()
             self._out = None

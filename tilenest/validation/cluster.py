@@ -44,8 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import NotAvailableError, TilenestError
-from .campaign import Checker, Journal, Progress, _init_guard, _run_chunk
-from .campaign import CampaignState
+from .campaign import CampaignState, Checker, Journal, Progress, _init_guard, _run_chunk
 
 #: shards an actor runs before it is replaced by a fresh process
 RECYCLE = 50
@@ -391,8 +390,9 @@ def render_report(c: Campaign, rep: dict[str, Any], limit: int = 20) -> str:
     def counts(d: dict[str, int]) -> str:
         return ", ".join(f"{k} {v}" for k, v in d.items()) or "none"
 
-    lines = [f"campaign {rep['campaign']} seed {rep['seed']}: {rep['done']} of {rep['count']} "
-             f"{c.unit}, {rep['bugs']} bugs", f"  statuses: {counts(rep['statuses'])}"]
+    head = (f"campaign {rep['campaign']} seed {rep['seed']}: {rep['done']} of {rep['count']} "
+            f"{c.unit}, {rep['bugs']} bugs")
+    lines = [head, f"  statuses: {counts(rep['statuses'])}"]
     for t, d in rep.get("targets", {}).items():
         lines.append(f"  {t}: {sum(d.values())} {c.unit}: {counts(d)}")
     if c.kind == "fuzz":
