@@ -7,8 +7,8 @@ writing one entry at once must be safe; the in-memory cache must be bounded
 (LRU) without invalidating a kernel the caller holds.
 """
 
-from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -168,6 +168,26 @@ def test_a_damaged_or_stale_entry_is_rebuilt(disk, damage):
     assert k.compile(target="llvm").cached == "disk"  # the rebuilt entry is whole
 
 
+def test_a_verdict_a_larger_budget_may_change_is_not_kept(disk, monkeypatch):
+    from tilenest.backends import llvm
+    from tilenest.proofs.obligation import UNKNOWN
+
+    real = llvm.legality
+
+    def starved(program, s):  # type: ignore[no-untyped-def]
+        obs = [dataclasses.replace(o) for o in real(program, s)]  # the gate's own stay
+        obs[0].set(UNKNOWN, "z3", "z3: timeout")
+        return obs
+
+    monkeypatch.setattr(llvm, "legality", starved)
+    ck = _axpb().compile(target="llvm")
+    assert ck.obligations[0].status == UNKNOWN and disk.stats.writes == 0
+    _check(ck)
+    monkeypatch.setattr(llvm, "legality", real)
+    KC.MEMORY.clear()
+    assert _axpb().compile(target="llvm").cached is None and disk.stats.writes == 1
+
+
 def test_another_schedule_or_program_misses(disk):
     from tilenest.backends import llvm
 
@@ -279,10 +299,7 @@ _SCRIPT = textwrap.dedent('''
     from tilenest.backends.cuda import nvrtc
     import test_kernel_cache as T
 
-    # both processes must agree on the compiler's identity even if a file of the
-    # package is edited in between (test_the_key_covers_the_compiler_source
-    # tests the digest itself)
-    KC.source_digest = lambda: "the-same-compiler"
+    KC.source_digest = T._same_compiler
 
     class _MP:  # the forbidding patches of the tests, in this process
         def setattr(self, mod, name, value):
@@ -311,7 +328,7 @@ def _run(tmp_path: Path, forbid: bool) -> dict:
                TEST_DIR=str(ROOT / "tests"), FORBID="1" if forbid else "0")
     script = tmp_path / "compile.py"
     script.write_text(_SCRIPT)
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False,
                        env=env, timeout=600, cwd=str(ROOT))
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -328,8 +345,15 @@ def test_a_second_process_loads_whole_kernels_without_lowering_or_proving(tmp_pa
     assert second["disk"]["writes"] == 0 and second["disk"]["corrupt"] == 0
 
 
+def _same_compiler() -> str:
+    """A fixed compiler digest, so that processes agree on it even if a file of
+    the package is edited while the test runs (the digest has its own test)."""
+    return "the-same-compiler"
+
+
 def _compile_in_child(root: str, n: int) -> list:
     os.environ["TILENEST_CACHE_DIR"] = root
+    KC.source_digest = _same_compiler
     out = []
     for _ in range(n):
         KC.MEMORY.clear()
@@ -347,6 +371,7 @@ def test_concurrent_processes_share_one_entry_safely(tmp_path, monkeypatch):
     assert set(flat) <= {None, "disk"} and "disk" in flat
     assert not list(tmp_path.rglob("*.tmp"))
     monkeypatch.setenv("TILENEST_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(KC, "source_digest", _same_compiler)
     KC.MEMORY.clear()
     assert _axpb().compile(target="llvm").cached == "disk"  # the entry left is whole
     KC.MEMORY.clear()

@@ -5,10 +5,11 @@ succeeded leaves one entry holding everything the target's kernel object
 needs to run and to report on itself: the machine code (LLVM object code, an
 NVRTC cubin), the *call facts* (:class:`CallFacts`: symbols, phases and their
 program counts, local buffers, the kernel-argument order of the global
-buffers, the status codes' meanings), the printed loop IR and generated
-source, and every obligation verdict the compile discharged. A second process
-compiling the same kernel reads the entry and builds the kernel object from
-it: no lowering, no proof, no optimizer, no NVRTC.
+buffers, the status codes' meanings), the generated code's texts (LLVM IR
+and printed loop IR; CUDA source and launch facts), and every obligation
+verdict the compile discharged. A second process compiling the same kernel
+reads the entry and builds the kernel object from it: no lowering, no
+proof, no optimizer, no NVRTC.
 
 The key (:func:`kernel_key`) is the SHA-256 of everything that result depends
 on: the entry format, the target, the tilenest version and a digest of the
@@ -17,7 +18,8 @@ its proofs or its headers is another key), the printed TileIR program (its
 ops, types, symbols, assumptions and source locations), every field of the
 schedule except the two that only steer the CPU runtime's worker threads
 (``threads``, ``chunk``: the kernel object is rebuilt with the caller's),
-the z3 and islpy versions (the verdicts), and the target's toolchain: for
+the z3 and islpy versions (the verdicts), the Python, numpy and ml_dtypes
+versions (constant folding), and the target's toolchain: for
 ``llvm`` the host triple, CPU and features, llvmlite, LLVM and the pipeline;
 for ``cuda`` the architecture and the NVRTC library (path, size, time stamp,
 header folders). So a verdict read back is the verdict of exactly that
@@ -31,7 +33,9 @@ is deleted and reported as a miss (the caller rebuilds), never loaded.
 Obligations read back carry their verdict and its rendering (title, sites,
 formula text, counterexample lines); the solver-level claim is not kept
 (``claim`` is None), so a cached obligation cannot be discharged again -- it
-needs not be.
+need not be. A compile with a verdict that is ``unknown`` because a solver
+ran out of budget is not kept (:func:`budget_dependent`): another process may
+decide it.
 
 **In memory** (:data:`MEMORY`). Compiled kernels are kept per process in one
 LRU cache bounded by a number of entries and a number of bytes (the sizes of
@@ -77,15 +81,17 @@ def tree_digest(root: Path) -> str:
     """SHA-256 over the relative paths and contents of the files under ``root``
     (byte-code caches excluded), in a fixed order."""
     h = hashlib.sha256()
-    for dirpath, dirs, files in os.walk(root):
+    base = str(root)
+    for dirpath, dirs, files in os.walk(base):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        rel = os.path.relpath(dirpath, base)
         for name in sorted(files):
             if name.endswith((".pyc", ".pyo")):
                 continue
-            p = Path(dirpath) / name
-            h.update(str(p.relative_to(root)).encode() + b"\0")
+            h.update(os.path.join(rel, name).encode() + b"\0")
             try:
-                h.update(p.read_bytes())
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    h.update(f.read())
             except OSError:
                 h.update(b"<unreadable>")
             h.update(b"\0")
@@ -111,14 +117,20 @@ def installed_version(module: str, dist: str) -> str:
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin:
         return "absent"
-    origin = Path(spec.origin)
-    pkg = origin.parent if origin.name == "__init__.py" else origin
+    origin = spec.origin
+    pkg = os.path.dirname(origin) if os.path.basename(origin) == "__init__.py" else origin
+    site = os.path.dirname(pkg)
     norm = dist.replace("-", "_").lower()
-    for info in sorted(pkg.parent.glob("*.dist-info")):
-        name, _, version = info.name[: -len(".dist-info")].partition("-")
-        if name.replace("-", "_").lower() == norm and version:
-            return version
-    st = origin.stat()
+    try:
+        names = sorted(os.listdir(site))
+    except OSError:
+        names = []
+    for n in names:
+        if n.endswith(".dist-info"):
+            name, _, version = n[: -len(".dist-info")].partition("-")
+            if name.replace("-", "_").lower() == norm and version:
+                return version
+    st = os.stat(origin)
     return f"{origin}:{st.st_size}:{st.st_mtime_ns}"
 
 
@@ -126,6 +138,14 @@ def installed_version(module: str, dist: str) -> str:
 def engine_versions() -> tuple[str, str]:
     """The installed z3 and islpy versions (read once; neither is imported)."""
     return installed_version("z3", "z3-solver"), installed_version("islpy", "islpy")
+
+
+@functools.cache
+def numeric_versions() -> tuple[str, str, str]:
+    """Python's, numpy's and ml_dtypes' versions: the code generators fold
+    constants with them (e.g. the rounding of a bf16 literal)."""
+    return (sys.version, installed_version("numpy", "numpy"),
+            installed_version("ml_dtypes", "ml_dtypes"))
 
 
 def schedule_key(schedule: Any) -> list:
@@ -142,7 +162,8 @@ def kernel_key(target: str, program: Any, schedule: Any, toolchain: list) -> str
     from .. import __version__
 
     return key_of(["kernel", FORMAT, target, __version__, source_digest(),
-                   list(engine_versions()), toolchain, schedule_key(schedule), str(program)])
+                   list(engine_versions()), list(numeric_versions()), toolchain,
+                   schedule_key(schedule), str(program)])
 
 
 # ---------------------------------------------------------------------------
@@ -369,18 +390,35 @@ class CallFacts:
                                     site_of(e["site"])) for e in d["errors"]))
 
 
+_BUDGET = ("budget", "timeout", "canceled", "resource", "memout", "exhausted")
+
+
+def budget_dependent(obligations: list) -> bool:
+    """Whether some verdict is ``unknown`` because a solver ran out of its
+    budget (time, operations, memory): a larger budget, or a less loaded
+    machine, may decide it. Such a compile is not kept on disk (the proof
+    store never keeps an unknown either); ``unknown`` for a reason that does
+    not depend on the budget (a data-dependent index, an over-approximation)
+    is kept."""
+    from ..proofs.obligation import UNKNOWN
+
+    return any(o.status == UNKNOWN and any(w in o.reason.lower() for w in _BUDGET)
+               for o in obligations)
+
+
 # ---------------------------------------------------------------------------
 # entries
 
 
-def write(key: str, target: str, meta: Callable[[], dict[str, Any]],
+def write(key: str, target: str, obligations: list, meta: Callable[[], dict[str, Any]],
           parts: Callable[[], dict[str, bytes]]) -> bool:
     """Store a kernel entry (best effort: a cache that cannot be written
     leaves the compile unaffected). ``meta()`` and ``parts()`` build the
     header and the byte parts; a header that cannot be kept faithfully (a
-    TypeError or ValueError while building or encoding it) stores nothing.
-    True when the entry was written."""
-    if DISK.folder() is None:
+    TypeError or ValueError while building or encoding it) stores nothing,
+    nor does a compile whose ``obligations`` include a budget-dependent
+    verdict (:func:`budget_dependent`). True when the entry was written."""
+    if DISK.folder() is None or budget_dependent(obligations):
         return False
     try:
         head = {"format": FORMAT, "target": target, **meta()}

@@ -542,7 +542,11 @@ def toolchain_identity() -> list:
         if not found:
             return ["absent"]
         path, incs = found[0].path, tuple(str(d) for d in found[0].include_dirs)
-    builtins = [_file_identity(b) for b in sorted(path.parent.glob("libnvrtc-builtins.so*"))]
+    try:
+        names = sorted(n for n in os.listdir(path.parent) if n.startswith("libnvrtc-builtins.so"))
+    except OSError:
+        names = []
+    builtins = [_file_identity(path.parent / n) for n in names]
     return [_file_identity(path), builtins, list(incs)]
 
 
