@@ -168,7 +168,9 @@ def test_a_damaged_or_stale_entry_is_rebuilt(disk, damage):
     assert k.compile(target="llvm").cached == "disk"  # the rebuilt entry is whole
 
 
-def test_a_verdict_a_larger_budget_may_change_is_not_kept(disk, monkeypatch):
+def test_an_unknown_verdict_is_kept_unknown(disk, monkeypatch):
+    """A verdict the solver's budget left undecided is kept as it is: a hit
+    reports it unknown (never proved) and decides nothing."""
     from tilenest.backends import llvm
     from tilenest.proofs.obligation import UNKNOWN
 
@@ -180,12 +182,14 @@ def test_a_verdict_a_larger_budget_may_change_is_not_kept(disk, monkeypatch):
         return obs
 
     monkeypatch.setattr(llvm, "legality", starved)
-    ck = _axpb().compile(target="llvm")
-    assert ck.obligations[0].status == UNKNOWN and disk.stats.writes == 0
-    _check(ck)
-    monkeypatch.setattr(llvm, "legality", real)
+    first = _axpb().compile(target="llvm")
+    assert first.obligations[0].status == UNKNOWN and disk.stats.writes == 1
     KC.MEMORY.clear()
-    assert _axpb().compile(target="llvm").cached is None and disk.stats.writes == 1
+    _forbid_lowering(monkeypatch)
+    again = _axpb().compile(target="llvm")
+    assert again.cached == "disk"
+    assert (again.obligations[0].status, again.obligations[0].reason) == (UNKNOWN, "z3: timeout")
+    _check(again)
 
 
 def test_another_schedule_or_program_misses(disk):

@@ -33,9 +33,13 @@ is deleted and reported as a miss (the caller rebuilds), never loaded.
 Obligations read back carry their verdict and its rendering (title, sites,
 formula text, counterexample lines); the solver-level claim is not kept
 (``claim`` is None), so a cached obligation cannot be discharged again -- it
-need not be. A compile with a verdict that is ``unknown`` because a solver
-ran out of budget is not kept (:func:`budget_dependent`): another process may
-decide it.
+need not be. A verdict is kept as the compile reached it, ``unknown`` ones
+too: an ``unknown`` because a solver ran out of its budget (a loaded
+machine) stays ``unknown`` in the entry -- sound, never reported as proved,
+and the compiled code is the same whatever the verdict -- where a fresh
+compile on an idle machine might prove it (``cache=False`` decides again).
+Refusing such entries would leave a kernel whose proofs time out uncached
+for ever.
 
 **In memory** (:data:`MEMORY`). Compiled kernels are kept per process in one
 LRU cache bounded by a number of entries and a number of bytes (the sizes of
@@ -390,35 +394,18 @@ class CallFacts:
                                     site_of(e["site"])) for e in d["errors"]))
 
 
-_BUDGET = ("budget", "timeout", "canceled", "resource", "memout", "exhausted")
-
-
-def budget_dependent(obligations: list) -> bool:
-    """Whether some verdict is ``unknown`` because a solver ran out of its
-    budget (time, operations, memory): a larger budget, or a less loaded
-    machine, may decide it. Such a compile is not kept on disk (the proof
-    store never keeps an unknown either); ``unknown`` for a reason that does
-    not depend on the budget (a data-dependent index, an over-approximation)
-    is kept."""
-    from ..proofs.obligation import UNKNOWN
-
-    return any(o.status == UNKNOWN and any(w in o.reason.lower() for w in _BUDGET)
-               for o in obligations)
-
-
 # ---------------------------------------------------------------------------
 # entries
 
 
-def write(key: str, target: str, obligations: list, meta: Callable[[], dict[str, Any]],
+def write(key: str, target: str, meta: Callable[[], dict[str, Any]],
           parts: Callable[[], dict[str, bytes]]) -> bool:
     """Store a kernel entry (best effort: a cache that cannot be written
     leaves the compile unaffected). ``meta()`` and ``parts()`` build the
     header and the byte parts; a header that cannot be kept faithfully (a
-    TypeError or ValueError while building or encoding it) stores nothing,
-    nor does a compile whose ``obligations`` include a budget-dependent
-    verdict (:func:`budget_dependent`). True when the entry was written."""
-    if DISK.folder() is None or budget_dependent(obligations):
+    TypeError or ValueError while building or encoding it) stores nothing.
+    True when the entry was written."""
+    if DISK.folder() is None:
         return False
     try:
         head = {"format": FORMAT, "target": target, **meta()}

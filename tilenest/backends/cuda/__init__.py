@@ -217,7 +217,7 @@ def _store(dkey: str, ck: CudaKernel) -> None:
             out["ptx"] = b.ptx.encode()
         return out
 
-    KC.write(dkey, "cuda", ck.obligations, meta, parts)
+    KC.write(dkey, "cuda", meta, parts)
 
 
 def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel | None:

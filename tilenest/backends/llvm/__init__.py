@@ -140,7 +140,7 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
 
 def _store(dkey: str, ck: CompiledKernel) -> None:
     """Keep ``ck`` on disk as a whole (see :mod:`tilenest.backends.kernelcache`)."""
-    KC.write(dkey, "llvm", ck.obligations,
+    KC.write(dkey, "llvm",
              lambda: {"facts": ck.facts.to_json(),
                       "obligations": [KC.obligation_json(o) for o in ck.obligations]},
              lambda: {"object": ck.object_code, "llvm_ir": ck.llvm_ir.encode(),
