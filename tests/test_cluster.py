@@ -226,6 +226,31 @@ def test_shrinkers_respect_their_budget_and_skip_malformed_candidates():
     assert out.value == "BAD" and out.stopped == "fixpoint", out.value
 
 
+def test_reader_crash_is_shrunk_to_the_text_that_causes_it(monkeypatch):
+    """A reader that crashes on any input naming a dtype: the finding's input
+    is shrunk to little more than that name."""
+    from tilenest.validation import fuzz_text
+
+    real = fuzz_text.read
+
+    def broken(kind, text):  # type: ignore[no-untyped-def]
+        if re.search(r"\bf32\b", text):
+            raise KeyError("f32")
+        return real(kind, text)
+
+    monkeypatch.setattr(fuzz_text, "read", broken)
+    cases = sorted((ROOT / "spec" / "conformance" / "cases").rglob("*.tile"))[:20]
+    fuzz_text.init_worker([fuzz_text.Seed(c.name, "text", c.read_text()) for c in cases])
+    try:
+        rec = next(r for r in (fuzz_text.check_item(3, i, shrink_secs=10) for i in range(40))
+                   if r["status"] == "crash")
+    finally:
+        fuzz_text._SEEDS = None
+    sh = rec["shrunk"]
+    assert "KeyError" in rec["message"] and sh["chars"] < sh["from_chars"]
+    assert re.search(r"\bf32\b", sh["input"]) and len(sh["input"]) <= 8, sh["input"]
+
+
 def test_target_plans():
     assert fuzz.parse_targets("llvm,cuda:50") == (("llvm", 1), ("cuda", 50))
     assert fuzz.plan_name(fuzz.parse_targets("llvm")) == "fuzz-llvm"  # the fuzz module's name
