@@ -199,7 +199,7 @@ def test_another_schedule_or_program_misses(disk):
     base = k.compile(target="llvm")
     KC.MEMORY.clear()
     # the runtime-only fields share the entry...
-    assert k.compile(target="llvm", threads=2).cached == "disk"
+    assert k.compile(target="llvm", threads=(base.schedule.threads or 1) + 1).cached == "disk"
     KC.MEMORY.clear()
     # ...a code-relevant field does not
     other = k.compile(target="llvm", fma=not base.schedule.fma)
@@ -278,6 +278,16 @@ def test_an_evicted_kernel_the_caller_holds_keeps_working(bound):
     llvm.clear_cache()
     _check(k1, 3.0)
     _check(k3, 5.0)
+
+
+def test_a_memory_hit_for_other_worker_threads_shares_the_code(bound):
+    KC.MEMORY.clear()
+    a = _axpb(scale=7.0).compile(target="llvm")
+    n = (a.schedule.threads or 1) + 1
+    b = _axpb(scale=7.0).compile(target="llvm", threads=n)
+    assert b is not a and b.engine is a.engine and b.schedule.threads == n
+    assert _axpb(scale=7.0).compile(target="llvm") is a
+    _check(b, 7.0)
 
 
 def test_clear_cache_forgets_compiled_kernels(bound):

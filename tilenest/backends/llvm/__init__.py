@@ -113,8 +113,9 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     process (a bounded LRU) by program, schedule and host; whole kernels on
     disk by the same plus the toolchain and tilenest's own source, so that
     another process loads the object code, the call facts and the verdicts
-    without lowering or proving (``kernel.cached`` says where a kernel came
-    from: ``"memory"``, ``"disk"`` or ``None``); object code alone on disk
+    without lowering or proving (``kernel.cached`` is ``"disk"`` for a kernel
+    read from there, None for one compiled here; a hit in memory returns the
+    kernel object compiled or read before); object code alone on disk
     by LLVM IR, host and toolchain (``jit.DISK``). ``cache=False`` lowers,
     proves and compiles afresh (and stores the result on disk)."""
     s = _schedule(program, schedule, overrides)
@@ -123,7 +124,7 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     if cache:
         got = KC.MEMORY.get(key)
         if got is not None:
-            return got.with_schedule(s, cached="memory")
+            return got.with_schedule(s)
     t0 = time.perf_counter()
     dkey = disk_key(program, s, h)
     ck = _load(dkey, program, s, h) if cache else None

@@ -109,7 +109,7 @@ class CompiledKernel(ArgumentBinder):
         return (len(self.object_code) + len(self.llvm_ir) + len(self.optimized_ir)
                 + len(self._loopir or ""))
 
-    def with_schedule(self, schedule: Any, cached: str | None = None) -> CompiledKernel:
+    def with_schedule(self, schedule: Any) -> CompiledKernel:
         """This kernel under ``schedule``, which differs from its own at most in
         the runtime fields ``threads`` and ``chunk``: itself when those agree,
         else a kernel sharing the engine and the code."""
@@ -121,7 +121,7 @@ class CompiledKernel(ArgumentBinder):
                             object_code=self.object_code, lower=self._lower,
                             loopir=self._loopir)
         ck.obligations = self.obligations
-        ck.cached = cached
+        ck.cached = self.cached
         return ck
 
     def asm(self) -> str:
