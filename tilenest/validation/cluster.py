@@ -311,7 +311,8 @@ def make_campaign(kind: str, targets: str | None = None, cases: int = 2,
                                     ", ".join(MUTATIONS))
         check = functools.partial(fuzz.check_item, cases=cases, targets=plan, mutant=mutant,
                                   shrink_secs=shrink_secs)
-        return Campaign(kind, fuzz.plan_name(plan, cases, mutant), check)
+        return Campaign(kind, fuzz.plan_name(plan, cases, mutant), check, fuzz.init_worker,
+                        (plan,))
     if kind == "text":
         from . import fuzz_text
 

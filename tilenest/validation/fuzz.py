@@ -772,6 +772,16 @@ def plan_name(plan: Plan, cases: int = 2, mutant: str | None = None) -> str:
     return name
 
 
+def init_worker(targets: Plan = (("llvm", 1),)) -> None:
+    """Set up a process that checks programs, once: the compilers and runtimes
+    of every target of the plan are loaded and used by validating the empty
+    spec on each (LLVM's initialisation, NVRTC's library, the emulator's host
+    compiler), so that no campaign item pays for them. A target that fails
+    here fails again, and is reported, in the items themselves."""
+    for t, _ in targets:
+        check_spec(Spec(), 1, 0, target=t)
+
+
 def _compile_with_mutant(s: Spec, mutant: str) -> Callable[[Any], Any]:
     """An LLVM compile that injects the bug ``mutant`` (tilenest.validation.mutants)
     where it applies and compiles correctly elsewhere: a deliberately broken
