@@ -31,7 +31,8 @@ Threads (SIMT form). A program may be executed cooperatively by several
 threads. ``For(kind="thread", scope="block")`` over ``[0, W)`` runs its body
 once for every thread id ``t < W``, all ``W`` iterations *concurrently*: each
 iteration is one thread, with private copies of the locals it assigns and of
-``local`` buffers. Code outside thread loops is *program-level* (uniform): it
+``local`` buffers (thread ``t``'s copy of a ``local`` buffer keeps its
+contents from one thread loop of the program to the next). Code outside thread loops is *program-level* (uniform): it
 means one execution, and a SIMT backend may run it redundantly on every
 thread (its locals then hold the same value in every thread, its stores are
 done by one thread, its loads by all). Between two synchronization points the
@@ -358,18 +359,40 @@ class LaneReduce:
 class Frag:
     """A matrix view of a buffer for :class:`WarpMma`: element ``(i, j)`` is
     ``buf[offset + i * si + j * sj]`` (``offset`` an index expression, the
-    strides constants)."""
+    strides constants).
+
+    With ``lane_cols = n`` it is instead a *lane fragment* of an ``m x n``
+    accumulator tile: the elements lane ``l`` owns in the ``mma.m16n8k16``
+    layout (:meth:`WarpMma.lane_cells`) held in that lane's own ``local``
+    buffer, element ``(16 p + l // 4 + 8 h, 8 q + 2 (l % 4) + e)`` at
+    ``offset + cell(p, q, h, e)`` with ``cell = 4 (p n/8 + q) + 2 h + e``
+    (:func:`frag_cell`): each lane's registers, in the order the
+    instruction's accumulator operands take them."""
 
     buf: Buffer
     offset: E.Expr
     si: int
     sj: int
+    lane_cols: int = 0
 
     def at(self, i: E.Expr, j: E.Expr) -> E.Expr:
+        if self.lane_cols:
+            p, h = E.floordiv(i, 16), E.floordiv(E.mod(i, 16), 8)
+            q, e = E.floordiv(j, 8), E.mod(j, 2)
+            return E.add(self.offset, frag_cell(p, q, h, e, self.lane_cols))
         return E.add(self.offset, E.add(E.mul(i, self.si), E.mul(j, self.sj)))
 
     def __str__(self) -> str:
+        if self.lane_cols:
+            return f"{self.buf.name}[{E.to_str(self.offset)} + lane cells of {self.lane_cols} cols]"
         return f"{self.buf.name}[{E.to_str(self.offset)} + {self.si}i + {self.sj}j]"
+
+
+def frag_cell(p: E.Expr, q: E.Expr, h: E.Expr, e: E.Expr, cols: int) -> E.Expr:
+    """The position of accumulator element ``(p, q, h, e)`` (16 x 8 block
+    ``(p, q)``, half ``h``, pair element ``e``) among a lane's
+    ``4 (m/16) (cols/8)`` elements of an ``m x cols`` tile."""
+    return E.add(E.mul(E.add(E.mul(p, cols // 8), q), 4), E.add(E.mul(h, 2), e))
 
 
 #: the tensor-core instruction shape of :class:`WarpMma` (rows, cols, depth)

@@ -287,6 +287,9 @@ def _private_buffers(k: L.Kernel) -> list[L.Buffer]:
                                 out[y.buf.name] = y.buf
                     if isinstance(inner, L.Store) and inner.buf.space == "local":
                         out[inner.buf.name] = inner.buf
+                    if isinstance(inner, L.WarpMma):
+                        out.update((f.buf.name, f.buf) for f in (inner.a, inner.b, inner.c)
+                                   if f.buf.space == "local")
     return list(out.values())
 
 
@@ -314,7 +317,13 @@ def _expand_private(k: L.Kernel) -> L.Kernel:
                 s = replace(s, body=in_loop(s.body, tv))
                 out.append(s)
                 continue
-            if t is None:
+            if t is None:  # program level: thread loops may be nested in its statements
+                if isinstance(s, L.For):
+                    s = replace(s, body=in_loop(s.body, None))
+                elif isinstance(s, L.If):
+                    s = replace(s, then=in_loop(s.then, None), orelse=in_loop(s.orelse, None))
+                elif isinstance(s, L.While):
+                    s = replace(s, pre=in_loop(s.pre, None), body=in_loop(s.body, None))
                 out.append(s)
                 continue
 
@@ -327,7 +336,14 @@ def _expand_private(k: L.Kernel) -> L.Kernel:
             def fs(st: Any, t=t) -> Any:
                 if isinstance(st, L.Store) and st.buf.name in names:
                     b = big[st.buf.name]
-                    return (L.Store(b, _offset(st.index, st.buf, t), st.value, st.guard),)
+                    return (L.Store(b, _offset(st.index, st.buf, t), st.value, st.guard,
+                                    st.mode),)
+                if isinstance(st, L.WarpMma):  # a lane fragment: this thread's copy
+                    fr = {f: replace(g, buf=big[g.buf.name],
+                                     offset=E.add(g.offset, E.mul(t, g.buf.size)))
+                          for f in ("a", "b", "c") for g in (getattr(st, f),)
+                          if g.buf.name in names}
+                    return (replace(st, **fr),) if fr else None
                 return None
 
             out.extend(L.map_stmts((s,), fe, fs))

@@ -48,6 +48,7 @@ from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..errors import UsageError
 from ..proofs import taskmap as TM
+from . import fragments
 from . import loopir as L
 
 WARP = 32
@@ -163,10 +164,12 @@ class _Phase:
     """SIMT rewrite of one phase body with ``W`` threads."""
 
     def __init__(self, W: int, scratch: list[L.Buffer], lanes: int = 1,
-                 maps: list | None = None):
+                 maps: list | None = None, frags: dict | None = None):
         self.W = W
         self.lanes = lanes
         self.scratch = scratch
+        #: accumulator tiles kept in the lanes' registers (``fragments.py``)
+        self.frags: dict = frags or {}
         #: the task map of every distributed loop, with the extent it covers
         self.maps: list = [] if maps is None else maps
         self.red: dict[str, L.Buffer] = {}
@@ -259,13 +262,14 @@ class _Phase:
             return None
         if any(isinstance(t, L.WarpMma) for t in L.walk(inner)):
             return None if merges else self.distribute_warps(loops, inner)
+        tiles = fragments.tiles_in(inner, self.frags)
+        if tiles:  # an elementwise nest over a register tile: its layout
+            return self.distribute_cells(tiles[0], loops, inner)
         t = _fresh("t", D.i64)
         r = _fresh("r", D.i64)
         tv, rv = E.Var(t.name), E.Var(r.name)
         sizes = [E.add(lp.hi, E.mul(-1, lp.lo)) for lp in loops]
-        n: E.Expr = sizes[0]
-        for sz in sizes[1:]:
-            n = E.mul(n, sz)
+        n = _product(sizes)
         V = self.lanes
         if isinstance(n, E.Const):  # a short loop keeps every thread busy instead
             while V > 1 and n.value < self.W * V:
@@ -297,7 +301,7 @@ class _Phase:
         # partial accumulators
         part: dict[str, L.LVar] = {}
         init = []
-        for name, var, (op, _c, dt, _fl) in merges:
+        for name, _var, (op, _c, dt, _fl) in merges:
             p = _fresh(f"part_{name.split('.')[0]}", dt)
             part[name] = p
             init.append(L.Assign(p, L.Const(_identity(op, dt), dt)))
@@ -346,36 +350,79 @@ class _Phase:
             steps.append((tuple(fold), accesses(tuple(fold), False)))
         return steps
 
+    def warp_step(self, n: E.Expr) -> tuple[L.LVar, L.LVar, E.Expr]:
+        """Thread ``t``, step ``r`` and the warp task ``r * NW + t // 32`` of
+        a loop of ``n`` warp tasks over the ``NW = W / 32`` warps (task map
+        ``repeat(cdiv(n, NW)) * spatial(NW)``, recorded)."""
+        t, r = _fresh("t", D.i64), _fresh("r", D.i64)
+        nw = self.W // WARP
+        self.maps.append((nw, 1, n))
+        return t, r, E.add(E.mul(E.Var(r.name), nw), E.floordiv(E.Var(t.name), WARP))
+
+    def warp_loop(self, t: L.LVar, r: L.LVar, n: E.Expr, lin: E.Expr, work: tuple) -> list:
+        """The thread loop running ``work`` for warp task ``lin < n`` at each
+        step ``r``."""
+        step = (L.If(L.IPred(E.cmp("<", lin, n)), work),)
+        body = (L.For(r, E.Const(0), E.cdiv(n, self.W // WARP), step, "serial"),)
+        loop = L.For(t, E.Const(0), E.Const(self.W), body, "thread", scope="block")
+        return [((loop,), accesses((loop,), True))]
+
     def distribute_warps(self, loops: list[L.For], inner: tuple) -> list:
         """A ``vector`` nest whose iterations are warp collectives (``WarpMma``
         tiles): iteration ``r * NW + w`` runs on warp ``w`` (``NW = W / 32``
         warps, step ``r``), all 32 lanes together, each passing its lane id;
-        the task map ``repeat(cdiv(n, NW)) * spatial(NW)`` over the warps."""
-        t, r = _fresh("t", D.i64), _fresh("r", D.i64)
-        tv, rv = E.Var(t.name), E.Var(r.name)
-        nw = self.W // WARP
+        the task map ``repeat(cdiv(n, NW)) * spatial(NW)`` over the warps. An
+        accumulator kept in registers (``fragments.py``) becomes the lane
+        fragment of the thread's step ``r``."""
         sizes = [E.add(lp.hi, E.mul(-1, lp.lo)) for lp in loops]
-        n: E.Expr = sizes[0]
-        for sz in sizes[1:]:
-            n = E.mul(n, sz)
-        self.maps.append((nw, 1, n))
-        lin = E.add(E.mul(rv, nw), E.floordiv(tv, WARP))  # uniform over a warp
-        assigns, rest = [], lin
-        for k in range(len(loops) - 1, -1, -1):
-            val = rest if k == 0 else E.mod(rest, sizes[k])
-            rest = E.floordiv(rest, sizes[k])
-            assigns.append(L.Assign(loops[k].var, L.IExpr(E.add(loops[k].lo, val))))
-        assigns.reverse()
-        lane = E.mod(tv, WARP)
+        n = _product(sizes)
+        t, r, lin = self.warp_step(n)
+        assigns = [L.Assign(lp.var, L.IExpr(E.add(lp.lo, v)))
+                   for lp, v in zip(loops, _unflatten(lin, sizes))]
+        lane = E.mod(E.Var(t.name), WARP)
 
         def fs(st: Any) -> Any:
-            return (replace(st, lane=lane),) if isinstance(st, L.WarpMma) else None
+            if not isinstance(st, L.WarpMma):
+                return None
+            ft = self.frags.get(st.c.buf.name)
+            c = st.c if ft is None else fragments.lane_frag(ft, E.Var(r.name))
+            return (replace(st, lane=lane, c=c),)
 
         work = L.map_stmts(inner, lambda x: None, fs)
-        step = (L.If(L.IPred(E.cmp("<", lin, n)), tuple(assigns) + work),)
-        body = (L.For(r, E.Const(0), E.cdiv(n, nw), step, "serial"),)
-        loop = L.For(t, E.Const(0), E.Const(self.W), body, "thread", scope="block")
-        return [((loop,), accesses((loop,), True))]
+        return self.warp_loop(t, r, n, lin, tuple(assigns) + work)
+
+    def distribute_cells(self, ft: Any, loops: list[L.For], inner: tuple) -> list:
+        """An elementwise nest over register tile ``ft`` (``fragments.py``) in
+        the tile's fragment layout: warp task ``(wi, wj)`` of step ``r`` as in
+        :meth:`distribute_warps`, and in it each element lane ``l`` owns --
+        ``(wi wm + 16 p + l // 4 + 8 h, wj wn + 8 q + 2 (l % 4) + e)`` -- with
+        the tile's accesses moved to that element's cell of the thread's
+        fragment buffer."""
+        n = E.Const(ft.tm * ft.tn)
+        t, r, lin = self.warp_step(n)
+        wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
+        lane = E.mod(E.Var(t.name), WARP)
+        cv = [_fresh(x, D.i64) for x in ("p", "q", "h", "e")]
+        p, q, h, e = (E.Var(v.name) for v in cv)
+        i = E.add(E.mul(wi, ft.wm), E.add(E.mul(p, 16), E.add(E.floordiv(lane, 4), E.mul(h, 8))))
+        j = E.add(E.mul(wj, ft.wn), E.add(E.mul(q, 8), E.add(E.mul(E.mod(lane, 4), 2), e)))
+        cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
+
+        def fe(x: Any) -> Any:
+            if isinstance(x, L.Load) and x.buf.name == ft.buf.name:
+                return L.Load(ft.local, cell, x.guard, x.fill)
+            return None
+
+        def fs(st: Any) -> Any:
+            if isinstance(st, L.Store) and st.buf.name == ft.buf.name:
+                return (L.Store(ft.local, cell, st.value, st.guard, st.mode),)
+            return None
+
+        work = (L.Assign(loops[0].var, L.IExpr(i)), L.Assign(loops[1].var, L.IExpr(j))) + \
+            L.map_stmts(inner, fe, fs)
+        for v, ext in reversed(list(zip(cv, (ft.wm // 16, ft.wn // 8, 2, 2)))):
+            work = (L.For(v, E.Const(0), E.Const(ext), work, "vector"),)
+        return self.warp_loop(t, r, n, lin, work)
 
     def scratch_for(self, dt: D.DType, k: int) -> L.Buffer:
         """The shared scratch of ``W/32`` values of ``dt`` (slot ``k`` of the
@@ -387,6 +434,23 @@ class _Phase:
             self.red[key] = b
             self.scratch.append(b)
         return self.red[key]
+
+
+def _product(sizes: list[E.Expr]) -> E.Expr:
+    n: E.Expr = sizes[0]
+    for sz in sizes[1:]:
+        n = E.mul(n, sz)
+    return n
+
+
+def _unflatten(lin: E.Expr, sizes: list[E.Expr]) -> list[E.Expr]:
+    """The row-major coordinates of linear index ``lin`` over ``sizes`` (the
+    first unbounded)."""
+    out, rest = [], lin
+    for k in range(len(sizes) - 1, -1, -1):
+        out.append(rest if k == 0 else E.mod(rest, sizes[k]))
+        rest = E.floordiv(rest, sizes[k])
+    return out[::-1]
 
 
 def distribution(W: int, V: int, n: E.Expr) -> TM.TaskMap:
@@ -431,11 +495,22 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
 
     scratch: list[L.Buffer] = []
     phases = []
-    for ph in k.phases:
-        body = L.map_stmts(ph.body, fe, fs)
-        new, _ = _Phase(threads, scratch, lanes, maps).body(body, {ph.pid.name}, Accesses())
+    bodies = [L.map_stmts(ph.body, fe, fs) for ph in k.phases]
+    kept: set[str] = set()
+    for n, (ph, body) in enumerate(zip(k.phases, bodies)):
+        frags = fragments.plan(body, threads, _nest)
+        others = L.referenced(tuple(s for m, b in enumerate(bodies) if m != n for s in b))
+        for name in list(frags):  # a tile another phase touches keeps its memory
+            if any(fragments.tiles_in(b, {name: frags[name]}) for m, b in enumerate(bodies)
+                   if m != n) or name in others:
+                del frags[name]
+        scratch.extend(ft.local for ft in frags.values())
+        kept |= set(frags)
+        new, _ = _Phase(threads, scratch, lanes, maps, frags).body(body, {ph.pid.name},
+                                                                    Accesses())
         phases.append(replace(ph, body=new))
-    return replace(k, locals=tuple(shared.values()) + tuple(scratch), phases=tuple(phases))
+    bufs = tuple(b for b in shared.values() if b.name not in kept)
+    return replace(k, locals=bufs + tuple(scratch), phases=tuple(phases))
 
 
 def block_threads(k: L.Kernel) -> dict[str, int]:

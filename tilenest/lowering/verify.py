@@ -22,7 +22,9 @@ well formed, so that a backend may translate it without further checks:
    two up to 32; ``shared`` buffers are program buffers, never arguments;
 6. tensor cores -- a ``WarpMma`` tile is a multiple of ``MMA_SHAPE``, reads
    two f16 or two bf16 operands into an f32 accumulator, and as a warp
-   collective (with a lane) stands inside a thread loop.
+   collective (with a lane) stands inside a thread loop; only its
+   accumulator may be a lane fragment (``Frag.lane_cols``), in a ``local``
+   buffer of a collective, with the tile's columns.
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -226,6 +228,13 @@ class _Checker:
             self.index(f.offset, defined, what)
         if s.lane is not None:
             self.index(s.lane, defined, what)
+        for f in (s.a, s.b):
+            if f.lane_cols:
+                raise self.fail("only the accumulator of a warp_mma may be a lane fragment", what)
+        if s.c.lane_cols and (s.lane is None or s.c.lane_cols != s.n
+                              or s.c.buf.space != "local"):
+            raise self.fail("a lane-fragment accumulator belongs to a warp collective (lane "
+                            "given), has the tile's n columns and lives in a local buffer", what)
 
 
 def verify_kernel(k: L.Kernel) -> None:

@@ -833,9 +833,10 @@ class Emitter:
                f"{self.idx(s.b.offset)}, {u}_oc = {self.idx(s.c.offset)};")
         self.w(f"(void){u}_g; (void){u}_q; (void){u}_r; (void){u}_bi; (void){u}_bj; "
                f"(void){u}_oa; (void){u}_ob; (void){u}_oc;")
-        if mode == "whole":
+        frag = bool(s.c.lane_cols)  # the accumulator is the lane's own registers
+        if mode == "whole" and not frag:
             self.w(f"float {u}_d[{MT}][{NT}][4];")
-        if mode in ("whole", "load"):
+        if mode in ("whole", "load") and not frag:
             self.mma_cells(s, u, load=True)
         if mode in ("whole", "steps"):
             self.w("#pragma unroll")
@@ -852,10 +853,12 @@ class Emitter:
                     self.w(f"{u}_fb[{q}][{h}] = {u}_t[{r}];")
             for p in range(MT):
                 for q in range(NT):
-                    self.w(f"{fn}({u}_d[{p}][{q}], {u}_fa[{p}], {u}_fb[{q}]);")
+                    d = (f"&{self.buf(s.c.buf)}[{u}_oc + {4 * (p * NT + q)}]" if frag
+                         else f"{u}_d[{p}][{q}]")
+                    self.w(f"{fn}({d}, {u}_fa[{p}], {u}_fb[{q}]);")
             self.ind -= 1
             self.w("}")
-        if mode in ("whole", "store"):
+        if mode in ("whole", "store") and not frag:
             self.mma_cells(s, u, load=False)
         self.ind -= 1
         self.w("}")
@@ -886,7 +889,8 @@ class Emitter:
         found = [(t, w) for t in s.body if isinstance(t, L.For) and t.kind == "thread"
                  for w in L.walk(t.body) if isinstance(w, L.WarpMma)]
         mmas = [w for w in L.walk(s.body) if isinstance(w, L.WarpMma)]
-        if len(found) != 1 or len(mmas) != 1 or found[0][1].lane is None:
+        if len(found) != 1 or len(mmas) != 1 or found[0][1].lane is None or \
+                found[0][1].c.lane_cols:
             return None
         t, w = found[0]
         if not (len(t.body) == 1 and isinstance(t.body[0], L.For) and t.body[0].hi == E.Const(1)
