@@ -330,3 +330,26 @@ def test_ring_wait_one_group_short_is_caught_by_the_emulator(monkeypatch):
     sched = default_schedule(kern.program, "cuda", block_threads=64, stages=3)
     with pytest.raises(AssertionError, match="not admitted"):
         _validate(kern, tn.bf16, 32, 7 * 16, 32, sched, runs=1, cache=False)
+
+
+def test_register_tile_needs_every_access_elementwise(monkeypatch):
+    """``fragments.plan`` keeps the accumulator in registers only when every
+    access besides the ``mma`` is an elementwise nest over the whole tile:
+    one more read of one element (a non-owner may make it) keeps it in
+    shared memory, as does a tile over the register budget."""
+    from tilenest.lowering import fragments, lower
+    from tilenest.lowering.simt import _nest
+
+    kern = _gemm(64, 64, 32)
+    k = lower(kern.program, default_schedule(kern.program, "cuda"))
+    body = k.phases[0].body
+    plans = fragments.plan(body, 256, _nest)
+    assert list(plans) == ["%acc_4.4"] and plans["%acc_4.4"].cells == 16
+    acc = plans["%acc_4.4"].buf
+    x = L.LVar("x.probe", D.f32)
+    extra = body + (L.Assign(x, L.Load(acc, L.IExpr(E.Const(5)))),)
+    assert fragments.plan(extra, 256, _nest) == {}
+    # one warp takes all 8 warp tiles: 128 cells per thread, within the budget
+    assert fragments.plan(body, 32, _nest)["%acc_4.4"].reps == 8
+    monkeypatch.setattr(fragments, "MAX_CELLS", 64)
+    assert fragments.plan(body, 32, _nest) == {}
