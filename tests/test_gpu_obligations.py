@@ -300,6 +300,41 @@ def test_loop_carried_conflict_needs_a_barrier_at_the_loop_start():
     assert all(o.status == PROVED for o in obs)
 
 
+def _stride_loop(reverse: bool, ahead: int):
+    """``for i in [1, 7) (reverse?): write s[i] (thread 0); barrier; read
+    s[i + ahead] (thread 1)``: the read of one iteration and the write of
+    the next in run order share an interval."""
+    def body(s, out):
+        iv = E.Var("i")
+        w = _tloop("t1", lambda t: [L.If(L.IPred(t.eq(0)), (
+            L.Store(s, L.IExpr(iv), L.Const(1.0, f32)),))])
+        r = _tloop("t2", lambda t: [L.If(L.IPred(t.eq(1)), (
+            L.Store(out, L.IExpr(E.add(E.mul(E.Var("pid"), W), t)),
+                    L.Load(s, L.IExpr(E.add(iv, ahead)))),))])
+        return (L.For(L.LVar("i", D.i64), E.Const(1), E.Const(7), (w, L.Barrier("block"), r),
+                      "serial", reverse),)
+
+    return _kernel(body)
+
+
+@pytest.mark.parametrize("reverse", [False, True], ids=["ascending", "descending"])
+def test_loop_carried_conflict_follows_the_run_order(reverse):
+    """The next iteration of a descending loop is ``i - 1``: a read of
+    ``s[i - 1]`` races with the next iteration's write there (refuted), a
+    read of ``s[i + 1]`` does not (proved) -- and the other way round for an
+    ascending loop; only the next iteration counts (one barrier per
+    iteration), so a read two ahead is proved either way."""
+    racy, safe = (-1, 1) if reverse else (1, -1)
+    bad = [o for o in check_barriers(_stride_loop(reverse, racy)) if o.status == REFUTED]
+    assert len(bad) == 1 and "load s" in bad[0].title
+    cx = bad[0].counterexample
+    step = -1 if reverse else 1
+    assert cx["i#1"] + step == cx["i#2"] or cx["i#2"] + step == cx["i#1"]
+    for ahead in (safe, 2 * racy):
+        obs = check_barriers(_stride_loop(reverse, ahead))
+        assert not [o for o in obs if o.status == REFUTED], ahead
+
+
 def test_program_level_store_races_with_thread_loop_read():
     def body(s, out):
         st = L.Store(s, L.IExpr(E.Const(0)), L.Const(2.0, f32))
