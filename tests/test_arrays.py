@@ -304,3 +304,74 @@ def test_cupy_on_the_interpreter_is_an_error():
     with pytest.raises(TilenestError, match="argument 'x' is a cupy.ndarray on cuda:0") as e:
         scale(cp.asarray(X), np.zeros(N, dtype=np.float32))
     assert "cupy.asnumpy" in e.value.hint
+
+
+# -- strided views on compiled targets (Schedule.strided) -----------------------------
+def _gemm_strided_case(dt, M=37, K=40, N=33, pad=9, off=3):
+    """A GEMM whose ``A`` is a column slice of a wider array (rows ``K + pad``
+    apart, starting ``off`` elements in) and its oracle."""
+    from tilenest.workloads import WORKLOADS
+
+    rng = np.random.default_rng(M * 100 + K)
+    big = rng.standard_normal((M, K + pad)).astype(dt.np)
+    a = big[:, off:off + K]
+    b = rng.standard_normal((K, N)).astype(dt.np)
+    return a, b, (M, N)
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+@pytest.mark.parametrize("dt,tile,off", [(f32, 32, 3), (bf16, 32, 8), (bf16, 32, 3)],
+                         ids=["f32", "bf16-aligned-rows", "bf16-unaligned-rows"])
+def test_a_sliced_input_is_read_in_place_through_its_strides(target, dt, tile, off):
+    """A read-only argument whose rows are packed but not adjacent runs the
+    variant with its outer strides as runtime arguments (``A.stride0``):
+    nothing is copied, and the result is the oracle's; on the emulated GPU
+    the tensor-core GEMM takes it too, with rows at an 8-element stride
+    (16-byte copies) or not (the aligned copy's guard falls back)."""
+    from tilenest.lowering import default_schedule, lower_verified, print_kernel
+    from tilenest.workloads import WORKLOADS
+
+    k = WORKLOADS["gemm"].kernel(dt, {"bm": tile, "bn": tile, "bk": 16, "loop": "pipeline"})
+    a, b, (M, N) = _gemm_strided_case(dt, off=off, pad=8 if off == 8 else 9)
+    assert not a.flags.c_contiguous and A.row_strides(a) == (a.strides[0] // a.itemsize, 1)
+    oracle = tn.reference(k, np.ascontiguousarray(a), b, np.zeros((M, N), dt.np))
+    ck = k.compile(target=target)
+    c = np.zeros((M, N), dt.np)
+    ck(a, b, c)
+    assert oracle.admits(c).ok
+    ir = print_kernel(lower_verified(k.program, default_schedule(k.program, target,
+                                                                strided=("A",))))
+    assert "A.stride0" in ir
+
+
+def test_strided_views_a_compiled_kernel_cannot_read_are_errors(llvm):
+    """Views whose innermost dimension is not packed (a transpose), and a
+    strided view given for a written argument, are errors naming it."""
+    from tilenest.workloads import WORKLOADS
+
+    k = WORKLOADS["gemm"].kernel(f32, {"bm": 32, "bn": 32, "bk": 16, "loop": "pipeline"})
+    ck = k.compile(target="llvm")
+    a, b, (M, N) = _gemm_strided_case(f32)
+    with pytest.raises(TilenestError, match="argument 'A' is not a C-contiguous aligned array; "
+                       "compiled kernels read arrays in place, through views whose innermost"):
+        ck(np.asfortranarray(a), b, np.zeros((M, N), np.float32))
+    wide = np.zeros((M, N + 4), np.float32)
+    with pytest.raises(TilenestError, match="argument 'C' .* a written argument must be "
+                       "C-contiguous") as e:
+        ck(np.ascontiguousarray(a), b, wide[:, :N])
+    assert "ascontiguousarray" in e.value.hint
+
+
+def test_a_narrowed_torch_tensor_runs_on_llvm():
+    torch = pytest.importorskip("torch")
+    from tilenest.workloads import WORKLOADS
+
+    k = WORKLOADS["gemm"].kernel(f32, {"bm": 32, "bn": 32, "bk": 16, "loop": "pipeline"})
+    a, b, (M, N) = _gemm_strided_case(f32)
+    ta = torch.from_numpy(np.ascontiguousarray(a.base if a.base is not None else a))
+    ta = ta.narrow(1, 3, a.shape[1])
+    assert not ta.is_contiguous()
+    c = torch.zeros((M, N))
+    k.compile(target="llvm")(ta, torch.from_numpy(b), c)
+    oracle = tn.reference(k, np.ascontiguousarray(a), b, np.zeros((M, N), np.float32))
+    assert oracle.admits(c.numpy()).ok

@@ -3,8 +3,9 @@
 :class:`ArgumentBinder` checks a call like the interpreter does (one array per
 tensor parameter, one number per runtime scalar; extents bind the kernel's
 symbols, ``params=`` gives the others), and what generated code relies on:
-C-contiguous, aligned arrays read in place, and aliasing only as the *same*
-array (M-8). Arrays of any framework arrive through ``tilenest/semantics/arrays.py``
+C-contiguous, aligned arrays read in place (read-only arguments also as
+strided views with packed rows: ``Schedule.strided``), and aliasing only as
+the *same* array (M-8). Arrays of any framework arrive through ``tilenest/semantics/arrays.py``
 (host views by default; a target on a device overrides
 :meth:`ArgumentBinder.arguments`). A target's kernel class inherits it and
 provides ``program`` and ``stored``.
@@ -19,6 +20,7 @@ import numpy as np
 from ..semantics import arrays as A
 from ..errors import BoundsError, RuntimeSemanticError, TilenestError
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
+from ..lowering.schedule import stride_symbol
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
 
@@ -47,10 +49,17 @@ class ArgumentBinder:
         for v, a, g in zip(p.args, arrays, given, strict=True):
             t = v.type
             if isinstance(t, TensorType):
-                if not A.is_packed(a):
+                st = A.row_strides(a) if not A.is_packed(a) else None
+                if not A.is_packed(a) and (st is None or v.name in self.stored):
+                    why = ("a written argument must be C-contiguous" if st is not None else
+                           "compiled kernels read arrays in place, through views whose "
+                           "innermost dimension is packed")
                     raise TilenestError(
-                        f"argument '{v.name}' is not a C-contiguous aligned array; compiled "
-                        "kernels read arrays in place", p.loc, A.packed_hint(g, a))
+                        f"argument '{v.name}' is not a C-contiguous aligned array; {why}",
+                        p.loc, A.packed_hint(g, a))
+                if isinstance(a, np.ndarray) and len(t.shape) > 1:
+                    for d, x in enumerate((st or _dense(a))[:-1]):
+                        syms[stride_symbol(v.name, d)] = x
                 keep.append(a)
             else:
                 from ..semantics.numerics import constant
@@ -61,6 +70,12 @@ class ArgumentBinder:
                     raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
                 keep.append(arr)
         return keep, syms
+
+    def strided(self, keep: list) -> tuple[str, ...]:
+        """The tensor parameters of a call given strided (not C-contiguous)
+        views: the ``Schedule.strided`` of the variant that runs it."""
+        return tuple(v.name for v, a in zip(self.program.args, keep, strict=True)
+                     if isinstance(v.type, TensorType) and not A.is_packed(a))
 
     def aliases(self, keep: list) -> tuple[tuple[str, ...], ...]:
         """The alias groups of a call: parameters given the same array where one
@@ -97,6 +112,15 @@ class ArgumentBinder:
             groups.setdefault(root(i), []).append(args[i].name)
         return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
+
+
+def _dense(a: np.ndarray) -> tuple[int, ...]:
+    """The C-contiguous strides of ``a`` in elements."""
+    out, n = [], 1
+    for x in reversed(a.shape):
+        out.append(n)
+        n *= x
+    return tuple(reversed(out))
 
 
 def same_array(a: Any, b: Any) -> bool:

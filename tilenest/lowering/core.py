@@ -443,18 +443,24 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
     automatic schedule for llvm)."""
     from . import memory, reductions, regions, values  # noqa: F401  (register rules)
     from .regions import lower_phase_parallel
-    from .schedule import apply_transforms
+    from .schedule import apply_transforms, stride_symbol
 
     schedule = schedule or default_schedule(program)
     program, _obligations = apply_transforms(program, schedule)
     lw = Lowerer(program, schedule)
+    syms = list(program.syms)
     for i, a in enumerate(program.args):
         t = a.type
         if isinstance(t, TensorType):
             buf = L.Buffer(a.name, t.dtype, "global", E.Const(0), i)
             lw.params.append(L.Param(a.name, "tensor", t.dtype, tuple(t.shape)))
             lw.globals.append(buf)
-            lw.env[a.name] = TensorH(buf, tuple(t.shape), t.dims)
+            strides = None
+            if a.name in schedule.strided and len(t.shape) > 1:
+                outer = [stride_symbol(a.name, d) for d in range(len(t.shape) - 1)]
+                syms += outer
+                strides = tuple(E.Sym(n) for n in outer) + (E.Const(1),)
+            lw.env[a.name] = TensorH(buf, tuple(t.shape), t.dims, strides)
         else:
             assert isinstance(t, TileType)
             buf = L.Buffer(a.name, t.dtype, "scalar", E.Const(1), i)
@@ -480,7 +486,7 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
             for op in root:
                 lw.lower_op(op)
         phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
-    return L.Kernel(program.name, tuple(lw.params), tuple(program.syms), tuple(lw.locals),
+    return L.Kernel(program.name, tuple(lw.params), tuple(syms), tuple(lw.locals),
                     tuple(phases), tuple(lw.errors), tuple(lw.globals))
 
 

@@ -138,14 +138,22 @@ def const_handle(value: L.Expr, dims: tuple[Dim, ...] = (), extents: tuple = ())
 
 @dataclass
 class TensorH:
-    """A kernel tensor: its global buffer and shape (index expressions)."""
+    """A kernel tensor: its global buffer and shape (index expressions);
+    row-major and dense, or with ``strides`` (elements per step of each
+    dimension: a strided view)."""
 
     buf: L.Buffer
     shape: tuple[E.Expr, ...]
     dims: tuple[Dim, ...]
+    strides: tuple[E.Expr, ...] | None = None
 
     def offset(self, coords: list[E.Expr]) -> E.Expr:
-        return linear(self.shape, coords)
+        if self.strides is None:
+            return linear(self.shape, coords)
+        off: E.Expr = E.Const(0)
+        for c, s in zip(coords, self.strides, strict=True):
+            off = E.add(off, E.mul(c, s))
+        return off
 
     def in_bounds(self, coords: list[E.Expr]) -> list[E.Pred]:
         out: list[E.Pred] = []

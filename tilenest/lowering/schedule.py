@@ -27,6 +27,13 @@ those the program admits:
   (M-8): a write through one member is a write to all of them, so none of
   them is read lazily, and the code does not treat them as ``noalias``. The
   runtime picks this field from the arrays it is given.
+* ``strided``   -- tensor parameters read through a strided view: element
+  ``(i_0, .., i_{r-1})`` at ``sum_d i_d * s_d`` with the outer strides
+  ``s_d`` (elements) runtime arguments, the symbols :func:`stride_symbol`,
+  and the innermost 1. The runtime picks this field too: a call passing a
+  read-only argument whose rows are packed but not each other's neighbours
+  (a slice of a wider array) runs the variant compiled for it; every other
+  call reads C-contiguous arrays.
 * ``check_assumes`` -- a checked build: ``bounds.assume`` promises are checked
   like ``bounds.checked`` (M-7 allows compiled code to skip them).
 * ``block_threads`` -- threads per program for the SIMT form
@@ -110,6 +117,7 @@ class Schedule:
     assume: tuple[str, ...] = ()
     check_assumes: bool = False
     aliases: tuple[tuple[str, ...], ...] = ()
+    strided: tuple[str, ...] = ()
     block_threads: int | None = None
     vector_lanes: int = 1
     stage_loads: bool = False
@@ -120,7 +128,7 @@ class Schedule:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
-                     self.check_assumes, self.aliases, self.mma_block, self.block_threads, self.vector_lanes,
+                     self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages))
 
     def written(self, program: TileProgram) -> set[str]:
@@ -140,6 +148,12 @@ class Schedule:
 
     def with_(self, **kw: Any) -> "Schedule":
         return replace(self, **kw)
+
+
+def stride_symbol(param: str, dim: int) -> str:
+    """The symbol holding the stride (in elements) of dimension ``dim`` of
+    tensor parameter ``param`` in a ``strided`` schedule."""
+    return f"{param}.stride{dim}"
 
 
 def host_vector_bits() -> int:

@@ -212,6 +212,32 @@ def is_packed(a: Any) -> bool:
     return bool(a.flags.c_contiguous) and int(a.data.ptr) % max(1, a.itemsize) == 0
 
 
+def row_strides(a: Any) -> tuple[int, ...] | None:
+    """The strides of ``a`` in elements when a compiled kernel can read it
+    through a strided view (``Schedule.strided``): a host array whose
+    innermost dimension is packed (stride one element, or extent at most 1)
+    and whose other strides are non-negative whole elements, aligned; else
+    None (a C-contiguous array has its dense strides)."""
+    if not isinstance(a, np.ndarray) or not a.flags.aligned or a.ndim == 0:
+        return None
+    size = a.itemsize
+    st = a.strides
+    if any(x < 0 or x % size for x in st) or (a.shape[-1] > 1 and st[-1] != size):
+        return None
+    return tuple(x // size for x in st[:-1]) + (1,)
+
+
+def span(a: np.ndarray) -> np.ndarray:
+    """The memory a strided view ``a`` (:func:`row_strides`) reaches, as a
+    packed 1-D array of its dtype from its first element to its last (the
+    elements between belong to the array it views): what a kernel indexing
+    ``a`` by its strides is given."""
+    n = 1 + sum((x - 1) * s for x, s in zip(a.shape, row_strides(a) or (), strict=True)) \
+        if a.size else 0
+    return np.lib.stride_tricks.as_strided(a, shape=(n,), strides=(a.itemsize,),
+                                           writeable=bool(a.flags.writeable))
+
+
 def address(a: Any) -> int:
     """The address of ``a``'s first element (host, or device for a cupy array)."""
     return int(a.ctypes.data) if isinstance(a, np.ndarray) else int(a.data.ptr)

@@ -130,13 +130,15 @@ class CudaKernel(ArgumentBinder):
     def __repr__(self) -> str:
         return f"<compiled {self.program.name} for cuda ({self.device})>"
 
-    def variant(self, aliases: tuple[tuple[str, ...], ...]) -> "CudaKernel":
+    def variant(self, aliases: tuple[tuple[str, ...], ...],
+                strided: tuple[str, ...] = ()) -> "CudaKernel":
         """This kernel compiled for a call whose parameters alias as ``aliases``
         (no ``__restrict__`` on them; legality checked with each group as one
-        tensor)."""
+        tensor) and whose ``strided`` parameters are strided views."""
         from . import compile_program
 
-        return compile_program(self.program, self.schedule.with_(aliases=aliases),
+        return compile_program(self.program, self.schedule.with_(aliases=aliases,
+                                                                 strided=strided),
                                device=self.device)
 
     def arguments(self, arrays: tuple) -> tuple:
@@ -206,9 +208,9 @@ class CudaKernel(ArgumentBinder):
             seed = n if seed is None else seed
         arrays, params = order_arguments(self.program, arrays, named, params)
         keep, syms = self.bind(arrays, params)
-        groups = self.aliases(keep)
-        if groups != self.schedule.aliases:
-            return self.variant(groups)(*arrays, params=params, policy=policy, seed=seed,
+        groups, strided = self.aliases(keep), self.strided(keep)
+        if groups != self.schedule.aliases or strided != self.schedule.strided:
+            return self.variant(groups, strided)(*arrays, params=params, policy=policy, seed=seed,
                                         poison=poison)
         k = self.facts
         symvals = [int(syms[s]) for s in k.syms]
@@ -261,6 +263,8 @@ class CudaKernel(ArgumentBinder):
         for b in sorted(self.facts.globals, key=lambda b: b.arg):
             a = keep[b.arg]
             a = a.reshape(-1) if a.ndim == 0 else a  # numpy, or cupy on a GPU
+            if isinstance(a, np.ndarray) and not a.flags.c_contiguous:
+                a = A.span(a)  # a strided view: the memory from its first element on
             if a.dtype == np.bool_:
                 a = a.view(np.uint8)  # bool elements are bytes (emit.mem)
             args.append(conv(a))

@@ -137,22 +137,25 @@ class CompiledKernel(ArgumentBinder):
     def __repr__(self) -> str:
         return f"<compiled {self.program.name} for llvm>"
 
-    def variant(self, aliases: tuple[tuple[str, ...], ...]) -> CompiledKernel:
-        """This kernel compiled for a call whose parameters alias as ``aliases``."""
-        if aliases == self.schedule.aliases:
+    def variant(self, aliases: tuple[tuple[str, ...], ...],
+                strided: tuple[str, ...] = ()) -> CompiledKernel:
+        """This kernel compiled for a call whose parameters alias as ``aliases``
+        and whose ``strided`` parameters are strided views."""
+        if aliases == self.schedule.aliases and strided == self.schedule.strided:
             return self
         from . import compile_program
 
-        return compile_program(self.program, self.schedule.with_(aliases=aliases))
+        return compile_program(self.program, self.schedule.with_(aliases=aliases,
+                                                                 strided=strided))
 
     # -- execution -------------------------------------------------------------------
     def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
                  threads: int | None = None, **named: Any) -> Any:
         arrays, params = order_arguments(self.program, arrays, named, params)
         keep, syms = self.bind(arrays, params)
-        groups = self.aliases(keep)
-        if groups != self.schedule.aliases:
-            return self.variant(groups)(*arrays, params=params, threads=threads)
+        groups, strided = self.aliases(keep), self.strided(keep)
+        if groups != self.schedule.aliases or strided != self.schedule.strided:
+            return self.variant(groups, strided)(*arrays, params=params, threads=threads)
         k = self.facts
         values = tuple(syms[s] for s in k.syms)
         argv = (ctypes.c_void_p * max(1, len(keep)))(*[_ptr(a) for a in keep])
