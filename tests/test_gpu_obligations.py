@@ -445,3 +445,23 @@ def test_gather_through_loaded_indices_is_unknown_not_a_crash():
     rec = check_spec(Spec("f32", 2, (1, 8), False, True, [("gather", 1, "raw")]), 2,
                      target="cuda")
     assert rec.status == "ok" and rec.compared > 0, rec.message
+
+
+def test_row_major_offsets_split_into_coordinates_only_within_their_row():
+    """``i * N + j`` and ``i' * N + j'`` are equal iff ``(i, j) = (i', j')``
+    when the guards keep ``j, j'`` in ``[0, N)`` -- the barrier proof
+    compares those (linear) coordinates instead of the (nonlinear) offsets;
+    without the bound it keeps the offsets (``0 * N + N = 1 * N + 0``)."""
+    from tilenest.proofs.barriers import coordinates
+
+    i, j, i2, j2, N = E.Var("i"), E.Var("j"), E.Var("i2"), E.Var("j2"), E.Sym("N")
+    ea, eb = E.add(E.mul(i, N), E.add(j, 4)), E.add(E.mul(i2, N), j2)
+    ga = [E.pand(E.add(j, 4).ge(0), E.add(j, 4).lt(N))]
+    gb = [j2.ge(0), j2.lt(N)]
+    assert coordinates(ea, eb, ga, gb) == [(i, i2), (E.add(j, 4), j2)]
+    assert coordinates(ea, eb, ga, [j2.ge(0)]) == [(ea, eb)]
+    # three dimensions: (i * N + j) * K + l
+    K, l = E.Sym("K"), E.Var("l")
+    e3 = E.add(E.mul(E.add(E.mul(i, N), j), K), l)
+    g3 = [j.ge(0), j.lt(N), l.ge(0), l.lt(K)]
+    assert coordinates(e3, e3, g3, g3) == [(i, i), (j, j), (l, l)]

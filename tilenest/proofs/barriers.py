@@ -615,6 +615,63 @@ def _path_bound(sc: _Scenario, rens: dict[str, dict[str, str]],
     return total.le(sc.lag) if terms else None
 
 
+def _split(e: E.Expr, s: E.Expr) -> tuple[E.Expr, E.Expr] | None:
+    """``(x, y)`` with ``e = x * s + y`` and ``s`` not in ``y`` (None when
+    ``s`` occurs in ``e`` otherwise than as a factor of a product term)."""
+    terms, k = E._linear(e)
+    x: E.Expr = E.Const(0)
+    y: E.Expr = E.Const(k)
+    for atom, c in terms.items():
+        fs = atom.factors if isinstance(atom, E.Mul) else (atom,)
+        if fs.count(s) == 1:
+            rest: E.Expr = E.Const(c)
+            for f in fs:
+                if f is not s and f != s:
+                    rest = E.mul(rest, f)
+            x = E.add(x, rest)
+        elif s in E.leaves(atom):
+            return None
+        else:
+            y = E.add(y, E.mul(c, atom))
+    return (x, y) if x != E.Const(0) else None
+
+
+def _atoms(guards: list[E.Pred]) -> list[E.Pred]:
+    out: list[E.Pred] = []
+    for g in guards:
+        out.extend(_atoms(list(g.items)) if isinstance(g, E.PAnd) else [g])
+    return out
+
+
+def _within(y: E.Expr, s: E.Expr, guards: list[E.Pred]) -> bool:
+    """Do the guards state ``0 <= y`` and ``y < s`` (as atoms, up to moving
+    terms across)?"""
+    diffs = {(g.op, E.add(g.a, E.mul(-1, g.b))) for g in _atoms(guards) if isinstance(g, E.Cmp)}
+    lo = (">=", y) in diffs or ("<=", E.mul(-1, y)) in diffs
+    top = E.add(y, E.mul(-1, s))
+    hi = ("<", top) in diffs or (">", E.mul(-1, top)) in diffs or \
+        ("<=", E.add(top, 1)) in diffs
+    return lo and hi
+
+
+def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred]
+                ) -> list[tuple[E.Expr, E.Expr]]:
+    """Pairs ``(x_i, y_i)`` whose equality together is that of the elements
+    ``ea`` and ``eb``: a row-major offset ``x * S + y`` of a symbolic row
+    length ``S`` whose guards bound ``y`` to ``[0, S)`` on both sides splits
+    into its row and its column (``x_a S + y_a = x_b S + y_b`` iff ``x_a =
+    x_b`` and ``y_a = y_b`` then), recursively; the products of a symbol
+    and a variable would leave the linear fragments otherwise."""
+    for s in sorted({lf for lf in E.leaves(ea) | E.leaves(eb) if isinstance(lf, E.Sym)},
+                    key=E.to_str):
+        pa, pb = _split(ea, s), _split(eb, s)
+        if pa is None or pb is None:
+            continue
+        if _within(pa[1], s, ga) and _within(pb[1], s, gb):
+            return coordinates(pa[0], pb[0], ga, gb) + [(pa[1], pb[1])]
+    return [(ea, eb)]
+
+
 def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
           extents: E.Expr) -> Obligation:
     pid = ph.pid.name
@@ -649,7 +706,9 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
     opaque = a.index is None or b.index is None  # an element computed from data
     ea = None if a.index is None else E.rename(a.index, ren_a)
     eb = None if b.index is None else E.rename(b.index, ren_b)
-    same = Fm.TRUE if opaque else Fm.atom(ea.eq(eb))
+    same = Fm.TRUE if opaque else Fm.conj(*(
+        Fm.atom(E.rename(x, ren_a).eq(E.rename(y, ren_b)))
+        for x, y in coordinates(a.index, b.index, a.guards, b.guards)))
     hyp = Fm.conj(Fm.atom(E.Var(pid).ge(0)), Fm.atom(E.Var(pid).lt(extents)),
                   _facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
                   Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)

@@ -426,7 +426,7 @@ TN_FN void tn_mma_f16(float* d, const unsigned* a, const unsigned* b) {
 // wait orders its group: the latest completion the PTX semantics permit, so
 // a consumer that reads a version too early reads the poison
 template <int N> TN_FN void tn_cp_async_wait() {
-  unsigned char bytes[32];
+  alignas(16) unsigned char bytes[32];
   void* dst;
   int n;
   while ((n = tn_emu::async_complete(N, &dst, bytes)) > 0) memcpy(dst, bytes, n);
@@ -435,14 +435,14 @@ template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
   static_assert(B == 4 || B == 8 || B == 16 || B == 32, "cp.async copies 4, 8 or 16 bytes");
   tn_emu::require_aligned(dst, B < 16 ? B : 16);
   tn_emu::require_aligned(src, B < 16 ? B : 16);
-  void* slot;
-  while (!(slot = tn_emu::async_issue(dst, B))) {  // a full queue: the oldest lands now
-    unsigned char bytes[32];
+  alignas(16) unsigned char data[B];
+  memcpy(data, src, B);  // the source is read at issue
+  while (!tn_emu::async_issue(dst, data, B)) {  // a full queue: the oldest lands now
+    alignas(16) unsigned char bytes[32];
     void* d;
     int n = tn_emu::async_complete(-(1 << 30), &d, bytes);
     memcpy(d, bytes, n);
   }
-  memcpy(slot, src, B);
 }
 TN_FN void tn_cp_async_commit() { tn_emu::async_commit(); }
 #else

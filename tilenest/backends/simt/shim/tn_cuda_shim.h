@@ -193,8 +193,19 @@ struct AsyncCopy {
     void *dst;
     int bytes;
     int group;           /* the fiber's commit count at issue */
-    unsigned char data[32];
+    alignas(16) unsigned char data[32];
 };
+/* The queue is the emulator's own memory, reused by every block's threads:
+ * it is copied word by word here (uninstrumented, and through volatile so
+ * that the compiler makes no memcpy call of it, which TSan would see); the
+ * kernel's own accesses -- the source read, the shared-memory write -- stay
+ * in the prelude, where TSan sees them. */
+typedef uint32_t __attribute__((__may_alias__)) async_word;
+TN_RT void async_words(void *dst, const void *src, int bytes) {
+    volatile async_word *d = (volatile async_word *)dst;
+    const volatile async_word *s = (const volatile async_word *)src;
+    for (int k = 0; k < bytes / 4; ++k) d[k] = s[k];
+}
 enum { ASYNC_MAX = 64 };  /* pending copies per thread; the oldest completes early past it */
 
 struct Fiber {
@@ -706,32 +717,41 @@ TN_RT void require_aligned(const void *p, unsigned long long align) {
              "alignment at %p in thread %d", align, p, S.cur->lin);
 }
 
-/* cp.async of the running thread. async_issue gives the buffer its `bytes`
- * source bytes are to be copied into now, or null when the thread's queue is
- * full, and the copy completes at once (a completion the semantics permit);
+/* cp.async of the running thread. async_issue queues the copy of `bytes`
+ * source bytes (read by the caller) to `dst`, false when the thread's queue
+ * is full (the caller completes the oldest copy first: a completion the
+ * semantics permit);
  * async_commit closes a group; async_complete hands out the oldest pending
  * copy whose group is older than the `keep` newest committed ones (its byte
  * count, 0 when none is left; a negative `keep` reaches uncommitted copies
  * too), for the caller -- kernel code, seen by TSan -- to write. Groups
  * complete in order, as on the device. */
-TN_RT void *async_issue(void *dst, int bytes) {
+TN_RT bool async_issue(void *dst, const void *data, int bytes) {
     Fiber *me = S.cur;
-    if (me->npending == ASYNC_MAX) return nullptr;
+    if (me->npending == ASYNC_MAX) return false;
     AsyncCopy *c = &me->pending[me->npending++];
     c->dst = dst;
     c->bytes = bytes;
     c->group = me->committed;
-    return c->data;
+    async_words(c->data, data, bytes);
+    return true;
 }
 TN_RT void async_commit() { S.cur->committed++; }
 TN_RT int async_complete(int keep, void **dst, unsigned char *out) {
     Fiber *me = S.cur;
     if (me->npending == 0 || me->pending[0].group >= me->committed - keep) return 0;
-    AsyncCopy c = me->pending[0];
-    memmove(&me->pending[0], &me->pending[1], sizeof(AsyncCopy) * (size_t)(--me->npending));
-    *dst = c.dst;
-    memcpy(out, c.data, (size_t)c.bytes);
-    return c.bytes;
+    AsyncCopy *c = &me->pending[0];
+    int n = c->bytes;
+    *dst = c->dst;
+    async_words(out, c->data, n);
+    --me->npending;
+    for (int k = 0; k < me->npending; ++k) {  /* the queue moves up one */
+        me->pending[k].dst = me->pending[k + 1].dst;
+        me->pending[k].bytes = me->pending[k + 1].bytes;
+        me->pending[k].group = me->pending[k + 1].group;
+        async_words(me->pending[k].data, me->pending[k + 1].data, me->pending[k + 1].bytes);
+    }
+    return n;
 }
 
 /* Index builtins: values of the running fiber (set by the scheduler). */
