@@ -420,18 +420,6 @@ def cmd_campaign(a: argparse.Namespace) -> int:
     return 1 if rep["bugs"] else 0
 
 
-def _not_yet(what: str, issue: str) -> Any:
-    def run(a: argparse.Namespace) -> int:
-        raise NotAvailableError(f"'tilenest {what}' is not available in this build yet",
-                                hint=f"it arrives with the {issue}; see README.md")
-    return run
-
-
-# ---------------------------------------------------------------------------
-# argument validators: each returns the converted value or raises
-# ArgumentTypeError, which the parser reports as a usage error naming the option
-
-
 def _int_at_least(lo: int) -> Callable[[str], int]:
     def conv(text: str) -> int:
         try:
@@ -673,12 +661,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "reorder_fold, drop_reduce_seed): a self-test of the campaign")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.set_defaults(fn=cmd_campaign)
-    for name, issue, help_ in (
-            ("bench", "benchmarks", "run benchmarks"),):
-        s = sub.add_parser(name, help=help_ + " (not yet available)")
-        s.add_argument("args", nargs=argparse.REMAINDER)
-        s.add_argument("--json", action="store_true")
-        s.set_defaults(fn=_not_yet(name, issue))
+    from . import bench
+
+    s = sub.add_parser("bench", help="run the benchmarks (ratios to baselines timed in the "
+                       "same run)")
+    bench.add_arguments(s)
+    s.set_defaults(fn=bench.run)
     return ap
 
 
