@@ -185,9 +185,12 @@ MATRIX = [
      ["exclude each other"]),
     ("conformance-no-case", "conformance --suite {d}/adir", 1, ["has no cases"]),
     # -- bench and the top level
-    ("bench", "bench", 3, ["not available"]),
-    ("bench-args", "bench gemm --size 9", 3, ["not available"]),
-    ("bench-json", "bench --json", 3, ["not available"]),
+    ("bench-only", "bench --only bogus", 1, ["'bogus'", "valid names: softmax"]),
+    ("bench-samples", "bench --samples 0", 1, ["--samples", "least allowed value 1"]),
+    ("bench-size", "bench --size huge", 1, ["--size", "huge"]),
+    ("bench-suite", "bench --suite gpu", 1, ["--suite", "gpu"]),
+    ("bench-threads", "bench --threads 0", 1, ["--threads"]),
+    ("bench-json", "bench --only gemm --json --samples x", 1, ["--samples", "'x'"]),
     ("no-subcommand", "", 1, ["cmd"]),
     ("unknown-subcommand", "frobnicate x", 1, ["frobnicate"]),
     ("top-level-option", "--bogus show x", 1, ["--bogus"]),
@@ -215,7 +218,7 @@ def test_every_subcommand_has_five_bad_inputs():
     per: dict[str, int] = {}
     for name, *_ in MATRIX:
         per[name.split("-")[0]] = per.get(name.split("-")[0], 0) + 1
-    for cmd in ("show", "run", "check", "lower", "validate", "conformance"):
+    for cmd in ("show", "run", "check", "lower", "validate", "conformance", "bench"):
         assert per.get(cmd, 0) >= 5, (cmd, per)
 
 
