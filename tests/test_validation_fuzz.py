@@ -1,11 +1,12 @@
 """Differential fuzzing of the whole lowering with random well-typed kernels.
 
-The default run checks 500 hypothesis-generated kernels (derandomized, so CI
+The default run checks 300 hypothesis-generated kernels (derandomized, so CI
 is reproducible; a failure shrinks to a minimal spec and is reported with its
 TileIR and DSL source), plus a seeded campaign whose skip and refusal rates
 must stay low. ``-m slow`` runs a long seeded campaign (5,000 programs by
 default; ``TILENEST_FUZZ_CAMPAIGN`` changes the count), also available as
-``python -m tilenest.validation.fuzz N SEED``."""
+``python -m tilenest.validation.fuzz N SEED``; ``TILENEST_FUZZ_EXAMPLES`` sets the
+hypothesis count, and ``tilenest campaign fuzz`` runs the fuzz at scale."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _explain(r) -> str:  # type: ignore[no-untyped-def]
     return f"{r.status}: {r.message}\n--- TileIR ---\n{r.tileir}\n--- DSL ---\n{r.source}"
 
 
-@settings(max_examples=int(os.environ.get("TILENEST_FUZZ_EXAMPLES", "500")), deadline=None,
+@settings(max_examples=int(os.environ.get("TILENEST_FUZZ_EXAMPLES", "300")), deadline=None,
           derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(specs())
