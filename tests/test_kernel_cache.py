@@ -389,3 +389,29 @@ def test_concurrent_processes_share_one_entry_safely(tmp_path, monkeypatch):
     KC.MEMORY.clear()
     assert _axpb().compile(target="llvm").cached == "disk"  # the entry left is whole
     KC.MEMORY.clear()
+
+
+def test_the_legality_verdicts_in_memory_are_bounded(monkeypatch):
+    """The gate's verdict cache keeps at most ``CACHE_ENTRIES`` entries,
+    least recently used out: a compile needs three (races, schedule,
+    layouts), the newest stay."""
+    import tilenest as tn
+    from tilenest import f32
+    from tilenest.lowering import default_schedule, legality as LG
+
+    @tn.kernel
+    def twice(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], *, c=2.0):
+        (n,) = x.shape
+        for p in tn.parallel(tn.shape(tn.cdiv(n, 4))):
+            o = tn.coord(p.index() * 4)
+            y(o, tn.shape(4)).store(x[o, tn.shape(4), tn.bounds.zero] * c)
+
+    LG.clear_cache()
+    monkeypatch.setattr(LG, "CACHE_ENTRIES", 4)
+    progs = [twice.specialize(c=float(c)).program for c in (2, 3)]
+    for p in progs:
+        LG.legality(p, default_schedule(p, "llvm"))
+    assert len(LG._CACHE) == 4
+    last = LG._keys(progs[1], default_schedule(progs[1], "llvm"))
+    assert all(k in LG._CACHE for k in last)
+    LG.clear_cache()

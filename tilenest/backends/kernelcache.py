@@ -563,25 +563,6 @@ def configure(max_entries: int | None = None, max_bytes: int | None = None) -> N
     MEMORY.configure(max_entries, max_bytes)
 
 
-def _forget_verdicts(value: Any) -> None:
-    """Drop an evicted kernel's entries from the legality gate's verdict cache
-    (``lowering/legality.py`` keeps them per program and schedule), so that the
-    bound covers them too; a no-op if that cache is not there."""
-    from ..lowering import legality as LG
-
-    keys = getattr(LG, "_keys", None)
-    cache, lock = getattr(LG, "_CACHE", None), getattr(LG, "_LOCK", None)
-    if keys is None or not isinstance(cache, dict) or lock is None:
-        return
-    program, schedule = getattr(value, "program", None), getattr(value, "schedule", None)
-    if program is None or schedule is None:
-        return
-    with lock:
-        for k in keys(program, schedule):
-            cache.pop(k, None)
-
-
-MEMORY.on_evict = _forget_verdicts
 
 
 def release_memory() -> None:

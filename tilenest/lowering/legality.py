@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from ..errors import RaceError, TilenestError, VerifyError
@@ -57,8 +58,27 @@ from ..semantics.ir import TileProgram
 #: per-query budget of the gate (seconds); an exhausted budget gives ``unknown``
 TIMEOUT = 2.0
 
-_CACHE: dict[str, list[Any]] = {}
+#: verdicts kept in memory (least recently used first out); each key is a
+#: program's races, a schedule's decisions or a program's layouts
+CACHE_ENTRIES = 512
+_CACHE: OrderedDict[str, list[Any]] = OrderedDict()
 _LOCK = threading.Lock()
+
+
+def _get(key: str) -> list[Any] | None:
+    with _LOCK:
+        got = _CACHE.get(key)
+        if got is not None:
+            _CACHE.move_to_end(key)
+        return got
+
+
+def _put(key: str, obs: list[Any]) -> None:
+    with _LOCK:
+        _CACHE[key] = obs
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > CACHE_ENTRIES:
+            _CACHE.popitem(last=False)
 
 
 def _keys(program: TileProgram, schedule: Any) -> tuple[str, str, str]:
@@ -125,20 +145,16 @@ def legality(program: TileProgram, schedule: Any) -> list[Any]:
     raise on a refuted one, or on an unknown layout obligation the user did
     not assume; return them all (with their verdicts)."""
     kr, ks, kl = _keys(program, schedule)
-    with _LOCK:
-        races, sched, lays = _CACHE.get(kr), _CACHE.get(ks), _CACHE.get(kl)
+    races, sched, lays = _get(kr), _get(ks), _get(kl)
     if races is None:
         races = _discharged(lambda: _race_obligations(program, schedule.aliases))
-        with _LOCK:
-            _CACHE[kr] = races
+        _put(kr, races)
     if sched is None:
         sched = _discharged(lambda: schedule_obligations(program, schedule))
-        with _LOCK:
-            _CACHE[ks] = sched
+        _put(ks, sched)
     if lays is None:
         lays = _discharged(lambda: layout_obligations(program), tuple(schedule.assume))
-        with _LOCK:
-            _CACHE[kl] = lays
+        _put(kl, lays)
     obs = races + sched + lays
     _refuse(obs)
     _refuse_unproved_layouts(lays)
