@@ -57,8 +57,8 @@ class ArgumentBinder:
                     raise TilenestError(
                         f"argument '{v.name}' is not a C-contiguous aligned array; {why}",
                         p.loc, A.packed_hint(g, a))
-                if isinstance(a, np.ndarray) and len(t.shape) > 1:
-                    for d, x in enumerate((st or _dense(a))[:-1]):
+                if st is not None:  # only a strided view runs a variant that reads strides
+                    for d, x in enumerate(st[:-1]):
                         syms[stride_symbol(v.name, d)] = x
                 keep.append(a)
             else:
@@ -112,15 +112,6 @@ class ArgumentBinder:
             groups.setdefault(root(i), []).append(args[i].name)
         return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
-
-
-def _dense(a: np.ndarray) -> tuple[int, ...]:
-    """The C-contiguous strides of ``a`` in elements."""
-    out, n = [], 1
-    for x in reversed(a.shape):
-        out.append(n)
-        n *= x
-    return tuple(reversed(out))
 
 
 def same_array(a: Any, b: Any) -> bool:

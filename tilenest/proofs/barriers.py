@@ -626,7 +626,7 @@ def _split(e: E.Expr, s: E.Expr) -> tuple[E.Expr, E.Expr] | None:
         if fs.count(s) == 1:
             rest: E.Expr = E.Const(c)
             for f in fs:
-                if f is not s and f != s:
+                if f != s:
                     rest = E.mul(rest, f)
             x = E.add(x, rest)
         elif s in E.leaves(atom):
