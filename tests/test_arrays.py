@@ -381,3 +381,23 @@ def test_a_narrowed_torch_tensor_runs_on_llvm():
     k.compile(target="llvm")(ta, torch.from_numpy(b), c)
     oracle = tn.reference(k, np.ascontiguousarray(a), b, np.zeros((M, N), np.float32))
     assert oracle.admits(c.numpy()).ok
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("dt,off", [(bf16, 8), (bf16, 3)], ids=["aligned", "unaligned"])
+def test_a_sliced_host_input_runs_on_the_gpu(dt, off):
+    """The strided variant on a real GPU: a column slice of a wider host array
+    is copied by its memory span and read through ``A.stride0``; the result
+    is the oracle's."""
+    from tilenest.backends import cuda
+    from tilenest.workloads import WORKLOADS
+
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    k = WORKLOADS["gemm"].kernel(dt, {"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"})
+    a, b, (M, N) = _gemm_strided_case(dt, M=130, K=96, N=70, off=off, pad=8 if off == 8 else 9)
+    assert not a.flags.c_contiguous
+    oracle = tn.reference(k, np.ascontiguousarray(a), b, np.zeros((M, N), dt.np))
+    c = np.zeros((M, N), dt.np)
+    k.compile(target="cuda", device="gpu")(a, b, c)
+    assert oracle.admits(c).ok
