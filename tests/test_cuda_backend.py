@@ -114,7 +114,7 @@ def test_wrong_distribution_is_caught():
     text = ck.source.text
     # the thread -> element map of every distributed loop: l = 32 r + t; a
     # stride of 16 leaves elements unwritten and others written twice
-    mutated = text.replace("(32ll * ((long long)v_r", "(16ll * ((long long)v_r")
+    mutated = re.sub(r"\(32(ll)? \* \(\((long long|int)\)v_r", r"(16\1 * ((\2)v_r", text)
     assert mutated != text
     assert _caught(kern, _mutant(ck, mutated), x)
 

@@ -44,6 +44,11 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             raise UsageError(f"stages={schedule.stages!r}: versions of each produced tile, "
                              "an int in [1, 8]", hint="e.g. Schedule(stages=3); 1 turns "
                              "the buffering off")
+        if schedule.index_bits not in (32, 64):
+            from ..errors import UsageError
+
+            raise UsageError(f"index_bits={schedule.index_bits!r}: the width of index "
+                             "arithmetic, 32 or 64", hint="e.g. Schedule(index_bits=64)")
         if schedule.stages > 1:
             from .double_buffer import double_buffer
 

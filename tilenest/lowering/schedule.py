@@ -63,6 +63,12 @@ those the program admits:
   are consumed (``lowering/double_buffer.py``; 1: no rewrite, 2: double
   buffering, the default on ``cuda``, where the producers' stores become
   ``cp.async`` copies; each version counts against the shared capacity).
+* ``index_bits`` -- on ``cuda``, the width of the generated code's index
+  arithmetic: 32 (the default) where every index value is bounded by the
+  loop ranges (the ``index.width`` obligation of ``proofs/gpu.py``; a call
+  whose sizes break the bound runs the 64-bit variant of the kernel, compiled
+  when first needed), or 64. 32-bit code has about half the integer
+  instructions (and NVRTC compiles it many times faster).
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -123,13 +129,14 @@ class Schedule:
     stage_loads: bool = False
     mma_unit: str = "auto"
     stages: int = 1
+    index_bits: int = 32
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
-                     self.stage_loads, self.mma_unit, self.stages))
+                     self.stage_loads, self.mma_unit, self.stages, self.index_bits))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores

@@ -9,6 +9,11 @@ preconditions a runtime checks per call.
   widest thread loop) satisfy ``1 <= W <= max_threads and W % 32 == 0``;
 * ``binding.limit`` (grid): per phase, ``prod(extents) <= 2**31 - 1`` programs
   for all symbol values;
+* ``index.width``: every index value the generated code computes (each
+  index expression and every subexpression of it) fits a 32-bit ``int``
+  with ``2**20`` to spare (:data:`INDEX_LIMIT`), bounded from the loop
+  ranges (:func:`index_bounds`): the code may then do its index arithmetic
+  in 32 bits; a call whose sizes break it runs a 64-bit variant;
 * ``binding.registers``: per phase, with ``regs`` the registers per thread
   that ``ptxas`` reports for the phase's entry, ``roundup(regs, unit) * W <=
   65536`` (``unit = 1`` by default; the hardware allocates per warp in units
@@ -39,12 +44,17 @@ from .obligation import PROVED, REFUTED, Obligation
 SHARED = "shared.capacity"
 LIMIT = "binding.limit"
 REGISTERS = "binding.registers"
+INDEX = "index.width"
 
 #: shared memory per block on sm_90 (227 KiB of opt-in dynamic shared memory)
 SHARED_LIMIT = 232448
 MAX_THREADS = 1024
 MAX_GRID = 2**31 - 1
 REGISTERS_PER_BLOCK = 65536
+#: the largest index magnitude 32-bit index code may meet: ``2**31 - 1`` less
+#: ``2**20`` for the small offsets code generation adds to bounded expressions
+#: (vector widths, fragment offsets within shared memory)
+INDEX_LIMIT = 2**31 - 2**20
 WARP = 32
 
 
@@ -205,3 +215,203 @@ def register_limits(kernel: Any, regs: Mapping[str, int],
         ob.decider = decide
         out.append(ob)
     return out
+
+
+# ---------------------------------------------------------------------------- index width
+class IndexWidth:
+    """The ``index.width`` precondition: for a call's sizes, every index value
+    the code computes lies in ``[-limit, limit]``.
+
+    ``defs`` gives each index variable's definitions: ``("range", lo, hi)``
+    for a loop ``v in [lo, hi)`` (or the program id, ``[0, programs)``),
+    ``("value", e)`` for an assignment. :meth:`holds` evaluates the interval
+    of every node of every ``root`` expression for the call's symbol values
+    (exact interval arithmetic on integers; a sum or product is checked after
+    each term, in the order the code adds them), so intermediate values are
+    covered too. Intervals of variables follow their definitions: the program
+    id is below ``prod(extents)``, so ``pid // n`` is below ``extents[0]``
+    when ``n`` is the product of the others (a bound over the symbols alone
+    would lose that)."""
+
+    def __init__(self, defs: dict[str, tuple], roots: tuple[E.Expr, ...],
+                 limit: int = 2**31 - 2**20):
+        self.defs, self.roots, self.limit = defs, roots, limit
+        self.pred = E.TRUE  # not a predicate over the symbols: see holds()
+        self.what = "32-bit index values"
+
+    def holds(self, syms: Mapping[str, int]) -> bool:
+        try:
+            self.intervals(syms)
+        except OverflowError:
+            return False
+        return True
+
+    def intervals(self, syms: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+        """Each index variable's interval; OverflowError at the first value
+        outside the limit."""
+        lim = self.limit
+        env = {E.Sym(k): int(v) for k, v in syms.items()}
+        memo: dict[str, tuple[int, int]] = {}
+
+        def ok(iv: tuple[int, int]) -> tuple[int, int]:
+            if iv[0] < -lim or iv[1] > lim:
+                raise OverflowError(iv)
+            return iv
+
+        def var(name: str) -> tuple[int, int]:
+            if name not in memo:
+                lo, hi = None, None
+                for d in self.defs[name]:
+                    if d[0] == "range":
+                        a, b = ev(d[1]), ev(d[2])
+                        iv = (a[0], max(a[0], b[1] - 1))
+                    else:
+                        iv = ev(d[1])
+                    lo = iv[0] if lo is None else min(lo, iv[0])
+                    hi = iv[1] if hi is None else max(hi, iv[1])
+                memo[name] = ok((lo, hi))
+            return memo[name]
+
+        def fdiv(a: int, b: int) -> int:
+            return 0 if b == 0 else a // b
+
+        def ev(e: E.Expr) -> tuple[int, int]:
+            if isinstance(e, E.Const):
+                return ok((int(e.value), int(e.value)))
+            if isinstance(e, E.Sym):
+                v = int(E.evaluate(e, env))
+                return ok((v, v))
+            if isinstance(e, E.Var):
+                return var(e.name)
+            if isinstance(e, E.Add):
+                lo = hi = 0
+                for t in e.terms:
+                    a = ev(t)
+                    lo, hi = ok((lo + a[0], hi + a[1]))
+                return lo, hi
+            if isinstance(e, E.Mul):
+                lo = hi = 1
+                for f in e.factors:
+                    a = ev(f)
+                    c = (lo * a[0], lo * a[1], hi * a[0], hi * a[1])
+                    lo, hi = ok((min(c), max(c)))
+                return lo, hi
+            a, b = ev(e.a), ev(e.b)
+            if isinstance(e, E.MinMax):
+                f = min if e.op == "min" else max
+                return f(a[0], b[0]), f(a[1], b[1])
+            m = max(abs(a[0]), abs(a[1]))
+            if b[0] != b[1]:  # a divisor that varies: no larger than |a| or |b|
+                r = m if isinstance(e, E.FloorDiv) else max(abs(b[0]), abs(b[1]))
+                return ok((-r, r))
+            c = b[0]
+            if isinstance(e, E.FloorDiv):
+                if c == -1:
+                    return ok((-a[1], -a[0]))
+                q = (fdiv(a[0], c), fdiv(a[1], c))
+                return min(q), max(q)
+            if c in (0, -1):
+                return 0, 0
+            if c > 0 and 0 <= a[0] and a[1] < c:
+                return a
+            return (0, c - 1) if c > 0 else (c + 1, 0)
+
+        for r in self.roots:
+            ev(r)
+        return memo
+
+    def __str__(self) -> str:
+        return (f"every index value within +-{self.limit} ({len(self.roots)} index "
+                "expressions, checked per call)")
+
+
+def index_width(kernel: Any, roots: Iterable[E.Expr],
+                limit: int | None = None) -> Obligation | str:
+    """The ``index.width`` obligation of 32-bit code for ``kernel`` whose
+    generated code computes the index expressions ``roots`` (module
+    docstring), or the reason there is none: data-dependent indices
+    (``Val``), bit operations, a variable holding a data value, or one
+    defined from itself. Proved when the kernel has no symbols and the bound
+    holds; otherwise its precondition (:class:`IndexWidth`) is checked for
+    each call's sizes."""
+    from ..lowering import loopir as L
+    from .obligation import UNKNOWN
+
+    limit = INDEX_LIMIT if limit is None else limit
+    defs: dict[str, list[tuple]] = {}
+    data: set[str] = set()
+    for ph in kernel.phases:
+        n: E.Expr = E.Const(1)
+        for x in ph.extents:
+            n = E.mul(n, x)
+        defs.setdefault(ph.pid.name, []).append(("range", E.Const(0), n))
+        for st in L.walk(ph.body):
+            if isinstance(st, L.For):
+                defs.setdefault(st.var.name, []).append(("range", st.lo, st.hi))
+            elif isinstance(st, L.Assign):
+                if isinstance(st.value, L.IExpr):
+                    defs.setdefault(st.var.name, []).append(("value", st.value.e))
+                elif isinstance(st.value, L.Const) and isinstance(st.value.value, int):
+                    c = E.Const(int(st.value.value))
+                    defs.setdefault(st.var.name, []).append(("value", c))
+                else:
+                    data.add(st.var.name)
+            elif isinstance(st, (L.Shuffle, L.LaneReduce)):
+                data.add(st.dst.name)
+    roots = tuple(dict.fromkeys(roots))
+    seen: set[str] = set()
+
+    def check(e: E.Expr, path: tuple[str, ...]) -> None:
+        for lf in E.leaves(e):
+            if isinstance(lf, E.Val):
+                raise ValueError(f"the index {E.to_str(e)} depends on data ({lf.name})")
+            if isinstance(lf, E.Var):
+                if lf.name in data or lf.name not in defs:
+                    raise ValueError(f"the index variable {lf.name} holds a data value")
+                if lf.name in path:
+                    raise ValueError(f"the index variable {lf.name} is defined from itself")
+                if lf.name not in seen:
+                    for d in defs[lf.name]:
+                        for x in d[1:]:
+                            check(x, path + (lf.name,))
+                    seen.add(lf.name)
+        if _has_bitop(e):
+            raise ValueError(f"the index {E.to_str(e)} has bit operations")
+
+    try:
+        for r in roots:
+            check(r, ())
+    except ValueError as x:
+        return str(x)
+    used = {k: tuple(v) for k, v in defs.items() if k in seen}
+    pc = IndexWidth(used, roots, limit)
+    syms = sorted({lf.name for r in roots for lf in E.leaves(r) if isinstance(lf, E.Sym)}
+                  | {lf.name for d in used.values() for x in d[1:] for lf in E.leaves(x)
+                     if isinstance(lf, E.Sym)})
+    ob = Obligation(INDEX, f"{kernel.name}: index values fit 32 bits ({len(roots)} index "
+                    f"expressions within +-{limit})", role="evidence",
+                    formula_text=str(pc), witness={"precondition": pc, "symbols": syms})
+    if not syms:
+        if not pc.holds({}):
+            return f"an index value exceeds +-{limit}"
+        ob.set(PROVED, "interval")
+    else:
+        ob.set(UNKNOWN, "interval", "checked for each call's sizes; a call that breaks it "
+               "runs the kernel's 64-bit variant")
+    return ob
+
+
+def _has_bitop(e: E.Expr) -> bool:
+    if isinstance(e, E.BitOp):
+        return True
+    return any(_has_bitop(c) for c in _children(e))
+
+
+def _children(e: E.Expr) -> tuple[E.Expr, ...]:
+    if isinstance(e, E.Add):
+        return tuple(e.terms)
+    if isinstance(e, E.Mul):
+        return tuple(e.factors)
+    if isinstance(e, (E.FloorDiv, E.Mod, E.MinMax, E.BitOp)):
+        return (e.a, e.b)
+    return ()

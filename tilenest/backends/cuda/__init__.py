@@ -66,7 +66,7 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
     distributed loops appended to ``maps``)."""
     k = lower_verified(program, s, maps)
     aliased = frozenset(n for g in s.aliases for n in g)
-    return k, emit_cuda(k, aliased)
+    return k, emit_cuda(k, aliased, s.index_bits)
 
 
 def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
@@ -171,9 +171,21 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     reg_obs = list(gpu.register_limits(k, regs))
     discharge(reg_obs, timeout=2.0)
     obs += _refuse_refuted(reg_obs)
+    if not isinstance(src.index, str | None):
+        obs.append(src.index)
     ck = CudaKernel(program, k, s, src, built, dev, obs, time.perf_counter() - t0)
     ck.precondition = gpu.launch_precondition(res)
+    ck.index_precondition = _index_precondition(src)
     return ck
+
+
+def _index_precondition(src: CudaSource) -> Any:
+    """What a launch of ``src`` must check for its index width (None: nothing)."""
+    from ...proofs.obligation import PROVED
+
+    if src.index_bits == 64 or src.index.status == PROVED:
+        return None
+    return src.index.witness["precondition"]
 
 
 def disk_key(program: TileProgram, s: Schedule) -> str:
@@ -208,6 +220,9 @@ def _store(dkey: str, ck: CudaKernel) -> None:
                 "precondition": None if pc is None else {"pred": KC.pred_json(pc.pred),
                                                          "what": pc.what},
                 "kernels": [_info_json(i) for i in ck.source.kernels],
+                "index": {"bits": ck.source.index_bits,
+                          "pred": None if ck.index_precondition is None
+                          else KC.pred_json(ck.index_precondition.pred)},
                 "nvrtc": {"log": b.log, "options": list(b.options), "arch": b.arch,
                           "name": b.name, "version": list(b.nvrtc_version)}}
 
@@ -232,13 +247,17 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
         built = compiled_cuda(parts["cubin"], parts["ptx"].decode() if "ptx" in parts else None,
                               str(nv["log"]), [str(o) for o in nv["options"]], str(nv["arch"]),
                               str(nv["name"]), tuple(nv["version"]))
-        src = CudaSource(parts["source"].decode(), tuple(_info_of(i) for i in meta["kernels"]))
+        src = CudaSource(parts["source"].decode(), tuple(_info_of(i) for i in meta["kernels"]),
+                         int(meta["index"]["bits"]))
         obs = [KC.obligation_of(o) for o in meta["obligations"]]
         ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
                         0.0, lower=lambda: lower_verified(program, s))
         pc = meta["precondition"]
         ck.precondition = None if pc is None else Precondition(KC.pred_of(pc["pred"]),
                                                                str(pc["what"]))
+        ip = meta["index"]["pred"]
+        ck.index_precondition = None if ip is None else Precondition(
+            KC.pred_of(ip), f"{program.name}: 32-bit index values")
         ck.cached = "disk"
         return ck
 

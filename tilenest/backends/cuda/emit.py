@@ -111,6 +111,10 @@ class CudaSource:
 
     text: str
     kernels: tuple[CudaKernelInfo, ...]
+    #: the width of the index arithmetic (32 only under ``index``'s precondition)
+    index_bits: int = 64
+    #: the ``index.width`` obligation of 32-bit code, or why the code is 64-bit
+    index: Any = None
 
 
 def _float_literal(v: float, dt: D.DType) -> str:
@@ -165,8 +169,18 @@ class _Names:
 class Emitter:
     """CUDA C++ for one SIMT-form loop-IR kernel."""
 
-    def __init__(self, k: L.Kernel, restrict: bool = True, aliased: frozenset[str] = frozenset()):
+    def __init__(self, k: L.Kernel, restrict: bool = True, aliased: frozenset[str] = frozenset(),
+                 narrow: bool = False):
         self.k = k
+        #: index arithmetic in 32-bit ``int`` (valid only under the
+        #: ``index.width`` precondition) instead of ``long long``
+        self.narrow_index = narrow
+        self.it, self.sfx = ("int", "") if narrow else ("long long", "ll")
+        #: every index expression emitted (the roots of ``idx`` calls)
+        self.roots: list[E.Expr] = []
+        self._depth = 0
+        #: locals holding index values (loop variables, index assignments)
+        self.index_locals = _index_locals(k)
         self.restrict = restrict
         self.aliased = aliased
         self.names = _Names()
@@ -186,12 +200,21 @@ class Emitter:
 
     # -- index expressions ------------------------------------------------------
     def idx(self, e: E.Expr) -> str:
+        if self._depth == 0:
+            self.roots.append(e)
+        self._depth += 1
+        try:
+            return self._idx(e)
+        finally:
+            self._depth -= 1
+
+    def _idx(self, e: E.Expr) -> str:
         if isinstance(e, E.Const):
-            return f"{int(e.value)}ll"
+            return f"{int(e.value)}{self.sfx}"
         if isinstance(e, E.Sym):
             return self.names(e.name, "S")
         if isinstance(e, (E.Var, E.Val)):
-            return f"((long long){self.names(e.name)})"
+            return f"(({self.it}){self.names(e.name)})"
         if isinstance(e, E.Add):
             return "(" + " + ".join(self.idx(t) for t in e.terms) + ")"
         if isinstance(e, E.Mul):
@@ -474,7 +497,7 @@ class Emitter:
         if s.kind == "thread":
             if self.in_thread:
                 raise NotAvailableError("nested thread loops have no cuda lowering")
-            self.w(f"{v} = (long long)threadIdx.x;  // thread loop over [0, {E.to_str(s.hi)})")
+            self.w(f"{v} = ({self.it})threadIdx.x;  // thread loop over [0, {E.to_str(s.hi)})")
             self.w("{")
             self.in_thread = True
             self.block(s.body)
@@ -782,7 +805,7 @@ class Emitter:
         nf = self.names(f"nf.{rn}", "tn")
         self.w("{")
         self.ind += 1
-        self.w(f"const long long {nf} = tn_clamp({self.idx(full)}, {lo}, {hi});")
+        self.w(f"const {self.it} {nf} = tn_clamp({self.idx(full)}, {lo}, {hi});")
         at = {r: s.lo}
         self.w(f"if ({' && '.join(self.aligned(plan, at))}) {{  // full groups: "
                f"{plan.V} lanes, vector accesses")
@@ -829,7 +852,7 @@ class Emitter:
         self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
         self.w(f"const int {u}_g = {u}_l >> 2, {u}_q = {u}_l & 3, {u}_r = {u}_l & 7, "
                f"{u}_bi = ({u}_l >> 3) & 1, {u}_bj = {u}_l >> 4;")
-        self.w(f"const long long {u}_oa = {self.idx(s.a.offset)}, {u}_ob = "
+        self.w(f"const {self.it} {u}_oa = {self.idx(s.a.offset)}, {u}_ob = "
                f"{self.idx(s.b.offset)}, {u}_oc = {self.idx(s.c.offset)};")
         self.w(f"(void){u}_g; (void){u}_q; (void){u}_r; (void){u}_bi; (void){u}_bj; "
                f"(void){u}_oa; (void){u}_ob; (void){u}_oc;")
@@ -870,8 +893,8 @@ class Emitter:
         for x, n in (("p", s.m // 16), ("n", s.n // 8), ("h", 2), ("e", 2)):
             self.w("#pragma unroll")
             self.w(f"for (int {u}_{x} = 0; {u}_{x} < {n}; ++{u}_{x})")
-        at = (f"{cb}[{u}_oc + (16 * {u}_p + {u}_g + 8 * {u}_h) * {c.si}ll + "
-              f"(8 * {u}_n + 2 * {u}_q + {u}_e) * {c.sj}ll]")
+        at = (f"{cb}[{u}_oc + (16 * {u}_p + {u}_g + 8 * {u}_h) * {c.si}{self.sfx} + "
+              f"(8 * {u}_n + 2 * {u}_q + {u}_e) * {c.sj}{self.sfx}]")
         reg = f"{u}_d[{u}_p][{u}_n][2 * {u}_h + {u}_e]"
         self.w(f"  {reg} = {at};" if load else f"  {at} = {reg};")
 
@@ -947,7 +970,7 @@ class Emitter:
         dj = f"8 * {u}_bj" + (f" + {u}_r" if contiguous == "i" else "")
         fn = "tn_ldsm_x4" if contiguous == pair else "tn_ldsm_x4_t"
         off = f"{u}_o{'a' if pair == 'j' else 'b'}"
-        at = (f"{off} + ({i0} + {di}) * {f.si}ll + ({j0} + {dj}) * {f.sj}ll")
+        at = (f"{off} + ({i0} + {di}) * {f.si}{self.sfx} + ({j0} + {dj}) * {f.sj}{self.sfx}")
         return f"{fn}({regs}, {self.buf(f.buf)} + ({at}))"
 
     def lane_reduce(self, s: L.LaneReduce) -> None:
@@ -970,8 +993,8 @@ class Emitter:
             else:
                 r = " __restrict__" if self.restrict and b.name not in self.aliased else ""
                 out.append((f"{mem(b.dtype)}*{r}", self.buf(b)))
-        for s in self.k.syms:
-            out.append(("long long", self.names(s, "S")))
+        for s in self.k.syms:  # 64-bit in the ABI; narrowed in the body (phase)
+            out.append(("long long", self.names(s, "S") + ("_w" if self.narrow_index else "")))
         out.append(("int*", "tn_status"))
         return out
 
@@ -994,6 +1017,10 @@ class Emitter:
         self.w(f'extern "C" __global__ void __launch_bounds__({W}) {name}(')
         self.w("    " + ", ".join(f"{t} {n}" for t, n in params) + ") {")
         self.ind += 1
+        if self.narrow_index:
+            for s in self.k.syms:
+                S = self.names(s, "S")
+                self.w(f"const int {S} = (int){S}_w;")
         if layout:
             self.w("extern __shared__ __align__(16) unsigned char tn_smem[];")
             for b, off in layout:
@@ -1009,13 +1036,14 @@ class Emitter:
         decl: dict[str, L.LVar] = {ph.pid.name: ph.pid}
         decl.update(L.assigned(ph.body))
         for nm, var in decl.items():
-            self.w(f"{reg(var.dtype)} {self.names(nm)};")
-        n = "1ll"
+            t = self.it if nm in self.index_locals else reg(var.dtype)
+            self.w(f"{t} {self.names(nm)};")
+        n = f"1{self.sfx}"
         for x in ph.extents:
             n = f"({n} * {self.idx(x)})"
         pid = self.names(ph.pid.name)
         if ph.parallel:
-            self.w(f"{pid} = (long long)blockIdx.x;")
+            self.w(f"{pid} = ({self.it})blockIdx.x;")
             self.stmts(ph.body)
         else:
             self.w(f"for ({pid} = 0; {pid} < {n}; ++{pid}) {{")
@@ -1040,6 +1068,39 @@ class Emitter:
         return CudaSource("\n".join(self.lines) + "\n", infos)
 
 
-def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset()) -> CudaSource:
-    """The CUDA C++ source of SIMT-form kernel ``k`` (see the module docstring)."""
-    return Emitter(k, aliased=aliased).source()
+def _index_locals(k: L.Kernel) -> set[str]:
+    """Locals that only ever hold index values: program ids, loop variables
+    and variables assigned nothing but index expressions."""
+    idx, data = set(), set()
+    for ph in k.phases:
+        idx.add(ph.pid.name)
+        for st in L.walk(ph.body):
+            if isinstance(st, L.For):
+                idx.add(st.var.name)
+            elif isinstance(st, L.Assign):
+                (idx if isinstance(st.value, L.IExpr) else data).add(st.var.name)
+            elif isinstance(st, (L.Shuffle, L.LaneReduce)):
+                data.add(st.dst.name)
+    return idx - data
+
+
+def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
+              index_bits: int = 64) -> CudaSource:
+    """The CUDA C++ source of SIMT-form kernel ``k`` (see the module docstring).
+
+    With ``index_bits=32`` the index arithmetic is 32-bit wherever every index
+    expression emitted is bounded by the loop ranges: the source then carries
+    the ``index.width`` obligation (:func:`tilenest.proofs.gpu.index_width`),
+    whose precondition a launch must meet; otherwise (a data-dependent index,
+    or a bound over the limit for every size) the code is 64-bit and
+    ``index`` says why."""
+    from ...proofs import gpu
+
+    if index_bits == 64:
+        return Emitter(k, aliased=aliased).source()
+    em = Emitter(k, aliased=aliased, narrow=True)
+    src = em.source()
+    ob = gpu.index_width(k, em.roots)
+    if isinstance(ob, str):
+        return replace(Emitter(k, aliased=aliased).source(), index=ob)
+    return replace(src, index_bits=32, index=ob)

@@ -85,6 +85,10 @@ class CudaKernel(ArgumentBinder):
         self._calls = 0
         #: the launch precondition of the resource obligations (checked per call)
         self.precondition: Any = None
+        #: the precondition of 32-bit index code (``index.width``); None when
+        #: nothing needs checking (64-bit code, or proved for every size)
+        self.index_precondition: Any = None
+        self._index_fits: dict[tuple[int, ...], bool] = {}
 
     @property
     def kernel(self) -> Any:
@@ -131,15 +135,31 @@ class CudaKernel(ArgumentBinder):
         return f"<compiled {self.program.name} for cuda ({self.device})>"
 
     def variant(self, aliases: tuple[tuple[str, ...], ...],
-                strided: tuple[str, ...] = ()) -> "CudaKernel":
+                strided: tuple[str, ...] = (), index_bits: int | None = None) -> "CudaKernel":
         """This kernel compiled for a call whose parameters alias as ``aliases``
         (no ``__restrict__`` on them; legality checked with each group as one
-        tensor) and whose ``strided`` parameters are strided views."""
+        tensor), whose ``strided`` parameters are strided views, and with
+        ``index_bits`` of index arithmetic (default: this kernel's)."""
         from . import compile_program
 
-        return compile_program(self.program, self.schedule.with_(aliases=aliases,
-                                                                 strided=strided),
-                               device=self.device)
+        s = self.schedule.with_(aliases=aliases, strided=strided,
+                                index_bits=index_bits or self.schedule.index_bits)
+        return compile_program(self.program, s, device=self.device)
+
+    def index_fits(self, syms: dict[str, int]) -> bool:
+        """Whether this kernel's index arithmetic is exact for a call with these
+        sizes (the ``index.width`` precondition of 32-bit code; remembered
+        per size tuple). A call where it fails runs the 64-bit variant."""
+        pc = self.index_precondition
+        if pc is None:
+            return True
+        key = tuple(int(syms[s]) for s in self.facts.syms)
+        fits = self._index_fits.get(key)
+        if fits is None:
+            if len(self._index_fits) >= 256:
+                self._index_fits.clear()
+            fits = self._index_fits[key] = pc.holds(dict(zip(self.facts.syms, key)))
+        return fits
 
     def arguments(self, arrays: tuple) -> tuple:
         """The call's arguments as the kernel reads them: on a GPU, device arrays
@@ -179,6 +199,9 @@ class CudaKernel(ArgumentBinder):
                 dev.append(None)
         env = bind_call(p, tuple(metas), params)
         syms = {k.name: int(v) for k, v in env.items()}
+        if not self.index_fits(syms):
+            return self.variant(self.schedule.aliases, self.schedule.strided,
+                                64).bound(*arrays, params=params)
         keep = []
         for v, a, d in zip(p.args, metas, dev, strict=True):
             if d is not None:
@@ -209,9 +232,10 @@ class CudaKernel(ArgumentBinder):
         arrays, params = order_arguments(self.program, arrays, named, params)
         keep, syms = self.bind(arrays, params)
         groups, strided = self.aliases(keep), self.strided(keep)
-        if groups != self.schedule.aliases or strided != self.schedule.strided:
-            return self.variant(groups, strided)(*arrays, params=params, policy=policy, seed=seed,
-                                        poison=poison)
+        fits = self.index_fits(syms)
+        if groups != self.schedule.aliases or strided != self.schedule.strided or not fits:
+            return self.variant(groups, strided, None if fits else 64)(
+                *arrays, params=params, policy=policy, seed=seed, poison=poison)
         k = self.facts
         symvals = [int(syms[s]) for s in k.syms]
         for info, n, smem in self.launches(syms):

@@ -208,6 +208,24 @@ TN_FN long long tn_xmod(long long a, long long b) {
 }
 TN_FN long long tn_xmin(long long a, long long b) { return a < b ? a : b; }
 TN_FN long long tn_xmax(long long a, long long b) { return a > b ? a : b; }
+// the same in 32 bits, for code whose index values are proved to fit an int
+// (the index.width obligation); the overloads are chosen by the operands' type
+TN_FN int tn_clamp(int x, int lo, int hi) {
+  return x < lo ? lo : (x > hi ? (hi > lo ? hi : lo) : x);
+}
+TN_FN int tn_xfloordiv(int a, int b) {
+  if (b == 0) return 0;
+  if (b == -1) return -a;
+  int q = a / b, r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
+}
+TN_FN int tn_xmod(int a, int b) {
+  if (b == 0 || b == -1) return 0;
+  int r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+TN_FN int tn_xmin(int a, int b) { return a < b ? a : b; }
+TN_FN int tn_xmax(int a, int b) { return a > b ? a : b; }
 
 // ---------------------------------------------------------------------------
 // float arithmetic (the wide type: float for f16/bf16/f32, double for f64)
