@@ -149,7 +149,9 @@ _SCRIPT = textwrap.dedent('''
     print(json.dumps({"calls": calls, "ok": bool((y == x * 3 + 1).all()),
                       "cubin": len(ck.cubin), "llvm_s": t_llvm, "cuda_s": t_cuda,
                       "llvm": vars(jit.DISK.stats), "nvrtc_disk": vars(nvrtc.DISK.stats),
-                      "kernels": vars(KC.DISK.stats), "from": [k.cached, ck.cached]}))
+                      "kernels": vars(KC.DISK.stats), "from": [k.cached, ck.cached],
+                      "index": [ck.source.index_bits, ck.index_fits({"N": 100}),
+                                ck.index_fits({"N": 2**31})]}))
 ''')
 
 
@@ -176,6 +178,8 @@ def test_a_second_process_loads_compiled_code_from_disk(tmp_path):
     # whole kernels from disk: the object-code and cubin stores are not even asked
     assert second["kernels"]["hits"] == 2 and second["from"] == ["disk", "disk"]
     assert second["llvm"]["hits"] == 0 and second["nvrtc_disk"]["hits"] == 0
+    # the 32-bit index precondition comes back with the kernel
+    assert first["index"] == second["index"] == [32, True, False]
     # every entry corrupted: the third process rebuilds (and stores) them
     for p in (tmp_path / "cache").rglob("*.tnc"):
         b = bytearray(p.read_bytes())
@@ -231,3 +235,33 @@ def test_a_reader_can_discard_a_whole_entry_it_cannot_use(tmp_path):
     assert not st.path("k").exists()
     assert (st.stats.hits, st.stats.misses, st.stats.corrupt) == (0, 1, 1)
     assert st.get("k") is None
+
+
+def test_tn_clear_cache_forgets_memory_and_optionally_the_disk(tmp_path, monkeypatch):
+    import numpy as np
+
+    import tilenest as tn
+    from tilenest import f32
+    from tilenest.backends import kernelcache as KC
+
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(tmp_path / "c"))
+
+    @tn.kernel
+    def plus1(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+        (n,) = x.shape
+        y = y.with_dims(*x.dims())
+        for p in tn.parallel(tn.shape(tn.cdiv(n, 16))):
+            o = tn.coord(p.index() * 16)
+            y(o, tn.shape(16)).store(x[o, tn.shape(16), tn.bounds.zero] + 1.0)
+
+    k = plus1.compile(target="llvm")
+    assert len(list((tmp_path / "c").rglob("*.tnc"))) >= 1
+    assert tn.clear_cache() == 0 and len(KC.MEMORY) == 0
+    again = plus1.compile(target="llvm")
+    assert again is not k and again.cached == "disk"  # memory forgotten, disk kept
+    n = tn.clear_cache(disk=True)
+    assert n >= 1 and not list((tmp_path / "c").rglob("*.tnc"))
+    x = np.arange(5, dtype=np.float32)
+    y = np.zeros(5, np.float32)
+    k(x, y)  # a kernel still held keeps working
+    assert np.array_equal(y, x + 1)

@@ -64,6 +64,30 @@ def validate(kernel, target: str = "llvm", inputs=None, **kw):
     return _validate(kernel, target, inputs=inputs, **kw)
 
 
+def clear_cache(disk: bool = False) -> int:
+    """Forget this process's compiled kernels (llvm and cuda), NVRTC results
+    and legality verdicts, giving their memory back; kernels a caller still
+    holds keep working. With ``disk=True`` also delete the persistent cache's
+    entries (``*.tnc`` under ``$TILENEST_CACHE_DIR``, default
+    ``~/.cache/tilenest``). Returns the number of disk entries deleted."""
+    import sys
+
+    from .backends import llvm
+
+    llvm.clear_cache()
+    if "tilenest.backends.cuda" in sys.modules:  # nothing of cuda to forget otherwise
+        sys.modules["tilenest.backends.cuda"].clear_cache()
+    if not disk:
+        return 0
+    from .diskcache import cache_root
+
+    root, n = cache_root(), 0
+    for f in root.rglob("*.tnc") if root is not None and root.is_dir() else ():
+        f.unlink(missing_ok=True)
+        n += 1
+    return n
+
+
 def parse(text: str, file: str | None = None) -> TileProgram:
     """Parse TileIR text into a TileProgram."""
     from .semantics.parser import parse_program
@@ -81,6 +105,7 @@ __all__ = [
     "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
     "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
     "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "validate", "parse",
+    "clear_cache",
     *_fn_all,
 ]
 

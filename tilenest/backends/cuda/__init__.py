@@ -221,8 +221,7 @@ def _store(dkey: str, ck: CudaKernel) -> None:
                                                          "what": pc.what},
                 "kernels": [_info_json(i) for i in ck.source.kernels],
                 "index": {"bits": ck.source.index_bits,
-                          "pred": None if ck.index_precondition is None
-                          else KC.pred_json(ck.index_precondition.pred)},
+                          "check": _index_json(ck.index_precondition)},
                 "nvrtc": {"log": b.log, "options": list(b.options), "arch": b.arch,
                           "name": b.name, "version": list(b.nvrtc_version)}}
 
@@ -255,13 +254,29 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
         pc = meta["precondition"]
         ck.precondition = None if pc is None else Precondition(KC.pred_of(pc["pred"]),
                                                                str(pc["what"]))
-        ip = meta["index"]["pred"]
-        ck.index_precondition = None if ip is None else Precondition(
-            KC.pred_of(ip), f"{program.name}: 32-bit index values")
+        ck.index_precondition = _index_of(meta["index"]["check"])
         ck.cached = "disk"
         return ck
 
     return KC.read(dkey, "cuda", decode)
+
+
+def _index_json(pc: Any) -> dict | None:
+    if pc is None:
+        return None
+    return {"limit": pc.limit, "roots": [KC.expr_json(r) for r in pc.roots],
+            "defs": {n: [[d[0], *(KC.expr_json(x) for x in d[1:])] for d in ds]
+                     for n, ds in pc.defs.items()}}
+
+
+def _index_of(d: dict | None) -> Any:
+    from ...proofs.gpu import IndexWidth
+
+    if d is None:
+        return None
+    defs = {str(n): tuple((str(x[0]), *(KC.expr_of(y) for y in x[1:])) for x in ds)
+            for n, ds in d["defs"].items()}
+    return IndexWidth(defs, tuple(KC.expr_of(r) for r in d["roots"]), int(d["limit"]))
 
 
 def _refuse_refuted(obs: list) -> list:

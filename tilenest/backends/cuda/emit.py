@@ -605,12 +605,23 @@ class Emitter:
 
     def aligned(self, plan: "LanePlan", at: dict | None = None) -> list[str]:
         """Run-time tests that every widened access of ``plan`` is aligned to
-        its group's size (group start indices substituted by ``at``)."""
+        its group's size (group start indices substituted by ``at``): where
+        the index is a sum of terms each a multiple of the group's elements
+        given only symbol divisibilities (:func:`_divisible`), the tests are
+        those and the base pointer's alignment (none for shared memory,
+        whose buffers start at 16-byte offsets of an aligned block), all
+        invariant in the loops; otherwise the address itself."""
         out = []
         for node, e0 in plan.accesses():
-            out.append(f"tn_aligned(&{self.buf(node.buf)}[{self.idx(E.subst(e0, at or {}))}], "
-                       f"{plan.group_bytes(node)})")
-        return out
+            e, gb, b = E.subst(e0, at or {}), plan.group_bytes(node), node.buf
+            conds = _divisible(e, gb // max(1, b.dtype.itemsize)) if gb <= 16 else None
+            if conds is None:
+                out.append(f"tn_aligned(&{self.buf(b)}[{self.idx(e)}], {gb})")
+                continue
+            if b.space != "shared":
+                out.append(f"tn_aligned({self.buf(b)}, {gb})")
+            out += [self.pred(c) for c in conds]
+        return list(dict.fromkeys(out))
 
     def lane_loop(self, s: L.For) -> bool:
         """``s`` with vector accesses (:meth:`lane_plan`): a group in bounds
@@ -807,7 +818,7 @@ class Emitter:
         self.ind += 1
         self.w(f"const {self.it} {nf} = tn_clamp({self.idx(full)}, {lo}, {hi});")
         at = {r: s.lo}
-        self.w(f"if ({' && '.join(self.aligned(plan, at))}) {{  // full groups: "
+        self.w(f"if ({' && '.join(self.aligned(plan, at)) or 'true'}) {{  // full groups: "
                f"{plan.V} lanes, vector accesses")
         self.ind += 1
         self.w(f"#pragma unroll {UNROLL}")
@@ -1066,6 +1077,39 @@ class Emitter:
         self.w("")
         infos = tuple(self.phase(ph, layout, total) for ph in self.k.phases)
         return CudaSource("\n".join(self.lines) + "\n", infos)
+
+
+def _divisor(e: E.Expr) -> int:
+    """A number that divides the value of ``e`` for every value of its
+    leaves (0: ``e`` is 0)."""
+    if isinstance(e, E.Const):
+        return abs(int(e.value))
+    if isinstance(e, E.Add):
+        return math.gcd(*(_divisor(t) for t in e.terms))
+    if isinstance(e, E.Mul):
+        return math.prod(_divisor(f) for f in e.factors)
+    if isinstance(e, E.Mod) and isinstance(e.b, E.Const):
+        return math.gcd(_divisor(e.a), abs(int(e.b.value)))
+    return 1
+
+
+def _divisible(e: E.Expr, m: int) -> list[E.Pred] | None:
+    """Conditions on the symbols under which ``e`` is a multiple of ``m``:
+    each term of the sum ``e`` is, statically (:func:`_divisor`) or because a
+    symbol factor of it is a multiple of what its other factors leave;
+    None when a term has neither."""
+    conds: list[E.Pred] = []
+    for t in (e.terms if isinstance(e, E.Add) else (e,)):
+        d = _divisor(t)
+        if d % m == 0:
+            continue
+        fs = t.factors if isinstance(t, E.Mul) else (t,)
+        syms = [f for f in fs if isinstance(f, E.Sym)]
+        if not syms:
+            return None
+        rest = math.prod(_divisor(f) for f in fs if f is not syms[0])
+        conds.append(E.mod(syms[0], m // math.gcd(m, rest)).eq(0))
+    return list(dict.fromkeys(conds))
 
 
 def _index_locals(k: L.Kernel) -> set[str]:

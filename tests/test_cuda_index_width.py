@@ -1,0 +1,125 @@
+"""32-bit index arithmetic on cuda (``Schedule.index_bits``, the
+``index.width`` obligation of ``proofs/gpu.py``): the generated code does its
+index arithmetic in ``int`` where every index value is bounded by the loop
+ranges, each call's sizes are checked against the bound, and a call that
+breaks it runs the kernel's 64-bit variant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest import bf16, f32
+from tilenest.backends import cuda
+from tilenest.lowering import default_schedule
+from tilenest.proofs import gpu
+from tilenest.proofs.obligation import PROVED, UNKNOWN
+
+
+@tn.kernel
+def axpb(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):
+    (n,) = x.shape
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(tn.cdiv(n, 64))):
+        o = tn.coord(p.index() * 64)
+        t = x[o, tn.shape(64), tn.bounds.zero]
+        y(o, tn.shape(64)).store(t * 3.0 + 1.0)
+
+
+@tn.kernel
+def axpb_fixed(x: tn.Tensor[f32, "1000"], y: tn.Tensor[f32, "1000"]):
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(16)):
+        o = tn.coord(p.index() * 64)
+        t = x[o, tn.shape(64), tn.bounds.zero]
+        y(o, tn.shape(64)).store(t * 3.0 + 1.0)
+
+
+def _gemm(dt=bf16, tile=64):
+    from tilenest.workloads import WORKLOADS
+
+    return WORKLOADS["gemm"].kernel(dt, {"bm": tile, "bn": tile, "bk": 32, "loop": "pipeline"})
+
+
+def test_gemm_index_arithmetic_is_32_bit_and_checked_per_call():
+    k = _gemm()
+    ck = cuda.compile_program(k.program, device="emulated", cache=False)
+    text = ck.source.text
+    assert ck.source.index_bits == 32
+    assert "const int S_K = (int)S_K_w;" in text and "long long S_K_w" in text
+    assert "long long v_" not in text and "ll)" not in text
+    ob = [o for o in ck.obligations if o.kind == gpu.INDEX]
+    assert len(ob) == 1 and ob[0].status == UNKNOWN and ob[0].role == "evidence"
+    fits = ck.index_fits
+    assert fits({"M": 4096, "K": 4096, "N": 4096}) and fits({"M": 32768, "K": 32768, "N": 64})
+    # A is M x K: its last element's offset passes 2**31 - 2**20 here
+    assert not fits({"M": 46341, "K": 46341, "N": 64})
+    assert not fits({"M": 64, "K": 64, "N": 2**31})
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((70, 96)).astype(bf16.np)
+    b = rng.standard_normal((96, 40)).astype(bf16.np)
+    oracle = tn.reference(k, a, b, np.zeros((70, 40), bf16.np))
+    c = np.zeros((70, 40), bf16.np)
+    ck(a, b, c)
+    assert oracle.admits(c).ok
+
+
+def test_interval_bounds_follow_the_program_id_decomposition():
+    """``p0 = pid // nN`` with ``pid < nM nN`` is below ``nM``: the bound of
+    ``p0 * 128 * K`` is about ``M K``, not ``M N K`` (a bound over the symbols
+    alone would refuse 32 bits at 4096^3)."""
+    k = _gemm(tile=128)
+    _, src = cuda.stage_source(k.program, default_schedule(k.program, "cuda", stages=3))
+    pc = src.index.witness["precondition"]
+    assert pc.holds({"M": 4096, "K": 4096, "N": 4096})
+    assert pc.holds({"M": 8192, "K": 8192, "N": 8192})
+    assert not pc.holds({"M": 65536, "K": 65536, "N": 128})
+
+
+def test_a_call_the_bound_excludes_runs_the_64_bit_variant(monkeypatch):
+    monkeypatch.setattr(gpu, "INDEX_LIMIT", 5000)
+    ck = cuda.compile_program(axpb.program, device="emulated", cache=False)
+    assert ck.source.index_bits == 32
+    used = []
+    real = type(ck).variant
+
+    def spy(self, aliases, strided=(), index_bits=None):
+        v = real(self, aliases, strided, index_bits)
+        used.append(v.source.index_bits)
+        return v
+
+    monkeypatch.setattr(type(ck), "variant", spy)
+    for n, want in ((1000, []), (7000, [64])):
+        x = np.arange(n, dtype=np.float32)
+        y = np.zeros(n, np.float32)
+        ck(x, y)
+        assert np.array_equal(y, x * 3 + 1)
+        assert used == want
+    assert "long long" in ck.variant((), (), 64).source.text.split("{", 1)[1]
+
+
+def test_sizes_known_at_compile_time_are_proved_or_kept_64_bit(monkeypatch):
+    ck = cuda.compile_program(axpb_fixed.program, device="emulated", cache=False)
+    assert ck.source.index_bits == 32 and ck.index_precondition is None
+    assert [o.status for o in ck.obligations if o.kind == gpu.INDEX] == [PROVED]
+    monkeypatch.setattr(gpu, "INDEX_LIMIT", 100)
+    _, src = cuda.stage_source(axpb_fixed.program, default_schedule(axpb_fixed.program, "cuda"))
+    assert src.index_bits == 64 and "exceeds" in src.index
+
+
+def test_data_dependent_indices_keep_64_bit_code():
+    from kernels_constructs import embedding
+
+    _, src = cuda.stage_source(embedding.program, default_schedule(embedding.program, "cuda"))
+    assert src.index_bits == 64 and "depends on data" in src.index
+
+
+def test_index_bits_is_validated():
+    from tilenest.errors import UsageError
+
+    with pytest.raises(UsageError, match="index_bits=48"):
+        cuda.stage_source(axpb.program, default_schedule(axpb.program, "cuda", index_bits=48))
+    _, src = cuda.stage_source(axpb.program, default_schedule(axpb.program, "cuda",
+                                                               index_bits=64))
+    assert src.index_bits == 64 and src.index is None
