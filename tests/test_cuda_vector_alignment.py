@@ -68,11 +68,11 @@ def _scale(x: tn.Tensor[tn.f32, "R C"], y: tn.Tensor[tn.f32, "R C"]):
 def _without_alignment_test(text: str) -> str:
     """The source with every alignment test of a group guard made ``true``:
     each ``tn_aligned(p, B)`` and each divisibility of a symbol the guard
-    asks for instead of testing the address (``tn_xmod(S_C, 4) == 0``) --
+    asks for instead of testing the address (``tn_multiple(S_C, 4)``) --
     and nothing else: the guard's bounds test must stay, or the tail groups
     would read and write past the host arrays."""
     out, n = re.subn(r"tn_aligned\((.*?), (4|8|16)\)", r"(true || tn_aligned(\1, \2))", text)
-    out, m = re.subn(r"\(tn_xmod\((S_\w+), (\d+)\) == 0\)", r"(true || tn_xmod(\1, \2) == 0)", out)
+    out, m = re.subn(r"tn_multiple\((S_\w+), (\d+)\)", r"(true || tn_multiple(\1, \2))", out)
     assert n and m
     return out
 

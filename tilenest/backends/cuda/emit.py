@@ -181,6 +181,9 @@ class Emitter:
         self._depth = 0
         #: locals holding index values (loop variables, index assignments)
         self.index_locals = _index_locals(k)
+        #: symbols that are tensor extents, and index locals never negative
+        self.extents = {x.name for p in k.params for x in p.shape if isinstance(x, E.Sym)}
+        self.nonneg_vars = _nonneg_vars(k, self.extents)
         self.restrict = restrict
         self.aliased = aliased
         self.names = _Names()
@@ -219,15 +222,24 @@ class Emitter:
             return "(" + " + ".join(self.idx(t) for t in e.terms) + ")"
         if isinstance(e, E.Mul):
             return "(" + " * ".join(self.idx(t) for t in e.factors) + ")"
-        if isinstance(e, E.FloorDiv):
-            return f"tn_xfloordiv({self.idx(e.a)}, {self.idx(e.b)})"
-        if isinstance(e, E.Mod):
-            return f"tn_xmod({self.idx(e.a)}, {self.idx(e.b)})"
+        if isinstance(e, (E.FloorDiv, E.Mod)):
+            if isinstance(e.b, E.Const) and e.b.value > 0 and self.nonneg(e.a):
+                # floor and truncation agree on a non-negative dividend: plain
+                # unsigned arithmetic (a shift or a mask for a power of two)
+                u = "unsigned" if self.narrow_index else "unsigned long long"
+                op = "/" if isinstance(e, E.FloorDiv) else "%"
+                return f"(({self.it})(({u}){self.idx(e.a)} {op} {int(e.b.value)}u))"
+            f = "tn_xfloordiv" if isinstance(e, E.FloorDiv) else "tn_xmod"
+            return f"{f}({self.idx(e.a)}, {self.idx(e.b)})"
         if isinstance(e, E.MinMax):
             return f"tn_x{e.op}({self.idx(e.a)}, {self.idx(e.b)})"
         if isinstance(e, E.BitOp):
             return f"({self.idx(e.a)} {e.op} {self.idx(e.b)})"
         raise TypeError(f"cannot emit index expression {e!r}")
+
+    def nonneg(self, e: E.Expr) -> bool:
+        """Whether ``e`` is never negative (:func:`_nonneg`)."""
+        return _nonneg(e, self.extents, self.nonneg_vars)
 
     def pred(self, p: E.Pred) -> str:
         if isinstance(p, E.BoolConst):
@@ -620,7 +632,7 @@ class Emitter:
                 continue
             if b.space != "shared":
                 out.append(f"tn_aligned({self.buf(b)}, {gb})")
-            out += [self.pred(c) for c in conds]
+            out += [f"tn_multiple({self.idx(x)}, {d})" for x, d in conds]
         return list(dict.fromkeys(out))
 
     def lane_loop(self, s: L.For) -> bool:
@@ -1093,12 +1105,12 @@ def _divisor(e: E.Expr) -> int:
     return 1
 
 
-def _divisible(e: E.Expr, m: int) -> list[E.Pred] | None:
-    """Conditions on the symbols under which ``e`` is a multiple of ``m``:
-    each term of the sum ``e`` is, statically (:func:`_divisor`) or because a
-    symbol factor of it is a multiple of what its other factors leave;
-    None when a term has neither."""
-    conds: list[E.Pred] = []
+def _divisible(e: E.Expr, m: int) -> list[tuple[E.Sym, int]] | None:
+    """Conditions ``(S, d)``, "``S`` is a multiple of ``d``", under which ``e``
+    is a multiple of ``m``: each term of the sum ``e`` is, statically
+    (:func:`_divisor`) or because a symbol factor of it is a multiple of what
+    its other factors leave; None when a term has neither."""
+    conds: list[tuple[E.Sym, int]] = []
     for t in (e.terms if isinstance(e, E.Add) else (e,)):
         d = _divisor(t)
         if d % m == 0:
@@ -1108,8 +1120,62 @@ def _divisible(e: E.Expr, m: int) -> list[E.Pred] | None:
         if not syms:
             return None
         rest = math.prod(_divisor(f) for f in fs if f is not syms[0])
-        conds.append(E.mod(syms[0], m // math.gcd(m, rest)).eq(0))
+        conds.append((syms[0], m // math.gcd(m, rest)))
     return list(dict.fromkeys(conds))
+
+
+def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
+    """Whether ``e`` is never negative: constants, tensor extents and the
+    variables of ``vars_`` are not, and neither are sums, products, floor
+    quotients, minima of such, maxima with one, and remainders by a positive
+    constant."""
+    if isinstance(e, E.Const):
+        return e.value >= 0
+    if isinstance(e, E.Sym):
+        return e.name in extents
+    if isinstance(e, E.Var):
+        return e.name in vars_
+    if isinstance(e, E.Add):
+        return all(_nonneg(t, extents, vars_) for t in e.terms)
+    if isinstance(e, E.Mul):
+        return all(_nonneg(f, extents, vars_) for f in e.factors)
+    if isinstance(e, E.Mod):
+        return (isinstance(e.b, E.Const) and e.b.value > 0) or (
+            _nonneg(e.a, extents, vars_) and _nonneg(e.b, extents, vars_))
+    if isinstance(e, E.FloorDiv):
+        return _nonneg(e.a, extents, vars_) and _nonneg(e.b, extents, vars_)
+    if isinstance(e, E.MinMax):
+        f = all if e.op == "min" else any
+        return f(_nonneg(x, extents, vars_) for x in (e.a, e.b))
+    return False
+
+
+def _nonneg_vars(k: L.Kernel, extents: set[str]) -> set[str]:
+    """Index locals that are never negative: program ids, loop variables from
+    a non-negative start, and variables every assignment of which is
+    non-negative given the others (the least fixed point: a variable defined
+    from itself is not included)."""
+    defs: dict[str, list[E.Expr]] = {}
+    data: set[str] = set()
+    for ph in k.phases:
+        defs.setdefault(ph.pid.name, []).append(E.Const(0))
+        for st in L.walk(ph.body):
+            if isinstance(st, L.For):
+                defs.setdefault(st.var.name, []).append(st.lo)
+            elif isinstance(st, L.Assign):
+                if isinstance(st.value, L.IExpr):
+                    defs.setdefault(st.var.name, []).append(st.value.e)
+                else:
+                    data.add(st.var.name)
+    out: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for v, ds in defs.items():
+            if v not in out and v not in data and all(_nonneg(d, extents, out) for d in ds):
+                out.add(v)
+                grew = True
+    return out
 
 
 def _index_locals(k: L.Kernel) -> set[str]:

@@ -392,6 +392,8 @@ template <typename T, int V> struct tn_pack { T e[V]; };
 TN_FN bool tn_aligned(const void* p, unsigned long long bytes) {
   return ((unsigned long long)p & (bytes - 1)) == 0;
 }
+// whether x is a multiple of m > 0 (for either sign of x)
+TN_FN bool tn_multiple(long long x, long long m) { return x % m == 0; }
 
 // the alignment the instructions of a B-byte vector access need (0: it is
 // done element by element): a GPU faults ("misaligned address") below it
