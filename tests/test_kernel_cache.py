@@ -123,6 +123,8 @@ def test_cuda_kernels_round_trip(disk, monkeypatch):
     again = cuda.compile_program(prog, device="emulated")
     assert again.cached == "disk"
     assert again.cubin == first.cubin and again.source == first.source
+    assert again.source.index_bits == 32 and again.source.index.kind == "index.width"
+    assert again.index_fits({"N": 1000}) and not again.index_fits({"N": 2**31})
     assert again.resources == first.resources and again.built.options == first.built.options
     assert str(again.precondition) == str(first.precondition)
     assert [o.to_json() for o in again.obligations] == [o.to_json() for o in first.obligations]

@@ -790,6 +790,36 @@ def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
     return tuple(out)
 
 
+def index_definitions(k: "Kernel") -> tuple[dict[str, list[tuple]], set[str]]:
+    """Each local that may hold an index value, with its definitions, and the
+    locals that hold data values. A definition is ``("range", lo, hi)`` for a
+    loop variable in ``[lo, hi)`` (the program id: ``[0, prod(extents))``) or
+    ``("value", e)`` for an assignment of index expression (or integer
+    constant) ``e``; a local assigned anything else, or written by a warp
+    collective, holds data."""
+    defs: dict[str, list[tuple]] = {}
+    data: set[str] = set()
+    for ph in k.phases:
+        n: E.Expr = E.Const(1)
+        for x in ph.extents:
+            n = E.mul(n, x)
+        defs.setdefault(ph.pid.name, []).append(("range", E.Const(0), n))
+        for st in walk(ph.body):
+            if isinstance(st, For):
+                defs.setdefault(st.var.name, []).append(("range", st.lo, st.hi))
+            elif isinstance(st, Assign):
+                v = st.value
+                if isinstance(v, IExpr):
+                    defs.setdefault(st.var.name, []).append(("value", v.e))
+                elif isinstance(v, Const) and isinstance(v.value, int):
+                    defs.setdefault(st.var.name, []).append(("value", E.Const(int(v.value))))
+                else:
+                    data.add(st.var.name)
+            elif isinstance(st, (Shuffle, LaneReduce)):
+                data.add(st.dst.name)
+    return defs, data
+
+
 def assigned(body: tuple) -> dict[str, LVar]:
     """Locals assigned anywhere in ``body`` (loop variables and collective
     destinations included), by name."""

@@ -338,26 +338,7 @@ def index_width(kernel: Any, roots: Iterable[E.Expr],
     from .obligation import UNKNOWN
 
     limit = INDEX_LIMIT if limit is None else limit
-    defs: dict[str, list[tuple]] = {}
-    data: set[str] = set()
-    for ph in kernel.phases:
-        n: E.Expr = E.Const(1)
-        for x in ph.extents:
-            n = E.mul(n, x)
-        defs.setdefault(ph.pid.name, []).append(("range", E.Const(0), n))
-        for st in L.walk(ph.body):
-            if isinstance(st, L.For):
-                defs.setdefault(st.var.name, []).append(("range", st.lo, st.hi))
-            elif isinstance(st, L.Assign):
-                if isinstance(st.value, L.IExpr):
-                    defs.setdefault(st.var.name, []).append(("value", st.value.e))
-                elif isinstance(st.value, L.Const) and isinstance(st.value.value, int):
-                    c = E.Const(int(st.value.value))
-                    defs.setdefault(st.var.name, []).append(("value", c))
-                else:
-                    data.add(st.var.name)
-            elif isinstance(st, (L.Shuffle, L.LaneReduce)):
-                data.add(st.dst.name)
+    defs, data = L.index_definitions(kernel)
     roots = tuple(dict.fromkeys(roots))
     seen: set[str] = set()
 

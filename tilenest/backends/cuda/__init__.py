@@ -221,7 +221,8 @@ def _store(dkey: str, ck: CudaKernel) -> None:
                                                          "what": pc.what},
                 "kernels": [_info_json(i) for i in ck.source.kernels],
                 "index": {"bits": ck.source.index_bits,
-                          "check": _index_json(ck.index_precondition)},
+                          "check": _index_json(ck.index_precondition),
+                          "why": ck.source.index if isinstance(ck.source.index, str) else None},
                 "nvrtc": {"log": b.log, "options": list(b.options), "arch": b.arch,
                           "name": b.name, "version": list(b.nvrtc_version)}}
 
@@ -246,9 +247,11 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
         built = compiled_cuda(parts["cubin"], parts["ptx"].decode() if "ptx" in parts else None,
                               str(nv["log"]), [str(o) for o in nv["options"]], str(nv["arch"]),
                               str(nv["name"]), tuple(nv["version"]))
-        src = CudaSource(parts["source"].decode(), tuple(_info_of(i) for i in meta["kernels"]),
-                         int(meta["index"]["bits"]))
         obs = [KC.obligation_of(o) for o in meta["obligations"]]
+        ix = meta["index"]
+        src = CudaSource(parts["source"].decode(), tuple(_info_of(i) for i in meta["kernels"]),
+                         int(ix["bits"]), ix["why"] or next(
+                             (o for o in obs if o.kind == "index.width"), None))
         ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
                         0.0, lower=lambda: lower_verified(program, s))
         pc = meta["precondition"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from typing import Any
 
@@ -114,7 +114,8 @@ class CudaSource:
     #: the width of the index arithmetic (32 only under ``index``'s precondition)
     index_bits: int = 64
     #: the ``index.width`` obligation of 32-bit code, or why the code is 64-bit
-    index: Any = None
+    #: (a verdict about the text, not part of its identity)
+    index: Any = field(default=None, compare=False)
 
 
 def _float_literal(v: float, dt: D.DType) -> str:
@@ -1059,7 +1060,8 @@ class Emitter:
         decl: dict[str, L.LVar] = {ph.pid.name: ph.pid}
         decl.update(L.assigned(ph.body))
         for nm, var in decl.items():
-            t = self.it if nm in self.index_locals else reg(var.dtype)
+            narrow = self.narrow_index and nm in self.index_locals and var.dtype.name == "i64"
+            t = "int" if narrow else reg(var.dtype)
             self.w(f"{t} {self.names(nm)};")
         n = f"1{self.sfx}"
         for x in ph.extents:
@@ -1155,43 +1157,22 @@ def _nonneg_vars(k: L.Kernel, extents: set[str]) -> set[str]:
     a non-negative start, and variables every assignment of which is
     non-negative given the others (the least fixed point: a variable defined
     from itself is not included)."""
-    defs: dict[str, list[E.Expr]] = {}
-    data: set[str] = set()
-    for ph in k.phases:
-        defs.setdefault(ph.pid.name, []).append(E.Const(0))
-        for st in L.walk(ph.body):
-            if isinstance(st, L.For):
-                defs.setdefault(st.var.name, []).append(st.lo)
-            elif isinstance(st, L.Assign):
-                if isinstance(st.value, L.IExpr):
-                    defs.setdefault(st.var.name, []).append(st.value.e)
-                else:
-                    data.add(st.var.name)
+    defs, data = L.index_definitions(k)
     out: set[str] = set()
     grew = True
     while grew:
         grew = False
         for v, ds in defs.items():
-            if v not in out and v not in data and all(_nonneg(d, extents, out) for d in ds):
+            if v not in out and v not in data and all(_nonneg(d[1], extents, out) for d in ds):
                 out.add(v)
                 grew = True
     return out
 
 
 def _index_locals(k: L.Kernel) -> set[str]:
-    """Locals that only ever hold index values: program ids, loop variables
-    and variables assigned nothing but index expressions."""
-    idx, data = set(), set()
-    for ph in k.phases:
-        idx.add(ph.pid.name)
-        for st in L.walk(ph.body):
-            if isinstance(st, L.For):
-                idx.add(st.var.name)
-            elif isinstance(st, L.Assign):
-                (idx if isinstance(st.value, L.IExpr) else data).add(st.var.name)
-            elif isinstance(st, (L.Shuffle, L.LaneReduce)):
-                data.add(st.dst.name)
-    return idx - data
+    """Locals that only ever hold index values (declared with the index type)."""
+    defs, data = L.index_definitions(k)
+    return set(defs) - data
 
 
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
