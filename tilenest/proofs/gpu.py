@@ -234,10 +234,8 @@ class IndexWidth:
     would lose that)."""
 
     def __init__(self, defs: dict[str, tuple], roots: tuple[E.Expr, ...],
-                 limit: int = 2**31 - 2**20):
+                 limit: int = INDEX_LIMIT):
         self.defs, self.roots, self.limit = defs, roots, limit
-        self.pred = E.TRUE  # not a predicate over the symbols: see holds()
-        self.what = "32-bit index values"
 
     def holds(self, syms: Mapping[str, int]) -> bool:
         try:

@@ -314,8 +314,11 @@ def _emit_schedule(program: TileProgram, s: Schedule) -> str:
     ck = compile_program(program, s, device="emulated")
     lines = [repr(s), summary(ck.obligations)]
     lines += [f"  {o.status:8} {o.kind}: {o.title}" for o in ck.obligations
-              if o.kind.startswith(("taskmap", "barrier", "shared", "binding"))]
+              if o.kind.startswith(("taskmap", "barrier", "shared", "binding", "index"))]
     lines.append(f"launch precondition: {ck.precondition}")
+    why = ck.source.index if isinstance(ck.source.index, str) else (
+        "checked per call" if ck.index_precondition is not None else "for every size")
+    lines.append(f"index arithmetic: {ck.source.index_bits}-bit ({why})")
     return "\n".join(lines) + "\n"
 
 
