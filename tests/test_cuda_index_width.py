@@ -123,3 +123,20 @@ def test_index_bits_is_validated():
     _, src = cuda.stage_source(axpb.program, default_schedule(axpb.program, "cuda",
                                                                index_bits=64))
     assert src.index_bits == 64 and src.index is None
+
+
+def test_expr_interval_bounds_signed_products_pinned_divisors_and_partial_sums():
+    from tilenest.semantics import expr as E
+
+    i, n = E.Var("i"), E.Sym("N")
+    ranges = {i: (-3, 5), n: (7, 7)}
+    assert E.interval(E.mul(i, E.Var("j")), {**ranges, E.Var("j"): (-2, 4)}) == (-12, 20)
+    # a divisor pinned to one positive value bounds the quotient and remainder
+    assert E.interval(E.floordiv(E.add(i, 20), n), ranges) == (2, 3)
+    assert E.interval(E.mod(E.add(i, 3), n), ranges) == (0, 7 - 1)
+    assert E.interval(E.mod(E.add(i, 3), 9), ranges) == (0, 8)  # within [0, 9): itself
+    assert E.interval(E.floordiv(i, E.Var("j")), {**ranges, E.Var("j"): (1, 2)}) == (None, None)
+    seen = []
+    E.interval(E.add(E.add(E.mul(1000, i), E.mul(-1000, E.Var("k"))), 1), {**ranges,
+               E.Var("k"): (0, 1)}, seen.append)
+    assert (-4000, 5000) in seen  # the partial sum 1000 i - 1000 k, before the + 1

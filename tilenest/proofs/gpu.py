@@ -224,11 +224,11 @@ class IndexWidth:
 
     ``defs`` gives each index variable's definitions: ``("range", lo, hi)``
     for a loop ``v in [lo, hi)`` (or the program id, ``[0, programs)``),
-    ``("value", e)`` for an assignment. :meth:`holds` evaluates the interval
-    of every node of every ``root`` expression for the call's symbol values
-    (exact interval arithmetic on integers; a sum or product is checked after
-    each term, in the order the code adds them), so intermediate values are
-    covered too. Intervals of variables follow their definitions: the program
+    ``("value", e)`` for an assignment. :meth:`holds` bounds every node of
+    every ``root`` expression for the call's symbol values
+    (:func:`tilenest.semantics.expr.interval` with a check of each
+    subexpression and of each partial sum and product, in the order the code
+    computes them), so intermediate values are covered too. Intervals of variables follow their definitions: the program
     id is below ``prod(extents)``, so ``pid // n`` is below ``extents[0]``
     when ``n`` is the product of the others (a bound over the symbols alone
     would lose that)."""
@@ -244,79 +244,39 @@ class IndexWidth:
             return False
         return True
 
-    def intervals(self, syms: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-        """Each index variable's interval; OverflowError at the first value
-        outside the limit."""
+    def intervals(self, syms: Mapping[str, int]) -> dict[E.Expr, E.Interval]:
+        """Each index variable's interval (:func:`E.interval` over its
+        definitions, the symbols pinned to the call's values); OverflowError
+        at the first value outside the limit, or an unbounded one."""
         lim = self.limit
-        env = {E.Sym(k): int(v) for k, v in syms.items()}
-        memo: dict[str, tuple[int, int]] = {}
+        ranges: dict[E.Expr, E.Interval] = {E.Sym(k): (int(v), int(v)) for k, v in syms.items()}
 
-        def ok(iv: tuple[int, int]) -> tuple[int, int]:
-            if iv[0] < -lim or iv[1] > lim:
+        def ok(iv: E.Interval) -> None:
+            if iv[0] is None or iv[1] is None or iv[0] < -lim or iv[1] > lim:
                 raise OverflowError(iv)
-            return iv
 
-        def var(name: str) -> tuple[int, int]:
-            if name not in memo:
-                lo, hi = None, None
-                for d in self.defs[name]:
-                    if d[0] == "range":
-                        a, b = ev(d[1]), ev(d[2])
-                        iv = (a[0], max(a[0], b[1] - 1))
-                    else:
-                        iv = ev(d[1])
-                    lo = iv[0] if lo is None else min(lo, iv[0])
-                    hi = iv[1] if hi is None else max(hi, iv[1])
-                memo[name] = ok((lo, hi))
-            return memo[name]
+        def bound(x: E.Expr) -> E.Interval:
+            for lf in E.leaves(x):
+                if isinstance(lf, E.Var) and lf not in ranges:
+                    var(lf)
+            return E.interval(x, ranges, ok)
 
-        def fdiv(a: int, b: int) -> int:
-            return 0 if b == 0 else a // b
-
-        def ev(e: E.Expr) -> tuple[int, int]:
-            if isinstance(e, E.Const):
-                return ok((int(e.value), int(e.value)))
-            if isinstance(e, E.Sym):
-                v = int(E.evaluate(e, env))
-                return ok((v, v))
-            if isinstance(e, E.Var):
-                return var(e.name)
-            if isinstance(e, E.Add):
-                lo = hi = 0
-                for t in e.terms:
-                    a = ev(t)
-                    lo, hi = ok((lo + a[0], hi + a[1]))
-                return lo, hi
-            if isinstance(e, E.Mul):
-                lo = hi = 1
-                for f in e.factors:
-                    a = ev(f)
-                    c = (lo * a[0], lo * a[1], hi * a[0], hi * a[1])
-                    lo, hi = ok((min(c), max(c)))
-                return lo, hi
-            a, b = ev(e.a), ev(e.b)
-            if isinstance(e, E.MinMax):
-                f = min if e.op == "min" else max
-                return f(a[0], b[0]), f(a[1], b[1])
-            m = max(abs(a[0]), abs(a[1]))
-            if b[0] != b[1]:  # a divisor that varies: no larger than |a| or |b|
-                r = m if isinstance(e, E.FloorDiv) else max(abs(b[0]), abs(b[1]))
-                return ok((-r, r))
-            c = b[0]
-            if isinstance(e, E.FloorDiv):
-                if c == -1:
-                    return ok((-a[1], -a[0]))
-                q = (fdiv(a[0], c), fdiv(a[1], c))
-                return min(q), max(q)
-            if c in (0, -1):
-                return 0, 0
-            if c > 0 and 0 <= a[0] and a[1] < c:
-                return a
-            return (0, c - 1) if c > 0 else (c + 1, 0)
+        def var(v: E.Var) -> None:
+            lo = hi = None
+            for d in self.defs[v.name]:
+                if d[0] == "range":
+                    a, b = bound(d[1]), bound(d[2])
+                    iv = (a[0], max(a[0], b[1] - 1))
+                else:
+                    iv = bound(d[1])
+                lo = iv[0] if lo is None else min(lo, iv[0])
+                hi = iv[1] if hi is None else max(hi, iv[1])
+            ranges[v] = (lo, hi)
+            ok(ranges[v])
 
         for r in self.roots:
-            ev(r)
-        return memo
+            bound(r)
+        return ranges
 
     def __str__(self) -> str:
         return (f"every index value within +-{self.limit} ({len(self.roots)} index "
@@ -381,16 +341,4 @@ def index_width(kernel: Any, roots: Iterable[E.Expr],
 
 
 def _has_bitop(e: E.Expr) -> bool:
-    if isinstance(e, E.BitOp):
-        return True
-    return any(_has_bitop(c) for c in _children(e))
-
-
-def _children(e: E.Expr) -> tuple[E.Expr, ...]:
-    if isinstance(e, E.Add):
-        return tuple(e.terms)
-    if isinstance(e, E.Mul):
-        return tuple(e.factors)
-    if isinstance(e, (E.FloorDiv, E.Mod, E.MinMax, E.BitOp)):
-        return (e.a, e.b)
-    return ()
+    return isinstance(e, E.BitOp) or any(_has_bitop(c) for c in e.children)

@@ -746,46 +746,79 @@ def _iv_scale(a: Interval, c: int) -> Interval:
     return (lo, hi) if c >= 0 else (hi, lo)
 
 
-def interval(x: Expr, ranges: Mapping[Expr, Interval]) -> Interval:
+def _iv_mul(a: Interval, b: Interval) -> Interval:
+    for k, o in ((a, b), (b, a)):
+        if k[0] is not None and k[0] == k[1]:
+            return _iv_scale(o, k[0])
+    if None not in a and None not in b:
+        c = (a[0] * b[0], a[0] * b[1], a[1] * b[0], a[1] * b[1])  # type: ignore[operator]
+        return min(c), max(c)
+    if a[0] is not None and a[0] >= 0 and b[0] is not None and b[0] >= 0:
+        hi = None if a[1] is None or b[1] is None else a[1] * b[1]
+        return a[0] * b[0], hi
+    return None, None
+
+
+def _positive(iv: Interval) -> int | None:
+    """The value of a one-point interval of a positive number, else None."""
+    return iv[0] if iv[0] is not None and iv[0] == iv[1] and iv[0] > 0 else None
+
+
+def interval(x: Expr, ranges: Mapping[Expr, Interval],
+             check: Callable[[Interval], None] | None = None) -> Interval:
     """Bounds ``(lo, hi)`` (``None`` = unbounded) on the values of ``x`` when each
-    leaf lies in ``ranges`` (leaves not listed are unbounded)."""
-    if isinstance(x, Const):
-        return x.value, x.value
-    if isinstance(x, (Sym, Var, Val)):
-        return ranges.get(x, (None, None))
-    if isinstance(x, Add):
-        out: Interval = (0, 0)
-        for t in x.terms:
-            out = _iv_add(out, interval(t, ranges))
+    leaf lies in ``ranges`` (leaves not listed are unbounded). Floor division
+    and modulo are bounded when the divisor is one positive value (a constant,
+    or a leaf pinned to one value). ``check``, when given, sees the interval
+    of every subexpression and of every partial sum and product, in the order
+    the terms and factors are listed (what code evaluating ``x`` computes)."""
+
+    def iv(x: Expr) -> Interval:
+        out = _interval(x)
+        if check is not None:
+            check(out)
         return out
-    if isinstance(x, Mul):
-        if isinstance(x.factors[0], Const) and len(x.factors) == 2:
-            return _iv_scale(interval(x.factors[1], ranges), x.factors[0].value)
-        ivs = [interval(f, ranges) for f in x.factors]
-        if all(lo is not None and lo >= 0 for lo, _ in ivs):
-            lo = 1
-            hi: int | None = 1
-            for a, b in ivs:
-                lo *= a  # type: ignore[operator]
-                hi = None if hi is None or b is None else hi * b
+
+    def _interval(x: Expr) -> Interval:
+        if isinstance(x, Const):
+            return x.value, x.value
+        if isinstance(x, (Sym, Var, Val)):
+            return ranges.get(x, (None, None))
+        if isinstance(x, Add):
+            out: Interval = (0, 0)
+            for n, t in enumerate(x.terms):
+                out = _iv_add(out, iv(t))
+                if check is not None and 0 < n < len(x.terms) - 1:
+                    check(out)
+            return out
+        if isinstance(x, Mul):
+            out = (1, 1)
+            for n, f in enumerate(x.factors):
+                out = _iv_mul(out, iv(f))
+                if check is not None and 0 < n < len(x.factors) - 1:
+                    check(out)
+            return out
+        if isinstance(x, (FloorDiv, Mod)):
+            a, c = iv(x.a), _positive(iv(x.b))
+            if c is None:
+                return None, None
+            if isinstance(x, FloorDiv):
+                return (None if a[0] is None else a[0] // c, None if a[1] is None else a[1] // c)
+            if a[0] is not None and a[1] is not None and 0 <= a[0] and a[1] < c:
+                return a
+            return 0, c - 1
+        if isinstance(x, MinMax):
+            a, b = iv(x.a), iv(x.b)
+            if x.op == "min":
+                lo = None if a[0] is None or b[0] is None else min(a[0], b[0])
+                hi = b[1] if a[1] is None else (a[1] if b[1] is None else min(a[1], b[1]))
+                return lo, hi
+            lo = b[0] if a[0] is None else (a[0] if b[0] is None else max(a[0], b[0]))
+            hi = None if a[1] is None or b[1] is None else max(a[1], b[1])
             return lo, hi
         return None, None
-    if isinstance(x, FloorDiv) and isinstance(x.b, Const) and x.b.value > 0:
-        lo, hi = interval(x.a, ranges)
-        c = x.b.value
-        return (None if lo is None else lo // c, None if hi is None else hi // c)
-    if isinstance(x, Mod) and isinstance(x.b, Const) and x.b.value > 0:
-        return 0, x.b.value - 1
-    if isinstance(x, MinMax):
-        a, b = interval(x.a, ranges), interval(x.b, ranges)
-        if x.op == "min":
-            lo = None if a[0] is None or b[0] is None else min(a[0], b[0])
-            hi = b[1] if a[1] is None else (a[1] if b[1] is None else min(a[1], b[1]))
-            return lo, hi
-        lo = b[0] if a[0] is None else (a[0] if b[0] is None else max(a[0], b[0]))
-        hi = None if a[1] is None or b[1] is None else max(a[1], b[1])
-        return lo, hi
-    return None, None
+
+    return _interval(x) if check is None else iv(x)
 
 
 # ---------------------------------------------------------------------------

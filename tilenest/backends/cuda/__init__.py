@@ -257,7 +257,7 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
         pc = meta["precondition"]
         ck.precondition = None if pc is None else Precondition(KC.pred_of(pc["pred"]),
                                                                str(pc["what"]))
-        ck.index_precondition = _index_of(meta["index"]["check"])
+        ck.index_precondition = _index_of(ix["check"])
         ck.cached = "disk"
         return ck
 

@@ -180,11 +180,12 @@ class Emitter:
         #: every index expression emitted (the roots of ``idx`` calls)
         self.roots: list[E.Expr] = []
         self._depth = 0
-        #: locals holding index values (loop variables, index assignments)
-        self.index_locals = _index_locals(k)
+        #: locals holding only index values (loop variables, index assignments)
+        defs, data = L.index_definitions(k)
+        self.index_locals = set(defs) - data
         #: symbols that are tensor extents, and index locals never negative
         self.extents = {x.name for p in k.params for x in p.shape if isinstance(x, E.Sym)}
-        self.nonneg_vars = _nonneg_vars(k, self.extents)
+        self.nonneg_vars = _nonneg_vars(defs, data, self.extents)
         self.restrict = restrict
         self.aliased = aliased
         self.names = _Names()
@@ -1152,12 +1153,12 @@ def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
     return False
 
 
-def _nonneg_vars(k: L.Kernel, extents: set[str]) -> set[str]:
-    """Index locals that are never negative: program ids, loop variables from
+def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]) -> set[str]:
+    """Index locals (``defs`` of :func:`loopir.index_definitions`, less the
+    ``data`` ones) that are never negative: program ids, loop variables from
     a non-negative start, and variables every assignment of which is
     non-negative given the others (the least fixed point: a variable defined
     from itself is not included)."""
-    defs, data = L.index_definitions(k)
     out: set[str] = set()
     grew = True
     while grew:
@@ -1167,12 +1168,6 @@ def _nonneg_vars(k: L.Kernel, extents: set[str]) -> set[str]:
                 out.add(v)
                 grew = True
     return out
-
-
-def _index_locals(k: L.Kernel) -> set[str]:
-    """Locals that only ever hold index values (declared with the index type)."""
-    defs, data = L.index_definitions(k)
-    return set(defs) - data
 
 
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
