@@ -21,6 +21,7 @@ one ordered phase of a single program.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from ..errors import NotAvailableError, TilenestError
@@ -319,9 +320,28 @@ class Lowerer:
         pitch = self.operand_pitch(h, base)
         ext = h.extents if pitch is None else h.extents[:-1] + (pitch,)
         buf = self.local(base, h.dtype, ext)
+        lay = self.operand_layout(h, base)
+        if lay is not None:
+            buf = replace(buf, layout=lay)
+            self.locals[-1] = buf
         out = BufH(buf, h.dims, h.extents, pitch)
         self.store_into(h, out)
         return out
+
+    def operand_layout(self, h: Handle, base: str) -> L.Swizzle128 | None:
+        """The swizzled arrangement of the shared copy of an ``mma`` operand
+        that warpgroup tensor cores read in place (``mma_unit="wgmma"``): a
+        2-d tile of 16-bit elements with constant extents, rows a multiple of
+        8 and a whole number of 128-byte panels per row
+        (:class:`~tilenest.lowering.loopir.Swizzle128`); None otherwise."""
+        if not (self.sched.block_threads and self.sched.mma_unit == "wgmma"
+                and base in self.mma_only and h.rank == 2 and h.dtype.itemsize == 2
+                and all(isinstance(x, E.Const) for x in h.extents)):
+            return None
+        rows, cols = (x.value for x in h.extents)
+        if rows % 8 or cols % (128 // h.dtype.itemsize):
+            return None
+        return L.Swizzle128(rows, cols, h.dtype.itemsize)
 
     def operand_pitch(self, h: Handle, base: str) -> E.Expr | None:
         """The padded row pitch of the shared copy of an ``mma`` operand on
@@ -331,7 +351,8 @@ class Lowerer:
         such rows get 16 bytes of padding (an odd number of units: the eight
         rows hit distinct banks)."""
         if not (self.target == "cuda" and self.sched.block_threads and base in self.mma_only
-                and h.rank >= 2 and isinstance(h.extents[-1], E.Const)):
+                and h.rank >= 2 and isinstance(h.extents[-1], E.Const)) or \
+                self.operand_layout(h, base) is not None:
             return None
         size = max(1, h.dtype.itemsize)
         row = h.extents[-1].value * size

@@ -9,7 +9,9 @@ it out -- those nests can be distributed by the same layout: the thread that
 owns element ``(i, j)`` in the ``mma`` also fills and reads it. Then no
 thread ever touches an element another thread owns, so ``X`` needs no shared
 memory and no barriers: it becomes a ``local`` buffer of each thread, holding
-its ``R x 4 (wm/16) (wn/8)`` elements (``R`` warp tiles per warp), the
+its ``R x 4 (wm/16) (wn/8)`` elements (``R`` warp tiles per warp; a
+warpgroup's ``wgmma`` tile ``R x 4 (wn/8)``, ``wm = 64`` rows over its four
+warps), the
 ``WarpMma`` accumulates into it as a lane fragment (``Frag.lane_cols``) and
 the nests read and write it at the cell of their element.
 
@@ -62,6 +64,8 @@ class FragTile:
     tm: int
     tn: int
     reps: int
+    #: warps computing one tile together (1: ``mma.sync``; 4: a warpgroup's ``wgmma``)
+    group: int = 1
 
     @property
     def cols(self) -> int:
@@ -69,7 +73,7 @@ class FragTile:
 
     @property
     def cells(self) -> int:
-        return self.wm * self.wn // WARP
+        return self.wm * self.wn // (WARP * self.group)
 
 
 def _const(e: E.Expr) -> int | None:
@@ -126,9 +130,9 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
                 or not _affine_is(w.c.offset, [lp.var.name for lp in loops],
                                   [w.m * cols, w.n])):
             continue
-        nw = threads // WARP
+        nw = threads // w.threads
         reps = -(-tm * tn // nw)
-        cells = w.m * w.n // WARP
+        cells = w.m * w.n // w.threads
         if reps * cells > MAX_CELLS:
             continue
         if any(X.name in (m.a.buf.name, m.b.buf.name) for m in mmas):
@@ -140,11 +144,12 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
         if any(_x_accesses(s, X.name) and id(s) not in covered for s in stmts):
             continue
         local = L.Buffer(f"{X.name}.frag{next(_ids)}", X.dtype, "local", E.Const(reps * cells))
-        out[X.name] = FragTile(X, local, w.m, w.n, tm, tn, reps)
+        out[X.name] = FragTile(X, local, w.m, w.n, tm, tn, reps, w.group)
     # a nest touching several tiles runs in one layout: they must share it
     for s in stmts:
         touched = [out[n] for n in sorted(out) if any(_x_accesses(t, n) for t in L.walk((s,)))]
-        if isinstance(s, L.For) and len({(f.wm, f.wn, f.tm, f.tn) for f in touched}) > 1:
+        if isinstance(s, L.For) and len({(f.wm, f.wn, f.tm, f.tn, f.group)
+                                         for f in touched}) > 1:
             for f in touched:
                 out.pop(f.buf.name, None)
     return out
@@ -179,4 +184,4 @@ def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tup
 def lane_frag(ft: FragTile, rep: E.Expr) -> L.Frag:
     """The ``WarpMma`` accumulator of warp tile ``rep`` of a thread: its cells
     in the thread's fragment buffer."""
-    return L.Frag(ft.local, E.mul(rep, ft.cells), 0, 0, ft.wn)
+    return L.Frag(ft.local, E.mul(rep, ft.cells), 0, 0, ft.wn, 16 * ft.group)

@@ -207,17 +207,79 @@ Expr = Union[Const, Ref, IExpr, IPred, Un, Bin, Fma, Select, Cast, Bitcast, Load
 
 
 @dataclass(frozen=True)
+class Swizzle128:
+    """The physical arrangement of a ``shared`` tile that Hopper's
+    warpgroup tensor cores read directly (``wgmma`` with the 128-byte swizzle
+    mode): a row-major ``rows x cols`` tile (logical index ``L = r cols + c``)
+    is cut into *panels* of ``A = 128 / itemsize`` columns; panel ``c // A``
+    holds its ``rows`` rows of 128 bytes one after another, and inside each
+    row the 16-byte chunk ``x`` (``G = 16 / itemsize`` elements) is stored at
+    chunk ``x XOR (r mod 8)``::
+
+        phys(L) = (c // A) rows A + r A + ((c mod A) // G  XOR  r mod 8) G + c mod G
+
+    A buffer of several versions of the tile (a ring, ``double_buffer.py``)
+    repeats it every ``rows cols`` elements. For each row the chunk map is a
+    permutation of the row's 8 chunks, so ``phys`` is a permutation of
+    ``[0, rows cols)``: distinct logical elements are distinct locations, and
+    every analysis stated over logical indices (races, barriers, bounds)
+    holds for the physical one. The loop IR keeps logical indices; only the
+    code generator applies ``phys`` (``tn_swz128`` in the CUDA prelude).
+    Groups of ``G`` consecutive elements starting at a multiple of ``G`` stay
+    contiguous and 16-byte aligned. Each 8-row group of a panel is one
+    1024-byte *atom*; the buffer starts 1024-byte aligned, which the
+    hardware's swizzle (address bits 4-6 XOR bits 7-9) requires."""
+
+    rows: int
+    cols: int
+    itemsize: int
+
+    ATOM_BYTES = 1024
+
+    def __post_init__(self) -> None:
+        a = self.panel
+        if self.itemsize not in (1, 2, 4) or self.rows % 8 or self.cols % a:
+            raise ValueError(f"swizzle128 needs rows a multiple of 8 and columns a multiple of "
+                             f"{a}: {self.rows}x{self.cols}")
+
+    @property
+    def panel(self) -> int:
+        """Columns per panel (128 bytes)."""
+        return 128 // self.itemsize
+
+    @property
+    def chunk(self) -> int:
+        """Elements per 16-byte chunk."""
+        return 16 // self.itemsize
+
+    def phys(self, index: int) -> int:
+        """The physical element position of logical ``index`` (class docstring)."""
+        period = self.rows * self.cols
+        ver, L = divmod(index, period)
+        r, c = divmod(L, self.cols)
+        A, G = self.panel, self.chunk
+        return (ver * period + (c // A) * self.rows * A + r * A
+                + ((((c % A) // G) ^ (r % 8)) * G) + c % G)
+
+    def __str__(self) -> str:
+        return f"swizzle128({self.rows}x{self.cols})"
+
+
+@dataclass(frozen=True)
 class Buffer:
     """Storage: ``size`` elements of ``dtype`` in address space ``space``
     (``global``, ``shared``, ``local`` or ``scalar``). ``size`` is an index expression over
     kernel symbols (the runtime evaluates it); ``arg`` is the kernel-argument
-    position of global/scalar buffers."""
+    position of global/scalar buffers. ``layout`` (``shared`` tiles only) is
+    a physical arrangement of the logical elements (:class:`Swizzle128`);
+    ``None`` is the identity."""
 
     name: str
     dtype: DType
     space: str
     size: E.Expr = E.Const(1)
     arg: int = -1
+    layout: Swizzle128 | None = None
 
     def __str__(self) -> str:
         return self.name
@@ -374,10 +436,14 @@ class Frag:
     si: int
     sj: int
     lane_cols: int = 0
+    #: rows between a lane's consecutive 16-row blocks ``p`` (lane fragments):
+    #: 16 for a warp's ``mma.sync`` tile, 64 for a warpgroup's ``wgmma`` tile
+    #: (whose four warps own one 16-row block each)
+    lane_period: int = 16
 
     def at(self, i: E.Expr, j: E.Expr) -> E.Expr:
         if self.lane_cols:
-            p, h = E.floordiv(i, 16), E.floordiv(E.mod(i, 16), 8)
+            p, h = E.floordiv(i, self.lane_period), E.floordiv(E.mod(i, 16), 8)
             q, e = E.floordiv(j, 8), E.mod(j, 2)
             return E.add(self.offset, frag_cell(p, q, h, e, self.lane_cols))
         return E.add(self.offset, E.add(E.mul(i, self.si), E.mul(j, self.sj)))
@@ -393,6 +459,20 @@ def frag_cell(p: E.Expr, q: E.Expr, h: E.Expr, e: E.Expr, cols: int) -> E.Expr:
     ``(p, q)``, half ``h``, pair element ``e``) among a lane's
     ``4 (m/16) (cols/8)`` elements of an ``m x cols`` tile."""
     return E.add(E.mul(E.add(E.mul(p, cols // 8), q), 4), E.add(E.mul(h, 2), e))
+
+
+def lane_cell(lane: E.Expr, p: E.Expr, q: E.Expr, h: E.Expr, e: E.Expr,
+              group: int = 1) -> tuple[E.Expr, E.Expr]:
+    """The coordinates ``(i, j)`` of accumulator element ``(p, q, h, e)`` of
+    ``lane`` in a tensor-core tile of ``group`` warps (:class:`WarpMma`):
+    ``(16 group p + 16 (lane // 32) + (lane % 32) // 4 + 8 h, 8 q + 2 (lane % 4)
+    + e)``; for one warp (``lane < 32``) the ``mma.m16n8k16`` layout."""
+    if group == 1:
+        row = E.add(E.mul(p, 16), E.add(E.floordiv(lane, 4), E.mul(h, 8)))
+    else:
+        row = E.add(E.add(E.mul(p, 16 * group), E.mul(E.floordiv(lane, 32), 16)),
+                    E.add(E.floordiv(E.mod(lane, 32), 4), E.mul(h, 8)))
+    return row, E.add(E.mul(q, 8), E.add(E.mul(E.mod(lane, 4), 2), e))
 
 
 #: the tensor-core instruction shape of :class:`WarpMma` (rows, cols, depth)
@@ -419,6 +499,15 @@ class WarpMma:
     writes exactly those of ``c``) and may read any element of the ``m x k``
     block of ``a`` and the ``k x n`` block of ``b`` (:meth:`footprint`).
     Without ``lane`` it is executed by one thread and computes every element.
+
+    With ``group = 4`` it is a *warpgroup* collective (Hopper ``wgmma``): the
+    128 threads of four consecutive warps (``lane = t % 128``, the group
+    ``t // 128``) compute an ``m x n`` tile with ``m = 64``; warp ``w = lane
+    // 32`` of the group owns rows ``16 w + l // 4 + 8 h`` (``l = lane % 32``)
+    and columns ``8 q + 2 (l % 4) + e`` for ``q < n/8`` -- the same per-warp
+    layout, one 16-row block per warp. Its operands are read straight from
+    shared memory, which must hold them in the :class:`Swizzle128`
+    arrangement (``a`` row-major ``m x k``, ``b`` row-major ``k x n``).
     """
 
     a: Frag
@@ -429,15 +518,21 @@ class WarpMma:
     k: int
     lane: E.Expr | None = None
     tag: str = "mma"
+    #: warps executing it together: 1 (``mma.sync``) or 4 (a warpgroup, ``wgmma``)
+    group: int = 1
+
+    @property
+    def threads(self) -> int:
+        """Threads of one collective instance."""
+        return 32 * self.group
 
     def lane_cells(self, lane: E.Expr) -> tuple[list[tuple["LVar", int]], E.Expr, E.Expr]:
         """The loops ``(var, extent)`` enumerating lane ``lane``'s accumulator
         elements and their coordinates ``(i, j)`` over those loop variables."""
         vs = [LVar(f"{self.tag}.{x}", INDEX) for x in ("p", "q", "h", "e")]
         p, q, h, e = (E.Var(v.name) for v in vs)
-        i = E.add(E.mul(p, 16), E.add(E.floordiv(lane, 4), E.mul(h, 8)))
-        j = E.add(E.mul(q, 8), E.add(E.mul(E.mod(lane, 4), 2), e))
-        return list(zip(vs, (self.m // 16, self.n // 8, 2, 2))), i, j
+        i, j = lane_cell(lane, p, q, h, e, self.group)
+        return list(zip(vs, (self.m // (16 * self.group), self.n // 8, 2, 2))), i, j
 
     def update(self, i: E.Expr, j: E.Expr) -> tuple["Stmt", ...]:
         """The in-order contraction of element ``(i, j)``: one admitted
@@ -636,11 +731,38 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
                        f"{expr_str(s.value)}, width={s.width}, mask={s.mask:#x})")
         elif isinstance(s, WarpMma):
             who = f", lane [{E.to_str(s.lane)}]" if s.lane is not None else ""
-            out.append(f"{pad}warp_mma.{s.m}x{s.n}x{s.k} {s.c} += {s.a} * {s.b}{who}")
+            op = "warp_mma" if s.group == 1 else "group_mma"
+            out.append(f"{pad}{op}.{s.m}x{s.n}x{s.k} {s.c} += {s.a} * {s.b}{who}")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")
         else:
             raise TypeError(f"not a loop-IR statement: {s!r}")
+
+
+#: alignment (bytes) of shared buffers without a layout
+SHARED_ALIGN = 16
+
+
+def shared_arrangement(k: "Kernel") -> tuple[list[tuple[Buffer, E.Expr]], E.Expr]:
+    """Where each ``shared`` buffer of ``k`` lies in a block's shared memory:
+    ``([(buffer, byte offset)], bytes to allocate)``. Buffers with a layout
+    (:class:`Swizzle128`, whose sizes are whole 1024-byte atoms) come first,
+    each at a multiple of 1024 bytes; the others follow in declaration order
+    at multiples of :data:`SHARED_ALIGN`. Offsets count from a base aligned
+    to the strictest of these; since a block's dynamic shared memory is only
+    guaranteed 16-byte alignment, a kernel with laid-out buffers allocates
+    1024 bytes more and rounds its base up at run time. This is the one
+    definition both the code generator and the ``shared.capacity``
+    obligation use."""
+    bufs = [b for b in k.locals if b.space == "shared"]
+    swz = [b for b in bufs if b.layout is not None]
+    off: E.Expr = E.Const(0)
+    out = []
+    for b in swz + [b for b in bufs if b.layout is None]:
+        out.append((b, off))
+        nbytes = E.mul(b.size, max(1, b.dtype.itemsize))
+        off = E.add(off, E.mul(E.cdiv(nbytes, SHARED_ALIGN), SHARED_ALIGN))
+    return out, (E.add(off, Swizzle128.ATOM_BYTES) if swz else off)
 
 
 def print_kernel(k: Kernel) -> str:
@@ -651,7 +773,8 @@ def print_kernel(k: Kernel) -> str:
         else f"{p.name}: {p.dtype}" for p in k.params)
     out.append(f"kernel {k.name}({ps}) syms [{', '.join(k.syms)}]")
     for b in k.locals:
-        out.append(f"  {b.space} {b.name}: {b.dtype}[{E.to_str(b.size)}]")
+        lay = f" {b.layout}" if b.layout is not None else ""
+        out.append(f"  {b.space} {b.name}: {b.dtype}[{E.to_str(b.size)}]{lay}")
     for e in k.errors:
         out.append(f"  error {e.code}: {e.kind}: {e.message}")
     for ph in k.phases:

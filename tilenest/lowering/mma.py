@@ -177,7 +177,9 @@ def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
 
 #: the largest warp tile side (accumulators per lane: at most 64 x 64 / 32)
 WARP_TILE = 64
-MMA_UNITS = ("auto", "tensor", "simt")
+MMA_UNITS = ("auto", "tensor", "wgmma", "simt")
+#: warpgroup tile widths tried (``wgmma`` n), widest first
+GROUP_TILE_N = (256, 128, 64)
 
 
 def warp_tile(rows: int, cols: int, warps: int) -> tuple[int, int]:
@@ -236,20 +238,60 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
         if 1 not in (si, sj) or max(si, sj) % 8:
             return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of 8 "
                     "(16-byte fragment rows)")
+    if lw.sched.mma_unit == "wgmma":
+        return _group_plan(lw, a, b, M, N, K, strides)
     wm, wn = warp_tile(M, N, lw.sched.block_threads // 32)
-    return M, N, K, wm, wn, strides
+    return M, N, K, wm, wn, strides, 1
+
+
+def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
+    """The warpgroup tile ``(64, wn)`` of an ``M x N`` output on ``groups``
+    warpgroups: the widest ``wn`` of :data:`GROUP_TILE_N` dividing ``N`` that
+    still gives every group a tile (else the narrowest dividing one)."""
+    fits = [wn for wn in GROUP_TILE_N if N % wn == 0]
+    full = [wn for wn in fits if (M // 64) * (N // wn) >= groups]
+    return 64, (full or fits[-1:])[0]
+
+
+def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
+                strides: list) -> str | tuple:
+    """The ``wgmma`` plan (``mma_unit="wgmma"``): the reason it does not
+    apply, or ``(M, N, K, 64, wn, strides, 4)``. Both operands must be shared
+    tiles in the :class:`~tilenest.lowering.loopir.Swizzle128` arrangement
+    (row-major ``M x K`` and ``K x N``: given to ``mma``-only tiles of
+    suitable extents by ``Lowerer.operand_layout``), ``M`` a multiple of 64
+    and the block a whole number of warpgroups."""
+    W = lw.sched.block_threads
+    if W % 128:
+        return f"block_threads={W} is not a whole number of warpgroups (128 threads)"
+    if M % 64:
+        return f"tile {M}x{N}x{K}: wgmma needs rows in multiples of 64"
+    for h, (R, C), (si, sj), what in ((a, (M, K), strides[0], "a"),
+                                      (b, (K, N), strides[1], "b")):
+        lay = h.buf.layout
+        if lay is None or (lay.rows, lay.cols) != (R, C) or (si, sj) != (C, 1):
+            return (f"operand {what} ({R}x{C}) is not a shared tile in the 128-byte swizzled "
+                    f"layout (rows a multiple of 8, columns a multiple of "
+                    f"{128 // max(1, h.dtype.itemsize)}, read only by this mma)")
+    wm, wn = group_tile(M, N, W // 128)
+    return M, N, K, wm, wn, strides, 4
 
 
 def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
                     plan: tuple) -> None:
     """The tensor-core nest of ``mma``: ``for.vector ib: for.vector jb:`` over
-    the ``wm x wn`` warp tiles of the output, each one ``WarpMma`` over the
-    whole contraction (the SIMT form gives each tile to one warp)."""
-    M, N, K, wm, wn, ((sam, sak), (sbk, sbn), (scm, scn)) = plan
+    the ``wm x wn`` warp (or warpgroup) tiles of the output, each one
+    ``WarpMma`` over the whole contraction (the SIMT form gives each tile to
+    one warp, or one warpgroup)."""
+    M, N, K, wm, wn, ((sam, sak), (sbk, sbn), (scm, scn)), group = plan
     fa, fb, red = roles["free_a"][0], roles["free_b"][0], roles["contraction"][0]
     tag = lw.fresh("wm", L.INDEX).name
-    lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warp tiles of "
-                      f"m16n8k16 ({a.dtype} -> f32)"))
+    if group == 1:
+        lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warp tiles of "
+                          f"m16n8k16 ({a.dtype} -> f32)"))
+    else:
+        lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warpgroup tiles of "
+                          f"wgmma m64n{wn}k16 ({a.dtype} -> f32, operands in shared memory)"))
 
     def tile(ib: E.Expr, jb: E.Expr) -> None:
         i0, j0 = E.mul(ib, wm), E.mul(jb, wn)
@@ -257,7 +299,7 @@ def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
         fr_a = L.Frag(a.buf, a.offset({fa: i0, red: zero}), sam, sak)
         fr_b = L.Frag(b.buf, b.offset({red: zero, fb: j0}), sbk, sbn)
         fr_c = L.Frag(res.buf, res.offset({fa: i0, fb: j0}), scm, scn)
-        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag))
+        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag, group=group))
 
     _loop(lw, E.Const(0), E.Const(M // wm), "vector",
           lambda ib: _loop(lw, E.Const(0), E.Const(N // wn), "vector",

@@ -55,8 +55,14 @@ those the program admits:
   ``lowering/mma.py``; an error naming the reason where the ``mma`` does not
   qualify), ``"simt"`` (per-thread micro-tiles on the ordinary FMA units) or
   ``"auto"`` (the default: tensor cores on ``cuda`` wherever the ``mma``
-  qualifies, else SIMT; on ``llvm`` always SIMT). The choice is noted in the
-  loop IR as a comment at the ``mma``.
+  qualifies, else SIMT; on ``llvm`` always SIMT). ``"wgmma"`` computes it
+  by Hopper's warpgroup instructions (``wgmma.mma_async``, sm_90a): tiles of
+  64 rows per warpgroup of 128 threads, the operands read straight from
+  shared memory, which holds them in the 128-byte swizzled arrangement
+  (``loopir.Swizzle128``); it needs ``block_threads`` a multiple of 128,
+  16-bit operand tiles read only by the ``mma`` with rows a multiple of 64
+  (``a``) or 8 (``b``) and 64-column panels (an error naming the reason
+  otherwise). The choice is noted in the loop IR as a comment at the ``mma``.
 * ``stages`` -- in the SIMT form, loops that produce tiles into shared
   memory and then consume them keep that many versions of the tiles: the
   next ``stages - 1`` iterations' tiles are produced while the current ones

@@ -46,7 +46,7 @@ from typing import Any
 
 from ..semantics import dtypes as D
 from ..semantics import expr as E
-from ..errors import UsageError
+from ..errors import NotAvailableError, UsageError
 from ..proofs import taskmap as TM
 from . import fragments
 from . import loopir as L
@@ -350,36 +350,45 @@ class _Phase:
             steps.append((tuple(fold), accesses(tuple(fold), False)))
         return steps
 
-    def warp_step(self, n: E.Expr) -> tuple[L.LVar, L.LVar, E.Expr]:
-        """Thread ``t``, step ``r`` and the warp task ``r * NW + t // 32`` of
-        a loop of ``n`` warp tasks over the ``NW = W / 32`` warps (task map
-        ``repeat(cdiv(n, NW)) * spatial(NW)``, recorded)."""
+    def warp_step(self, n: E.Expr, group: int = 1) -> tuple[L.LVar, L.LVar, E.Expr]:
+        """Thread ``t``, step ``r`` and the task ``r * NG + t // (32 group)``
+        of a loop of ``n`` tasks over the ``NG = W / (32 group)`` groups of
+        ``group`` warps (warps, or warpgroups for ``group = 4``; task map
+        ``repeat(cdiv(n, NG)) * spatial(NG)``, recorded)."""
         t, r = _fresh("t", D.i64), _fresh("r", D.i64)
-        nw = self.W // WARP
-        self.maps.append((nw, 1, n))
-        return t, r, E.add(E.mul(E.Var(r.name), nw), E.floordiv(E.Var(t.name), WARP))
+        size = WARP * group
+        ng = self.W // size
+        self.maps.append((ng, 1, n))
+        return t, r, E.add(E.mul(E.Var(r.name), ng), E.floordiv(E.Var(t.name), size))
 
-    def warp_loop(self, t: L.LVar, r: L.LVar, n: E.Expr, lin: E.Expr, work: tuple) -> list:
-        """The thread loop running ``work`` for warp task ``lin < n`` at each
-        step ``r``."""
+    def warp_loop(self, t: L.LVar, r: L.LVar, n: E.Expr, lin: E.Expr, work: tuple,
+                  group: int = 1) -> list:
+        """The thread loop running ``work`` for task ``lin < n`` at each step
+        ``r`` (tasks of ``group`` warps each)."""
         step = (L.If(L.IPred(E.cmp("<", lin, n)), work),)
-        body = (L.For(r, E.Const(0), E.cdiv(n, self.W // WARP), step, "serial"),)
+        body = (L.For(r, E.Const(0), E.cdiv(n, self.W // (WARP * group)), step, "serial"),)
         loop = L.For(t, E.Const(0), E.Const(self.W), body, "thread", scope="block")
         return [((loop,), accesses((loop,), True))]
 
     def distribute_warps(self, loops: list[L.For], inner: tuple) -> list:
-        """A ``vector`` nest whose iterations are warp collectives (``WarpMma``
-        tiles): iteration ``r * NW + w`` runs on warp ``w`` (``NW = W / 32``
-        warps, step ``r``), all 32 lanes together, each passing its lane id;
-        the task map ``repeat(cdiv(n, NW)) * spatial(NW)`` over the warps. An
+        """A ``vector`` nest whose iterations are tensor-core collectives
+        (``WarpMma`` tiles of ``group`` warps): iteration ``r * NG + g`` runs
+        on group ``g`` (``NG = W / (32 group)`` groups, step ``r``), all its
+        threads together, each passing its lane id within the group; the
+        task map ``repeat(cdiv(n, NG)) * spatial(NG)`` over the groups. An
         accumulator kept in registers (``fragments.py``) becomes the lane
         fragment of the thread's step ``r``."""
+        groups = {st.group for st in L.walk(inner) if isinstance(st, L.WarpMma)}
+        if len(groups) != 1:
+            raise NotAvailableError("one nest of tensor-core tiles mixes warp and warpgroup "
+                                    "instructions", hint="use one mma_unit per kernel")
+        group = groups.pop()
         sizes = [E.add(lp.hi, E.mul(-1, lp.lo)) for lp in loops]
         n = _product(sizes)
-        t, r, lin = self.warp_step(n)
+        t, r, lin = self.warp_step(n, group)
         assigns = [L.Assign(lp.var, L.IExpr(E.add(lp.lo, v)))
                    for lp, v in zip(loops, _unflatten(lin, sizes))]
-        lane = E.mod(E.Var(t.name), WARP)
+        lane = E.mod(E.Var(t.name), WARP * group)
 
         def fs(st: Any) -> Any:
             if not isinstance(st, L.WarpMma):
@@ -389,23 +398,24 @@ class _Phase:
             return (replace(st, lane=lane, c=c),)
 
         work = L.map_stmts(inner, lambda x: None, fs)
-        return self.warp_loop(t, r, n, lin, tuple(assigns) + work)
+        return self.warp_loop(t, r, n, lin, tuple(assigns) + work, group)
 
     def distribute_cells(self, ft: Any, loops: list[L.For], inner: tuple) -> list:
         """An elementwise nest over register tile ``ft`` (``fragments.py``) in
-        the tile's fragment layout: warp task ``(wi, wj)`` of step ``r`` as in
-        :meth:`distribute_warps`, and in it each element lane ``l`` owns --
-        ``(wi wm + 16 p + l // 4 + 8 h, wj wn + 8 q + 2 (l % 4) + e)`` -- with
-        the tile's accesses moved to that element's cell of the thread's
-        fragment buffer."""
+        the tile's fragment layout: task ``(wi, wj)`` of step ``r`` as in
+        :meth:`distribute_warps`, and in it each element its lane owns --
+        ``(wi wm, wj wn) + loopir.lane_cell(lane, p, q, h, e)`` -- with the
+        tile's accesses moved to that element's cell of the thread's fragment
+        buffer."""
         n = E.Const(ft.tm * ft.tn)
-        t, r, lin = self.warp_step(n)
+        t, r, lin = self.warp_step(n, ft.group)
         wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
-        lane = E.mod(E.Var(t.name), WARP)
+        lane = E.mod(E.Var(t.name), WARP * ft.group)
         cv = [_fresh(x, D.i64) for x in ("p", "q", "h", "e")]
         p, q, h, e = (E.Var(v.name) for v in cv)
-        i = E.add(E.mul(wi, ft.wm), E.add(E.mul(p, 16), E.add(E.floordiv(lane, 4), E.mul(h, 8))))
-        j = E.add(E.mul(wj, ft.wn), E.add(E.mul(q, 8), E.add(E.mul(E.mod(lane, 4), 2), e)))
+        i0, j0 = L.lane_cell(lane, p, q, h, e, ft.group)
+        i = E.add(E.mul(wi, ft.wm), i0)
+        j = E.add(E.mul(wj, ft.wn), j0)
         cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
 
         def fe(x: Any) -> Any:
@@ -420,9 +430,10 @@ class _Phase:
 
         work = (L.Assign(loops[0].var, L.IExpr(i)), L.Assign(loops[1].var, L.IExpr(j))) + \
             L.map_stmts(inner, fe, fs)
-        for v, ext in reversed(list(zip(cv, (ft.wm // 16, ft.wn // 8, 2, 2)))):
+        exts = (ft.wm // (16 * ft.group), ft.wn // 8, 2, 2)
+        for v, ext in reversed(list(zip(cv, exts))):
             work = (L.For(v, E.Const(0), E.Const(ext), work, "vector"),)
-        return self.warp_loop(t, r, n, lin, work)
+        return self.warp_loop(t, r, n, lin, work, ft.group)
 
     def scratch_for(self, dt: D.DType, k: int) -> L.Buffer:
         """The shared scratch of ``W/32`` values of ``dt`` (slot ``k`` of the

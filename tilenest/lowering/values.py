@@ -256,7 +256,8 @@ def _mma(lw: Lowerer, op: Operation) -> None:
 def _mma_unit(lw: Lowerer, op: Operation, a: Any, b: Any, res: BufH, roles: dict,
               ext_of: dict) -> Any:
     """The schedule's ``mma_unit`` decision for ``op``: a tensor-core plan, or
-    the reason for SIMT (``mma.tensor_plan``; ``"tensor"`` requires the plan)."""
+    the reason for SIMT (``mma.tensor_plan``; ``"tensor"`` and ``"wgmma"``
+    require the plan)."""
     unit = lw.sched.mma_unit
     if unit not in MMA_UNITS:
         raise TilenestError(f"schedule field mma_unit={unit!r} is not one of "
@@ -265,8 +266,8 @@ def _mma_unit(lw: Lowerer, op: Operation, a: Any, b: Any, res: BufH, roles: dict
         return None
     plan = tensor_plan(lw, op, a, b, res, roles, ext_of)
     if isinstance(plan, str):
-        if unit == "tensor":
-            raise TilenestError(f"mma_unit='tensor': this mma cannot run on tensor cores: {plan}",
+        if unit in ("tensor", "wgmma"):
+            raise TilenestError(f"mma_unit={unit!r}: this mma cannot run on tensor cores: {plan}",
                                 op.loc, "use mma_unit='auto' (SIMT where tensor cores do not "
                                 "apply) or change the tile")
         lw.emit(L.Comment(f"mma on the SIMT units: {plan}"))

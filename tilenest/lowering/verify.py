@@ -24,7 +24,8 @@ well formed, so that a backend may translate it without further checks:
    two f16 or two bf16 operands into an f32 accumulator, and as a warp
    collective (with a lane) stands inside a thread loop; only its
    accumulator may be a lane fragment (``Frag.lane_cols``), in a ``local``
-   buffer of a collective, with the tile's columns.
+   buffer of a collective, with the tile's columns; a warpgroup collective
+   (``group = 4``, ``wgmma``) has 64 rows, at most 256 columns and row-major operands in ``Swizzle128`` buffers.
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -232,9 +233,21 @@ class _Checker:
             if f.lane_cols:
                 raise self.fail("only the accumulator of a warp_mma may be a lane fragment", what)
         if s.c.lane_cols and (s.lane is None or s.c.lane_cols != s.n
-                              or s.c.buf.space != "local"):
+                              or s.c.buf.space != "local" or s.c.lane_period != 16 * s.group):
             raise self.fail("a lane-fragment accumulator belongs to a warp collective (lane "
                             "given), has the tile's n columns and lives in a local buffer", what)
+        if s.group not in (1, 4):
+            raise self.fail(f"a tensor-core collective of {s.group} warps (1 or 4)", what)
+        if s.group == 4:
+            if s.m != 64 or s.n > 256:
+                raise self.fail(f"warpgroup tile {s.m}x{s.n}: 64 rows, at most 256 columns",
+                                what)
+            for f, (R, C) in ((s.a, (s.m, s.k)), (s.b, (s.k, s.n))):
+                lay = f.buf.layout
+                if (lay is None or f.sj != 1 or f.si != lay.cols or lay.rows < R
+                        or lay.cols < C or lay.rows % 8):
+                    raise self.fail("warpgroup operands are row-major tiles of a buffer in the "
+                                    "swizzle128 layout", what)
 
 
 def verify_kernel(k: L.Kernel) -> None:

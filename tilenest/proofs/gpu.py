@@ -118,22 +118,24 @@ def _roundup(x: E.Expr, align: int) -> E.Expr:
     return E.mul(E.floordiv(E.add(x, align - 1), align), align) if align > 1 else x
 
 
-def shared_bytes(kernel: Any, align: int = 16) -> E.Expr:
-    """Bytes of ``shared`` memory of one block: each buffer rounded up to ``align``."""
-    total: E.Expr = E.Const(0)
-    for b in list(kernel.locals) + list(kernel.globals):
-        if b.space == "shared":
-            total = E.add(total, _roundup(E.mul(b.size, b.dtype.itemsize), align))
-    return total
+def shared_bytes(kernel: Any) -> E.Expr:
+    """Bytes of ``shared`` memory of one block, as the code generator
+    allocates them (``loopir.shared_arrangement``: each buffer rounded up to
+    its alignment, plus the slack that aligns swizzled buffers)."""
+    from ..lowering import loopir as L
+
+    return L.shared_arrangement(kernel)[1]
 
 
-def shared_capacity(kernel: Any, limit_bytes: int = SHARED_LIMIT,
-                    align: int = 16) -> Obligation:
+def shared_capacity(kernel: Any, limit_bytes: int = SHARED_LIMIT) -> Obligation:
     """``shared.capacity``: the block's shared buffers fit in ``limit_bytes``
     for all symbol values (module docstring); the precondition is
     ``shared_bytes(kernel) <= limit_bytes``."""
-    total = shared_bytes(kernel, align)
+    from ..lowering import loopir as L
+
+    total = shared_bytes(kernel)
     bufs = [b for b in kernel.locals if b.space == "shared"]
+    align = L.SHARED_ALIGN
 
     def explain(pt: dict) -> list[str]:
         env = {E.Sym(k): v for k, v in pt.items()}

@@ -198,6 +198,11 @@ class Emitter:
         #: whether some store may be an asynchronous copy (waited for at barriers)
         self.has_async = any(isinstance(s, L.Store) and s.mode == "async"
                              for ph in k.phases for s in L.walk(ph.body))
+        #: whether a warpgroup mma (wgmma) reads shared memory
+        self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
+                                 for ph in k.phases for s in L.walk(ph.body))
+        #: (operand dtype, n) of each wgmma instruction wrapper the source needs
+        self.wgmma_shapes: set[tuple[str, int]] = set()
 
     # -- output ---------------------------------------------------------------
     def w(self, line: str) -> None:
@@ -288,8 +293,18 @@ class Emitter:
     def buf(self, b: L.Buffer) -> str:
         return self.names(b.name, "b")
 
+    def elem(self, b: L.Buffer, index: str) -> str:
+        """The C lvalue of logical element ``index`` of ``b``: its physical
+        position under the buffer's layout (``loopir.Swizzle128``:
+        ``tn_swz128``), else the index itself."""
+        lay = b.layout
+        if lay is None:
+            return f"{self.buf(b)}[{index}]"
+        return (f"{self.buf(b)}[tn_swz128<{lay.rows}, {lay.cols}, {lay.panel}, {lay.chunk}>"
+                f"({index})]")
+
     def load(self, x: L.Load) -> str:
-        at = f"{self.buf(x.buf)}[{self.expr(x.index)}]"
+        at = self.elem(x.buf, self.expr(x.index))
         if x.buf.dtype.is_bool:
             at = f"({at} != 0)"
         if x.guard is None:
@@ -454,7 +469,7 @@ class Emitter:
             v = self.expr(s.value)
             if s.buf.dtype.is_bool:
                 v = f"(unsigned char)({v} ? 1 : 0)"
-            line = f"{self.buf(s.buf)}[{self.expr(s.index)}] = {v};"
+            line = f"{self.elem(s.buf, self.expr(s.index))} = {v};"
             cond = []
             if not self.in_thread and s.buf.space != "local":
                 cond.append("threadIdx.x == 0")
@@ -485,6 +500,10 @@ class Emitter:
                 if self.has_async:  # the copies since the last barrier form a group;
                     # all but the newest `keep` groups complete before it (Barrier.keep)
                     self.w(f"tn_cp_async_commit(); tn_cp_async_wait<{s.keep}>();")
+                if self.has_group_mma:
+                    # shared memory written by this thread (stores, completed
+                    # copies) is read next by the tensor cores' async proxy
+                    self.w("tn_fence_proxy_async();")
                 self.w("__syncthreads();")
             elif s.scope == "warp":
                 self.w("__syncwarp();")
@@ -598,7 +617,8 @@ class Emitter:
                 for y in L.subexprs(x):
                     if not (isinstance(y, L.Load) and isinstance(y.index, L.IExpr)
                             and y.buf.space in ("global", "shared")
-                            and y.buf.name not in touched_w and unit(y.index.e)):
+                            and y.buf.name not in touched_w and unit(y.index.e)
+                            and self.contiguous(y.buf, V)):
                         continue
                     ends = [] if y.guard is None else convex(y.guard)
                     if ends is not None and y not in loads:
@@ -609,13 +629,20 @@ class Emitter:
         for st in stmts:
             if (isinstance(st, L.Store) and st.guard is None and isinstance(st.index, L.IExpr)
                     and st.buf.space in ("global", "shared") and st.buf.name not in read
-                    and unit(st.index.e)
+                    and unit(st.index.e) and self.contiguous(st.buf, V)
                     and sum(isinstance(o, L.Store) and o.buf.name == st.buf.name
                             for o in L.walk(stmts)) == 1):
                 stores[st] = at(st.index.e, 0)
         if not loads and not stores:
             return None
         return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds))
+
+    @staticmethod
+    def contiguous(b: L.Buffer, V: int) -> bool:
+        """Whether ``V`` logically consecutive elements of ``b`` starting at a
+        multiple of ``V`` are physically consecutive: always without a
+        layout; under ``Swizzle128`` when they fit one 16-byte chunk."""
+        return b.layout is None or V * max(1, b.dtype.itemsize) <= 16
 
     def aligned(self, plan: "LanePlan", at: dict | None = None) -> list[str]:
         """Run-time tests that every widened access of ``plan`` is aligned to
@@ -630,7 +657,7 @@ class Emitter:
             e, gb, b = E.subst(e0, at or {}), plan.group_bytes(node), node.buf
             conds = _divisible(e, gb // max(1, b.dtype.itemsize)) if gb <= 16 else None
             if conds is None:
-                out.append(f"tn_aligned(&{self.buf(b)}[{self.idx(e)}], {gb})")
+                out.append(f"tn_aligned(&{self.elem(b, self.idx(e))}, {gb})")
                 continue
             if b.space != "shared":
                 out.append(f"tn_aligned({self.buf(b)}, {gb})")
@@ -679,8 +706,8 @@ class Emitter:
                   and st.value.buf.dtype == st.buf.dtype}
         for st, ld in direct.items():
             nbytes = max(1, st.buf.dtype.itemsize) * V
-            self.w(f"tn_cp_async<{nbytes}>(&{self.buf(st.buf)}[{self.idx(plan.stores[st])}], "
-                   f"&{self.buf(ld.buf)}[{self.idx(plan.loads[ld])}]);")
+            self.w(f"tn_cp_async<{nbytes}>(&{self.elem(st.buf, self.idx(plan.stores[st]))}, "
+                   f"&{self.elem(ld.buf, self.idx(plan.loads[ld]))});")
         rest = [st for st in plan.stmts if st not in direct]
         if direct and not any(isinstance(st, (L.Store, L.Check)) for st in L.walk(tuple(rest))):
             return  # nothing else has an effect (index locals only)
@@ -691,8 +718,8 @@ class Emitter:
                 continue
             t = mem(node.buf.dtype)
             q = self.names(f"vq.{k}.{vn}", "tn")
-            self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>(&{self.buf(node.buf)}"
-                   f"[{self.idx(e0)}]);")
+            self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>("
+                   f"&{self.elem(node.buf, self.idx(e0))});")
             marker = L.LVar(f"@vq{k}.{vn}", node.buf.dtype)
             self.names.map[marker.name] = f"{q}.e[{vn}]"
             repl[node] = L.Ref(marker)
@@ -718,7 +745,7 @@ class Emitter:
         self.block(wide)
         self.w("}")
         for node, e0, q, t in outs:
-            self.w(f"tn_vstore<{t}, {V}>(&{self.buf(node.buf)}[{self.idx(e0)}], {q});")
+            self.w(f"tn_vstore<{t}, {V}>(&{self.elem(node.buf, self.idx(e0))}, {q});")
 
     def promoted_loop(self, s: L.For) -> bool:
         """Scalar replacement: a thread's serial loop whose straight-line body
@@ -767,7 +794,7 @@ class Emitter:
                 marker = L.LVar(f"@rg{len(regs)}.{r}", buf.dtype)
                 self.names.map[marker.name] = r
                 regs[(buf.name, e)] = marker
-                self.w(f"{REG[buf.dtype.name]} {r} = {self.buf(buf)}[{self.idx(e)}];")
+                self.w(f"{REG[buf.dtype.name]} {r} = {self.elem(buf, self.idx(e))};")
 
         def fe(x: Any) -> Any:
             if isinstance(x, L.Load) and x.buf.name in chosen:
@@ -782,7 +809,7 @@ class Emitter:
         body = L.map_stmts(s.body, fe, fs)
         self.loop(replace(s, body=body))
         for (name, e), marker in regs.items():
-            self.w(f"{self.buf(chosen[name][0])}[{self.idx(e)}] = {self.names(marker.name)};")
+            self.w(f"{self.elem(chosen[name][0], self.idx(e))} = {self.names(marker.name)};")
         self.ind -= 1
         self.w("}")
         return True
@@ -868,6 +895,9 @@ class Emitter:
         if s.lane is None or not self.in_thread:
             self.stmts(s.reference())
             return
+        if s.group > 1:
+            self.group_mma(s)
+            return
         mode = self.mma_mode.get(s.tag, "whole")
         MT, NT, KS = s.m // 16, s.n // 8, s.k // 16
         fn = "tn_mma_bf16" if s.a.buf.dtype.name == "bf16" else "tn_mma_f16"
@@ -911,6 +941,71 @@ class Emitter:
         self.ind -= 1
         self.w("}")
 
+    def group_mma(self, s: L.WarpMma) -> None:
+        """A warpgroup ``WarpMma`` (``group = 4``) on Hopper's tensor cores:
+        per 16-deep step one ``wgmma.mma_async`` m64n``n``k16 reading both
+        operands from shared memory through matrix descriptors, then a wait
+        for all of them, so the statement is complete (its shared reads too)
+        when it ends, as the loop IR's synchronous meaning requires.
+
+        Descriptors (PTX ISA, "matrix descriptor"; 128-byte swizzle mode): ``a``
+        is K-major -- 8-row groups 1024 bytes apart (the stride offset), a
+        16-deep step 32 bytes further in its 128-byte panel row, the next panel
+        ``rows x 128`` bytes on; ``b`` is MN-major (``imm-trans-b = 1``) -- its
+        64-column panels ``rows x 128`` bytes apart (the leading offset), 8-row
+        groups 1024 bytes apart, a step ``16 x 128`` bytes on. Both tiles start
+        at a 1024-byte atom (rows a multiple of 8, columns of a panel; the
+        lowering's tiles do) of a 1024-byte aligned buffer. The accumulator
+        is the thread's ``n/2`` registers in the instruction's order
+        (``loopir.lane_cell``): the lane fragment itself, or a copy of the
+        thread's cells of ``c``."""
+        la, lb = s.a.buf.layout, s.b.buf.layout
+        if la is None or lb is None or s.m != 64:
+            raise NotAvailableError("a warpgroup mma needs 64-row tiles of swizzled shared "
+                                    "operands", hint="use mma_unit='tensor'")
+        dt = s.a.buf.dtype.name
+        self.wgmma_shapes.add((dt, s.n))
+        u = self.names(s.tag, "mma")
+        isz = max(1, s.a.buf.dtype.itemsize)
+        frag = bool(s.c.lane_cols)
+        self.w(f"{{  // group_mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
+        self.ind += 1
+        self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
+        self.w(f"const unsigned {u}_a = tn_smem_addr(&{self.elem(s.a.buf, self.idx(s.a.offset))})"
+               f", {u}_b = tn_smem_addr(&{self.elem(s.b.buf, self.idx(s.b.offset))});")
+        if frag:
+            d = f"&{self.buf(s.c.buf)}[{self.idx(s.c.offset)}]"
+        else:
+            d = f"{u}_d"
+            self.w(f"const {self.it} {u}_oc = {self.idx(s.c.offset)};")
+            self.w(f"float {u}_d[{s.n // 2}];")
+            self.group_cells(s, u, load=True)
+        self.w("tn_wgmma_fence();")
+        for j in range(s.k // 16):
+            k0 = 16 * j
+            ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
+            bo = k0 * 128
+            self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc({u}_a + {ao}u, 16u, 1024u), "
+                   f"tn_wgmma_desc({u}_b + {bo}u, {lb.rows * 128}u, 1024u));")
+        self.w("tn_wgmma_commit(); tn_wgmma_wait0();")
+        if not frag:
+            self.group_cells(s, u, load=False)
+        self.ind -= 1
+        self.w("}")
+
+    def group_cells(self, s: L.WarpMma, u: str, load: bool) -> None:
+        """Copy the thread's accumulator cells between ``c`` and the
+        registers ``u_d`` of a warpgroup mma (``load``: into the registers)."""
+        c = s.c
+        for x, n in (("q", s.n // 8), ("h", 2), ("e", 2)):
+            self.w("#pragma unroll")
+            self.w(f"for (int {u}_{x} = 0; {u}_{x} < {n}; ++{u}_{x})")
+        row = f"(16 * ({u}_l >> 5) + (({u}_l & 31) >> 2) + 8 * {u}_h)"
+        col = f"(8 * {u}_q + 2 * ({u}_l & 3) + {u}_e)"
+        at = self.elem(c.buf, f"{u}_oc + {row} * {c.si}{self.sfx} + {col} * {c.sj}{self.sfx}")
+        reg = f"{u}_d[4 * {u}_q + 2 * {u}_h + {u}_e]"
+        self.w(f"  {reg} = {at};" if load else f"  {at} = {reg};")
+
     def mma_cells(self, s: L.WarpMma, u: str, load: bool) -> None:
         """Copy the lane's accumulator elements between ``c`` and its
         fragment registers ``u_d`` (``load``: into the registers)."""
@@ -938,7 +1033,7 @@ class Emitter:
                  for w in L.walk(t.body) if isinstance(w, L.WarpMma)]
         mmas = [w for w in L.walk(s.body) if isinstance(w, L.WarpMma)]
         if len(found) != 1 or len(mmas) != 1 or found[0][1].lane is None or \
-                found[0][1].c.lane_cols:
+                found[0][1].c.lane_cols or found[0][1].group > 1:
             return None
         t, w = found[0]
         if not (len(t.body) == 1 and isinstance(t.body[0], L.For) and t.body[0].hi == E.Const(1)
@@ -1024,16 +1119,9 @@ class Emitter:
         return out
 
     def shared_layout(self) -> tuple[list[tuple[L.Buffer, E.Expr]], E.Expr]:
-        """Each shared buffer with its byte offset, and the total bytes."""
-        off: E.Expr = E.Const(0)
-        out = []
-        for b in self.k.locals:
-            if b.space != "shared":
-                continue
-            out.append((b, off))
-            nbytes = E.mul(b.size, max(1, b.dtype.itemsize))
-            off = E.add(off, E.mul(E.cdiv(nbytes, 16), 16))
-        return out, off
+        """Each shared buffer with its byte offset, and the total bytes
+        (``loopir.shared_arrangement``)."""
+        return L.shared_arrangement(self.k)
 
     def phase(self, ph: L.Phase, layout: list, total: E.Expr) -> CudaKernelInfo:
         W = self.threads_of[ph.name]  # 1 for a phase without thread loops
@@ -1048,8 +1136,15 @@ class Emitter:
                 self.w(f"const int {S} = (int){S}_w;")
         if layout:
             self.w("extern __shared__ __align__(16) unsigned char tn_smem[];")
+            base = "tn_smem"
+            if any(b.layout is not None for b, _ in layout):
+                # swizzled tiles need a 1024-byte aligned base (the allocation
+                # has that much slack: loopir.shared_arrangement)
+                self.w("unsigned char* const tn_sbase = tn_smem + ((0u - tn_smem_addr(tn_smem)) "
+                       "& 1023u);")
+                base = "tn_sbase"
             for b, off in layout:
-                self.w(f"{mem(b.dtype)}* const {self.buf(b)} = ({mem(b.dtype)}*)(tn_smem + "
+                self.w(f"{mem(b.dtype)}* const {self.buf(b)} = ({mem(b.dtype)}*)({base} + "
                        f"{self.idx(off)});")
         for b in self.k.locals:
             if b.space == "local":
@@ -1090,8 +1185,41 @@ class Emitter:
         self.w(f"// tilenest: kernel {self.k.name}")
         self.w('#include "tn_prelude.cuh"')
         self.w("")
+        head = len(self.lines)
         infos = tuple(self.phase(ph, layout, total) for ph in self.k.phases)
+        wrappers = [line for dt, n in sorted(self.wgmma_shapes) for line in wgmma_wrapper(dt, n)]
+        self.lines[head:head] = wrappers
         return CudaSource("\n".join(self.lines) + "\n", infos)
+
+
+def wgmma_wrapper(dt: str, n: int) -> list[str]:
+    """The source lines defining ``tn_wgmma_<dt>_n<n>(d, desc_a, desc_b)``:
+    ``d += a * b`` for a 64 x ``n`` x 16 step of a warpgroup, ``d`` the
+    thread's ``n/2`` accumulator registers, ``a`` K-major and ``b`` MN-major
+    (transposed) in shared memory. On the device one ``wgmma.mma_async``
+    (asynchronous: ``tn_wgmma_commit``/``tn_wgmma_wait0`` complete it); in the
+    emulator a collective of each warp computing its 16 rows
+    (``tn_cuda_shim.h``)."""
+    name = f"tn_wgmma_{dt}_n{n}"
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    bf = "true" if dt == "bf16" else "false"
+    return [
+        "#ifdef TN_EMULATE",
+        f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {bf}, {n}, (d), (da), (db))",
+        "#else",
+        f"TN_FN void {name}(float* d, tn_u64 da, tn_u64 db) {{",
+        '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"',
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} "',
+        f'               "{{{outs}}}, "',
+        f'               "%{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"',
+        f"               : {cons}",
+        f'               : "l"(da), "l"(db), "r"(1));',
+        "}",
+        "#endif",
+        "",
+    ]
 
 
 def _divisor(e: E.Expr) -> int:

@@ -436,6 +436,47 @@ TN_FN void tn_mma_f16(float* d, const unsigned* a, const unsigned* b) {
 }
 #endif
 
+// ---------------------------------------------------------------------------
+// warpgroup tensor cores (Hopper wgmma) and the shared layout they read.
+//
+// tn_swz128<R, C, A, G>(L): the physical element of logical element L of a
+// row-major R x C tile (a ring of such tiles: L beyond R*C is a later copy)
+// in the 128-byte swizzled layout (loopir.Swizzle128): panels of A columns
+// (128 bytes), each R rows of 128 bytes, 16-byte chunk x of row r stored at
+// chunk x ^ (r % 8) (G elements per chunk). L is never negative.
+template <int R, int C, int A, int G, typename T> TN_FN T tn_swz128(T L) {
+  typedef unsigned long long U;
+  const U l = (U)L, per = (U)R * C, ver = l / per, x = l % per, r = x / C, c = x % C;
+  return (T)(ver * per + (c / A) * R * A + r * A + ((((c % A) / G) ^ (r & 7)) * G) + c % G);
+}
+
+#ifdef TN_EMULATE
+TN_FN unsigned tn_smem_addr(const void* p) { return tn_emu::smem_addr(0, p); }
+TN_FN void tn_wgmma_fence() {}
+TN_FN void tn_wgmma_commit() {}
+TN_FN void tn_wgmma_wait0() {}
+TN_FN void tn_fence_proxy_async() {}
+#else
+// the address of p in the block's shared-memory window
+TN_FN unsigned tn_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+// wgmma.fence: the accumulator registers' earlier accesses are ordered before
+// the next wgmma; commit: the wgmmas issued so far form a group; wait0: every
+// group is complete (results in the registers, shared reads done)
+TN_FN void tn_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+TN_FN void tn_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+TN_FN void tn_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// this thread's writes to shared memory become visible to the async proxy
+// (the tensor cores' reads); a block barrier follows
+TN_FN void tn_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#endif
+
+// a wgmma matrix descriptor: start address, leading and stride byte offsets
+// (each in 16-byte units, 14 bits) and the 128-byte swizzle mode (1 << 62)
+TN_FN tn_u64 tn_wgmma_desc(unsigned addr, unsigned lead, unsigned stride) {
+  return (tn_u64)((addr >> 4) & 0x3fffu) | ((tn_u64)((lead >> 4) & 0x3fffu) << 16) |
+         ((tn_u64)((stride >> 4) & 0x3fffu) << 32) | (1ull << 62);
+}
+
 // asynchronous global -> shared copies of B = 4, 8 or 16 bytes (16 per
 // instruction; 32 as two). Every block barrier of a kernel with such copies
 // is preceded by tn_cp_async_commit() (the copies this thread issued since

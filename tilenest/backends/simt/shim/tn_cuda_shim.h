@@ -179,13 +179,15 @@ enum FState { F_READY, F_RUNNING, F_BARRIER, F_COLL, F_DONE, F_ABORTED };
 enum Op {
     OP_SYNCWARP, OP_SHFL_IDX, OP_SHFL_UP, OP_SHFL_DOWN, OP_SHFL_XOR,
     OP_BALLOT, OP_ANY, OP_ALL, OP_RED_ADD, OP_RED_MIN, OP_RED_MAX,
-    OP_RED_AND, OP_RED_OR, OP_RED_XOR, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16, OP_NOPS
+    OP_RED_AND, OP_RED_OR, OP_RED_XOR, OP_LDSM, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16,
+    OP_WGMMA_BF16, OP_WGMMA_F16, OP_NOPS
 };
 static const char *const op_names[OP_NOPS] = {
     "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync",
     "__ballot_sync", "__any_sync", "__all_sync", "__reduce_add_sync", "__reduce_min_sync",
     "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-    "ldmatrix.x4", "ldmatrix.x4.trans", "mma.m16n8k16.bf16", "mma.m16n8k16.f16"};
+    "ldmatrix.x4", "ldmatrix.x4.trans", "mma.m16n8k16.bf16", "mma.m16n8k16.f16",
+    "wgmma.m64nNk16.bf16", "wgmma.m64nNk16.f16"};
 
 /* An asynchronous copy (cp.async) issued and not yet complete: its source
  * bytes, read at issue, land in `dst` when a wait orders its group. */
@@ -473,7 +475,11 @@ struct MatLane {
     float *d;            /* mma: accumulator fragment (read and written) */
     const unsigned *a;   /* mma: A fragment (4 registers) */
     const unsigned *b;   /* mma: B fragment (2 registers) */
+    uint64_t da, db;     /* wgmma: the shared-memory matrix descriptors of A and B */
+    int n;               /* wgmma: columns of the tile */
+    int wg;              /* wgmma: this warp's index in its warpgroup */
 };
+
 
 static inline float half_bits_to_float(unsigned h, bool bf) {
     if (bf) { uint32_t u = h << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -491,10 +497,81 @@ static inline float toward_zero(double x) {
     return f;
 }
 
+/* wgmma.mma_async m64nNk16 (f32 += f16/bf16 x f16/bf16, A K-major and B
+ * MN-major ("transposed") in shared memory, each described by a matrix
+ * descriptor: start address, leading and stride byte offsets in 16-byte
+ * units, 14 bits each, and the swizzle mode in bits 62-63) is a collective of
+ * the warpgroup's four warps; each warp's result rows depend on its own 16 rows
+ * of A and all of B, so the emulator runs it as a collective of each warp
+ * (the descriptors uniform over the warp) computing rows 16 wg .. 16 wg + 15.
+ * Operand element addresses follow the canonical layouts of the 128-byte
+ * swizzle mode, the only one emulated: A (r, k): start + (r % 8) 128 +
+ * (r / 8) SBO + 2 k; B (k, j): start + 2 (j % 64) + (j / 64) LBO + (k % 8) 128
+ * + (k / 8) SBO; then the swizzle of the address itself, bits 4-6 XOR bits 7-9.
+ * The accumulator of lane l is d[4 q + 2 h + e] = D(16 wg + l / 4 + 8 h,
+ * 8 q + 2 (l % 4) + e). The emulated instruction completes at once (its
+ * commit and wait are no-ops); arithmetic as for mma.sync. */
+static inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
+
+static float wgmma_operand(uint32_t addr, bool bf, int line) {
+    if ((uint64_t)addr + 2 > TN_SMEM_CAPACITY)
+        fail(TN_EMU_MEMORY_FAULT, line, "wgmma at line %d reads shared address %u, outside the "
+             "block's shared memory", line, addr);
+    uint16_t h;
+    memcpy(&h, tn_smem + addr, 2);
+    return half_bits_to_float(h, bf);
+}
+
+static void wgmma_compute(MatLane *const *ln, bool bf, int line) {
+    const int n = ln[0]->n;
+    const uint64_t da = ln[0]->da, db = ln[0]->db;
+    for (int k = 1; k < 32; ++k)
+        if (ln[k]->n != n || ln[k]->da != da || ln[k]->db != db || ln[k]->wg != ln[0]->wg)
+            fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: lane %d's shape or "
+                 "descriptors differ from lane 0's (they are uniform over the warpgroup)",
+                 line, k);
+    if (n < 8 || n > 256 || n % 8)
+        fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: n = %d is not a multiple of "
+             "8 in 8..256", line, n);
+    for (uint64_t desc : {da, db})
+        if ((desc >> 62) != 1u)
+            fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: descriptor %#llx uses "
+                 "swizzle mode %u; the emulator has the 128-byte mode (1) only", line,
+                 (unsigned long long)desc, (unsigned)(desc >> 62));
+    const uint32_t a0 = (uint32_t)(da & 0x3fffu) << 4, asbo = (uint32_t)(da >> 32 & 0x3fffu) << 4;
+    const uint32_t b0 = (uint32_t)(db & 0x3fffu) << 4, blbo = (uint32_t)(db >> 16 & 0x3fffu) << 4,
+                   bsbo = (uint32_t)(db >> 32 & 0x3fffu) << 4;
+    const int wg = ln[0]->wg;
+    float A[16][16];
+    for (int i = 0; i < 16; ++i) {
+        const int r = 16 * wg + i;
+        for (int k = 0; k < 16; ++k)
+            A[i][k] = wgmma_operand(swizzle128(a0 + (r % 8) * 128u + (r / 8) * asbo + 2u * k),
+                                    bf, line);
+    }
+    for (int j = 0; j < n; ++j) {
+        float b[16];
+        for (int k = 0; k < 16; ++k)
+            b[k] = wgmma_operand(swizzle128(b0 + 2u * (j % 64) + (j / 64) * blbo +
+                                            (k % 8) * 128u + (k / 8) * bsbo), bf, line);
+        for (int i = 0; i < 16; ++i) {
+            const int l = 4 * (i % 8) + (j % 8) / 2;
+            float *c = &ln[l]->d[4 * (j / 8) + 2 * (i / 8) + j % 2];
+            double s = *c;
+            for (int k = 0; k < 16; ++k) s += (double)A[i][k] * (double)b[k];
+            *c = toward_zero(s);
+        }
+    }
+}
+
 /* The data movement and arithmetic, instrumented under TSan (the completing
  * lane's reads of shared memory are real accesses); `matrix_op` below is the
  * bookkeeping around it. */
 static __attribute__((noinline)) void matrix_compute(MatLane *const *ln, int op, int line) {
+    if (op == OP_WGMMA_BF16 || op == OP_WGMMA_F16) {
+        wgmma_compute(ln, op == OP_WGMMA_BF16, line);
+        return;
+    }
     if (op == OP_LDSM || op == OP_LDSM_T) {
         for (int k = 0; k < 32; ++k) {
             const unsigned char *p = (const unsigned char *)ln[k]->src;
@@ -670,6 +747,23 @@ template <class T> static inline T shfl_xor_at(int line, unsigned m, T v, int lm
 static inline void ldsm_at(int line, unsigned *regs, const void *p, bool trans) {
     MatLane m{p, regs, nullptr, nullptr, nullptr};
     collective(trans ? OP_LDSM_T : OP_LDSM, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
+}
+static inline void wgmma_at(int line, bool bf, int n, float *d, uint64_t da, uint64_t db) {
+    MatLane m{};
+    m.d = d;
+    m.da = da;
+    m.db = db;
+    m.n = n;
+    m.wg = (S.cur->lin / 32) % 4;
+    collective(bf ? OP_WGMMA_BF16 : OP_WGMMA_F16, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
+}
+/* the address of p in the block's shared window: its offset in tn_smem */
+static inline unsigned smem_addr(int line, const void *p) {
+    const unsigned char *q = (const unsigned char *)p;
+    if (q < tn_smem || q > tn_smem + TN_SMEM_CAPACITY)
+        fail(TN_EMU_MEMORY_FAULT, line, "line %d takes the shared address of %p, which is not in "
+             "shared memory", line, p);
+    return (unsigned)(q - tn_smem);
 }
 static inline void mma_at(int line, bool bf, float *d, const unsigned *a, const unsigned *b) {
     MatLane m{nullptr, nullptr, d, a, b};
