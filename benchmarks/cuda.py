@@ -93,11 +93,15 @@ GEMM_SIZES = (4096, 8192)
 #: (tile, GPU ``Schedule`` overrides) tried at 4096^3 (the first only with
 #: --quick); the fastest runs at 8192^3
 _WG = {"mma_unit": "wgmma"}
-GEMM_SCHEDULES = (({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 3}),
+GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
+                   {**_WG, "stages": 4, "block_threads": 512}),
+                  ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
+                   {**_WG, "stages": 3, "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 4}),
+                  ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 3}),
                   ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 4}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
-                   {**_WG, "stages": 4, "block_threads": 512}),
+                   {**_WG, "stages": 2, "block_threads": 512}),
                   ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {}),
                   ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"stages": 3}),
                   ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"stages": 4}),

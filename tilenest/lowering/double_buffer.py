@@ -21,7 +21,25 @@ version ``v`` at offset ``v * |X|``), iteration ``k`` using version
         C(k) reading version (k - lo) % S
     barrier
 
-(each ``P(j)`` guarded by ``j < hi``). The producers' stores are
+(each ``P(j)`` guarded by ``j < hi``). When ``C`` is a warpgroup mma into
+registers (``WarpMma.group > 1`` with a lane-fragment accumulator) and ``S
+>= 3``, the tensor cores are kept busy across the barrier instead: the mma
+is *overlapped* (``WarpMma.overlap``: issued, then completed at a later
+barrier) and runs ahead of the producer of the next tile, which fills the
+version the mma of two steps back read::
+
+    P(lo) .. P(lo + S - 3)  (as above)
+    for k in [lo, hi):
+        barrier keep=S-3 mma_keep=1
+        C(k) reading version (k - lo) % S   -- still running at the next barrier
+        if k + S - 2 < hi: P(k + S - 2) into version (k + S - 2 - lo) % S
+    barrier
+
+At the top of iteration ``k`` the mma of ``k - 2`` is complete in every
+thread (``mma_keep = 1``), so its version may be refilled; ``C(k - 1)`` may
+still be reading its own.
+
+The producers' stores are
 asynchronous (``Store.mode = "async"``: ``cp.async`` on ``cuda``), and a
 barrier with ``keep = S - 2`` orders all but the ``S - 2`` newest groups of
 them (``Barrier.keep``): at the top of iteration ``k`` the group of
@@ -171,6 +189,13 @@ def _at(body: tuple, var: L.LVar, value: E.Expr) -> tuple:
     return L.map_stmts(body, fe)
 
 
+def lookahead(stages: int, overlap: bool) -> int:
+    """Steps whose tiles are produced ahead of the one consumed: ``S - 1``,
+    or ``S - 2`` when the consumer's mma overlaps the next step (module
+    docstring: one version is still being read)."""
+    return stages - 2 if overlap else stages - 1
+
+
 def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages: int
             ) -> tuple[tuple, dict[str, L.Buffer]]:
     """The statements replacing ``loop`` (``stages`` versions of each buffer
@@ -186,16 +211,31 @@ def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages:
         return L.If(L.IPred(E.cmp("<", k, loop.hi)),
                     _versioned(_at(prod, loop.var, k), version(k), "async"))
 
+    overlap = stages >= 3 and any(isinstance(x, L.WarpMma) and x.group > 1 and
+                                  x.c.lane_cols for x in L.walk(cons))
+    ahead = lookahead(stages, overlap)
+    what = (f"the consumer's warpgroup mmas run on across one barrier; tiles of the next "
+            f"{ahead} steps are in flight" if overlap else
+            f"tiles of the next {ahead} steps are in flight while one is consumed")
     pre: list = [L.Barrier("block"),
                  L.Comment(f"{stages}-stage ring: {', '.join(b.name for b in olds)} in "
-                           f"{stages} versions; tiles of the next {stages - 1} steps are in "
-                           "flight while one is consumed")]
-    for j in range(stages - 1):
+                           f"{stages} versions; {what}")]
+    for j in range(ahead):
         if j:
             pre.append(L.Barrier("block", keep=j))
         pre.append(produce(E.add(loop.lo, j)))
-    body = (L.Barrier("block", keep=stages - 2), produce(E.add(kv, stages - 1))) + \
-        _versioned(cons, version(kv), "")
+    consume = _versioned(cons, version(kv), "")
+    if overlap:
+        def fs(x: Any) -> Any:
+            if isinstance(x, L.WarpMma) and x.group > 1 and x.c.lane_cols:
+                return (replace(x, overlap=True),)
+            return None
+
+        consume = L.map_stmts(consume, lambda x: None, fs)
+        body = (L.Barrier("block", keep=ahead - 1, mma_keep=1),) + consume + \
+            (produce(E.add(kv, ahead)),)
+    else:
+        body = (L.Barrier("block", keep=ahead - 1), produce(E.add(kv, ahead))) + consume
     return tuple(pre) + (replace(loop, body=body), L.Barrier("block")), news
 
 

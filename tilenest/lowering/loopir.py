@@ -371,10 +371,18 @@ class Barrier:
     ``B_h`` with ``h - g >= keep(B_h)``: with every ``keep`` equal to ``N`` it
     stays in flight across ``N`` barriers after its issue (its *lag*), and the
     barrier proof treats it as unordered with every access within that many
-    barriers of it."""
+    barriers of it.
+
+    ``mma_keep`` does the same for *overlapped* warpgroup mmas
+    (``WarpMma.overlap``): each such statement a thread executes is one group
+    of tensor-core work, and the barrier completes all but the thread's
+    ``mma_keep`` newest groups (their shared-memory reads and accumulator
+    updates); the barrier proof gives their reads a lag of the phase's
+    largest ``mma_keep``."""
 
     scope: str = "program"
     keep: int = 0
+    mma_keep: int = 0
 
 
 #: shuffle modes: which lane ``src`` a lane ``l`` of a ``width`` group reads
@@ -520,6 +528,11 @@ class WarpMma:
     tag: str = "mma"
     #: warps executing it together: 1 (``mma.sync``) or 4 (a warpgroup, ``wgmma``)
     group: int = 1
+    #: a warpgroup mma that runs on while later statements execute: its
+    #: shared reads and accumulator updates complete at a later block barrier
+    #: (``Barrier.mma_keep``), and until then nothing but overlapped mmas of
+    #: the same accumulator may touch that accumulator (``verify.py``)
+    overlap: bool = False
 
     @property
     def threads(self) -> int:
@@ -721,7 +734,8 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
         elif isinstance(s, Check):
             out.append(f"{pad}check {expr_str(s.cond)} else error {s.code}")
         elif isinstance(s, Barrier):
-            out.append(f"{pad}barrier {s.scope}" + (f" keep={s.keep}" if s.keep else ""))
+            out.append(f"{pad}barrier {s.scope}" + (f" keep={s.keep}" if s.keep else "")
+                       + (f" mma_keep={s.mma_keep}" if s.mma_keep else ""))
         elif isinstance(s, Shuffle):
             out.append(f"{pad}{s.dst.name}: {s.dst.dtype} = shuffle.{s.mode}({expr_str(s.value)}, "
                        f"[{E.to_str(s.lane)}], width={s.width}, mask={s.mask:#x})")
@@ -731,7 +745,7 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
                        f"{expr_str(s.value)}, width={s.width}, mask={s.mask:#x})")
         elif isinstance(s, WarpMma):
             who = f", lane [{E.to_str(s.lane)}]" if s.lane is not None else ""
-            op = "warp_mma" if s.group == 1 else "group_mma"
+            op = "warp_mma" if s.group == 1 else "group_mma" + (".overlap" if s.overlap else "")
             out.append(f"{pad}{op}.{s.m}x{s.n}x{s.k} {s.c} += {s.a} * {s.b}{who}")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")

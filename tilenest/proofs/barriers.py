@@ -20,7 +20,9 @@ loads ``semantics`` alone; nothing else of ``lowering`` is used. Per program
   warp only and end nothing;
 * a ``WarpMma`` collective is the accesses of its ``footprint``: each lane
   of the warp may read every element of its ``a`` and ``b`` blocks and reads
-  and writes the accumulator elements it owns.
+  and writes the accumulator elements it owns; the reads of an overlapped
+  warpgroup mma (``WarpMma.overlap``) stay in flight, like an asynchronous
+  store, across up to the largest ``Barrier.mma_keep`` of the phase.
 
 * an asynchronous store (``Store.mode = "async"``) stays in flight across
   up to ``lag`` barriers after its issue, ``lag`` the largest ``keep`` of
@@ -248,6 +250,12 @@ class _Collector:
         L = _L()
         self.lag = max([st.keep for st in L.walk(ph.body)
                         if isinstance(st, L.Barrier) and st.scope == "block"], default=0)
+        # likewise the shared reads of an overlapped warpgroup mma
+        # (WarpMma.overlap) across the largest ``mma_keep``
+        self.mma_lag = max([st.mma_keep for st in L.walk(ph.body)
+                            if isinstance(st, L.Barrier) and st.scope == "block"], default=0)
+        #: the lag of the loads being recorded (an overlapped mma's reads)
+        self.read_lag = 0
 
     # -- expressions ----------------------------------------------------------
 
@@ -325,7 +333,7 @@ class _Collector:
         for y in L.subexprs(x):
             if isinstance(y, L.Load):
                 self.access(y.buf, False, y.index, y.guard, frames, loops, guards, thread, dropped,
-                            "load " + L.expr_str(y))
+                            "load " + L.expr_str(y), self.read_lag)
 
     def stmt(self, s: Any, frames: list, loops: list, guards: list, thread: str | None,
              ctx: _Ctx, dropped: list) -> None:
@@ -347,8 +355,14 @@ class _Collector:
             if isinstance(s, (L.Shuffle, L.LaneReduce)):
                 self.env[s.dst.name] = None
         elif isinstance(s, L.WarpMma):
-            # every access a lane of the collective may make (WarpMma.footprint)
-            self.stmts(s.footprint(), frames, loops, guards, thread, ctx, None, dropped=dropped)
+            # every access a lane of the collective may make (WarpMma.footprint);
+            # an overlapped one's reads stay in flight across mma_lag barriers
+            self.read_lag = self.mma_lag if s.overlap else 0
+            try:
+                self.stmts(s.footprint(), frames, loops, guards, thread, ctx, None,
+                           dropped=dropped)
+            finally:
+                self.read_lag = 0
         elif isinstance(s, L.If):
             self.loads(s.cond, frames, loops, guards, thread, dropped)
             p, data = self.pred_of(s.cond)

@@ -501,9 +501,11 @@ class Emitter:
                     # all but the newest `keep` groups complete before it (Barrier.keep)
                     self.w(f"tn_cp_async_commit(); tn_cp_async_wait<{s.keep}>();")
                 if self.has_group_mma:
-                    # shared memory written by this thread (stores, completed
-                    # copies) is read next by the tensor cores' async proxy
-                    self.w("tn_fence_proxy_async();")
+                    # overlapped warpgroup mmas: all but the mma_keep newest
+                    # groups complete here (Barrier.mma_keep); shared memory
+                    # written by this thread (stores, completed copies) is read
+                    # next by the tensor cores' async proxy
+                    self.w(f"tn_wgmma_wait<{s.mma_keep}>(); tn_fence_proxy_async();")
                 self.w("__syncthreads();")
             elif s.scope == "warp":
                 self.w("__syncwarp();")
@@ -944,9 +946,11 @@ class Emitter:
     def group_mma(self, s: L.WarpMma) -> None:
         """A warpgroup ``WarpMma`` (``group = 4``) on Hopper's tensor cores:
         per 16-deep step one ``wgmma.mma_async`` m64n``n``k16 reading both
-        operands from shared memory through matrix descriptors, then a wait
-        for all of them, so the statement is complete (its shared reads too)
-        when it ends, as the loop IR's synchronous meaning requires.
+        operands from shared memory through matrix descriptors, committed as
+        one group; then a wait for all of them, so the statement is complete
+        (its shared reads too) when it ends -- unless it is overlapped
+        (``WarpMma.overlap``), when the block barriers' waits complete it
+        (``tn_wgmma_wait<mma_keep>`` before each ``__syncthreads``).
 
         Descriptors (PTX ISA, "matrix descriptor"; 128-byte swizzle mode): ``a``
         is K-major -- 8-row groups 1024 bytes apart (the stride offset), a
@@ -987,7 +991,8 @@ class Emitter:
             bo = k0 * 128
             self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc({u}_a + {ao}u, 16u, 1024u), "
                    f"tn_wgmma_desc({u}_b + {bo}u, {lb.rows * 128}u, 1024u));")
-        self.w("tn_wgmma_commit(); tn_wgmma_wait0();")
+        # an overlapped mma completes at a later barrier (Barrier.mma_keep)
+        self.w("tn_wgmma_commit();" if s.overlap else "tn_wgmma_commit(); tn_wgmma_wait<0>();")
         if not frag:
             self.group_cells(s, u, load=False)
         self.ind -= 1

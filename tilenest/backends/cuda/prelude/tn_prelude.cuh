@@ -453,18 +453,21 @@ template <int R, int C, int A, int G, typename T> TN_FN T tn_swz128(T L) {
 #ifdef TN_EMULATE
 TN_FN unsigned tn_smem_addr(const void* p) { return tn_emu::smem_addr(0, p); }
 TN_FN void tn_wgmma_fence() {}
-TN_FN void tn_wgmma_commit() {}
-TN_FN void tn_wgmma_wait0() {}
+#define tn_wgmma_commit() tn_emu::wgmma_commit()
+template <int N> TN_FN void tn_wgmma_wait() { tn_emu::wgmma_wait(N); }
 TN_FN void tn_fence_proxy_async() {}
 #else
 // the address of p in the block's shared-memory window
 TN_FN unsigned tn_smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
 // wgmma.fence: the accumulator registers' earlier accesses are ordered before
-// the next wgmma; commit: the wgmmas issued so far form a group; wait0: every
-// group is complete (results in the registers, shared reads done)
+// the next wgmma; commit: the wgmmas issued since the last commit form a
+// group; wait<N>: all but the N newest groups are complete (results in the
+// registers, shared reads done)
 TN_FN void tn_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 TN_FN void tn_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-TN_FN void tn_wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+template <int N> TN_FN void tn_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
 // this thread's writes to shared memory become visible to the async proxy
 // (the tensor cores' reads); a block barrier follows
 TN_FN void tn_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -226,8 +226,25 @@ struct Fiber {
     void *tsan_fiber;
     long *token;         /* TSan sync object of the rendezvous it takes part in */
     int committed;       /* cp.async groups committed */
+    int wg_committed;    /* wgmma groups committed */
     int npending;
     AsyncCopy pending[ASYNC_MAX];  /* oldest first */
+};
+
+/* A wgmma a warp issued and nobody has waited for yet (see wgmma_compute):
+ * its shape, descriptors, the warp's index in its warpgroup, each lane's
+ * accumulator registers, and its group (the lanes' commit count at issue). */
+struct WgPending {
+    bool bf;
+    int n, wg, line, group;
+    uint64_t da, db;
+    float *d[32];
+};
+enum { WG_MAX = 64 };  /* pending wgmmas per warp */
+struct WgQueue {
+    int n;
+    WgPending items[WG_MAX];  /* oldest first */
+    long sync;                /* TSan: completions happen before later waits */
 };
 
 struct State {
@@ -255,6 +272,7 @@ struct State {
     int barrier_line;
     int barrier_count;
     long *barrier_token;
+    WgQueue wgq[32];     /* each warp's issued, not yet complete wgmmas */
     /* fiber stacks: one mapping, a guard page below each stack */
     char *pool;
     size_t pool_bytes;
@@ -478,6 +496,8 @@ struct MatLane {
     uint64_t da, db;     /* wgmma: the shared-memory matrix descriptors of A and B */
     int n;               /* wgmma: columns of the tile */
     int wg;              /* wgmma: this warp's index in its warpgroup */
+    int warp;            /* wgmma: this warp's index in the block */
+    int group;           /* wgmma: the lane's committed wgmma groups */
 };
 
 
@@ -509,8 +529,13 @@ static inline float toward_zero(double x) {
  * (r / 8) SBO + 2 k; B (k, j): start + 2 (j % 64) + (j / 64) LBO + (k % 8) 128
  * + (k / 8) SBO; then the swizzle of the address itself, bits 4-6 XOR bits 7-9.
  * The accumulator of lane l is d[4 q + 2 h + e] = D(16 wg + l / 4 + 8 h,
- * 8 q + 2 (l % 4) + e). The emulated instruction completes at once (its
- * commit and wait are no-ops); arithmetic as for mma.sync. */
+ * 8 q + 2 (l % 4) + e). Like the device, the emulator runs it asynchronously:
+ * issuing queues it on the warp; tn_wgmma_commit closes the thread's group;
+ * a wait_group N by any lane runs, oldest first, the warp's wgmmas of all
+ * but its N newest groups, reading the operands then -- the latest moment
+ * the hardware may -- so that shared memory overwritten before the wait is
+ * seen as the wrong operand it would be. A thread that exits with its warp's
+ * wgmmas pending is an error. Arithmetic as for mma.sync. */
 static inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
 
 static float wgmma_operand(uint32_t addr, bool bf, int line) {
@@ -522,14 +547,17 @@ static float wgmma_operand(uint32_t addr, bool bf, int line) {
     return half_bits_to_float(h, bf);
 }
 
-static void wgmma_compute(MatLane *const *ln, bool bf, int line) {
+/* Issue (the warp's rendezvous completed): check the operands and queue the
+ * wgmma on the warp; it runs when a lane's wait retires its group. */
+static void wgmma_issue(MatLane *const *ln, bool bf, int line, int warp) {
     const int n = ln[0]->n;
     const uint64_t da = ln[0]->da, db = ln[0]->db;
     for (int k = 1; k < 32; ++k)
-        if (ln[k]->n != n || ln[k]->da != da || ln[k]->db != db || ln[k]->wg != ln[0]->wg)
-            fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: lane %d's shape or "
-                 "descriptors differ from lane 0's (they are uniform over the warpgroup)",
-                 line, k);
+        if (ln[k]->n != n || ln[k]->da != da || ln[k]->db != db || ln[k]->wg != ln[0]->wg ||
+            ln[k]->group != ln[0]->group)
+            fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: lane %d's shape, "
+                 "descriptors or commit count differ from lane 0's (they are uniform over the "
+                 "warpgroup)", line, k);
     if (n < 8 || n > 256 || n % 8)
         fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: n = %d is not a multiple of "
              "8 in 8..256", line, n);
@@ -538,10 +566,31 @@ static void wgmma_compute(MatLane *const *ln, bool bf, int line) {
             fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: descriptor %#llx uses "
                  "swizzle mode %u; the emulator has the 128-byte mode (1) only", line,
                  (unsigned long long)desc, (unsigned)(desc >> 62));
-    const uint32_t a0 = (uint32_t)(da & 0x3fffu) << 4, asbo = (uint32_t)(da >> 32 & 0x3fffu) << 4;
-    const uint32_t b0 = (uint32_t)(db & 0x3fffu) << 4, blbo = (uint32_t)(db >> 16 & 0x3fffu) << 4,
-                   bsbo = (uint32_t)(db >> 32 & 0x3fffu) << 4;
-    const int wg = ln[0]->wg;
+    WgQueue &q = S.wgq[warp];
+    if (q.n == WG_MAX)
+        fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: warp %d has %d wgmmas pending; "
+             "a wgmma wait_group is missing", line, warp, WG_MAX);
+    WgPending &p = q.items[q.n++];
+    p.bf = bf;
+    p.n = n;
+    p.wg = ln[0]->wg;
+    p.line = line;
+    p.group = ln[0]->group;
+    p.da = da;
+    p.db = db;
+    for (int k = 0; k < 32; ++k) p.d[k] = ln[k]->d;
+}
+
+/* Run one queued wgmma: read its operands from shared memory now (the
+ * latest moment the hardware may read them) and update the lanes' registers. */
+static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
+    const int n = p.n, line = p.line, wg = p.wg;
+    const bool bf = p.bf;
+    const uint32_t a0 = (uint32_t)(p.da & 0x3fffu) << 4,
+                   asbo = (uint32_t)(p.da >> 32 & 0x3fffu) << 4;
+    const uint32_t b0 = (uint32_t)(p.db & 0x3fffu) << 4,
+                   blbo = (uint32_t)(p.db >> 16 & 0x3fffu) << 4,
+                   bsbo = (uint32_t)(p.db >> 32 & 0x3fffu) << 4;
     float A[16][16];
     for (int i = 0; i < 16; ++i) {
         const int r = 16 * wg + i;
@@ -556,7 +605,7 @@ static void wgmma_compute(MatLane *const *ln, bool bf, int line) {
                                             (k % 8) * 128u + (k / 8) * bsbo), bf, line);
         for (int i = 0; i < 16; ++i) {
             const int l = 4 * (i % 8) + (j % 8) / 2;
-            float *c = &ln[l]->d[4 * (j / 8) + 2 * (i / 8) + j % 2];
+            float *c = &p.d[l][4 * (j / 8) + 2 * (i / 8) + j % 2];
             double s = *c;
             for (int k = 0; k < 16; ++k) s += (double)A[i][k] * (double)b[k];
             *c = toward_zero(s);
@@ -569,7 +618,7 @@ static void wgmma_compute(MatLane *const *ln, bool bf, int line) {
  * bookkeeping around it. */
 static __attribute__((noinline)) void matrix_compute(MatLane *const *ln, int op, int line) {
     if (op == OP_WGMMA_BF16 || op == OP_WGMMA_F16) {
-        wgmma_compute(ln, op == OP_WGMMA_BF16, line);
+        wgmma_issue(ln, op == OP_WGMMA_BF16, line, ln[0]->warp);
         return;
     }
     if (op == OP_LDSM || op == OP_LDSM_T) {
@@ -755,7 +804,27 @@ static inline void wgmma_at(int line, bool bf, int n, float *d, uint64_t da, uin
     m.db = db;
     m.n = n;
     m.wg = (S.cur->lin / 32) % 4;
+    m.warp = S.cur->lin / 32;
+    m.group = S.cur->wg_committed;
     collective(bf ? OP_WGMMA_BF16 : OP_WGMMA_F16, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
+}
+static inline void wgmma_commit() { S.cur->wg_committed++; }
+/* all but the thread's n newest groups complete: run its warp's older wgmmas */
+static inline void wgmma_wait(int n) {
+    WgQueue &q = S.wgq[S.cur->lin / 32];
+    const int limit = S.cur->wg_committed - n;
+    int done = 0;
+    while (done < q.n && q.items[done].group < limit) wgmma_run(q.items[done++]);
+    if (done) {
+        memmove(q.items, q.items + done, sizeof(WgPending) * (size_t)(q.n - done));
+        q.n -= done;
+#ifdef __SANITIZE_THREAD__
+        __tsan_release(&q.sync);
+#endif
+    }
+#ifdef __SANITIZE_THREAD__
+    __tsan_acquire(&q.sync); /* registers another lane's wait updated */
+#endif
 }
 /* the address of p in the block's shared window: its offset in tn_smem */
 static inline unsigned smem_addr(int line, const void *p) {
@@ -1109,6 +1178,11 @@ TN_RT void thread_exit() {
                  "for it (mask 0x%08x)",
                  op_names[f->op], f->line, lane, base / 32, k, f->mask);
     }
+    const WgQueue &wq = S.wgq[base / 32];
+    if (wq.n)
+        fail(TN_EMU_COLLECTIVE_EXITED, wq.items[0].line,
+             "thread %d exits while the wgmma its warp issued at line %d is not complete: a "
+             "wgmma wait_group is missing", me->lin, wq.items[0].line);
     me->state = F_DONE;
     S.done++;
 #ifdef __SANITIZE_THREAD__
@@ -1249,6 +1323,7 @@ TN_RT void run_block() {
     S.at_barrier = 0;
     S.barrier_line = 0;
     S.barrier_token = nullptr;
+    for (WgQueue &q : S.wgq) q.n = 0;
     S.ahead_warp = (int)(next_rand() % (uint64_t)((n + 31) / 32));
     for (int i = 0; i < n; ++i) {
         Fiber *f = &S.fibers[i];

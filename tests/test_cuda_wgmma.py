@@ -1,0 +1,271 @@
+"""Warpgroup tensor cores (``mma_unit="wgmma"``): the swizzled shared layout,
+the warpgroup ``WarpMma`` and its overlapped ring, emission and emulation.
+
+The emulator runs ``wgmma.mma_async`` by decoding its matrix descriptors
+with the hardware's 128-byte swizzle of shared addresses, independently of
+the code generator's ``tn_swz128`` placement of the operand tiles, so a
+disagreement between the two (or a wrong descriptor) is a wrong product the
+oracle rejects. Its reads happen at the wait that retires the group (the
+latest moment the device may read). A producer that refills a version the
+overlapped mma may still read is refuted by the barrier proof.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.backends import cuda
+from tilenest.backends.cuda.emit import Emitter
+from tilenest.errors import TilenestError
+from tilenest.lowering import default_schedule, lower_verified, print_kernel
+from tilenest.lowering import double_buffer as DB
+from tilenest.lowering import loopir as L
+from tilenest.lowering.mma import group_tile
+from tilenest.workloads import WORKLOADS
+
+
+def _gemm(bm, bn, bk, dt=tn.bf16, loop="pipeline"):  # type: ignore[no-untyped-def]
+    return WORKLOADS["gemm"].kernel(dt, {"bm": bm, "bn": bn, "bk": bk, "loop": loop})
+
+
+def _sched(kern, **kw):  # type: ignore[no-untyped-def]
+    return default_schedule(kern.program, "cuda", mma_unit="wgmma", **kw)
+
+
+def _run(kern, sched, M, K, N, dt=tn.bf16, runs=(("in_order", "nan"), ("random", "big")),
+         cache=True):  # type: ignore[no-untyped-def]
+    """The emulated kernel against the oracle on seeded inputs (raises
+    AssertionError naming the run that is not admitted)."""
+    rng = np.random.default_rng(M * 1000 + N + K)
+    A = rng.standard_normal((M, K)).astype(dt.np)
+    B = rng.standard_normal((K, N)).astype(dt.np)
+    oracle = tn.reference(kern, A, B, np.zeros((M, N), dt.np))
+    ck = cuda.compile_program(kern.program, sched, cache=cache, device="emulated")
+    assert f"tn_wgmma_{dt.name}_n" in ck.source.text
+    for policy, poison in runs:
+        C = np.zeros((M, N), dt.np)
+        ck(A, B, C, policy=policy, poison=poison, seed=5)
+        v = oracle.admits(C)
+        assert v.ok, f"{policy}/{poison}: {v}"
+    return ck
+
+
+# ------------------------------------------------------------------ the layout
+@pytest.mark.parametrize("rows,cols,itemsize", [(8, 64, 2), (64, 64, 2), (16, 256, 2),
+                                                (24, 128, 2), (8, 32, 4)])
+def test_swizzle128_is_a_permutation_of_each_copy(rows, cols, itemsize):
+    lay = L.Swizzle128(rows, cols, itemsize)
+    n = rows * cols
+    phys = [lay.phys(i) for i in range(3 * n)]  # a ring of three copies
+    assert sorted(phys) == list(range(3 * n))
+    assert all(n * (i // n) <= p < n * (i // n + 1) for i, p in enumerate(phys))
+    # 16-byte chunks stay whole and aligned
+    g = lay.chunk
+    for i in range(0, 3 * n, g):
+        assert [lay.phys(i + e) for e in range(g)] == list(range(phys[i], phys[i] + g))
+        assert phys[i] % g == 0
+
+
+@pytest.mark.parametrize("rows,cols", [(64, 64), (128, 64), (64, 256)])
+def test_swizzle128_matches_the_descriptor_address_rule(rows, cols):
+    """The canonical 128-byte-swizzle layouts a wgmma descriptor names, with
+    the swizzle taken on byte addresses (bits 4-6 XOR bits 7-9): K-major
+    (``a``: row r, column k of a panel) and MN-major (``b``: row k, column j,
+    panels ``rows x 128`` bytes apart) are both this placement."""
+    lay = L.Swizzle128(rows, cols, 2)
+
+    def swz(addr: int) -> int:
+        return addr ^ (((addr >> 7) & 7) << 4)
+
+    for r in range(rows):
+        for c in range(cols):
+            byte = 2 * lay.phys(r * cols + c)
+            panel, cc = divmod(c, 64)
+            canon = panel * rows * 128 + (r % 8) * 128 + (r // 8) * 1024 + 2 * cc
+            assert byte == swz(canon), (r, c)
+
+
+@pytest.mark.parametrize("M,N,groups,want", [(128, 256, 2, (64, 256)), (128, 128, 2, (64, 128)),
+                                             (256, 128, 4, (64, 128)), (64, 64, 1, (64, 64)),
+                                             (64, 192, 4, (64, 64))])
+def test_group_tile_shapes(M, N, groups, want):
+    assert group_tile(M, N, groups) == want
+
+
+# ------------------------------------------------------------------ lowering
+def test_wgmma_gemm_lowers_to_warpgroup_tiles_on_swizzled_operands():
+    kern = _gemm(128, 256, 64)
+    k = lower_verified(kern.program, _sched(kern, stages=3))
+    text = print_kernel(k)
+    mmas = [s for ph in k.phases for s in L.walk(ph.body) if isinstance(s, L.WarpMma)]
+    assert len(mmas) == 1
+    w = mmas[0]
+    assert (w.group, w.m, w.n, w.k, w.overlap) == (4, 64, 256, 64, True)
+    assert w.c.lane_cols == 256 and w.c.lane_period == 64  # registers, 128 per thread
+    assert w.a.buf.layout == L.Swizzle128(128, 64, 2) and w.b.buf.layout == L.Swizzle128(64, 256, 2)
+    assert "group_mma.overlap.64x256x64" in text and "mma_keep=1" in text
+    # the accumulator's registers: 128 cells per thread of a 256-thread block
+    frag = [b for b in k.locals if b.space == "local"]
+    assert [int(b.size.value) for b in frag] == [128]
+
+
+def test_two_stage_ring_keeps_the_mma_synchronous():
+    kern = _gemm(128, 128, 64)
+    k = lower_verified(kern.program, _sched(kern, stages=2))
+    (w,) = [s for ph in k.phases for s in L.walk(ph.body) if isinstance(s, L.WarpMma)]
+    assert w.group == 4 and not w.overlap
+    assert not any(isinstance(s, L.Barrier) and s.mma_keep for ph in k.phases
+                   for s in L.walk(ph.body))
+
+
+@pytest.mark.parametrize("tile,kw,why", [
+    ((128, 128, 32), {}, "not a shared tile in the 128-byte swizzled layout"),
+    ((32, 64, 64), {}, "multiples of 64"),
+    ((128, 128, 64), {"block_threads": 192}, "whole number of warpgroups"),
+])
+def test_wgmma_refused_with_the_reason(tile, kw, why):
+    kern = _gemm(*tile)
+    with pytest.raises(TilenestError, match=why) as e:
+        lower_verified(kern.program, _sched(kern, **kw))
+    assert "mma_unit='wgmma'" in str(e.value) and e.value.hint
+
+
+def test_verifier_rejects_a_warpgroup_mma_on_an_unswizzled_operand():
+    kern = _gemm(128, 128, 64)
+    k = lower_verified(kern.program, _sched(kern, stages=1))
+    a = next(s for ph in k.phases for s in L.walk(ph.body) if isinstance(s, L.WarpMma)).a.buf
+    plain = replace(a, layout=None)
+
+    def fe(x):  # type: ignore[no-untyped-def]
+        if isinstance(x, L.Load) and x.buf.name == a.name:
+            return replace(x, buf=plain)
+        return None
+
+    def fs(st):  # type: ignore[no-untyped-def]
+        if isinstance(st, L.WarpMma):
+            return (replace(st, a=replace(st.a, buf=plain)),)
+        if isinstance(st, L.Store) and st.buf.name == a.name:
+            return (replace(st, buf=plain, value=L.map_expr(st.value, fe)),)
+        return None
+
+    bad = replace(k, locals=tuple(plain if b.name == a.name else b for b in k.locals),
+                  phases=tuple(replace(ph, body=L.map_stmts(ph.body, fe, fs))
+                               for ph in k.phases))
+    from tilenest.errors import VerifyError
+    from tilenest.lowering.verify import verify_kernel
+
+    with pytest.raises(VerifyError, match="swizzle128"):
+        verify_kernel(bad)
+
+
+def test_shared_arrangement_aligns_swizzled_tiles_and_the_proof_counts_it():
+    from tilenest.proofs import gpu
+
+    kern = _gemm(128, 256, 64)
+    k = lower_verified(kern.program, _sched(kern, stages=3))
+    placed, total = L.shared_arrangement(k)
+    swz = [(b, off) for b, off in placed if b.layout is not None]
+    assert len(swz) == 2 and all(int(off.value) % 1024 == 0 for _, off in swz)
+    want = sum(int(b.size.value) * 2 for b, _ in swz) + 1024  # + the alignment slack
+    assert int(total.value) == want == 3 * (128 * 64 + 64 * 256) * 2 + 1024
+    assert gpu.shared_bytes(k) == total
+
+
+# ------------------------------------------------------------------ emission
+def test_emitted_wgmma_descriptors_and_waits():
+    kern = _gemm(128, 256, 64)
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=3), device="emulated")
+    text = ck.source.text
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in text
+    assert "tn_swz128<128, 64, 64, 8>" in text and "tn_swz128<64, 256, 64, 8>" in text
+    # four 16-deep steps: a advances 32 bytes in its panel row, b 16 rows of 128 bytes
+    for ao, bo in ((0, 0), (32, 2048), (64, 4096), (96, 6144)):
+        assert (f"tn_wgmma_desc(mma_wm_14_a + {ao}u, 16u, 1024u), "
+                f"tn_wgmma_desc(mma_wm_14_b + {bo}u, 8192u, 1024u)") in text
+    # overlapped: committed, completed at the loop's barrier (one group left running)
+    assert "tn_wgmma_wait<1>(); tn_fence_proxy_async();" in text
+    assert "tn_wgmma_wait<0>(); tn_fence_proxy_async();" in text
+    res = ck.built.resources["gemm_gemm_0"]
+    assert res.spill_store_bytes == 0 and res.registers <= 255
+
+
+# ------------------------------------------------------------------ emulation
+@pytest.mark.parametrize("tile,kw", [
+    ((128, 256, 64), {"stages": 3}),
+    ((256, 128, 64), {"stages": 4, "block_threads": 512}),
+    ((64, 64, 128), {"stages": 2, "block_threads": 128}),
+], ids=["128x256x64-s3", "256x128x64-s4-512", "64x64x128-s2-128"])
+def test_wgmma_gemm_validates_emulated(tile, kw):
+    """Ragged sizes (a tail in every dim, at least three contraction steps,
+    several blocks) against the oracle under two interleavings and poisons."""
+    bm, bn, bk = tile
+    kern = _gemm(bm, bn, bk)
+    _run(kern, _sched(kern, **kw), bm + 9, 3 * bk + 5, bn + 13)
+
+
+def test_wgmma_f16_validates_emulated():
+    kern = _gemm(128, 128, 64, tn.f16)
+    _run(kern, _sched(kern, stages=3), 130, 200, 140, tn.f16, runs=(("warp_ahead", "nan"),))
+
+
+def test_unswizzled_placement_is_caught(monkeypatch):
+    """Mutation: the code generator stores the operand tiles in plain
+    row-major order while the descriptors still name the swizzled layout;
+    the emulated wgmma reads the wrong elements and the oracle rejects it."""
+    monkeypatch.setattr(Emitter, "elem", lambda self, b, index: f"{self.buf(b)}[{index}]")
+    kern = _gemm(128, 128, 64)
+    with pytest.raises(AssertionError, match="not admitted"):
+        _run(kern, _sched(kern, stages=2), 128, 192, 128, runs=(("in_order", "nan"),),
+             cache=False)
+
+
+def test_missing_wgmma_wait_is_caught(monkeypatch):
+    """Mutation: an overlapped mma never waited for before the epilogue
+    reads its registers; the emulator reports the pending wgmma at the
+    thread's exit."""
+    real = Emitter.source
+
+    def no_wait(self):  # type: ignore[no-untyped-def]
+        src = real(self)
+        text = src.text.replace("tn_wgmma_wait<0>();", "")
+        assert text != src.text
+        return replace(src, text=text)
+
+    monkeypatch.setattr(Emitter, "source", no_wait)
+    kern = _gemm(128, 128, 64)
+    with pytest.raises(TilenestError, match="wait_group is missing"):
+        _run(kern, _sched(kern, stages=3), 128, 256, 128, runs=(("in_order", "nan"),),
+             cache=False)
+
+
+def test_refilling_a_version_the_overlapped_mma_reads_is_refuted(monkeypatch):
+    """Mutation of the ring: producing ``S - 1`` steps ahead while the mma
+    runs on across a barrier refills the version the previous step's mma may
+    still be reading; the barrier proof refutes the lowering, naming an
+    operand buffer."""
+    monkeypatch.setattr(DB, "lookahead", lambda stages, overlap: stages - 1)
+    kern = _gemm(128, 128, 64)
+    with pytest.raises(TilenestError, match=r"barrier.sufficiency.*%(a|b)\.\d+"):
+        cuda.compile_program(kern.program, _sched(kern, stages=3), device="emulated",
+                             cache=False)
+
+
+def test_wgmma_serialized_form_validates_on_llvm():
+    """The same warpgroup lowering run on the CPU (each thread's reference
+    cells; the layout is the CUDA code generator's business only)."""
+    kern = _gemm(128, 128, 64)
+    sched = default_schedule(kern.program, "llvm", block_threads=256, mma_unit="wgmma",
+                             stages=2)
+    assert "group_mma" in print_kernel(lower_verified(kern.program, sched))
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((130, 100)).astype(tn.bf16.np)
+    B = rng.standard_normal((100, 200)).astype(tn.bf16.np)
+    oracle = tn.reference(kern, A, B, np.zeros((130, 200), tn.bf16.np))
+    C = np.zeros((130, 200), tn.bf16.np)
+    kern.compile(target="llvm", schedule=sched)(A, B, C)
+    v = oracle.admits(C)
+    assert v.ok, str(v)
