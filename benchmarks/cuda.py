@@ -2,6 +2,7 @@
 
     python benchmarks/cuda.py [--quick] [--only NAME ...] [--dtypes f32 bf16]
                               [--no-compile] [--samples N] [--seed N] [--out FILE.json]
+                              [--gemm-unit all|wgmma|tensor]
 
 Ceilings, measured first in the same process: the device-to-device copy
 bandwidth (a 2 GiB tensor copied by torch ``y.copy_(x)`` and by CuPy
@@ -99,7 +100,8 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 3, "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 4}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 3}),
-                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 4}),
+                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 3}),
+                  ({"bm": 128, "bn": 128, "bk": 128, "loop": "pipeline"}, {**_WG, "stages": 3}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 2, "block_threads": 512}),
                   ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {}),
@@ -150,6 +152,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "kernel (default: the cuda schedule's)")
     ap.add_argument("--vector-lanes", type=int, help="consecutive elements per thread and step "
                     "(default: the cuda schedule's)")
+    ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor"), default="all",
+                    help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma) or the "
+                         "warp ones (mma.sync)")
     ap.add_argument("--out", type=Path, metavar="FILE.json", help="write every number here")
     a = ap.parse_args(argv)
     if a.samples is not None and a.samples < 1:
@@ -165,6 +170,7 @@ class Config:
     gemm_budget_s: float
     block_threads: int | None = None
     vector_lanes: int | None = None
+    gemm_unit: str = "all"
 
 
 # ------------------------------------------------------------------------------ timing
@@ -679,8 +685,9 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
     wl = WORKLOADS["gemm"]
     recs: list[dict[str, Any]] = []
     sizes = GEMM_SIZES[:1] if cfg.quick else GEMM_SIZES
-    scheds: list[tuple[dict[str, Any], dict[str, Any]]] = list(
-        GEMM_SCHEDULES[:1] if cfg.quick else GEMM_SCHEDULES)
+    pool = [(t, g) for t, g in GEMM_SCHEDULES if cfg.gemm_unit == "all"
+            or (g.get("mma_unit") == "wgmma") == (cfg.gemm_unit == "wgmma")]
+    scheds: list[tuple[dict[str, Any], dict[str, Any]]] = pool[:1] if cfg.quick else pool
     prev: tuple[int, float] | None = None  # (n, best seconds per call)
     for n in sizes:
         print(f"--- gemm bf16 {n}^3", flush=True)
@@ -885,7 +892,8 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     cfg = Config(quick=a.quick, samples=a.samples or (8 if a.quick else 25),
                  compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0],
-                 block_threads=a.block_threads, vector_lanes=a.vector_lanes)
+                 block_threads=a.block_threads, vector_lanes=a.vector_lanes,
+                 gemm_unit=a.gemm_unit)
     seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
     only = set(a.only or NAMES)
     print(f"seed {seed}", flush=True)
