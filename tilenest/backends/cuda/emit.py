@@ -293,18 +293,34 @@ class Emitter:
     def buf(self, b: L.Buffer) -> str:
         return self.names(b.name, "b")
 
-    def elem(self, b: L.Buffer, index: str) -> str:
+    def elem(self, b: L.Buffer, index: "str | E.Expr") -> str:
         """The C lvalue of logical element ``index`` of ``b``: its physical
         position under the buffer's layout (``loopir.Swizzle128``:
-        ``tn_swz128``), else the index itself."""
+        ``tn_swz128``), else the index itself. The layout repeats every
+        ``rows x cols`` elements, so terms of an index expression that are
+        multiples of that period (a ring's version offset) are added outside
+        the call when the rest is never negative: the call then depends only
+        on the position in the tile, which stays put from step to step."""
         lay = b.layout
         if lay is None:
-            return f"{self.buf(b)}[{index}]"
-        return (f"{self.buf(b)}[tn_swz128<{lay.rows}, {lay.cols}, {lay.panel}, {lay.chunk}>"
-                f"({index})]")
+            return f"{self.buf(b)}[{index if isinstance(index, str) else self.idx(index)}]"
+        fn = f"tn_swz128<{lay.rows}, {lay.cols}, {lay.panel}, {lay.chunk}>"
+        if isinstance(index, str):
+            return f"{self.buf(b)}[{fn}({index})]"
+        period = lay.rows * lay.cols
+        terms = list(index.terms) if isinstance(index, E.Add) else [index]
+        whole = [t for t in terms if _divisor(t) and _divisor(t) % period == 0]
+        rest = E.Const(0)
+        for t in terms:
+            if t not in whole:
+                rest = E.add(rest, t)
+        if not whole or not self.nonneg(rest):
+            return f"{self.buf(b)}[{fn}({self.idx(index)})]"
+        outer = " + ".join(self.idx(t) for t in whole)
+        return f"{self.buf(b)}[{outer} + {fn}({self.idx(rest)})]"
 
     def load(self, x: L.Load) -> str:
-        at = self.elem(x.buf, self.expr(x.index))
+        at = self.elem(x.buf, x.index.e if isinstance(x.index, L.IExpr) else self.expr(x.index))
         if x.buf.dtype.is_bool:
             at = f"({at} != 0)"
         if x.guard is None:
@@ -469,7 +485,8 @@ class Emitter:
             v = self.expr(s.value)
             if s.buf.dtype.is_bool:
                 v = f"(unsigned char)({v} ? 1 : 0)"
-            line = f"{self.elem(s.buf, self.expr(s.index))} = {v};"
+            ix = s.index.e if isinstance(s.index, L.IExpr) else self.expr(s.index)
+            line = f"{self.elem(s.buf, ix)} = {v};"
             cond = []
             if not self.in_thread and s.buf.space != "local":
                 cond.append("threadIdx.x == 0")
@@ -548,8 +565,7 @@ class Emitter:
     def plain_loop(self, s: L.For) -> None:
         v = self.names(s.var.name)
         lo, hi = self.idx(s.lo), self.idx(s.hi)
-        if (s.kind == "vector" and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
-                and s.hi.value - s.lo.value <= 8):
+        if self.unrolled(s):
             self.w("#pragma unroll")
         if s.reverse:
             self.w(f"for ({v} = {hi} - 1; {v} >= {lo}; --{v}) {{")
@@ -557,6 +573,28 @@ class Emitter:
             self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}) {{")
         self.block(s.body)
         self.w("}")
+
+    def unrolled(self, s: L.For) -> bool:
+        """Whether loop ``s`` is emitted fully unrolled: a constant trip count
+        of at most 8 -- a ``vector`` loop, or a thread's own step loop (its
+        iterations then see constant offsets, and what does not depend on
+        them moves out of enclosing loops) -- or of at most 64 for a
+        ``vector`` loop indexing a thread's register array (``local``) by its
+        variable, which must stay constant for the array to stay in
+        registers."""
+        if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
+            return False
+        n = s.hi.value - s.lo.value
+        if n <= 8 and (s.kind == "vector" or (self.in_thread and s.kind == "serial")):
+            return True
+        if s.kind != "vector" or n > 64:
+            return False
+        x = E.Var(s.var.name)
+        nodes = [y for st in L.walk(s.body) for e in L.stmt_exprs(st) for y in L.subexprs(e)
+                 if isinstance(y, L.Load)] + [st for st in L.walk(s.body)
+                                              if isinstance(st, L.Store)]
+        return any(y.buf.space == "local" and isinstance(y.index, L.IExpr)
+                   and x in E.leaves(y.index.e) for y in nodes)
 
     def lane_plan(self, s: L.For) -> "LanePlan | None":
         """The vector accesses of a thread's ``V`` consecutive elements, or None.
@@ -659,7 +697,7 @@ class Emitter:
             e, gb, b = E.subst(e0, at or {}), plan.group_bytes(node), node.buf
             conds = _divisible(e, gb // max(1, b.dtype.itemsize)) if gb <= 16 else None
             if conds is None:
-                out.append(f"tn_aligned(&{self.elem(b, self.idx(e))}, {gb})")
+                out.append(f"tn_aligned(&{self.elem(b, e)}, {gb})")
                 continue
             if b.space != "shared":
                 out.append(f"tn_aligned({self.buf(b)}, {gb})")
@@ -708,8 +746,8 @@ class Emitter:
                   and st.value.buf.dtype == st.buf.dtype}
         for st, ld in direct.items():
             nbytes = max(1, st.buf.dtype.itemsize) * V
-            self.w(f"tn_cp_async<{nbytes}>(&{self.elem(st.buf, self.idx(plan.stores[st]))}, "
-                   f"&{self.elem(ld.buf, self.idx(plan.loads[ld]))});")
+            self.w(f"tn_cp_async<{nbytes}>(&{self.elem(st.buf, plan.stores[st])}, "
+                   f"&{self.elem(ld.buf, plan.loads[ld])});")
         rest = [st for st in plan.stmts if st not in direct]
         if direct and not any(isinstance(st, (L.Store, L.Check)) for st in L.walk(tuple(rest))):
             return  # nothing else has an effect (index locals only)
@@ -721,7 +759,7 @@ class Emitter:
             t = mem(node.buf.dtype)
             q = self.names(f"vq.{k}.{vn}", "tn")
             self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>("
-                   f"&{self.elem(node.buf, self.idx(e0))});")
+                   f"&{self.elem(node.buf, e0)});")
             marker = L.LVar(f"@vq{k}.{vn}", node.buf.dtype)
             self.names.map[marker.name] = f"{q}.e[{vn}]"
             repl[node] = L.Ref(marker)
@@ -747,7 +785,7 @@ class Emitter:
         self.block(wide)
         self.w("}")
         for node, e0, q, t in outs:
-            self.w(f"tn_vstore<{t}, {V}>(&{self.elem(node.buf, self.idx(e0))}, {q});")
+            self.w(f"tn_vstore<{t}, {V}>(&{self.elem(node.buf, e0)}, {q});")
 
     def promoted_loop(self, s: L.For) -> bool:
         """Scalar replacement: a thread's serial loop whose straight-line body
@@ -796,7 +834,7 @@ class Emitter:
                 marker = L.LVar(f"@rg{len(regs)}.{r}", buf.dtype)
                 self.names.map[marker.name] = r
                 regs[(buf.name, e)] = marker
-                self.w(f"{REG[buf.dtype.name]} {r} = {self.elem(buf, self.idx(e))};")
+                self.w(f"{REG[buf.dtype.name]} {r} = {self.elem(buf, e)};")
 
         def fe(x: Any) -> Any:
             if isinstance(x, L.Load) and x.buf.name in chosen:
@@ -811,7 +849,7 @@ class Emitter:
         body = L.map_stmts(s.body, fe, fs)
         self.loop(replace(s, body=body))
         for (name, e), marker in regs.items():
-            self.w(f"{self.elem(chosen[name][0], self.idx(e))} = {self.names(marker.name)};")
+            self.w(f"{self.elem(chosen[name][0], e)} = {self.names(marker.name)};")
         self.ind -= 1
         self.w("}")
         return True
@@ -975,8 +1013,8 @@ class Emitter:
         self.w(f"{{  // group_mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
         self.ind += 1
         self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
-        self.w(f"const unsigned {u}_a = tn_smem_addr(&{self.elem(s.a.buf, self.idx(s.a.offset))})"
-               f", {u}_b = tn_smem_addr(&{self.elem(s.b.buf, self.idx(s.b.offset))});")
+        self.w(f"const unsigned {u}_a = tn_smem_addr(&{self.elem(s.a.buf, s.a.offset)})"
+               f", {u}_b = tn_smem_addr(&{self.elem(s.b.buf, s.b.offset)});")
         if frag:
             d = f"&{self.buf(s.c.buf)}[{self.idx(s.c.offset)}]"
         else:
