@@ -1258,7 +1258,7 @@ def wgmma_wrapper(dt: str, n: int) -> list[str]:
         f'               "{{{outs}}}, "',
         f'               "%{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"',
         f"               : {cons}",
-        f'               : "l"(da), "l"(db), "r"(1));',
+        '               : "l"(da), "l"(db), "r"(1));',
         "}",
         "#endif",
         "",
