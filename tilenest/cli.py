@@ -125,8 +125,11 @@ def _exec_user_module(loader: Any, mod: Any, p: Path) -> None:
         raise _user_code_error(e, f"importing {p}") from None
 
 
-def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]:
-    """The ``(name, TileProgram)`` pairs defined by a kernel file or IR file."""
+def load_programs(path: str, kernel: str | None = None,
+                  consts: dict[str, Any] | None = None) -> list[tuple[str, Any]]:
+    """The ``(name, TileProgram)`` pairs defined by a kernel file or IR file;
+    ``consts`` overrides compile-time constants of the kernels of a ``.py``
+    file (``Kernel.specialize``)."""
     p = Path(path)
     if not p.exists():
         raise TilenestError(f"no such file: {path}")
@@ -149,7 +152,13 @@ def load_programs(path: str, kernel: str | None = None) -> list[tuple[str, Any]]
         if not kernels:
             raise TilenestError(f"{path} defines no @tn.kernel",
                                 hint="decorate a function with @tn.kernel")
+        if consts:
+            kernels = [(n, k.specialize(**consts)) for n, k in kernels]
         return [(n, k.program) for n, k in kernels]
+    if consts:
+        raise TilenestError(f"--const sets compile-time constants of a Python kernel; {path} "
+                            "is TileIR, whose constants are already bound",
+                            hint="drop --const, or give the .py file")
     from .semantics.loading import load_program_file
 
     return [(p.stem, load_program_file(p))]  # read, parsed and verified
@@ -330,10 +339,58 @@ def cmd_check(a: argparse.Namespace) -> int:
     return status
 
 
+#: schedule fields ``--set FIELD=VALUE`` may set, with their types
+SCHEDULE_FIELDS = {"block_threads": int, "vector_lanes": int, "stage_loads": bool,
+                   "mma_unit": str, "stages": int, "index_bits": int, "threads": int,
+                   "vector_bits": int, "fma": bool, "chunk": int}
+
+
+def _assignment(kind: str, text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` of a ``--const``/``--set`` option: the name and the
+    value (a Python literal -- number, bool, quoted string -- or else the
+    bare text as a string)."""
+    import ast
+
+    name, eq, value = text.partition("=")
+    if not eq or not name.strip().isidentifier():
+        what = "FIELD" if kind == "--set" else "NAME"
+        raise argparse.ArgumentTypeError(f"{kind} {text!r} is not {what}=VALUE")
+    try:
+        v: Any = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+        v = value.strip()
+    return name.strip(), v
+
+
+def _const_arg(text: str) -> tuple[str, Any]:
+    return _assignment("--const", text)
+
+
+def _schedule_field_arg(text: str) -> tuple[str, Any]:
+    name, v = _assignment("--set", text)
+    want = SCHEDULE_FIELDS.get(name)
+    if want is None:
+        raise argparse.ArgumentTypeError(
+            f"--set {text!r}: no settable schedule field {name!r} (fields: "
+            f"{', '.join(SCHEDULE_FIELDS)})")
+    if (want is int and isinstance(v, bool)) or not isinstance(v, want):
+        kind = {int: "an integer", bool: "True or False", str: "a name"}[want]
+        raise argparse.ArgumentTypeError(f"--set {text!r}: {name} takes {kind}, not {v!r}")
+    if name == "mma_unit":
+        from .lowering.mma import MMA_UNITS
+
+        if v not in MMA_UNITS:
+            raise argparse.ArgumentTypeError(f"--set mma_unit={v!r}: the units are "
+                                             f"{', '.join(MMA_UNITS)}")
+    return name, v
+
+
 def _schedule_for(a: argparse.Namespace, program: Any) -> Any:
+    """The target's default schedule with the command line's transforms and
+    ``--set`` fields."""
     from .lowering import default_schedule
 
-    s = default_schedule(program, a.target)
+    s = default_schedule(program, a.target, **dict(getattr(a, "set_fields", None) or ()))
     return s.with_(transforms=tuple(a.transform)) if a.transform else s
 
 
@@ -345,7 +402,7 @@ def cmd_lower(a: argparse.Namespace) -> int:
     if a.emit not in tgt.stages():
         raise TilenestError(f"unknown stage '{a.emit}' for target {a.target}",
                             hint="stages: " + ", ".join(tgt.stages()))
-    progs = load_programs(a.file, a.kernel)
+    progs = load_programs(a.file, a.kernel, dict(a.const or ()))
     texts = [(n, tgt.emit(p, a.emit, _schedule_for(a, p))) for n, p in progs]
     if a.json:
         print(json.dumps({n: t for n, t in texts}, indent=2))
@@ -360,7 +417,7 @@ def cmd_validate(a: argparse.Namespace) -> int:
     nothing compared or refused (3 if only for a missing capability)."""
     from .validation.report import run_cli
 
-    progs = load_programs(a.file, a.kernel)
+    progs = load_programs(a.file, a.kernel, dict(a.const or ()))
     if not a.json:
         from .backends import target
 
@@ -418,6 +475,16 @@ def cmd_campaign(a: argparse.Namespace) -> int:
               f"{'Ray' if r['on'] == 'ray' else 'local processes'}"
               + (f" at {r['address']}" if r["address"] else f" ({r['workers']} workers)"))
     return 1 if rep["bugs"] else 0
+
+
+def _schedule_options(s: argparse.ArgumentParser) -> None:
+    """``--const`` and ``--set`` of the commands that compile."""
+    s.add_argument("--const", action="append", metavar="NAME=VALUE", type=_const_arg,
+                   help="a compile-time constant of the kernel, e.g. bm=128 (repeatable)")
+    s.add_argument("--set", action="append", metavar="FIELD=VALUE", type=_schedule_field_arg,
+                   dest="set_fields",
+                   help="a field of the target's schedule, e.g. mma_unit=wgmma, stages=3, "
+                        f"block_threads=512 (repeatable; fields: {', '.join(SCHEDULE_FIELDS)})")
 
 
 def _int_at_least(lo: int) -> Callable[[str], int]:
@@ -594,6 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stage: schedule | tileir | loopir | ir | opt | asm")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
+    _schedule_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_lower)
     s = sub.add_parser("validate", help="translation validation of a compiled kernel against "
@@ -609,6 +677,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the kernel's largest tile, at least 200)")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
+    _schedule_options(s)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_validate)
     s = sub.add_parser("conformance", help="run the conformance suite (spec/conformance) on the "
