@@ -203,6 +203,9 @@ class Emitter:
                                  for ph in k.phases for s in L.walk(ph.body))
         #: (operand dtype, n) of each wgmma instruction wrapper the source needs
         self.wgmma_shapes: set[tuple[str, int]] = set()
+        #: lane loop (by id) -> (its hoisted test's bit, the predicates and
+        #: alignment tests that bit stands for) (:meth:`hoist_tests`)
+        self.hoisted: dict[int, tuple[str, list, list]] = {}
 
     # -- output ---------------------------------------------------------------
     def w(self, line: str) -> None:
@@ -558,9 +561,80 @@ class Emitter:
             return
         if s.kind == "vector" and self.in_thread and self.lane_loop(s):
             return
+        if not self.in_thread:
+            self.hoist_tests(s)
         if self.strip_loop(s) or self.promoted_loop(s) or self.resident_loop(s):
             return
         self.plain_loop(s)
+
+    def hoist_tests(self, s: L.For) -> None:
+        """Loop-invariant code motion of the wide-access tests
+        (:meth:`lane_loop`) of a program-level loop ``s``: for each lane loop
+        inside it -- under ``if``s, one thread loop and constant-trip loops of
+        at most 32 iterations in all -- the conjuncts of its test that read
+        nothing ``s`` changes (the group's extent, load guards over symbols,
+        the program's position and the thread, alignments from symbol
+        divisibilities) are evaluated once per thread before ``s``, one bit
+        per iteration of those loops; inside, the lane loop tests that bit
+        and only the rest. The same conjuncts, evaluated at the same values
+        of everything they read, so the same groups take the wide path."""
+        if s.kind not in ("serial", "vector"):
+            return
+        changed = {s.var.name} | set(L.assigned(s.body))
+
+        def visit(body: tuple, thread: "L.For | None", steps: list) -> None:
+            for t in body:
+                if isinstance(t, L.If):
+                    visit(t.then, thread, steps)
+                    visit(t.orelse, thread, steps)
+                elif isinstance(t, L.For) and t.kind == "thread" and thread is None:
+                    visit(t.body, t, [])
+                elif isinstance(t, L.For) and thread is not None:
+                    plan = self.lane_plan(t) if t.kind == "vector" else None
+                    if plan is not None:
+                        self.hoist_one(t, plan, thread, steps, changed)
+                    elif (isinstance(t.lo, E.Const) and isinstance(t.hi, E.Const)
+                          and t.hi.value > t.lo.value):
+                        visit(t.body, thread, steps + [t])
+
+        visit(s.body, None, [])
+
+    def hoist_one(self, lane: L.For, plan: "LanePlan", thread: L.For, steps: list,
+                  changed: set[str]) -> None:
+        """:meth:`hoist_tests` for one lane loop (``steps``: the constant
+        loops between its thread loop and it)."""
+        n = 1
+        for st in steps:
+            n *= st.hi.value - st.lo.value
+        mine = {thread.var.name} | {st.var.name for st in steps}
+        free = (changed - mine) | {lane.var.name}
+
+        def invariant(p: E.Pred | E.Expr) -> bool:
+            return not any(isinstance(lf, (E.Var, E.Val)) and lf.name in free
+                           for lf in E.leaves(p))
+
+        group = E.cmp("<=", E.add(plan.first, plan.V), plan.n)
+        preds = [p for p in [group, *self.needed(plan.conds)] if invariant(p)]
+        aligns = [c for c in self.aligned(plan) if c.startswith(("tn_aligned(b_", "tn_multiple(S"))]
+        if n > 32 or not (preds or aligns):
+            return
+        mask = self.names(f"ok.{lane.var.name}", "tn")
+        bit = E.Const(0)
+        for st in steps:
+            bit = E.add(E.mul(bit, st.hi.value - st.lo.value),
+                        E.add(E.Var(st.var.name), E.mul(-1, st.lo)))
+        self.w(f"unsigned {mask} = 0u;  // the loop-invariant part of a wide-access test")
+        self.w("{")
+        self.ind += 1
+        self.w(f"{self.names(thread.var.name)} = ({self.it})threadIdx.x;")
+        for st in steps:
+            v = self.names(st.var.name)
+            self.w(f"for ({v} = {self.idx(st.lo)}; {v} < {self.idx(st.hi)}; ++{v})")
+        test = " && ".join([self.pred(p) for p in preds] + aligns)
+        self.w(f"  if ({test}) {mask} |= 1u << ({self.idx(bit)});")
+        self.ind -= 1
+        self.w("}")
+        self.hoisted[id(lane)] = (f"(({mask} >> ({self.idx(bit)})) & 1u)", preds, aligns)
 
     def plain_loop(self, s: L.For) -> None:
         v = self.names(s.var.name)
@@ -677,6 +751,20 @@ class Emitter:
             return None
         return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds))
 
+    def needed(self, conds: "tuple[E.Pred, ...] | list[E.Pred]") -> list[E.Pred]:
+        """The conjuncts of ``conds`` a run-time test must check: each once,
+        and not ``e >= 0`` (or ``0 <= e``) for an ``e`` never negative
+        (:meth:`nonneg`)."""
+        out: list[E.Pred] = []
+        for c in conds:
+            for p in (c.items if isinstance(c, E.PAnd) else (c,)):
+                trivial = isinstance(p, E.Cmp) and (
+                    (p.op == ">=" and p.b == E.Const(0) and self.nonneg(p.a))
+                    or (p.op == "<=" and p.a == E.Const(0) and self.nonneg(p.b)))
+                if not trivial and p not in out:
+                    out.append(p)
+        return out
+
     @staticmethod
     def contiguous(b: L.Buffer, V: int) -> bool:
         """Whether ``V`` logically consecutive elements of ``b`` starting at a
@@ -712,8 +800,14 @@ class Emitter:
         plan = self.lane_plan(s)
         if plan is None:
             return False
-        conds = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}", *self.aligned(plan),
-                 *(self.pred(p) for p in plan.conds)]
+        got = self.hoisted.get(id(s))
+        if got is None:
+            conds = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}",
+                     *self.aligned(plan), *(self.pred(p) for p in self.needed(plan.conds))]
+        else:  # the invariant part was tested before the enclosing loop (hoist_tests)
+            bit, done, aligns = got
+            conds = [bit, *(c for c in self.aligned(plan) if c not in aligns),
+                     *(self.pred(p) for p in self.needed(plan.conds) if p not in done)]
         self.w(f"if ({' && '.join(conds)}) {{  // {plan.V} lanes, vector accesses")
         self.block_of(lambda: self.vector_group(plan))
         self.w("} else {")
