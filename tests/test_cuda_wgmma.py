@@ -191,6 +191,15 @@ def test_emitted_wgmma_descriptors_and_waits():
     assert "tn_wgmma_wait<0>(); tn_fence_proxy_async();" in text
     res = ck.built.resources["gemm_gemm_0"]
     assert res.spill_store_bytes == 0 and res.registers <= 255
+    # the tile copies' wide-access tests: the part that does not change along
+    # the contraction (group extent, rows in range, alignment) is one bit per
+    # thread and step computed before the loop; inside, only the K bounds
+    loop = text[text.index("for (v_kk_7 = 0;"):]
+    tests = [ln for ln in loop.splitlines() if "vector accesses" in ln]
+    assert tests and all("tn_ok_" in ln and "S_M" not in ln and "tn_aligned" not in ln
+                         for ln in tests)
+    assert ">= 0)" not in "".join(tests)  # nothing to test for non-negative indices
+    assert "unsigned tn_ok_" in text[:text.index("for (v_kk_7 = 0;")]
 
 
 # ------------------------------------------------------------------ emulation
