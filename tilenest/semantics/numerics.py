@@ -55,10 +55,14 @@ _TRANSCENDENTAL = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos",
 #: float64 value rounded once, so they are off by at most 0.5 ulp plus a
 #: negligible float64 error; 1.0 covers that (a result may differ from the
 #: correctly rounded one only when the exact value lies within a float64 error
-#: of a rounding midpoint). f64 results come from numpy's float64 functions
-#: (SIMD or libm, platform dependent; ``erf`` from the C library through
-#: ``math.erf``): 4 ulp is the bound those libraries document (measured here
-#: against 200-bit references: <= 1 ulp). ``rsqrt`` in f64 is two correctly
+#: of a rounding midpoint). f64 results are evaluated in the platform's
+#: extended precision where it has one (numpy ``longdouble``: the C library's
+#: ``expl``, ``powl``, ``atan2l``...) and rounded once, so they are correctly
+#: rounded but for rare double roundings, whatever SIMD loops numpy uses for
+#: float64 on this machine and version (those are up to 1 ulp off, and differ
+#: between numpy releases and instruction sets); ``erf`` comes from the C
+#: library through ``math.erf``. 4 ulp is the bound C libraries document
+#: (measured here against 200-bit references: <= 1 ulp). ``rsqrt`` in f64 is two correctly
 #: rounded operations (<= 2 ulp, bounded by 3) and ``sigmoid`` is exp followed by
 #: two correctly rounded operations (bounded by 8). The bound is the contract
 #: for every implementation: the oracle admits any result within it, so a
@@ -219,13 +223,37 @@ def _int_abs(x: np.ndarray, dt: DType) -> np.ndarray:
     return np.where(x < 0, _int_neg(x, dt), x) if dt.is_signed else x
 
 
+#: whether numpy's ``longdouble`` is wider than float64 (x87 extended on x86-64
+#: Linux, binary128 on aarch64 Linux); where it is not, float64 is evaluated as is
+_EXTENDED = np.finfo(np.longdouble).nmant > np.finfo(np.float64).nmant
+
+
+def _extended(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``fn`` (a numpy ufunc) on float64 operands evaluated in extended
+    precision and rounded once to float64: the correctly rounded value but
+    for rare double roundings, independent of numpy's float64 loops (which are
+    up to 1 ulp off and vary with the numpy release and the CPU's vector
+    instructions). C99 special cases (infinities, NaN, signed zeros, pow(x, 0)
+    = 1) are the extended functions', the same as float64's."""
+    if not _EXTENDED:
+        return fn
+
+    def f(*xs: np.ndarray) -> np.ndarray:
+        return np.asarray(fn(*(np.asarray(x, dtype=np.longdouble) for x in xs)),
+                          dtype=_F64)
+
+    return f
+
+
 #: The float64 evaluation of each transcendental (operands and result float64);
 #: the op's value in a dtype is this value rounded once (``_via_f64``).
 _F64_FUNCTION: dict[str, Callable[..., np.ndarray]] = {
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p,
-    "expm1": np.expm1, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "erf": _erf,
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "rsqrt": lambda x: 1.0 / np.sqrt(x),
-    "pow": np.power, "atan2": np.arctan2,
+    "exp": _extended(np.exp), "exp2": _extended(np.exp2), "log": _extended(np.log),
+    "log2": _extended(np.log2), "log1p": _extended(np.log1p), "expm1": _extended(np.expm1),
+    "sin": _extended(np.sin), "cos": _extended(np.cos), "tanh": _extended(np.tanh),
+    "erf": _erf, "sigmoid": lambda x: 1.0 / (1.0 + _extended(np.exp)(-x)),
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "pow": _extended(np.power), "atan2": _extended(np.arctan2),
 }
 assert set(_F64_FUNCTION) == set(_TRANSCENDENTAL)
 
