@@ -697,3 +697,32 @@ def test_transcendental_16bit_exhaustive_ulp_bound(dt):
         with np.errstate(all="ignore"):
             ref = np.asarray(ref_fn(x64), dtype=np.float64)
         _assert_within_ulp(N.unary(fn, x, dt), ref, dt, N.ulp_bound(fn, dt), f"{fn} {dt}")
+
+
+@pytest.mark.parametrize("fn", ["pow", "atan2", "exp", "exp2", "log", "sin", "tanh"])
+def test_f64_transcendentals_are_correctly_rounded_but_rarely(fn):
+    """The interpreter's f64 value of a transcendental (the center of the
+    oracle's 4-ulp envelope) is the correctly rounded one against a 200-bit
+    reference on all but a rare input, whatever float64 loops numpy has on this
+    machine (they are up to 1 ulp off on several percent of inputs)."""
+    import mpmath
+
+    from tilenest.semantics import numerics as NU
+    from tilenest.semantics.dtypes import f64
+
+    if not NU._EXTENDED:
+        pytest.skip("numpy's longdouble is float64 here: no extended evaluation")
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0.05, 4.0, 600)
+    y = rng.standard_normal(600) * 6
+    exact = {"pow": lambda a, b: mpmath.power(a, b), "atan2": lambda a, b: mpmath.atan2(b, a),
+             "exp": lambda a, b: mpmath.exp(b), "exp2": lambda a, b: mpmath.power(2, b),
+             "log": lambda a, b: mpmath.log(a), "sin": lambda a, b: mpmath.sin(b),
+             "tanh": lambda a, b: mpmath.tanh(b)}[fn]
+    args = {"pow": (x, y), "atan2": (y, x), "exp": (y,), "exp2": (y,), "log": (x,),
+            "sin": (y,), "tanh": (y,)}[fn]
+    got = NU.unrounded(fn, f64, *args)
+    with mpmath.workprec(200):
+        want = np.array([float(exact(mpmath.mpf(a), mpmath.mpf(b))) for a, b in zip(x, y)])
+    off = np.abs(got.view(np.int64) - want.view(np.int64))
+    assert off.max() <= 1 and int((off > 0).sum()) <= 2, (fn, int((off > 0).sum()))
