@@ -16,11 +16,26 @@ and poison), and each run's outputs must be
 as in ``test_llvm_workloads.py``. Every further tile schedule of every
 workload is judged the same way at the small size in f32.
 
-The default run (about three minutes on two cores) takes the ``small`` size
-in every dtype, the other small shape variants in f32 and the second
-schedule of every workload; ``-m slow`` adds those variants in f16 and bf16,
-the remaining schedules, and the medium sizes (thread loops of many rounds,
-full vector groups).
+The default run (every kind of kernel, each narrow dtype on most of them):
+
+* every workload but gemm_relu at the ``small`` size in f32, and in one
+  narrow dtype (f16 and bf16 alternating over the workloads; gemm in both)
+  except NARROW_SLOW: gemm_gelu and bmm (gemm's narrow-operand contraction
+  covers theirs), residual_layernorm (layernorm's and rmsnorm's), sort_desc
+  and topk (sort's sorting network, in bf16; NVRTC takes some 20 s per
+  narrow build of each);
+* the other small shape variants in f32 (of topk, whose variants are each a
+  kernel of their own, the ``wide`` one: thread loops of many rounds);
+* the second schedule of every workload but SCHEDULE_SLOW (gemm_gelu's is
+  gemm's tiling, sort_desc's sort's);
+* the staged loads of the row workloads at the medium size, f32, 4 lanes.
+
+gemm_relu (gemm with another elementwise epilogue than gemm_gelu's; its
+build spends over half a minute proving the barriers of the contraction)
+runs under ``-m slow`` only. ``-m slow`` adds it, the other narrow dtypes,
+the topk variants ``k1`` and ``near_n``, the remaining schedules and staged
+variants, and the medium sizes (thread loops of many rounds, full vector
+groups).
 """
 
 from __future__ import annotations
@@ -54,8 +69,32 @@ def _params(sizes) -> list:  # type: ignore[no-untyped-def]
 
 SMALL = _params(lambda w: [s for s in w.sizes if s not in _BIG])
 MEDIUM = _params(lambda w: [s for s in w.sizes if s == "medium"])
-#: the default run: ``small`` in every dtype, the other small variants in f32
-DEFAULT = [c for c in SMALL if c[1] == "small" or c[2] == f32]
+#: workloads run under -m slow only (see the module docstring)
+WORKLOADS_SLOW = ("gemm_relu",)
+#: workloads whose narrow-dtype builds all run under -m slow only (another
+#: workload's narrow build covers the same code; see the module docstring)
+NARROW_SLOW = ("gemm_gelu", "bmm", "residual_layernorm", "sort_desc", "topk")
+#: workloads run in both narrow dtypes by default
+NARROW_BOTH = ("gemm",)
+#: small variants under -m slow only (each a kernel of its own to build and prove)
+VARIANTS_SLOW = (("topk", "k1"), ("topk", "near_n"))
+
+
+def _narrow_default(name: str) -> set:  # type: ignore[type-arg]
+    """The narrow dtypes of ``name`` in the default run: f16 and bf16
+    alternate over the workloads, both for NARROW_BOTH, none for NARROW_SLOW."""
+    if name in NARROW_SLOW:
+        return set()
+    j = list(WORKLOADS).index(name)
+    return {w for w in WORKLOADS[name].dtypes if w != f32 and
+            (name in NARROW_BOTH or (w.name == "bf16") == (j % 2 == 1))}
+
+
+#: the default run: ``small`` in f32 and in its narrow dtypes, the other
+#: small variants in f32 (but VARIANTS_SLOW), none of WORKLOADS_SLOW
+DEFAULT = [c for c in SMALL if c[0] not in WORKLOADS_SLOW and (
+           (c[1] == "small" and (c[2] == f32 or c[2] in _narrow_default(c[0])))
+           or (c[1] != "small" and c[2] == f32 and (c[0], c[1]) not in VARIANTS_SLOW))]
 
 
 def _copy(a):  # type: ignore[no-untyped-def]
@@ -110,14 +149,20 @@ def test_workload_validates_emulated(i, name, size, dt):
     _judge(name, size, dt, i)
 
 
-SCHEDULES = [pytest.param(n, j, id=f"{n}-s{j}", marks=() if j == 1 else pytest.mark.slow)
+#: workloads whose schedule 1 runs under -m slow only: gemm_relu's and
+#: gemm_gelu's are gemm's tiling with an epilogue, sort_desc's sort's in the
+#: other order (gemm's and sort's run by default)
+SCHEDULE_SLOW = ("gemm_relu", "gemm_gelu", "sort_desc")
+SCHEDULES = [pytest.param(n, j, id=f"{n}-s{j}",
+                          marks=() if j == 1 and n not in SCHEDULE_SLOW else pytest.mark.slow)
              for n, w in WORKLOADS.items() for j in range(1, len(w.schedules))]
 
 
 @pytest.mark.parametrize("name,j", SCHEDULES)
 def test_every_schedule_validates_emulated(name, j):
     """Schedule 0 is covered above; each other schedule at the small size, f32
-    (schedule 1 of every workload by default, the others under -m slow)."""
+    (schedule 1 of every workload but SCHEDULE_SLOW by default, the others
+    under -m slow)."""
     wl = WORKLOADS[name]
     _judge(name, "small", f32, j, wl.schedules[j])
 
@@ -154,6 +199,27 @@ def test_runs_cover_every_policy_and_poison():
         assert p0 != p1 and q0 != q1
     assert {r[0] for i in range(4) for r in runs_for(i)} == set(POLICIES)
     assert {r[1] for i in range(3) for r in runs_for(i)} == set(POISONS)
+
+
+def test_default_run_covers_every_workload_dtype_policy_and_poison():
+    """The default selection keeps every workload but WORKLOADS_SLOW at the
+    small size in f32 and every other one but NARROW_SLOW in a narrow dtype,
+    each narrow dtype on a GEMM, elementwise maps, row reductions, attention
+    and a scan, and every policy and poison in both runs of a case."""
+    default = {c: i for i, c in enumerate(SMALL) if c in DEFAULT}
+    names = set(WORKLOADS) - set(WORKLOADS_SLOW)
+    assert {n for n, s, dt in default if s == "small" and dt == f32} == names
+    narrow = {n for n, s, dt in default if s == "small" and dt != f32}
+    assert narrow == names - set(NARROW_SLOW)
+    kinds = (("gemm",), ("add", "gelu", "residual_gelu", "swiglu", "rope"),
+             ("row_sum", "row_max", "softmax", "masked_softmax", "rmsnorm", "layernorm",
+              "cross_entropy"), ("attention_gqa", "attention_mha"), ("scan_fold", "scan_tree"))
+    for dt in {dt for w in WORKLOADS.values() for dt in w.dtypes} - {f32}:
+        ran = {n for n, s, d in default if d == dt}
+        assert all(ran & set(kind) for kind in kinds), (dt, ran)
+    for run in (0, 1):
+        assert {runs_for(i)[run][0] for i in default.values()} == set(POLICIES)
+        assert {runs_for(i)[run][1] for i in default.values()} == set(POISONS)
 
 
 def test_emulated_run_really_uses_the_generated_source():
