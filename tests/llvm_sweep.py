@@ -13,8 +13,9 @@ oracle (``tn.reference``; the compiled output must be admitted):
 * ``mma`` for every input x accumulator dtype pair the ``mma`` type rule
   accepts whose accumulator has ``add`` and ``mul`` (:func:`mma_pair`).
 
-Run as a script (``python -I tests/llvm_sweep.py OUT.json [INDEX COUNT]``) it
-does all of that (or one shard of it) in the current process and writes one
+Run as a script (``python -I tests/llvm_sweep.py OUT.json [INDEX COUNT [PART]]``)
+it does all of that (or one shard of it; of the groups of ``PART``, see
+:func:`in_part`) in the current process and writes one
 JSON record per combination (``{"key": {"ok": bool, "detail": str}}``) plus
 the list of top-level modules loaded. Kernels are batched: one kernel per
 group (e.g. every unary op on f16), each combination storing to its own rows
@@ -424,6 +425,23 @@ def sweep(cs: list[Combo] | None = None) -> dict[str, dict]:
     return res
 
 
+#: accumulator dtypes whose mma groups the default test run leaves to -m slow
+#: (LLVM takes seconds to optimize each mma group; the f32, i32, u8, u64, f16
+#: and bf16 accumulators, with every input dtype that widens into them, run
+#: by default: every dtype but i64 and f64 as an input)
+MMA_SLOW = ("i8", "i16", "u16", "u32", "i64", "f64")
+PARTS = ("all", "default", "slow")
+
+
+def in_part(g: Group, part: str) -> bool:
+    """Whether group ``g`` belongs to ``part``: ``all``; ``slow``, the mma
+    groups of the MMA_SLOW accumulators; ``default``, every other group."""
+    if part not in PARTS:
+        raise ValueError(f"no sweep part {part!r}: one of {PARTS}")
+    slow = g.name.startswith("mma-") and g.name[len("mma-"):] in MMA_SLOW
+    return part == "all" or slow == (part == "slow")
+
+
 def shard(gs: list[Group], index: int, count: int) -> list[Group]:
     """Shard ``index`` of ``count`` of the groups, balanced by a cost estimate
     (members, an mma nest weighing as much as about eight elementwise ops)."""
@@ -439,11 +457,14 @@ def shard(gs: list[Group], index: int, count: int) -> list[Group]:
 
 
 def main(argv: list[str]) -> int:
-    """``llvm_sweep.py OUT.json [INDEX COUNT]``: run every group (or shard
-    ``INDEX`` of ``COUNT``) and write the records."""
+    """``llvm_sweep.py OUT.json [INDEX COUNT [PART]]``: run every group of
+    ``PART`` (default ``all``; or shard ``INDEX`` of ``COUNT`` of them) and
+    write the records."""
     t0 = time.perf_counter()
     index, count = (int(argv[2]), int(argv[3])) if len(argv) > 3 else (0, 1)
-    keys = {cb.key for g in shard(groups(), index, count) for cb, _, _ in g.members}
+    part = argv[4] if len(argv) > 4 else "all"
+    mine = shard([g for g in groups() if in_part(g, part)], index, count)
+    keys = {cb.key for g in mine for cb, _, _ in g.members}
     res = sweep([c for c in combos() if c.key in keys])
     mods = sorted({m.split(".")[0] for m in sys.modules})
     with open(argv[1], "w") as f:

@@ -4,8 +4,12 @@
   dtype its type rule accepts, casts between every pair, bitcasts, every
   built-in reducer under every policy, every ``mma`` input x accumulator
   pair) compiles and runs in a fresh interpreter that loads nothing but
-  tilenest and its dependencies (``python -I``, an empty environment), each
-  result judged by ``tn.reference``.
+  tilenest and its dependencies (``python -I``, an empty environment but for
+  the persistent cache switched off, as in the rest of the suite), each
+  result judged by ``tn.reference``. The default run leaves the ``mma``
+  pairs of six accumulator dtypes (``llvm_sweep.MMA_SLOW``: i8, i16, u16,
+  u32, i64, f64) to ``-m slow``; by default every dtype but i64 and f64 is
+  an ``mma`` input (into the f32, i32, u8, u64, f16 and bf16 accumulators).
 * The JIT refuses a module importing a symbol tilenest has not bound
   (``UnresolvedSymbolError``, before anything is loaded or called).
 * The soft-float helpers LLVM calls for f16 conversions the host has no
@@ -43,6 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = {"torch", "scipy", "jax", "jaxlib", "tensorflow", "numba", "cupy", "sympy"}
 
 COMBOS = S.combos()
+#: the combinations of the sweep's ``default`` and ``slow`` parts
+PART_KEYS = {part: {cb.key for g in S.groups() if S.in_part(g, part) for cb, _, _ in g.members}
+             for part in ("default", "slow")}
 
 
 # ---------------------------------------------------------------------------
@@ -78,6 +85,16 @@ def test_sweep_covers_every_op_and_dtype():
     keys = [cb.key for g in S.groups() for cb, _, _ in g.members]
     assert sorted(keys) == sorted(c.key for c in COMBOS)
     assert len(set(keys)) == len(keys)
+    # ... and in exactly one part; the default part keeps every kind, every
+    # dtype as an mma input, and integer and float accumulators
+    assert PART_KEYS["default"] | PART_KEYS["slow"] == set(keys)
+    assert not PART_KEYS["default"] & PART_KEYS["slow"]
+    default = [c for c in COMBOS if c.key in PART_KEYS["default"]]
+    assert {c.kind for c in default} == {c.kind for c in COMBOS}
+    assert {c.dtype for c in default if c.kind == "mma"} == set(names) - {"i64", "f64"}
+    assert {c.result for c in default if c.kind == "mma"} == {"f32", "i32", "u8", "u64", "f16",
+                                                                "bf16"}
+    assert all(c.kind == "mma" for c in COMBOS if c.key in PART_KEYS["slow"])
 
 
 # ---------------------------------------------------------------------------
@@ -89,20 +106,21 @@ SHARDS = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaff
                     else (os.cpu_count() or 1)))
 
 
-@pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
-    """Run the sweep in ``SHARDS`` fresh interpreters (``-I``: no user site, no
-    ``PYTHON*`` variables; an environment with nothing but ``PATH``) and merge
-    their records."""
-    d = tmp_path_factory.mktemp("sweep")
-    env = {"PATH": os.defpath, "LANG": "C.UTF-8"}
+def _run_sweep(tmp_path_factory, part: str) -> dict:  # type: ignore[no-untyped-def]
+    """Run the groups of the sweep's ``part`` in ``SHARDS`` fresh interpreters
+    (``-I``: no user site, no ``PYTHON*`` variables; an environment with
+    nothing but ``PATH``, the locale and the persistent cache switched off,
+    so that every kernel is compiled in the fresh process, as the rest of the
+    suite does: tests/conftest.py) and merge their records."""
+    d = tmp_path_factory.mktemp(f"sweep-{part}")
+    env = {"PATH": os.defpath, "LANG": "C.UTF-8", "TILENEST_CACHE_DIR": "off"}
     if "SYSTEMROOT" in os.environ:
         env["SYSTEMROOT"] = os.environ["SYSTEMROOT"]
     procs = []
     for i in range(SHARDS):
         out = d / f"sweep{i}.json"
         cmd = [sys.executable, "-I", str(ROOT / "tests" / "llvm_sweep.py"), str(out), str(i),
-               str(SHARDS)]
+               str(SHARDS), part]
         procs.append((out, subprocess.Popen(cmd, env=env, cwd=str(d), stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True)))
     merged: dict = {"results": {}, "modules": set(), "imported": set(), "cpu_seconds": 0.0}
@@ -124,6 +142,19 @@ def sweep(tmp_path_factory):
     return merged
 
 
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """The records of the sweep's default part (every group but the mma
+    groups of ``llvm_sweep.MMA_SLOW``)."""
+    return _run_sweep(tmp_path_factory, "default")
+
+
+@pytest.fixture(scope="module")
+def sweep_slow(tmp_path_factory):
+    """The records of the sweep's slow part (the mma groups of ``MMA_SLOW``)."""
+    return _run_sweep(tmp_path_factory, "slow")
+
+
 def test_fresh_process_loaded_only_tilenest_and_its_dependencies(sweep):
     mods = set(sweep["modules"])
     assert "tilenest" in mods
@@ -131,15 +162,29 @@ def test_fresh_process_loaded_only_tilenest_and_its_dependencies(sweep):
 
 
 def test_sweep_judged_every_combination(sweep):
-    assert set(sweep["results"]) == {c.key for c in COMBOS}
+    assert set(sweep["results"]) == PART_KEYS["default"]
     # the compiled code did call out (libm, helpers), and only to bound symbols
     # (the JIT refused anything else; see the tests below)
     assert {"pow", "fmod"} <= sweep["imported"], sorted(sweep["imported"])
 
 
-@pytest.mark.parametrize("key", [c.key for c in COMBOS])
+@pytest.mark.slow
+def test_slow_sweep_judged_every_combination_in_a_fresh_process(sweep_slow):
+    assert set(sweep_slow["results"]) == PART_KEYS["slow"]
+    mods = set(sweep_slow["modules"])
+    assert "tilenest" in mods and not mods & FOREIGN, sorted(mods & FOREIGN)
+
+
+@pytest.mark.parametrize("key", [c.key for c in COMBOS if c.key in PART_KEYS["default"]])
 def test_combination_compiles_runs_and_is_admitted(sweep, key):
     r = sweep["results"][key]
+    assert r["ok"], r["detail"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", [c.key for c in COMBOS if c.key in PART_KEYS["slow"]])
+def test_combination_compiles_runs_and_is_admitted_slow(sweep_slow, key):
+    r = sweep_slow["results"][key]
     assert r["ok"], r["detail"]
 
 
