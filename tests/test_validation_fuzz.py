@@ -1,12 +1,14 @@
 """Differential fuzzing of the whole lowering with random well-typed kernels.
 
-The default run checks 300 hypothesis-generated kernels (derandomized, so CI
+The default run checks 100 hypothesis-generated kernels (derandomized, so CI
 is reproducible; a failure shrinks to a minimal spec and is reported with its
 TileIR and DSL source), plus a seeded campaign whose skip and refusal rates
-must stay low. ``-m slow`` runs a long seeded campaign (5,000 programs by
-default; ``TILENEST_FUZZ_CAMPAIGN`` changes the count), also available as
-``python -m tilenest.validation.fuzz N SEED``; ``TILENEST_FUZZ_EXAMPLES`` sets the
-hypothesis count, and ``tilenest campaign fuzz`` runs the fuzz at scale."""
+must stay low. ``-m slow`` runs 500 more hypothesis kernels (another
+derandomized stream) and a long seeded campaign (5,000 programs by default;
+``TILENEST_FUZZ_CAMPAIGN`` changes the count), also available as
+``python -m tilenest.validation.fuzz N SEED``; ``TILENEST_FUZZ_EXAMPLES`` and
+``TILENEST_FUZZ_EXAMPLES_SLOW`` set the two hypothesis counts, and
+``tilenest campaign fuzz`` runs the fuzz at scale."""
 
 from __future__ import annotations
 
@@ -37,14 +39,29 @@ def _explain(r) -> str:  # type: ignore[no-untyped-def]
     return f"{r.status}: {r.message}\n--- TileIR ---\n{r.tileir}\n--- DSL ---\n{r.source}"
 
 
-@settings(max_examples=int(os.environ.get("TILENEST_FUZZ_EXAMPLES", "300")), deadline=None,
-          derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(specs())
-def test_random_kernels_validate(spec):
+def _validates(spec: Spec) -> None:
     r = check_spec(spec, cases=2, seed=len(spec.steps))
     note(_explain(r))
     assert r.status in ("ok", "unsupported", "skipped"), _explain(r)
+
+
+def _fuzz_settings(env: str, default: int) -> settings:
+    return settings(max_examples=int(os.environ.get(env, str(default))), deadline=None,
+                    derandomize=True, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@_fuzz_settings("TILENEST_FUZZ_EXAMPLES", 100)
+@given(specs())
+def test_random_kernels_validate(spec):
+    _validates(spec)
+
+
+@pytest.mark.slow
+@_fuzz_settings("TILENEST_FUZZ_EXAMPLES_SLOW", 500)
+@given(specs())
+def test_random_kernels_validate_slow(spec):
+    _validates(spec)
 
 
 #: one spec per step kind, with the op names its kernel must contain
