@@ -12,6 +12,10 @@ seeded arguments. The compiled outputs must be
 
 Every tile schedule of every workload is compiled and judged the same way at
 the small size.
+
+The default run takes the ``small`` size in every dtype and every other
+size (``medium`` and the shape variants) in f32; ``-m slow`` adds those in
+f16 and bf16.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ def _cases() -> list:
             if s == "large":
                 continue
             for dt in w.dtypes:
-                out.append(pytest.param(n, s, dt, id=f"{n}-{s}-{dt.name}"))
+                slow = s != "small" and dt != f32
+                out.append(pytest.param(n, s, dt, id=f"{n}-{s}-{dt.name}",
+                                        marks=pytest.mark.slow if slow else ()))
     return out
 
 
