@@ -78,9 +78,12 @@ def test_mma_is_one_distributed_nest_per_contraction_step():
 
 
 def test_accumulators_live_in_registers_across_the_contraction():
-    _, kern = _gemm(64, 64, 32)
+    # the kernel and (default, 256-thread) schedule of the 64 x 64 x 16 case of
+    # test_simt_gemm_validates below: one build (the compile cache) for both
+    _, kern = _gemm(64, 64, 16)
     ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
                               device="emulated")
+    assert ck.schedule.block_threads == 256
     text = ck.source.text
     m = re.search(r"registers across the loop\n((?:.*\n){16})", text)
     assert m, "no promoted loop in the gemm kernel"

@@ -263,12 +263,12 @@ def test_double_buffer_needs_an_independent_consumer():
     assert plan(loop, [body, other], bufs) is None
 
 
-@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("stages", [3, pytest.param(4, marks=pytest.mark.slow)])
 def test_ring_gemm_validates_emulated(stages):
     """An S-stage ring (``Schedule.stages``): more than ``2 S`` contraction
     steps with a ragged tail, so every version is reused; the emulator lands
     each ``cp.async`` only when a wait orders it, so an early read would see
-    the poison."""
+    the poison. (Three stages by default, four under -m slow.)"""
     kern = _gemm(32, 32, 16)
     sched = default_schedule(kern.program, "cuda", block_threads=64, stages=stages)
     text = print_kernel(lower_verified(kern.program, sched))
