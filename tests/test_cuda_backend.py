@@ -2,10 +2,7 @@
 with NVRTC, and its generated source validates against the interpreter on the
 host emulator under every thread interleaving and poison; mutations of the
 generated source (a dropped barrier, a wrong distribution, a wrong shuffle
-mask) are caught; the conformance suite passes on the emulated device.
-
-The default run leaves the gemm example (EXAMPLES_SLOW) and all but a third
-of the conformance cases to ``-m slow``."""
+mask) are caught."""
 
 from __future__ import annotations
 
@@ -42,18 +39,7 @@ def _small(program, threads: int = 32, **kw):
     return default_schedule(program, "cuda", block_threads=threads, **kw)
 
 
-#: examples whose emulated validation runs under -m slow only: gemm's two
-#: builds (the first case's and the variant another case needs: other
-#: aliasing, strided views or 64-bit indices) each prove the barriers of the
-#: pipelined contraction, together over a minute. By default the gemm example runs
-#: under ThreadSanitizer with its outputs judged by the oracle
-#: (test_cuda_tsan.py), its barriers are proved (test_gpu_obligations.py) and
-#: the gemm workloads validate emulated (test_cuda_workloads.py).
-EXAMPLES_SLOW = ("gemm",)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow)
-                                  if n in EXAMPLES_SLOW else n for n in EXAMPLES])
+@pytest.mark.parametrize("name", EXAMPLES)
 def test_example_compiles_for_sm90a_and_validates_emulated(name):
     for kern in _kernels(name):
         ck = cuda.compile_program(kern.program, _small(kern.program), device="emulated")
@@ -164,44 +150,18 @@ def test_kernel_compile_and_validate_target_cuda():
     assert rep.ok and rep.target == "cuda", rep.summary()
 
 
-def _conformance_on_cuda(capsys, select: tuple[str, ...] = ()) -> None:  # type: ignore[no-untyped-def]
-    """The conformance cases ``select`` picks (all by default) through the
-    cuda target on the host emulator: every one passes and is compared."""
-    from tilenest.conformance import load_suite, main
-
-    status = main(backend="cuda", select=select)
-    out = capsys.readouterr().out
-    assert status == 0, out[-3000:]
-    n = len(load_suite(select=select))
-    m = re.search(r"(\d+)/(\d+) passed", out)
-    assert m and int(m.group(1)) == int(m.group(2)) == n, out[-3000:]  # every case compared
-
-
-def _conformance_sample() -> tuple[str, ...]:
-    """Every third conformance case in suite order (of every group, with
-    every kind of verdict: the test below checks it)."""
-    from tilenest.conformance import load_suite
-
-    return tuple(c.name for c in load_suite()[::3])
-
-
-def test_conformance_sample_on_the_emulated_device(capsys):
-    """A third of the conformance cases (every group, every kind of verdict)
-    through the cuda target on the host emulator; the whole suite runs
-    under -m slow (test_conformance_suite_on_the_emulated_device)."""
-    from tilenest.conformance import load_suite
-
-    sample = _conformance_sample()
-    cases, picked = load_suite(), load_suite(select=sample)
-    assert {c.group for c in picked} == {c.group for c in cases}
-    assert {c.verdict for c in picked} == {c.verdict for c in cases}
-    _conformance_on_cuda(capsys, sample)
-
-
-@pytest.mark.slow
 def test_conformance_suite_on_the_emulated_device(capsys):
     """Every conformance case through the cuda target on the host emulator."""
-    _conformance_on_cuda(capsys)
+    from tilenest.conformance import main
+
+    status = main(backend="cuda")
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    from tilenest.conformance import load_suite
+
+    n = len(load_suite())
+    m = re.search(r"(\d+)/(\d+) passed", out)
+    assert m and int(m.group(1)) == int(m.group(2)) == n, out[-3000:]  # every case compared
 
 
 @pytest.mark.parametrize("lanes", [2, 4, 8])
