@@ -18,10 +18,10 @@ workload is judged the same way at the small size in f32.
 
 The default run (every kind of kernel, each narrow dtype on most of them):
 
-* every workload but gemm_relu at the ``small`` size in f32, and in one
-  narrow dtype (f16 and bf16 alternating over the workloads; gemm in both)
-  except NARROW_SLOW: gemm_gelu and bmm (gemm's narrow-operand contraction
-  covers theirs), residual_layernorm (layernorm's and rmsnorm's), sort_desc
+* every workload at the ``small`` size in f32, and in one narrow dtype (f16
+  and bf16 alternating over the workloads; gemm in both) except NARROW_SLOW:
+  gemm_relu, gemm_gelu and bmm (gemm's narrow-operand contraction covers
+  theirs), residual_layernorm (layernorm's and rmsnorm's), sort_desc
   and topk (sort's sorting network, in bf16; NVRTC takes some 20 s per
   narrow build of each);
 * the other small shape variants in f32 (of topk, whose variants are each a
@@ -30,9 +30,7 @@ The default run (every kind of kernel, each narrow dtype on most of them):
   gemm's tiling, sort_desc's sort's);
 * the staged loads of the row workloads at the medium size, f32, 4 lanes.
 
-gemm_relu (gemm with another elementwise epilogue than gemm_gelu's; its
-build spends over half a minute proving the barriers of the contraction)
-runs under ``-m slow`` only. ``-m slow`` adds it, the other narrow dtypes,
+``-m slow`` adds the other narrow dtypes,
 the topk variants ``k1`` and ``near_n``, the remaining schedules and staged
 variants, and the medium sizes (thread loops of many rounds, full vector
 groups).
@@ -70,10 +68,10 @@ def _params(sizes) -> list:  # type: ignore[no-untyped-def]
 SMALL = _params(lambda w: [s for s in w.sizes if s not in _BIG])
 MEDIUM = _params(lambda w: [s for s in w.sizes if s == "medium"])
 #: workloads run under -m slow only (see the module docstring)
-WORKLOADS_SLOW = ("gemm_relu",)
+WORKLOADS_SLOW: tuple[str, ...] = ()
 #: workloads whose narrow-dtype builds all run under -m slow only (another
 #: workload's narrow build covers the same code; see the module docstring)
-NARROW_SLOW = ("gemm_gelu", "bmm", "residual_layernorm", "sort_desc", "topk")
+NARROW_SLOW = ("gemm_relu", "gemm_gelu", "bmm", "residual_layernorm", "sort_desc", "topk")
 #: workloads run in both narrow dtypes by default
 NARROW_BOTH = ("gemm",)
 #: small variants under -m slow only (each a kernel of its own to build and prove)
