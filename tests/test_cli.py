@@ -98,29 +98,12 @@ def test_missing_file():
     assert r.returncode == 1 and "no such file" in r.stderr
 
 
-GEMM_BF16 = '''import tilenest as tn
-from tilenest import bf16
+#: a kernel file holding the bf16 GEMM workload's kernel (tile constants bm, bn, bk)
+GEMM_BF16 = """import tilenest as tn
+from tilenest.workloads.gemm import gemm_kernel
 
-@tn.kernel
-def gemm(A: tn.Tensor[bf16, "M K"], B: tn.Tensor[bf16, "K N"], C: tn.Tensor[bf16, "M N"], *,
-         bm=64, bn=64, bk=64):
-    M, K = A.shape
-    N = B.shape[1]
-    m, k = A.dims()
-    n = C.dim(1)
-    B = B.with_dims(k, n)
-    C = C.with_dims(m, n)
-    for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
-        i, j = p.index(0), p.index(1)
-        acc = tn.zeros(tn.f32, tn.shape(bm, bn), dims=(m, n))
-        for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
-            kk.stage("load")
-            a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk)]
-            b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn)]
-            kk.stage("mma")
-            acc = tn.mma(a, b, acc)
-        C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(tn.cast(acc, bf16))
-'''
+gemm = gemm_kernel(tn.bf16)
+"""
 
 
 def test_lower_takes_constants_and_schedule_fields(tmp_path, capsys):
@@ -130,12 +113,12 @@ def test_lower_takes_constants_and_schedule_fields(tmp_path, capsys):
     f = tmp_path / "gemm_bf16.py"
     f.write_text(GEMM_BF16)
     rc = cli.main(["lower", str(f), "--target", "cuda", "--const", "bm=128", "--const",
-                   "bn=256", "--set", "mma_unit=wgmma", "--set", "stages=3"])
+                   "bn=256", "--const", "bk=64", "--set", "mma_unit=wgmma", "--set", "stages=3"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "swizzle128(128x64)" in out and "group_mma.overlap.64x256x64" in out
     rc = cli.main(["lower", str(f), "--target", "cuda", "--set", "mma_unit=wgmma",
-                   "--const", "bm=32"])
+                   "--const", "bm=32", "--const", "bn=64", "--const", "bk=64"])
     err = capsys.readouterr().err
     assert rc == 1 and "wgmma needs rows in multiples of 64" in err and "Traceback" not in err
 

@@ -51,17 +51,24 @@ def _workload_cases() -> list:
 def test_workload_validates_on_gpu(name, size, dt):
     """Every workload (small and medium sizes, every dtype) compiled for the
     GPU, judged by the interpreter's oracle and by its own FP64 formula."""
-    import numpy as np
-
     from tilenest.workloads import WORKLOADS
-    from tilenest.workloads.base import Result, check
 
     wl = WORKLOADS[name]
     sched = dict(wl.schedules[0])
     sz = wl.size(size)
     k = wl.kernel(dt, sched, sz)
     ck = cuda.compile_program(k.program, device="gpu")
-    args = wl.args(sz, dt)
+    _judge(wl, k, ck, sched, sz, dt, wl.args(sz, dt), f"{name} {size} {dt.name}")
+
+
+def _judge(wl, k, ck, sched, sz, dt, args, what):  # type: ignore[no-untyped-def]
+    """Run ``ck`` (workload ``wl``'s kernel ``k`` compiled for the GPU) on
+    copies of ``args``; its outputs must be admitted by the interpreter's
+    oracle and by the workload's FP64 formula."""
+    import numpy as np
+
+    from tilenest.workloads.base import Result, check
+
     work = {n: (a.copy() if isinstance(a, np.ndarray) else a) for n, a in args.items()}
     ck(*work.values())
     r = Result(wl, sz, dt, sched, k, args, {n: work[n] for n in wl.outputs})
@@ -69,9 +76,9 @@ def test_workload_validates_on_gpu(name, size, dt):
     adm = adm if isinstance(adm, tuple) else (adm,)
     for a in adm:
         v = a.admits(r.outputs[a.name])
-        assert v, f"{name} {size} {dt.name}: oracle ({a.name}): {v}"
+        assert v, f"{what}: oracle ({a.name}): {v}"
     for c in check(r):
-        assert c, f"{name} {size} {dt.name}: FP64 formula: {c}"
+        assert c, f"{what}: FP64 formula: {c}"
 
 
 #: warpgroup (wgmma) GEMM schedules: (tile, GPU schedule overrides)
@@ -92,11 +99,8 @@ def test_wgmma_gemm_on_gpu(tile, gpu, M, N, K):
     by ``wgmma.mma_async`` through matrix descriptors) on the GPU, ragged
     sizes included, judged by the interpreter's oracle and the FP64 bound:
     the hardware reads the layout the emulator assumes."""
-    import numpy as np
-
     from tilenest.lowering import default_schedule
     from tilenest.workloads import WORKLOADS
-    from tilenest.workloads.base import Result, check
 
     wl = WORKLOADS["gemm"]
     sched = {**tile, "loop": "pipeline"}
@@ -104,15 +108,6 @@ def test_wgmma_gemm_on_gpu(tile, gpu, M, N, K):
     k = wl.kernel(tn.bf16, sched, sz)
     ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", mma_unit="wgmma",
                                                           **gpu), device="gpu")
-    assert "wgmma.mma_async" in ck.source.text or "tn_wgmma_bf16" in ck.source.text
-    args = wl.args(sz, tn.bf16, seed=M + N + K)
-    work = {n: (a.copy() if isinstance(a, np.ndarray) else a) for n, a in args.items()}
-    ck(*work.values())
-    r = Result(wl, sz, tn.bf16, sched, k, args, {n: work[n] for n in wl.outputs})
-    adm = tn.reference(k, *(a.copy() if isinstance(a, np.ndarray) else a for a in args.values()))
-    adm = adm if isinstance(adm, tuple) else (adm,)
-    for a in adm:
-        v = a.admits(r.outputs[a.name])
-        assert v, f"wgmma {tile} {gpu} at {sz}: oracle ({a.name}): {v}"
-    for c in check(r):
-        assert c, f"wgmma {tile} {gpu} at {sz}: FP64 formula: {c}"
+    assert "wgmma.mma_async" in ck.source.text
+    _judge(wl, k, ck, sched, sz, tn.bf16, wl.args(sz, tn.bf16, seed=M + N + K),
+           f"wgmma {tile} {gpu} at {sz}")

@@ -21,7 +21,6 @@ one ordered phase of a single program.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from ..errors import NotAvailableError, TilenestError
@@ -143,8 +142,10 @@ class Lowerer:
         self.count += 1
         return L.LVar(f"{base}.{self.count}", dtype)
 
-    def local(self, base: str, dtype: D.DType, extents: tuple[E.Expr, ...]) -> L.Buffer:
-        """A per-program local buffer holding a dense tile of ``extents``."""
+    def local(self, base: str, dtype: D.DType, extents: tuple[E.Expr, ...],
+              layout: L.Swizzle128 | None = None) -> L.Buffer:
+        """A per-program local buffer holding a dense tile of ``extents``
+        (``layout``: its physical arrangement, ``Buffer.layout``)."""
         size: E.Expr = E.Const(1)
         for x in extents:
             size = size * x
@@ -154,7 +155,7 @@ class Lowerer:
                 "needs tile extents fixed per call", None,
                 "give tiles a fixed extent and mask the ragged part")
         self.count += 1
-        b = L.Buffer(f"%{base}.{self.count}", dtype, "local", size)
+        b = L.Buffer(f"%{base}.{self.count}", dtype, "local", size, layout=layout)
         self.locals.append(b)
         return b
 
@@ -319,11 +320,7 @@ class Lowerer:
             return VarH(v)
         pitch = self.operand_pitch(h, base)
         ext = h.extents if pitch is None else h.extents[:-1] + (pitch,)
-        buf = self.local(base, h.dtype, ext)
-        lay = self.operand_layout(h, base)
-        if lay is not None:
-            buf = replace(buf, layout=lay)
-            self.locals[-1] = buf
+        buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
         out = BufH(buf, h.dims, h.extents, pitch)
         self.store_into(h, out)
         return out

@@ -245,13 +245,15 @@ def _extended(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     return f
 
 
+_exp = _extended(np.exp)
+
 #: The float64 evaluation of each transcendental (operands and result float64);
 #: the op's value in a dtype is this value rounded once (``_via_f64``).
 _F64_FUNCTION: dict[str, Callable[..., np.ndarray]] = {
-    "exp": _extended(np.exp), "exp2": _extended(np.exp2), "log": _extended(np.log),
+    "exp": _exp, "exp2": _extended(np.exp2), "log": _extended(np.log),
     "log2": _extended(np.log2), "log1p": _extended(np.log1p), "expm1": _extended(np.expm1),
     "sin": _extended(np.sin), "cos": _extended(np.cos), "tanh": _extended(np.tanh),
-    "erf": _erf, "sigmoid": lambda x: 1.0 / (1.0 + _extended(np.exp)(-x)),
+    "erf": _erf, "sigmoid": lambda x: 1.0 / (1.0 + _exp(-x)),
     "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "pow": _extended(np.power), "atan2": _extended(np.arctan2),
 }

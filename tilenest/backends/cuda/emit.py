@@ -615,7 +615,7 @@ class Emitter:
 
         group = E.cmp("<=", E.add(plan.first, plan.V), plan.n)
         preds = [p for p in [group, *self.needed(plan.conds)] if invariant(p)]
-        aligns = [c for c in self.aligned(plan) if c.startswith(("tn_aligned(b_", "tn_multiple(S"))]
+        aligns = [t for t, inv in self.alignment_tests(plan) if inv]
         if n > 32 or not (preds or aligns):
             return
         mask = self.names(f"ok.{lane.var.name}", "tn")
@@ -774,22 +774,28 @@ class Emitter:
 
     def aligned(self, plan: "LanePlan", at: dict | None = None) -> list[str]:
         """Run-time tests that every widened access of ``plan`` is aligned to
-        its group's size (group start indices substituted by ``at``): where
-        the index is a sum of terms each a multiple of the group's elements
-        given only symbol divisibilities (:func:`_divisible`), the tests are
-        those and the base pointer's alignment (none for shared memory,
-        whose buffers start at 16-byte offsets of an aligned block), all
-        invariant in the loops; otherwise the address itself."""
-        out = []
+        its group's size (:meth:`alignment_tests`)."""
+        return [t for t, _ in self.alignment_tests(plan, at)]
+
+    def alignment_tests(self, plan: "LanePlan", at: dict | None = None
+                        ) -> list[tuple[str, bool]]:
+        """``(test, invariant)`` for every widened access of ``plan`` (group
+        start indices substituted by ``at``): where the index is a sum of
+        terms each a multiple of the group's elements given only symbol
+        divisibilities (:func:`_divisible`), the tests are those and the base
+        pointer's alignment (none for shared memory, whose buffers start at
+        16-byte offsets of an aligned block), all invariant in the loops;
+        otherwise the address itself (not invariant)."""
+        out: list[tuple[str, bool]] = []
         for node, e0 in plan.accesses():
             e, gb, b = E.subst(e0, at or {}), plan.group_bytes(node), node.buf
             conds = _divisible(e, gb // max(1, b.dtype.itemsize)) if gb <= 16 else None
             if conds is None:
-                out.append(f"tn_aligned(&{self.elem(b, e)}, {gb})")
+                out.append((f"tn_aligned(&{self.elem(b, e)}, {gb})", False))
                 continue
             if b.space != "shared":
-                out.append(f"tn_aligned({self.buf(b)}, {gb})")
-            out += [f"tn_multiple({self.idx(x)}, {d})" for x, d in conds]
+                out.append((f"tn_aligned({self.buf(b)}, {gb})", True))
+            out += [(f"tn_multiple({self.idx(x)}, {d})", True) for x, d in conds]
         return list(dict.fromkeys(out))
 
     def lane_loop(self, s: L.For) -> bool:
