@@ -146,13 +146,64 @@ def test_coverage_of_a_short_spatial_map_is_refuted():
 @pytest.mark.parametrize("module,name", EXAMPLES)
 def test_example_barriers_are_proved(module, name):
     k = simt(module, name)
-    # provability, not speed: a budget a loaded 2-core machine meets (the C
-    # store of gemm takes about 1.4 s idle, and ran past 5 s under load)
+    # provability, not speed: a budget a loaded 2-core machine meets
     obs = check_barriers(k, timeout=60.0)
     assert all(o.kind == KIND for o in obs)
     bad = [(o.status, o.title, o.reason, o.counterexample_lines()) for o in obs
            if o.status != PROVED]
     assert not bad
+
+
+def test_program_coordinates_keep_gemm_obligations_affine():
+    # gemm's programs form a 2-D grid of symbolic extents; stated over the
+    # linear program id, its C store divided pid by ceil(N / 32) (a
+    # nonlinear query z3 gave up on under load); over the grid's coordinates
+    # every pair is quasi-affine, so isl decides it exactly
+    k = simt("gemm", "gemm")
+    obs = barrier_obligations(k)
+    c_store = [o for o in obs if o.witness["buffer"] == "C"]
+    assert c_store
+    for o in obs:
+        cs = o.claim.counterexample_set()
+        assert Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
+        assert k.phases[0].pid.name not in Fm.free_vars(cs)
+
+
+def test_a_race_between_programs_coordinates_names_the_program():
+    # drop every barrier of gemm: the refutation names the program by its
+    # linear id, recomputed from the grid coordinates of the counterexample
+    k = simt("gemm", "gemm")
+    ph = k.phases[0]
+    strip = L.map_stmts(ph.body, lambda x: None,
+                        lambda s: () if isinstance(s, L.Barrier) else None)
+    bad = replace(k, phases=(replace(ph, body=strip),))
+    obs = [o for o in check_barriers(bad) if o.status != PROVED]
+    assert obs and any(o.status == REFUTED for o in obs)
+    o = next(o for o in obs if o.status == REFUTED)
+    pt, p = o.counterexample, ph.pid.name
+    cols = -(-pt["N"] // 32)
+    pid = pt[f"{p}[0]"] * cols + pt[f"{p}[1]"]
+    assert 0 <= pt[f"{p}[1]"] < cols and 0 <= pid < -(-pt["M"] // 32) * cols
+    assert any(line.startswith(f"program {p}={pid}: threads")
+               for line in o.counterexample_lines())
+
+
+def test_a_program_id_used_directly_is_tied_to_its_coordinates():
+    # the grid hypothesis with pid itself in the statement: on a small grid
+    # its points are exactly (pid, delinearized pid) for pid in the grid
+    from tilenest.proofs.barriers import _program
+
+    ph = L.Phase("p", (E.Const(3), E.Sym("n")), L.LVar("$pid", L.INDEX), ())
+    f = _program(ph, {"$pid"})
+    for n in range(1, 4):
+        sols = {(p, c0, c1) for p in range(-2, 3 * n + 3) for c0 in range(-1, 4)
+                for c1 in range(-1, n + 2)
+                if Fm.evaluate(f, Fm.env_of({"$pid": p, "$pid[0]": c0, "$pid[1]": c1, "n": n},
+                                            ["n"]))}
+        assert sols == {(p, p // n, p % n) for p in range(3 * n)}
+    # without pid, the box alone (delinearization is a bijection onto it)
+    g = _program(ph, set())
+    assert "$pid" not in Fm.free_vars(g) and Fm.is_affine(g)
 
 
 def test_examples_state_obligations():

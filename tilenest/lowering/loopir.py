@@ -642,6 +642,25 @@ class Phase:
     body: tuple[Stmt, ...]
     parallel: bool = True
 
+    def coordinates(self) -> list[E.Expr]:
+        """The program's coordinates in the grid ``extents`` (row-major):
+        :func:`delinearize` of ``pid``, the expressions the lowering assigns."""
+        return delinearize(E.Var(self.pid.name), self.extents)
+
+
+def delinearize(pid: E.Expr, exts: tuple[E.Expr, ...]) -> list[E.Expr]:
+    """``[c_0, .., c_{n-1}]`` with ``pid = sum c_i * prod(exts[i+1:])`` and
+    ``0 <= c_i < exts[i]`` for ``0 <= pid < prod(exts)``: ``c_{n-1} = pid %
+    e_{n-1}``, ``c_{n-2} = (pid // e_{n-1}) % e_{n-2}``, .., ``c_0`` the
+    quotient left (a bijection of ``[0, prod(exts))`` onto the box)."""
+    out: list[E.Expr] = []
+    rest = pid
+    for i in range(len(exts) - 1, 0, -1):
+        out.append(rest % exts[i])
+        rest = rest // exts[i]
+    out.append(rest)
+    return out[::-1]
+
 
 @dataclass(frozen=True)
 class ErrorSite:

@@ -43,7 +43,7 @@ def lower_phase_parallel(lw: Lowerer, op: Operation, prefix: list[Operation], k:
     with lw.collect() as body:
         for p in prefix:
             lw.lower_op(p)
-        coords = _delinearize(E.Var(pid.name), exts)
+        coords = L.delinearize(E.Var(pid.name), exts)
         mark = lw.facts.push([])
         for v, c, n in zip(vars_, coords, exts, strict=True):
             cv = lw.fresh(v, L.INDEX)
@@ -61,18 +61,6 @@ def lower_phase_parallel(lw: Lowerer, op: Operation, prefix: list[Operation], k:
         else:
             lw.emit(*inner)
     return L.Phase(f"{lw.prog.name}_{k}", exts, pid, tuple(body), binding == "cores")
-
-
-def _delinearize(pid: E.Expr, exts: tuple[E.Expr, ...]) -> list[E.Expr]:
-    out: list[E.Expr] = []
-    rest = pid
-    for i in range(len(exts) - 1, -1, -1):
-        if i == 0:
-            out.append(rest)
-        else:
-            out.append(rest % exts[i])
-            rest = rest // exts[i]
-    return out[::-1]
 
 
 @rule("parallel")

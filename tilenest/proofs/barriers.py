@@ -56,7 +56,10 @@ obligation. For each remaining pair of accesses to one ``shared`` or
 (``t1 != t2`` is dropped when one of them is an asynchronous store, except
 between one store and itself in one iteration; the enclosing ``if`` conditions, load/store guards and loop ranges are the
 guards). Index locals are replaced by their definitions (index expressions
-over loop variables, the program id and symbols); a local with another
+over loop variables, the program id and symbols; a local assigned one of
+the program's grid coordinates stands for a variable ranging over that
+axis, so the program is a point of the grid's box rather than a quotient of
+``pid`` by symbolic extents); a local with another
 definition (a load result, a value carried around a loop) is *data*. An
 access whose index reads data gives ``unknown`` with that reason, never
 ``proved``; a guard that reads data is dropped from the hypothesis, which can
@@ -243,6 +246,11 @@ class _Collector:
         self.out: list[_Access] = []
         self.keys = itertools.count()
         self.env: dict[str, E.Expr | None] = {ph.pid.name: E.Var(ph.pid.name)}
+        #: the delinearized program id (Phase.coordinates) -> its coordinate
+        #: variable: a local assigned one stands for the variable, so the
+        #: obligation ranges over the grid's box instead of dividing ``pid``
+        #: by symbolic extents (which no linear engine decides)
+        self.coords = {c: _coordinate(ph, i) for i, c in enumerate(ph.coordinates())}
         self.twidth: E.Expr = E.Const(width)
         # an asynchronous store may stay in flight across as many barriers as
         # the largest ``keep`` lets it (Barrier.keep; the bound over all of
@@ -422,7 +430,9 @@ class _Collector:
 
     def assign(self, var: Any, value: Any) -> None:
         L = _L()
-        if var.dtype.is_int or var.dtype.is_bool:
+        if isinstance(value, L.IExpr) and value.e in self.coords:
+            self.env[var.name] = E.Var(self.coords[value.e])
+        elif var.dtype.is_int or var.dtype.is_bool:
             ix, data = self.index_of(value) if not isinstance(value, L.IPred) else (None, ["p"])
             self.env[var.name] = ix if ix is not None and not data else None
         else:
@@ -573,6 +583,33 @@ def scenarios(a: _Access, b: _Access) -> list[_Scenario]:
 # the obligations
 
 
+def _coordinate(ph: Any, i: int) -> str:
+    """The variable of coordinate ``i`` of ``ph``'s program in its grid."""
+    return f"{ph.pid.name}[{i}]"
+
+
+def _program(ph: Any, used: set[str]) -> Fm.F:
+    """The hypothesis that the program lies in ``ph``'s grid, over the
+    variables the obligation uses: each coordinate in ``[0, extent)`` (the
+    whole box, so an empty grid leaves no program), and when ``pid`` itself
+    occurs, ``0 <= pid < prod(extents)`` with each coordinate tied to its
+    delinearization. Without ``pid`` the statement is affine wherever the
+    extents are; the box is exactly the grid either way, since
+    delinearization is a bijection (:func:`~tilenest.lowering.loopir.delinearize`)."""
+    pid = ph.pid.name
+    parts: list[Fm.F] = []
+    total: E.Expr = E.Const(1)
+    for i, (c, n) in enumerate(zip(ph.coordinates(), ph.extents, strict=True)):
+        v = E.Var(_coordinate(ph, i))
+        parts += [Fm.atom(v.ge(0)), Fm.atom(v.lt(n))]
+        if pid in used:
+            parts.append(Fm.atom(v.eq(c)))
+        total = E.mul(total, n)
+    if pid in used:
+        parts += [Fm.atom(E.Var(pid).ge(0)), Fm.atom(E.Var(pid).lt(total))]
+    return Fm.conj(*parts)
+
+
 def _side(acc: _Access, tag: str, pid: str) -> tuple[dict[str, str], str | None]:
     """Renaming of ``acc``'s loop and thread variables for side ``tag``."""
     ren = {lp.var: f"{lp.var}#{tag}" for lp in acc.loops if lp.var}
@@ -686,8 +723,7 @@ def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred]
     return [(ea, eb)]
 
 
-def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
-          extents: E.Expr) -> Obligation:
+def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obligation:
     pid = ph.pid.name
     ren_a, _ = _side(a, "1", pid)
     ren_b, _ = _side(b, "2", pid)
@@ -723,9 +759,9 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
     same = Fm.TRUE if opaque else Fm.conj(*(
         Fm.atom(E.rename(x, ren_a).eq(E.rename(y, ren_b)))
         for x, y in coordinates(a.index, b.index, a.guards, b.guards)))
-    hyp = Fm.conj(Fm.atom(E.Var(pid).ge(0)), Fm.atom(E.Var(pid).lt(extents)),
-                  _facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
-                  Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)
+    body = Fm.conj(_facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
+                   Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)
+    hyp = Fm.conj(_program(ph, Fm.free_vars(body)), body)
     syms = sorted(Fm.syms(hyp))
     assume = Fm.conj(*(Fm.atom(E.Sym(s).ge(0)) for s in syms))
     claim = Fm.Claim(Fm.ordered_vars(hyp), hyp, Fm.FALSE, assume)
@@ -741,7 +777,12 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario],
         el = "?" if ea is None else E.evaluate(ea, env)
         loops1 = ", ".join(f"{lp.var}={pt.get(ren_a[lp.var])}" for lp in a.loops if lp.var)
         loops2 = ", ".join(f"{lp.var}={pt.get(ren_b[lp.var])}" for lp in b.loops if lp.var)
-        return [(f"program {pid}={pt.get(pid)}: threads {x1} and {x2} both access "
+        prog = pt.get(pid)
+        if prog is None:  # from the coordinates (row-major)
+            prog = 0
+            for i, n in enumerate(ph.extents):
+                prog = prog * E.evaluate(n, env) + pt.get(_coordinate(ph, i), 0)
+        return [(f"program {pid}={prog}: threads {x1} and {x2} both access "
                 f"{a.buf.name}[{el}] in one barrier interval"),
                 f"thread {x1}: {a.text}" + (f" at {loops1}" if loops1 else ""),
                 f"thread {x2}: {b.text}" + (f" at {loops2}" if loops2 else ""),
@@ -781,9 +822,6 @@ def barrier_obligations(kernel: Any, threads: int | None = None) -> list[Obligat
         if width <= 1 and not ws:
             continue  # one thread per program: nothing is concurrent
         accs = _Collector(kernel, ph, width).run()
-        extents: E.Expr = E.Const(1)
-        for x in ph.extents:
-            extents = E.mul(extents, x)
         for i, a in enumerate(accs):
             for b in accs[i:]:
                 if a.buf.name != b.buf.name or not (a.store or b.store):
@@ -794,7 +832,7 @@ def barrier_obligations(kernel: Any, threads: int | None = None) -> list[Obligat
                     continue  # one program-level access: by thread 0, or a load
                 scen = scenarios(a, b)
                 if scen:
-                    out.append(_pair(kernel, ph, a, b, scen, extents))
+                    out.append(_pair(kernel, ph, a, b, scen))
     return out
 
 
