@@ -52,6 +52,21 @@ def test_isl_proves_and_refutes_parametrically():
     assert 0 <= x < n and x >= (n // 4) * 4  # an element of the lost tail
 
 
+def test_isl_counterexamples_are_small():
+    # a refutation is sampled in the smallest of the boxes [-b, b] (b = 4, 64,
+    # ..) that holds a point, so a claim refuted by every large N is shown
+    # with a small one; a set with points only beyond the first box still
+    # gets one
+    c = Fm.Claim(("i",), Fm.conj(Fm.in_box([i], [N]), Fm.atom(N.ge(3))), Fm.atom(i.lt(2)), POS)
+    ob = decide(c)
+    assert ob.status == REFUTED and ob.engine == "isl"
+    cx = ob.counterexample
+    assert 3 <= cx["N"] <= 4 and 2 <= cx["i"] < cx["N"]
+    far = Fm.Claim(("i",), Fm.in_box([i], [N]), Fm.atom(i.lt(100)), POS)
+    ob = decide(far)
+    assert ob.status == REFUTED and 100 <= ob.counterexample["i"] < ob.counterexample["N"] <= 4096
+
+
 def test_bound_variables_may_shadow_free_ones():
     c = Fm.Claim(("q",), Fm.in_box([q], [N]),
                  Fm.exists(["q"], Fm.conj(Fm.in_box([q], [N]), Fm.atom(q.eq(0)))), POS)
