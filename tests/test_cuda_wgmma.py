@@ -162,6 +162,29 @@ def test_verifier_rejects_a_warpgroup_mma_on_an_unswizzled_operand():
         verify_kernel(bad)
 
 
+def test_verifier_rejects_an_overlapped_mma_without_register_accumulator(monkeypatch):
+    """An overlapped warpgroup mma completes at a later barrier, so an
+    accumulator outside its registers (copied at the statement) would be
+    stale: the verifier refuses the combination."""
+    from tilenest.errors import VerifyError
+    from tilenest.lowering import fragments
+    from tilenest.lowering.verify import verify_kernel
+
+    monkeypatch.setattr(fragments, "MAX_CELLS", 0)  # the accumulator stays a shared tile
+    kern = _gemm(128, 128, 64)
+    k = lower_verified(kern.program, _sched(kern, stages=3))
+    assert not any(isinstance(s, L.WarpMma) and s.overlap for ph in k.phases
+                   for s in L.walk(ph.body))
+
+    def fs(st):  # type: ignore[no-untyped-def]
+        return (replace(st, overlap=True),) if isinstance(st, L.WarpMma) else None
+
+    bad = replace(k, phases=tuple(replace(ph, body=L.map_stmts(ph.body, lambda x: None, fs))
+                                  for ph in k.phases))
+    with pytest.raises(VerifyError, match="overlapped mma"):
+        verify_kernel(bad)
+
+
 def test_shared_arrangement_aligns_swizzled_tiles_and_the_proof_counts_it():
     from tilenest.proofs import gpu
 
@@ -219,6 +242,21 @@ def test_wgmma_gemm_validates_emulated(tile, kw):
 def test_wgmma_f16_validates_emulated():
     kern = _gemm(128, 128, 64, tn.f16)
     _run(kern, _sched(kern, stages=3), 130, 200, 140, tn.f16, runs=(("warp_ahead", "nan"),))
+
+
+def test_wgmma_on_an_accumulator_outside_registers_validates_emulated(monkeypatch):
+    """Where the accumulator tile is not given to the lanes' registers (the
+    register budget switched off), each warpgroup mma copies the thread's
+    cells of it into the instruction's registers and back (in the
+    instruction's order, ``lane_cell``); the ring is then not overlapped."""
+    from tilenest.lowering import fragments
+
+    monkeypatch.setattr(fragments, "MAX_CELLS", 0)
+    kern = _gemm(128, 128, 64)
+    ck = _run(kern, _sched(kern, stages=3), 137, 197, 141, cache=False)
+    text = ck.source.text
+    assert "_oc = " in text and "group_mma.overlap" not in print_kernel(ck.kernel)
+    assert "float b__acc" not in text  # no register tile of the accumulator
 
 
 def test_unswizzled_placement_is_caught(monkeypatch):

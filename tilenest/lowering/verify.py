@@ -25,7 +25,9 @@ well formed, so that a backend may translate it without further checks:
    collective (with a lane) stands inside a thread loop; only its
    accumulator may be a lane fragment (``Frag.lane_cols``), in a ``local``
    buffer of a collective, with the tile's columns; a warpgroup collective
-   (``group = 4``, ``wgmma``) has 64 rows, at most 256 columns and row-major operands in ``Swizzle128`` buffers.
+   (``group = 4``, ``wgmma``) has 64 rows, at most 256 columns and row-major
+   operands in ``Swizzle128`` buffers; only such a collective on a lane-fragment
+   accumulator may be overlapped (``overlap``: completed at a later barrier).
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -248,6 +250,11 @@ class _Checker:
                         or lay.cols < C or lay.rows % 8):
                     raise self.fail("warpgroup operands are row-major tiles of a buffer in the "
                                     "swizzle128 layout", what)
+        if s.overlap and (s.group != 4 or not s.c.lane_cols):
+            # its registers are complete only at a later barrier's wait: an
+            # accumulator copied out of them at the statement would be stale
+            raise self.fail("an overlapped mma is a warpgroup collective on a lane-fragment "
+                            "accumulator", what)
 
 
 def verify_kernel(k: L.Kernel) -> None:

@@ -755,7 +755,6 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obl
         alts.append(Fm.conj(*eqs))
     opaque = a.index is None or b.index is None  # an element computed from data
     ea = None if a.index is None else E.rename(a.index, ren_a)
-    eb = None if b.index is None else E.rename(b.index, ren_b)
     same = Fm.TRUE if opaque else Fm.conj(*(
         Fm.atom(E.rename(x, ren_a).eq(E.rename(y, ren_b)))
         for x, y in coordinates(a.index, b.index, a.guards, b.guards)))

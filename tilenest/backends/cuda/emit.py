@@ -198,6 +198,10 @@ class Emitter:
         #: whether some store may be an asynchronous copy (waited for at barriers)
         self.has_async = any(isinstance(s, L.Store) and s.mode == "async"
                              for ph in k.phases for s in L.walk(ph.body))
+        #: lane plans by loop (``id`` of the node, kept alive with it): the
+        #: hoisting of loop-invariant tests and the loop's emission ask for
+        #: the same plan
+        self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
         #: whether a warpgroup mma (wgmma) reads shared memory
         self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
                                  for ph in k.phases for s in L.walk(ph.body))
@@ -671,6 +675,14 @@ class Emitter:
                    and x in E.leaves(y.index.e) for y in nodes)
 
     def lane_plan(self, s: L.For) -> "LanePlan | None":
+        """:meth:`_lane_plan` of ``s``, computed once per loop."""
+        got = self._plans.get(id(s))
+        if got is None or got[0] is not s:
+            got = (s, self._lane_plan(s))
+            self._plans[id(s)] = got
+        return got[1]
+
+    def _lane_plan(self, s: L.For) -> "LanePlan | None":
         """The vector accesses of a thread's ``V`` consecutive elements, or None.
 
         ``s`` must be ``for.vector v in [0, V): if l < n: body`` with ``l = l0
