@@ -169,6 +169,30 @@ def test_program_coordinates_keep_gemm_obligations_affine():
         assert k.phases[0].pid.name not in Fm.free_vars(cs)
 
 
+@pytest.mark.parametrize("module,name", [("softmax", "row_softmax"), ("rmsnorm", "rmsnorm"),
+                                         ("two_level", "scale_rows")])
+def test_row_offsets_split_by_the_columns_form(module, name):
+    # a row-major element `i*C + 64*r + t` splits into its row `i` and column
+    # `64*r + t` when the guards bound the column by C: its lower bound 0
+    # follows from its form (loop variables from 0, thread ids), so the
+    # statement stays linear and isl decides it
+    for o in barrier_obligations(simt(module, name)):
+        cs = o.claim.counterexample_set()
+        assert o.decider is not None or Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
+
+
+def test_nonnegative_by_form_only_where_it_is():
+    from tilenest.proofs.barriers import _nonneg
+
+    r, t, u, C = E.Var("r"), E.Var("t"), E.Var("u"), E.Sym("C")
+    ok = frozenset({"r", "t"})
+    assert _nonneg(64 * r + t, ok) and _nonneg(r * C + (t // 4) + t % 8 + 3, ok)
+    assert not _nonneg(64 * r - t, ok)          # a negative coefficient
+    assert not _nonneg(r + u, ok)               # u may be negative
+    assert not _nonneg(r + t - 1, ok)           # a negative constant
+    assert not _nonneg(r // E.Sym("S"), ok)     # a quotient by a symbol (maybe 0)
+
+
 def test_a_race_between_programs_coordinates_names_the_program():
     # drop every barrier of gemm: the refutation names the program by its
     # linear id, recomputed from the grid coordinates of the counterexample

@@ -610,6 +610,17 @@ def _program(ph: Any, used: set[str]) -> Fm.F:
     return Fm.conj(*parts)
 
 
+def _nonneg_vars(ph: Any, acc: _Access) -> frozenset[str]:
+    """The variables of ``acc``'s index that are never negative: its loops'
+    variables that count up from a non-negative constant, its thread id and
+    the program's grid coordinates."""
+    out = {lp.var for lp in acc.loops if lp.var and isinstance(lp.lo, E.Const)
+           and lp.lo.value >= 0}
+    if acc.thread:
+        out.add(acc.thread)
+    return frozenset(out | {_coordinate(ph, i) for i in range(len(ph.extents))})
+
+
 def _side(acc: _Access, tag: str, pid: str) -> tuple[dict[str, str], str | None]:
     """Renaming of ``acc``'s loop and thread variables for side ``tag``."""
     ren = {lp.var: f"{lp.var}#{tag}" for lp in acc.loops if lp.var}
@@ -694,18 +705,44 @@ def _atoms(guards: list[E.Pred]) -> list[E.Pred]:
     return out
 
 
-def _within(y: E.Expr, s: E.Expr, guards: list[E.Pred]) -> bool:
-    """Do the guards state ``0 <= y`` and ``y < s`` (as atoms, up to moving
-    terms across)?"""
+def _nonneg(e: E.Expr, names: frozenset[str]) -> bool:
+    """Is ``e`` never negative, by its form alone: a sum of non-negative
+    multiples of symbols (``syms >= 0`` is assumed), of variables in ``names``
+    (loop variables counting up from ``0`` or more, thread ids, grid
+    coordinates), of their products and of their floor quotients and
+    remainders by positive constants, plus a non-negative constant?"""
+    terms, k = E._linear(e)
+    if k < 0:
+        return False
+
+    def atom(x: E.Expr) -> bool:
+        if isinstance(x, E.Sym):
+            return True
+        if isinstance(x, E.Var):
+            return x.name in names
+        if isinstance(x, E.Mul):
+            return all(atom(f) for f in x.factors)
+        if isinstance(x, (E.FloorDiv, E.Mod)):
+            return isinstance(x.b, E.Const) and x.b.value > 0 and _nonneg(x.a, names)
+        return False
+
+    return all(c > 0 and atom(x) for x, c in terms.items())
+
+
+def _within(y: E.Expr, s: E.Expr, guards: list[E.Pred],
+            nonneg: frozenset[str] = frozenset()) -> bool:
+    """Do the guards state ``0 <= y`` (or is ``y`` non-negative by its form,
+    :func:`_nonneg`) and ``y < s`` (as atoms, up to moving terms across)?"""
     diffs = {(g.op, E.add(g.a, E.mul(-1, g.b))) for g in _atoms(guards) if isinstance(g, E.Cmp)}
-    lo = (">=", y) in diffs or ("<=", E.mul(-1, y)) in diffs
+    lo = (">=", y) in diffs or ("<=", E.mul(-1, y)) in diffs or _nonneg(y, nonneg)
     top = E.add(y, E.mul(-1, s))
     hi = ("<", top) in diffs or (">", E.mul(-1, top)) in diffs or \
         ("<=", E.add(top, 1)) in diffs
     return lo and hi
 
 
-def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred]
+def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred],
+                na: frozenset[str] = frozenset(), nb: frozenset[str] = frozenset()
                 ) -> list[tuple[E.Expr, E.Expr]]:
     """Pairs ``(x_i, y_i)`` whose equality together is that of the elements
     ``ea`` and ``eb``: a row-major offset ``x * S + y`` of a symbolic row
@@ -718,8 +755,8 @@ def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred]
         pa, pb = _split(ea, s), _split(eb, s)
         if pa is None or pb is None:
             continue
-        if _within(pa[1], s, ga) and _within(pb[1], s, gb):
-            return coordinates(pa[0], pb[0], ga, gb) + [(pa[1], pb[1])]
+        if _within(pa[1], s, ga, na) and _within(pb[1], s, gb, nb):
+            return coordinates(pa[0], pb[0], ga, gb, na, nb) + [(pa[1], pb[1])]
     return [(ea, eb)]
 
 
@@ -757,7 +794,8 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obl
     ea = None if a.index is None else E.rename(a.index, ren_a)
     same = Fm.TRUE if opaque else Fm.conj(*(
         Fm.atom(E.rename(x, ren_a).eq(E.rename(y, ren_b)))
-        for x, y in coordinates(a.index, b.index, a.guards, b.guards)))
+        for x, y in coordinates(a.index, b.index, a.guards, b.guards,
+                                _nonneg_vars(ph, a), _nonneg_vars(ph, b))))
     body = Fm.conj(_facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
                    Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)
     hyp = Fm.conj(_program(ph, Fm.free_vars(body)), body)
