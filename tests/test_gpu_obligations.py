@@ -169,13 +169,13 @@ def test_program_coordinates_keep_gemm_obligations_affine():
         assert k.phases[0].pid.name not in Fm.free_vars(cs)
 
 
-@pytest.mark.parametrize("module,name", [("softmax", "row_softmax"), ("rmsnorm", "rmsnorm"),
-                                         ("two_level", "scale_rows")])
-def test_row_offsets_split_by_the_columns_form(module, name):
+@pytest.mark.parametrize("module,name", EXAMPLES)
+def test_examples_barrier_statements_are_linear(module, name):
     # a row-major element `i*C + 64*r + t` splits into its row `i` and column
     # `64*r + t` when the guards bound the column by C: its lower bound 0
-    # follows from its form (loop variables from 0, thread ids), so the
-    # statement stays linear and isl decides it
+    # follows from its form (loop variables from 0, thread ids); attention's
+    # flat offset `(l // E)*E + l % E` is `l` again: every statement of the
+    # examples is linear, and isl decides it
     for o in barrier_obligations(simt(module, name)):
         cs = o.claim.counterexample_set()
         assert o.decider is not None or Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
@@ -191,6 +191,20 @@ def test_nonnegative_by_form_only_where_it_is():
     assert not _nonneg(r + u, ok)               # u may be negative
     assert not _nonneg(r + t - 1, ok)           # a negative constant
     assert not _nonneg(r // E.Sym("S"), ok)     # a quotient by a symbol (maybe 0)
+
+
+def test_recompose_only_where_the_identity_applies():
+    from tilenest.proofs.barriers import _recompose
+
+    r, t, S = E.Var("r"), E.Var("t"), E.Sym("S")
+    a = 64 * r + t
+    split = E.add(E.mul(E.floordiv(a, S), S), E.mod(a, S))
+    assert _recompose(split) == a
+    assert _recompose(E.add(E.mul(3, split), 5 * r)) == E.add(3 * a, 5 * r)
+    lopsided = E.add(E.mul(E.floordiv(a, S), S), E.mul(2, E.mod(a, S)))
+    assert _recompose(lopsided) == lopsided   # not the identity: left alone
+    other = E.add(E.mul(E.floordiv(a, S), E.Sym("T")), E.mod(a, S))
+    assert _recompose(other) == other
 
 
 def test_a_race_between_programs_coordinates_names_the_program():

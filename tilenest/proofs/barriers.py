@@ -741,6 +741,31 @@ def _within(y: E.Expr, s: E.Expr, guards: list[E.Pred],
     return lo and hi
 
 
+def _recompose(e: E.Expr) -> E.Expr:
+    """``e`` with each ``c * (a // b) * b + c * (a % b)`` replaced by ``c * a``
+    (``b`` not constant: constant divisors are the linear engines' own). The
+    identity holds wherever ``a // b`` is defined, so the element a program
+    accesses is unchanged; a tile's flat offset taken apart into row and
+    column by a symbolic row length and put back together becomes linear."""
+    terms, _ = E._linear(e)
+    total = e
+    for m, c in terms.items():
+        if not isinstance(m, E.Mul):
+            continue
+        for i, f in enumerate(m.factors):
+            if not isinstance(f, E.FloorDiv) or isinstance(f.b, E.Const):
+                continue
+            rest: E.Expr = E.Const(1)
+            for g in m.factors[:i] + m.factors[i + 1:]:
+                rest = E.mul(rest, g)
+            r = E.mod(f.a, f.b)
+            if rest == f.b and terms.get(r) == c:
+                # c*(a//b)*b + c*(a%b) -> c*a
+                total = E.add(total, E.mul(c, E.add(f.a, E.mul(-1, E.add(E.mul(f, f.b), r)))))
+                break
+    return total
+
+
 def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred],
                 na: frozenset[str] = frozenset(), nb: frozenset[str] = frozenset()
                 ) -> list[tuple[E.Expr, E.Expr]]:
@@ -749,7 +774,9 @@ def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred],
     length ``S`` whose guards bound ``y`` to ``[0, S)`` on both sides splits
     into its row and its column (``x_a S + y_a = x_b S + y_b`` iff ``x_a =
     x_b`` and ``y_a = y_b`` then), recursively; the products of a symbol
-    and a variable would leave the linear fragments otherwise."""
+    and a variable would leave the linear fragments otherwise. Both offsets
+    are first put through :func:`_recompose`."""
+    ea, eb = _recompose(ea), _recompose(eb)
     for s in sorted({lf for lf in E.leaves(ea) | E.leaves(eb) if isinstance(lf, E.Sym)},
                     key=E.to_str):
         pa, pb = _split(ea, s), _split(eb, s)
