@@ -193,6 +193,20 @@ def test_nonnegative_by_form_only_where_it_is():
     assert not _nonneg(r // E.Sym("S"), ok)     # a quotient by a symbol (maybe 0)
 
 
+def test_a_column_bounded_by_its_loop_range_splits():
+    # scan_fold's element `(256*r + t)*C + scan`: the column is a loop
+    # variable whose range [0, C) bounds it, no guard needed
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS["scan_fold"]
+    k = wl.kernel(D.f32, dict(wl.schedules[0]))
+    obs = barrier_obligations(lower_verified(k.program, default_schedule(k.program, "cuda")))
+    assert obs
+    for o in obs:
+        cs = o.claim.counterexample_set()
+        assert o.decider is not None or Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
+
+
 def test_recompose_only_where_the_identity_applies():
     from tilenest.proofs.barriers import _recompose
 

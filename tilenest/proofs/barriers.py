@@ -610,6 +610,17 @@ def _program(ph: Any, used: set[str]) -> Fm.F:
     return Fm.conj(*parts)
 
 
+def _ranges(acc: _Access) -> list[E.Pred]:
+    """``lo <= v`` and ``v < hi`` for each loop variable ``v`` of ``acc``."""
+    out: list[E.Pred] = []
+    for lp in acc.loops:
+        if lp.var and lp.lo is not None:
+            out.append(E.Var(lp.var).ge(lp.lo))
+        if lp.var and lp.hi is not None:
+            out.append(E.Var(lp.var).lt(lp.hi))
+    return out
+
+
 def _nonneg_vars(ph: Any, acc: _Access) -> frozenset[str]:
     """The variables of ``acc``'s index that are never negative: its loops'
     variables that count up from a non-negative constant, its thread id and
@@ -731,8 +742,9 @@ def _nonneg(e: E.Expr, names: frozenset[str]) -> bool:
 
 def _within(y: E.Expr, s: E.Expr, guards: list[E.Pred],
             nonneg: frozenset[str] = frozenset()) -> bool:
-    """Do the guards state ``0 <= y`` (or is ``y`` non-negative by its form,
-    :func:`_nonneg`) and ``y < s`` (as atoms, up to moving terms across)?"""
+    """Do the guards (with the loop ranges) state ``0 <= y`` (or is ``y``
+    non-negative by its form, :func:`_nonneg`) and ``y < s`` (as atoms, up
+    to moving terms across)?"""
     diffs = {(g.op, E.add(g.a, E.mul(-1, g.b))) for g in _atoms(guards) if isinstance(g, E.Cmp)}
     lo = (">=", y) in diffs or ("<=", E.mul(-1, y)) in diffs or _nonneg(y, nonneg)
     top = E.add(y, E.mul(-1, s))
@@ -821,7 +833,7 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obl
     ea = None if a.index is None else E.rename(a.index, ren_a)
     same = Fm.TRUE if opaque else Fm.conj(*(
         Fm.atom(E.rename(x, ren_a).eq(E.rename(y, ren_b)))
-        for x, y in coordinates(a.index, b.index, a.guards, b.guards,
+        for x, y in coordinates(a.index, b.index, a.guards + _ranges(a), b.guards + _ranges(b),
                                 _nonneg_vars(ph, a), _nonneg_vars(ph, b))))
     body = Fm.conj(_facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
                    Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)
