@@ -154,6 +154,14 @@ def test_example_barriers_are_proved(module, name):
     assert not bad
 
 
+def _assert_linear(obs: list[Obligation]) -> None:
+    """Every statement of ``obs`` that reads no data is quasi-affine (isl's)."""
+    assert obs
+    for o in obs:
+        cs = o.claim.counterexample_set()
+        assert o.decider is not None or Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
+
+
 def test_program_coordinates_keep_gemm_obligations_affine():
     # gemm's programs form a 2-D grid of symbolic extents; stated over the
     # linear program id, its C store divided pid by ceil(N / 32) (a
@@ -161,12 +169,11 @@ def test_program_coordinates_keep_gemm_obligations_affine():
     # every pair is quasi-affine, so isl decides it exactly
     k = simt("gemm", "gemm")
     obs = barrier_obligations(k)
-    c_store = [o for o in obs if o.witness["buffer"] == "C"]
-    assert c_store
-    for o in obs:
-        cs = o.claim.counterexample_set()
-        assert Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
-        assert k.phases[0].pid.name not in Fm.free_vars(cs)
+    assert [o for o in obs if o.witness["buffer"] == "C"]
+    assert all(o.decider is None for o in obs)  # no pair reads data
+    _assert_linear(obs)
+    assert not any(k.phases[0].pid.name in Fm.free_vars(o.claim.counterexample_set())
+                   for o in obs)
 
 
 @pytest.mark.parametrize("module,name", EXAMPLES)
@@ -176,9 +183,7 @@ def test_examples_barrier_statements_are_linear(module, name):
     # follows from its form (loop variables from 0, thread ids); attention's
     # flat offset `(l // E)*E + l % E` is `l` again: every statement of the
     # examples is linear, and isl decides it
-    for o in barrier_obligations(simt(module, name)):
-        cs = o.claim.counterexample_set()
-        assert o.decider is not None or Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
+    _assert_linear(barrier_obligations(simt(module, name)))
 
 
 def test_nonnegative_by_form_only_where_it_is():
@@ -200,11 +205,8 @@ def test_a_column_bounded_by_its_loop_range_splits():
 
     wl = WORKLOADS["scan_fold"]
     k = wl.kernel(D.f32, dict(wl.schedules[0]))
-    obs = barrier_obligations(lower_verified(k.program, default_schedule(k.program, "cuda")))
-    assert obs
-    for o in obs:
-        cs = o.claim.counterexample_set()
-        assert o.decider is not None or Fm.is_affine(cs), (o.title, Fm.non_affine_terms(cs))
+    _assert_linear(barrier_obligations(lower_verified(k.program,
+                                                      default_schedule(k.program, "cuda"))))
 
 
 def test_recompose_only_where_the_identity_applies():
