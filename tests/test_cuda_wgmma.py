@@ -12,6 +12,8 @@ overlapped mma may still read is refuted by the barrier proof.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import replace
 
 import numpy as np
@@ -206,9 +208,13 @@ def test_emitted_wgmma_descriptors_and_waits():
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in text
     assert "tn_swz128<128, 64, 64, 8>" in text and "tn_swz128<64, 256, 64, 8>" in text
     # four 16-deep steps: a advances 32 bytes in its panel row, b 16 rows of 128 bytes
+    # (one descriptor per operand, each step's offset added to its address field)
+    assert re.search(r"mma_wm_14_a = tn_wgmma_desc\(\(b__a_\d+_s \+ 2u \* .*, 16u, 1024u\), "
+                     r"mma_wm_14_b = tn_wgmma_desc\(\(b__b_\d+_s \+ 2u \* .*, 8192u, 1024u\);",
+                     text)
     for ao, bo in ((0, 0), (32, 2048), (64, 4096), (96, 6144)):
-        assert (f"tn_wgmma_desc(mma_wm_14_a + {ao}u, 16u, 1024u), "
-                f"tn_wgmma_desc(mma_wm_14_b + {bo}u, 8192u, 1024u)") in text
+        assert (f"tn_wgmma_desc_at(mma_wm_14_a, {ao}u), "
+                f"tn_wgmma_desc_at(mma_wm_14_b, {bo}u)") in text
     # overlapped: committed, completed at the loop's barrier (one group left running)
     assert "tn_wgmma_wait<1>(); tn_fence_proxy_async();" in text
     assert "tn_wgmma_wait<0>(); tn_fence_proxy_async();" in text
@@ -264,9 +270,9 @@ def test_unswizzled_placement_is_caught(monkeypatch):
     row-major order while the descriptors still name the swizzled layout;
     the emulated wgmma reads the wrong elements and the oracle rejects it."""
     def plain(self, b, index):  # type: ignore[no-untyped-def]
-        return f"{self.buf(b)}[{index if isinstance(index, str) else self.idx(index)}]"
+        return index if isinstance(index, str) else self.idx(index)
 
-    monkeypatch.setattr(Emitter, "elem", plain)
+    monkeypatch.setattr(Emitter, "position", plain)
     kern = _gemm(128, 128, 64)
     with pytest.raises(AssertionError, match="not admitted"):
         _run(kern, _sched(kern, stages=2), 128, 192, 128, runs=(("in_order", "nan"),),

@@ -210,6 +210,9 @@ class Emitter:
         #: lane loop (by id) -> (its hoisted test's bit, the predicates and
         #: alignment tests that bit stands for) (:meth:`hoist_tests`)
         self.hoisted: dict[int, tuple[str, list, list]] = {}
+        #: shared buffers whose 32-bit base address the phase being emitted
+        #: uses (:meth:`saddr`); declared at the phase's start
+        self.shared_bases: set[str] = set()
 
     # -- output ---------------------------------------------------------------
     def w(self, line: str) -> None:
@@ -301,19 +304,33 @@ class Emitter:
         return self.names(b.name, "b")
 
     def elem(self, b: L.Buffer, index: "str | E.Expr") -> str:
-        """The C lvalue of logical element ``index`` of ``b``: its physical
-        position under the buffer's layout (``loopir.Swizzle128``:
-        ``tn_swz128``), else the index itself. The layout repeats every
-        ``rows x cols`` elements, so terms of an index expression that are
-        multiples of that period (a ring's version offset) are added outside
-        the call when the rest is never negative: the call then depends only
-        on the position in the tile, which stays put from step to step."""
+        """The C lvalue of logical element ``index`` of ``b``."""
+        return f"{self.buf(b)}[{self.position(b, index)}]"
+
+    def saddr(self, b: L.Buffer, index: "str | E.Expr") -> str:
+        """The 32-bit shared-window address of logical element ``index`` of
+        the shared buffer ``b``: its base address (taken once per kernel,
+        :meth:`phase`) plus the byte offset of its physical position. The
+        same address as ``tn_smem_addr(&elem)``, without converting a generic
+        pointer at every use."""
+        self.shared_bases.add(b.name)
+        isz = max(1, b.dtype.itemsize)
+        return f"({self.buf(b)}_s + {isz}u * (unsigned)({self.position(b, index)}))"
+
+    def position(self, b: L.Buffer, index: "str | E.Expr") -> str:
+        """The physical position of logical element ``index`` of ``b`` under
+        the buffer's layout (``loopir.Swizzle128``: ``tn_swz128``), else the
+        index itself. The layout repeats every ``rows x cols`` elements, so
+        terms of an index expression that are multiples of that period (a
+        ring's version offset) are added outside the call when the rest is
+        never negative: the call then depends only on the position in the
+        tile, which stays put from step to step."""
         lay = b.layout
         if lay is None:
-            return f"{self.buf(b)}[{index if isinstance(index, str) else self.idx(index)}]"
+            return index if isinstance(index, str) else self.idx(index)
         fn = f"tn_swz128<{lay.rows}, {lay.cols}, {lay.panel}, {lay.chunk}>"
         if isinstance(index, str):
-            return f"{self.buf(b)}[{fn}({index})]"
+            return f"{fn}({index})"
         period = lay.rows * lay.cols
         terms = list(index.terms) if isinstance(index, E.Add) else [index]
         whole = [t for t in terms if _divisor(t) and _divisor(t) % period == 0]
@@ -322,9 +339,9 @@ class Emitter:
             if t not in whole:
                 rest = E.add(rest, t)
         if not whole or not self.nonneg(rest):
-            return f"{self.buf(b)}[{fn}({self.idx(index)})]"
+            return f"{fn}({self.idx(index)})"
         outer = " + ".join(self.idx(t) for t in whole)
-        return f"{self.buf(b)}[{outer} + {fn}({self.idx(rest)})]"
+        return f"{outer} + {fn}({self.idx(rest)})"
 
     def load(self, x: L.Load) -> str:
         at = self.elem(x.buf, x.index.e if isinstance(x.index, L.IExpr) else self.expr(x.index))
@@ -765,8 +782,10 @@ class Emitter:
 
     def needed(self, conds: "tuple[E.Pred, ...] | list[E.Pred]") -> list[E.Pred]:
         """The conjuncts of ``conds`` a run-time test must check: each once,
-        and not ``e >= 0`` (or ``0 <= e``) for an ``e`` never negative
-        (:meth:`nonneg`)."""
+        not ``e >= 0`` (or ``0 <= e``) for an ``e`` never negative
+        (:meth:`nonneg`), and not ``a < b`` where another conjunct is
+        ``a + c < b`` (or ``<=``) with a constant ``c >= 0``, which implies
+        it (a group's first and last element against one bound)."""
         out: list[E.Pred] = []
         for c in conds:
             for p in (c.items if isinstance(c, E.PAnd) else (c,)):
@@ -775,7 +794,7 @@ class Emitter:
                     or (p.op == "<=" and p.a == E.Const(0) and self.nonneg(p.b)))
                 if not trivial and p not in out:
                     out.append(p)
-        return out
+        return [p for p in out if not any(q is not p and _implies(q, p) for q in out)]
 
     @staticmethod
     def contiguous(b: L.Buffer, V: int) -> bool:
@@ -858,7 +877,7 @@ class Emitter:
                   and st.value.buf.dtype == st.buf.dtype}
         for st, ld in direct.items():
             nbytes = max(1, st.buf.dtype.itemsize) * V
-            self.w(f"tn_cp_async<{nbytes}>(&{self.elem(st.buf, plan.stores[st])}, "
+            self.w(f"tn_cp_async<{nbytes}>({self.saddr(st.buf, plan.stores[st])}, "
                    f"&{self.elem(ld.buf, plan.loads[ld])});")
         rest = [st for st in plan.stmts if st not in direct]
         if direct and not any(isinstance(st, (L.Store, L.Check)) for st in L.walk(tuple(rest))):
@@ -1125,8 +1144,11 @@ class Emitter:
         self.w(f"{{  // group_mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
         self.ind += 1
         self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
-        self.w(f"const unsigned {u}_a = tn_smem_addr(&{self.elem(s.a.buf, s.a.offset)})"
-               f", {u}_b = tn_smem_addr(&{self.elem(s.b.buf, s.b.offset)});")
+        # one descriptor per operand; a later 16-deep step adds its byte
+        # offset / 16 to the address field (tn_wgmma_desc_at)
+        self.w(f"const tn_u64 {u}_a = tn_wgmma_desc({self.saddr(s.a.buf, s.a.offset)}, 16u, "
+               f"1024u), {u}_b = tn_wgmma_desc({self.saddr(s.b.buf, s.b.offset)}, "
+               f"{lb.rows * 128}u, 1024u);")
         if frag:
             d = f"&{self.buf(s.c.buf)}[{self.idx(s.c.offset)}]"
         else:
@@ -1139,8 +1161,8 @@ class Emitter:
             k0 = 16 * j
             ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
             bo = k0 * 128
-            self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc({u}_a + {ao}u, 16u, 1024u), "
-                   f"tn_wgmma_desc({u}_b + {bo}u, {lb.rows * 128}u, 1024u));")
+            self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
+                   f"tn_wgmma_desc_at({u}_b, {bo}u));")
         # an overlapped mma completes at a later barrier (Barrier.mma_keep)
         self.w("tn_wgmma_commit();" if s.overlap else "tn_wgmma_commit(); tn_wgmma_wait<0>();")
         if not frag:
@@ -1301,6 +1323,8 @@ class Emitter:
             for b, off in layout:
                 self.w(f"{mem(b.dtype)}* const {self.buf(b)} = ({mem(b.dtype)}*)({base} + "
                        f"{self.idx(off)});")
+        self.shared_bases = set()
+        at_bases = len(self.lines)
         for b in self.k.locals:
             if b.space == "local":
                 if not isinstance(b.size, E.Const):
@@ -1326,6 +1350,11 @@ class Emitter:
             self.block(ph.body)
             self.w("  __syncthreads();")
             self.w("}")
+        # the shared-window base of each buffer the body addresses as such
+        # (cp.async destinations, wgmma operands): converted once here
+        self.lines[at_bases:at_bases] = [
+            f"  const unsigned {self.buf(b)}_s = tn_smem_addr({self.buf(b)});"
+            for b, _ in layout if b.name in self.shared_bases]
         self.ind -= 1
         self.w("}")
         self.w("")
@@ -1389,6 +1418,23 @@ def _divisor(e: E.Expr) -> int:
     if isinstance(e, E.Mod) and isinstance(e.b, E.Const):
         return math.gcd(_divisor(e.a), abs(int(e.b.value)))
     return 1
+
+
+def _implies(q: E.Pred, p: E.Pred) -> bool:
+    """Whether ``q`` implies ``p`` because both bound one expression from
+    above by the same ``b``: ``p`` is ``a < b`` (``a <= b``) and ``q`` is
+    ``a + c < b`` (``a + c <= b``, or ``<`` against ``<=``) for a constant
+    ``c``; ``c > 0``, or ``c = 0`` with ``q`` the strict one (so two equal
+    conjuncts never remove each other)."""
+    if not (isinstance(q, E.Cmp) and isinstance(p, E.Cmp) and q.b == p.b
+            and q.op in ("<", "<=") and p.op in ("<", "<=")):
+        return False
+    d = E.add(q.a, E.mul(-1, p.a))
+    if not isinstance(d, E.Const):
+        return False
+    c = int(d.value)
+    # q: a + c < b gives a < b - c; p needs a < b (or a <= b)
+    return c > 0 or (c == 0 and q.op == "<" and p.op == "<=")
 
 
 def _divisible(e: E.Expr, m: int) -> list[tuple[E.Sym, int]] | None:

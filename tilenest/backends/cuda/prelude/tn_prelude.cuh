@@ -65,6 +65,13 @@ template <typename D, typename S> TN_FN D tn_bitcast(S s) {
 
 TN_FN float tn_widen(tn_bf16 x) { return tn_bitsf((unsigned)x.bits << 16); }
 
+#ifndef TN_EMULATE
+TN_FN float tn_widen(tn_f16 h) {  // exact, subnormals included
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h.bits));
+  return f;
+}
+#else
 TN_FN float tn_widen(tn_f16 h) {
   unsigned s = (unsigned)(h.bits & 0x8000u) << 16, e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ffu;
   if (e == 0x1f) return tn_bitsf(s | 0x7f800000u | (m << 13));
@@ -73,6 +80,7 @@ TN_FN float tn_widen(tn_f16 h) {
   float v = (float)m * 5.9604644775390625e-08f;
   return tn_bitsf(s | tn_fbits(v));
 }
+#endif
 
 TN_FN tn_bf16 tn_to_bf16(float x) {
   unsigned b = tn_fbits(x);
@@ -103,8 +111,25 @@ TN_FN tn_f16 tn_to_f16(float x) {
   return r;
 }
 
-TN_FN tn_f16 tn_narrow_f16(float x) { return tn_to_f16(x); }
+// On the device one conversion instruction each (sm_80 and later): cvt.rn
+// rounds to nearest-even exactly as the integer code above, subnormal results
+// included (no .ftz); a NaN becomes the canonical NaN of the format (a NaN's
+// sign and payload are not part of the contract, spec/values.md V-14).
+#ifdef TN_EMULATE
 TN_FN tn_bf16 tn_narrow_bf16(float x) { return tn_to_bf16(x); }
+TN_FN tn_f16 tn_narrow_f16(float x) { return tn_to_f16(x); }
+#else
+TN_FN tn_bf16 tn_narrow_bf16(float x) {
+  tn_bf16 r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+  return r;
+}
+TN_FN tn_f16 tn_narrow_f16(float x) {
+  tn_f16 r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
+  return r;
+}
+#endif
 
 // a double rounded to odd at float: rounding that once more to at most 22
 // significant bits equals rounding the double once
@@ -245,6 +270,19 @@ template <typename F> TN_FN F tn_fextreme(F a, F b, bool is_max) {
   if (a == b) pick_a = tn_signbit(a) != is_max;
   return pick_a ? a : b;
 }
+#ifndef TN_EMULATE
+// the same on the device in one instruction: max.NaN / min.NaN are IEEE
+// 754-2019 maximum / minimum (+0 above -0; a NaN operand gives the canonical
+// NaN, whose sign and payload the contract leaves open)
+template <> __device__ __forceinline__ float tn_fextreme<float>(float a, float b, bool is_max) {
+  float r;
+  if (is_max)
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  else
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#endif
 
 // numpy's floor_divide / remainder on floats (npy_divmod)
 template <typename F> TN_FN F tn_ffloordiv(F a, F d) {
@@ -479,9 +517,13 @@ TN_FN tn_u64 tn_wgmma_desc(unsigned addr, unsigned lead, unsigned stride) {
   return (tn_u64)((addr >> 4) & 0x3fffu) | ((tn_u64)((lead >> 4) & 0x3fffu) << 16) |
          ((tn_u64)((stride >> 4) & 0x3fffu) << 32) | (1ull << 62);
 }
+// the descriptor d with its start address `bytes` further on (a multiple of
+// 16): the address field holds addr / 16 in 14 bits, and every shared-window
+// address is below 2^18 (228 KiB), so the field takes the sum without a carry
+TN_FN tn_u64 tn_wgmma_desc_at(tn_u64 d, unsigned bytes) { return d + (tn_u64)(bytes >> 4); }
 
 // asynchronous global -> shared copies of B = 4, 8 or 16 bytes (16 per
-// instruction; 32 as two). Every block barrier of a kernel with such copies
+// instruction; 32 as two) to the shared-window address dst (tn_smem_addr). Every block barrier of a kernel with such copies
 // is preceded by tn_cp_async_commit() (the copies this thread issued since
 // its last commit form a group) and tn_cp_async_wait<N>() (every group but
 // the N newest is complete): the loop IR's Barrier(keep=N).
@@ -495,8 +537,9 @@ template <int N> TN_FN void tn_cp_async_wait() {
   int n;
   while ((n = tn_emu::async_complete(N, &dst, bytes)) > 0) memcpy(dst, bytes, n);
 }
-template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
+template <int B> TN_FN void tn_cp_async(unsigned at, const void* src) {
   static_assert(B == 4 || B == 8 || B == 16 || B == 32, "cp.async copies 4, 8 or 16 bytes");
+  void* dst = tn_emu::smem_ptr(0, at, B);
   tn_emu::require_aligned(dst, B < 16 ? B : 16);
   tn_emu::require_aligned(src, B < 16 ? B : 16);
   alignas(16) unsigned char data[B];
@@ -510,13 +553,12 @@ template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
 }
 TN_FN void tn_cp_async_commit() { tn_emu::async_commit(); }
 #else
-template <int B> TN_FN void tn_cp_async(void* dst, const void* src) {
+template <int B> TN_FN void tn_cp_async(unsigned s, const void* src) {
   static_assert(B == 4 || B == 8 || B == 16 || B == 32, "cp.async copies 4, 8 or 16 bytes");
   if constexpr (B == 32) {
-    tn_cp_async<16>(dst, src);
-    tn_cp_async<16>((char*)dst + 16, (const char*)src + 16);
+    tn_cp_async<16>(s, src);
+    tn_cp_async<16>(s + 16u, (const char*)src + 16);
   } else {
-    unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     if constexpr (B == 16)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src) : "memory");
     else

@@ -834,6 +834,13 @@ static inline unsigned smem_addr(int line, const void *p) {
              "shared memory", line, p);
     return (unsigned)(q - tn_smem);
 }
+/* the n bytes at shared-window address a (smem_addr's inverse) */
+static inline void *smem_ptr(int line, unsigned a, unsigned n) {
+    if ((unsigned long long)a + n > TN_SMEM_CAPACITY)
+        fail(TN_EMU_MEMORY_FAULT, line, "line %d addresses %u bytes at shared address %#x, beyond "
+             "the block's shared memory", line, n, a);
+    return tn_smem + a;
+}
 static inline void mma_at(int line, bool bf, float *d, const unsigned *a, const unsigned *b) {
     MatLane m{nullptr, nullptr, d, a, b};
     collective(bf ? OP_MMA_BF16 : OP_MMA_F16, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
