@@ -111,3 +111,61 @@ def test_wgmma_gemm_on_gpu(tile, gpu, M, N, K):
     assert "wgmma.mma_async" in ck.source.text
     _judge(wl, k, ck, sched, sz, tn.bf16, wl.args(sz, tn.bf16, seed=M + N + K),
            f"wgmma {tile} {gpu} at {sz}")
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dtn", ["f32", "bf16"])
+def test_staged_rows_on_gpu(name, dtn):
+    """Rows staged in shared memory (``stage_loads``), the staging stores
+    made ``cp.async`` copies (``lowering/async_copy.py``), on the GPU at the
+    medium size (full vector groups, a partial one, groups past the end)."""
+    from tilenest.lowering import default_schedule
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS[name]
+    dt = getattr(tn, dtn)
+    sched = {"rp": 1}  # one row per program (rp > 1: see async_copy's module doc)
+    sz = wl.size("medium")
+    k = wl.kernel(dt, sched, sz)
+    s = default_schedule(k.program, "cuda", stage_loads=True)
+    ck = cuda.compile_program(k.program, s, device="gpu")
+    assert "tn_cp_async<" in ck.source.text
+    _judge(wl, k, ck, sched, sz, dt, wl.args(sz, dt), f"{name} staged {dtn}")
+
+
+def test_device_min_max_and_conversions():
+    """The device's one-instruction forms (``max.NaN``/``min.NaN``,
+    ``cvt.rn.bf16.f32``, ``cvt.rn.f16.f32``, ``cvt.f32.f16``) against the
+    interpreter on the values where they could differ from the portable
+    code: signed zeros, NaNs, infinities, subnormals, halfway cases."""
+    import numpy as np
+
+    vals = np.array([0.0, -0.0, np.nan, -np.nan, np.inf, -np.inf, 1.0, -1.0, 1e-40, -1e-40,
+                     65504.0, 65520.0, 5.96e-8, 2.98e-8, 1.0 + 2**-8, 1.0 + 3 * 2**-9,
+                     3.0e38, -3.4e38, 1.1754942e-38], dtype=np.float32)
+    a = np.repeat(vals, len(vals))
+    b = np.tile(vals, len(vals))
+
+    @tn.kernel
+    def conv(x: tn.Tensor[tn.f32, "N"], y: tn.Tensor[tn.f32, "N"],
+             hi: tn.Tensor[tn.f32, "N"], lo: tn.Tensor[tn.f32, "N"],
+             hb: tn.Tensor[tn.bf16, "N"], hh: tn.Tensor[tn.f16, "N"],
+             back: tn.Tensor[tn.f32, "N"]):
+        (n,) = x.shape
+        (d,) = x.dims()
+        y, hi, lo, hb, hh, back = (a.with_dims(d) for a in (y, hi, lo, hb, hh, back))
+        for p in tn.parallel(tn.shape(1)):
+            t = x[tn.coord(0), tn.shape(n)]
+            u = y[tn.coord(0), tn.shape(n)]
+            hi(tn.coord(0), tn.shape(n)).store(tn.maximum(t, u))
+            lo(tn.coord(0), tn.shape(n)).store(tn.minimum(t, u))
+            hb(tn.coord(0), tn.shape(n)).store(tn.cast(t, tn.bf16))
+            hh(tn.coord(0), tn.shape(n)).store(tn.cast(t, tn.f16))
+            back(tn.coord(0), tn.shape(n)).store(tn.cast(tn.cast(t, tn.f16), tn.f32))
+
+    ck = cuda.compile_program(conv.program, device="gpu")
+    n = len(a)
+    args = (a, b, np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32),
+            np.zeros(n, tn.bf16.np), np.zeros(n, np.float16), np.full(n, np.nan, np.float32))
+    rep = tn.validate(conv, "cuda", compiled=ck, inputs=args)
+    assert rep.ok, rep.summary()

@@ -342,7 +342,8 @@ def cmd_check(a: argparse.Namespace) -> int:
 #: schedule fields ``--set FIELD=VALUE`` may set, with their types
 SCHEDULE_FIELDS = {"block_threads": int, "vector_lanes": int, "stage_loads": bool,
                    "mma_unit": str, "stages": int, "index_bits": int, "threads": int,
-                   "vector_bits": int, "fma": bool, "chunk": int}
+                   "vector_bits": int, "fma": bool, "chunk": int,
+                   "min_blocks": int}
 
 
 def _assignment(kind: str, text: str) -> tuple[str, Any]:

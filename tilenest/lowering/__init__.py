@@ -44,6 +44,14 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             raise UsageError(f"stages={schedule.stages!r}: versions of each produced tile, "
                              "an int in [1, 8]", hint="e.g. Schedule(stages=3); 1 turns "
                              "the buffering off")
+        if schedule.min_blocks is not None and (
+                not isinstance(schedule.min_blocks, int) or isinstance(schedule.min_blocks, bool)
+                or schedule.min_blocks < 1):
+            from ..errors import UsageError
+
+            raise UsageError(f"min_blocks={schedule.min_blocks!r}: blocks per multiprocessor "
+                             "the registers must allow, a positive int (or None)",
+                             hint="e.g. Schedule(min_blocks=8) for 256-thread blocks")
         if schedule.index_bits not in (32, 64):
             from ..errors import UsageError
 
@@ -53,5 +61,8 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             from .double_buffer import double_buffer
 
             k = double_buffer(k, schedule.stages)
+        from .async_copy import async_staging
+
+        k = async_staging(k)
     verify_kernel(k)
     return k

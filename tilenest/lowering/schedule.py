@@ -75,6 +75,13 @@ those the program admits:
   whose sizes break the bound runs the 64-bit variant of the kernel, compiled
   when first needed), or 64. 32-bit code has about half the integer
   instructions (and NVRTC compiles it many times faster).
+* ``min_blocks`` -- on ``cuda``, blocks of each kernel that one
+  multiprocessor must be able to hold at once as far as registers go
+  (``__launch_bounds__``' second argument): ptxas then keeps each thread's
+  registers at or under ``65536 / (min_blocks * threads)``, spilling if it
+  must (a spill is a reported warning). ``None`` (the default) leaves the
+  allocation to ptxas. More resident blocks hide more latency in a kernel
+  bound by it (the row kernels); the benchmark's schedule search tries it.
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -136,13 +143,15 @@ class Schedule:
     mma_unit: str = "auto"
     stages: int = 1
     index_bits: int = 32
+    min_blocks: int | None = None
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
         return repr((self.target, self.vector_bits, self.bind, self.reductions,
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
-                     self.stage_loads, self.mma_unit, self.stages, self.index_bits))
+                     self.stage_loads, self.mma_unit, self.stages, self.index_bits,
+                     self.min_blocks))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores

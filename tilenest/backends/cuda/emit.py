@@ -171,8 +171,11 @@ class Emitter:
     """CUDA C++ for one SIMT-form loop-IR kernel."""
 
     def __init__(self, k: L.Kernel, restrict: bool = True, aliased: frozenset[str] = frozenset(),
-                 narrow: bool = False):
+                 narrow: bool = False, min_blocks: int | None = None):
         self.k = k
+        #: blocks per multiprocessor the register allocation must allow
+        #: (``Schedule.min_blocks``: ``__launch_bounds__``' second argument)
+        self.min_blocks = min_blocks
         #: index arithmetic in 32-bit ``int`` (valid only under the
         #: ``index.width`` precondition) instead of ``long long``
         self.narrow_index = narrow
@@ -1304,7 +1307,8 @@ class Emitter:
         W = self.threads_of[ph.name]  # 1 for a phase without thread loops
         name = re.sub(r"[^0-9A-Za-z_]", "_", f"{self.k.name}_{ph.name}")
         params = self.params()
-        self.w(f'extern "C" __global__ void __launch_bounds__({W}) {name}(')
+        bounds = f"{W}, {self.min_blocks}" if self.min_blocks else f"{W}"
+        self.w(f'extern "C" __global__ void __launch_bounds__({bounds}) {name}(')
         self.w("    " + ", ".join(f"{t} {n}" for t, n in params) + ") {")
         self.ind += 1
         if self.narrow_index:
@@ -1500,7 +1504,7 @@ def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]
 
 
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
-              index_bits: int = 64) -> CudaSource:
+              index_bits: int = 64, min_blocks: int | None = None) -> CudaSource:
     """The CUDA C++ source of SIMT-form kernel ``k`` (see the module docstring).
 
     With ``index_bits=32`` the index arithmetic is 32-bit wherever every index
@@ -1512,10 +1516,10 @@ def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
     from ...proofs import gpu
 
     if index_bits == 64:
-        return Emitter(k, aliased=aliased).source()
-    em = Emitter(k, aliased=aliased, narrow=True)
+        return Emitter(k, aliased=aliased, min_blocks=min_blocks).source()
+    em = Emitter(k, aliased=aliased, narrow=True, min_blocks=min_blocks)
     src = em.source()
     ob = gpu.index_width(k, em.roots)
     if isinstance(ob, str):
-        return replace(Emitter(k, aliased=aliased).source(), index=ob)
+        return replace(Emitter(k, aliased=aliased, min_blocks=min_blocks).source(), index=ob)
     return replace(src, index_bits=32, index=ob)
