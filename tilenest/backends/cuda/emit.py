@@ -875,9 +875,12 @@ class Emitter:
         vn = self.names(s.var.name)
         # an asynchronous store of a widened load unchanged: one cp.async
         # per group, the data never passing through registers
+        # (cp.async moves 4, 8 or 16 bytes; a narrower group is stored at once,
+        # which an asynchronous store permits)
         direct = {st: st.value for st in plan.stores if st.mode == "async"
                   and isinstance(st.value, L.Load) and st.value in plan.loads
-                  and st.value.buf.dtype == st.buf.dtype}
+                  and st.value.buf.dtype == st.buf.dtype
+                  and max(1, st.buf.dtype.itemsize) * V in (4, 8, 16, 32)}
         for st, ld in direct.items():
             nbytes = max(1, st.buf.dtype.itemsize) * V
             self.w(f"tn_cp_async<{nbytes}>({self.saddr(st.buf, plan.stores[st])}, "
