@@ -335,6 +335,13 @@ TN_FN float tn_exp_f32(float x) {
   q = fmaf(q, r, 0x1p-1f);
   float t = r + fmaf(r * r, q, d);
   int ki = (int)k;
+  // the common case first: 2^k a normal power of two (k in [-126, 127]), so
+  // x is neither NaN nor infinite (those clamp to k = -150 or 128) and none
+  // of the adjustments below applies -- the same value, fewer instructions
+  if ((unsigned)(ki + 126) <= 253u) {
+    float sn = tn_bitsf((unsigned)(ki + 127) << 23);
+    return fmaf(t, sn, sn);
+  }
   bool big = ki > 127, tiny = ki < -149;
   int k1 = big ? 127 : (tiny ? -149 : ki);
   if (tiny) t = (t - 1.0f) * 0.5f;
