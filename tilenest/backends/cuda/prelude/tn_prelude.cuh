@@ -527,16 +527,14 @@ TN_FN tn_u64 tn_wgmma_desc(unsigned addr, unsigned lead, unsigned stride) {
 // the descriptor d with its start address `bytes` further on (a multiple of
 // 16): the address field holds addr / 16 in 14 bits, and every shared-window
 // address is below 2^18 (228 KiB), so the field takes the sum without a carry
-// -- the low word alone changes (one 32-bit add)
-TN_FN tn_u64 tn_wgmma_desc_at(tn_u64 d, unsigned bytes) {
-  return ((d >> 32) << 32) | (tn_u64)((unsigned)d + (bytes >> 4));
-}
+TN_FN tn_u64 tn_wgmma_desc_at(tn_u64 d, unsigned bytes) { return d + (tn_u64)(bytes >> 4); }
 
 // asynchronous global -> shared copies of B = 4, 8 or 16 bytes (16 per
-// instruction; 32 as two) to the shared-window address dst (tn_smem_addr). Every block barrier of a kernel with such copies
-// is preceded by tn_cp_async_commit() (the copies this thread issued since
-// its last commit form a group) and tn_cp_async_wait<N>() (every group but
-// the N newest is complete): the loop IR's Barrier(keep=N).
+// instruction; 32 as two) to a shared-window address (tn_smem_addr). Every
+// block barrier of a kernel with such copies is preceded by
+// tn_cp_async_commit() (the copies this thread issued since its last commit
+// form a group) and tn_cp_async_wait<N>() (every group but the N newest is
+// complete): the loop IR's Barrier(keep=N).
 #ifdef TN_EMULATE
 // the emulator keeps each copy pending (source bytes read at issue) until a
 // wait orders its group: the latest completion the PTX semantics permit, so
