@@ -62,7 +62,8 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
 
             k = double_buffer(k, schedule.stages)
         from .async_copy import async_staging
+        from .inplace import reuse_in_place
 
-        k = async_staging(k)
+        k = async_staging(reuse_in_place(k))
     verify_kernel(k)
     return k

@@ -756,6 +756,10 @@ class Emitter:
             return [E.subst(E.subst(g.p, sub), {v: 0}), E.subst(E.subst(g.p, sub), {v: V - 1})]
 
         touched_w = {st.buf.name for st in L.walk(stmts) if isinstance(st, L.Store)}
+        # a buffer read only at the element its one top-level store writes
+        # (updated in place): each lane reads and then writes its own
+        # element, so all of a group's loads may precede all its stores
+        in_place = {n for n in touched_w if _in_place(stmts, n)}
         loads: dict = {}
         conds: list[E.Pred] = []
         for st in stmts:  # top level only: these run for every lane of a full group
@@ -763,7 +767,8 @@ class Emitter:
                 for y in L.subexprs(x):
                     if not (isinstance(y, L.Load) and isinstance(y.index, L.IExpr)
                             and y.buf.space in ("global", "shared")
-                            and y.buf.name not in touched_w and unit(y.index.e)
+                            and (y.buf.name not in touched_w or y.buf.name in in_place)
+                            and unit(y.index.e)
                             and self.contiguous(y.buf, V)):
                         continue
                     ends = [] if y.guard is None else convex(y.guard)
@@ -774,7 +779,8 @@ class Emitter:
         stores: dict = {}
         for st in stmts:
             if (isinstance(st, L.Store) and st.guard is None and isinstance(st.index, L.IExpr)
-                    and st.buf.space in ("global", "shared") and st.buf.name not in read
+                    and st.buf.space in ("global", "shared")
+                    and (st.buf.name not in read or st.buf.name in in_place)
                     and unit(st.index.e) and self.contiguous(st.buf, V)
                     and sum(isinstance(o, L.Store) and o.buf.name == st.buf.name
                             for o in L.walk(stmts)) == 1):
@@ -1425,6 +1431,17 @@ def _divisor(e: E.Expr) -> int:
     if isinstance(e, E.Mod) and isinstance(e.b, E.Const):
         return math.gcd(_divisor(e.a), abs(int(e.b.value)))
     return 1
+
+
+def _in_place(stmts: tuple, name: str) -> bool:
+    """Whether buffer ``name`` is stored by exactly one statement, at the top
+    level of ``stmts``, and every load of it in ``stmts`` reads that store's
+    element (no guard)."""
+    sts = [s for s in L.walk(stmts) if isinstance(s, L.Store) and s.buf.name == name]
+    if len(sts) != 1 or sts[0] not in stmts or sts[0].guard is not None:
+        return False
+    return all(y.index == sts[0].index and y.guard is None for y in L.evaluated(stmts)
+               if isinstance(y, L.Load) and y.buf.name == name)
 
 
 def _implies(q: E.Pred, p: E.Pred) -> bool:

@@ -1,0 +1,109 @@
+"""Elementwise results stored in place of their operand (``lowering/inplace.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tilenest as tn
+from tilenest.backends import cuda
+from tilenest.lowering import default_schedule, lower_verified
+from tilenest.lowering import loopir as L
+from tilenest.lowering.inplace import reuse_in_place
+from tilenest.proofs.barriers import check_barriers
+from tilenest.proofs.obligation import REFUTED
+from tilenest.semantics import dtypes as D
+from tilenest.semantics import expr as E
+from tilenest.workloads import WORKLOADS
+
+W = 64
+C = E.Sym("C")
+f32 = D.f32
+
+
+def test_staged_softmax_keeps_one_row():
+    """The exponentials take the staged row's place: one row of shared
+    memory per block instead of two, the proof holds, and the update is one
+    vector load and one vector store per group."""
+    k = WORKLOADS["softmax"].kernel(tn.f32, {"rp": 1})
+    s = default_schedule(k.program, "cuda", stage_loads=True)
+    low = lower_verified(k.program, s)
+    rows = [b for b in low.locals if b.space == "shared" and b.size == C]
+    assert len(rows) == 1
+    assert all(o.status != REFUTED for o in check_barriers(low))
+    ck = cuda.compile_program(k.program, s, device="emulated")
+    nbytes = E.evaluate(ck.source.kernels[0].shared_bytes, {C: 8192})
+    assert 4 * 8192 <= nbytes < 4 * 8192 + 1024  # one f32 row (and the reductions' words)
+    text = ck.source.text
+    row = rows[0]
+    line = next(x for x in text.splitlines() if "tn_exp_f32" in x and "tn_vq" in x)
+    assert "tn_vs_" in line
+    name = "b_" + row.name.replace("%", "_").replace(".", "_")
+    assert f"tn_vstore<float, 8>(&{name}[" in text and f"tn_vload<float, 8>(&{name}[" in text
+
+
+def _kernel(body, dt_e=f32) -> L.Kernel:  # type: ignore[no-untyped-def]
+    x = L.Buffer("%x", f32, "shared", E.Const(W))
+    e = L.Buffer("%e", dt_e, "shared", E.Const(W))
+    out = L.Buffer("out", f32, "global", E.mul(C, W), arg=0)
+    pid = L.LVar("pid", D.i64)
+    ph = L.Phase("ph", (C,), pid, tuple(body(x, e, out, E.Var("pid"))))
+    return L.Kernel("hand", (L.Param("out", "tensor", f32, (C, E.Const(W))),), ("C",), (x, e),
+                    (ph,))
+
+
+def _tloop(name: str, body) -> L.For:  # type: ignore[no-untyped-def]
+    t = L.LVar(name, D.i64)
+    return L.For(t, E.Const(0), E.Const(W), tuple(body(E.Var(name))), "thread", scope="block")
+
+
+def _fill(x):  # type: ignore[no-untyped-def]
+    return _tloop("a", lambda t: [L.Store(x, L.IExpr(t), L.Const(2.0, f32))])
+
+
+def _update(x, e, shift=0):  # type: ignore[no-untyped-def]
+    return _tloop("b", lambda t: [L.Store(e, L.IExpr(t), L.Un(
+        "neg", L.Load(x, L.IExpr(E.mod(t + shift, W) if shift else t)), f32))])
+
+
+def _use(src, out, pid):  # type: ignore[no-untyped-def]
+    return _tloop("c", lambda t: [L.Store(out, L.IExpr(E.add(E.mul(pid, W), t)),
+                                          L.Load(src, L.IExpr(E.mod(t + 1, W))))])
+
+
+def test_update_in_place_merges():
+    k = _kernel(lambda x, e, out, pid: [_fill(x), L.Barrier("block"), _update(x, e),
+                                        L.Barrier("block"), _use(e, out, pid)])
+    got = reuse_in_place(k)
+    assert [b.name for b in got.locals] == ["%x"]
+    assert all(o.status != REFUTED for o in check_barriers(got))
+
+
+@pytest.mark.parametrize("case", ["x_read_later", "other_element", "e_used_before",
+                                  "other_dtype", "program_level"])
+def test_no_merge(case):
+    """Each case breaks one condition: the operand is read after the update,
+    the update reads another element, the result is touched before it, the
+    dtypes differ, the update is thread 0's (not a thread loop)."""
+    def body(x, e, out, pid):  # type: ignore[no-untyped-def]
+        upd = _update(x, e, 1 if case == "other_element" else 0)
+        if case == "program_level":
+            upd = L.Store(e, L.IExpr(E.Const(0)), L.Load(x, L.IExpr(E.Const(0))))
+        pre = [_use(e, out, pid), L.Barrier("block")] if case == "e_used_before" else []
+        post = [L.Barrier("block"), _use(x, out, pid)] if case == "x_read_later" else []
+        return [*pre, _fill(x), L.Barrier("block"), upd, L.Barrier("block"), _use(e, out, pid),
+                *post]
+
+    got = reuse_in_place(_kernel(body, D.i32 if case == "other_dtype" else f32))
+    assert [b.name for b in got.locals] == ["%x", "%e"]
+
+
+def test_serialized_simt_form_validates_on_the_cpu():
+    """The same rewrite on the CPU's serialized SIMT form (llvm with
+    ``block_threads``): RMSNorm's per-row scale takes its sum of squares'
+    place, and the kernel still validates."""
+    k = WORKLOADS["rmsnorm"].kernel(tn.f32, {"rp": 1})
+    s = default_schedule(k.program, "llvm").with_(block_threads=64, vector_lanes=4)
+    low = lower_verified(k.program, s)
+    assert not any("scale" in b.name for b in low.locals)  # merged into the sum of squares
+    rep = tn.validate(k, "llvm", cases=4, seed=3, compile_schedule=s)
+    assert rep.ok, rep.summary()

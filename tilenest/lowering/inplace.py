@@ -1,0 +1,143 @@
+"""Elementwise results stored in place of their operand (SIMT form).
+
+A shared buffer ``E`` whose elements are computed from the elements of
+another shared buffer ``X`` at the same place::
+
+    ... X read ...
+    for ...:                                  -- one top-level statement P
+        for.thread t ...:
+            E[i] = f(X[i], ...)                -- every read of X in P is this one
+    ... E read ..., X never again
+
+can take ``X``'s storage: each element of ``X`` is read by the thread that
+then overwrites it, in the same statement, and nothing reads ``X`` later, so
+``E`` and ``X`` are one buffer (``E``'s accesses are renamed to ``X`` and
+``E`` is dropped). The block keeps one row instead of two in shared memory:
+the staged softmax (``stage_loads``) keeps ``x - max`` exponentiated where the
+row was staged, half the shared bytes of a block, so twice the blocks fit.
+
+Conditions (checked on the phase body, program order being the order of its
+top-level statements, each executed once per program): ``X`` and ``E`` are
+shared, of one dtype and one size, without a layout and no ``mma``
+operand; ``E`` is stored by
+exactly one statement ``S``, inside a thread loop, whose value reads ``X``
+only at ``S``'s index; every other access of ``X`` is in a top-level
+statement before ``P`` (the one holding ``S``), every other access of ``E``
+in one after it, and within ``P`` neither is touched elsewhere. The barrier
+proof discharges the rewritten kernel, so a placement that let one thread
+overwrite an element another still reads would be refuted, not trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from . import loopir as L
+
+
+def reuse_in_place(k: L.Kernel) -> L.Kernel:
+    """``k`` with every buffer that qualifies merged into its operand's
+    storage (module doc), one pair at a time until none is left."""
+    while True:
+        pair = _candidate(k)
+        if pair is None:
+            return k
+        k = _merge(k, *pair)
+
+
+def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
+    """A pair ``(E, X)`` that may share ``X``'s storage, or None."""
+    mma = {g.buf.name for ph in k.phases for t in L.walk(ph.body) if isinstance(t, L.WarpMma)
+           for g in (t.a, t.b, t.c)}
+    shared = {b.name: b for b in k.locals
+              if b.space == "shared" and b.layout is None and b.name not in mma}
+    for ph in k.phases:
+        top = list(ph.body)
+        where = [_touched(s) for s in top]
+        for p, s in enumerate(top):
+            for st, in_thread in _stores(s):
+                e = shared.get(st.buf.name)
+                if e is None or not in_thread:
+                    continue
+                for x in _operands(st, shared):
+                    if (x.name == e.name or x.dtype != e.dtype or x.size != e.size
+                            or _other_phases(k, ph, {x.name, e.name})):
+                        continue
+                    if _ordered(top, where, p, st, e.name, x.name):
+                        return e, x
+    return None
+
+
+def _stores(s: Any, in_thread: bool = False) -> Any:
+    """``(store, inside a thread loop)`` for every store in ``s``."""
+    for t in ([s] if not isinstance(s, tuple) else s):
+        if isinstance(t, L.Store):
+            yield t, in_thread
+        elif isinstance(t, L.For):
+            yield from _stores(t.body, in_thread or t.kind == "thread")
+        elif isinstance(t, L.If):
+            yield from _stores(t.then, in_thread)
+            yield from _stores(t.orelse, in_thread)
+        elif isinstance(t, L.While):
+            yield from _stores(t.pre, in_thread)
+            yield from _stores(t.body, in_thread)
+
+
+def _operands(st: L.Store, shared: dict) -> list[L.Buffer]:
+    """The shared buffers ``st``'s value reads, each only at ``st``'s index."""
+    loads = [y for y in L.subexprs(st.value) if isinstance(y, L.Load)]
+    out = []
+    for name in dict.fromkeys(y.buf.name for y in loads if y.buf.name in shared):
+        if all(y.index == st.index and y.guard is None for y in loads if y.buf.name == name):
+            out.append(shared[name])
+    return out
+
+
+def _touched(s: Any) -> dict[str, int]:
+    """How many accesses (loads, stores, mma operands) of each buffer ``s``
+    makes, nested statements included."""
+    n: dict[str, int] = {}
+    body = (s,)
+    for y in L.evaluated(body):
+        if isinstance(y, L.Load):
+            n[y.buf.name] = n.get(y.buf.name, 0) + 1
+    for t in L.walk(body):
+        if isinstance(t, L.Store):
+            n[t.buf.name] = n.get(t.buf.name, 0) + 1
+        elif isinstance(t, L.WarpMma):
+            for g in (t.a, t.b, t.c):
+                n[g.buf.name] = n.get(g.buf.name, 0) + 1
+    return n
+
+
+def _ordered(top: list, where: list, p: int, st: L.Store, e: str, x: str) -> bool:
+    """Every access of ``x`` before statement ``p`` or in ``st``'s value,
+    every access of ``e`` after ``p`` or ``st`` itself."""
+    reads_x = sum(1 for y in L.subexprs(st.value) if isinstance(y, L.Load) and y.buf.name == x)
+    if where[p].get(e, 0) != 1 or where[p].get(x, 0) != reads_x:
+        return False
+    if any(where[q].get(e, 0) for q in range(p)):
+        return False
+    return not any(where[q].get(x, 0) for q in range(p + 1, len(top)))
+
+
+def _other_phases(k: L.Kernel, ph: L.Phase, names: set[str]) -> bool:
+    """Whether a phase other than ``ph`` touches one of ``names``."""
+    return any(n in names for q in k.phases if q is not ph for s in q.body for n in _touched(s))
+
+
+def _merge(k: L.Kernel, e: L.Buffer, x: L.Buffer) -> L.Kernel:
+    """``k`` with buffer ``e`` renamed to ``x`` everywhere and dropped."""
+    def fe(y: Any) -> Any:
+        if isinstance(y, L.Load) and y.buf.name == e.name:
+            return L.Load(x, y.index, y.guard, y.fill)
+        return None
+
+    def fs(st: Any) -> Any:
+        if isinstance(st, L.Store) and st.buf.name == e.name:
+            return (replace(st, buf=x),)
+        return None
+
+    phases = tuple(replace(ph, body=L.map_stmts(ph.body, fe, fs)) for ph in k.phases)
+    return replace(k, phases=phases, locals=tuple(b for b in k.locals if b.name != e.name))
