@@ -136,9 +136,23 @@ def test_gemm_copy_tests_drop_the_dominated_bound():
     k = WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"})
     s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3)
     text = cuda.compile_program(k.program, s, device="emulated").source.text
-    line = next(x for x in text.splitlines() if "tn_cp_async<16>" in x and "v_kk" in x)
-    head = text.splitlines()[text.splitlines().index(line) - 1]
-    assert head.count("< S_K") == 1, head
+    # the main loop's tests of a copy group of A (its hoisted bit, then K)
+    tests = [x for x in text.splitlines() if "(tn_ok_" in x and "S_K" in x and "v_kk" in x]
+    assert tests and all(x.count("< S_K") == 1 for x in tests), tests
+
+
+def test_copy_steps_unswitched():
+    """A thread's unrolled copy steps test all their groups first: when all
+    are full and aligned the copies run without a test, else per group."""
+    k = WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"})
+    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3)
+    text = cuda.compile_program(k.program, s, device="emulated").source.text
+    lines = text.splitlines()
+    heads = [i for i, x in enumerate(lines) if x.strip().startswith("if (tn_all_")]
+    assert heads
+    for i in heads:  # the fast branch: the step loop, straight to cp.async, no test
+        fast = lines[i + 1:i + 5]
+        assert any("tn_cp_async<16>" in x for x in fast) and not any("if (" in x for x in fast)
 
 
 def test_shared_bases_taken_once():

@@ -587,7 +587,8 @@ class Emitter:
             return
         if not self.in_thread:
             self.hoist_tests(s)
-        if self.strip_loop(s) or self.promoted_loop(s) or self.resident_loop(s):
+        if (self.strip_loop(s) or self.unswitched_loop(s) or self.promoted_loop(s)
+                or self.resident_loop(s)):
             return
         self.plain_loop(s)
 
@@ -846,18 +847,57 @@ class Emitter:
         plan = self.lane_plan(s)
         if plan is None:
             return False
-        got = self.hoisted.get(id(s))
-        if got is None:
-            conds = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}",
-                     *self.aligned(plan), *(self.pred(p) for p in self.needed(plan.conds))]
-        else:  # the invariant part was tested before the enclosing loop (hoist_tests)
-            bit, done, aligns = got
-            conds = [bit, *(c for c in self.aligned(plan) if c not in aligns),
-                     *(self.pred(p) for p in self.needed(plan.conds) if p not in done)]
+        conds = self.lane_test(s, plan)
         self.w(f"if ({' && '.join(conds)}) {{  // {plan.V} lanes, vector accesses")
         self.block_of(lambda: self.vector_group(plan))
         self.w("} else {")
         self.block_of(lambda: self.scalar_group(s))
+        self.w("}")
+        return True
+
+    def lane_test(self, s: L.For, plan: "LanePlan") -> list[str]:
+        """The conjuncts that send a group of lane loop ``s`` down the wide
+        path: in bounds, aligned, its loads' guards true for every lane (the
+        invariant part as its hoisted bit, :meth:`hoist_tests`)."""
+        got = self.hoisted.get(id(s))
+        if got is None:
+            return [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}",
+                    *self.aligned(plan), *(self.pred(p) for p in self.needed(plan.conds))]
+        bit, done, aligns = got  # tested before the enclosing loop
+        return [bit, *(c for c in self.aligned(plan) if c not in aligns),
+                *(self.pred(p) for p in self.needed(plan.conds) if p not in done)]
+
+    def unswitched_loop(self, s: L.For) -> bool:
+        """A thread's unrolled step loop whose body is one lane loop with
+        per-group tests (a tile copy): the tests of all its steps first, one
+        branch, then every group wide without a test when all pass, else the
+        steps as :meth:`lane_loop` emits them. The same groups take the wide
+        path either way; a thread whose groups are all full (every tile of a
+        large GEMM) runs its copies straight through. False (nothing
+        emitted) for another loop."""
+        if not (self.in_thread and s.kind == "serial" and not s.reverse and self.unrolled(s)
+                and len(s.body) == 1 and isinstance(s.body[0], L.For)
+                and s.body[0].kind == "vector"):
+            return False
+        lane = s.body[0]
+        plan = self.lane_plan(lane)
+        if plan is None:
+            return False
+        v, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
+        ok = self.names(f"all.{lane.var.name}", "tn")
+        self.w(f"bool {ok} = true;  // every group of the thread's steps full and aligned")
+        self.w("#pragma unroll")
+        self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v})")
+        self.w(f"  {ok} = {ok} && {' && '.join(self.lane_test(lane, plan))};")
+        self.w(f"if ({ok}) {{")
+        self.ind += 1
+        self.w("#pragma unroll")
+        self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}) {{")
+        self.block_of(lambda: self.vector_group(plan))
+        self.w("}")
+        self.ind -= 1
+        self.w("} else {")
+        self.block_of(lambda: self.plain_loop(s))
         self.w("}")
         return True
 
