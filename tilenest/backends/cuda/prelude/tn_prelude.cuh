@@ -527,7 +527,10 @@ TN_FN tn_u64 tn_wgmma_desc(unsigned addr, unsigned lead, unsigned stride) {
 // the descriptor d with its start address `bytes` further on (a multiple of
 // 16): the address field holds addr / 16 in 14 bits, and every shared-window
 // address is below 2^18 (228 KiB), so the field takes the sum without a carry
-TN_FN tn_u64 tn_wgmma_desc_at(tn_u64 d, unsigned bytes) { return d + (tn_u64)(bytes >> 4); }
+// -- the low word alone changes (one 32-bit add)
+TN_FN tn_u64 tn_wgmma_desc_at(tn_u64 d, unsigned bytes) {
+  return ((d >> 32) << 32) | (tn_u64)((unsigned)d + (bytes >> 4));
+}
 
 // asynchronous global -> shared copies of B = 4, 8 or 16 bytes (16 per
 // instruction; 32 as two) to a shared-window address (tn_smem_addr). Every
