@@ -3,6 +3,8 @@ shared-window addresses and dominated bounds, and ``Schedule.min_blocks``."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import tilenest as tn
@@ -92,12 +94,14 @@ def test_copy_closed_by_a_barrier_becomes_async():
 
 
 @pytest.mark.parametrize("case", ["read_before_barrier", "no_barrier", "keep", "computed",
-                                  "outside_thread_loop"])
+                                  "outside_thread_loop", "twice", "global_store"])
 def test_copies_that_must_stay_plain(case):
     """Each case breaks one condition: the buffer is read before the closing
     barrier (by the same thread loop), no barrier closes the segment, the
     barrier lets groups run on (``keep``), the stored value is computed, the
-    store is thread 0's."""
+    store is thread 0's, each element is copied twice (a program-level loop
+    around the copy: two copies in flight land in either order), the segment
+    stores to global memory (a copy may read its source until the barrier)."""
     def body(s, x, out, pid):  # type: ignore[no-untyped-def]
         if case == "read_before_barrier":
             first = _tloop("t", lambda t: [_copy(s, x, pid, t), _read(s, out, pid, t, 0)])
@@ -108,6 +112,12 @@ def test_copies_that_must_stay_plain(case):
             first = _copy(s, x, pid, E.Const(0))
         else:
             first = _tloop("t", lambda t: [_copy(s, x, pid, t)])
+        if case == "twice":
+            first = L.For(L.LVar("j", D.i64), E.Const(0), E.Const(2), (first,))
+        if case == "global_store":
+            first = _tloop("t", lambda t: [_copy(s, x, pid, t),
+                                           L.Store(x, L.IExpr(E.add(E.mul(pid, W), t)),
+                                                   L.Const(0.0, f32))])
         if case == "no_barrier":
             return [first]
         bar = L.Barrier("block", keep=1) if case == "keep" else L.Barrier("block")
@@ -175,3 +185,18 @@ def test_min_blocks_reaches_launch_bounds_and_is_checked():
     for bad in (0, -1, True, 2.5):
         with pytest.raises(UsageError, match="min_blocks"):
             lower_verified(k.program, s.with_(min_blocks=bad))
+
+
+def test_barrier_proof_orders_an_async_store_with_its_own_thread():
+    """An asynchronous store is unordered with its own thread's accesses
+    until the barrier that completes it, also where every ``keep`` is 0: a
+    read of the copied element by the same thread before the barrier is
+    refuted."""
+    def body(s, x, out, pid):  # type: ignore[no-untyped-def]
+        return [_tloop("t", lambda t: [replace(_copy(s, x, pid, t), mode="async"),
+                                       _read(s, out, pid, t, 0)]), L.Barrier("block")]
+
+    assert any(o.status == REFUTED for o in check_barriers(_kernel(body)))
+    plain = _kernel(lambda s, x, out, pid: [_tloop("t", lambda t: [
+        _copy(s, x, pid, t), _read(s, out, pid, t, 0)]), L.Barrier("block")])
+    assert all(o.status != REFUTED for o in check_barriers(plain))

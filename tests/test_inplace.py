@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import tilenest as tn
@@ -79,19 +81,30 @@ def test_update_in_place_merges():
 
 
 @pytest.mark.parametrize("case", ["x_read_later", "other_element", "e_used_before",
-                                  "other_dtype", "program_level"])
+                                  "other_dtype", "program_level", "twice", "inner_loop",
+                                  "reader_without_barrier"])
 def test_no_merge(case):
     """Each case breaks one condition: the operand is read after the update,
     the update reads another element, the result is touched before it, the
-    dtypes differ, the update is thread 0's (not a thread loop)."""
+    dtypes differ, the update is thread 0's (not a thread loop), it runs
+    twice on each element (a program-level loop of two iterations around it,
+    or a serial loop inside its thread loop: merged, the second run would
+    read its own result), another thread reads the operand just before it
+    with no barrier between."""
     def body(x, e, out, pid):  # type: ignore[no-untyped-def]
         upd = _update(x, e, 1 if case == "other_element" else 0)
         if case == "program_level":
             upd = L.Store(e, L.IExpr(E.Const(0)), L.Load(x, L.IExpr(E.Const(0))))
+        if case == "twice":
+            upd = L.For(L.LVar("j", D.i64), E.Const(0), E.Const(2), (upd,))
+        if case == "inner_loop":
+            upd = _tloop("b", lambda t: [L.For(L.LVar("j", D.i64), E.Const(0), E.Const(2), (
+                L.Store(e, L.IExpr(t), L.Un("neg", L.Load(x, L.IExpr(t)), f32)),))])
         pre = [_use(e, out, pid), L.Barrier("block")] if case == "e_used_before" else []
+        mid = [_use(x, out, pid)] if case == "reader_without_barrier" else []
         post = [L.Barrier("block"), _use(x, out, pid)] if case == "x_read_later" else []
-        return [*pre, _fill(x), L.Barrier("block"), upd, L.Barrier("block"), _use(e, out, pid),
-                *post]
+        return [*pre, _fill(x), L.Barrier("block"), *mid, upd, L.Barrier("block"),
+                _use(e, out, pid), *post]
 
     got = reuse_in_place(_kernel(body, D.i32 if case == "other_dtype" else f32))
     assert [b.name for b in got.locals] == ["%x", "%e"]
@@ -107,3 +120,19 @@ def test_serialized_simt_form_validates_on_the_cpu():
     assert not any("scale" in b.name for b in low.locals)  # merged into the sum of squares
     rep = tn.validate(k, "llvm", cases=4, seed=3, compile_schedule=s)
     assert rep.ok, rep.summary()
+
+
+def test_emitter_widens_an_update_only_when_read_before_written():
+    """The emitter loads a widened group before its lanes run and stores it
+    after: a buffer read after its in-place store (the new value) must keep
+    element accesses."""
+    from tilenest.backends.cuda.emit import _in_place
+
+    x = L.Buffer("%x", f32, "shared", E.Const(W))
+    out = L.Buffer("out", f32, "global", E.Const(W), arg=0)
+    i = L.IExpr(E.Var("i"))
+    upd = L.Store(x, i, L.Un("neg", L.Load(x, i), f32))
+    assert _in_place((upd,), "%x")
+    assert not _in_place((upd, L.Store(out, i, L.Load(x, i))), "%x")
+    assert not _in_place((L.Store(out, i, L.Load(x, i)), upd), "%x")  # read outside its value
+    assert not _in_place((replace(upd, guard=L.IPred(E.cmp("<", E.Var("i"), 3))),), "%x")

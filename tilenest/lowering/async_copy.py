@@ -22,6 +22,12 @@ The rule is checked, not trusted: the barrier-sufficiency proof discharges the
 rewritten kernel with the stores in flight until that barrier, so a copy whose
 buffer were touched before it would be refuted.
 
+The staging store must be its buffer's only store in the segment and write
+each element once (a distributed statement: ``simt.once_per_element``), and
+the segment must store to no global memory: until the barrier a copy may
+still be reading its source, and two copies of one element in flight would
+land in either order.
+
 Only segments that end in such a barrier at their own level are rewritten (a
 segment running to the end of a loop body or of the phase is left alone, also
 where the next iteration begins with a barrier: the staging loop of a program
@@ -36,6 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import loopir as L
+from .simt import once_per_element
 
 
 def async_staging(k: L.Kernel) -> L.Kernel:
@@ -79,15 +86,25 @@ def _has_barrier(body: tuple) -> bool:
 
 def _segment(seg: tuple) -> list:
     """The statements of one barrier-free segment (a block barrier with
-    ``keep = 0`` follows it), with the staging stores of every shared buffer
-    that nothing else in the segment touches made asynchronous."""
+    ``keep = 0`` follows it), with the staging store of every shared buffer
+    that nothing else in the segment touches made asynchronous: the buffer's
+    only store, writing each element once (``simt.once_per_element``), and a
+    segment that stores to no global memory (a copy reads its source until
+    the barrier)."""
     if _has_barrier(seg):  # a nested barrier: not one segment after all
         return list(seg)
-    staged: dict[str, bool] = {}  # shared buffer -> every access a staging store
-    for s, in_thread in _statements(seg, False):
+    staged: dict[str, bool] = {}  # shared buffer -> its one access a staging store
+    stores: dict[str, int] = {}
+    for s, path in _statements(seg, []):
+        in_thread = any(isinstance(x, L.For) and x.kind == "thread" for x in path)
+        if isinstance(s, L.Store):
+            if s.buf.space == "global":
+                return list(seg)
+            stores[s.buf.name] = stores.get(s.buf.name, 0) + 1
         for name, ok in _accesses(s, in_thread):
+            ok = ok and once_per_element(path, s)
             staged[name] = staged.get(name, True) and ok
-    names = {n for n, ok in staged.items() if ok}
+    names = {n for n, ok in staged.items() if ok and stores.get(n) == 1}
     if not names:
         return list(seg)
 
@@ -99,18 +116,19 @@ def _segment(seg: tuple) -> list:
     return list(L.map_stmts(seg, lambda x: None, fs))
 
 
-def _statements(body: tuple, in_thread: bool) -> Any:
-    """``(statement, inside a thread loop)`` for every statement of ``body``."""
+def _statements(body: tuple, path: list) -> Any:
+    """``(statement, its enclosing statements)`` for every statement of
+    ``body`` (``path`` outermost first)."""
     for s in body:
-        yield s, in_thread
+        yield s, path
         if isinstance(s, L.For):
-            yield from _statements(s.body, in_thread or s.kind == "thread")
+            yield from _statements(s.body, path + [s])
         elif isinstance(s, L.If):
-            yield from _statements(s.then, in_thread)
-            yield from _statements(s.orelse, in_thread)
+            yield from _statements(s.then, path + [s])
+            yield from _statements(s.orelse, path + [s])
         elif isinstance(s, L.While):
-            yield from _statements(s.pre, in_thread)
-            yield from _statements(s.body, in_thread)
+            yield from _statements(s.pre, path + [s])
+            yield from _statements(s.body, path + [s])
 
 
 def _accesses(s: Any, in_thread: bool) -> list[tuple[str, bool]]:

@@ -20,10 +20,13 @@ Conditions (checked on the phase body, program order being the order of its
 top-level statements, each executed once per program): ``X`` and ``E`` are
 shared, of one dtype and one size, without a layout and no ``mma``
 operand; ``E`` is stored by
-exactly one statement ``S``, inside a thread loop, whose value reads ``X``
-only at ``S``'s index; every other access of ``X`` is in a top-level
-statement before ``P`` (the one holding ``S``), every other access of ``E``
-in one after it, and within ``P`` neither is touched elsewhere. The barrier
+exactly one statement ``S``, a distributed statement writing each element
+once (``simt.once_per_element``: an update of an element twice would read
+its own result), whose value reads ``X`` only at ``S``'s index; every
+other access of ``X`` is in a top-level statement before ``P`` (the one holding ``S``), every other access of ``E``
+in one after it, with a block barrier between the last earlier access of
+``X`` and ``P`` (other threads' reads of ``X`` are complete before ``P``
+overwrites it), and within ``P`` neither is touched elsewhere. The barrier
 proof discharges the rewritten kernel, so a placement that let one thread
 overwrite an element another still reads would be refuted, not trusted.
 """
@@ -34,6 +37,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import loopir as L
+from .simt import once_per_element
 
 
 def reuse_in_place(k: L.Kernel) -> L.Kernel:
@@ -56,9 +60,9 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
         top = list(ph.body)
         where = [_touched(s) for s in top]
         for p, s in enumerate(top):
-            for st, in_thread in _stores(s):
+            for st, path in _stores(s, []):
                 e = shared.get(st.buf.name)
-                if e is None or not in_thread:
+                if e is None or not once_per_element(path, st):
                     continue
                 for x in _operands(st, shared):
                     if (x.name == e.name or x.dtype != e.dtype or x.size != e.size
@@ -69,19 +73,19 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
     return None
 
 
-def _stores(s: Any, in_thread: bool = False) -> Any:
-    """``(store, inside a thread loop)`` for every store in ``s``."""
+def _stores(s: Any, path: list) -> Any:
+    """``(store, its enclosing statements)`` for every store in ``s``."""
     for t in ([s] if not isinstance(s, tuple) else s):
         if isinstance(t, L.Store):
-            yield t, in_thread
+            yield t, path
         elif isinstance(t, L.For):
-            yield from _stores(t.body, in_thread or t.kind == "thread")
+            yield from _stores(t.body, path + [t])
         elif isinstance(t, L.If):
-            yield from _stores(t.then, in_thread)
-            yield from _stores(t.orelse, in_thread)
+            yield from _stores(t.then, path + [t])
+            yield from _stores(t.orelse, path + [t])
         elif isinstance(t, L.While):
-            yield from _stores(t.pre, in_thread)
-            yield from _stores(t.body, in_thread)
+            yield from _stores(t.pre, path + [t])
+            yield from _stores(t.body, path + [t])
 
 
 def _operands(st: L.Store, shared: dict) -> list[L.Buffer]:
@@ -119,7 +123,13 @@ def _ordered(top: list, where: list, p: int, st: L.Store, e: str, x: str) -> boo
         return False
     if any(where[q].get(e, 0) for q in range(p)):
         return False
-    return not any(where[q].get(x, 0) for q in range(p + 1, len(top)))
+    if any(where[q].get(x, 0) for q in range(p + 1, len(top))):
+        return False
+    # the earlier accesses of x (other threads' reads among them) are complete
+    # before p overwrites it: a block barrier between the last one and p
+    last = max((q for q in range(p) if where[q].get(x, 0)), default=None)
+    return last is None or any(isinstance(top[q], L.Barrier) and top[q].scope == "block"
+                               for q in range(last + 1, p))
 
 
 def _other_phases(k: L.Kernel, ph: L.Phase, names: set[str]) -> bool:

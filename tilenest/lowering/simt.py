@@ -472,6 +472,73 @@ def distribution(W: int, V: int, n: E.Expr) -> TM.TaskMap:
     return TM.repeat(E.cdiv(n, W * V)) * TM.spatial(W) * TM.repeat(V)
 
 
+def once_per_element(path: list, st: L.Store) -> bool:
+    """Whether store ``st`` writes each element at most once per program,
+    judged by its enclosing statements ``path`` (outermost first, from the
+    phase body or a block of it): every loop on the path outside its thread
+    loop runs at most once (``[0, 1)``), and inside that thread loop ``st``
+    is a distributed statement (:func:`distribution`; or ``for.thread t:
+    ... st`` with ``l = t``)::
+
+        for.thread t in [0, W):
+          for r in [0, ..):              -- optional
+            for.vector v in [0, V):      -- optional
+              if l < n:  ... st          -- l = W V r + V t + v
+
+    at the top level of the ``if``, its index (index locals resolved) ``base
+    + l`` with ``base`` reading only symbols and the variables of those
+    run-once loops: distinct ``(t, r, v)`` give distinct ``l`` (mixed radix),
+    hence distinct elements."""
+    th = [i for i, x in enumerate(path) if isinstance(x, L.For) and x.kind == "thread"]
+    if len(th) != 1 or not isinstance(path[th[0]].hi, E.Const):
+        return False
+    if any(not isinstance(x, (L.For, L.If)) or (isinstance(x, L.For) and (
+            x.lo != E.Const(0) or x.hi != E.Const(1))) for x in path[:th[0]]):
+        return False
+    W = int(path[th[0]].hi.value)
+    inner = path[th[0] + 1:]
+    if not inner:  # one element per thread: for.thread t: ... st (l = t)
+        return _distinct(path[:th[0]], path[th[0]].body, st, E.Var(path[th[0]].var.name))
+    if not isinstance(inner[-1], L.If) or not isinstance(inner[-1].cond, L.IPred):
+        return False
+    guard, loops = inner[-1], inner[:-1]
+    kinds = [x.kind for x in loops if isinstance(x, L.For)]
+    if (len(kinds) != len(loops) or kinds not in ([], ["serial"], ["vector"], ["serial", "vector"])
+            or any(x.lo != E.Const(0) for x in loops)):
+        return False
+    vec = loops[-1] if kinds and kinds[-1] == "vector" else None
+    step = loops[0] if kinds and kinds[0] == "serial" else None
+    if vec is not None and not isinstance(vec.hi, E.Const):
+        return False
+    V = int(vec.hi.value) if vec is not None else 1
+    cond = guard.cond.p
+    if not (isinstance(cond, E.Cmp) and cond.op == "<"):
+        return False
+    t, r, v = (E.Var(x.var.name) if x is not None else E.Const(0)
+               for x in (path[th[0]], step, vec))
+    lin = E.add(E.add(E.mul(W * V, r), E.mul(V, t)), v)
+    if E.add(cond.a, E.mul(-1, lin)) != E.Const(0):
+        return False
+    return _distinct(path[:th[0]], guard.then, st, lin)
+
+
+def _distinct(outside: list, block: tuple, st: L.Store, lin: E.Expr) -> bool:
+    """Whether ``st``, at the top level of ``block``, has the index ``base +
+    lin`` (index locals assigned before it in ``block`` resolved) with
+    ``base`` reading only symbols and the variables of the loops
+    ``outside`` the thread loop."""
+    if st not in block or not isinstance(st.index, L.IExpr):
+        return False
+    sub: dict = {}
+    for x in block[:block.index(st)]:
+        if isinstance(x, L.Assign) and isinstance(x.value, L.IExpr):
+            sub[E.Var(x.var.name)] = E.subst(x.value.e, sub)
+    base = E.add(E.subst(st.index.e, sub), E.mul(-1, lin))
+    outer = {x.var.name for x in outside if isinstance(x, L.For)}
+    return all(isinstance(lf, (E.Const, E.Sym)) or (isinstance(lf, E.Var) and lf.name in outer)
+               for lf in E.leaves(base))
+
+
 def _identity(op: str, dt: D.DType) -> float:
     return IDENTITY[op]
 

@@ -147,6 +147,9 @@ class _Access:
     text: str
     seq: int = 0
     lag: int = 0  # barriers an asynchronous store may stay in flight across
+    #: an asynchronous store (Store.mode): unordered with its own thread's
+    #: accesses too until a barrier completes it, whatever its lag
+    asynchronous: bool = False
 
 
 _MEMO: dict[tuple[int, _Ctx], tuple[Any, int]] = {}
@@ -320,7 +323,8 @@ class _Collector:
             self.stmt(s, fr, loops, guards, thread, ctx, dropped)
 
     def access(self, buf: Any, store: bool, index: Any, guard: Any, frames: list, loops: list,
-               guards: list, thread: str | None, dropped: list, text: str, lag: int = 0) -> None:
+               guards: list, thread: str | None, dropped: list, text: str, lag: int = 0,
+               asynchronous: bool = False) -> None:
         if buf.space not in ("shared", "global"):
             return
         ix, data = self.index_of(index)
@@ -333,7 +337,7 @@ class _Collector:
                 gs.append(g)
         width = self.twidth if thread is not None else E.Const(self.width)
         self.out.append(_Access(buf, store, ix, gs, dr, data, list(frames), list(loops), thread,
-                                width, text, len(self.out), lag))
+                                width, text, len(self.out), lag, asynchronous))
 
     def loads(self, x: Any, frames: list, loops: list, guards: list, thread: str | None,
               dropped: list) -> None:
@@ -356,7 +360,7 @@ class _Collector:
             self.access(s.buf, True, s.index, s.guard, frames, loops, guards, thread, dropped,
                         f"store {s.buf.name}[{L.expr_str(s.index)}] = "
                         f"{_short(L.expr_str(s.value))}{g}",
-                        self.lag if s.mode == "async" else 0)
+                        self.lag if s.mode == "async" else 0, s.mode == "async")
         elif isinstance(s, (L.Check, L.Shuffle, L.LaneReduce)):
             for x in L.stmt_exprs(s):
                 self.loads(x, frames, loops, guards, thread, dropped)
@@ -809,7 +813,7 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obl
     th2: E.Expr = t2 if t2 is not None else E.Const(0)
     loops_a = {lp.key: lp for lp in a.loops}
     # an asynchronous store is unordered with its own thread's accesses too
-    own_thread = bool(a.lag or b.lag)
+    own_thread = bool(a.lag or b.lag or a.asynchronous or b.asynchronous)
     alts = []
     for sc in scen:
         eqs = []

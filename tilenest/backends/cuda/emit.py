@@ -1475,13 +1475,17 @@ def _divisor(e: E.Expr) -> int:
 
 def _in_place(stmts: tuple, name: str) -> bool:
     """Whether buffer ``name`` is stored by exactly one statement, at the top
-    level of ``stmts``, and every load of it in ``stmts`` reads that store's
-    element (no guard)."""
+    level of ``stmts``, and read only by that store's value, at its element
+    (no guard): each lane reads its element before it writes it, and nothing
+    reads it after."""
     sts = [s for s in L.walk(stmts) if isinstance(s, L.Store) and s.buf.name == name]
     if len(sts) != 1 or sts[0] not in stmts or sts[0].guard is not None:
         return False
-    return all(y.index == sts[0].index and y.guard is None for y in L.evaluated(stmts)
-               if isinstance(y, L.Load) and y.buf.name == name)
+    st = sts[0]
+    mine = [y for y in L.subexprs(st.value) if isinstance(y, L.Load) and y.buf.name == name]
+    every = [y for y in L.evaluated(stmts) if isinstance(y, L.Load) and y.buf.name == name]
+    return len(mine) == len(every) and all(y.index == st.index and y.guard is None
+                                           for y in mine)
 
 
 def _implies(q: E.Pred, p: E.Pred) -> bool:

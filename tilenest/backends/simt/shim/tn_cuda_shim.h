@@ -838,7 +838,7 @@ static inline unsigned smem_addr(int line, const void *p) {
 static inline void *smem_ptr(int line, unsigned a, unsigned n) {
     if ((unsigned long long)a + n > TN_SMEM_CAPACITY)
         fail(TN_EMU_MEMORY_FAULT, line, "line %d addresses %u bytes at shared address %#x, beyond "
-             "the block's shared memory", line, n, a);
+             "the shared window (%u bytes)", line, n, a, (unsigned)TN_SMEM_CAPACITY);
     return tn_smem + a;
 }
 static inline void mma_at(int line, bool bf, float *d, const unsigned *a, const unsigned *b) {
