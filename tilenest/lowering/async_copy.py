@@ -95,7 +95,7 @@ def _segment(seg: tuple) -> list:
         return list(seg)
     staged: dict[str, bool] = {}  # shared buffer -> its one access a staging store
     stores: dict[str, int] = {}
-    for s, path in _statements(seg, []):
+    for s, path in L.walk_paths(seg):
         in_thread = any(isinstance(x, L.For) and x.kind == "thread" for x in path)
         if isinstance(s, L.Store):
             if s.buf.space == "global":
@@ -114,21 +114,6 @@ def _segment(seg: tuple) -> list:
         return None
 
     return list(L.map_stmts(seg, lambda x: None, fs))
-
-
-def _statements(body: tuple, path: list) -> Any:
-    """``(statement, its enclosing statements)`` for every statement of
-    ``body`` (``path`` outermost first)."""
-    for s in body:
-        yield s, path
-        if isinstance(s, L.For):
-            yield from _statements(s.body, path + [s])
-        elif isinstance(s, L.If):
-            yield from _statements(s.then, path + [s])
-            yield from _statements(s.orelse, path + [s])
-        elif isinstance(s, L.While):
-            yield from _statements(s.pre, path + [s])
-            yield from _statements(s.body, path + [s])
 
 
 def _accesses(s: Any, in_thread: bool) -> list[tuple[str, bool]]:

@@ -60,8 +60,8 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
         top = list(ph.body)
         where = [_touched(s) for s in top]
         for p, s in enumerate(top):
-            for st, path in _stores(s, []):
-                e = shared.get(st.buf.name)
+            for st, path in L.walk_paths((s,)):
+                e = shared.get(st.buf.name) if isinstance(st, L.Store) else None
                 if e is None or not once_per_element(path, st):
                     continue
                 for x in _operands(st, shared):
@@ -71,21 +71,6 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
                     if _ordered(top, where, p, st, e.name, x.name):
                         return e, x
     return None
-
-
-def _stores(s: Any, path: list) -> Any:
-    """``(store, its enclosing statements)`` for every store in ``s``."""
-    for t in ([s] if not isinstance(s, tuple) else s):
-        if isinstance(t, L.Store):
-            yield t, path
-        elif isinstance(t, L.For):
-            yield from _stores(t.body, path + [t])
-        elif isinstance(t, L.If):
-            yield from _stores(t.then, path + [t])
-            yield from _stores(t.orelse, path + [t])
-        elif isinstance(t, L.While):
-            yield from _stores(t.pre, path + [t])
-            yield from _stores(t.body, path + [t])
 
 
 def _operands(st: L.Store, shared: dict) -> list[L.Buffer]:

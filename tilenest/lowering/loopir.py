@@ -832,6 +832,21 @@ def walk(body: tuple) -> Any:
             yield from walk(s.body)
 
 
+def walk_paths(body: tuple, path: tuple = ()) -> Any:
+    """``(statement, its enclosing statements)`` for every statement of
+    ``body``, nested ones included, in pre-order (``path`` outermost first)."""
+    for s in body:
+        yield s, path
+        if isinstance(s, For):
+            yield from walk_paths(s.body, path + (s,))
+        elif isinstance(s, If):
+            yield from walk_paths(s.then, path + (s,))
+            yield from walk_paths(s.orelse, path + (s,))
+        elif isinstance(s, While):
+            yield from walk_paths(s.pre, path + (s,))
+            yield from walk_paths(s.body, path + (s,))
+
+
 def subexprs(x: Any) -> Any:
     """``x`` and every expression below it."""
     yield x

@@ -472,7 +472,7 @@ def distribution(W: int, V: int, n: E.Expr) -> TM.TaskMap:
     return TM.repeat(E.cdiv(n, W * V)) * TM.spatial(W) * TM.repeat(V)
 
 
-def once_per_element(path: list, st: L.Store) -> bool:
+def once_per_element(path: tuple, st: L.Store) -> bool:
     """Whether store ``st`` writes each element at most once per program,
     judged by its enclosing statements ``path`` (outermost first, from the
     phase body or a block of it): every loop on the path outside its thread
@@ -522,7 +522,7 @@ def once_per_element(path: list, st: L.Store) -> bool:
     return _distinct(path[:th[0]], guard.then, st, lin)
 
 
-def _distinct(outside: list, block: tuple, st: L.Store, lin: E.Expr) -> bool:
+def _distinct(outside: tuple, block: tuple, st: L.Store, lin: E.Expr) -> bool:
     """Whether ``st``, at the top level of ``block``, has the index ``base +
     lin`` (index locals assigned before it in ``block`` resolved) with
     ``base`` reading only symbols and the variables of the loops
