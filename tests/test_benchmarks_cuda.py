@@ -67,3 +67,24 @@ def test_bad_arguments_are_refused(bench, argv):
 def test_every_name_is_a_benchmark(bench):
     assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm"}
     assert all(n in bench.ROW_KEYS for n in bench.ROW_NAMES)
+
+
+LAUNCH = SCRIPT.parent / "cuda_launch.py"
+
+
+def test_launcher_help_and_its_pairs():
+    """``benchmarks/cuda_launch.py`` (one variant for a profiler): ``--help``
+    runs without a GPU, and ``k=v,...`` parses to literals, bare words as
+    strings, a pair without ``=`` an error naming it."""
+    r = subprocess.run([sys.executable, str(LAUNCH), "--help"], check=False,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "--schedule" in r.stdout and "--cubin" in r.stdout
+    spec = importlib.util.spec_from_file_location("benchmarks_cuda_launch", LAUNCH)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._pairs("bm=256,loop=pipeline,stage_loads=True,") == {
+        "bm": 256, "loop": "pipeline", "stage_loads": True}
+    assert mod._pairs(None) == {}
+    with pytest.raises(SystemExit, match="'bm' is not key=value"):
+        mod._pairs("bm")
