@@ -874,15 +874,17 @@ class Emitter:
         steps as :meth:`lane_loop` emits them. The same groups take the wide
         path either way; a thread whose groups are all full (every tile of a
         large GEMM) runs its copies straight through. False (nothing
-        emitted) for another loop."""
+        emitted) for another loop, and for lanes that compute a
+        transcendental (as :meth:`strip_loop`)."""
         if not (self.in_thread and s.kind == "serial" and not s.reverse and self.unrolled(s)
                 and len(s.body) == 1 and isinstance(s.body[0], L.For)
                 and s.body[0].kind == "vector"):
             return False
         lane = s.body[0]
         plan = self.lane_plan(lane)
-        if plan is None:
-            return False
+        if plan is None or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
+                               for y in L.evaluated(plan.stmts, nested=False)):
+            return False  # (three copies of a transcendental cost NVRTC time: strip_loop)
         v, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
         ok = self.names(f"all.{lane.var.name}", "tn")
         self.w(f"bool {ok} = true;  // every group of the thread's steps full and aligned")
