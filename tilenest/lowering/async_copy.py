@@ -57,7 +57,7 @@ def _block(body: tuple) -> tuple:
     out = [_nested(s) for s in body]
     start = 0
     for i, s in enumerate(out):
-        if _is_barrier(s):
+        if L.is_block_barrier(s):
             if s.keep == 0:
                 out[start:i] = _segment(tuple(out[start:i]))
             start = i + 1
@@ -74,14 +74,10 @@ def _nested(s: Any) -> Any:
     return s
 
 
-def _is_barrier(s: Any) -> bool:
-    return isinstance(s, L.Barrier) and s.scope == "block"
-
-
 def _has_barrier(body: tuple) -> bool:
     """Whether ``body`` holds a block barrier (the only point at which a
     thread observes another's shared stores; warp collectives move registers)."""
-    return any(_is_barrier(s) for s in L.walk(body))
+    return any(L.is_block_barrier(s) for s in L.walk(body))
 
 
 def _segment(seg: tuple) -> list:

@@ -67,10 +67,6 @@ from ..semantics import expr as E
 from . import loopir as L
 
 
-def _is_barrier(s: Any) -> bool:
-    return isinstance(s, L.Barrier) and s.scope == "block"
-
-
 def _stores(body: tuple) -> set[str]:
     return {s.buf.name for s in L.walk(body) if isinstance(s, L.Store)} | {
         s.c.buf.name for s in L.walk(body) if isinstance(s, L.WarpMma)}
@@ -88,7 +84,7 @@ def _split(loop: L.For) -> tuple[tuple, tuple] | None:
     """``(producer, consumer)`` of a loop body ``[barrier] P.. barrier C..``
     (comments before the consumer's barrier move into the consumer), else None."""
     body = list(loop.body)
-    if body and _is_barrier(body[0]):
+    if body and L.is_block_barrier(body[0]):
         body = body[1:]
     prod = []
     while body and isinstance(body[0], L.For) and body[0].kind == "thread":
@@ -96,10 +92,10 @@ def _split(loop: L.For) -> tuple[tuple, tuple] | None:
     notes = []
     while body and isinstance(body[0], L.Comment):
         notes.append(body.pop(0))
-    if not prod or not body or not _is_barrier(body[0]):
+    if not prod or not body or not L.is_block_barrier(body[0]):
         return None
     cons = tuple(notes) + tuple(body[1:])
-    if not cons or any(_is_barrier(s) for s in cons[-1:]):
+    if not cons or any(L.is_block_barrier(s) for s in cons[-1:]):
         return None
     return tuple(prod), cons
 

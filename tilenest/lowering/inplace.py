@@ -19,14 +19,15 @@ row was staged, half the shared bytes of a block, so twice the blocks fit.
 Conditions (checked on the phase body, program order being the order of its
 top-level statements, each executed once per program): ``X`` and ``E`` are
 shared, of one dtype and one size, without a layout and no ``mma``
-operand; ``E`` is stored by
-exactly one statement ``S``, a distributed statement writing each element
-once (``simt.once_per_element``: an update of an element twice would read
-its own result), whose value reads ``X`` only at ``S``'s index; every
-other access of ``X`` is in a top-level statement before ``P`` (the one holding ``S``), every other access of ``E``
-in one after it, with a block barrier between the last earlier access of
-``X`` and ``P`` (other threads' reads of ``X`` are complete before ``P``
-overwrites it), and within ``P`` neither is touched elsewhere. The barrier
+operand, and no other phase touches them; ``E`` is stored by exactly one
+statement ``S``, a distributed statement writing each element once
+(``simt.once_per_element``: an update of an element twice would read its
+own result), whose value reads ``X`` only at ``S``'s index; every other
+access of ``X`` is in a top-level statement before ``P`` (the one holding
+``S``), every other access of ``E`` in one after it, with a block barrier
+between the last earlier access of ``X`` and ``P`` (other threads' reads
+of ``X`` are complete before ``P`` overwrites it), and within ``P`` neither
+is touched elsewhere. The barrier
 proof discharges the rewritten kernel, so a placement that let one thread
 overwrite an element another still reads would be refuted, not trusted.
 """
@@ -56,9 +57,10 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
            for g in (t.a, t.b, t.c)}
     shared = {b.name: b for b in k.locals
               if b.space == "shared" and b.layout is None and b.name not in mma}
-    for ph in k.phases:
-        top = list(ph.body)
-        where = [_touched(s) for s in top]
+    touched = [[_touched(s) for s in ph.body] for ph in k.phases]
+    for i, ph in enumerate(k.phases):
+        top, where = list(ph.body), touched[i]
+        elsewhere = {n for j, w in enumerate(touched) if j != i for d in w for n in d}
         for p, s in enumerate(top):
             for st, path in L.walk_paths((s,)):
                 e = shared.get(st.buf.name) if isinstance(st, L.Store) else None
@@ -66,7 +68,7 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
                     continue
                 for x in _operands(st, shared):
                     if (x.name == e.name or x.dtype != e.dtype or x.size != e.size
-                            or _other_phases(k, ph, {x.name, e.name})):
+                            or {x.name, e.name} & elsewhere):  # another phase's too
                         continue
                     if _ordered(top, where, p, st, e.name, x.name):
                         return e, x
@@ -113,13 +115,7 @@ def _ordered(top: list, where: list, p: int, st: L.Store, e: str, x: str) -> boo
     # the earlier accesses of x (other threads' reads among them) are complete
     # before p overwrites it: a block barrier between the last one and p
     last = max((q for q in range(p) if where[q].get(x, 0)), default=None)
-    return last is None or any(isinstance(top[q], L.Barrier) and top[q].scope == "block"
-                               for q in range(last + 1, p))
-
-
-def _other_phases(k: L.Kernel, ph: L.Phase, names: set[str]) -> bool:
-    """Whether a phase other than ``ph`` touches one of ``names``."""
-    return any(n in names for q in k.phases if q is not ph for s in q.body for n in _touched(s))
+    return last is None or any(L.is_block_barrier(top[q]) for q in range(last + 1, p))
 
 
 def _merge(k: L.Kernel, e: L.Buffer, x: L.Buffer) -> L.Kernel:

@@ -1043,6 +1043,11 @@ def mma_indices(s: WarpMma) -> list[E.Expr]:
     return [s.a.offset, s.b.offset, s.c.offset] + ([s.lane] if s.lane is not None else [])
 
 
+def is_block_barrier(s: Any) -> bool:
+    """Whether ``s`` is a block barrier (every thread of the block)."""
+    return isinstance(s, Barrier) and s.scope == "block"
+
+
 def has_sync(body: tuple) -> bool:
     """Whether ``body`` contains a synchronization point (:data:`SYNC`)."""
     return any(isinstance(s, SYNC) and not (isinstance(s, Barrier) and s.scope == "program")

@@ -712,8 +712,9 @@ class Emitter:
         can become one ``V``-wide access when the whole group is in bounds
         (``l0 + V <= n``) and each address is aligned to the group's size.
         Buffers the body both loads and stores keep scalar accesses (the
-        lanes' order matters for them). None when the loop has another shape
-        or nothing to widen."""
+        lanes' order matters for them), except one updated in place
+        (:func:`_in_place`). None when the loop has another shape or nothing
+        to widen."""
         if not (isinstance(s.lo, E.Const) and s.lo.value == 0 and isinstance(s.hi, E.Const)
                 and s.hi.value in (2, 4, 8) and len(s.body) == 1
                 and isinstance(s.body[0], L.If) and not s.body[0].orelse
