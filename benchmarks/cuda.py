@@ -152,6 +152,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "kernel (default: the cuda schedule's)")
     ap.add_argument("--vector-lanes", type=int, help="consecutive elements per thread and step "
                     "(default: the cuda schedule's)")
+    ap.add_argument("--set", action="append", metavar="FIELD=VALUE", dest="set_fields",
+                    type=_schedule_field, default=[],
+                    help="a field of every tilenest kernel's cuda schedule, e.g. min_blocks=8 "
+                         "(repeatable; as `tilenest lower --set`)")
     ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor"), default="all",
                     help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma) or the "
                          "warp ones (mma.sync)")
@@ -160,6 +164,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.samples is not None and a.samples < 1:
         ap.error("--samples must be at least 1")
     return a
+
+
+def _schedule_field(text: str) -> tuple[str, Any]:
+    from tilenest.cli import schedule_field_arg
+
+    return schedule_field_arg(text)
 
 
 @dataclasses.dataclass
@@ -171,6 +181,7 @@ class Config:
     block_threads: int | None = None
     vector_lanes: int | None = None
     gemm_unit: str = "all"
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------ timing
@@ -391,9 +402,9 @@ def _gpu_label(g: dict[str, Any]) -> str:
 
 def fixed_gpu(cfg: Config) -> dict[str, Any]:
     """The GPU schedule overrides the command line fixes (``--block-threads``,
-    ``--vector-lanes``)."""
-    return {n: v for n, v in (("block_threads", cfg.block_threads),
-                              ("vector_lanes", cfg.vector_lanes)) if v}
+    ``--vector-lanes``, ``--set``)."""
+    return {**{n: v for n, v in (("block_threads", cfg.block_threads),
+                                 ("vector_lanes", cfg.vector_lanes)) if v}, **cfg.fields}
 
 
 def gpu_search(cfg: Config) -> list[dict[str, Any]]:
@@ -893,7 +904,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(quick=a.quick, samples=a.samples or (8 if a.quick else 25),
                  compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0],
                  block_threads=a.block_threads, vector_lanes=a.vector_lanes,
-                 gemm_unit=a.gemm_unit)
+                 gemm_unit=a.gemm_unit, fields=dict(a.set_fields))
     seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
     only = set(a.only or NAMES)
     print(f"seed {seed}", flush=True)

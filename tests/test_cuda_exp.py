@@ -1,8 +1,8 @@
 """The CUDA prelude's narrow ``exp`` is the LLVM backend's formula step for
 step (spec/lowering.md L-6): the two targets agree bit for bit, on the
-emulated device, over every region of the formula -- the common case, the
-subnormal results, overflow, underflow to zero, the clamps, NaN and the
-infinities."""
+emulated device, over every region of the formula -- the common case (and
+either side of its bound), the subnormal results, overflow, underflow to
+zero, the clamps, NaN and the infinities."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def _inputs() -> np.ndarray:
         edges += [np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))]
         edges += list(c + np.float32(0.5) * ln2 + np.float32(2.0**-18) * np.arange(-4, 5))
     special = [0.0, -0.0, np.inf, -np.inf, np.nan, -104.0, 89.0, -103.97, 88.72, 88.73,
-               -87.33, -87.34, 1e-30, -1e-30, 1e-45, 3.4e38, -3.4e38]
+               -87.33, -87.34, 1e-30, -1e-30, 1e-45, 3.4e38, -3.4e38,
+               # either side of the common case's bound |x| <= 87
+               87.0, -87.0, 87.00001, -87.00001, 86.99999, -86.99999]
     return np.concatenate([
         np.array(edges + special, np.float32),
         rng.uniform(-110, 95, 60000).astype(np.float32),

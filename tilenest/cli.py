@@ -367,7 +367,7 @@ def _const_arg(text: str) -> tuple[str, Any]:
     return _assignment("--const", text)
 
 
-def _schedule_field_arg(text: str) -> tuple[str, Any]:
+def schedule_field_arg(text: str) -> tuple[str, Any]:
     name, v = _assignment("--set", text)
     want = SCHEDULE_FIELDS.get(name)
     if want is None:
@@ -482,7 +482,7 @@ def _schedule_options(s: argparse.ArgumentParser) -> None:
     """``--const`` and ``--set`` of the commands that compile."""
     s.add_argument("--const", action="append", metavar="NAME=VALUE", type=_const_arg,
                    help="a compile-time constant of the kernel, e.g. bm=128 (repeatable)")
-    s.add_argument("--set", action="append", metavar="FIELD=VALUE", type=_schedule_field_arg,
+    s.add_argument("--set", action="append", metavar="FIELD=VALUE", type=schedule_field_arg,
                    dest="set_fields",
                    help="a field of the target's schedule, e.g. mma_unit=wgmma, stages=3, "
                         f"block_threads=512 (repeatable; fields: {', '.join(SCHEDULE_FIELDS)})")

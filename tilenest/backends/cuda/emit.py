@@ -205,6 +205,9 @@ class Emitter:
         #: hoisting of loop-invariant tests and the loop's emission ask for
         #: the same plan
         self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
+        #: lane ``q.e[v]`` of a loaded pack of 16-bit floats -> the same lane
+        #: read from its 32-bit word (``tn_lane``), for widening it
+        self.word_lanes: dict[str, str] = {}
         #: whether a warpgroup mma (wgmma) reads shared memory
         self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
                                  for ph in k.phases for s in L.walk(ph.body))
@@ -355,10 +358,12 @@ class Emitter:
         return f"({self.expr(x.guard)} ? {at} : {self.expr(x.fill)})"
 
     # -- float helpers ----------------------------------------------------------------
-    @staticmethod
-    def wide(v: str, dt: D.DType) -> str:
-        """``v`` of float dtype ``dt`` widened exactly to float (f16/bf16) or as is."""
-        return f"tn_widen({v})" if dt.name in ("f16", "bf16") else v
+    def wide(self, v: str, dt: D.DType) -> str:
+        """``v`` of float dtype ``dt`` widened exactly to float (f16/bf16) or
+        as is; a lane of a loaded 16-bit pack is widened from its 32-bit word."""
+        if dt.name not in ("f16", "bf16"):
+            return v
+        return f"tn_widen({self.word_lanes.get(v, v)})"
 
     @staticmethod
     def narrow(v: str, dt: D.DType) -> str:
@@ -947,7 +952,9 @@ class Emitter:
             self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>("
                    f"&{self.elem(node.buf, e0)});")
             marker = L.LVar(f"@vq{k}.{vn}", node.buf.dtype)
-            self.names.map[marker.name] = f"{q}.e[{vn}]"
+            self.names.map[marker.name] = lane = f"{q}.e[{vn}]"
+            if node.buf.dtype.name in ("f16", "bf16") and V % 2 == 0:
+                self.word_lanes[lane] = f"tn_lane({q}, {vn})"
             repl[node] = L.Ref(marker)
         outs = []
         for k, (node, e0) in enumerate(plan.stores.items()):

@@ -55,6 +55,7 @@ template <typename T> TN_FN T tn_select(bool c, T a, T b) { return c ? a : b; }
 
 // the bits of one register type read as another of the same width
 template <typename D, typename S> TN_FN D tn_bitcast(S s) {
+  static_assert(sizeof(D) == sizeof(S), "tn_bitcast between types of different widths");
   D d;
   memcpy(&d, &s, sizeof(D));
   return d;
@@ -320,11 +321,11 @@ TN_FN double tn_roundeven(double x) { return rint(x); }
 // (exact with one fma) and the tail's rounding error recovered by a second
 // fma; e^r - 1 = r + (d + r^2 q(r)), q of degree 5; one final rounding of
 // (1 + t) 2^k by fma, subnormal results included.
-TN_FN float tn_exp_f32(float x) {
-  float xc = fminf(fmaxf(x, -104.0f), 89.0f);
-  float k = rintf(xc * 0x1.715476p+0f);
+// the polynomial part of tn_exp_f32: t with e^x ~ (1 + t) 2^k, for the
+// reduction x = k ln2 + r of x at k = rint(x / ln2) (k given as a float)
+TN_FN float tn_exp_f32_t(float x, float k) {
   float nk = -k;
-  float r1 = fmaf(nk, 0x1.62e4p-1f, xc);
+  float r1 = fmaf(nk, 0x1.62e4p-1f, x);
   float r = fmaf(nk, 0x1.7f7d1cp-20f, r1);
   float d = fmaf(nk, 0x1.7f7d1cp-20f, r1 - r);
   float q = 0x1.9b53d2p-13f;
@@ -333,12 +334,26 @@ TN_FN float tn_exp_f32(float x) {
   q = fmaf(q, r, 0x1.5554cap-5f);
   q = fmaf(q, r, 0x1.555552p-3f);
   q = fmaf(q, r, 0x1p-1f);
-  float t = r + fmaf(r * r, q, d);
+  return r + fmaf(r * r, q, d);
+}
+TN_FN float tn_exp_f32(float x) {
+  // the common case first: |x| <= 87, so no clamp applies, x is not NaN and
+  // 2^k is a normal power of two (|k| <= 126). k = rint(x log2e) by the
+  // 1.5 * 2^23 shift (exact for |x log2e| < 2^22, ties to even as rintf),
+  // whose bits are 0x4b400000 + k: shifted left by 23 they are k << 23 mod
+  // 2^32, the exponent field of 2^k less the bias. The same value as the
+  // general path below, with no conversion instruction.
+  if (fabsf(x) <= 87.0f) {
+    float s = x * 0x1.715476p+0f + 0x1.8p23f;
+    float k = s - 0x1.8p23f;
+    float sn = tn_bitsf((tn_fbits(s) << 23) + 0x3f800000u);
+    return fmaf(tn_exp_f32_t(x, k), sn, sn);
+  }
+  float xc = fminf(fmaxf(x, -104.0f), 89.0f);
+  float k = rintf(xc * 0x1.715476p+0f);
+  float t = tn_exp_f32_t(xc, k);
   int ki = (int)k;
-  // the common case first: 2^k a normal power of two (k in [-126, 127]), so
-  // x is neither NaN nor infinite (those clamp to k = -150 or 128) and none
-  // of the adjustments below applies -- the same value, fewer instructions
-  if ((unsigned)(ki + 126) <= 253u) {
+  if ((unsigned)(ki + 126) <= 253u) {  // 87 < |x| with 2^k still normal
     float sn = tn_bitsf((unsigned)(ki + 127) << 23);
     return fmaf(t, sn, sn);
   }
@@ -433,6 +448,27 @@ TN_FN long long tn_align16(long long n) { return (n + 15) / 16 * 16; }
 // total size (4, 8 or 16 bytes), as one load or store instruction
 
 template <typename T, int V> struct tn_pack { T e[V]; };
+
+// lane i of a pack of 16-bit floats, read from the 32-bit word that holds it
+// (lane 2j in the low half of word j, 2j + 1 in the high half), for widening
+// only: a bf16 lane is then one mask or one shift of that word, where
+// widening the lane as a 16-bit value first extracts it (two instructions)
+template <typename T> struct tn_lane16 {
+  unsigned w;
+  bool hi;
+};
+template <typename T, int V> TN_FN tn_lane16<T> tn_lane(const tn_pack<T, V>& p, int i) {
+  static_assert(sizeof(T) == 2 && V % 2 == 0, "tn_lane reads pairs of 16-bit lanes");
+  unsigned w;
+  memcpy(&w, &p.e[i & ~1], 4);
+  return {w, (i & 1) != 0};
+}
+TN_FN float tn_widen(tn_lane16<tn_bf16> x) {
+  return tn_bitsf(x.hi ? (x.w & 0xffff0000u) : (x.w << 16));
+}
+TN_FN float tn_widen(tn_lane16<tn_f16> x) {
+  return tn_widen(tn_f16{(unsigned short)(x.hi ? x.w >> 16 : x.w & 0xffffu)});
+}
 
 TN_FN bool tn_aligned(const void* p, unsigned long long bytes) {
   return ((unsigned long long)p & (bytes - 1)) == 0;
