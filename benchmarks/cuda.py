@@ -2,7 +2,7 @@
 
     python benchmarks/cuda.py [--quick] [--only NAME ...] [--dtypes f32 bf16]
                               [--no-compile] [--samples N] [--seed N] [--out FILE.json]
-                              [--gemm-unit all|wgmma|tensor]
+                              [--gemm-unit all|wgmma|tensor] [--set FIELD=VALUE ...]
 
 Ceilings, measured first in the same process: the device-to-device copy
 bandwidth (a 2 GiB tensor copied by torch ``y.copy_(x)`` and by CuPy

@@ -56,8 +56,21 @@ def test_options_parse(bench):
     assert a.no_compile and a.samples == 3 and a.seed == 7 and a.out == Path("r.json")
 
 
+def test_set_fields_reach_every_kernel_schedule(bench):
+    a = bench.parse_args(["--set", "min_blocks=8", "--set", "stage_loads=True",
+                          "--block-threads", "512"])
+    assert a.set_fields == [("min_blocks", 8), ("stage_loads", True)]
+    cfg = bench.Config(quick=False, samples=1, compile=False, gemm_budget_s=1.0,
+                       block_threads=a.block_threads, fields=dict(a.set_fields))
+    fixed = {"block_threads": 512, "min_blocks": 8, "stage_loads": True}
+    assert bench.fixed_gpu(cfg) == fixed
+    # the search keeps its variants, each with the fixed fields on top
+    assert all(g.items() >= fixed.items() for g in bench.gpu_search(cfg))
+
+
 @pytest.mark.parametrize("argv", [["--only", "attention"], ["--dtypes", "f16"],
-                                  ["--samples", "0"], ["--bogus"]])
+                                  ["--samples", "0"], ["--bogus"], ["--set", "min_blocks=x"],
+                                  ["--set", "warps=4"], ["--set", "min_blocks"]])
 def test_bad_arguments_are_refused(bench, argv):
     with pytest.raises(SystemExit) as e:
         bench.parse_args(argv)

@@ -205,6 +205,8 @@ class Emitter:
         #: hoisting of loop-invariant tests and the loop's emission ask for
         #: the same plan
         self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
+        #: divisors worth a reciprocal computed once (:func:`shared_divisors`)
+        self.shared_divisors = shared_divisors(k)
         #: lane ``q.e[v]`` of a loaded pack of 16-bit floats -> the same lane
         #: read from its 32-bit word (``tn_lane``), for widening it
         self.word_lanes: dict[str, str] = {}
@@ -298,6 +300,10 @@ class Emitter:
         if isinstance(x, L.Un):
             return self.unary(x.op, self.expr(x.a), x.a.dtype)
         if isinstance(x, L.Bin):
+            if x.op == "div" and x.b in self.shared_divisors:
+                dt = x.a.dtype
+                a, b = (self.wide(self.expr(y), dt) for y in (x.a, x.b))
+                return self.narrow(f"tn_fdiv_by({a}, tn_fdiv_prep({b}))", dt)
             return self.binary(x.op, self.expr(x.a), self.expr(x.b), x.a.dtype)
         if isinstance(x, L.Fma):
             dt = x.dtype
@@ -1558,6 +1564,51 @@ def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
         f = all if e.op == "min" else any
         return f(_nonneg(x, extents, vars_) for x in (e.a, e.b))
     return False
+
+
+def shared_divisors(k: L.Kernel) -> frozenset:
+    """Divisors of float divisions (f32, f16, bf16: computed in float) that
+    keep their value over the iterations of the innermost loop around every
+    division they divide: emitted as ``tn_fdiv_by(a, tn_fdiv_prep(b))``, the
+    IEEE quotient from a reciprocal of ``b`` (L-6), whose preparation the CUDA
+    compiler computes once per loop since it depends on ``b`` alone. The
+    choice is one of speed only: ``tn_fdiv_by`` is the IEEE division for
+    every divisor. A divisor counts as invariant in a ``serial`` or
+    ``vector`` loop when the loop assigns none of the locals it reads and,
+    where it reads memory, stores to none of the buffers it reads and holds
+    no barrier and no tensor-core step; a division directly under a thread,
+    parallel or while loop (one iteration per thread, or unknown) does not
+    count."""
+    good: set = set()
+    bad: set = set()
+    for ph in k.phases:
+        for s, path in L.walk_paths(ph.body):
+            divs = [y for x in L.stmt_exprs(s) for y in L.subexprs(x)
+                    if isinstance(y, L.Bin) and y.op == "div" and y.a.dtype.is_float
+                    and y.a.dtype.name != "f64"]
+            if not divs:
+                continue
+            loops = [p for p in path if isinstance(p, (L.For, L.While))]
+            loop = loops[-1] if loops else None
+            for d in divs:
+                ok = (isinstance(loop, L.For) and loop.kind in ("serial", "vector")
+                      and _invariant(d.b, loop))
+                (good if ok else bad).add(d.b)
+    return frozenset(good - bad)
+
+
+def _invariant(x: Any, loop: L.For) -> bool:
+    """Whether expression ``x`` has the same value in every iteration of ``loop``
+    (conservatively: see :func:`shared_divisors`)."""
+    if L.names(x) & (set(L.assigned(loop.body)) | {loop.var.name}):
+        return False
+    reads = {y.buf.name for y in L.subexprs(x) if isinstance(y, L.Load)}
+    if not reads:
+        return True
+    inner = list(L.walk(loop.body))
+    stored = {st.buf.name for st in inner if isinstance(st, L.Store)}
+    return not (reads & stored) and not any(isinstance(st, (L.Barrier, L.WarpMma))
+                                            for st in inner)
 
 
 def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]) -> set[str]:

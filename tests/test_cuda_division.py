@@ -1,0 +1,107 @@
+"""Division by a divisor shared along a loop (spec/lowering.md L-6): the CUDA
+target emits ``tn_fdiv_by(a, tn_fdiv_prep(b))`` (the reciprocal of ``b``
+computed once, each quotient corrected by two fmas), which must be the IEEE
+quotient for every pair of operands -- checked bit for bit on the emulated
+device, with divisors at the edges of the fast form's exponent range and
+dividends at the edges of the range it admits for each divisor, and beyond."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tilenest as tn
+from tilenest.backends import cuda
+
+
+@tn.kernel
+def rowdiv(x: tn.Tensor[tn.f32, "R C"], d: tn.Tensor[tn.f32, "R C"],
+           y: tn.Tensor[tn.f32, "R C"]):
+    rows, cols = x.shape
+    r, c = x.dims()
+    d = d.with_dims(r, c)
+    y = y.with_dims(r, c)
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        s = tn.reduce(d[o, tn.shape(1, cols)], c, tn.maximum)  # the row's divisor, exactly
+        y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)] / s)
+
+
+@tn.kernel
+def elemdiv(x: tn.Tensor[tn.f32, "N"], z: tn.Tensor[tn.f32, "N"], y: tn.Tensor[tn.f32, "N"]):
+    (n,) = x.shape
+    (i,) = x.dims()
+    z = z.with_dims(i)
+    y = y.with_dims(i)
+    for p in tn.parallel(tn.shape(1)):
+        y(tn.coord(0), tn.shape(n)).store(x[tn.coord(0), tn.shape(n)] / z[tn.coord(0), tn.shape(n)])
+
+
+F = np.float32
+TINY = np.finfo(F).tiny
+
+
+def _p2(e: int) -> np.float32:
+    return F(np.ldexp(1.0, e)) if e < 128 else F(np.inf)
+
+
+def _cases() -> tuple[np.ndarray, np.ndarray]:
+    """(dividends, divisor of each row): per divisor, the dividends at the
+    bounds of the fast form's range (``tn_fdiv_prep``) and beside them, the
+    special values and random ones of every magnitude."""
+    rng = np.random.default_rng(11)
+    divisors = [1.0, 1.5, 3.0, -7.25, 0.1, 1e30, -1e-30, 2.0**-126, 1.7 * 2.0**125,
+                2.0**126, -(2.0**126), 3.4e38, 2.0**-127, 1e-45, 0.0, -0.0, np.inf, -np.inf,
+                np.nan, 2.0**-100 * 1.3, 2.0**100 * 1.9]
+    cols = 96
+    xs, ds = [], []
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, TINY, -TINY, 3.4e38,
+               -3.4e38, 1.0, -1.0, 2.0**-79, np.nextafter(F(2.0**-79), F(0))]
+    for b in np.array(divisors, F):
+        e = int(np.frexp(b)[1]) - 1 if np.isfinite(b) and b != 0 else 0
+        lo, hi = max(-79, e - 125), min(128, e + 127)
+        edges = []
+        for q in (_p2(lo), _p2(hi)):
+            if np.isfinite(q):
+                edges += [q, np.nextafter(q, F(0)), np.nextafter(q, F(np.inf))]
+        edges += [-v for v in edges]
+        row = np.array(special + edges, F)
+        mags = np.ldexp(rng.uniform(1, 2, cols), rng.integers(-149, 128, cols))
+        rand = (mags * rng.choice([-1.0, 1.0], cols)).astype(F)
+        row = np.concatenate([row, rand])[:cols]
+        xs.append(row)
+        ds.append(b)
+    # small divisors and normal dividends below 2^-79: the remainder of the
+    # fast form would be subnormal and inexact there (wrong quotients when
+    # the range's lower bound is ignored), so these take the plain division
+    for b in (1.2 * 2.0**-121, 1.5 * 2.0**-110, 1.9 * 2.0**-126, 1.1 * 2.0**-90):
+        mags = np.ldexp(rng.uniform(1, 2, cols), rng.integers(-126, -79, cols))
+        xs.append((mags * rng.choice([-1.0, 1.0], cols)).astype(F))
+        ds.append(b)
+    return np.array(xs, F), np.array(ds, F)
+
+
+def test_shared_divisor_is_ieee_division_bit_for_bit():
+    x, b = _cases()
+    d = np.repeat(b[:, None], x.shape[1], axis=1)
+    y = np.full_like(x, 7.0)
+    ck = cuda.compile_program(rowdiv.program, device="emulated")
+    assert "tn_fdiv_by(" in ck.source.text  # the row's divisor is shared by its columns
+    ck(x, d, y)
+    with np.errstate(all="ignore"):
+        want = x / b[:, None]
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(y), nan)
+    same = y.view(np.uint32)[~nan] == want.view(np.uint32)[~nan]
+    bad = np.argwhere(~nan)[~same][:5]
+    assert same.all(), [(x[i, j], b[i], y[i, j], want[i, j]) for i, j in bad]
+
+
+def test_divisor_of_each_element_keeps_plain_division():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(200).astype(F)
+    z = rng.standard_normal(200).astype(F)
+    y = np.zeros_like(x)
+    ck = cuda.compile_program(elemdiv.program, device="emulated")
+    assert "tn_fdiv_by(" not in ck.source.text  # no reciprocal to share
+    ck(x, z, y)
+    assert np.array_equal(y, x / z)
