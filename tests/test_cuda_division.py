@@ -96,6 +96,48 @@ def test_shared_divisor_is_ieee_division_bit_for_bit():
     assert same.all(), [(x[i, j], b[i], y[i, j], want[i, j]) for i, j in bad]
 
 
+@tn.kernel
+def rowdiv16(x: tn.Tensor[tn.bf16, "R C"], d: tn.Tensor[tn.bf16, "R C"],
+             y: tn.Tensor[tn.bf16, "R C"], h: tn.Tensor[tn.f16, "R C"],
+             g: tn.Tensor[tn.f16, "R C"]):
+    rows, cols = x.shape
+    r, c = x.dims()
+    d, y, h, g = (a.with_dims(r, c) for a in (d, y, h, g))
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        s = tn.reduce(d[o, tn.shape(1, cols)], c, tn.maximum)
+        y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)] / s)
+        t = tn.reduce(h[o, tn.shape(1, cols)], c, tn.maximum)
+        g(o, tn.shape(1, cols)).store(tn.cast(x[o, tn.shape(1, cols)], tn.f16) / t)
+
+
+def test_shared_divisor_of_16_bit_floats():
+    """bf16 and f16 divide in float and round once (L-6): the quotient of the
+    widened operands, rounded to the dtype, bit for bit."""
+    x32, b32 = _cases()
+    x32 = np.nan_to_num(x32, nan=1.0)[:, :64]
+    bf = tn.bf16.np
+    x = x32.astype(bf)
+    b = b32.astype(bf)
+    with np.errstate(over="ignore"):  # the largest divisors are infinite in f16
+        hb = b32.astype(np.float16)
+    d = np.repeat(b[:, None], x.shape[1], axis=1)
+    h = np.repeat(hb[:, None], x.shape[1], axis=1)
+    y = np.zeros_like(x)
+    g = np.zeros(x.shape, np.float16)
+    ck = cuda.compile_program(rowdiv16.program, device="emulated")
+    assert ck.source.text.count("tn_fdiv_by(") >= 2
+    ck(x, d, y, h, g)
+    with np.errstate(all="ignore"):
+        want_b = (x.astype(F) / b.astype(F)[:, None]).astype(bf)
+        want_h = (x.astype(F).astype(np.float16).astype(F) / hb.astype(F)[:, None]).astype(
+            np.float16)
+    for got, want in ((y, want_b), (g, want_h)):
+        nan = np.isnan(want.astype(F))
+        assert np.array_equal(np.isnan(got.astype(F)), nan)
+        assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+
+
 def test_divisor_of_each_element_keeps_plain_division():
     rng = np.random.default_rng(3)
     x = rng.standard_normal(200).astype(F)

@@ -368,6 +368,8 @@ def _const_arg(text: str) -> tuple[str, Any]:
 
 
 def schedule_field_arg(text: str) -> tuple[str, Any]:
+    """``FIELD=VALUE`` of a ``--set`` option, checked against
+    :data:`SCHEDULE_FIELDS` (an argparse type; also ``benchmarks/cuda.py``'s)."""
     name, v = _assignment("--set", text)
     want = SCHEDULE_FIELDS.get(name)
     if want is None:

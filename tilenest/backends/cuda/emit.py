@@ -206,7 +206,7 @@ class Emitter:
         #: the same plan
         self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
         #: divisors worth a reciprocal computed once (:func:`shared_divisors`)
-        self.shared_divisors = shared_divisors(k)
+        self.shared_divisors = shared_divisors(k, restrict, aliased)
         #: lane ``q.e[v]`` of a loaded pack of 16-bit floats -> the same lane
         #: read from its 32-bit word (``tn_lane``), for widening it
         self.word_lanes: dict[str, str] = {}
@@ -300,7 +300,8 @@ class Emitter:
         if isinstance(x, L.Un):
             return self.unary(x.op, self.expr(x.a), x.a.dtype)
         if isinstance(x, L.Bin):
-            if x.op == "div" and x.b in self.shared_divisors:
+            if (x.op == "div" and x.a.dtype.is_float and x.a.dtype.name != "f64"
+                    and x.b in self.shared_divisors):
                 dt = x.a.dtype
                 a, b = (self.wide(self.expr(y), dt) for y in (x.a, x.b))
                 return self.narrow(f"tn_fdiv_by({a}, tn_fdiv_prep({b}))", dt)
@@ -1566,7 +1567,8 @@ def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
     return False
 
 
-def shared_divisors(k: L.Kernel) -> frozenset:
+def shared_divisors(k: L.Kernel, restrict: bool = True,
+                    aliased: frozenset[str] = frozenset()) -> frozenset:
     """Divisors of float divisions (f32, f16, bf16: computed in float) that
     keep their value over the iterations of the innermost loop around every
     division they divide: emitted as ``tn_fdiv_by(a, tn_fdiv_prep(b))``, the
@@ -1575,10 +1577,19 @@ def shared_divisors(k: L.Kernel) -> frozenset:
     choice is one of speed only: ``tn_fdiv_by`` is the IEEE division for
     every divisor. A divisor counts as invariant in a ``serial`` or
     ``vector`` loop when the loop assigns none of the locals it reads and,
-    where it reads memory, stores to none of the buffers it reads and holds
-    no barrier and no tensor-core step; a division directly under a thread,
-    parallel or while loop (one iteration per thread, or unknown) does not
-    count."""
+    where it reads memory, stores to no buffer that may be one it reads (the
+    same buffer; with ``restrict`` off or both among ``aliased``, any other
+    parameter too) and holds no barrier and no tensor-core step; a division
+    directly under a thread, parallel or while loop (one iteration per thread,
+    or unknown) does not count."""
+    params = {p.name for p in k.params}
+
+    def may_alias(a: str, b: str) -> bool:
+        if a == b:
+            return True
+        both = a in params and b in params
+        return both and (not restrict or (a in aliased and b in aliased))
+
     good: set = set()
     bad: set = set()
     for ph in k.phases:
@@ -1592,14 +1603,15 @@ def shared_divisors(k: L.Kernel) -> frozenset:
             loop = loops[-1] if loops else None
             for d in divs:
                 ok = (isinstance(loop, L.For) and loop.kind in ("serial", "vector")
-                      and _invariant(d.b, loop))
+                      and _invariant(d.b, loop, may_alias))
                 (good if ok else bad).add(d.b)
     return frozenset(good - bad)
 
 
-def _invariant(x: Any, loop: L.For) -> bool:
+def _invariant(x: Any, loop: L.For, may_alias: Callable[[str, str], bool]) -> bool:
     """Whether expression ``x`` has the same value in every iteration of ``loop``
-    (conservatively: see :func:`shared_divisors`)."""
+    (conservatively: see :func:`shared_divisors`; ``may_alias(a, b)``: whether
+    buffers ``a`` and ``b`` may share memory)."""
     if L.names(x) & (set(L.assigned(loop.body)) | {loop.var.name}):
         return False
     reads = {y.buf.name for y in L.subexprs(x) if isinstance(y, L.Load)}
@@ -1607,8 +1619,8 @@ def _invariant(x: Any, loop: L.For) -> bool:
         return True
     inner = list(L.walk(loop.body))
     stored = {st.buf.name for st in inner if isinstance(st, L.Store)}
-    return not (reads & stored) and not any(isinstance(st, (L.Barrier, L.WarpMma))
-                                            for st in inner)
+    return (not any(may_alias(r, w) for r in reads for w in stored)
+            and not any(isinstance(st, (L.Barrier, L.WarpMma)) for st in inner))
 
 
 def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]) -> set[str]:

@@ -308,6 +308,7 @@ template <typename F> TN_FN F tn_fmod(F a, F d) {
   return tn_copysign((F)0, d);
 }
 TN_FN float tn_frem(float a, float b) { return fmodf(a, b); }
+TN_FN double tn_frem(double a, double b) { return fmod(a, b); }
 
 // IEEE division by a divisor shared by many dividends (a row's sum, say).
 // tn_fdiv_prep computes, once, y = RN(1/b) and the range of |a| for which
@@ -317,9 +318,9 @@ TN_FN float tn_frem(float a, float b) { return fmodf(a, b); }
 // same computation on A and B times a power of two as long as nothing leaves
 // the normal range: y needs eb <= 125; q0 and q, near 2^(ea - eb), need
 // ea - eb in [-125, 126]; r, zero or a nonzero multiple of 2^(ea - 47),
-// needs ea >= -79 to be zero or normal. On A and B the formula was compared with
-// IEEE division for all 2^23 x 2^23 significand pairs on an H200 (identical;
-// spec/lowering.md L-6). Zeros, NaNs, infinities and subnormals of either
+// needs ea >= -79 to be zero or normal. On A and B the formula was compared
+// with IEEE division for all 2^23 x 2^23 significand pairs on an H200
+// (identical; spec/lowering.md L-6). Zeros, NaNs, infinities and subnormals of either
 // operand fall outside the range (lo = +inf for such a b).
 struct tn_fdivisor { float b, y, lo, hi; };
 TN_FN tn_fdivisor tn_fdiv_prep(float b) {
@@ -338,7 +339,7 @@ TN_FN float tn_fdiv_by(float a, tn_fdivisor d) {
   }
   return a / d.b;
 }
-TN_FN double tn_frem(double a, double b) { return fmod(a, b); }
+
 TN_FN float tn_roundeven(float x) { return rintf(x); }
 TN_FN double tn_roundeven(double x) { return rint(x); }
 
@@ -372,7 +373,9 @@ TN_FN float tn_exp_f32(float x) {
   // 1.5 * 2^23 shift (exact for |x log2e| < 2^22, ties to even as rintf),
   // whose bits are 0x4b400000 + k: shifted left by 23 they are k << 23 mod
   // 2^32, the exponent field of 2^k less the bias. The same value as the
-  // general path below, with no conversion instruction.
+  // general path below, with no conversion instruction (the product rounded
+  // before the shift is added: every build passes --fmad=false, L-6; fused,
+  // k would differ for a few inputs).
   if (fabsf(x) <= 87.0f) {
     float s = x * 0x1.715476p+0f + 0x1.8p23f;
     float k = s - 0x1.8p23f;
