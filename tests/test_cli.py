@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tilenest import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,6 +123,19 @@ def test_lower_takes_constants_and_schedule_fields(tmp_path, capsys):
                    "--const", "bm=32", "--const", "bn=64", "--const", "bk=64"])
     err = capsys.readouterr().err
     assert rc == 1 and "wgmma needs rows in multiples of 64" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("target,field", [("cuda", "threads=4"), ("cuda", "chunk=8"),
+                                          ("llvm", "min_blocks=2"), ("llvm", "index_bits=64")])
+def test_schedule_field_the_target_never_reads_is_refused(target, field, capsys):
+    """A ``--set`` field the target does not use would change nothing: an
+    error naming the field and the target, not a silent no-op."""
+    rc = cli.main(["lower", str(ROOT / "examples" / "softmax.py"), "--target", target,
+                   "--emit", "loopir", "--set", field])
+    err = capsys.readouterr().err
+    name = field.partition("=")[0]
+    assert rc == 1 and f"{name} is not used by the {target} target" in err
+    assert "hint:" in err and "Traceback" not in err
 
 
 def test_const_on_tileir_is_an_error(tmp_path, capsys):

@@ -81,7 +81,9 @@ those the program admits:
   registers at or under ``65536 / (min_blocks * threads)``, spilling if it
   must (a spill is a reported warning). ``None`` (the default) leaves the
   allocation to ptxas. More resident blocks hide more latency in a kernel
-  bound by it (the row kernels); the benchmark's schedule search tries it.
+  bound by it; on the H200 no row kernel got faster with it
+  (``benchmarks/cuda.py --set min_blocks=N``), so the benchmark's schedule
+  search leaves it out.
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -216,11 +218,26 @@ def default_lanes(program: TileProgram) -> int:
     return max(1, min(8, 16 // min(sizes))) if sizes else 1
 
 
+#: fields of :class:`Schedule` that a target never reads: overriding one is
+#: refused (it would change nothing), not ignored
+UNUSED_FIELDS = {"cuda": ("threads", "chunk"), "llvm": ("index_bits", "min_blocks")}
+
+
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:
-    """The automatic schedule of ``program`` for ``target`` (overrides applied)."""
+    """The automatic schedule of ``program`` for ``target`` (overrides applied;
+    one the target never reads, :data:`UNUSED_FIELDS`, is an error)."""
     if target not in TARGETS:
         raise NotAvailableError(f"no lowering for target '{target}'",
                                 hint=f"available targets: {', '.join(TARGETS)}")
+    unused = [f for f in UNUSED_FIELDS.get(target, ()) if f in overrides]
+    if unused:
+        from ..errors import UsageError
+
+        other = next(t for t in UNUSED_FIELDS if t != target)
+        raise UsageError(f"schedule field {unused[0]} is not used by the {target} target "
+                         "(setting it would change nothing)",
+                         hint=f"{unused[0]} is a setting of the {other} target; the {target} "
+                              f"target never reads {', '.join(UNUSED_FIELDS[target])}")
     if target == "cuda":
         s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256,
                      vector_lanes=default_lanes(program), stages=2)
