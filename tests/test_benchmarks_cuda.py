@@ -56,7 +56,7 @@ def test_options_parse(bench):
     assert a.no_compile and a.samples == 3 and a.seed == 7 and a.out == Path("r.json")
 
 
-def test_set_fields_reach_every_kernel_schedule(bench):
+def test_set_fields_join_the_fixed_overrides_of_every_variant(bench):
     a = bench.parse_args(["--set", "min_blocks=8", "--set", "stage_loads=True",
                           "--block-threads", "512"])
     assert a.set_fields == [("min_blocks", 8), ("stage_loads", True)]

@@ -233,11 +233,10 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
     if unused:
         from ..errors import UsageError
 
-        other = next(t for t in UNUSED_FIELDS if t != target)
         raise UsageError(f"schedule field {unused[0]} is not used by the {target} target "
                          "(setting it would change nothing)",
-                         hint=f"{unused[0]} is a setting of the {other} target; the {target} "
-                              f"target never reads {', '.join(UNUSED_FIELDS[target])}")
+                         hint=f"the {target} target never reads "
+                              f"{', '.join(UNUSED_FIELDS[target])}; drop the setting")
     if target == "cuda":
         s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256,
                      vector_lanes=default_lanes(program), stages=2)

@@ -300,8 +300,7 @@ class Emitter:
         if isinstance(x, L.Un):
             return self.unary(x.op, self.expr(x.a), x.a.dtype)
         if isinstance(x, L.Bin):
-            if (x.op == "div" and x.a.dtype.is_float and x.a.dtype.name != "f64"
-                    and x.b in self.shared_divisors):
+            if _float_division(x) and x.b in self.shared_divisors:
                 dt = x.a.dtype
                 a, b = (self.wide(self.expr(y), dt) for y in (x.a, x.b))
                 return self.narrow(f"tn_fdiv_by({a}, tn_fdiv_prep({b}))", dt)
@@ -1590,37 +1589,56 @@ def shared_divisors(k: L.Kernel, restrict: bool = True,
         both = a in params and b in params
         return both and (not restrict or (a in aliased and b in aliased))
 
+    known: dict[int, _LoopFacts] = {}  # by id: every loop lives as long as k
+
+    def facts(loop: L.For) -> _LoopFacts:
+        if id(loop) not in known:
+            known[id(loop)] = _LoopFacts(loop)
+        return known[id(loop)]
+
     good: set = set()
     bad: set = set()
     for ph in k.phases:
         for s, path in L.walk_paths(ph.body):
-            divs = [y for x in L.stmt_exprs(s) for y in L.subexprs(x)
-                    if isinstance(y, L.Bin) and y.op == "div" and y.a.dtype.is_float
-                    and y.a.dtype.name != "f64"]
+            divs = [y for x in L.stmt_exprs(s) for y in L.subexprs(x) if _float_division(y)]
             if not divs:
                 continue
             loops = [p for p in path if isinstance(p, (L.For, L.While))]
             loop = loops[-1] if loops else None
             for d in divs:
                 ok = (isinstance(loop, L.For) and loop.kind in ("serial", "vector")
-                      and _invariant(d.b, loop, may_alias))
+                      and _invariant(d.b, facts(loop), may_alias))
                 (good if ok else bad).add(d.b)
     return frozenset(good - bad)
 
 
-def _invariant(x: Any, loop: L.For, may_alias: Callable[[str, str], bool]) -> bool:
-    """Whether expression ``x`` has the same value in every iteration of ``loop``
-    (conservatively: see :func:`shared_divisors`; ``may_alias(a, b)``: whether
-    buffers ``a`` and ``b`` may share memory)."""
-    if L.names(x) & (set(L.assigned(loop.body)) | {loop.var.name}):
+def _float_division(x: Any) -> bool:
+    """Whether ``x`` is a division computed in float (f32, f16, bf16)."""
+    return (isinstance(x, L.Bin) and x.op == "div" and x.a.dtype.is_float
+            and x.a.dtype.name != "f64")
+
+
+class _LoopFacts:
+    """What :func:`_invariant` asks of a loop, gathered once: the locals it
+    assigns (its variable included), the buffers it stores, and whether it
+    holds a barrier or a tensor-core step."""
+
+    def __init__(self, loop: L.For):
+        inner = list(L.walk(loop.body))
+        self.assigned = set(L.assigned(loop.body)) | {loop.var.name}
+        self.stored = {st.buf.name for st in inner if isinstance(st, L.Store)}
+        self.syncs = any(isinstance(st, (L.Barrier, L.WarpMma)) for st in inner)
+
+
+def _invariant(x: Any, loop: _LoopFacts, may_alias: Callable[[str, str], bool]) -> bool:
+    """Whether expression ``x`` has the same value in every iteration of the
+    loop ``loop`` describes (conservatively: see :func:`shared_divisors`;
+    ``may_alias(a, b)``: whether buffers ``a`` and ``b`` may share memory)."""
+    if L.names(x) & loop.assigned:
         return False
     reads = {y.buf.name for y in L.subexprs(x) if isinstance(y, L.Load)}
-    if not reads:
-        return True
-    inner = list(L.walk(loop.body))
-    stored = {st.buf.name for st in inner if isinstance(st, L.Store)}
-    return (not any(may_alias(r, w) for r in reads for w in stored)
-            and not any(isinstance(st, (L.Barrier, L.WarpMma)) for st in inner))
+    return not reads or not (loop.syncs or any(may_alias(r, w) for r in reads
+                                               for w in loop.stored))
 
 
 def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]) -> set[str]:
