@@ -54,3 +54,35 @@ def test_cuda_exp_agrees_bitwise_with_llvm():
     fin = gpu[~nan]
     assert (fin == np.inf).any() and (fin == 0).any()
     assert ((fin > 0) & (fin < np.finfo(np.float32).tiny)).any()
+
+
+@tn.kernel
+def row_exp_sums(x: tn.Tensor[tn.f32, "R C"], s: tn.Tensor[tn.f32, "R"]):
+    rows, cols = x.shape
+    r, c = x.dims()
+    s = s.with_dims(r)
+    for p in tn.parallel(tn.shape(rows)):
+        s(tn.coord(p.index()), tn.shape(1)).store(
+            tn.reduce(tn.exp(x[tn.coord(p.index(), 0), tn.shape(1, cols)]), c, tn.add))
+
+
+def test_guarded_lane_groups_restore_the_accumulator():
+    """A wide group of lanes whose ``exp`` inputs leave the common case is
+    computed again with the whole function (``Emitter.guarded_lanes``),
+    starting from the partial sum it had before the group: the rows' sums are
+    those of the exact terms (no lane counted twice, none with a common-case
+    value outside the common case)."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-3, 1, (6, 1000)).astype(np.float32)
+    x[0, [100, 517]] = [88.0, 87.2]  # above the common case, the sum finite
+    x[1, 5::41] = -95.0     # below it: subnormal terms
+    x[2, 3::8] = -120.0     # below it: terms 0
+    x[3, :] = np.float32(-87.5)  # every group outside, all lanes alike
+    s = np.full(6, np.nan, np.float32)
+    ck = cuda.compile_program(row_exp_sums.program, device="emulated")
+    assert "tn_exp_f32_ok(" in ck.source.text  # the group's first pass: common cases
+    ck(x, s)
+    terms = np.full_like(x, np.nan)
+    exps.compile(target="llvm")(x.ravel(), terms.ravel())
+    want = terms.astype(np.float64).sum(axis=1)
+    np.testing.assert_allclose(s, want, rtol=1e-5)

@@ -218,6 +218,10 @@ class Emitter:
         #: lane loop (by id) -> (its hoisted test's bit, the predicates and
         #: alignment tests that bit stands for) (:meth:`hoist_tests`)
         self.hoisted: dict[int, tuple[str, list, list]] = {}
+        #: while a guarded lane group's first pass is emitted, the name of its
+        #: flag (:meth:`guarded_lanes`): functions with a common case emit it
+        #: alone and fold their test into the flag
+        self.lanes_ok: str | None = None
         #: shared buffers whose 32-bit base address the phase being emitted
         #: uses (:meth:`saddr`); declared at the phase's start
         self.shared_bases: set[str] = set()
@@ -303,6 +307,9 @@ class Emitter:
             if _float_division(x) and x.b in self.shared_divisors:
                 dt = x.a.dtype
                 a, b = (self.wide(self.expr(y), dt) for y in (x.a, x.b))
+                if self.lanes_ok:
+                    return self.narrow(f"tn_fdiv_by_ok({a}, tn_fdiv_prep({b}), {self.lanes_ok})",
+                                       dt)
                 return self.narrow(f"tn_fdiv_by({a}, tn_fdiv_prep({b}))", dt)
             return self.binary(x.op, self.expr(x.a), self.expr(x.b), x.a.dtype)
         if isinstance(x, L.Fma):
@@ -418,6 +425,8 @@ class Emitter:
             fn = {"round": "rint"}.get(op, op) + ("" if n == "f64" else "f")
             return self.narrow(f"{fn}({w})", dt)
         if op == "exp" and n != "f64":  # float arithmetic, as the llvm target
+            if self.lanes_ok:
+                return self.narrow(f"tn_exp_f32_ok({w}, {self.lanes_ok})", dt)
             return self.narrow(f"tn_exp_f32({w})", dt)
         if op in _TRANSCENDENTAL:
             return self.from_f64(f"{op}({self.to_f64(v, dt)})", dt)
@@ -979,12 +988,54 @@ class Emitter:
 
         wide = tuple(L.Assign(repl[st], L.map_expr(st.value, fe)) if st in plan.stores
                      else L.map_stmts((st,), fe)[0] for st in rest)
-        self.w("#pragma unroll")
-        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
-        self.block(wide)
-        self.w("}")
+        self.guarded_lanes(vn, V, wide)
         for node, e0, q, t in outs:
             self.w(f"tn_vstore<{t}, {V}>(&{self.elem(node.buf, e0)}, {q});")
+
+    def guarded_lanes(self, vn: str, V: int, body: tuple) -> None:
+        """The lanes ``for vn in [0, V): body`` of a wide group. When the body
+        only assigns locals (the widened stores assign the lanes of packs,
+        stored after the group) and calls a function with a common case
+        (``exp`` in float arithmetic, a division by a shared divisor), every
+        lane first runs the common cases alone, folding their tests into one
+        flag, and the group runs again, whole, only if some input was outside
+        them: one branch per group instead of one per call. The locals the
+        body reads before it assigns them (an accumulator, say) are kept and
+        restored for the second run, so it starts from the same state; what
+        it reads from memory is unchanged in between (the body stores
+        nothing). Either way the group's values are those of the whole
+        functions (``tn_prelude.cuh``, guarded lane groups)."""
+        carried = _carried_locals(body)
+        if not (carried is not None and any(_has_common_case(y, self.shared_divisors)
+                                            for y in L.evaluated(body, nested=False))):
+            self.w("#pragma unroll")
+            self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
+            self.block(body)
+            self.w("}")
+            return
+        ok = self.names(f"ok.{vn}", "tn")
+        keep = {x: self.names(f"keep.{x.name}", "tn") for x in carried}
+        self.w(f"bool {ok} = true;  // every call inside its common case")
+        for x, kx in keep.items():
+            self.w(f"const {reg(x.dtype)} {kx} = {self.names(x.name)};")
+        self.w("#pragma unroll")
+        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
+        self.lanes_ok = ok
+        try:
+            self.block(body)
+        finally:
+            self.lanes_ok = None
+        self.w("}")
+        self.w(f"if (!{ok}) {{  // again with the whole functions")
+        self.ind += 1
+        for x, kx in keep.items():
+            self.w(f"{self.names(x.name)} = {kx};")
+        self.w("#pragma unroll")
+        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
+        self.block(body)
+        self.w("}")
+        self.ind -= 1
+        self.w("}")
 
     def promoted_loop(self, s: L.For) -> bool:
         """Scalar replacement: a thread's serial loop whose straight-line body
@@ -1610,6 +1661,30 @@ def shared_divisors(k: L.Kernel, restrict: bool = True,
                       and _invariant(d.b, facts(loop), may_alias))
                 (good if ok else bad).add(d.b)
     return frozenset(good - bad)
+
+
+def _carried_locals(body: tuple) -> "list[L.LVar] | None":
+    """The locals a straight-line body of assignments, run repeatedly, reads
+    before it assigns them (in an earlier run: an accumulator), in order of
+    first assignment; None when the body has another statement."""
+    if not all(isinstance(st, L.Assign) for st in body):
+        return None
+    out: dict[str, L.LVar] = {}
+    seen: set[str] = set()
+    for st in body:
+        seen |= {y.var.name for y in L.subexprs(st.value) if isinstance(y, L.Ref)}
+        if st.var.name in seen and not st.var.name.startswith("@"):
+            out.setdefault(st.var.name, st.var)
+    return list(out.values())
+
+
+def _has_common_case(x: Any, shared: "set | frozenset") -> bool:
+    """Whether expression node ``x`` is emitted as a function with a common
+    case (:meth:`Emitter.guarded_lanes`): ``exp`` in float arithmetic, a
+    float division by a shared divisor."""
+    if isinstance(x, L.Un):
+        return x.op == "exp" and x.a.dtype.is_float and x.a.dtype.name != "f64"
+    return _float_division(x) and x.b in shared
 
 
 def _float_division(x: Any) -> bool:

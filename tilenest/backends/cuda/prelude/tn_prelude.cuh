@@ -331,13 +331,17 @@ TN_FN tn_fdivisor tn_fdiv_prep(float b) {
   return {b, 1.0f / b, tn_bitsf((unsigned)(lo + 127) << 23),
           hi == 128 ? tn_bitsf(0x7f800000u) : tn_bitsf((unsigned)(hi + 127) << 23)};
 }
-TN_FN float tn_fdiv_by(float a, tn_fdivisor d) {
+// the short form, right when tn_fdiv_in(a, d)
+TN_FN float tn_fdiv_short(float a, tn_fdivisor d) {
+  float q0 = a * d.y;
+  return fmaf(fmaf(-d.b, q0, a), d.y, q0);
+}
+TN_FN bool tn_fdiv_in(float a, tn_fdivisor d) {
   float m = fabsf(a);
-  if (m >= d.lo && m < d.hi) {
-    float q0 = a * d.y;
-    return fmaf(fmaf(-d.b, q0, a), d.y, q0);
-  }
-  return a / d.b;
+  return m >= d.lo && m < d.hi;
+}
+TN_FN float tn_fdiv_by(float a, tn_fdivisor d) {
+  return tn_fdiv_in(a, d) ? tn_fdiv_short(a, d) : a / d.b;
 }
 
 TN_FN float tn_roundeven(float x) { return rintf(x); }
@@ -367,21 +371,23 @@ TN_FN float tn_exp_f32_t(float x, float k) {
   q = fmaf(q, r, 0x1p-1f);
   return r + fmaf(r * r, q, d);
 }
+// tn_exp_f32's common case, |x| <= 87 (the caller tests it): no clamp
+// applies, x is not NaN and 2^k is a normal power of two (|k| <= 126).
+// k = rint(x log2e) by the 1.5 * 2^23 shift (exact for |x log2e| < 2^22, ties
+// to even as rintf), whose bits are 0x4b400000 + k: shifted left by 23 they
+// are k << 23 mod 2^32, the exponent field of 2^k less the bias. The same
+// value as the general path of tn_exp_f32, with no conversion instruction
+// (the product rounded before the shift is added: every build passes
+// --fmad=false, L-6; fused, k would differ for a few inputs).
+TN_FN float tn_exp_f32_near(float x) {
+  float s = x * 0x1.715476p+0f + 0x1.8p23f;
+  float k = s - 0x1.8p23f;
+  float sn = tn_bitsf((tn_fbits(s) << 23) + 0x3f800000u);
+  return fmaf(tn_exp_f32_t(x, k), sn, sn);
+}
 TN_FN float tn_exp_f32(float x) {
-  // the common case first: |x| <= 87, so no clamp applies, x is not NaN and
-  // 2^k is a normal power of two (|k| <= 126). k = rint(x log2e) by the
-  // 1.5 * 2^23 shift (exact for |x log2e| < 2^22, ties to even as rintf),
-  // whose bits are 0x4b400000 + k: shifted left by 23 they are k << 23 mod
-  // 2^32, the exponent field of 2^k less the bias. The same value as the
-  // general path below, with no conversion instruction (the product rounded
-  // before the shift is added: every build passes --fmad=false, L-6; fused,
-  // k would differ for a few inputs).
-  if (fabsf(x) <= 87.0f) {
-    float s = x * 0x1.715476p+0f + 0x1.8p23f;
-    float k = s - 0x1.8p23f;
-    float sn = tn_bitsf((tn_fbits(s) << 23) + 0x3f800000u);
-    return fmaf(tn_exp_f32_t(x, k), sn, sn);
-  }
+  // the common case first (tn_exp_f32_near)
+  if (fabsf(x) <= 87.0f) return tn_exp_f32_near(x);
   float xc = fminf(fmaxf(x, -104.0f), 89.0f);
   float k = rintf(xc * 0x1.715476p+0f);
   float t = tn_exp_f32_t(xc, k);
@@ -398,6 +404,21 @@ TN_FN float tn_exp_f32(float x) {
   float y = fmaf(t, sc, sc);
   if (big) y = y * 2.0f;
   return tn_isnan(x) ? x + x : y;
+}
+
+// Guarded lane groups (the emitter's Emitter.guarded_lanes): the lanes of a
+// group are computed with the common cases alone, each call folding whether
+// its input was inside its common case into ok (no branch per lane); when ok
+// ends false the group is computed again with the whole functions. Where ok
+// stays true every call was inside its common case, where the whole function
+// gives the same value: the group's values are the whole functions' either way.
+TN_FN float tn_exp_f32_ok(float x, bool& ok) {
+  ok = ok & (fabsf(x) <= 87.0f);
+  return tn_exp_f32_near(x);
+}
+TN_FN float tn_fdiv_by_ok(float a, tn_fdivisor d, bool& ok) {
+  ok = ok & tn_fdiv_in(a, d);
+  return tn_fdiv_short(a, d);
 }
 
 TN_FN double tn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
