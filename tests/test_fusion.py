@@ -59,11 +59,12 @@ X, Y, Z = (L.Buffer(n, F32, "shared", N) for n in ("x", "y", "z"))
 
 
 def _two(shift: int, kind: str = "vector") -> L.Kernel:
-    """``y[i] = x[i] + 1`` then ``z[j] = y[j + shift]`` (``shift`` 0: the same element)."""
+    """``y[i] = x[i] + 1`` then ``z[j] = 2 y[j + shift]`` (``shift`` 0: the same element)."""
     i, j = E.Var("i"), E.Var("j")
     one = L.Const(1.0, F32)
     a = _loop("i", N, (L.Store(Y, L.IExpr(i), L.Bin("add", _ld(X, i), one, F32)),), kind)
-    b = _loop("j", N, (L.Store(Z, L.IExpr(j), _ld(Y, E.add(j, shift))),), kind)
+    b = _loop("j", N, (L.Store(Z, L.IExpr(j), L.Bin("mul", L.Const(2.0, F32),
+                                                    _ld(Y, E.add(j, shift)), F32)),), kind)
     return _kernel((a, b), [X, Y, Z])
 
 
@@ -108,3 +109,17 @@ def test_fused_softmax_matches_numpy_on_the_emulated_device():
     ck(x, np.ones(x.shape, bool), y)
     e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-30)
+
+
+def test_a_staging_copy_is_left_to_the_asynchronous_copy():
+    """With ``stage_loads`` the row's copy into shared memory stays a loop of
+    its own (``cp.async`` on cuda); the exponentials still fuse with their sum."""
+    from tilenest.backends import cuda
+
+    wl = WORKLOADS["softmax"]
+    k = wl.kernel(D.f32, {"rp": 1})
+    s = default_schedule(k.program, "cuda", stage_loads=True)
+    loops = _vector_loops(fuse_loops(lower(k.program, s)).phases[0].body)
+    assert len(loops) == 4  # copy, max, exp with sum, divide
+    assert all(isinstance(t, L.Store) and isinstance(t.value, L.Load) for t in loops[0].body)
+    assert "tn_cp_async<" in cuda.compile_program(k.program, s, device="gpu").source.text

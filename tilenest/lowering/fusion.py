@@ -96,6 +96,8 @@ def _fuse(a: L.For, inits: list, b: L.For) -> L.For | None:
     if any(isinstance(t, _BLOCKING) or (isinstance(t, L.For) and t.kind == "thread")
            for t in L.walk(a.body + b.body)):
         return None
+    if _copy_only(a.body) or _copy_only(b.body):
+        return None
     a_sets = set(L.assigned(a.body)) | {a.var.name}
     for s in inits:  # moved before `a`: independent of it
         if s.var.name in a_sets or s.var.name in _reads_locals(a.body) \
@@ -116,6 +118,15 @@ def _fuse(a: L.For, inits: list, b: L.For) -> L.For | None:
     else:
         a_body = a.body
     return replace(a, body=tuple(a_body) + tuple(body_b))
+
+
+def _copy_only(body: tuple) -> bool:
+    """Whether ``body`` only copies elements unchanged (``B[i] = A[i]``): a
+    staging copy (``Schedule.stage_loads``), which ``async_copy.py`` makes an
+    asynchronous copy that never passes through registers. Fused with its
+    consumer it would be a load and a store of every element instead."""
+    return bool(body) and all(isinstance(t, L.Store) and isinstance(t.value, L.Load)
+                              and t.value.buf.dtype == t.buf.dtype for t in body)
 
 
 def _rename(body: tuple, old: L.LVar, new: L.LVar) -> tuple:
