@@ -37,9 +37,7 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
 
     k = lower(program, schedule)
     if schedule is not None and schedule.block_threads:
-        from .fusion import fuse_loops
-
-        k = simt_kernel(fuse_loops(k), schedule.block_threads, schedule.vector_lanes, maps)
+        k = simt_kernel(k, schedule.block_threads, schedule.vector_lanes, maps)
         if not isinstance(schedule.stages, int) or not 1 <= schedule.stages <= 8:
             from ..errors import UsageError
 

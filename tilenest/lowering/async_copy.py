@@ -51,28 +51,26 @@ def async_staging(k: L.Kernel) -> L.Kernel:
     return replace(k, phases=phases)
 
 
-def _block(body: tuple, outer: tuple = ()) -> tuple:
+def _block(body: tuple) -> tuple:
     """``body`` with its segments rewritten, and the blocks nested in
-    statements that synchronize (their own segments) likewise; ``outer``:
-    the statements enclosing ``body`` (outermost first)."""
-    out = [_nested(s, outer) for s in body]
+    statements that synchronize (their own segments) likewise."""
+    out = [_nested(s) for s in body]
     start = 0
     for i, s in enumerate(out):
         if L.is_block_barrier(s):
             if s.keep == 0:
-                out[start:i] = _segment(tuple(out[start:i]), outer)
+                out[start:i] = _segment(tuple(out[start:i]))
             start = i + 1
     return tuple(out)
 
 
-def _nested(s: Any, outer: tuple) -> Any:
+def _nested(s: Any) -> Any:
     """A program-level statement whose body holds barriers: its blocks are
     rewritten on their own (thread loops are segments' contents, not blocks)."""
     if isinstance(s, L.For) and s.kind != "thread" and _has_barrier(s.body):
-        return replace(s, body=_block(s.body, outer + (s,)))
+        return replace(s, body=_block(s.body))
     if isinstance(s, L.If) and (_has_barrier(s.then) or _has_barrier(s.orelse)):
-        return replace(s, then=_block(s.then, outer + (s,)),
-                       orelse=_block(s.orelse, outer + (s,)))
+        return replace(s, then=_block(s.then), orelse=_block(s.orelse))
     return s
 
 
@@ -82,7 +80,7 @@ def _has_barrier(body: tuple) -> bool:
     return any(L.is_block_barrier(s) for s in L.walk(body))
 
 
-def _segment(seg: tuple, outer: tuple = ()) -> list:
+def _segment(seg: tuple) -> list:
     """The statements of one barrier-free segment (a block barrier with
     ``keep = 0`` follows it), with the staging store of every shared buffer
     that nothing else in the segment touches made asynchronous: the buffer's
@@ -93,7 +91,7 @@ def _segment(seg: tuple, outer: tuple = ()) -> list:
         return list(seg)
     staged: dict[str, bool] = {}  # shared buffer -> its one access a staging store
     stores: dict[str, int] = {}
-    for s, path in L.walk_paths(seg, outer):  # a store's loops, the enclosing ones too
+    for s, path in L.walk_paths(seg):
         in_thread = any(isinstance(x, L.For) and x.kind == "thread" for x in path)
         if isinstance(s, L.Store):
             if s.buf.space == "global":
