@@ -1673,7 +1673,7 @@ def _carried_locals(body: tuple) -> "list[L.LVar] | None":
     seen: set[str] = set()
     for st in body:
         seen |= {y.var.name for y in L.subexprs(st.value) if isinstance(y, L.Ref)}
-        if st.var.name in seen and not st.var.name.startswith("@"):
+        if st.var.name in seen:
             out.setdefault(st.var.name, st.var)
     return list(out.values())
 

@@ -371,7 +371,7 @@ TN_FN float tn_exp_f32_t(float x, float k) {
   q = fmaf(q, r, 0x1p-1f);
   return r + fmaf(r * r, q, d);
 }
-// tn_exp_f32's common case, |x| <= 87 (the caller tests it): no clamp
+// tn_exp_f32's common case, |x| <= 87 (tn_exp_f32_in; the caller tests it): no clamp
 // applies, x is not NaN and 2^k is a normal power of two (|k| <= 126).
 // k = rint(x log2e) by the 1.5 * 2^23 shift (exact for |x log2e| < 2^22, ties
 // to even as rintf), whose bits are 0x4b400000 + k: shifted left by 23 they
@@ -379,6 +379,7 @@ TN_FN float tn_exp_f32_t(float x, float k) {
 // value as the general path of tn_exp_f32, with no conversion instruction
 // (the product rounded before the shift is added: every build passes
 // --fmad=false, L-6; fused, k would differ for a few inputs).
+TN_FN bool tn_exp_f32_in(float x) { return fabsf(x) <= 87.0f; }
 TN_FN float tn_exp_f32_near(float x) {
   float s = x * 0x1.715476p+0f + 0x1.8p23f;
   float k = s - 0x1.8p23f;
@@ -387,7 +388,7 @@ TN_FN float tn_exp_f32_near(float x) {
 }
 TN_FN float tn_exp_f32(float x) {
   // the common case first (tn_exp_f32_near)
-  if (fabsf(x) <= 87.0f) return tn_exp_f32_near(x);
+  if (tn_exp_f32_in(x)) return tn_exp_f32_near(x);
   float xc = fminf(fmaxf(x, -104.0f), 89.0f);
   float k = rintf(xc * 0x1.715476p+0f);
   float t = tn_exp_f32_t(xc, k);
@@ -413,7 +414,7 @@ TN_FN float tn_exp_f32(float x) {
 // stays true every call was inside its common case, where the whole function
 // gives the same value: the group's values are the whole functions' either way.
 TN_FN float tn_exp_f32_ok(float x, bool& ok) {
-  ok = ok & (fabsf(x) <= 87.0f);
+  ok = ok & tn_exp_f32_in(x);
   return tn_exp_f32_near(x);
 }
 TN_FN float tn_fdiv_by_ok(float a, tn_fdivisor d, bool& ok) {
