@@ -15,8 +15,8 @@ Row workloads (``--only softmax rmsnorm layernorm``): the kernels of
 ``tilenest.workloads`` on 8192 x 8192 in f32 and bf16 (bf16 storage, f32
 arithmetic), every schedule of the workload whose dynamic shared memory fits a
 block (the others are listed as skipped), each with the GPU schedule choices of
-``GPU_SEARCH`` (threads per block, loads staged in shared memory or re-read;
-the fastest is starred), against eager PyTorch
+``GPU_SEARCH`` (threads per block, loads staged in shared memory or re-read
+with or without L2 cache policies; the fastest is starred), against eager PyTorch
 (``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
 the same call (a failing torch.compile is reported and the run goes on).
 Achieved bandwidth counts the input read once, the output written once and the
@@ -116,7 +116,8 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
 #: GPU schedule choices searched for every row-workload schedule (each a
 #: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)
 GPU_SEARCH = ({}, {"block_threads": 512}, {"stage_loads": True},
-              {"block_threads": 512, "stage_loads": True})
+              {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
+              {"block_threads": 512, "cache_hints": True})
 #: relative error norm allowed against the float64 reference, per storage dtype
 TOL = {"f32": 1e-4, "bf16": 1e-2}
 #: a sample lasts at least this long (seconds of device time)
@@ -397,6 +398,7 @@ def _sched_label(s: dict[str, Any]) -> str:
 
 def _gpu_label(g: dict[str, Any]) -> str:
     return "".join((f" bt{v}" if k == "block_threads" else " staged" if k == "stage_loads" and v
+                    else " hints" if k == "cache_hints" and v
                     else f" {k}={v}") for k, v in g.items())
 
 

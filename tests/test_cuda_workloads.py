@@ -182,6 +182,18 @@ def test_staged_loads_validate_emulated(i, name, size, dt, vector):
     _judge(name, size, dt, i, gpu={"stage_loads": True, "vector_lanes": vector})
 
 
+@pytest.mark.parametrize("i,name,dt", [
+    pytest.param(i, n, dt, id=f"{n}-{dt.name}",
+                 marks=() if (n, dt.name) in (("rmsnorm", "bf16"), ("layernorm", "f32"))
+                 else pytest.mark.slow)
+    for i, (n, s, dt) in enumerate(c for c in MEDIUM if c[0] in STAGED)])
+def test_cache_hints_validate_emulated(i, name, dt):
+    """``Schedule(cache_hints=True)``: the hinted loads and stores (emulated as
+    plain ones, the policies being the GPU's L2's business) in the full
+    vector groups of the medium size."""
+    _judge(name, "medium", dt, i, gpu={"cache_hints": True})
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("i,name,size,dt", [
     pytest.param(i, n, s, dt, id=f"{n}-{s}-{dt.name}") for i, (n, s, dt) in enumerate(MEDIUM)])

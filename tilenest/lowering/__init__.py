@@ -52,6 +52,12 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             raise UsageError(f"min_blocks={schedule.min_blocks!r}: blocks per multiprocessor "
                              "the registers must allow, a positive int (or None)",
                              hint="e.g. Schedule(min_blocks=8) for 256-thread blocks")
+        if not isinstance(schedule.cache_hints, bool):
+            from ..errors import UsageError
+
+            raise UsageError(f"cache_hints={schedule.cache_hints!r}: L2 policies on wide "
+                             "global accesses, True or False",
+                             hint="e.g. Schedule(cache_hints=True)")
         if schedule.index_bits not in (32, 64):
             from ..errors import UsageError
 

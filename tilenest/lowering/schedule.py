@@ -50,6 +50,16 @@ those the program admits:
   at the cost of its shared bytes per block: occupancy) instead of re-read
   at each use (the default: re-reads hit the L2 cache only partly). The
   benchmark's schedule search picks it per kernel.
+* ``cache_hints`` -- on ``cuda``, L2 cache policies on the wide (vector)
+  accesses of global memory, from the program's own order of accesses
+  (``backends/cuda/emit.py``, :func:`cache_hints`): the first read of a tensor
+  the program reads at several sites keeps its lines in the L2 (``evict_last``
+  policy) for the reads that follow, the last of those reads streams
+  (``ld.global.cs``: its lines are the first to go), and stores stream
+  (``st.global.cs``: the program does not read its outputs back). Hints
+  change only which lines the L2 keeps, never a value. Off by default; the
+  benchmark's schedule search picks it per kernel (it helps a row kernel
+  that re-reads its rows from the L2, and can hurt one with three passes).
 * ``mma_unit`` -- in the SIMT form, what computes a reassociating ``mma``:
   ``"tensor"`` (warp tiles of ``mma.m16n8k16`` on the tensor cores,
   ``lowering/mma.py``; an error naming the reason where the ``mma`` does not
@@ -146,6 +156,7 @@ class Schedule:
     stages: int = 1
     index_bits: int = 32
     min_blocks: int | None = None
+    cache_hints: bool = False
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
@@ -153,7 +164,7 @@ class Schedule:
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages, self.index_bits,
-                     self.min_blocks))
+                     self.min_blocks, self.cache_hints))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -220,7 +231,8 @@ def default_lanes(program: TileProgram) -> int:
 
 #: fields of :class:`Schedule` that a target never reads: overriding one is
 #: refused (it would change nothing), not ignored
-UNUSED_FIELDS = {"cuda": ("threads", "chunk"), "llvm": ("index_bits", "min_blocks")}
+UNUSED_FIELDS = {"cuda": ("threads", "chunk"),
+                 "llvm": ("index_bits", "min_blocks", "cache_hints")}
 
 
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:

@@ -66,7 +66,7 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
     distributed loops appended to ``maps``)."""
     k = lower_verified(program, s, maps)
     aliased = frozenset(n for g in s.aliases for n in g)
-    return k, emit_cuda(k, aliased, s.index_bits, s.min_blocks)
+    return k, emit_cuda(k, aliased, s.index_bits, s.min_blocks, s.cache_hints)
 
 
 def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:

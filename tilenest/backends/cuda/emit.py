@@ -171,8 +171,13 @@ class Emitter:
     """CUDA C++ for one SIMT-form loop-IR kernel."""
 
     def __init__(self, k: L.Kernel, restrict: bool = True, aliased: frozenset[str] = frozenset(),
-                 narrow: bool = False, min_blocks: int | None = None):
+                 narrow: bool = False, min_blocks: int | None = None, hints: bool = False):
         self.k = k
+        #: L2 policy of each hinted global load (``id`` of the node -> the
+        #: node and its prelude function) and whether global stores stream
+        #: (``Schedule.cache_hints``, :func:`cache_hints`)
+        self.load_hints = cache_hints(k) if hints else {}
+        self.stream_stores = hints
         #: blocks per multiprocessor the register allocation must allow
         #: (``Schedule.min_blocks``: ``__launch_bounds__``' second argument)
         self.min_blocks = min_blocks
@@ -964,7 +969,8 @@ class Emitter:
                 continue
             t = mem(node.buf.dtype)
             q = self.names(f"vq.{k}.{vn}", "tn")
-            self.w(f"const tn_pack<{t}, {V}> {q} = tn_vload<{t}, {V}>("
+            fn = self.load_hints.get(id(node), (None, "tn_vload"))[1]
+            self.w(f"const tn_pack<{t}, {V}> {q} = {fn}<{t}, {V}>("
                    f"&{self.elem(node.buf, e0)});")
             marker = L.LVar(f"@vq{k}.{vn}", node.buf.dtype)
             self.names.map[marker.name] = lane = f"{q}.e[{vn}]"
@@ -990,7 +996,9 @@ class Emitter:
                      else L.map_stmts((st,), fe)[0] for st in rest)
         self.guarded_lanes(vn, V, wide)
         for node, e0, q, t in outs:
-            self.w(f"tn_vstore<{t}, {V}>(&{self.elem(node.buf, e0)}, {q});")
+            fn = ("tn_vstore_stream" if self.stream_stores and node.buf.space == "global"
+                  else "tn_vstore")
+            self.w(f"{fn}<{t}, {V}>(&{self.elem(node.buf, e0)}, {q});")
 
     def guarded_lanes(self, vn: str, V: int, body: tuple) -> None:
         """The lanes ``for vn in [0, V): body`` of a wide group. When the body
@@ -1733,8 +1741,37 @@ def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]
     return out
 
 
+def cache_hints(k: L.Kernel) -> dict[int, tuple[Any, str]]:
+    """The L2 policy of the global loads of ``k`` (``Schedule.cache_hints``):
+    ``id`` of a :class:`~tilenest.lowering.loopir.Load` node -> (the node,
+    the prelude function that loads a wide group with that policy).
+
+    A tensor read at more than one site of the program, in program order
+    (phases in order, statements in pre-order): its first site keeps the
+    lines in the L2 (``tn_vload_keep``, ``evict_last``) for the sites that
+    read them again, its last site streams (``tn_vload_last``: no later use);
+    sites in between and tensors read once keep the default. A hint changes
+    which lines the L2 evicts first, never a value, so a site order that is
+    not the execution order (loops around several sites) costs at most
+    speed."""
+    sites: dict[str, list] = {}
+    for ph in k.phases:
+        for x in L.evaluated(ph.body):
+            if isinstance(x, L.Load) and x.buf.space == "global":
+                group = sites.setdefault(x.buf.name, [])
+                if all(y is not x for y in group):
+                    group.append(x)
+    out: dict[int, tuple[Any, str]] = {}
+    for group in sites.values():
+        if len(group) > 1:
+            out[id(group[0])] = (group[0], "tn_vload_keep")
+            out[id(group[-1])] = (group[-1], "tn_vload_last")
+    return out
+
+
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
-              index_bits: int = 64, min_blocks: int | None = None) -> CudaSource:
+              index_bits: int = 64, min_blocks: int | None = None,
+              hints: bool = False) -> CudaSource:
     """The CUDA C++ source of SIMT-form kernel ``k`` (see the module docstring).
 
     With ``index_bits=32`` the index arithmetic is 32-bit wherever every index
@@ -1742,14 +1779,16 @@ def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
     the ``index.width`` obligation (:func:`tilenest.proofs.gpu.index_width`),
     whose precondition a launch must meet; otherwise (a data-dependent index,
     or a bound over the limit for every size) the code is 64-bit and
-    ``index`` says why."""
+    ``index`` says why. ``hints``: L2 cache policies on the wide global
+    accesses (``Schedule.cache_hints``, :func:`cache_hints`)."""
     from ...proofs import gpu
 
+    kw = {"aliased": aliased, "min_blocks": min_blocks, "hints": hints}
     if index_bits == 64:
-        return Emitter(k, aliased=aliased, min_blocks=min_blocks).source()
-    em = Emitter(k, aliased=aliased, narrow=True, min_blocks=min_blocks)
+        return Emitter(k, **kw).source()
+    em = Emitter(k, narrow=True, **kw)
     src = em.source()
     ob = gpu.index_width(k, em.roots)
     if isinstance(ob, str):
-        return replace(Emitter(k, aliased=aliased, min_blocks=min_blocks).source(), index=ob)
+        return replace(Emitter(k, **kw).source(), index=ob)
     return replace(src, index_bits=32, index=ob)

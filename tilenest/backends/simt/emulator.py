@@ -385,6 +385,37 @@ def _read_depfile(path: Path, skip: set[str]) -> dict[str, str]:
     return {f: _hash_file(f) for f in files}
 
 
+def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
+    """A copy of the shim in the cache folder ``d`` with its precompiled form
+    beside it (``<copy>.gch``, built once per shim text, flags and compiler):
+    a build that ``-include``s the copy reads the parsed shim instead of
+    parsing it again, about a third of the time of a typical kernel's build.
+
+    The compiler takes the ``.gch`` only where it was made with the build's
+    own options and falls back to the copy's text otherwise, so the result is
+    the same either way. A failed precompile is not an error: the copy alone
+    is returned (the build then reports any problem of the shim itself)."""
+    key = hashlib.sha256(json.dumps([shim_text, list(flags), _compiler_version()])
+                         .encode()).hexdigest()[:24]
+    copy = d / f"shim-{key}.h"
+    gch = d / f"shim-{key}.h.gch"
+    if gch.exists() and copy.exists():
+        return copy
+    atomic_write(copy, shim_text.encode())
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=gch.name + ".", suffix=".tmp")
+    os.close(fd)
+    pch_flags = [f for f in flags if f not in ("-x", "c++", *_LIB_FLAGS[1:])]
+    cmd = [_CXX, *pch_flags, "-x", "c++-header", "-I", str(SHIM_PATH.parent), str(copy),
+           "-o", tmp]
+    try:
+        if subprocess.run(cmd, capture_output=True, check=False).returncode == 0:
+            os.replace(tmp, gch)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return copy
+
+
 def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Sequence[str],
              tsan: bool) -> Path:
     """Compile ``source`` + launchers (cached); the path of the library or executable."""
@@ -405,7 +436,8 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     fd, tmp = tempfile.mkstemp(dir=d, prefix=key + ".", suffix=".tmp")
     os.close(fd)
     depfile = Path(tmp + ".d")
-    cmd = [_CXX, *flags, "-include", str(SHIM_PATH), "-I", str(SHIM_PATH.parent)]
+    shim = _precompiled_shim(d, shim_text, flags)
+    cmd = [_CXX, *flags, "-include", str(shim), "-I", str(SHIM_PATH.parent)]
     for inc in incs:
         cmd += ["-I", inc]
     cmd += ["-MD", "-MF", str(depfile), str(src_path), "-o", tmp]
@@ -418,7 +450,7 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
                 hint="the emitter used a construct the shim does not provide, or the source "
                      "is not valid CUDA C++",
                 notes=tuple(msg.strip().splitlines()[:40]))
-        deps = _read_depfile(depfile, {str(src_path), tmp})
+        deps = _read_depfile(depfile, {str(src_path), tmp, str(shim), str(shim) + ".gch"})
         # The artifact's name carries its headers' hash: a process that loaded
         # an older build keeps it, and dlopen never mistakes one for the other.
         tag = hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12]

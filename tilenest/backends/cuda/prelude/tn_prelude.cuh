@@ -354,7 +354,7 @@ TN_FN double tn_roundeven(double x) { return rint(x); }
 // backends/llvm/mathlib.py for the error analysis), step for step, so the two
 // targets agree bitwise. Reduction x = k ln2 + r with a 16-bit head of ln2
 // (exact with one fma) and the tail's rounding error recovered by a second
-// fma; e^r - 1 = r + (d + r^2 q(r)), q of degree 5; one final rounding of
+// fma; e^r - 1 = r + (d + r^2 q(r)), q of degree 4; one final rounding of
 // (1 + t) 2^k by fma, subnormal results included.
 // the polynomial part of tn_exp_f32: t with e^x ~ (1 + t) 2^k, for the
 // reduction x = k ln2 + r of x at k = rint(x / ln2) (k given as a float)
@@ -363,25 +363,24 @@ TN_FN float tn_exp_f32_t(float x, float k) {
   float r1 = fmaf(nk, 0x1.62e4p-1f, x);
   float r = fmaf(nk, 0x1.7f7d1cp-20f, r1);
   float d = fmaf(nk, 0x1.7f7d1cp-20f, r1 - r);
-  float q = 0x1.9b53d2p-13f;
-  q = fmaf(q, r, 0x1.6d5fd8p-10f);
-  q = fmaf(q, r, 0x1.11150ep-7f);
-  q = fmaf(q, r, 0x1.5554cap-5f);
-  q = fmaf(q, r, 0x1.555552p-3f);
-  q = fmaf(q, r, 0x1p-1f);
+  float q = 0x1.6a23bcp-10f;
+  q = fmaf(q, r, 0x1.123a2ap-7f);
+  q = fmaf(q, r, 0x1.5558f4p-5f);
+  q = fmaf(q, r, 0x1.55549p-3f);
+  q = fmaf(q, r, 0x1.fffffcp-2f);
   return r + fmaf(r * r, q, d);
 }
+// k = rint(x log2e), the exact product of x and the float log2e rounded to an
+// integer (ties to even) by one fma with the shift 1.5 * 2^23 (right for
+// |x log2e| < 2^22); the sum's bits are 0x4b400000 + k.
+TN_FN float tn_exp_f32_shifted(float x) { return fmaf(x, 0x1.715476p+0f, 0x1.8p23f); }
 // tn_exp_f32's common case, |x| <= 87 (tn_exp_f32_in; the caller tests it): no clamp
-// applies, x is not NaN and 2^k is a normal power of two (|k| <= 126).
-// k = rint(x log2e) by the 1.5 * 2^23 shift (exact for |x log2e| < 2^22, ties
-// to even as rintf), whose bits are 0x4b400000 + k: shifted left by 23 they
-// are k << 23 mod 2^32, the exponent field of 2^k less the bias. The same
-// value as the general path of tn_exp_f32, with no conversion instruction
-// (the product rounded before the shift is added: every build passes
-// --fmad=false, L-6; fused, k would differ for a few inputs).
+// applies, x is not NaN and 2^k is a normal power of two (|k| <= 126). The
+// shifted sum's bits moved left by 23 are k << 23 mod 2^32, the exponent field
+// of 2^k less the bias: no conversion instruction.
 TN_FN bool tn_exp_f32_in(float x) { return fabsf(x) <= 87.0f; }
 TN_FN float tn_exp_f32_near(float x) {
-  float s = x * 0x1.715476p+0f + 0x1.8p23f;
+  float s = tn_exp_f32_shifted(x);
   float k = s - 0x1.8p23f;
   float sn = tn_bitsf((tn_fbits(s) << 23) + 0x3f800000u);
   return fmaf(tn_exp_f32_t(x, k), sn, sn);
@@ -390,7 +389,7 @@ TN_FN float tn_exp_f32(float x) {
   // the common case first (tn_exp_f32_near)
   if (tn_exp_f32_in(x)) return tn_exp_f32_near(x);
   float xc = fminf(fmaxf(x, -104.0f), 89.0f);
-  float k = rintf(xc * 0x1.715476p+0f);
+  float k = tn_exp_f32_shifted(xc) - 0x1.8p23f;
   float t = tn_exp_f32_t(xc, k);
   int ki = (int)k;
   if ((unsigned)(ki + 126) <= 253u) {  // 87 < |x| with 2^k still normal
@@ -728,3 +727,58 @@ template <typename T, int V> TN_FN void tn_vstore(T* p, const tn_pack<T, V>& r) 
     for (int i = 0; i < V; ++i) p[i] = r.e[i];
   }
 }
+
+// Wide global accesses with an L2 policy (Schedule.cache_hints): the same
+// values as tn_vload / tn_vstore, only the L2's choice of lines to evict
+// differs. keep: evict_last (the program reads these lines again); last: the
+// final read of lines read before (ld.global.cs, evicted first); stream: a
+// store the program does not read back (st.global.cs). Groups of whole
+// 16-byte pieces only; others, and the emulator, take the plain access.
+#ifdef TN_EMULATE
+template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_keep(const T* p) { return tn_vload<T, V>(p); }
+template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_last(const T* p) { return tn_vload<T, V>(p); }
+template <typename T, int V> TN_FN void tn_vstore_stream(T* p, const tn_pack<T, V>& r) { tn_vstore<T, V>(p, r); }
+#else
+template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_keep(const T* p) {
+  if constexpr (sizeof(T) * V % 16 != 0) {
+    return tn_vload<T, V>(p);
+  } else {
+    constexpr int n = (int)(sizeof(T) * V / 16);
+    uint4 u[n];
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    #pragma unroll
+    for (int i = 0; i < n; ++i)
+      asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                   : "=r"(u[i].x), "=r"(u[i].y), "=r"(u[i].z), "=r"(u[i].w)
+                   : "l"(reinterpret_cast<const uint4*>(p) + i), "l"(pol));
+    tn_pack<T, V> r;
+    memcpy(&r, u, sizeof(T) * V);
+    return r;
+  }
+}
+template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_last(const T* p) {
+  if constexpr (sizeof(T) * V % 16 != 0) {
+    return tn_vload<T, V>(p);
+  } else {
+    constexpr int n = (int)(sizeof(T) * V / 16);
+    uint4 u[n];
+    #pragma unroll
+    for (int i = 0; i < n; ++i) u[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+    tn_pack<T, V> r;
+    memcpy(&r, u, sizeof(T) * V);
+    return r;
+  }
+}
+template <typename T, int V> TN_FN void tn_vstore_stream(T* p, const tn_pack<T, V>& r) {
+  if constexpr (sizeof(T) * V % 16 != 0) {
+    tn_vstore<T, V>(p, r);
+  } else {
+    constexpr int n = (int)(sizeof(T) * V / 16);
+    uint4 u[n];
+    memcpy(u, &r, sizeof(T) * V);
+    #pragma unroll
+    for (int i = 0; i < n; ++i) __stcs(reinterpret_cast<uint4*>(p) + i, u[i]);
+  }
+}
+#endif
