@@ -32,13 +32,13 @@ def test_policies_follow_the_order_of_reads():
     """RMSNorm reads x twice (sum of squares, then the scaling) and w once:
     the first read of x keeps its lines, the second is their last use, w has
     no policy, the output streams. LayerNorm's middle read of x (the
-    variance) keeps the default. Without the field nothing is hinted."""
+    variance) keeps its lines too. Without the field nothing is hinted."""
     _, ck = _compile("rmsnorm", tn.bf16, True)
     assert _sites(ck.source.text) == [("tn_vload_keep", "b_x"), ("tn_vload_last", "b_x"),
                                       ("tn_vload", "b_w"), ("tn_vstore_stream", "b_y")]
     _, ck = _compile("layernorm", tn.f32, True)
     xs = [f for f, b in _sites(ck.source.text) if b == "b_x"]
-    assert xs == ["tn_vload_keep", "tn_vload", "tn_vload_last"]
+    assert xs == ["tn_vload_keep", "tn_vload_keep", "tn_vload_last"]
     _, ck = _compile("rmsnorm", tn.bf16, False)
     assert {f for f, _ in _sites(ck.source.text)} == {"tn_vload", "tn_vstore"}
 

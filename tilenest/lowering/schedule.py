@@ -52,9 +52,9 @@ those the program admits:
   benchmark's schedule search picks it per kernel.
 * ``cache_hints`` -- on ``cuda``, L2 cache policies on the wide (vector)
   accesses of global memory, from the program's own order of accesses
-  (``backends/cuda/emit.py``, :func:`cache_hints`): the first read of a tensor
-  the program reads at several sites keeps its lines in the L2 (``evict_last``
-  policy) for the reads that follow, the last of those reads streams
+  (``backends/cuda/emit.py``, :func:`cache_hints`): each read of a tensor
+  the program reads at several sites but the last keeps its lines in the L2
+  (``evict_last`` policy) for the reads that follow, the last one streams
   (``ld.global.cs``: its lines are the first to go), and stores stream
   (``st.global.cs``: the program does not read its outputs back). Hints
   change only which lines the L2 keeps, never a value. Off by default; the

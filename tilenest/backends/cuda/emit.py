@@ -1747,10 +1747,10 @@ def cache_hints(k: L.Kernel) -> dict[int, tuple[Any, str]]:
     the prelude function that loads a wide group with that policy).
 
     A tensor read at more than one site of the program, in program order
-    (phases in order, statements in pre-order): its first site keeps the
-    lines in the L2 (``tn_vload_keep``, ``evict_last``) for the sites that
-    read them again, its last site streams (``tn_vload_last``: no later use);
-    sites in between and tensors read once keep the default. A hint changes
+    (phases in order, statements in pre-order): every site but the last
+    keeps the lines in the L2 (``tn_vload_keep``, ``evict_last``) for a site
+    that reads them again, the last site streams (``tn_vload_last``: no later
+    use); a tensor read at one site keeps the default. A hint changes
     which lines the L2 evicts first, never a value, so a site order that is
     not the execution order (loops around several sites) costs at most
     speed."""
@@ -1764,7 +1764,8 @@ def cache_hints(k: L.Kernel) -> dict[int, tuple[Any, str]]:
     out: dict[int, tuple[Any, str]] = {}
     for group in sites.values():
         if len(group) > 1:
-            out[id(group[0])] = (group[0], "tn_vload_keep")
+            for x in group[:-1]:
+                out[id(x)] = (x, "tn_vload_keep")
             out[id(group[-1])] = (group[-1], "tn_vload_last")
     return out
 
