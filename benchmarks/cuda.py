@@ -16,7 +16,8 @@ Row workloads (``--only softmax rmsnorm layernorm``): the kernels of
 arithmetic), every schedule of the workload whose dynamic shared memory fits a
 block (the others are listed as skipped), each with the GPU schedule choices of
 ``GPU_SEARCH`` (threads per block, loads staged in shared memory or re-read
-with or without L2 cache policies; the fastest is starred), against eager PyTorch
+with or without L2 cache policies, one block per row or as many blocks as the
+device holds at once, each taking rows in turn; the fastest is starred), against eager PyTorch
 (``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
 the same call (a failing torch.compile is reported and the run goes on).
 Achieved bandwidth counts the input read once, the output written once and the
@@ -113,11 +114,16 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"},
                    {"block_threads": 512, "stages": 3}))
+#: ``grid_blocks`` of a search entry meaning "as many blocks as the device holds
+#: at once" (:func:`resident_blocks` of the kernel compiled without a cap)
+RESIDENT = "resident"
 #: GPU schedule choices searched for every row-workload schedule (each a
 #: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)
 GPU_SEARCH = ({}, {"block_threads": 512}, {"stage_loads": True},
               {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
-              {"block_threads": 512, "cache_hints": True})
+              {"block_threads": 512, "cache_hints": True},
+              {"grid_blocks": RESIDENT}, {"stage_loads": True, "grid_blocks": RESIDENT},
+              {"cache_hints": True, "grid_blocks": RESIDENT})
 #: relative error norm allowed against the float64 reference, per storage dtype
 TOL = {"f32": 1e-4, "bf16": 1e-2}
 #: a sample lasts at least this long (seconds of device time)
@@ -380,6 +386,24 @@ def _phases(ck: Any, sizes: dict[str, int]) -> list[dict[str, Any]]:
             for i, n, smem in ck.launches(sizes, check=False)]
 
 
+def resident_blocks(run: Run, ck: Any, sizes: dict[str, int]) -> int:
+    """Blocks of ``ck``'s launches that the device holds at once: the
+    multiprocessors times the blocks one of them holds, the least that the
+    threads (2048), registers (65536, allocated per warp in units of 256),
+    shared memory (228 KiB, 1 KiB reserved per block) and the 32-block limit
+    allow (the Hopper limits; the launch's dynamic shared bytes at these
+    sizes)."""
+    sms = run.torch.cuda.get_device_properties(0).multi_processor_count
+    per_sm = 32
+    for info, _, smem in ck.launches(sizes, check=False):
+        regs = ck.resources[info.name].registers
+        warps = -(-info.threads // 32)
+        per_warp = -(-regs * 32 // 256) * 256
+        per_sm = min(per_sm, 2048 // info.threads, 65536 // (per_warp * warps),
+                     (228 * 1024) // (smem + ck.resources[info.name].shared_bytes + 1024))
+    return max(1, per_sm) * sms
+
+
 def _resources(ck: Any) -> dict[str, Any]:
     out = {}
     for name, r in ck.resources.items():
@@ -399,6 +423,7 @@ def _sched_label(s: dict[str, Any]) -> str:
 def _gpu_label(g: dict[str, Any]) -> str:
     return "".join((f" bt{v}" if k == "block_threads" else " staged" if k == "stage_loads" and v
                     else " hints" if k == "cache_hints" and v
+                    else f" grid={v}" if k == "grid_blocks"
                     else f" {k}={v}") for k, v in g.items())
 
 
@@ -438,6 +463,13 @@ def compile_variant(run: Run, wl: Any, dtn: str, sched: dict[str, Any],
     k = wl.kernel(getattr(run.D, dtn), sched)
     from tilenest.lowering import default_schedule
 
+    if over.get("grid_blocks") == RESIDENT:
+        plain = cuda.compile_program(
+            k.program, default_schedule(k.program, "cuda", **{**over, "grid_blocks": None}),
+            device="gpu")
+        over["grid_blocks"] = resident_blocks(run, plain, sizes)
+        rec["gpu"] = dict(over)
+        rec["label"] = _sched_label(sched) + _gpu_label(over)
     ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **over),
                               device="gpu")
     rec["cuda_schedule"] = {"block_threads": ck.schedule.block_threads,

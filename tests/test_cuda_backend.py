@@ -109,6 +109,28 @@ def test_dropped_barrier_is_caught():
     assert caught >= 2, f"only {caught} of {len(sites)} dropped barriers caught"
 
 
+def test_barrier_between_grid_stride_programs_is_needed():
+    """``grid_blocks``: a block runs program after program, a barrier after
+    each ordering its last reads of shared memory before the next program's
+    first writes. Causal attention's first writes to shared memory (the next
+    query block's tiles) are read by other threads in its last step: every
+    interleaving passes with the barrier, and dropping it is caught."""
+    kern = _kernels("causal_attention")[0]
+    ck = cuda.compile_program(kern.program, _small(kern.program, grid_blocks=2),
+                              device="emulated")
+    text = ck.source.text
+    assert "gridDim.x" in text
+    rep = tn.validate(kern, "cuda", compiled=ck, cases=8, seed=3)
+    assert rep.ok, rep.summary()
+    tail = text.rindex("__syncthreads();")
+    mutant = _mutant(ck, text[:tail] + "/* dropped */" + text[tail + len("__syncthreads();"):])
+    try:
+        caught = not tn.validate(kern, "cuda", compiled=mutant, cases=8, seed=3).ok
+    except EmulatorError:
+        caught = True
+    assert caught
+
+
 def test_wrong_distribution_is_caught():
     kern, ck, x = _softmax()
     text = ck.source.text

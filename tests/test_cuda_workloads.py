@@ -182,6 +182,20 @@ def test_staged_loads_validate_emulated(i, name, size, dt, vector):
     _judge(name, size, dt, i, gpu={"stage_loads": True, "vector_lanes": vector})
 
 
+@pytest.mark.parametrize("name,j,blocks", [
+    pytest.param(n, j, g, id=f"{n}-s{j}-g{g}",
+                 marks=() if (n, g) in (("softmax", 5), ("gemm", 2)) else pytest.mark.slow)
+    for n in ("softmax", "rmsnorm", "layernorm", "gemm") for j in (0, 1) for g in (1, 2, 5)])
+def test_grid_stride_blocks_validate_emulated(name, j, blocks):
+    """``Schedule(grid_blocks=G)``: G blocks, each running every G-th program
+    with a barrier between two, staged loads on (shared memory reused from
+    one program to the next): fewer blocks than programs, one block, and a
+    count that does not divide the programs."""
+    wl = WORKLOADS[name]
+    gpu = {"grid_blocks": blocks, **({"stage_loads": True} if name != "gemm" else {})}
+    _judge(name, "small", f32, j, wl.schedules[j], gpu=gpu)
+
+
 @pytest.mark.parametrize("i,name,dt", [
     pytest.param(i, n, dt, id=f"{n}-{dt.name}",
                  marks=() if (n, dt.name) in (("rmsnorm", "bf16"), ("layernorm", "f32"))

@@ -52,6 +52,15 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             raise UsageError(f"min_blocks={schedule.min_blocks!r}: blocks per multiprocessor "
                              "the registers must allow, a positive int (or None)",
                              hint="e.g. Schedule(min_blocks=8) for 256-thread blocks")
+        if schedule.grid_blocks is not None and (
+                not isinstance(schedule.grid_blocks, int) or isinstance(schedule.grid_blocks, bool)
+                or schedule.grid_blocks < 1):
+            from ..errors import UsageError
+
+            raise UsageError(f"grid_blocks={schedule.grid_blocks!r}: the most blocks a parallel "
+                             "phase launches, a positive int (or None)",
+                             hint="e.g. Schedule(grid_blocks=1056): 132 multiprocessors "
+                                  "holding 8 blocks each")
         if not isinstance(schedule.cache_hints, bool):
             from ..errors import UsageError
 

@@ -60,6 +60,12 @@ those the program admits:
   change only which lines the L2 keeps, never a value. Off by default; the
   benchmark's schedule search picks it per kernel (it helps a row kernel
   that re-reads its rows from the L2, and can hurt one with three passes).
+* ``grid_blocks`` -- on ``cuda``, a cap on the blocks launched for a
+  parallel phase: with ``G`` blocks, block ``b`` runs the programs ``b, b +
+  G, b + 2G, ...`` one after another, with a block barrier between two
+  programs (as an ordered phase does), so a grid of exactly the blocks the
+  device holds at once has no partly filled last wave, and a block's setup
+  is paid once. ``None`` (the default): one block per program.
 * ``mma_unit`` -- in the SIMT form, what computes a reassociating ``mma``:
   ``"tensor"`` (warp tiles of ``mma.m16n8k16`` on the tensor cores,
   ``lowering/mma.py``; an error naming the reason where the ``mma`` does not
@@ -157,6 +163,7 @@ class Schedule:
     index_bits: int = 32
     min_blocks: int | None = None
     cache_hints: bool = False
+    grid_blocks: int | None = None
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
@@ -164,7 +171,7 @@ class Schedule:
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages, self.index_bits,
-                     self.min_blocks, self.cache_hints))
+                     self.min_blocks, self.cache_hints, self.grid_blocks))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -232,7 +239,7 @@ def default_lanes(program: TileProgram) -> int:
 #: fields of :class:`Schedule` that a target never reads: overriding one is
 #: refused (it would change nothing), not ignored
 UNUSED_FIELDS = {"cuda": ("threads", "chunk"),
-                 "llvm": ("index_bits", "min_blocks", "cache_hints")}
+                 "llvm": ("index_bits", "min_blocks", "cache_hints", "grid_blocks")}
 
 
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:

@@ -66,7 +66,7 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
     distributed loops appended to ``maps``)."""
     k = lower_verified(program, s, maps)
     aliased = frozenset(n for g in s.aliases for n in g)
-    return k, emit_cuda(k, aliased, s.index_bits, s.min_blocks, s.cache_hints)
+    return k, emit_cuda(k, aliased, s.index_bits, s.min_blocks, s.cache_hints, s.grid_blocks)
 
 
 def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
@@ -201,13 +201,14 @@ def disk_key(program: TileProgram, s: Schedule) -> str:
 def _info_json(i: CudaKernelInfo) -> dict:
     return {"name": i.name, "phase": i.phase, "params": list(i.params), "threads": i.threads,
             "shared_bytes": KC.expr_json(i.shared_bytes), "programs": KC.expr_json(i.programs),
-            "ordered": i.ordered}
+            "ordered": i.ordered, "grid_cap": i.grid_cap}
 
 
 def _info_of(d: dict) -> CudaKernelInfo:
     return CudaKernelInfo(str(d["name"]), str(d["phase"]), tuple(str(p) for p in d["params"]),
                           int(d["threads"]), KC.expr_of(d["shared_bytes"]),
-                          KC.expr_of(d["programs"]), bool(d["ordered"]))
+                          KC.expr_of(d["programs"]), bool(d["ordered"]),
+                          None if d["grid_cap"] is None else int(d["grid_cap"]))
 
 
 def _store(dkey: str, ck: CudaKernel) -> None:

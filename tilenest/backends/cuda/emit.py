@@ -3,8 +3,10 @@
 One ``__global__`` function per phase, named ``<kernel>_<phase>``, with the
 parameters ``(tensor and scalar buffers in argument order, one long long per
 kernel symbol, int* tn_status)``. A parallel phase runs program ``pid =
-blockIdx.x`` on one block; an ordered phase runs its programs in order on a
-single block. The block has ``W`` threads, ``W`` the extent of the phase's
+blockIdx.x`` on one block, or with a cap on the grid (``Schedule.grid_blocks``)
+the programs ``blockIdx.x, blockIdx.x + gridDim.x, ...`` one after another
+on each block, a block barrier after each; an ordered phase runs its
+programs in order on a single block. The block has ``W`` threads, ``W`` the extent of the phase's
 thread loops (all equal; 1 for a phase without one).
 
 Program-level code runs on every thread of the block (its locals are equal
@@ -103,6 +105,9 @@ class CudaKernelInfo:
     shared_bytes: E.Expr
     programs: E.Expr
     ordered: bool
+    #: at most this many blocks are launched, each running programs
+    #: ``b, b + blocks, ...`` (``Schedule.grid_blocks``); None: one per program
+    grid_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -171,8 +176,12 @@ class Emitter:
     """CUDA C++ for one SIMT-form loop-IR kernel."""
 
     def __init__(self, k: L.Kernel, restrict: bool = True, aliased: frozenset[str] = frozenset(),
-                 narrow: bool = False, min_blocks: int | None = None, hints: bool = False):
+                 narrow: bool = False, min_blocks: int | None = None, hints: bool = False,
+                 grid_blocks: int | None = None):
         self.k = k
+        #: blocks launched at most for a parallel phase, each looping over
+        #: programs (``Schedule.grid_blocks``); None: one block per program
+        self.grid_blocks = grid_blocks
         #: L2 policy of each hinted global load (``id`` of the node -> the
         #: node and its prelude function) and whether global stores stream
         #: (``Schedule.cache_hints``, :func:`cache_hints`)
@@ -1470,7 +1479,15 @@ class Emitter:
         for x in ph.extents:
             n = f"({n} * {self.idx(x)})"
         pid = self.names(ph.pid.name)
-        if ph.parallel:
+        if ph.parallel and self.grid_blocks:
+            # grid-stride programs: the barrier orders one program's accesses
+            # to shared memory before the next one's, as in an ordered phase
+            self.w(f"for ({pid} = ({self.it})blockIdx.x; {pid} < {n}; "
+                   f"{pid} += ({self.it})gridDim.x) {{")
+            self.block(ph.body)
+            self.w("  __syncthreads();")
+            self.w("}")
+        elif ph.parallel:
             self.w(f"{pid} = ({self.it})blockIdx.x;")
             self.stmts(ph.body)
         else:
@@ -1490,7 +1507,8 @@ class Emitter:
         for x in ph.extents:
             programs = E.mul(programs, x)
         return CudaKernelInfo(name, ph.name, tuple(t for t, _ in params), W, total,
-                              programs if ph.parallel else E.Const(1), not ph.parallel)
+                              programs if ph.parallel else E.Const(1), not ph.parallel,
+                              self.grid_blocks if ph.parallel else None)
 
     def source(self) -> CudaSource:
         layout, total = self.shared_layout()
@@ -1772,7 +1790,7 @@ def cache_hints(k: L.Kernel) -> dict[int, tuple[Any, str]]:
 
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
               index_bits: int = 64, min_blocks: int | None = None,
-              hints: bool = False) -> CudaSource:
+              hints: bool = False, grid_blocks: int | None = None) -> CudaSource:
     """The CUDA C++ source of SIMT-form kernel ``k`` (see the module docstring).
 
     With ``index_bits=32`` the index arithmetic is 32-bit wherever every index
@@ -1781,10 +1799,12 @@ def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
     whose precondition a launch must meet; otherwise (a data-dependent index,
     or a bound over the limit for every size) the code is 64-bit and
     ``index`` says why. ``hints``: L2 cache policies on the wide global
-    accesses (``Schedule.cache_hints``, :func:`cache_hints`)."""
+    accesses (``Schedule.cache_hints``, :func:`cache_hints`); ``grid_blocks``:
+    a cap on the blocks of a parallel phase, each looping over programs."""
     from ...proofs import gpu
 
-    kw = {"aliased": aliased, "min_blocks": min_blocks, "hints": hints}
+    kw = {"aliased": aliased, "min_blocks": min_blocks, "hints": hints,
+          "grid_blocks": grid_blocks}
     if index_bits == 64:
         return Emitter(k, **kw).source()
     em = Emitter(k, narrow=True, **kw)

@@ -265,6 +265,8 @@ class CudaKernel(ArgumentBinder):
             n = int(E.evaluate(info.programs, env))
             if n <= 0:
                 continue
+            if info.grid_cap is not None:  # grid-stride blocks: each runs several programs
+                n = min(n, info.grid_cap)
             smem = int(E.evaluate(info.shared_bytes, env))
             if check and n > MAX_BLOCKS:
                 raise TilenestError(f"{info.name}: {n} programs exceed the grid limit "
