@@ -278,3 +278,23 @@ def test_cache_hints_on_gpu(name, dtn):
                               device="gpu")
     assert "tn_vload_keep<" in ck.source.text and "tn_vstore_stream<" in ck.source.text
     _judge(wl, k, ck, sched, sz, dt, wl.args(sz, dt), f"{name} cache hints {dtn}")
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm"])
+@pytest.mark.parametrize("gpu", [{"grid_blocks": 4}, {"grid_blocks": 7, "stage_loads": True}])
+def test_grid_stride_blocks_on_gpu(name, gpu):
+    """``grid_blocks``: fewer blocks than rows, each taking rows in turn (a
+    count that divides the 33 rows of the medium size and one that does not,
+    staged rows reusing shared memory from one row to the next)."""
+    from tilenest.lowering import default_schedule
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS[name]
+    sched = {"rp": 1}
+    sz = wl.size("medium")
+    k = wl.kernel(tn.f32, sched, sz)
+    ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **gpu),
+                              device="gpu")
+    assert "gridDim.x" in ck.source.text
+    assert ck.launches(sz)[0][1] == gpu["grid_blocks"]
+    _judge(wl, k, ck, sched, sz, tn.f32, wl.args(sz, tn.f32), f"{name} {gpu}")
