@@ -16,8 +16,7 @@ Row workloads (``--only softmax rmsnorm layernorm``): the kernels of
 arithmetic), every schedule of the workload whose dynamic shared memory fits a
 block (the others are listed as skipped), each with the GPU schedule choices of
 ``GPU_SEARCH`` (threads per block, loads staged in shared memory or re-read
-with or without L2 cache policies, one block per row or as many blocks as the
-device holds at once, each taking rows in turn; the fastest is starred), against eager PyTorch
+with or without L2 cache policies; the fastest is starred), against eager PyTorch
 (``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
 the same call (a failing torch.compile is reported and the run goes on).
 Achieved bandwidth counts the input read once, the output written once and the
@@ -114,16 +113,16 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"},
                    {"block_threads": 512, "stages": 3}))
-#: ``grid_blocks`` of a search entry meaning "as many blocks as the device holds
-#: at once" (:func:`resident_blocks` of the kernel compiled without a cap)
+#: ``grid_blocks`` of an override (``--set grid_blocks=resident``) meaning "as
+#: many blocks as the device holds at once" (:func:`resident_blocks` of the
+#: kernel compiled without a cap); not searched by default: slower than one
+#: block per row for every row kernel measured (spec/lowering.md)
 RESIDENT = "resident"
 #: GPU schedule choices searched for every row-workload schedule (each a
 #: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)
 GPU_SEARCH = ({}, {"block_threads": 512}, {"stage_loads": True},
               {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
-              {"block_threads": 512, "cache_hints": True},
-              {"grid_blocks": RESIDENT}, {"stage_loads": True, "grid_blocks": RESIDENT},
-              {"cache_hints": True, "grid_blocks": RESIDENT})
+              {"block_threads": 512, "cache_hints": True})
 #: relative error norm allowed against the float64 reference, per storage dtype
 TOL = {"f32": 1e-4, "bf16": 1e-2}
 #: a sample lasts at least this long (seconds of device time)
