@@ -171,6 +171,20 @@ def test_device_min_max_and_conversions():
     assert rep.ok, rep.summary()
 
 
+def _device_function(src: str, name: str, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The ``__global__`` function ``name`` of CUDA source ``src`` (which may
+    include the prelude), compiled by NVRTC and loaded by CuPy."""
+    import cupy as cp
+
+    from tilenest.backends.cuda import ARCH, prelude_dir
+    from tilenest.backends.cuda.nvrtc import compile_cuda
+
+    built = compile_cuda(src, f"{name}.cu", arch=ARCH, include_dirs=(prelude_dir(),), cache=False)
+    path = tmp_path / f"{name}.cubin"
+    path.write_bytes(built.cubin)
+    return cp.RawModule(path=str(path)).get_function(name)
+
+
 @pytest.mark.slow
 def test_shared_divisor_form_is_ieee_division_for_every_significand_pair(tmp_path):
     """The proof behind ``tn_fdiv_by`` (spec/lowering.md L-6): for a and b in
@@ -179,9 +193,6 @@ def test_shared_divisor_form_is_ieee_division_for_every_significand_pair(tmp_pat
     H200); scaling by powers of two carries this to the whole range that
     ``tn_fdiv_prep`` admits."""
     import cupy as cp
-
-    from tilenest.backends.cuda import ARCH, prelude_dir
-    from tilenest.backends.cuda.nvrtc import compile_cuda
 
     src = r'''
 #include "tn_prelude.cuh"
@@ -196,10 +207,7 @@ extern "C" __global__ void pairs(unsigned b0, unsigned long long* bad) {
   if (n) atomicAdd(bad, n);
 }
 '''
-    built = compile_cuda(src, "pairs.cu", arch=ARCH, include_dirs=(prelude_dir(),), cache=False)
-    path = tmp_path / "pairs.cubin"
-    path.write_bytes(built.cubin)
-    fn = cp.RawModule(path=str(path)).get_function("pairs")
+    fn = _device_function(src, "pairs", tmp_path)
     bad = cp.zeros(1, cp.uint64)
     step = 1 << 15
     for b0 in range(0, 1 << 23, step):
@@ -216,9 +224,6 @@ def test_exp_is_faithful_for_every_f32_input_on_gpu(tmp_path):
     ``BOUND["exp"]`` ulp of f32 everywhere, NaN stays NaN and every result that
     is not finite is exactly the right infinity (a few seconds on an H200)."""
     import cupy as cp
-
-    from tilenest.backends.cuda import ARCH, prelude_dir
-    from tilenest.backends.cuda.nvrtc import compile_cuda
 
     from test_llvm_math import BOUND
 
@@ -247,10 +252,7 @@ extern "C" __global__ void sweep(unsigned long long* worst, unsigned long long* 
   if (nbad) atomicAdd(bad, nbad);
 }
 '''
-    built = compile_cuda(src, "sweep.cu", arch=ARCH, include_dirs=(prelude_dir(),), cache=False)
-    path = tmp_path / "sweep.cubin"
-    path.write_bytes(built.cubin)
-    fn = cp.RawModule(path=str(path)).get_function("sweep")
+    fn = _device_function(src, "sweep", tmp_path)
     worst = cp.zeros(1, cp.uint64)
     bad = cp.zeros(1, cp.uint64)
     fn((132 * 16,), (256,), (worst, bad))

@@ -739,36 +739,32 @@ template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_keep(const T* p) { ret
 template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_last(const T* p) { return tn_vload<T, V>(p); }
 template <typename T, int V> TN_FN void tn_vstore_stream(T* p, const tn_pack<T, V>& r) { tn_vstore<T, V>(p, r); }
 #else
-template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_keep(const T* p) {
+// a wide load made of 16-byte pieces, each read by piece(address)
+template <typename T, int V, typename F> TN_FN tn_pack<T, V> tn_vload_pieces(const T* p, F piece) {
   if constexpr (sizeof(T) * V % 16 != 0) {
     return tn_vload<T, V>(p);
   } else {
     constexpr int n = (int)(sizeof(T) * V / 16);
     uint4 u[n];
-    unsigned long long pol;
-    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
     #pragma unroll
-    for (int i = 0; i < n; ++i)
-      asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                   : "=r"(u[i].x), "=r"(u[i].y), "=r"(u[i].z), "=r"(u[i].w)
-                   : "l"(reinterpret_cast<const uint4*>(p) + i), "l"(pol));
+    for (int i = 0; i < n; ++i) u[i] = piece(reinterpret_cast<const uint4*>(p) + i);
     tn_pack<T, V> r;
     memcpy(&r, u, sizeof(T) * V);
     return r;
   }
 }
+template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_keep(const T* p) {
+  return tn_vload_pieces<T, V>(p, [](const uint4* q) {
+    unsigned long long pol;
+    asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    uint4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q), "l"(pol));
+    return v;
+  });
+}
 template <typename T, int V> TN_FN tn_pack<T, V> tn_vload_last(const T* p) {
-  if constexpr (sizeof(T) * V % 16 != 0) {
-    return tn_vload<T, V>(p);
-  } else {
-    constexpr int n = (int)(sizeof(T) * V / 16);
-    uint4 u[n];
-    #pragma unroll
-    for (int i = 0; i < n; ++i) u[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
-    tn_pack<T, V> r;
-    memcpy(&r, u, sizeof(T) * V);
-    return r;
-  }
+  return tn_vload_pieces<T, V>(p, [](const uint4* q) { return __ldcs(q); });
 }
 template <typename T, int V> TN_FN void tn_vstore_stream(T* p, const tn_pack<T, V>& r) {
   if constexpr (sizeof(T) * V % 16 != 0) {
