@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow docs lint clean
+.PHONY: demo test test-slow sanitize docs lint clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow
+
+# the device suite under compute-sanitizer (memcheck, racecheck, synccheck);
+# needs an NVIDIA GPU, CuPy and the CUDA toolkit's compute-sanitizer
+sanitize: $(STAMP)
+	$(BIN)/python tests/device_sanitizer.py
 
 # the docs site into site/ (spec/ pages and docstrings; warnings are errors)
 docs: $(STAMP)

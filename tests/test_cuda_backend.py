@@ -203,6 +203,28 @@ def test_vector_lanes_validate_on_both_paths(lanes):
     assert rep.ok and rep.count("ok") == 3, rep.summary()
 
 
+@pytest.mark.parametrize("name,dt,lanes", [
+    ("softmax", "f32", 4),          # f32 rows beside a bool mask: 16 bytes of f32
+    ("softmax", "bf16", 8),
+    ("masked_softmax", "f32", 4),
+    ("cross_entropy", "bf16", 8),   # the i64 labels are a side vector, not bulk
+    ("argmax", "f32", 4),
+    ("sort", "f16", 2),             # the i64 index rows are bulk: 16 bytes of i64
+])
+def test_default_lanes_make_one_wide_access_of_the_widest_bulk_tensor(name, dt, lanes):
+    """The cuda default takes 16 bytes of the widest element type among the
+    highest-rank tensors per thread and step, so no bulk tensor needs two
+    128-bit accesses per step (32 bytes per thread cost softmax f32 5 points
+    of the copy bandwidth on the H200, LayerNorm f32 19)."""
+    from tilenest.lowering.schedule import default_lanes
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS[name]
+    k = wl.kernel(getattr(tn, dt), dict(wl.schedules[0]), wl.size("small"))
+    assert default_lanes(k.program) == lanes
+    assert default_schedule(k.program, "cuda").vector_lanes == lanes
+
+
 def test_conformance_backend_runs_every_interleaving_and_flags_differences(monkeypatch):
     """The conformance driver runs an emulated case under each interleaving and
     reports a difference between them (a race in generated code) as such."""
