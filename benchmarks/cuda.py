@@ -15,8 +15,9 @@ Row workloads (``--only softmax rmsnorm layernorm``): the kernels of
 ``tilenest.workloads`` on 8192 x 8192 in f32 and bf16 (bf16 storage, f32
 arithmetic), every schedule of the workload whose dynamic shared memory fits a
 block (the others are listed as skipped), each with the GPU schedule choices of
-``GPU_SEARCH`` (threads per block, loads staged in shared memory or re-read
-with or without L2 cache policies; the fastest is starred), against eager PyTorch
+``tilenest.backends.cuda.tune.SEARCH``, the search ``tn.tune`` runs (threads
+per block, loads staged in shared memory or re-read with or without L2 cache
+policies; the fastest is starred), against eager PyTorch
 (``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
 the same call (a failing torch.compile is reported and the run goes on).
 Achieved bandwidth counts the input read once, the output written once and the
@@ -118,11 +119,6 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
 #: kernel compiled without a cap); not searched by default: slower than one
 #: block per row for every row kernel measured (spec/lowering.md)
 RESIDENT = "resident"
-#: GPU schedule choices searched for every row-workload schedule (each a
-#: ``Schedule`` override; ``--quick`` and ``--block-threads`` narrow it)
-GPU_SEARCH = ({}, {"block_threads": 512}, {"stage_loads": True},
-              {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
-              {"block_threads": 512, "cache_hints": True})
 #: relative error norm allowed against the float64 reference, per storage dtype
 TOL = {"f32": 1e-4, "bf16": 1e-2}
 #: a sample lasts at least this long (seconds of device time)
@@ -435,12 +431,15 @@ def fixed_gpu(cfg: Config) -> dict[str, Any]:
 
 def gpu_search(cfg: Config) -> list[dict[str, Any]]:
     """The GPU schedule overrides tried per row-workload schedule: the
-    command line's, else :data:`GPU_SEARCH` (``--quick``: the default only)."""
+    command line's, else the tuner's search (``tune.SEARCH``; ``--quick``:
+    the default only)."""
+    from tilenest.backends.cuda.tune import SEARCH
+
     fixed = fixed_gpu(cfg)
     if cfg.quick:
         return [fixed]
     out: list[dict[str, Any]] = []
-    for g in GPU_SEARCH:
+    for g in SEARCH:
         g = {**g, **fixed}
         if g not in out:
             out.append(g)

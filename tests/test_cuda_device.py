@@ -300,3 +300,32 @@ def test_grid_stride_blocks_on_gpu(name, gpu):
     assert "gridDim.x" in ck.source.text
     assert ck.launches(sz)[0][1] == gpu["grid_blocks"]
     _judge(wl, k, ck, sched, sz, tn.f32, wl.args(sz, tn.f32), f"{name} {gpu}")
+
+
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_tune_on_gpu(where):
+    """``tn.tune`` on the GPU: every distinct candidate of the default search
+    is timed on CUDA events, the chosen kernel validates, and the call's
+    arrays (numpy, or CuPy used in place) are left as they were."""
+    import cupy as cp
+    import numpy as np
+
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS["softmax"]
+    sz = {"R": 1024, "C": 4096}
+    k = wl.kernel(tn.f32, {"rp": 1})
+    args = wl.args(sz, tn.f32)
+    call = tuple(cp.asarray(a) if where == "device" and isinstance(a, np.ndarray) else a
+                 for a in args.values())
+    before = [cp.asnumpy(a) if isinstance(a, cp.ndarray) else np.copy(a) for a in call]
+    rep = tn.tune(k, *call, samples=3, cases=3)
+    assert {t.status for t in rep.trials} <= {"timed", "same"}, rep.table()
+    timed = [t for t in rep.trials if t.status == "timed"]
+    assert len(timed) >= 4 and all(len(t.samples) == 3 and t.seconds > 0 for t in timed)
+    assert rep.trials[rep.best].seconds == min(t.seconds for t in timed)
+    after = [cp.asnumpy(a) if isinstance(a, cp.ndarray) else a for a in call]
+    for a, b in zip(after, before):
+        assert np.array_equal(a, b, equal_nan=True)
+    assert tn.validate(k, "cuda", compiled=rep.compiled, cases=4, seed=9).ok
+    print(rep.table())

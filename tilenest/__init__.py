@@ -64,6 +64,21 @@ def validate(kernel, target: str = "llvm", inputs=None, **kw):
     return _validate(kernel, target, inputs=inputs, **kw)
 
 
+def tune(kernel, *arrays, target: str = "cuda", **kw):
+    """The fastest schedule of ``kernel`` for ``target`` among a search of
+    schedule overrides, each candidate legal, validated and timed on this
+    call's arrays (see ``tilenest.backends.cuda.tune``); returns a report
+    whose ``compiled`` is the chosen kernel. Only ``cuda`` is tuned."""
+    if target != "cuda":
+        from .errors import NotAvailableError
+
+        raise NotAvailableError(f"no tuner for target '{target}'",
+                                hint="tune(kernel, *arrays, target='cuda')")
+    from .backends.cuda.tune import tune as _tune
+
+    return _tune(kernel, *arrays, **kw)
+
+
 def clear_cache(disk: bool = False) -> int:
     """Forget this process's compiled kernels (llvm and cuda), NVRTC results
     and legality verdicts, giving their memory back; kernels a caller still

@@ -1,0 +1,130 @@
+"""Choosing a cuda schedule by measurement (``backends/cuda/tune.py``),
+judged on the emulated device with a stand-in timer: the fastest legal,
+validated candidate is chosen, every other one is reported with why, a
+source identical to an earlier one is timed once, and a candidate whose
+kernel disagrees with the interpreter is never chosen."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.backends.cuda import tune as T
+from tilenest.errors import NotAvailableError, TilenestError, UsageError
+from tilenest.workloads import WORKLOADS
+
+
+def _softmax():  # type: ignore[no-untyped-def]
+    wl = WORKLOADS["softmax"]
+    sz = wl.size("small")
+    k = wl.kernel(tn.f32, {"rp": 1}, sz)
+    return k, tuple(wl.args(sz, tn.f32).values())
+
+
+def _timer(table):  # type: ignore[no-untyped-def]
+    """A timer that runs the kernel once on copies (so a candidate that
+    cannot run fails here) and returns ``table(schedule)`` seconds."""
+    calls = []
+
+    def timer(ck, arrays):  # type: ignore[no-untyped-def]
+        ck(*(a.copy() if isinstance(a, np.ndarray) else a for a in arrays))
+        calls.append(ck.schedule)
+        return table(ck.schedule)
+
+    timer.calls = calls  # type: ignore[attr-defined]
+    return timer
+
+
+def test_the_fastest_legal_candidate_is_chosen_and_every_one_reported():
+    k, args = _softmax()
+    before = [a.copy() for a in args]
+    timer = _timer(lambda s: 1e-3 * (3 - s.stage_loads - (s.block_threads == 512) * 0.5))
+    search = (*T.SEARCH, {"block_threads": 48})
+    rep = tn.tune(k, *args, search=search, device="emulated", timer=timer, samples=3, cases=2)
+    assert rep.schedule.stage_loads and rep.schedule.block_threads == 512
+    assert rep.trials[rep.best].seconds == pytest.approx(1.5e-3)
+    bad = rep.trials[-1]
+    assert bad.status == "illegal" and "block_threads" in bad.reason
+    assert rep.speedup(0) == pytest.approx(2.0)
+    table = rep.table()
+    assert table.count("\n* ") == 1 and "illegal" in table
+    for a, b in zip(args, before):
+        assert np.array_equal(a, b, equal_nan=True)  # the arguments were not written
+    # the chosen kernel is the compiled candidate, and it validates
+    assert tn.validate(k, "cuda", compiled=rep.compiled, cases=2).ok
+
+
+def test_a_source_identical_to_an_earlier_one_is_timed_once():
+    """An elementwise kernel reads no tile twice: staging changes nothing in
+    its source, so that candidate is the default's."""
+    wl = WORKLOADS["add"]
+    k = wl.kernel(tn.f32, dict(wl.schedules[0]), wl.size("small"))
+    args = tuple(wl.args(wl.size("small"), tn.f32).values())
+    timer = _timer(lambda s: 1e-3)
+    rep = T.tune(k, *args, search=({}, {"stage_loads": True}), device="emulated",
+                 timer=timer, samples=2, cases=1)
+    assert [t.status for t in rep.trials] == ["timed", "same"]
+    assert rep.trials[1].same_as == 0 and rep.speedup(1) == 1.0
+    assert len(timer.calls) == 2  # two samples of the one distinct candidate
+
+
+def test_a_candidate_that_disagrees_with_the_interpreter_is_never_chosen(monkeypatch):
+    """The 512-thread candidate is made wrong (its outputs nudged after each
+    run): validation reports it invalid and the tuner takes the next."""
+    from tilenest.backends import cuda
+
+    real = cuda.compile_program
+
+    class Wrong:
+        def __init__(self, ck):  # type: ignore[no-untyped-def]
+            self.ck = ck
+
+        def __getattr__(self, n):  # type: ignore[no-untyped-def]
+            return getattr(self.ck, n)
+
+        def __call__(self, *a, **kw):  # type: ignore[no-untyped-def]
+            out = self.ck(*a, **kw)
+            out += 1.0
+            return out
+
+    def compile_program(program, schedule=None, **kw):  # type: ignore[no-untyped-def]
+        ck = real(program, schedule, **kw)
+        return Wrong(ck) if schedule.block_threads == 512 else ck
+
+    monkeypatch.setattr(cuda, "compile_program", compile_program)
+    k, args = _softmax()
+    rep = T.tune(k, *args, search=({"block_threads": 512}, {}), device="emulated",
+                 timer=_timer(lambda s: 1e-3 if s.block_threads == 512 else 2e-3),
+                 samples=1, cases=2)
+    assert rep.trials[0].status == "invalid" and rep.trials[0].reason
+    assert rep.best == 1
+
+
+def test_no_timed_candidate_is_an_error_naming_each():
+    k, args = _softmax()
+    with pytest.raises(TilenestError) as e:
+        T.tune(k, *args, search=({"block_threads": 48},), device="emulated",
+               timer=_timer(lambda s: 1e-3))
+    assert "block_threads=48: illegal" in e.value.hint
+
+
+def test_only_cuda_is_tuned():
+    k, args = _softmax()
+    with pytest.raises(NotAvailableError):
+        tn.tune(k, *args, target="llvm")
+
+
+@pytest.mark.parametrize("kw,what", [
+    ({"search": ({"block_thread": 512},)}, "'block_thread' is not a Schedule field"),
+    ({"search": ()}, "empty search"),
+    ({"samples": 0}, "samples >= 1"),
+    ({"timer": None}, "needs a timer"),
+    ({"device": "tpu"}, "unknown device"),
+])
+def test_bad_arguments_are_usage_errors(kw, what):
+    k, args = _softmax()
+    kw = {"device": "emulated", "timer": lambda c, a: 1.0, **kw}
+    with pytest.raises(UsageError) as e:
+        T.tune(k, *args, **kw)
+    assert what in e.value.message
