@@ -15,7 +15,8 @@ sanitizer follows one process; an ``xdist`` worker it would not see), with
 go first.
 
 A chunk counts as checked only when its pytest run finished and the
-sanitizer printed its summary; the report gives, per tool, the tests run
+sanitizer printed its summary; a chunk past ``--timeout`` is killed with
+every process it started; the report gives, per tool, the tests run
 and passed, the errors (memcheck, synccheck) or hazards (racecheck) found,
 and every chunk that failed, timed out or was never started because the
 ``--deadline`` came first. The exit status is 0 only when every test of every
@@ -28,6 +29,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -52,7 +54,8 @@ class Chunk:
     tool: str
     index: int
     ids: list[str]
-    status: str = "not started"  # clean | findings | failed | timed out | no summary
+    #: clean | findings | failed | incomplete (...) | timed out | no summary | not started
+    status: str = "not started"
     passed: int = 0
     failed: int = 0
     findings: int = 0
@@ -86,9 +89,10 @@ def chunks(ids: list[str], size: int, tools: list[str]) -> list[Chunk]:
 
 
 def run_chunk(c: Chunk, log_dir: Path, timeout: float, deadline: float) -> Chunk:
-    """Run one chunk under its tool and read the outcome from its log."""
-    left = deadline - time.monotonic()
-    if left < 30:
+    """Run one chunk under its tool (unless the deadline has passed) and read
+    the outcome from its log. A chunk past ``timeout`` is killed with every
+    process it started (its own session)."""
+    if time.monotonic() > deadline:
         return c
     c.log = log_dir / f"{c.tool}_{c.index:03d}.log"
     cmd = ["compute-sanitizer", "--tool", c.tool, "--target-processes", "all",
@@ -96,11 +100,13 @@ def run_chunk(c: Chunk, log_dir: Path, timeout: float, deadline: float) -> Chunk
            "-o", "addopts=", "-m", "device", "-rfE", *c.ids]
     t0 = time.monotonic()
     with open(c.log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                  timeout=min(timeout, left))
-            rc: int | None = proc.returncode
+            rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
             rc = None
     c.seconds = time.monotonic() - t0
     text = c.log.read_text(errors="replace")
@@ -115,8 +121,10 @@ def run_chunk(c: Chunk, log_dir: Path, timeout: float, deadline: float) -> Chunk
         c.status = "timed out"
     elif not summaries:
         c.status = "no summary"
-    elif c.failed or c.passed != len(c.ids):
+    elif c.failed:
         c.status = "failed"
+    elif c.passed != len(c.ids):
+        c.status = f"incomplete ({c.passed} of {len(c.ids)} passed)"
     else:
         c.status = "findings" if c.findings else "clean"
     return c
@@ -130,7 +138,8 @@ def report(cs: list[Chunk], tools: list[str], n_ids: int) -> bool:
           f"{'unchecked':>10} {'seconds':>8}")
     for t in tools:
         mine = [c for c in cs if c.tool == t]
-        done = [c for c in mine if c.status in ("clean", "findings", "failed")]
+        done = [c for c in mine if c.status in ("clean", "findings", "failed")
+                or c.status.startswith("incomplete")]
         unchecked = sum(len(c.ids) for c in mine if c not in done)
         row = (sum(c.passed for c in mine), sum(c.failed for c in mine),
                sum(c.findings for c in mine), unchecked)
@@ -149,10 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tools", default=",".join(TOOLS),
                     help="comma-separated compute-sanitizer tools (default: all three)")
-    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    ap.add_argument("--workers", type=int, default=max(1, min(16, (os.cpu_count() or 2) - 2)),
+                    help="sanitizer processes at a time, all on the one GPU")
     ap.add_argument("--chunk", type=int, default=4, help="test ids per process")
     ap.add_argument("--deadline", type=float, default=3600.0,
-                    help="start no chunk after this many seconds")
+                    help="start no chunk after this many seconds (running ones finish)")
     ap.add_argument("--timeout", type=float, default=900.0, help="limit per chunk, seconds")
     ap.add_argument("--log-dir", type=Path, default=Path("sanitizer-logs"))
     ap.add_argument("-k", dest="kexpr", help="pytest -k expression selecting tests")

@@ -209,13 +209,16 @@ def test_vector_lanes_validate_on_both_paths(lanes):
     ("masked_softmax", "f32", 4),
     ("cross_entropy", "bf16", 8),   # the i64 labels are a side vector, not bulk
     ("argmax", "f32", 4),
-    ("sort", "f16", 2),             # the i64 index rows are bulk: 16 bytes of i64
+    ("sort", "f16", 8),             # the i64 index rows are written, not read
+    ("topk", "f16", 8),             # the i64 (R, K) indices likewise
+    ("gemm", "bf16", 8),            # bf16 operands, f32 result
 ])
-def test_default_lanes_make_one_wide_access_of_the_widest_bulk_tensor(name, dt, lanes):
+def test_default_lanes_make_one_wide_access_of_the_widest_bulk_input(name, dt, lanes):
     """The cuda default takes 16 bytes of the widest element type among the
-    highest-rank tensors per thread and step, so no bulk tensor needs two
-    128-bit accesses per step (32 bytes per thread cost softmax f32 5 points
-    of the copy bandwidth on the H200, LayerNorm f32 19)."""
+    highest-rank tensors the program only reads, per thread and step, so no
+    bulk input needs two 128-bit accesses per step (32 bytes per thread cost
+    softmax f32 5 points of the copy bandwidth on the H200, LayerNorm f32
+    19)."""
     from tilenest.lowering.schedule import default_lanes
     from tilenest.workloads import WORKLOADS
 

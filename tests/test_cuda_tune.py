@@ -69,6 +69,20 @@ def test_a_source_identical_to_an_earlier_one_is_timed_once():
     assert len(timer.calls) == 2  # two samples of the one distinct candidate
 
 
+def test_kernels_that_differ_only_in_prelude_calls_are_both_timed():
+    """L2 policies change a row sum's store from ``tn_vstore`` to
+    ``tn_vstore_stream``: two prelude functions, not generated names, so the
+    two sources are different programs and both are timed."""
+    wl = WORKLOADS["row_sum"]
+    k = wl.kernel(tn.f32, dict(wl.schedules[0]), wl.size("small"))
+    args = tuple(wl.args(wl.size("small"), tn.f32).values())
+    rep = T.tune(k, *args, search=({}, {"cache_hints": True}), device="emulated",
+                 timer=_timer(lambda s: 1e-3 if s.cache_hints else 1e-2), samples=1, cases=1)
+    assert "tn_vstore_stream" in rep.trials[1].compiled.source.text
+    assert [t.status for t in rep.trials] == ["timed", "timed"]
+    assert rep.best == 1
+
+
 def test_a_candidate_that_disagrees_with_the_interpreter_is_never_chosen(monkeypatch):
     """The 512-thread candidate is made wrong (its outputs nudged after each
     run): validation reports it invalid and the tuner takes the next."""
@@ -109,6 +123,19 @@ def test_no_timed_candidate_is_an_error_naming_each():
     assert "block_threads=48: illegal" in e.value.hint
 
 
+def test_a_call_the_signature_refuses_is_an_error_before_compiling(monkeypatch):
+    from tilenest.backends import cuda
+
+    def no_compile(*a, **kw):  # type: ignore[no-untyped-def]
+        raise AssertionError("compiled a candidate for a call that cannot bind")
+
+    monkeypatch.setattr(cuda, "compile_program", no_compile)
+    k, args = _softmax()
+    with pytest.raises(TilenestError) as e:
+        T.tune(k, args[0][:, :3], *args[1:], device="emulated", timer=lambda c, a: 1.0)
+    assert "extent C is 3 elsewhere but 'mask' has 13" in e.value.message
+
+
 def test_only_cuda_is_tuned():
     k, args = _softmax()
     with pytest.raises(NotAvailableError):
@@ -120,6 +147,9 @@ def test_only_cuda_is_tuned():
     ({"search": ()}, "empty search"),
     ({"samples": 0}, "samples >= 1"),
     ({"timer": None}, "needs a timer"),
+    ({"search": ({"block_threads": "512"},)}, "takes int or None, got '512'"),
+    ({"search": ({"stage_loads": 1},)}, "takes bool, got 1"),
+    ({"search": ({"threads": 4},)}, "not used by the cuda target"),
     ({"device": "tpu"}, "unknown device"),
 ])
 def test_bad_arguments_are_usage_errors(kw, what):

@@ -66,9 +66,10 @@ def validate(kernel, target: str = "llvm", inputs=None, **kw):
 
 def tune(kernel, *arrays, target: str = "cuda", **kw):
     """The fastest schedule of ``kernel`` for ``target`` among a search of
-    schedule overrides, each candidate legal, validated and timed on this
-    call's arrays (see ``tilenest.backends.cuda.tune``); returns a report
-    whose ``compiled`` is the chosen kernel. Only ``cuda`` is tuned."""
+    schedule overrides: each candidate legal, validated against the oracle
+    on generated calls, and timed on the GPU on copies of this call's arrays
+    (see ``tilenest.backends.cuda.tune``); returns a report whose
+    ``compiled`` is the chosen kernel. Only ``cuda`` is tuned."""
     if target != "cuda":
         from .errors import NotAvailableError
 

@@ -44,7 +44,7 @@ those the program admits:
   also executes and validates the GPU lowering.
 * ``vector_lanes`` -- in the SIMT form, consecutive elements each thread
   takes per step of a distributed loop (1, 2, 4 or 8; the cuda default
-  :func:`default_lanes` makes one 128-bit access of the widest bulk tensor).
+  :func:`default_lanes` makes one 128-bit access of the widest bulk input).
 * ``stage_loads`` -- on ``cuda``, a tensor tile the program reads more than
   once is read from global memory once into shared memory (one DRAM pass,
   at the cost of its shared bytes per block: occupancy) instead of re-read
@@ -228,21 +228,27 @@ def default_mma_block(vector_bits: int | None) -> tuple[int, int]:
 def default_lanes(program: TileProgram) -> int:
     """The SIMT ``vector_lanes`` default: as many consecutive elements per
     thread as make 16 bytes of the widest element type among the program's
-    bulk tensors (those of the highest rank, which carry the traffic), at
-    most 8. So no bulk tensor takes more than one 128-bit access per thread
-    and step, and a narrower one still a vector access.
+    bulk inputs, at most 8. The bulk inputs are the highest-rank tensors it
+    only reads (they carry the reads a row or tile kernel streams); with no
+    such input, the highest-rank tensors. So no bulk input takes more than
+    one 128-bit access per thread and step, and a narrower tensor still a
+    vector access.
 
     Measured on an H200 (8192^2 rows): 32 bytes per thread and step instead
     of 16 -- two 128-bit accesses whose neighbours interleave, in global
     memory and in a staged shared row -- cost LayerNorm f32 19 points of the
     copy bandwidth and softmax f32 5 (spec/lowering.md)."""
+    from ..semantics.signature import stored_tensors
     from ..semantics.types import TensorType
 
-    tensors = [v.type for v in program.args if isinstance(v.type, TensorType)]
+    tensors = [v for v in program.args if isinstance(v.type, TensorType)]
     if not tensors:
         return 1
-    rank = max(len(t.shape) for t in tensors)
-    widest = max(max(1, t.dtype.itemsize) for t in tensors if len(t.shape) == rank)
+    rank = max(len(v.type.shape) for v in tensors)
+    top = [v for v in tensors if len(v.type.shape) == rank]
+    written = stored_tensors(program)
+    bulk = [v for v in top if v.name not in written] or top
+    widest = max(max(1, v.type.dtype.itemsize) for v in bulk)
     return max(1, min(8, 16 // widest))
 
 

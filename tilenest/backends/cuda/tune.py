@@ -19,12 +19,16 @@ the candidates run on copies.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import statistics
+import types
+import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
 
 from ...errors import NotAvailableError, TilenestError, UsageError
 from ...lowering import Schedule, default_schedule
@@ -58,7 +62,10 @@ class Trial:
     samples: list[float] = field(default_factory=list)
     same_as: int | None = None
     reason: str = ""
-    #: the launch bound on device copies of the arguments (GPU timing)
+    #: its launches were enqueued no faster than they ran: the time is the
+    #: host's enqueue rate, not the kernel's
+    launch_bound: bool = False
+    #: the launch bound on device copies of the arguments, while timed
     bound: Any = field(default=None, repr=False)
 
     @property
@@ -106,7 +113,8 @@ class TuneReport:
             us = f"{sec * 1e6:9.2f}" if sec is not None else f"{'-':>9}"
             rel = self.speedup(i)
             rx = f"{rel:7.3f}" if rel is not None else f"{'-':>7}"
-            what = {"timed": "timed", "same": f"same source as {self.trials[t.same_as or 0].label}",
+            what = {"timed": "timed" + (" (launch-bound)" if t.launch_bound else ""),
+                    "same": f"same source as {self.trials[t.same_as or 0].label}",
                     }.get(t.status, f"{t.status}: {t.reason}")
             mark = "*" if i == self.best else " "
             lines.append(f"{mark} {t.label:<{w}}  {us}  {rx}  {what}")
@@ -124,18 +132,26 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     ``TileProgram``) among ``search``, measured on one call's ``arrays``.
 
     Each entry of ``search`` is a set of ``Schedule`` overrides applied, after
-    ``base``, to the program's default cuda schedule. A candidate whose
-    schedule or lowering is refused is reported ``illegal`` with the reason;
-    the legal ones are compiled for ``device`` and each distinct generated
-    source is validated on ``cases`` generated calls (``tn.validate``, seed
-    ``seed``) -- one that disagrees is reported ``invalid`` and never chosen --
-    and timed: ``samples`` rounds alternating between the candidates, each a
-    batch of back-to-back launches between CUDA events lasting at least
-    :data:`SAMPLE_S`; a candidate's time is its median. ``timer(kernel,
-    arrays) -> seconds`` replaces that measurement (it must be given for the
-    emulated device, whose times say nothing about a GPU's). ``arrays`` are
-    never written: each candidate runs on copies (device arrays are copied on
-    the device). Raises ``TilenestError`` when no candidate could be timed."""
+    ``base``, to the program's default cuda schedule; a field that is not a
+    ``Schedule`` field, has a value of the wrong type or is not read by the
+    cuda target is a ``UsageError`` before anything is compiled, as is a call
+    the kernel's signature refuses. A candidate whose lowering is refused is
+    reported ``illegal`` with the reason; the legal ones are compiled for
+    ``device`` and each distinct generated source is validated against the
+    interpreter on ``cases`` generated calls (``tn.validate``, seed ``seed``;
+    sizes of its own choosing, not the call's) -- one that disagrees is
+    reported ``invalid`` and never chosen -- and timed on the call: one set of
+    device copies of ``arrays`` (the caller's arrays are never written) is
+    bound once per candidate and checked, then ``samples`` rounds alternate
+    between the candidates, each a batch of back-to-back launches between
+    CUDA events lasting at least :data:`SAMPLE_S` (at most 1000 launches); a
+    candidate's time is the median of its rounds. A candidate whose launches
+    are enqueued no faster than they run is marked launch-bound: its time is
+    the host's enqueue rate, not the kernel's. ``timer(kernel, arrays) ->
+    seconds`` replaces the measurement and receives the caller's arrays
+    themselves (required on the emulated device, whose times say nothing
+    about a GPU's). Raises ``TilenestError`` when no candidate could be
+    timed."""
     from . import compile_program
     from ...validation import validate
 
@@ -157,23 +173,19 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
                          hint="every candidate is validated and timed before one is chosen")
     if not search:
         raise UsageError("tune got an empty search", hint="pass at least one set of overrides")
-    known = {f.name for f in fields(Schedule)}
-    for o in [base or {}, *search]:
-        bad = sorted(set(o) - known)
-        if bad:
-            raise UsageError(f"'{bad[0]}' is not a Schedule field",
-                             hint=f"fields: {', '.join(sorted(known))}")
     trials = [Trial(dict(o)) for o in search]
+    for t in trials:  # a user's mistake, before anything is compiled
+        t.schedule = default_schedule(program, "cuda", **_checked({**(base or {}), **t.overrides}))
+    _check_call(program, arrays, params)
     sources: dict[str, int] = {}
     for i, t in enumerate(trials):
         try:
-            t.schedule = default_schedule(program, "cuda", **{**(base or {}), **t.overrides})
             t.compiled = compile_program(program, t.schedule, device=device)
         except TilenestError as e:
             t.status, t.reason = "illegal", e.message
             continue
-        # the source up to names, and the launch facts (a grid cap, say, is
-        # not in the text)
+        # the source up to its own names, and the launch facts (a grid cap,
+        # say, is not in the text)
         text = _alpha(t.compiled.source.text) + repr(t.compiled.source.kernels)
         if text in sources:
             t.status, t.same_as = "same", sources[text]
@@ -188,17 +200,27 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     if not timed:
         raise TilenestError("no candidate schedule could be timed",
                             hint="\n".join(f"{t.label}: {t.status}: {t.reason}" for t in trials))
+    copies = arrays if timer else _device_copies(arrays)
     measure = timer or _gpu_timer()
-    for _ in range(samples):
-        for t in timed:
-            try:
-                got = arrays if timer else _bind(t, arrays, params)
-                t.samples.append(measure(t.compiled, got))
-            except TilenestError as e:
-                t.status, t.reason = "failed", e.message
-        timed = [t for t in timed if t.status == "timed"]
+    try:
+        for _ in range(samples):
+            for t in timed:
+                try:
+                    got = arrays if timer else _bind(t, copies, params)
+                    t.samples.append(measure(t.compiled, got))
+                except Exception as e:  # a launch that fails (out of memory, a status...)
+                    t.status = "failed"
+                    t.reason = e.message if isinstance(e, TilenestError) else \
+                        f"{type(e).__name__}: {e}"
+            timed = [t for t in timed if t.status == "timed"]
+    finally:
+        for t in trials:
+            t.bound = None  # the device copies are not kept with the report
+    host = getattr(measure, "host", {})
     for t in timed:
         t.seconds = statistics.median(t.samples)
+        if id(t.compiled) in host:
+            t.launch_bound = statistics.median(host[id(t.compiled)]) >= 0.9 * t.seconds
     if not timed:
         raise TilenestError("every candidate schedule failed when run",
                             hint="\n".join(f"{t.label}: {t.reason}" for t in trials))
@@ -206,15 +228,68 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     return TuneReport(trials, trials.index(best))
 
 
+def _checked(over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` after checking that each key is a ``Schedule`` field and each
+    value has its declared type (``int``, ``bool``, ``str``, optionally
+    ``None``; other fields are left to the schedule's own checks)."""
+    hints = typing.get_type_hints(Schedule)
+    for k, v in over.items():
+        if k not in hints:
+            raise UsageError(f"'{k}' is not a Schedule field",
+                             hint=f"fields: {', '.join(sorted(hints))}")
+        h = hints[k]
+        allowed = set(typing.get_args(h)) if typing.get_origin(h) in (Union, types.UnionType) \
+            else {h}
+        simple = allowed <= {int, bool, str, float, type(None)}
+        if simple and type(v) not in allowed:
+            names = " or ".join(sorted((a.__name__ for a in allowed if a is not type(None)))
+                                + (["None"] if type(None) in allowed else []))
+            raise UsageError(f"Schedule field '{k}' takes {names}, got {v!r}",
+                             hint=f"e.g. {{'{k}': {_example(allowed)}}}")
+    return over
+
+
+def _example(allowed: set) -> str:
+    return "True" if bool in allowed else "256" if int in allowed else "'auto'"
+
+
+def _check_call(program: Any, arrays: tuple, params: dict[str, int] | None) -> None:
+    """Bind the call as every candidate will (shapes, dtypes, arity), so a
+    call the signature refuses is an error now, not a failure per candidate."""
+    import numpy as np
+
+    from ...semantics import arrays as A
+    from ...semantics.signature import bind_call
+
+    metas = tuple(A.stand_in(a) if hasattr(a, "__cuda_array_interface__") and
+                  not isinstance(a, np.ndarray) else a for a in arrays)
+    bind_call(program, metas, params)
+
+
+def _device_copies(arrays: tuple) -> tuple:
+    """C-contiguous device copies of the array arguments (numpy or device
+    arrays), made once and shared by the candidates; other arguments as
+    given."""
+    import cupy as cp
+    import numpy as np
+
+    return tuple(cp.array(a, copy=True, order="C") if isinstance(a, np.ndarray) or
+                 hasattr(a, "__cuda_array_interface__") else a for a in arrays)
+
+
 def _alpha(text: str) -> str:
-    """``text`` with its generated names (``v_*``, ``b_*``, ``tn_*``) renamed
-    in order of first appearance: two sources equal after this differ only in
-    the names the lowering happened to draw, a consistent renaming, so they
-    are the same program."""
+    """``text`` with the names it declares itself renamed in order of first
+    appearance: the buffers, locals and temporaries of the generated code
+    (``v_*``, ``b_*``, ``tn_*`` not named in the prelude). The prelude's own
+    names (functions such as ``tn_vstore`` and ``tn_vstore_stream``, types)
+    are kept, so two sources equal after this differ only by a consistent
+    renaming of what the lowering happened to name: the same program."""
     names: dict[str, str] = {}
+    keep = _prelude_names()
 
     def canon(m: re.Match) -> str:
-        return names.setdefault(m.group(0), f"n{len(names)}")
+        w = m.group(0)
+        return w if w in keep else names.setdefault(w, f"n{len(names)}")
 
     return _NAME.sub(canon, text)
 
@@ -222,16 +297,23 @@ def _alpha(text: str) -> str:
 _NAME = re.compile(r"\b(?:v|b|tn)_\w+")
 
 
-def _bind(t: Trial, arrays: tuple, params: dict[str, int] | None) -> tuple:
-    """``(launch, copies)``: trial ``t``'s call bound on device copies of
-    ``arrays``, made once and kept on the trial; its first launch is checked
-    (a nonzero status is an error before anything is timed)."""
-    if t.bound is None:
-        import cupy as cp
-        import numpy as np
+@functools.cache
+def _prelude_names() -> frozenset[str]:
+    """Every identifier of the prelude headers that a generated name could
+    be mistaken for."""
+    from . import prelude_dir
 
-        copies = tuple(cp.array(a, copy=True) if isinstance(a, np.ndarray) or
-                       hasattr(a, "__cuda_array_interface__") else a for a in arrays)
+    out: set[str] = set()
+    for f in Path(prelude_dir()).glob("*.cuh"):
+        out |= set(_NAME.findall(f.read_text()))
+    return frozenset(out)
+
+
+def _bind(t: Trial, copies: tuple, params: dict[str, int] | None) -> tuple:
+    """``(launch, copies)``: trial ``t``'s call bound on the device copies,
+    made once and kept on the trial while it is timed; its first launch is
+    checked (a nonzero status is an error before anything is timed)."""
+    if t.bound is None:
         bl = t.compiled.bound(*copies, params=params)
         bl.launch()
         bl.check()
@@ -241,28 +323,35 @@ def _bind(t: Trial, arrays: tuple, params: dict[str, int] | None) -> tuple:
 
 def _gpu_timer() -> Callable[[Any, tuple], float]:
     """Device seconds per call: a batch of back-to-back launches of the bound
-    call between two CUDA events, sized to last :data:`SAMPLE_S` (the size
-    estimated once per kernel from a single launch)."""
+    call between two CUDA events, sized to last :data:`SAMPLE_S` (at most
+    1000 launches; the size estimated once per kernel from a single launch).
+    The host seconds to enqueue the batch are kept too (``host_seconds``)."""
+    import time
+
     import cupy as cp
 
     inner: dict[int, int] = {}
 
-    def batch(bl: Any, n: int) -> float:
+    def batch(bl: Any, n: int) -> tuple[float, float]:
         a, b = cp.cuda.Event(), cp.cuda.Event()
         bl.launch()  # keeps the device busy while the start is recorded
         a.record()
+        t0 = time.perf_counter()
         for _ in range(n):
             bl.launch()
+        host = time.perf_counter() - t0
         b.record()
         b.synchronize()
-        return cp.cuda.get_elapsed_time(a, b) * 1e-3 / n
+        return cp.cuda.get_elapsed_time(a, b) * 1e-3 / n, host / n
 
     def measure(ck: Any, bound: tuple) -> float:
         bl = bound[0]
         if id(ck) not in inner:
-            inner[id(ck)] = max(1, min(1000, math.ceil(SAMPLE_S / max(batch(bl, 1), 1e-7))))
-        sec = batch(bl, inner[id(ck)])
+            inner[id(ck)] = max(1, min(1000, math.ceil(SAMPLE_S / max(batch(bl, 1)[0], 1e-7))))
+        dev, host = batch(bl, inner[id(ck)])
         bl.check()
-        return sec
+        measure.host.setdefault(id(ck), []).append(host)  # type: ignore[attr-defined]
+        return dev
 
+    measure.host = {}  # type: ignore[attr-defined]
     return measure
