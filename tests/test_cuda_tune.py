@@ -158,3 +158,56 @@ def test_bad_arguments_are_usage_errors(kw, what):
     with pytest.raises(UsageError) as e:
         T.tune(k, *args, **kw)
     assert what in e.value.message
+
+
+def test_a_recorded_tuning_is_returned_without_timing(tmp_path, monkeypatch):
+    """``record=True`` keeps the outcome on disk: the same tuning again (any
+    process) times nothing and compiles only the chosen candidate; other
+    sizes are tuned afresh; without ``record`` everything is timed again."""
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(tmp_path))
+    k, args = _softmax()
+    search = ({}, {"stage_loads": True}, {"block_threads": 48})
+    table = lambda s: 1e-3 * (2 - s.stage_loads)  # noqa: E731
+    first = _timer(table)
+    a = T.tune(k, *args, search=search, device="emulated", timer=first, samples=2, cases=1,
+               record=True)
+    assert len(first.calls) == 4 and not a.recorded
+    again = _timer(table)
+    b = T.tune(k, *args, search=search, device="emulated", timer=again, samples=2, cases=1,
+               record=True)
+    assert again.calls == [] and b.recorded and "(recorded " in b.table()
+    assert b.best == a.best == 1 and b.schedule.stage_loads
+    assert [t.status for t in b.trials] == [t.status for t in a.trials]
+    assert b.trials[1].seconds == a.trials[1].seconds and b.trials[2].reason == a.trials[2].reason
+    assert tn.validate(k, "cuda", compiled=b.compiled, cases=1).ok
+    # another size is another record
+    wl = WORKLOADS["softmax"]
+    other = tuple(wl.args({"R": 4, "C": 17}, tn.f32).values())
+    fresh = _timer(table)
+    T.tune(k, *other, search=search, device="emulated", timer=fresh, samples=1, cases=1,
+           record=True)
+    assert len(fresh.calls) == 2
+    # without record=True the tuning is measured again
+    plain = _timer(table)
+    T.tune(k, *args, search=search, device="emulated", timer=plain, samples=1, cases=1)
+    assert len(plain.calls) == 2
+
+
+def test_a_record_of_another_search_is_not_used(tmp_path, monkeypatch):
+    """The search is part of the key; and a record whose rows do not match
+    the search it is read for (an entry of another format) is discarded."""
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(tmp_path))
+    k, args = _softmax()
+    T.tune(k, *args, search=({}, {"stage_loads": True}), device="emulated",
+           timer=_timer(lambda s: 1e-3), samples=1, cases=1, record=True)
+    t = _timer(lambda s: 1e-3)
+    T.tune(k, *args, search=({"stage_loads": True}, {}), device="emulated", timer=t,
+           samples=1, cases=1, record=True)
+    assert len(t.calls) == 2
+    # corrupt every record's rows: the next read discards it and re-times
+    for key in [p.stem for p in (tmp_path / "tune").glob("*.tnc")]:
+        T._RECORDS.put(key, {"trials": [{"overrides": {"x": 1}}], "best": 0}, {})
+    t2 = _timer(lambda s: 1e-3)
+    rep = T.tune(k, *args, search=({}, {"stage_loads": True}), device="emulated", timer=t2,
+                 samples=1, cases=1, record=True)
+    assert len(t2.calls) == 2 and not rep.recorded

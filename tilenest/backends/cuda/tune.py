@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from ...errors import NotAvailableError, TilenestError, UsageError
+from ...diskcache import Store
 from ...lowering import Schedule, default_schedule
 
 #: the schedule overrides tried by default, over the program's default cuda
@@ -43,6 +44,9 @@ SEARCH: tuple[dict[str, Any], ...] = (
 
 #: a timed sample lasts at least this many seconds of device time
 SAMPLE_S = 2e-3
+
+#: recorded tunings (``tune(record=True)``), in the persistent cache
+_RECORDS = Store("tune")
 
 
 @dataclass
@@ -80,6 +84,9 @@ class TuneReport:
 
     trials: list[Trial]
     best: int
+    #: when the outcome comes from a record (``tune(record=True)``): the
+    #: date it was measured; else empty
+    recorded: str = ""
 
     @property
     def compiled(self) -> Any:
@@ -107,7 +114,8 @@ class TuneReport:
         """One line per candidate: overrides, microseconds per call (median of
         the samples), its time over the best's, and the status."""
         w = max(len(t.label) for t in self.trials)
-        lines = [f"  {'candidate':<{w}}  {'us/call':>9}  {'x best':>7}  status"]
+        lines = [f"  (recorded {self.recorded})"] if self.recorded else []
+        lines.append(f"  {'candidate':<{w}}  {'us/call':>9}  {'x best':>7}  status")
         for i, t in enumerate(self.trials):
             sec = self._time(i)
             us = f"{sec * 1e6:9.2f}" if sec is not None else f"{'-':>9}"
@@ -127,7 +135,8 @@ class TuneReport:
 def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
          search: Sequence[dict[str, Any]] = SEARCH, base: dict[str, Any] | None = None,
          device: str = "gpu", samples: int = 5, cases: int = 4, seed: int = 0,
-         timer: Callable[[Any, tuple], float] | None = None) -> TuneReport:
+         timer: Callable[[Any, tuple], float] | None = None, record: bool = False
+         ) -> TuneReport:
     """The fastest ``cuda`` schedule of ``kernel`` (a ``tn.kernel`` or a
     ``TileProgram``) among ``search``, measured on one call's ``arrays``.
 
@@ -151,7 +160,16 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     seconds`` replaces the measurement and receives the caller's arrays
     themselves (required on the emulated device, whose times say nothing
     about a GPU's). Raises ``TilenestError`` when no candidate could be
-    timed."""
+    timed.
+
+    ``record=True`` keeps the outcome in the persistent cache (namespace
+    ``tune``) under the program, its default schedule with ``base``, the
+    search, the call's sizes, the device (GPU name and driver version, or
+    the emulator) and tilenest's version; a later tuning with all of these
+    equal, in any process, returns the recorded outcome without timing
+    anything (``report.recorded`` is its date) and compiles only the chosen
+    candidate. A measurement can go stale where a compiled artifact cannot
+    (other load on the GPU, other clocks): the record is opt-in."""
     from . import compile_program
     from ...validation import validate
 
@@ -176,7 +194,12 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     trials = [Trial(dict(o)) for o in search]
     for t in trials:  # a user's mistake, before anything is compiled
         t.schedule = default_schedule(program, "cuda", **_checked({**(base or {}), **t.overrides}))
-    _check_call(program, arrays, params)
+    env = _check_call(program, arrays, params)
+    key = _record_key(program, base, search, env, device) if record else None
+    if key is not None:
+        got = _recalled(key, trials, program, device)
+        if got is not None:
+            return got
     sources: dict[str, int] = {}
     for i, t in enumerate(trials):
         try:
@@ -225,7 +248,10 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
         raise TilenestError("every candidate schedule failed when run",
                             hint="\n".join(f"{t.label}: {t.reason}" for t in trials))
     best = min(timed, key=lambda t: t.seconds)  # type: ignore[arg-type,return-value]
-    return TuneReport(trials, trials.index(best))
+    rep = TuneReport(trials, trials.index(best))
+    if key is not None:
+        _remember(key, rep)
+    return rep
 
 
 def _checked(over: dict[str, Any]) -> dict[str, Any]:
@@ -253,9 +279,10 @@ def _example(allowed: set) -> str:
     return "True" if bool in allowed else "256" if int in allowed else "'auto'"
 
 
-def _check_call(program: Any, arrays: tuple, params: dict[str, int] | None) -> None:
+def _check_call(program: Any, arrays: tuple, params: dict[str, int] | None) -> dict:
     """Bind the call as every candidate will (shapes, dtypes, arity), so a
-    call the signature refuses is an error now, not a failure per candidate."""
+    call the signature refuses is an error now, not a failure per candidate;
+    the symbol values of the call."""
     import numpy as np
 
     from ...semantics import arrays as A
@@ -263,7 +290,69 @@ def _check_call(program: Any, arrays: tuple, params: dict[str, int] | None) -> N
 
     metas = tuple(A.stand_in(a) if hasattr(a, "__cuda_array_interface__") and
                   not isinstance(a, np.ndarray) else a for a in arrays)
-    bind_call(program, metas, params)
+    return bind_call(program, metas, params)
+
+
+# ------------------------------------------------------------------------------ records
+#: the fields of a trial a record keeps
+_KEPT = ("overrides", "status", "seconds", "samples", "same_as", "reason", "launch_bound")
+
+
+def _device_identity(device: str) -> list:
+    if device == "emulated":
+        return ["emulated"]
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return [name, cp.cuda.runtime.driverGetVersion()]
+
+
+def _record_key(program: Any, base: dict[str, Any] | None, search: Sequence[dict[str, Any]],
+                env: dict, device: str) -> str:
+    """The record's key: the kernel's disk key under its default schedule with
+    ``base``, the search, the call's symbol values and the device."""
+    from . import disk_key
+    from ...diskcache import key_of
+
+    s = default_schedule(program, "cuda", **(base or {}))
+    syms = sorted((str(k), int(v)) for k, v in env.items())
+    return key_of(["tune", 1, disk_key(program, s), [sorted(o.items()) for o in search],
+                   syms, _device_identity(device)])
+
+
+def _recalled(key: str, trials: list[Trial], program: Any, device: str) -> TuneReport | None:
+    """The recorded outcome of this tuning, the chosen candidate compiled;
+    None when there is none (an entry this reader cannot use is discarded)."""
+    from . import compile_program
+
+    got = _RECORDS.get(key)
+    if got is None:
+        return None
+    meta, _ = got
+    try:
+        rows, best = meta["trials"], int(meta["best"])
+        if [r["overrides"] for r in rows] != [t.overrides for t in trials] or \
+                rows[best]["status"] != "timed":
+            raise ValueError("another search")
+        for t, r in zip(trials, rows, strict=True):
+            for f in _KEPT[1:]:
+                setattr(t, f, r[f])
+    except (KeyError, TypeError, ValueError, IndexError):
+        _RECORDS.discard(key)
+        return None
+    trials[best].compiled = compile_program(program, trials[best].schedule, device=device)
+    return TuneReport(trials, best, recorded=str(meta.get("date", "")))
+
+
+def _remember(key: str, rep: TuneReport) -> None:
+    import datetime
+
+    rows = [{f: (t.overrides if f == "overrides" else getattr(t, f)) for f in _KEPT}
+            for t in rep.trials]
+    _RECORDS.put(key, {"trials": rows, "best": rep.best,
+                       "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                           timespec="seconds")}, {})
 
 
 def _device_copies(arrays: tuple) -> tuple:
