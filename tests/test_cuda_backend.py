@@ -254,3 +254,33 @@ def test_conformance_backend_runs_every_interleaving_and_flags_differences(monke
     out = C.Backend("cuda").run(case)
     assert seen == ["in_order", "reversed"]
     assert out.error == "internal" and "interleavings" in out.message
+
+
+def test_row_invariant_shared_reads_are_hoisted_and_divisions_keep_their_reciprocal():
+    """Softmax's exponential pass reads the row's max from shared memory and
+    its division pass the row's sum: each is read once before its loop (CUDA
+    cannot: any store of the loop may alias it), the division still takes
+    the shared-divisor form, the exponential's full groups run with no
+    per-group test, and the kernel still validates on the emulated device."""
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS["softmax"]
+    k = wl.kernel(tn.bf16, {"rp": 1})
+    ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", block_threads=32),
+                              device="emulated")
+    src = ck.source.text
+    hoisted = re.findall(r"const float (tn_inv_\w+) = \(unsigned\)\(.*?\) < \(unsigned\)\(1\) "
+                         r"\? (b_\w+)\[", src)
+    assert len(hoisted) == 2, src
+    (m, mb), (s, sb) = hoisted
+    assert src.count(f"{mb}[") == 2  # stored once, read once (the hoisted read)
+    assert f"tn_fdiv_prep({s})" in src
+    exp_pass = src[src.index(m):]
+    assert "full groups: 8 lanes" in exp_pass.split("tn_exp_f32_ok")[0]
+    assert "#pragma unroll 1\n" in exp_pass.split("tn_exp_f32_ok")[0]
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((3, 777)) * 4).astype(tn.bf16.np)
+    mask = np.ones((3, 777), bool)
+    cases = [[x, mask, np.zeros_like(x)]]
+    rep = tn.validate(k, "cuda", compiled=ck, inputs=cases)
+    assert rep.ok and rep.count("ok") == 1, rep.summary()

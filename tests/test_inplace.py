@@ -40,7 +40,8 @@ def test_staged_softmax_keeps_one_row():
     line = next(x for x in text.splitlines() if "tn_exp_f32" in x and "tn_vq" in x)
     assert "tn_vs_" in line
     name = "b_" + row.name.replace("%", "_").replace(".", "_")
-    assert f"tn_vstore<float, 8>(&{name}[" in text and f"tn_vload<float, 8>(&{name}[" in text
+    V = s.vector_lanes
+    assert f"tn_vstore<float, {V}>(&{name}[" in text and f"tn_vload<float, {V}>(&{name}[" in text
 
 
 def _kernel(body, dt_e=f32) -> L.Kernel:  # type: ignore[no-untyped-def]

@@ -221,6 +221,9 @@ class Emitter:
         self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
         #: divisors worth a reciprocal computed once (:func:`shared_divisors`)
         self.shared_divisors = shared_divisors(k, restrict, aliased)
+        #: shared reads held in registers across the loop being emitted
+        #: (:meth:`invariant_loads`): (buffer name, index) -> register
+        self.invariant: dict[tuple[str, E.Expr], str] = {}
         #: lane ``q.e[v]`` of a loaded pack of 16-bit floats -> the same lane
         #: read from its 32-bit word (``tn_lane``), for widening it
         self.word_lanes: dict[str, str] = {}
@@ -377,6 +380,10 @@ class Emitter:
         return f"{outer} + {fn}({self.idx(rest)})"
 
     def load(self, x: L.Load) -> str:
+        if x.guard is None and isinstance(x.index, L.IExpr):
+            r = self.invariant.get((x.buf.name, x.index.e))
+            if r is not None:
+                return r
         at = self.elem(x.buf, x.index.e if isinstance(x.index, L.IExpr) else self.expr(x.index))
         if x.buf.dtype.is_bool:
             at = f"({at} != 0)"
@@ -621,10 +628,62 @@ class Emitter:
             return
         if not self.in_thread:
             self.hoist_tests(s)
-        if (self.strip_loop(s) or self.unswitched_loop(s) or self.promoted_loop(s)
-                or self.resident_loop(s)):
+        if (self.invariant_loads(s) or self.strip_loop(s) or self.unswitched_loop(s)
+                or self.promoted_loop(s) or self.resident_loop(s)):
             return
         self.plain_loop(s)
+
+    def invariant_loads(self, s: L.For) -> bool:
+        """Loop-invariant code motion of shared-memory reads: in a thread's
+        serial loop whose body only computes, assigns, stores and branches
+        (no barrier, collective or asynchronous copy), an unguarded read of
+        a ``shared`` buffer the loop never stores to, at an index independent
+        of the loop and of everything the body assigns, is read once into a
+        register before the loop (when it runs). The body holds no barrier,
+        so no other thread may write that element while the loop runs (the
+        barrier-sufficiency obligation); the buffer is live through the loop
+        (it is read there), so nothing the loop stores shares its storage:
+        every iteration reads the value read before it. The read may sit
+        under a condition of the body (a tail mask) that is false in every
+        iteration; so the hoisted read tests the index against the buffer's
+        size and is 0 outside it -- a value no iteration uses, since the
+        program reads no element out of bounds. CUDA cannot move the read
+        itself: every shared buffer is a pointer into one array, so any store
+        in the loop may alias it. False (nothing emitted) when nothing
+        qualifies."""
+        if not (self.in_thread and s.kind == "serial"):
+            return False
+        plain = (L.For, L.If, L.Assign, L.Store, L.Check, L.Comment)
+        if any(not isinstance(t, plain) or (isinstance(t, L.Store) and t.mode)
+               for t in L.walk(s.body)):
+            return False
+        varying = {s.var.name} | set(L.assigned(s.body))
+        stored = {t.buf.name for t in L.walk(s.body) if isinstance(t, L.Store)}
+        found: dict = {}
+        for y in L.evaluated(s.body):
+            if (isinstance(y, L.Load) and y.buf.space == "shared" and y.guard is None
+                    and y.buf.layout is None
+                    and isinstance(y.index, L.IExpr) and not y.buf.dtype.is_bool
+                    and y.buf.name not in stored and not (L.names(y.index) & varying)
+                    and (y.buf.name, y.index.e) not in self.invariant):
+                found.setdefault((y.buf.name, y.index.e), y)
+        if not found:
+            return False
+        self.w(f"if ({self.idx(s.lo)} < {self.idx(s.hi)}) {{  // shared reads the loop "
+               "does not change, read once")
+        self.ind += 1
+        for (name, e), y in found.items():
+            r = self.names(f"inv.{name}.{len(self.invariant)}", "tn")
+            within = f"(unsigned)({self.idx(e)}) < (unsigned)({self.idx(y.buf.size)})"
+            self.w(f"const {REG[y.buf.dtype.name]} {r} = {within} ? {self.elem(y.buf, e)} : "
+                   f"{const(0, y.buf.dtype)};")
+            self.invariant[(name, e)] = r
+        self.loop(s)
+        for key in found:
+            del self.invariant[key]
+        self.ind -= 1
+        self.w("}")
+        return True
 
     def hoist_tests(self, s: L.For) -> None:
         """Loop-invariant code motion of the wide-access tests
@@ -910,7 +969,7 @@ class Emitter:
         path either way; a thread whose groups are all full (every tile of a
         large GEMM) runs its copies straight through. False (nothing
         emitted) for another loop, and for lanes that compute a
-        transcendental (as :meth:`strip_loop`)."""
+        transcendental (three unrolled copies of one cost NVRTC time)."""
         if not (self.in_thread and s.kind == "serial" and not s.reverse and self.unrolled(s)
                 and len(s.body) == 1 and isinstance(s.body[0], L.For)
                 and s.body[0].kind == "vector"):
@@ -919,7 +978,7 @@ class Emitter:
         plan = self.lane_plan(lane)
         if plan is None or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
                                for y in L.evaluated(plan.stmts, nested=False)):
-            return False  # (three copies of a transcendental cost NVRTC time: strip_loop)
+            return False
         v, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
         ok = self.names(f"all.{lane.var.name}", "tn")
         self.w(f"bool {ok} = true;  // every group of the thread's steps full and aligned")
@@ -1131,19 +1190,22 @@ class Emitter:
         of the group's size (so aligned at every ``r``; tested once, at run
         time), the full groups run widened, unrolled by ``UNROLL`` with no
         per-group test (several loads in flight per thread), and the rest
-        scalar; otherwise every group runs scalar. Iterations keep their order.
-        False (nothing emitted) for any other loop, and for lanes that compute
-        a transcendental (compute-bound: :meth:`lane_loop` per group instead)."""
+        scalar; otherwise every group runs scalar. Lanes that compute a
+        transcendental are bound by their arithmetic, not their loads: their
+        full groups are not unrolled. Iterations keep their order. False
+        (nothing emitted) for any other loop."""
         if not (self.in_thread and s.kind == "serial" and not s.reverse and len(s.body) == 1
                 and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
             return False
         plan = self.lane_plan(s.body[0])
-        if plan is None or plan.conds or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
-                                             for y in L.evaluated(plan.stmts, nested=False)):
-            # lanes computing a transcendental (a libm call in double, or the
-            # exp formula) are not memory-bound: their three copies (wide,
-            # tail, fallback), unrolled, cost NVRTC minutes for no gain
+        if plan is None or plan.conds:
             return False
+        # lanes computing a transcendental (a libm call in double, or the exp
+        # formula): not unrolled (their copies -- wide, tail, misaligned --
+        # unrolled cost NVRTC minutes), but still split, so the full groups
+        # take no per-group test
+        heavy = any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
+                    for y in L.evaluated(plan.stmts, nested=False))
         r = E.Var(s.var.name)
 
         def stride(e: E.Expr) -> E.Expr:
@@ -1169,7 +1231,7 @@ class Emitter:
         self.w(f"if ({' && '.join(self.aligned(plan, at)) or 'true'}) {{  // full groups: "
                f"{plan.V} lanes, vector accesses")
         self.ind += 1
-        self.w(f"#pragma unroll {UNROLL}")
+        self.w(f"#pragma unroll {1 if heavy else UNROLL}")
         self.w(f"for ({rn} = {lo}; {rn} < {nf}; ++{rn}) {{")
         self.block_of(lambda: self.vector_group(plan))
         self.w("}")
