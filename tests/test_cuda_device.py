@@ -330,3 +330,23 @@ def test_tune_on_gpu(where):
         assert np.array_equal(a, b, equal_nan=True)
     assert tn.validate(k, "cuda", compiled=rep.compiled, cases=4, seed=9).ok
     print(rep.table())
+
+
+def test_tune_record_on_gpu(tmp_path, monkeypatch):
+    """``tn.tune(record=True)`` on the GPU: the second tuning of the same
+    call (keyed by the GPU's name and driver) returns the recorded choice
+    without timing, and its kernel validates."""
+    from tilenest.backends.cuda import tune as T
+    from tilenest.workloads import WORKLOADS
+
+    monkeypatch.setenv("TILENEST_CACHE_DIR", str(tmp_path))
+    wl = WORKLOADS["rmsnorm"]
+    k = wl.kernel(tn.f32, dict(wl.schedules[0]))
+    args = tuple(wl.args({"R": 512, "C": 4096}, tn.f32).values())
+    first = tn.tune(k, *args, samples=2, cases=2, record=True)
+    assert not first.recorded
+    monkeypatch.setattr(T, "_gpu_timer", lambda: pytest.fail("a recorded tuning timed again"))
+    again = tn.tune(k, *args, samples=2, cases=2, record=True)
+    assert again.recorded and again.best == first.best
+    assert [t.seconds for t in again.trials] == [t.seconds for t in first.trials]
+    assert tn.validate(k, "cuda", compiled=again.compiled, cases=3, seed=2).ok
