@@ -284,3 +284,50 @@ def test_row_invariant_shared_reads_are_hoisted_and_divisions_keep_their_recipro
     cases = [[x, mask, np.zeros_like(x)]]
     rep = tn.validate(k, "cuda", compiled=ck, inputs=cases)
     assert rep.ok and rep.count("ok") == 1, rep.summary()
+
+
+_SYNC = re.compile(r"__syncthreads|__syncwarp|tn_shfl|tn_cp_async|tn_wgmma|tn_lane_reduce")
+
+
+def _block_after(lines: list, i: int) -> list:
+    """The lines of the ``{ ... }`` block opened on line ``i``."""
+    depth, out = 0, []
+    for ln in lines[i:]:
+        depth += ln.count("{") - ln.count("}")
+        out.append(ln)
+        if depth <= 0:
+            break
+    return out
+
+
+def test_every_hoisted_shared_read_is_of_a_value_its_loop_cannot_change():
+    """Over every workload schedule's CUDA source: each shared read held in
+    a register across a loop is of a buffer that loop never stores to, in a
+    block with no barrier, collective or asynchronous copy, and is used
+    there; and the hoist happens at all (the row kernels' scalars)."""
+    from tilenest.backends.cuda import stage_source
+    from tilenest.workloads import WORKLOADS
+
+    seen = 0
+    for name, wl in WORKLOADS.items():
+        for sched in wl.schedules:
+            try:
+                k = wl.kernel(wl.dtypes[0], dict(sched))
+            except tn.errors.TilenestError:  # a kernel needing its size (sort's width)
+                k = wl.kernel(wl.dtypes[0], dict(sched), wl.size(next(iter(wl.sizes))))
+            _, src = stage_source(k.program, default_schedule(k.program, "cuda"))
+            lines = src.text.splitlines()
+            for i, ln in enumerate(lines):
+                if "read once" not in ln:
+                    continue
+                block = _block_after(lines, i)
+                decls = re.findall(r"const \w+ (tn_inv_\w+) = .*? \? (b_\w+)\[", "\n".join(block))
+                assert decls, (name, ln)
+                body = "\n".join(block[1 + len(decls):])
+                assert not _SYNC.search(body), (name, sched, body[:2000])
+                for reg, buf in decls:
+                    seen += 1
+                    assert reg in body, (name, reg)
+                    assert not re.search(rf"\b{buf}\[[^\]]*\]\s*=[^=]", body), (name, buf)
+                    assert not re.search(rf"tn_vstore\w*<[^>]*>\(&{buf}\[", body), (name, buf)
+    assert seen >= 20
