@@ -197,9 +197,9 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     env = _check_call(program, arrays, params)
     key = _record_key(program, base, search, env, device) if record else None
     if key is not None:
-        got = _recalled(key, trials, program, device)
-        if got is not None:
-            return got
+        recalled = _recalled(key, trials, program, device)
+        if recalled is not None:
+            return recalled
     sources: dict[str, int] = {}
     for i, t in enumerate(trials):
         try:
@@ -214,9 +214,9 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
             t.status, t.same_as = "same", sources[text]
             continue
         sources[text] = i
-        rep = validate(kernel, "cuda", compiled=t.compiled, cases=cases, seed=seed)
-        if not rep.ok:
-            t.status, t.reason = "invalid", rep.summary().splitlines()[0]
+        verdict = validate(kernel, "cuda", compiled=t.compiled, cases=cases, seed=seed)
+        if not verdict.ok:
+            t.status, t.reason = "invalid", verdict.summary().splitlines()[0]
             continue
         t.status = "timed"
     timed = [t for t in trials if t.status == "timed"]
