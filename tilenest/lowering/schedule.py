@@ -238,7 +238,6 @@ def default_lanes(program: TileProgram) -> int:
     of 16 -- two 128-bit accesses whose neighbours interleave, in global
     memory and in a staged shared row -- cost LayerNorm f32 19 points of the
     copy bandwidth and softmax f32 5 (spec/lowering.md)."""
-    from ..semantics.signature import stored_tensors
     from ..semantics.types import TensorType
 
     tensors = [v for v in program.args if isinstance(v.type, TensorType)]
@@ -258,12 +257,41 @@ UNUSED_FIELDS = {"cuda": ("threads", "chunk"),
                  "llvm": ("index_bits", "min_blocks", "cache_hints", "grid_blocks")}
 
 
+def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` after checking that each key is a :class:`Schedule`
+    field and each value has its declared type where that is ``int``,
+    ``bool``, ``str`` or ``float``, optionally ``None`` (the other fields are
+    left to the lowering's own checks); a ``UsageError`` otherwise."""
+    import types
+    import typing
+
+    from ..errors import UsageError
+
+    hints = typing.get_type_hints(Schedule)
+    for k, v in overrides.items():
+        if k not in hints:
+            raise UsageError(f"'{k}' is not a Schedule field",
+                             hint=f"fields: {', '.join(sorted(hints))}")
+        h = hints[k]
+        union = typing.get_origin(h) in (typing.Union, types.UnionType)
+        allowed = set(typing.get_args(h)) if union else {h}
+        if allowed <= {int, bool, str, float, type(None)} and type(v) not in allowed:
+            names = " or ".join(sorted(a.__name__ for a in allowed if a is not type(None))
+                                + (["None"] if type(None) in allowed else []))
+            example = "True" if bool in allowed else "256" if int in allowed else "'auto'"
+            raise UsageError(f"Schedule field '{k}' takes {names}, got {v!r}",
+                             hint=f"e.g. {{'{k}': {example}}}")
+    return overrides
+
+
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:
-    """The automatic schedule of ``program`` for ``target`` (overrides applied;
-    one the target never reads, :data:`UNUSED_FIELDS`, is an error)."""
+    """The automatic schedule of ``program`` for ``target`` (overrides applied
+    after :func:`check_overrides`; one the target never reads,
+    :data:`UNUSED_FIELDS`, is an error)."""
     if target not in TARGETS:
         raise NotAvailableError(f"no lowering for target '{target}'",
                                 hint=f"available targets: {', '.join(TARGETS)}")
+    check_overrides(overrides)
     unused = [f for f in UNUSED_FIELDS.get(target, ()) if f in overrides]
     if unused:
         from ..errors import UsageError

@@ -976,8 +976,7 @@ class Emitter:
             return False
         lane = s.body[0]
         plan = self.lane_plan(lane)
-        if plan is None or any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
-                               for y in L.evaluated(plan.stmts, nested=False)):
+        if plan is None or _transcendental(plan):
             return False
         v, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
         ok = self.names(f"all.{lane.var.name}", "tn")
@@ -1204,8 +1203,7 @@ class Emitter:
         # formula): not unrolled (their copies -- wide, tail, misaligned --
         # unrolled cost NVRTC minutes), but still split, so the full groups
         # take no per-group test
-        heavy = any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
-                    for y in L.evaluated(plan.stmts, nested=False))
+        heavy = _transcendental(plan)
         r = E.Var(s.var.name)
 
         def stride(e: E.Expr) -> E.Expr:
@@ -1703,6 +1701,13 @@ def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
         f = all if e.op == "min" else any
         return f(_nonneg(x, extents, vars_) for x in (e.a, e.b))
     return False
+
+
+def _transcendental(plan: "LanePlan") -> bool:
+    """Whether a lane group computes a transcendental (a libm call in double,
+    or the exp formula): bound by its arithmetic, not its accesses."""
+    return any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
+               for y in L.evaluated(plan.stmts, nested=False))
 
 
 def shared_divisors(k: L.Kernel, restrict: bool = True,

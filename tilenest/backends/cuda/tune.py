@@ -23,12 +23,10 @@ import functools
 import math
 import re
 import statistics
-import types
-import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from ...errors import NotAvailableError, TilenestError, UsageError
 from ...diskcache import Store
@@ -193,7 +191,7 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
         raise UsageError("tune got an empty search", hint="pass at least one set of overrides")
     trials = [Trial(dict(o)) for o in search]
     for t in trials:  # a user's mistake, before anything is compiled
-        t.schedule = default_schedule(program, "cuda", **_checked({**(base or {}), **t.overrides}))
+        t.schedule = default_schedule(program, "cuda", **{**(base or {}), **t.overrides})
     env = _check_call(program, arrays, params)
     key = _record_key(program, base, search, env, device) if record else None
     if key is not None:
@@ -239,7 +237,7 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     finally:
         for t in trials:
             t.bound = None  # the device copies are not kept with the report
-    host = getattr(measure, "host", {})
+    host = measure.host if isinstance(measure, _GpuTimer) else {}
     for t in timed:
         t.seconds = statistics.median(t.samples)
         if id(t.compiled) in host:
@@ -252,31 +250,6 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
     if key is not None:
         _remember(key, rep)
     return rep
-
-
-def _checked(over: dict[str, Any]) -> dict[str, Any]:
-    """``over`` after checking that each key is a ``Schedule`` field and each
-    value has its declared type (``int``, ``bool``, ``str``, optionally
-    ``None``; other fields are left to the schedule's own checks)."""
-    hints = typing.get_type_hints(Schedule)
-    for k, v in over.items():
-        if k not in hints:
-            raise UsageError(f"'{k}' is not a Schedule field",
-                             hint=f"fields: {', '.join(sorted(hints))}")
-        h = hints[k]
-        allowed = set(typing.get_args(h)) if typing.get_origin(h) in (Union, types.UnionType) \
-            else {h}
-        simple = allowed <= {int, bool, str, float, type(None)}
-        if simple and type(v) not in allowed:
-            names = " or ".join(sorted((a.__name__ for a in allowed if a is not type(None)))
-                                + (["None"] if type(None) in allowed else []))
-            raise UsageError(f"Schedule field '{k}' takes {names}, got {v!r}",
-                             hint=f"e.g. {{'{k}': {_example(allowed)}}}")
-    return over
-
-
-def _example(allowed: set) -> str:
-    return "True" if bool in allowed else "256" if int in allowed else "'auto'"
 
 
 def _check_call(program: Any, arrays: tuple, params: dict[str, int] | None) -> dict:
@@ -410,18 +383,23 @@ def _bind(t: Trial, copies: tuple, params: dict[str, int] | None) -> tuple:
     return t.bound  # type: ignore[no-any-return]
 
 
-def _gpu_timer() -> Callable[[Any, tuple], float]:
+class _GpuTimer:
     """Device seconds per call: a batch of back-to-back launches of the bound
     call between two CUDA events, sized to last :data:`SAMPLE_S` (at most
     1000 launches; the size estimated once per kernel from a single launch).
-    The host seconds to enqueue the batch are kept too (``host_seconds``)."""
-    import time
+    ``host`` keeps, per kernel, the host seconds per call of enqueuing each
+    batch (launch-bound when they match the device's)."""
 
-    import cupy as cp
+    def __init__(self) -> None:
+        self.inner: dict[int, int] = {}
+        self.host: dict[int, list[float]] = {}
 
-    inner: dict[int, int] = {}
-
+    @staticmethod
     def batch(bl: Any, n: int) -> tuple[float, float]:
+        import time
+
+        import cupy as cp
+
         a, b = cp.cuda.Event(), cp.cuda.Event()
         bl.launch()  # keeps the device busy while the start is recorded
         a.record()
@@ -433,14 +411,16 @@ def _gpu_timer() -> Callable[[Any, tuple], float]:
         b.synchronize()
         return cp.cuda.get_elapsed_time(a, b) * 1e-3 / n, host / n
 
-    def measure(ck: Any, bound: tuple) -> float:
+    def __call__(self, ck: Any, bound: tuple) -> float:
         bl = bound[0]
-        if id(ck) not in inner:
-            inner[id(ck)] = max(1, min(1000, math.ceil(SAMPLE_S / max(batch(bl, 1)[0], 1e-7))))
-        dev, host = batch(bl, inner[id(ck)])
+        if id(ck) not in self.inner:
+            once = self.batch(bl, 1)[0]
+            self.inner[id(ck)] = max(1, min(1000, math.ceil(SAMPLE_S / max(once, 1e-7))))
+        dev, host = self.batch(bl, self.inner[id(ck)])
         bl.check()
-        measure.host.setdefault(id(ck), []).append(host)  # type: ignore[attr-defined]
+        self.host.setdefault(id(ck), []).append(host)
         return dev
 
-    measure.host = {}  # type: ignore[attr-defined]
-    return measure
+
+#: the measurement ``tune`` uses without a ``timer``
+_gpu_timer = _GpuTimer
