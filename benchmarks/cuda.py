@@ -20,6 +20,13 @@ per block, loads staged in shared memory or re-read with or without L2 cache
 policies; the fastest is starred), against eager PyTorch
 (``torch.softmax``, ``F.rms_norm``, ``F.layer_norm``) and ``torch.compile`` of
 the same call (a failing torch.compile is reported and the run goes on).
+Softmax is also timed against a hand-written kernel (``softmax_rows.cu``:
+one block per row, the row held in registers, specialized to 8192 columns),
+once under tilenest's numerical contract (``hand``: the prelude's faithful
+exp and IEEE division; tests/test_hand_softmax.py checks it against the
+oracle) and once with CUDA's ``__expf`` (``hand ex2.approx``, outside the
+contract): the first is a reference for what a generated kernel could
+reach under the contract, the second shows what the faithful exp costs.
 Achieved bandwidth counts the input read once, the output written once and the
 weight vectors; it is also given as a fraction of the copy ceiling. The ratio
 is baseline time / tilenest time (> 1: tilenest is faster).
@@ -683,11 +690,18 @@ def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
             msg = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             rec["baselines"]["compile"] = {"error": msg}
             run.note(f"{name} {dtn}: torch.compile failed: {msg}")
+    if name == "softmax":
+        hand = _hand_softmax(run, dtn, sets, outs, chk, ref)
+        for k, (calls, info) in hand.items():
+            rec["baselines"][k] = info
+            if calls:
+                base_calls[k] = calls
     for k, b in rec["baselines"].items():
         if b.get("rel_err") is not None and not b["rel_err"] < TOL[dtn]:
             run.note(f"{name} {dtn}: torch {k} has rel err {b['rel_err']:.3g} against the "
                      f"float64 reference (tol {TOL[dtn]}): check the reference")
-    impls += [Impl(k, "torch", c) for k, c in base_calls.items()]
+    impls += [Impl(k, "cupy" if k in HAND_VARIANTS else "torch", c)
+              for k, c in base_calls.items()]
     res = time_impls(impls, cfg)
     ceiling = run.ceil["copy_ceiling_bytes_per_s"]
     for k in base_calls:
@@ -715,9 +729,67 @@ def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
               flush=True)
     for k in base_calls:
         b = rec["baselines"][k]
-        print(f"torch {k}: {b['median_s'] * 1e3:.3f} ms, {b['bytes_per_s'] / 1e12:.2f} TB/s",
+        print(f"{k if k in HAND_VARIANTS else 'torch ' + k}: {b['median_s'] * 1e3:.3f} ms, "
+              f"{b['bytes_per_s'] / 1e12:.2f} TB/s",
               flush=True)
     return rec
+
+
+HAND_SOURCE = HERE / "softmax_rows.cu"
+HAND_THREADS = 256
+#: the hand-written softmax kernels timed beside the baselines: label -> (entry
+#: name suffix, inside the numerical contract)
+HAND_VARIANTS = {"hand": ("", True), "hand ex2.approx": ("_approx", False)}
+
+
+def _hand_softmax(run: Run, dtn: str, sets: list[dict[str, Any]], outs: list[Any],
+                  chk: dict[str, Any], ref: Any) -> dict[str, tuple[list[Any], dict[str, Any]]]:
+    """The hand-written row softmax of ``softmax_rows.cu`` (rows in registers,
+    specialized to ``COLS`` columns), compiled by tilenest's NVRTC under the
+    same options and prelude as the generated kernels: label -> (calls, record).
+    ``hand`` keeps the numerical contract (faithful exp, IEEE division), so it
+    is a reference for what the generated kernel could reach; ``hand
+    ex2.approx`` does not (its exp is ``__expf``) and shows what the faithful
+    exp costs. Each is checked like a baseline before it is timed."""
+    from tilenest.backends.cuda import ARCH, prelude_dir
+    from tilenest.backends.cuda.nvrtc import compile_cuda
+    from tilenest.backends.cuda.runtime import _load_cubin
+
+    torch, cp = run.torch, run.cp
+    src = (f"#define HAND_COLS {COLS}\n#define HAND_THREADS {HAND_THREADS}\n"
+           + HAND_SOURCE.read_text())
+    out: dict[str, tuple[list[Any], dict[str, Any]]] = {}
+    try:
+        built = compile_cuda(src, HAND_SOURCE.name, arch=ARCH, include_dirs=(prelude_dir(),))
+        names = {k: f"hand_softmax_{dtn}{suf}" for k, (suf, _) in HAND_VARIANTS.items()}
+        mod = _load_cubin(built.cubin, list(names.values()))
+    except Exception as e:  # noqa: BLE001 - reported, the run goes on
+        run.problem(f"softmax {dtn}: hand-written kernel: {type(e).__name__}: {e}")
+        return {k: ([], {"error": f"{type(e).__name__}: {e}"}) for k in HAND_VARIANTS}
+    res = built.resources or {}
+
+    def call(fn: Any, x: Any, y: Any) -> Any:
+        args = (run.view(x), run.view(y))
+        return lambda: fn((ROWS,), (HAND_THREADS,), args, shared_mem=HAND_THREADS // 8)
+
+    for k, name in names.items():
+        fn = mod[name]
+        info: dict[str, Any] = {"contract": HAND_VARIANTS[k][1],
+                                "registers": getattr(res.get(name), "registers", None)}
+        probe = torch.empty_like(outs[0]).fill_(float("nan"))
+        call(fn, chk["x"], probe)()
+        torch.cuda.synchronize()
+        info["unwritten"] = _unwritten(torch, probe)
+        info["rel_err"] = _rel_err(torch, probe, ref) if not info["unwritten"] else None
+        if info["unwritten"] or not info["rel_err"] < TOL[dtn]:
+            run.problem(f"softmax {dtn} {k}: wrong result (rel err {info['rel_err']}, "
+                        f"{info['unwritten']} elements not written or not finite)")
+            out[k] = ([], {**info, "error": "wrong result"})
+            continue
+        out[k] = ([call(fn, s["x"], o) for s, o in zip(sets, outs, strict=True)], info)
+        del probe
+    cp.cuda.runtime.deviceSynchronize()
+    return out
 
 
 # ------------------------------------------------------------------------------ GEMM
@@ -860,14 +932,12 @@ def table(out: dict[str, Any]) -> str:
                          f"{_f(v.get('spread'), '6.1f', 100)}%{_f(v['compile_s'], '7.2f')}"
                          f"{_f(v.get('rel_err'), '9.1e')}"
                          + (" launch-bound" if v.get("launch_bound") else ""))
-            for k in ("eager", "compile"):
-                b = r["baselines"].get(k)
-                if b is None:
-                    continue
+            for k, b in r["baselines"].items():
+                name = k if k in HAND_VARIANTS else "torch " + k
                 if "median_s" not in b:
-                    L.append(f"{w:<17}{'torch ' + k:<26}  {b.get('error', 'not timed')[:70]}")
+                    L.append(f"{w:<17}{name:<26}  {b.get('error', 'not timed')[:70]}")
                     continue
-                L.append(f"{w:<17}{'torch ' + k:<26}{_f(b['median_s'], '8.3f', 1e3)}"
+                L.append(f"{w:<17}{name:<26}{_f(b['median_s'], '8.3f', 1e3)}"
                          f"{_f(b['bytes_per_s'], '7.2f', 1e-12)}"
                          f"{_f(b['fraction_of_copy'], '6.0f', 100)}%{'':>18}"
                          f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('compile_s'), '7.2f')}"

@@ -101,3 +101,22 @@ def test_launcher_help_and_its_pairs():
     assert mod._pairs(None) == {}
     with pytest.raises(SystemExit, match="'bm' is not key=value"):
         mod._pairs("bm")
+
+
+def test_hand_softmax_compiles_for_the_gpu_at_the_benchmark_size(bench):
+    """The hand-written reference softmax the benchmark times (benchmarks/
+    softmax_rows.cu, checked against the oracle in tests/test_hand_softmax.py)
+    compiles with NVRTC at the benchmark's size, every entry without spills and
+    within the registers its block size leaves a thread."""
+    from tilenest.backends.cuda import ARCH, prelude_dir
+    from tilenest.backends.cuda.nvrtc import compile_cuda
+
+    src = (f"#define HAND_COLS {bench.COLS}\n#define HAND_THREADS {bench.HAND_THREADS}\n"
+           + bench.HAND_SOURCE.read_text())
+    built = compile_cuda(src, bench.HAND_SOURCE.name, arch=ARCH, include_dirs=(prelude_dir(),))
+    want = {f"hand_softmax_{d}{suf}" for d in ("f32", "bf16")
+            for suf, _ in bench.HAND_VARIANTS.values()}
+    assert set(built.resources) == want
+    for name, r in built.resources.items():
+        assert r.spill_store_bytes == 0 and r.spill_load_bytes == 0, (name, r)
+        assert r.registers <= 65536 // bench.HAND_THREADS, (name, r)

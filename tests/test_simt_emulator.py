@@ -377,3 +377,28 @@ def test_include_dirs_are_searched_and_a_changed_header_rebuilds(tmp_path):
     (tmp_path / "tn_prelude.cuh").write_text("#define TN_VALUE 12\n")
     em.build(src, include_dirs=[tmp_path]).launch("k", 1, 4, [out])
     assert (out == 12).all()
+
+
+# CUDA's fast-math intrinsics, which the shim maps to the accurate functions
+FAST_MATH = r"""
+extern "C" __global__ void fast_math(const float* __restrict__ x, float* __restrict__ out) {
+  const float v = x[threadIdx.x];
+  float* o = out + 9 * threadIdx.x;
+  o[0] = __expf(v); o[1] = __exp10f(v); o[2] = __logf(v); o[3] = __log2f(v);
+  o[4] = __log10f(v); o[5] = __sinf(v); o[6] = __cosf(v); o[7] = __tanf(v);
+  o[8] = __powf(v, 1.5f);
+}
+"""
+
+
+def test_fast_math_intrinsics_load_and_give_the_accurate_functions():
+    """A module calling ``__expf`` and its kin loads (glibc declares those names
+    but exports none of them) and each gives the accurate function."""
+    mod = em.build(FAST_MATH)
+    x = np.array([0.5, 1.0, 2.25, 7.0], np.float32)
+    out = np.full(9 * x.size, np.nan, np.float32)
+    mod.launch("fast_math", (1, 1, 1), (x.size, 1, 1), [x, out])
+    d = x.astype(np.float64)
+    want = np.stack([np.exp(d), 10.0**d, np.log(d), np.log2(d), np.log10(d), np.sin(d),
+                     np.cos(d), np.tan(d), d**1.5], axis=1).ravel()
+    np.testing.assert_allclose(out, want, rtol=1e-6)

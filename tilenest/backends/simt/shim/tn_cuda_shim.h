@@ -1039,9 +1039,19 @@ static inline double __ddiv_rn(double a, double b) { return a / b; }
 static inline double __dsqrt_rn(double a) { return sqrt(a); }
 static inline double __drcp_rn(double a) { return 1.0 / a; }
 static inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
-/* Fast-math intrinsics give the accurate function; glibc already declares
- * __expf, __logf, __log2f, __sinf, __cosf, __tanf, __powf, __exp10f as the
- * accurate ones. */
+/* Fast-math intrinsics give the accurate function. glibc's <math.h> declares
+ * __expf, __logf, ... as its own internal names, which no library exports to a
+ * loadable module, so each is a macro for the public function (defined after
+ * <math.h>, which the shim has already included). */
+#define __expf(x) expf(x)
+#define __exp10f(x) exp10f(x)
+#define __logf(x) logf(x)
+#define __log2f(x) log2f(x)
+#define __log10f(x) log10f(x)
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __tanf(x) tanf(x)
+#define __powf(x, y) powf((x), (y))
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __saturatef(float a) { return a >= 1.0f ? 1.0f : (a > 0.0f ? a : 0.0f); }
 static inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
