@@ -426,6 +426,7 @@ def _gpu_label(g: dict[str, Any]) -> str:
     return "".join((f" bt{v}" if k == "block_threads" else " staged" if k == "stage_loads" and v
                     else " hints" if k == "cache_hints" and v
                     else f" grid={v}" if k == "grid_blocks"
+                    else f" regs{v}" if k == "row_registers"
                     else f" {k}={v}") for k, v in g.items())
 
 

@@ -302,6 +302,47 @@ def test_grid_stride_blocks_on_gpu(name, gpu):
     _judge(wl, k, ck, sched, sz, tn.f32, wl.args(sz, tn.f32), f"{name} {gpu}")
 
 
+@pytest.mark.parametrize("name,dtn,size", [
+    ("softmax", "f32", "medium"), ("softmax", "bf16", "medium"),
+    ("masked_softmax", "f32", "medium"), ("masked_softmax", "bf16", "medium"),
+    ("sort", "f32", "small"), ("topk", "f32", "small")])
+def test_row_registers_on_gpu(name, dtn, size):
+    """``row_registers``: a thread-private row split between registers (the
+    first 8 elements of each of 32 threads) and shared memory (the rest)."""
+    from tilenest.lowering import default_schedule
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS[name]
+    dt = getattr(tn, dtn)
+    sched = dict(wl.schedules[0])
+    sz = wl.size(size)
+    k = wl.kernel(dt, sched, sz)
+    ck = cuda.compile_program(k.program, default_schedule(
+        k.program, "cuda", block_threads=32, row_registers=8), device="gpu")
+    assert "_reg[" in ck.source.text
+    _judge(wl, k, ck, sched, sz, dt, wl.args(sz, dt), f"{name} row registers {dtn}")
+
+
+@pytest.mark.parametrize("dtn", ["f32", "bf16"])
+def test_row_registers_at_benchmark_width_on_gpu(dtn):
+    """The benchmark's configuration (256 threads, 32 elements per thread in
+    registers: 8192 columns) on rows 1000 columns wider, whose last columns
+    live in shared memory."""
+    from tilenest.lowering import default_schedule
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS["softmax"]
+    dt = getattr(tn, dtn)
+    sched = {"rp": 1}
+    sz = {"R": 5, "C": 8192 + 1000}
+    k = wl.kernel(dt, sched, sz)
+    ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", row_registers=32),
+                              device="gpu")
+    (r,) = ck.resources.values()
+    assert r.stack_frame_bytes == 0 and r.spill_store_bytes == 0
+    _judge(wl, k, ck, sched, sz, dt, wl.args(sz, dt), f"softmax row registers {dtn} at {sz}")
+
+
 @pytest.mark.parametrize("where", ["host", "device"])
 def test_tune_on_gpu(where):
     """``tn.tune`` on the GPU: every distinct candidate of the default search

@@ -182,6 +182,31 @@ def test_staged_loads_validate_emulated(i, name, size, dt, vector):
     _judge(name, size, dt, i, gpu={"stage_loads": True, "vector_lanes": vector})
 
 
+#: workloads with a thread-private row buffer (``Schedule.row_registers``)
+PRIVATE_ROWS = ("softmax", "masked_softmax", "sort", "topk")
+
+
+@pytest.mark.parametrize("i,name,size,dt,elems", [
+    pytest.param(i, n, s, dt, e, id=f"{n}-{s}-{dt.name}-r{e}",
+                 marks=() if (n, s, e) in (("softmax", "medium", 8), ("masked_softmax", "small", 64),
+                                           ("sort", "small", 8)) and dt.name in ("f32", "bf16")
+                 else pytest.mark.slow)
+    for i, (n, s, dt) in enumerate(c for c in SMALL + MEDIUM if c[0] in PRIVATE_ROWS)
+    for e in (8, 64)])
+def test_row_registers_validate_emulated(i, name, size, dt, elems):
+    """``Schedule(row_registers=N)``: the thread-private row kept in
+    registers for its first steps and in shared memory for the rest. At the
+    medium size with 8 elements per thread both parts hold elements of every
+    row; with 64 the small rows lie wholly in registers."""
+    _judge(name, size, dt, i, gpu={"row_registers": elems})
+
+
+def test_row_registers_with_one_lane_validate_emulated():
+    """One element per thread and step (no lane loop): four steps in
+    registers, the rest of the medium rows in shared memory."""
+    _judge("softmax", "medium", f32, 3, gpu={"row_registers": 4, "vector_lanes": 1})
+
+
 @pytest.mark.parametrize("name,j,blocks", [
     pytest.param(n, j, g, id=f"{n}-s{j}-g{g}",
                  marks=() if (n, g) in (("softmax", 5), ("gemm", 2)) else pytest.mark.slow)

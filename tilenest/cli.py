@@ -343,7 +343,8 @@ def cmd_check(a: argparse.Namespace) -> int:
 SCHEDULE_FIELDS = {"block_threads": int, "vector_lanes": int, "stage_loads": bool,
                    "mma_unit": str, "stages": int, "index_bits": int, "threads": int,
                    "vector_bits": int, "fma": bool, "chunk": int,
-                   "min_blocks": int, "cache_hints": bool, "grid_blocks": int}
+                   "min_blocks": int, "cache_hints": bool, "grid_blocks": int,
+                   "row_registers": int}
 
 
 def _assignment(kind: str, text: str) -> tuple[str, Any]:

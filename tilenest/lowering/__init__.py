@@ -32,7 +32,8 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
                    ) -> Kernel:
     """:func:`lower`, then the SIMT form when the schedule asks for threads
     per program (``block_threads``; the task maps of its distributions are
-    appended to ``maps``), then :func:`verify_kernel`."""
+    appended to ``maps``) with its passes (buffering, in-place reuse, async
+    staging, rows in registers), then :func:`verify_kernel`."""
     from .simt import simt_kernel
 
     k = lower(program, schedule)
@@ -67,6 +68,14 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             raise UsageError(f"cache_hints={schedule.cache_hints!r}: L2 policies on wide "
                              "global accesses, True or False",
                              hint="e.g. Schedule(cache_hints=True)")
+        if (not isinstance(schedule.row_registers, int) or isinstance(schedule.row_registers, bool)
+                or not 0 <= schedule.row_registers <= 64):
+            from ..errors import UsageError
+
+            raise UsageError(f"row_registers={schedule.row_registers!r}: elements of a "
+                             "thread-private row each thread keeps in registers, an int in "
+                             "[0, 64]", hint="e.g. Schedule(row_registers=32); 0 keeps such "
+                             "rows in shared memory")
         if schedule.index_bits not in (32, 64):
             from ..errors import UsageError
 
@@ -78,7 +87,8 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
             k = double_buffer(k, schedule.stages)
         from .async_copy import async_staging
         from .inplace import reuse_in_place
+        from .row_registers import keep_rows_in_registers
 
-        k = async_staging(reuse_in_place(k))
+        k = keep_rows_in_registers(async_staging(reuse_in_place(k)), schedule.row_registers)
     verify_kernel(k)
     return k

@@ -60,6 +60,15 @@ those the program admits:
   change only which lines the L2 keeps, never a value. Off by default; the
   benchmark's schedule search picks it per kernel (it helps a row kernel
   that re-reads its rows from the L2, and can hurt one with three passes).
+* ``row_registers`` -- on ``cuda``, a shared row buffer that every thread
+  accesses only at its own elements (one distribution of the row over the
+  threads for all its accesses: a softmax's exponentials) keeps its first
+  ``row_registers`` elements per thread and row in registers and the rest
+  in shared memory (``lowering/row_registers.py``); a row of at most
+  ``row_registers`` elements per thread needs no shared memory. ``0`` (the
+  default): every such buffer stays in shared memory. Registers are
+  ``row_registers`` values per thread and row; the benchmark's schedule
+  search picks it per kernel.
 * ``grid_blocks`` -- on ``cuda``, a cap on the blocks launched for a
   parallel phase: with ``G`` blocks, block ``b`` runs the programs ``b, b +
   G, b + 2G, ...`` one after another, with a block barrier between two
@@ -164,6 +173,7 @@ class Schedule:
     min_blocks: int | None = None
     cache_hints: bool = False
     grid_blocks: int | None = None
+    row_registers: int = 0
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
@@ -171,7 +181,8 @@ class Schedule:
                      self.storage, self.fma, self.transforms, self.assume,
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages, self.index_bits,
-                     self.min_blocks, self.cache_hints, self.grid_blocks))
+                     self.min_blocks, self.cache_hints, self.grid_blocks,
+                     self.row_registers))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -254,7 +265,8 @@ def default_lanes(program: TileProgram) -> int:
 #: fields of :class:`Schedule` that a target never reads: overriding one is
 #: refused (it would change nothing), not ignored
 UNUSED_FIELDS = {"cuda": ("threads", "chunk"),
-                 "llvm": ("index_bits", "min_blocks", "cache_hints", "grid_blocks")}
+                 "llvm": ("index_bits", "min_blocks", "cache_hints", "grid_blocks",
+                          "row_registers")}
 
 
 def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:

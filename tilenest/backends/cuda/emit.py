@@ -781,12 +781,7 @@ class Emitter:
             return True
         if s.kind != "vector" or n > 64:
             return False
-        x = E.Var(s.var.name)
-        nodes = [y for st in L.walk(s.body) for e in L.stmt_exprs(st) for y in L.subexprs(e)
-                 if isinstance(y, L.Load)] + [st for st in L.walk(s.body)
-                                              if isinstance(st, L.Store)]
-        return any(y.buf.space == "local" and isinstance(y.index, L.IExpr)
-                   and x in E.leaves(y.index.e) for y in nodes)
+        return _indexes_local(s)
 
     def lane_plan(self, s: L.For) -> "LanePlan | None":
         """:meth:`_lane_plan` of ``s``, computed once per loop."""
@@ -1195,6 +1190,8 @@ class Emitter:
         (nothing emitted) for any other loop."""
         if not (self.in_thread and s.kind == "serial" and not s.reverse and len(s.body) == 1
                 and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
+            return False
+        if _indexes_local(s):  # its steps must stay unrolled: registers at constant indices
             return False
         plan = self.lane_plan(s.body[0])
         if plan is None or plan.conds:
@@ -1703,6 +1700,17 @@ def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
     return False
 
 
+def _indexes_local(s: L.For) -> bool:
+    """Whether ``s``'s body indexes a thread's register array (a ``local``
+    buffer) by ``s``'s variable: the loop must then be unrolled whole, so that
+    every index is a constant and the array stays in registers."""
+    x = E.Var(s.var.name)
+    nodes = [y for y in L.evaluated(s.body) if isinstance(y, L.Load)]
+    nodes += [st for st in L.walk(s.body) if isinstance(st, L.Store)]
+    return any(y.buf.space == "local" and isinstance(y.index, L.IExpr)
+               and x in E.leaves(y.index.e) for y in nodes)
+
+
 def _transcendental(plan: "LanePlan") -> bool:
     """Whether a lane group computes a transcendental (a libm call in double,
     or the exp formula): bound by its arithmetic, not its accesses."""
@@ -1759,14 +1767,23 @@ def shared_divisors(k: L.Kernel, restrict: bool = True,
 def _carried_locals(body: tuple) -> "list[L.LVar] | None":
     """The locals a straight-line body of assignments, run repeatedly, reads
     before it assigns them (in an earlier run: an accumulator), in order of
-    first assignment; None when the body has another statement."""
-    if not all(isinstance(st, L.Assign) for st in body):
+    first assignment; None when the body has another statement. Stores to a
+    thread's register array (``local``) count as assignments when the body
+    reads no register array it stores to (a second run then writes the same
+    elements again, from the same inputs)."""
+    stored = {st.buf.name for st in body if isinstance(st, L.Store)}
+    if not all(isinstance(st, L.Assign) or (isinstance(st, L.Store) and st.buf.space == "local"
+                                            and st.guard is None and not st.mode)
+               for st in body):
+        return None
+    if any(isinstance(y, L.Load) and y.buf.name in stored for y in L.evaluated(body)):
         return None
     out: dict[str, L.LVar] = {}
     seen: set[str] = set()
     for st in body:
-        seen |= {y.var.name for y in L.subexprs(st.value) if isinstance(y, L.Ref)}
-        if st.var.name in seen:
+        seen |= {y.var.name for x in L.stmt_exprs(st) for y in L.subexprs(x)
+                 if isinstance(y, L.Ref)}
+        if isinstance(st, L.Assign) and st.var.name in seen:
             out.setdefault(st.var.name, st.var)
     return list(out.values())
 
