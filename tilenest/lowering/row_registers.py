@@ -64,16 +64,18 @@ class _Site:
 
 
 def keep_rows_in_registers(k: L.Kernel, elems: int) -> L.Kernel:
-    """``k`` with every qualifying shared buffer's first ``elems // V``
+    """``k`` with every qualifying shared buffer's first ``min(8, elems // V)``
     steps per thread in registers (module doc); ``elems <= 0`` changes nothing."""
     if elems <= 0:
         return k
     for b in list(k.locals):
-        if b.space == "shared" and b.layout is None:
-            got = _sites(k, b)
-            K = min(MAX_STEPS, elems // got[1][0].V) if got is not None else 0
-            if K >= 1:
-                k = _split(k, b, *got[:2], K=K)
+        got = _sites(k, b) if b.space == "shared" and b.layout is None else None
+        if got is None:
+            continue
+        phase, sites = got
+        K = min(MAX_STEPS, elems // sites[0].V)
+        if K >= 1:
+            k = _split(k, b, phase, sites, K)
     return k
 
 
@@ -187,7 +189,7 @@ def _resolve(e: E.Expr, defs: dict, data: set) -> E.Expr:
     """``e`` with every index local of a single index definition replaced by
     that definition, repeatedly."""
     for _ in range(8):
-        m = {}
+        m: dict[E.Expr, E.Expr] = {}
         for x in E.leaves(e):
             if isinstance(x, E.Var) and x.name not in data:
                 d = defs.get(x.name, [])
