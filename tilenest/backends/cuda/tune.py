@@ -34,15 +34,13 @@ from ...lowering import Schedule, default_schedule
 
 #: the schedule overrides tried by default, over the program's default cuda
 #: schedule: threads per block, tiles read more than once staged in shared
-#: memory, L2 policies, thread-private rows in registers (the search
-#: ``benchmarks/cuda.py`` also runs; a candidate whose source is an earlier
-#: one's, as rows in registers are for a kernel without such a row, is not
-#: timed again)
+#: memory, L2 policies (the search ``benchmarks/cuda.py`` also runs). Rows in
+#: registers (``row_registers``) are not in it: on the H200 they made no row
+#: workload faster (spec/lowering.md, L-4); a search may name them.
 SEARCH: tuple[dict[str, Any], ...] = (
     {}, {"block_threads": 512}, {"stage_loads": True},
     {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
-    {"block_threads": 512, "cache_hints": True}, {"row_registers": 32},
-    {"row_registers": 32, "cache_hints": True})
+    {"block_threads": 512, "cache_hints": True})
 
 #: a timed sample lasts at least this many seconds of device time
 SAMPLE_S = 2e-3
