@@ -358,3 +358,23 @@ def test_an_assume_selector_that_matches_nothing_is_warned_about(capsys):
     rc = main(["check", SOFTMAX, "--assume", "no.such.kind"])
     err = capsys.readouterr().err
     assert rc == 0 and "--assume 'no.such.kind' matched no obligation" in err
+
+
+def test_settable_fields_are_the_schedules_scalar_fields():
+    """``--set`` takes every Schedule field of one scalar type, read from the
+    Schedule's annotations (a new field needs no second list), and no other."""
+    import dataclasses
+
+    from tilenest.cli import schedule_field_arg
+    from tilenest.lowering import Schedule
+    from tilenest.lowering.schedule import settable_fields
+
+    got = settable_fields()
+    assert got["row_registers"] is int and got["cache_hints"] is bool and got["mma_unit"] is str
+    assert got["grid_blocks"] is int  # int | None
+    for name in ("target", "transforms", "bind", "aliases", "mma_block"):
+        assert name not in got
+    assert set(got) <= {f.name for f in dataclasses.fields(Schedule)}
+    assert schedule_field_arg("row_registers=32") == ("row_registers", 32)
+    with pytest.raises(Exception, match="takes an integer"):
+        schedule_field_arg("row_registers=True")

@@ -339,12 +339,13 @@ def cmd_check(a: argparse.Namespace) -> int:
     return status
 
 
-#: schedule fields ``--set FIELD=VALUE`` may set, with their types
-SCHEDULE_FIELDS = {"block_threads": int, "vector_lanes": int, "stage_loads": bool,
-                   "mma_unit": str, "stages": int, "index_bits": int, "threads": int,
-                   "vector_bits": int, "fma": bool, "chunk": int,
-                   "min_blocks": int, "cache_hints": bool, "grid_blocks": int,
-                   "row_registers": int}
+def _settable() -> dict[str, type]:
+    """Schedule fields ``--set FIELD=VALUE`` may set, with their types
+    (``lowering.schedule.settable_fields``: read from the Schedule's own
+    annotations)."""
+    from .lowering.schedule import settable_fields
+
+    return settable_fields()
 
 
 def _assignment(kind: str, text: str) -> tuple[str, Any]:
@@ -370,13 +371,14 @@ def _const_arg(text: str) -> tuple[str, Any]:
 
 def schedule_field_arg(text: str) -> tuple[str, Any]:
     """``FIELD=VALUE`` of a ``--set`` option, checked against
-    :data:`SCHEDULE_FIELDS` (an argparse type; also ``benchmarks/cuda.py``'s)."""
+    the settable Schedule fields (an argparse type; also ``benchmarks/cuda.py``'s)."""
     name, v = _assignment("--set", text)
-    want = SCHEDULE_FIELDS.get(name)
+    fields = _settable()
+    want = fields.get(name)
     if want is None:
         raise argparse.ArgumentTypeError(
             f"--set {text!r}: no settable schedule field {name!r} (fields: "
-            f"{', '.join(SCHEDULE_FIELDS)})")
+            f"{', '.join(fields)})")
     if (want is int and isinstance(v, bool)) or not isinstance(v, want):
         kind = {int: "an integer", bool: "True or False", str: "a name"}[want]
         raise argparse.ArgumentTypeError(f"--set {text!r}: {name} takes {kind}, not {v!r}")
@@ -488,7 +490,7 @@ def _schedule_options(s: argparse.ArgumentParser) -> None:
     s.add_argument("--set", action="append", metavar="FIELD=VALUE", type=schedule_field_arg,
                    dest="set_fields",
                    help="a field of the target's schedule, e.g. mma_unit=wgmma, stages=3, "
-                        f"block_threads=512 (repeatable; fields: {', '.join(SCHEDULE_FIELDS)})")
+                        f"block_threads=512 (repeatable; fields: {', '.join(_settable())})")
 
 
 def _int_at_least(lo: int) -> Callable[[str], int]:

@@ -269,24 +269,44 @@ UNUSED_FIELDS = {"cuda": ("threads", "chunk"),
                           "row_registers")}
 
 
+def _field_types() -> dict[str, set[type]]:
+    """Each :class:`Schedule` field's declared types (a union's members)."""
+    import types
+    import typing
+
+    out = {}
+    for k, h in typing.get_type_hints(Schedule).items():
+        union = typing.get_origin(h) in (typing.Union, types.UnionType)
+        out[k] = set(typing.get_args(h)) if union else {h}
+    return out
+
+
+def settable_fields() -> dict[str, type]:
+    """The :class:`Schedule` fields a command line may set (``--set
+    FIELD=VALUE``): those of one scalar type, ``int``, ``bool`` or ``str``
+    (optionally ``None``), by that type; the target is chosen by its own
+    option."""
+    out = {}
+    for k, allowed in _field_types().items():
+        simple = allowed - {type(None)}
+        if k != "target" and len(simple) == 1 and simple <= {int, bool, str}:
+            out[k] = simple.pop()
+    return out
+
+
 def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` after checking that each key is a :class:`Schedule`
     field and each value has its declared type where that is ``int``,
     ``bool``, ``str`` or ``float``, optionally ``None`` (the other fields are
     left to the lowering's own checks); a ``UsageError`` otherwise."""
-    import types
-    import typing
-
     from ..errors import UsageError
 
-    hints = typing.get_type_hints(Schedule)
+    hints = _field_types()
     for k, v in overrides.items():
         if k not in hints:
             raise UsageError(f"'{k}' is not a Schedule field",
                              hint=f"fields: {', '.join(sorted(hints))}")
-        h = hints[k]
-        union = typing.get_origin(h) in (typing.Union, types.UnionType)
-        allowed = set(typing.get_args(h)) if union else {h}
+        allowed = hints[k]
         if allowed <= {int, bool, str, float, type(None)} and type(v) not in allowed:
             names = " or ".join(sorted(a.__name__ for a in allowed if a is not type(None))
                                 + (["None"] if type(None) in allowed else []))
