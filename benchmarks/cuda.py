@@ -743,6 +743,12 @@ HAND_THREADS = 256
 HAND_VARIANTS = {"hand": ("", True), "hand ex2.approx": ("_approx", False)}
 
 
+def hand_source(cols: int = COLS, threads: int = HAND_THREADS) -> str:
+    """``softmax_rows.cu`` specialized to rows of ``cols`` columns and blocks
+    of ``threads`` threads."""
+    return f"#define HAND_COLS {cols}\n#define HAND_THREADS {threads}\n" + HAND_SOURCE.read_text()
+
+
 def _hand_softmax(run: Run, dtn: str, sets: list[dict[str, Any]], outs: list[Any],
                   chk: dict[str, Any], ref: Any) -> dict[str, tuple[list[Any], dict[str, Any]]]:
     """The hand-written row softmax of ``softmax_rows.cu`` (rows in registers,
@@ -757,8 +763,7 @@ def _hand_softmax(run: Run, dtn: str, sets: list[dict[str, Any]], outs: list[Any
     from tilenest.backends.cuda.runtime import _load_cubin
 
     torch, cp = run.torch, run.cp
-    src = (f"#define HAND_COLS {COLS}\n#define HAND_THREADS {HAND_THREADS}\n"
-           + HAND_SOURCE.read_text())
+    src = hand_source()
     out: dict[str, tuple[list[Any], dict[str, Any]]] = {}
     try:
         built = compile_cuda(src, HAND_SOURCE.name, arch=ARCH, include_dirs=(prelude_dir(),))
