@@ -201,6 +201,24 @@ def test_row_registers_validate_emulated(i, name, size, dt, elems):
     _judge(name, size, dt, i, gpu={"row_registers": elems})
 
 
+@pytest.mark.parametrize("i,name,dt,elems", [
+    pytest.param(i, n, dt, e, id=f"{n}-{dt.name}-r{e}",
+                 marks=() if (n, dt.name, e) in (("rmsnorm", "bf16", 8), ("layernorm", "f32", 64),
+                                                 ("layernorm", "bf16", 64))
+                 else pytest.mark.slow)
+    for i, (n, s, dt) in enumerate(c for c in MEDIUM if c[0] in ("rmsnorm", "layernorm"))
+    for e in (8, 64)])
+def test_input_rows_cached_in_registers_validate_emulated(i, name, dt, elems):
+    """``Schedule(row_registers=N)`` on normalizations: no shared row, but
+    the input read in two or three passes is cached in registers by the
+    first (f32 values of a bf16 input). With 8 elements per thread the later
+    steps of the medium rows still read global memory; with 64 the rows
+    lie wholly in registers. (One row per program: with several, the
+    reads carry a row guard and the input is not cached.)"""
+    sched = next(s for s in WORKLOADS[name].schedules if s.get("rp") == 1)
+    _judge(name, "medium", dt, i, sched, gpu={"row_registers": elems})
+
+
 def test_row_registers_with_one_lane_validate_emulated():
     """One element per thread and step (no lane loop): four steps in
     registers, the rest of the medium rows in shared memory."""

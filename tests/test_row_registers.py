@@ -54,7 +54,7 @@ def test_softmax_row_is_split_between_registers_and_shared_memory():
     assert _accesses(k, row.name) and _accesses(k, reg.name)
     others = sorted((b.space, str(b.size)) for b in plain.locals if b.name != row.name)
     assert sorted((b.space, str(b.size)) for b in k.locals
-                  if b.name not in (row.name, reg.name)) == others
+                  if b.name not in (row.name, reg.name, "x.reg")) == others
     # each step loop over the row was split at K: [0, K) for the registers, [K, R) for the rest
     steps = [s for ph in k.phases for s in L.walk(ph.body)
              if isinstance(s, L.For) and s.kind == "serial"
@@ -103,7 +103,7 @@ def test_a_load_of_another_threads_element_keeps_the_row_shared():
     (row,) = [b for b in k.locals if b.space == "shared" and b.size == E.Sym("C")]
     bad = _mutate_one_access(k, row.name,
                              lambda y: replace(y, index=L.IExpr(E.add(y.index.e, 1))))
-    assert not any(b.name.endswith(".reg") for b in keep_rows_in_registers(bad, 32).locals)
+    assert f"{row.name}.reg" not in _bufs(keep_rows_in_registers(bad, 32))
 
 
 def test_an_access_without_the_in_row_test_keeps_the_row_shared():
@@ -122,7 +122,88 @@ def test_an_access_without_the_in_row_test_keeps_the_row_shared():
         return L.map_stmts(body, lambda y: None, fs)
 
     bad = replace(k, phases=tuple(replace(ph, body=unguard(ph.body)) for ph in k.phases))
-    assert not any(b.name.endswith(".reg") for b in keep_rows_in_registers(bad, 32).locals)
+    assert f"{row.name}.reg" not in _bufs(keep_rows_in_registers(bad, 32))
+
+
+def _steps_reading(k: L.Kernel, name: str) -> list[L.For]:
+    """The serial step loops (inside a thread loop) whose bodies read ``name``."""
+    return [s for ph in k.phases for s in L.walk(ph.body)
+            if isinstance(s, L.For) and s.kind == "serial"
+            and any(isinstance(x, L.For) and x.kind == "vector" for x in s.body)
+            and any(isinstance(y, L.Load) and y.buf.name == name for y in L.evaluated(s.body))]
+
+
+def test_input_row_read_in_several_passes_is_cached_in_registers():
+    """Softmax reads its input ``x`` in two passes (the max, then the
+    exponentials): the first pass's register steps store each element they
+    read, the second pass's register steps read those registers, and only
+    the steps past ``K`` still read global memory."""
+    k = _simt(row_registers=32)
+    V, K = 4, 8
+    reg = _bufs(k)["x.reg"]
+    assert reg.space == "local" and reg.size == E.Const(K * V)
+    fills = [s for ph in k.phases for s in L.walk(ph.body)
+             if isinstance(s, L.Store) and s.buf.name == "x.reg"]
+    assert len(fills) == 1 and isinstance(fills[0].value, L.Load)
+    assert fills[0].value.buf.name == "x"
+    cached = _steps_reading(k, "x.reg")
+    assert len(cached) == 2 and all(s.lo == E.Const(0) and s.hi == E.Const(K) for s in cached)
+    # no register step reads x itself except through the fill's store
+    reads_x = [s for s in _steps_reading(k, "x") if s.hi == E.Const(K)]
+    assert len(reads_x) == 1
+    assert all(s.lo == E.Const(K) for s in _steps_reading(k, "x") if s not in reads_x)
+
+
+def test_a_bf16_input_is_cached_widened():
+    """Every read of a bf16 softmax's input is converted to f32 at once: the
+    registers hold the converted values (exact), so the later pass reads
+    them without converting again."""
+    k = _simt(tn.bf16, row_registers=32)
+    reg = _bufs(k)["x.reg"]
+    assert reg.dtype == tn.f32
+    (fill,) = [s for ph in k.phases for s in L.walk(ph.body)
+               if isinstance(s, L.Store) and s.buf.name == "x.reg"]
+    assert isinstance(fill.value, L.Cast) and fill.value.a.buf.name == "x"
+    assert not any(isinstance(y, L.Cast) and isinstance(y.a, L.Load) and y.a.buf.name == "x.reg"
+                   for ph in k.phases for y in L.evaluated(ph.body))
+
+
+def _x_cached(k: L.Kernel) -> bool:
+    return "x.reg" in _bufs(keep_rows_in_registers(k, 32))
+
+
+def test_an_input_the_kernel_stores_is_not_cached():
+    """A buffer some statement stores is not read-only: a register copy
+    could go stale."""
+    k = _simt()
+    assert _x_cached(k)
+    ph = k.phases[0]
+    x = next(b for b in k.globals if b.name == "x")
+    extra = L.Store(x, L.IExpr(E.Const(0)), L.Const(0.0, x.dtype))
+    bad = replace(k, phases=(replace(ph, body=ph.body + (extra,)),) + k.phases[1:])
+    assert not _x_cached(bad)
+
+
+def test_a_fill_under_a_condition_is_not_cached():
+    """The first read must run for every element a later read takes from the
+    registers: a first pass under a condition of its own is no fill."""
+    k = _simt()
+    ph = k.phases[0]
+    first = next(j for j, s in enumerate(ph.body)
+                 if any(isinstance(y, L.Load) and y.buf.name == "x"
+                        for y in L.evaluated((s,))))
+    cond = L.IPred(E.cmp("<", E.Var(ph.pid.name), E.Sym("R")))
+    body = ph.body[:first] + (L.If(cond, (ph.body[first],), ()),) + ph.body[first + 1:]
+    assert not _x_cached(replace(k, phases=(replace(ph, body=body),) + k.phases[1:]))
+
+
+def test_a_guarded_first_read_is_not_cached():
+    """A read with its own guard may not happen: it cannot fill a register."""
+    k = _simt()
+    bad = _mutate_one_access(k, "x", lambda y: replace(
+        y, guard=L.IPred(E.cmp("<", E.Var(k.phases[0].pid.name), E.Sym("R"))),
+        fill=L.Const(0.0, y.buf.dtype)))
+    assert not _x_cached(bad)
 
 
 @pytest.mark.parametrize("dt", [tn.f32, tn.bf16], ids=["f32", "bf16"])

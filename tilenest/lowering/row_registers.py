@@ -30,6 +30,20 @@ offset past the row would name an element of the next row through another
 register. The split changes where values live, not which thread touches
 which element, so the barrier proof of the shared part (and the emulator's
 checks) apply unchanged.
+
+A read-only global row (an input no statement of the kernel stores, read
+under the same distribution, its rows ``base + i*c`` for one ``base`` of
+symbols and the program id) is kept the same way, as a cache: the
+textually first step loop that reads it (the *fill*: enclosed by loops
+only, its one guard exactly the distribution's, the read unguarded at the
+top of the guarded body) stores each of its first ``K`` steps' elements to
+the ``local`` buffer as it reads them (converted to ``f32`` when every read
+of a ``f16``/``bf16`` input is converted so at once: exact, and done once), and every later read of those steps
+reads the register instead of memory; the other steps keep reading global
+memory. The fill runs before every later read of the same element (it comes
+first and nothing conditional encloses it) and the element never changes,
+so each read sees the value it saw before; a thread reads the input once
+instead of once per pass.
 """
 
 from __future__ import annotations
@@ -61,6 +75,10 @@ class _Site:
     c: E.Expr
     V: int
     W: int
+    #: the row offset free of loops (``0`` for a shared buffer)
+    off: E.Expr = E.Const(0)
+    #: the step loop's first step (a loop already split: ``K``)
+    lo: int = 0
 
 
 def keep_rows_in_registers(k: L.Kernel, elems: int) -> L.Kernel:
@@ -76,6 +94,18 @@ def keep_rows_in_registers(k: L.Kernel, elems: int) -> L.Kernel:
         K = min(MAX_STEPS, elems // sites[0].V)
         if K >= 1:
             k = _split(k, b, phase, sites, K)
+    stored = {st.buf.name for ph in k.phases for st in L.walk(ph.body)
+              if isinstance(st, L.Store)}
+    for b in k.globals:
+        if b.name in stored or b.layout is not None or b.dtype.is_bool:
+            continue
+        got = _sites(k, b)
+        if got is None:
+            continue
+        phase, sites = got
+        K = min(MAX_STEPS, elems // sites[0].V)
+        if K >= 1:
+            k = _cache(k, b, phase, sites, K)
     return k
 
 
@@ -90,7 +120,8 @@ def _sites(k: L.Kernel, b: L.Buffer) -> tuple[int, list[_Site]] | None:
             for node in _accesses(st, b.name):
                 if isinstance(node, L.WarpMma) or (isinstance(node, L.Store) and node.mode):
                     return None
-                s = _site(node.index, path, defs, data)
+                s = _site(node.index, path, defs, data,
+                          ph.pid.name if b.space == "global" else None)
                 if s is None:
                     return None
                 where.add(p)
@@ -99,9 +130,11 @@ def _sites(k: L.Kernel, b: L.Buffer) -> tuple[int, list[_Site]] | None:
         return None
     first = sites[0]
     for s in sites:
-        if (s.V, s.W, s.rows) != (first.V, first.W, first.rows) or not _same(s.c, first.c):
+        if ((s.V, s.W, s.rows) != (first.V, first.W, first.rows) or not _same(s.c, first.c)
+                or not _same(s.off, first.off)):
             return None
-    if not _same(b.size, E.mul(first.rows, first.c)):
+    if b.space != "global" and (not _same(b.size, E.mul(first.rows, first.c))
+                                or any(s.lo for s in sites)):
         return None
     return where.pop(), sites
 
@@ -117,9 +150,11 @@ def _accesses(st: Any, name: str) -> list[Any]:
     return out
 
 
-def _site(index: Any, path: tuple, defs: dict, data: set) -> _Site | None:
+def _site(index: Any, path: tuple, defs: dict, data: set,
+          pid: str | None = None) -> _Site | None:
     """The shape of one access at ``index`` inside the statements ``path``
-    (one lane per step: no lane loop, ``V = 1``)."""
+    (one lane per step: no lane loop, ``V = 1``). With ``pid`` (a global
+    buffer) the rows may start at an offset of symbols and that program id."""
     if not isinstance(index, L.IExpr):
         return None
     loops = [j for j, s in enumerate(path) if isinstance(s, (L.For, L.While))]
@@ -131,7 +166,7 @@ def _site(index: Any, path: tuple, defs: dict, data: set) -> _Site | None:
     T, R, Vl = path[jt], path[jr], path[jv] if lanes else None
     if not (isinstance(T, L.For) and T.kind == "thread" and isinstance(T.hi, E.Const)
             and isinstance(R, L.For) and R.kind == "serial" and not R.reverse
-            and R.lo == E.Const(0) and jr == jt + 1
+            and isinstance(R.lo, E.Const) and R.lo.value >= 0 and jr == jt + 1
             and all(isinstance(s, L.If) for s in path[jv + 1:])):
         return None
     if Vl is not None and not (jv == jr + 1 and Vl.lo == E.Const(0)
@@ -147,11 +182,11 @@ def _site(index: Any, path: tuple, defs: dict, data: set) -> _Site | None:
     c = next((x for s in path[jv + 1:] for x in _row_length(s.cond, lin, defs, data)), None)
     if c is None:
         return None
-    got = _row(base, c, path[:jt])
+    got = _row(base, c, path[:jt], pid)
     if got is None:
         return None
     return _Site(R.var.name, T.var.name, Vl.var.name if Vl is not None else None,
-                 got[0], got[1], c, V, W)
+                 got[0], got[1], c, V, W, got[2], int(R.lo.value))
 
 
 def _row_length(cond: Any, lin: E.Expr, defs: dict, data: set) -> list[E.Expr]:
@@ -171,29 +206,39 @@ def _row_length(cond: Any, lin: E.Expr, defs: dict, data: set) -> list[E.Expr]:
     return out
 
 
-def _row(base: E.Expr, c: E.Expr, outer: tuple) -> tuple[str | None, int] | None:
-    """``base`` as ``i*c`` for a loop ``i`` over ``[0, n)`` of ``outer`` with
-    a constant ``n``: ``(i, n)``; ``(None, 1)`` for ``base = 0``; else None."""
-    if base == E.Const(0):
-        return None, 1
+def _row(base: E.Expr, c: E.Expr, outer: tuple, pid: str | None = None
+         ) -> tuple[str | None, int, E.Expr] | None:
+    """``base`` as ``off + i*c`` for a loop ``i`` over ``[0, n)`` of ``outer``
+    with a constant ``n``: ``(i, n, off)``; ``(None, 1, off)`` for ``base =
+    off``; else None. ``off`` is ``0``, or with ``pid`` any expression whose
+    only variable is that program id."""
+    def offset(e: E.Expr) -> bool:
+        if pid is None:
+            return e == E.Const(0)
+        return all(not isinstance(x, (E.Var, E.Val)) or x.name == pid for x in E.leaves(e))
+
+    if offset(base):
+        return None, 1, base
     for s in outer:
         if (isinstance(s, L.For) and s.kind == "serial" and s.lo == E.Const(0)
                 and isinstance(s.hi, E.Const)):
             i = E.Var(s.var.name)
-            if _same(E.mul(i, c), base):
-                return s.var.name, int(s.hi.value)
+            off = E.add(base, E.mul(-1, E.mul(i, c)))
+            if offset(off):
+                return s.var.name, int(s.hi.value), off
     return None
 
 
 def _resolve(e: E.Expr, defs: dict, data: set) -> E.Expr:
-    """``e`` with every index local of a single index definition replaced by
-    that definition, repeatedly."""
+    """``e`` with every index local of one index definition (or of several
+    equal ones: the copies of a split loop) replaced by that definition,
+    repeatedly."""
     for _ in range(8):
         m: dict[E.Expr, E.Expr] = {}
         for x in E.leaves(e):
             if isinstance(x, E.Var) and x.name not in data:
                 d = defs.get(x.name, [])
-                if len(d) == 1 and d[0][0] == "value":
+                if d and d[0][0] == "value" and all(y == d[0] for y in d):
                     m[x] = d[0][1]
         if not m:
             return e
@@ -250,3 +295,106 @@ def _split(k: L.Kernel, b: L.Buffer, phase: int, sites: list[_Site], K: int) -> 
     phases = k.phases[:phase] + (replace(ph, body=body),) + k.phases[phase + 1:]
     locals_ = tuple(x for x in k.locals if x.name != b.name) + (reg, rest)
     return replace(k, phases=phases, locals=locals_)
+
+
+def _cache(k: L.Kernel, b: L.Buffer, phase: int, sites: list[_Site], K: int) -> L.Kernel:
+    """``k`` with the first ``K`` steps of read-only global row ``b`` cached in
+    registers (module doc); ``k`` unchanged when the first read of ``b`` is
+    not a fill (some enclosing statement other than a loop, a guard other
+    than the distribution's, a guarded or nested read)."""
+    ph = k.phases[phase]
+    first = next(((st, path) for st, path in L.walk_paths(ph.body) if _accesses(st, b.name)),
+                 None)
+    if first is None:
+        return k
+    st0, path = first
+    loops = [j for j, s in enumerate(path) if isinstance(s, L.For)]
+    if not (loops and all(isinstance(s, L.For) for s in path[:-1])
+            and isinstance(path[-1], L.If) and st0 in path[-1].then
+            and isinstance(path[-1].cond, L.IPred) and isinstance(path[-1].cond.p, E.Cmp)
+            and isinstance(st0, (L.Assign, L.Store))):
+        return k
+    loads = [y for y in _accesses(st0, b.name) if isinstance(y, L.Load)]
+    if not loads or any(y.guard is not None for y in loads) or len(set(loads)) != 1:
+        return k
+    fill_load, s0 = loads[0], sites[0]
+    n, V = s0.rows, s0.V
+    if s0.lo or any(0 < s.lo < K for s in sites) or len({s.r for s in sites}) < 2:
+        return k  # (read in one pass only: nothing to reuse)
+    wide = _only_widened(ph.body, b)
+    reg = L.Buffer(f"{b.name}.reg", wide or b.dtype, "local", E.Const(n * K * V))
+    by_r = {s.r: s for s in sites}
+
+    def at(s: _Site) -> L.IExpr:
+        v = E.Var(s.v) if s.v is not None else E.Const(0)
+        i = E.Var(s.row) if s.row is not None else E.Const(0)
+        return L.IExpr(E.add(E.mul(E.add(E.mul(i, K), E.Var(s.r)), V), v))
+
+    def cached(body: tuple, s: _Site) -> tuple:
+        def fe(y: Any) -> Any:
+            if isinstance(y, L.Load) and y.buf.name == b.name:
+                return L.Load(reg, at(s), y.guard, y.fill)
+            if (wide and isinstance(y, L.Cast) and isinstance(y.a, L.Load)
+                    and y.a.buf.name == reg.name):
+                return y.a  # the register holds the widened value
+            return None
+
+        return L.map_stmts(body, fe)
+
+    def fill(body: tuple, s: _Site) -> tuple:
+        """``body`` (the fill's registers part, reads already retargeted) with
+        the store of each element before its first use in the guarded body."""
+        out = []
+        for t in body:
+            if isinstance(t, L.For):
+                t = replace(t, body=fill(t.body, s))
+            elif isinstance(t, L.If):
+                then = list(t.then)
+                j = next(j for j, u in enumerate(then)
+                         if any(isinstance(y, L.Load) and y.buf.name == reg.name
+                                for x in L.stmt_exprs(u) for y in L.subexprs(x)))
+                value = L.Cast(fill_load, wide) if wide else fill_load
+                then.insert(j, L.Store(reg, at(s), value))
+                t = replace(t, then=tuple(then))
+            out.append(t)
+        return tuple(out)
+
+    fill_r = path[loops[-2] if isinstance(path[loops[-1]], L.For)
+                  and path[loops[-1]].kind == "vector" else loops[-1]].var.name
+    if fill_r != s0.r:
+        return k
+
+    def split(st: Any) -> Any:
+        if isinstance(st, L.For) and st.var.name in by_r and st.lo == E.Const(0):
+            s = by_r[st.var.name]
+            regs = cached(st.body, s)
+            if st.var.name == fill_r:
+                regs = fill(regs, s)
+            if isinstance(st.hi, E.Const) and st.hi.value <= K:
+                return (replace(st, body=regs),)  # every step in registers
+            return (replace(st, hi=E.Const(K), body=regs), replace(st, lo=E.Const(K)))
+        return None
+
+    body = L.map_stmts(ph.body, lambda y: None, split)
+    phases = k.phases[:phase] + (replace(ph, body=body),) + k.phases[phase + 1:]
+    return replace(k, phases=phases, locals=k.locals + (reg,))
+
+
+def _only_widened(body: tuple, b: L.Buffer) -> Any:
+    """The wider float type every read of ``b`` in ``body`` is converted to at
+    once (an unguarded ``f16``/``bf16`` read cast to ``f32``), or None: then
+    the registers may hold the converted values (exact), converted once."""
+    if b.dtype.name not in ("f16", "bf16"):
+        return None
+    reads = casts = 0
+    for y in L.evaluated(body):
+        if isinstance(y, L.Load) and y.buf.name == b.name:
+            reads += 1
+            if y.guard is not None:
+                return None
+        elif (isinstance(y, L.Cast) and isinstance(y.a, L.Load) and y.a.buf.name == b.name
+              and y.dtype.name == "f32"):
+            casts += 1
+    return next((x.dtype for x in L.evaluated(body) if isinstance(x, L.Cast)
+                 and isinstance(x.a, L.Load) and x.a.buf.name == b.name),
+                None) if reads and reads == casts else None

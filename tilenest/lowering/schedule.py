@@ -66,9 +66,12 @@ those the program admits:
   ``row_registers`` elements per thread and row in registers and the rest
   in shared memory (``lowering/row_registers.py``); a row of at most
   ``row_registers`` elements per thread needs no shared memory. ``0`` (the
-  default): every such buffer stays in shared memory. Registers are
-  ``row_registers`` values per thread and row (at most 8 steps). Not in
-  the tuner's default search: it made no row workload faster on the H200.
+  default): every such buffer stays in shared memory. An input row the
+  kernel never stores and reads in several passes under that distribution
+  (a softmax's or a normalization's ``x``) is cached the same way: the
+  first pass keeps the elements it reads in registers, the later passes
+  read those. Registers are ``row_registers`` values per thread, row and
+  buffer (at most 8 steps).
 * ``grid_blocks`` -- on ``cuda``, a cap on the blocks launched for a
   parallel phase: with ``G`` blocks, block ``b`` runs the programs ``b, b +
   G, b + 2G, ...`` one after another, with a block barrier between two

@@ -784,14 +784,17 @@ class Emitter:
         return _indexes_local(s)
 
     def lane_plan(self, s: L.For) -> "LanePlan | None":
-        """:meth:`_lane_plan` of ``s``, computed once per loop."""
+        """:meth:`_lane_plan` of ``s``, computed once per loop. A lane loop
+        indexing a thread's register row (``local``) has a plan even with
+        nothing to widen: its full groups run their lanes without the
+        per-element bounds test (and group their common-case calls)."""
         got = self._plans.get(id(s))
         if got is None or got[0] is not s:
-            got = (s, self._lane_plan(s))
+            got = (s, self._lane_plan(s, bounds_only=_indexes_local(s)))
             self._plans[id(s)] = got
         return got[1]
 
-    def _lane_plan(self, s: L.For) -> "LanePlan | None":
+    def _lane_plan(self, s: L.For, bounds_only: bool = False) -> "LanePlan | None":
         """The vector accesses of a thread's ``V`` consecutive elements, or None.
 
         ``s`` must be ``for.vector v in [0, V): if l < n: body`` with ``l = l0
@@ -802,7 +805,8 @@ class Emitter:
         Buffers the body both loads and stores keep scalar accesses (the
         lanes' order matters for them), except one updated in place
         (:func:`_in_place`). None when the loop has another shape or nothing
-        to widen."""
+        to widen, unless ``bounds_only``: then a plan with nothing widened, whose
+        full group runs its lanes without the bounds test."""
         if not (isinstance(s.lo, E.Const) and s.lo.value == 0 and isinstance(s.hi, E.Const)
                 and s.hi.value in (2, 4, 8) and len(s.body) == 1
                 and isinstance(s.body[0], L.If) and not s.body[0].orelse
@@ -875,7 +879,7 @@ class Emitter:
                     and sum(isinstance(o, L.Store) and o.buf.name == st.buf.name
                             for o in L.walk(stmts)) == 1):
                 stores[st] = at(st.index.e, 0)
-        if not loads and not stores:
+        if not loads and not stores and not bounds_only:
             return None
         return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds))
 
@@ -1186,8 +1190,9 @@ class Emitter:
         per-group test (several loads in flight per thread), and the rest
         scalar; otherwise every group runs scalar. Lanes that compute a
         transcendental are bound by their arithmetic, not their loads: their
-        full groups are not unrolled. Iterations keep their order. False
-        (nothing emitted) for any other loop."""
+        full groups are not unrolled. Iterations keep their order. A loop
+        not starting at 0 first tests that it runs at all. False (nothing
+        emitted) for any other loop."""
         if not (self.in_thread and s.kind == "serial" and not s.reverse and len(s.body) == 1
                 and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
             return False
@@ -1219,7 +1224,9 @@ class Emitter:
         a0 = E.subst(plan.first, {r: 0})
         full = E.add(E.floordiv(E.add(plan.n, E.add(E.mul(-1, a0), -plan.V)), c.value), 1)
         nf = self.names(f"nf.{rn}", "tn")
-        self.w("{")
+        # a loop from a later step (the rest after a thread's register steps)
+        # is often empty: one test before its bounds are computed
+        self.w("{" if s.lo == E.Const(0) else f"if ({lo} < {hi}) {{  // steps past the registers")
         self.ind += 1
         self.w(f"const {self.it} {nf} = tn_clamp({self.idx(full)}, {lo}, {hi});")
         at = {r: s.lo}
