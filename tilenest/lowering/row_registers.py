@@ -83,29 +83,23 @@ class _Site:
 
 def keep_rows_in_registers(k: L.Kernel, elems: int) -> L.Kernel:
     """``k`` with every qualifying shared buffer's first ``min(8, elems // V)``
-    steps per thread in registers (module doc); ``elems <= 0`` changes nothing."""
+    steps per thread in registers and every qualifying input row cached there
+    (module doc); ``elems <= 0`` changes nothing."""
     if elems <= 0:
         return k
-    for b in list(k.locals):
-        got = _sites(k, b) if b.space == "shared" and b.layout is None else None
-        if got is None:
-            continue
-        phase, sites = got
-        K = min(MAX_STEPS, elems // sites[0].V)
-        if K >= 1:
-            k = _split(k, b, phase, sites, K)
     stored = {st.buf.name for ph in k.phases for st in L.walk(ph.body)
               if isinstance(st, L.Store)}
-    for b in k.globals:
-        if b.name in stored or b.layout is not None or b.dtype.is_bool:
-            continue
+    shared = [(b, _split) for b in k.locals if b.space == "shared" and b.layout is None]
+    inputs = [(b, _cache) for b in k.globals
+              if b.name not in stored and b.layout is None and not b.dtype.is_bool]
+    for b, change in shared + inputs:
         got = _sites(k, b)
         if got is None:
             continue
         phase, sites = got
         K = min(MAX_STEPS, elems // sites[0].V)
         if K >= 1:
-            k = _cache(k, b, phase, sites, K)
+            k = change(k, b, phase, sites, K)
     return k
 
 
