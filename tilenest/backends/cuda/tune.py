@@ -34,13 +34,14 @@ from ...lowering import Schedule, default_schedule
 
 #: the schedule overrides tried by default, over the program's default cuda
 #: schedule: threads per block, tiles read more than once staged in shared
-#: memory, L2 policies (the search ``benchmarks/cuda.py`` also runs). Rows in
-#: registers (``row_registers``) are not in it: on the H200 they made no row
-#: workload faster (spec/lowering.md, L-4); a search may name them.
+#: memory, L2 policies (the search ``benchmarks/cuda.py`` also runs), rows in
+#: registers (``row_registers``: with the input cached, the fastest softmax
+#: on the H200, spec/lowering.md L-4), alone and with L2 policies.
 SEARCH: tuple[dict[str, Any], ...] = (
     {}, {"block_threads": 512}, {"stage_loads": True},
     {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
-    {"block_threads": 512, "cache_hints": True})
+    {"block_threads": 512, "cache_hints": True}, {"row_registers": 32},
+    {"row_registers": 32, "cache_hints": True})
 
 #: a timed sample lasts at least this many seconds of device time
 SAMPLE_S = 2e-3
