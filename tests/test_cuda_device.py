@@ -341,7 +341,9 @@ def test_row_registers_at_benchmark_width_on_gpu(name, dtn):
     ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", row_registers=32),
                               device="gpu")
     (r,) = ck.resources.values()
-    assert r.stack_frame_bytes == 0 and r.spill_store_bytes == 0, r
+    # no stack frame (an ELF fact: a spill or an array in local memory needs
+    # one); ptxas's spill counts are known only where NVRTC reports them
+    assert r.stack_frame_bytes == 0 and not r.spill_store_bytes, r
     assert "b_x_reg[" in ck.source.text
     _judge(wl, k, ck, sched, sz, dt, wl.args(sz, dt), f"{name} row registers {dtn} at {sz}")
 
