@@ -111,7 +111,8 @@ def test_hand_softmax_compiles_for_the_gpu_at_the_benchmark_size(bench):
     from tilenest.backends.cuda import ARCH, prelude_dir
     from tilenest.backends.cuda.nvrtc import compile_cuda
 
-    built = compile_cuda(bench.hand_source(), bench.HAND_SOURCE.name, arch=ARCH, include_dirs=(prelude_dir(),))
+    built = compile_cuda(bench.hand_source(), bench.HAND_SOURCE.name, arch=ARCH,
+                         include_dirs=(prelude_dir(),))
     want = {f"hand_softmax_{d}{suf}" for d in ("f32", "bf16")
             for suf, _ in bench.HAND_VARIANTS.values()}
     assert set(built.resources) == want

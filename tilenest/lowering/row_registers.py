@@ -37,10 +37,10 @@ symbols and the program id) is kept the same way, as a cache: the
 textually first step loop that reads it (the *fill*: enclosed by loops
 only, its one guard exactly the distribution's, the read unguarded at the
 top of the guarded body) stores each of its first ``K`` steps' elements to
-the ``local`` buffer as it reads them (converted to ``f32`` when every read
-of a ``f16``/``bf16`` input is converted so at once: exact, and done once), and every later read of those steps
-reads the register instead of memory; the other steps keep reading global
-memory. The fill runs before every later read of the same element (it comes
+the ``local`` buffer as it reads them (converted to ``f32`` when every
+read of a ``f16``/``bf16`` input is converted so at once: exact, and done
+once), and every later read of those steps reads the register instead of
+memory; the other steps keep reading global memory. The fill runs before every later read of the same element (it comes
 first and nothing conditional encloses it) and the element never changes,
 so each read sees the value it saw before; a thread reads the input once
 instead of once per pass.
@@ -302,8 +302,7 @@ def _cache(k: L.Kernel, b: L.Buffer, phase: int, sites: list[_Site], K: int) -> 
     if first is None:
         return k
     st0, path = first
-    loops = [j for j, s in enumerate(path) if isinstance(s, L.For)]
-    if not (loops and all(isinstance(s, L.For) for s in path[:-1])
+    if not (len(path) > 1 and all(isinstance(s, L.For) for s in path[:-1])
             and isinstance(path[-1], L.If) and st0 in path[-1].then
             and isinstance(path[-1].cond, L.IPred) and isinstance(path[-1].cond.p, E.Cmp)
             and isinstance(st0, (L.Assign, L.Store))):
@@ -353,16 +352,11 @@ def _cache(k: L.Kernel, b: L.Buffer, phase: int, sites: list[_Site], K: int) -> 
             out.append(t)
         return tuple(out)
 
-    fill_r = path[loops[-2] if isinstance(path[loops[-1]], L.For)
-                  and path[loops[-1]].kind == "vector" else loops[-1]].var.name
-    if fill_r != s0.r:
-        return k
-
     def split(st: Any) -> Any:
         if isinstance(st, L.For) and st.var.name in by_r and st.lo == E.Const(0):
             s = by_r[st.var.name]
             regs = cached(st.body, s)
-            if st.var.name == fill_r:
+            if st.var.name == s0.r:  # the fill: the first site's step loop
                 regs = fill(regs, s)
             if isinstance(st.hi, E.Const) and st.hi.value <= K:
                 return (replace(st, body=regs),)  # every step in registers
@@ -380,7 +374,7 @@ def _only_widened(body: tuple, b: L.Buffer) -> Any:
     the registers may hold the converted values (exact), converted once."""
     if b.dtype.name not in ("f16", "bf16"):
         return None
-    reads = casts = 0
+    reads, widened, to = 0, 0, None
     for y in L.evaluated(body):
         if isinstance(y, L.Load) and y.buf.name == b.name:
             reads += 1
@@ -388,7 +382,5 @@ def _only_widened(body: tuple, b: L.Buffer) -> Any:
                 return None
         elif (isinstance(y, L.Cast) and isinstance(y.a, L.Load) and y.a.buf.name == b.name
               and y.dtype.name == "f32"):
-            casts += 1
-    return next((x.dtype for x in L.evaluated(body) if isinstance(x, L.Cast)
-                 and isinstance(x.a, L.Load) and x.a.buf.name == b.name),
-                None) if reads and reads == casts else None
+            widened, to = widened + 1, y.dtype
+    return to if reads and reads == widened else None
