@@ -47,6 +47,23 @@ def test_float_add_associativity_refuted_with_fp_counterexample():
     assert outcome(obs) == 0  # evidence never decides the outcome
 
 
+@pytest.mark.parametrize("dtn", ["f16", "bf16", "f32", "f64"])
+@pytest.mark.parametrize("name", ["add", "mul"])
+def test_float_associativity_refuted_without_solver_time(dtn, name):
+    # the refutation must not depend on how fast the solver runs on a loaded
+    # machine: with no time for the solver, the fixed probe points decide it
+    from tilenest.semantics import dtypes
+
+    dt = getattr(dtypes, dtn)
+    b = BUILTINS[name]
+    obs = discharge(RD.law_obligations(RD.builtin_merge(b), (b.identity(dt),), dt, 1, name, (),
+                                       need_comm=True, role="evidence"), timeout=0.001)
+    assoc = obs[0]
+    assert assoc.kind == "reduction.law.associative" and assoc.status == REFUTED
+    point = assoc.counterexample
+    assert point["lhs"] != point["rhs"]
+
+
 def test_float_max_is_exact():
     assert all(o.status == PROVED for o in laws(f32, "max"))
 

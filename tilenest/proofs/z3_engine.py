@@ -20,6 +20,7 @@ nonlinear arithmetic) is returned as such.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 import time
@@ -287,13 +288,49 @@ class Scalar:
         return v
 
 
+def _law_probes(alg: Scalar) -> list[float]:
+    """Values at which float laws typically break, scaled to the format:
+    ``big`` whose square overflows and to which 1 is absorbed, its negation
+    (cancellation), 1, a small power of two, and two inexact values."""
+    ebits = alg.sort.ebits()
+    emax = (1 << (ebits - 1)) - 1
+    big = 2.0 ** (emax // 2 + 1)
+    return [big, -big, 1.0, 1.0 / big, 3.0, 0.1]
+
+
+def _probe_law(alg: Scalar, xs: dict[str, list[Any]], goal: Any, left: Sequence[Any],
+               right: Sequence[Any], limit: int = 512) -> dict[str, Any] | None:
+    """A counterexample of a float law among fixed points, or ``None``.
+
+    The law is evaluated exactly (Z3's simplifier folds IEEE operations on
+    constants) at each combination of :func:`_law_probes` values (one value
+    per state, shared by its components), at most ``limit`` of them in a
+    fixed order: the same search on every run and machine, so the common
+    refutations (float addition and multiplication are not associative) never
+    depend on the solver's time. A point found is a genuine counterexample;
+    none found decides nothing."""
+    z3 = alg.z3
+    vals = [alg.const(v) for v in _law_probes(alg)]
+    names = list(xs)
+    for combo in itertools.islice(itertools.product(vals, repeat=len(names)), limit):
+        pairs = [(x, v) for n, v in zip(names, combo, strict=True) for x in xs[n]]
+        if z3.is_true(z3.simplify(z3.substitute(goal, *pairs))):
+            point = {n: tuple(alg.value(v) for _ in xs[n])
+                     for n, v in zip(names, combo, strict=True)}
+            point["lhs"] = tuple(alg.value(z3.simplify(z3.substitute(t, *pairs))) for t in left)
+            point["rhs"] = tuple(alg.value(z3.simplify(z3.substitute(t, *pairs))) for t in right)
+            return point
+    return None
+
+
 def prove_law(alg: Scalar, names: Sequence[str], lhs: Callable[..., Sequence[Any]],
               rhs: Callable[..., Sequence[Any]], width: int, timeout: float,
               expect: bool | None = None) -> Answer:
     """Decide ``forall xs: lhs(xs) == rhs(xs)`` where each name stands for a
     state of ``width`` components; a counterexample maps names to tuples.
     ``expect`` orders the float portfolio (an expected law is tried unboxed
-    first); it never changes a verdict."""
+    first); it never changes a verdict. A float law is first evaluated at
+    fixed points (:func:`_probe_law`), then searched by the solver."""
     z3 = alg.z3
     xs = {n: [alg.var(f"{n}{i}") for i in range(width)] for n in names}
     try:
@@ -303,6 +340,10 @@ def prove_law(alg: Scalar, names: Sequence[str], lhs: Callable[..., Sequence[Any
     goal = z3.Or([a != b for a, b in zip(left, right, strict=True)])
     deadline = time.perf_counter() + timeout
     fp = alg.dt.is_float and not alg.real
+    if fp:
+        point = _probe_law(alg, xs, goal, left, right)
+        if point is not None:
+            return Answer("sat", point)
     decided = False
     r = z3.unknown
     if fp:
