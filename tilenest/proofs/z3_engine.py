@@ -290,7 +290,7 @@ class Scalar:
 
 def _law_probes(alg: Scalar) -> list[float]:
     """Values at which float laws typically break, scaled to the format:
-    ``big`` whose square overflows and to which 1 is absorbed, its negation
+    ``big = 2^(emax//2 + 1)``, whose square overflows, its negation
     (cancellation), 1, a small power of two, and two inexact values."""
     ebits = alg.sort.ebits()
     emax = (1 << (ebits - 1)) - 1
