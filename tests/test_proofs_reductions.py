@@ -121,5 +121,9 @@ def test_float_counterexample_matches_numpy_rounding():
     (a,) = [o for o in laws(f32, "add", role="evidence") if o.kind.endswith("associative")]
     cx = a.counterexample
     x, y, z = (np.float32(cx[k][0]) for k in "abc")
-    assert np.float32(cx["lhs"][0]).tobytes() == ((x + y) + z).tobytes()
-    assert np.float32(cx["rhs"][0]).tobytes() == (x + (y + z)).tobytes()
+    with np.errstate(all="ignore"):
+        sides = {"lhs": (x + y) + z, "rhs": x + (y + z)}
+    for k, want in sides.items():
+        got = np.float32(cx[k][0])
+        # bitwise, but a NaN's sign and payload are not part of IEEE results
+        assert (np.isnan(got) and np.isnan(want)) or got.tobytes() == want.tobytes()
