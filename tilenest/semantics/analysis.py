@@ -202,12 +202,12 @@ class _Walker:
             state = [a.value_anchor.get(o.name, 0) for o in carried]
             for _ in range(8):  # fixpoint: a state's anchor is the deepest definition's
                 inner_ctl = anchor if op.name == "if" else ctl
-                for r in op.regions:
-                    for arg, sa in zip(r.args, state, strict=False):
+                for reg in op.regions:
+                    for arg, sa in zip(reg.args, state, strict=False):
                         a.value_anchor[arg.name] = sa
-                    self.block(r, P, inner_T, inner_R, inner_ctl)
-                    if op.name == "while" and r is op.regions[0] and r.terminator is not None:
-                        cy = r.terminator.operands[0]
+                    self.block(reg, P, inner_T, inner_R, inner_ctl)
+                    if op.name == "while" and reg is op.regions[0] and reg.terminator is not None:
+                        cy = reg.terminator.operands[0]
                         inner_ctl = self.deeper(ctl, a.value_anchor.get(cy.name, 0))
                 body = op.regions[-1]
                 y = body.terminator

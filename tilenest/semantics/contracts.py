@@ -99,8 +99,10 @@ def check_reduce(p: TileProgram, op: Operation) -> None:
         b = BUILTINS.get(c)
         if b is None:
             raise ContractError(f"unknown reducer contract '{c}'", op.loc)
-        if not b.accepts(arg.type.dtype):
-            raise ContractError(f"reducer {c} is not defined on {arg.type.dtype}", op.loc)
+        dt = getattr(arg.type, "dtype", None)  # tiles, tensors and memories have one
+        if dt is None or not b.accepts(dt):
+            what = dt if dt is not None else arg.type
+            raise ContractError(f"reducer {c} is not defined on {what}", op.loc)
         fin = y.operands[i] if y is not None else arg
         d = defs.get(fin.name)
         contrib: list[str] = []

@@ -26,7 +26,7 @@ states membership in an :class:`~tilenest.semantics.space.IndexSet`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, ClassVar, Iterable, Mapping, Union
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class Expr:
     that results stay canonical."""
 
     __slots__ = ()
-    prec = 9
+    prec: ClassVar[float] = 9
 
     # -- arithmetic -------------------------------------------------------
     def __add__(self, o: IntLike) -> "Expr":
@@ -461,7 +461,7 @@ class Pred:
     """Base of boolean conditions over index expressions."""
 
     __slots__ = ()
-    prec = 9
+    prec: ClassVar[float] = 9
 
     def __and__(self, o: "Pred") -> "Pred":
         return pand(self, o)
@@ -871,7 +871,7 @@ def to_str(x: Expr) -> str:
 
 def _paren(x: Expr, prec: float) -> str:
     s = to_str(x)
-    p = x.prec
+    p: float = x.prec
     if isinstance(x, Const) and x.value < 0:
         p = 4.5
     if isinstance(x, Mul) and isinstance(x.factors[0], Const) and x.factors[0].value < 0:

@@ -117,8 +117,9 @@ class Operation:
         return self.results[0]
 
     def replace(self, **kw: Any) -> "Operation":
-        d = dict(name=self.name, operands=self.operands, results=self.results,
-                 attrs=self.attrs, regions=self.regions, loc=self.loc, oid=self.oid)
+        d: dict[str, Any] = dict(name=self.name, operands=self.operands, results=self.results,
+                                 attrs=self.attrs, regions=self.regions, loc=self.loc,
+                                 oid=self.oid)
         d.update(kw)
         return Operation(**d)
 

@@ -48,7 +48,8 @@ class Map:
 
     def apply(self, args: Sequence[E.IntLike]) -> tuple[Expr, ...]:
         """The outputs with the inputs replaced by ``args`` (exact substitution)."""
-        m = {E.Var(v): E.lift(a) for v, a in zip(self.inputs, args, strict=True)}
+        m: dict[E.Expr, E.IntLike] = {E.Var(v): E.lift(a)
+                                      for v, a in zip(self.inputs, args, strict=True)}
         return tuple(E.subst(o, m) for o in self.outputs)
 
     def compose(self, inner: "Map") -> "Map":

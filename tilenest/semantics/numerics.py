@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..errors import RuntimeSemanticError
 from .dtypes import DType
@@ -104,14 +106,14 @@ def unrounded(op: str, dt: DType, *xs: np.ndarray) -> np.ndarray:
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-_UINT = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16), 32: np.dtype(np.uint32),
-         64: np.dtype(np.uint64)}
+_UINT: dict[int, np.dtype[Any]] = {8: np.dtype(np.uint8), 16: np.dtype(np.uint16),
+                                   32: np.dtype(np.uint32), 64: np.dtype(np.uint64)}
 #: The quiet bit (most significant mantissa bit) of each float format.
 _QUIET = {"f16": 0x0200, "bf16": 0x0040, "f32": 0x0040_0000, "f64": 0x0008_0000_0000_0000}
 _SIGN = {"f16": 0x8000, "bf16": 0x8000, "f32": 0x8000_0000, "f64": 0x8000_0000_0000_0000}
 
 
-def _arr(x: object, dt: np.dtype) -> np.ndarray:
+def _arr(x: object, dt: npt.DTypeLike) -> np.ndarray:
     return np.asarray(x, dtype=dt)
 
 

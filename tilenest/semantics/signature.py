@@ -84,12 +84,12 @@ def bind_call(p: TileProgram, args: Sequence[Any], params: dict[str, int] | None
         raise TilenestError(f"unknown parameter(s) {sorted(unknown)} for kernel {p.name}", p.loc,
                             f"its parameters are: {', '.join(p.syms) or 'none'}")
     syms: dict[E.Expr, int] = {}
-    for k, v in params.items():
-        if not isinstance(v, numbers.Integral) or isinstance(v, (bool, np.bool_)):
+    for k, val in params.items():
+        if not isinstance(val, numbers.Integral) or isinstance(val, (bool, np.bool_)):
             raise TilenestError(f"parameter '{k}' of kernel {p.name} must be an integer, got "
-                                f"{type(v).__name__} {v!r}", p.loc,
+                                f"{type(val).__name__} {val!r}", p.loc,
                                 "symbolic extents and parameters are integers")
-        syms[E.Sym(k)] = int(v)
+        syms[E.Sym(k)] = int(val)
     deferred: list[tuple[str, int, E.Expr, int]] = []
     stored: set[str] | None = None
     for v, a in zip(p.args, args, strict=True):

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -337,9 +337,9 @@ class _Verifier:
         for n, _ in d.attrs:
             if n not in op.attrs:
                 raise self.fail(op, f"'{op.name}' lacks attribute '{n}'")
-        allowed = {n for n, _ in d.all_attrs()}
+        known_attrs = {n for n, _ in d.all_attrs()}
         for n in op.attrs:
-            if n not in allowed:
+            if n not in known_attrs:
                 raise self.fail(op, f"'{op.name}' has unknown attribute '{n}'")
         lo, hi = d.operands
         if len(op.operands) < lo or (hi is not None and len(op.operands) > hi):
@@ -484,7 +484,7 @@ class _Verifier:
                         x.type for x in op.results):
                     raise self.fail(op, f"'{n}' region yields do not match its results")
         if n == "memory.alloc":
-            check_layout(op.results[0].type, op)
+            check_layout(cast(MemoryType, op.results[0].type), op)
 
 
 #: scope -> the scopes it strictly contains, in every target family that has both
@@ -599,7 +599,8 @@ def check_layout(mt: MemoryType, op: Operation) -> None:
         return
     dtype: Any = np.int64 if exact else object
     grids = np.meshgrid(*[np.arange(k) for k in sizes], indexing="ij")
-    env = {E.Var(v): g.ravel().astype(dtype) for v, g in zip(lay.vars, grids, strict=True)}
+    env: dict[E.Expr, Any] = {E.Var(v): g.ravel().astype(dtype)
+                              for v, g in zip(lay.vars, grids, strict=True)}
     try:
         with np.errstate(all="ignore"):
             off = np.asarray(E.evaluate(lay.offset, env), dtype=dtype) * np.ones(n, dtype=dtype)
@@ -688,9 +689,9 @@ class _MemoryFlow:
         if not op.regions:
             return
         # region: states passed as operands
-        st_ops = [(i, o) for i, o in enumerate(op.operands) if isinstance(o.type, StateType)]
-        for _, o in st_ops:
-            mem = o.type.memory
+        st_ops = [(i, o, t.memory) for i, o in enumerate(op.operands)
+                  if isinstance(t := o.type, StateType)]
+        for _, o, mem in st_ops:
             if cur.get(mem) != o.name:
                 raise VerifyError(f"'{n}' passes stale state %{o.name} of %{mem}", op.loc)
         may_skip = self._may_skip(op)
@@ -700,16 +701,16 @@ class _MemoryFlow:
             args = r.args
             operand_base = 1 if n == "if" else 0
             if n != "if":
-                for i, o in st_ops:
+                for i, o, mem in st_ops:
                     a = args[i - operand_base] if i - operand_base < len(args) else None
                     if a is not None:
-                        inner[o.type.memory] = a.name
+                        inner[mem] = a.name
                         self.init[a.name] = self.init.get(o.name, True)
             self.block(r, inner)
             y = r.terminator
             if y is None:
                 continue
-            for i, _o in st_ops:
+            for i, _o, _mem in st_ops:
                 if n == "if":
                     continue
                 yv = y.operands[i]
@@ -719,20 +720,20 @@ class _MemoryFlow:
                     if isinstance(yv.type, StateType):
                         results_init[i] = results_init.get(i, True) and self.init.get(
                             yv.name, True)
-        for i, r in enumerate(op.results):
-            if isinstance(r.type, MemoryType) and op.regions:
+        for i, res in enumerate(op.results):
+            if isinstance(res.type, MemoryType) and op.regions:
                 y = op.regions[0].terminator
                 if y is not None and i < len(y.operands):
-                    self.alias[r.name] = self.root(y.operands[i].name)
-            if not isinstance(r.type, StateType):
+                    self.alias[res.name] = self.root(y.operands[i].name)
+            if not isinstance(res.type, StateType):
                 continue
-            mem = r.type.memory
-            cur[mem] = r.name
+            mem = res.type.memory
+            cur[mem] = res.name
             ok = results_init.get(i, True)
             if n != "if" and may_skip:
                 inc = op.operands[i]
                 ok = ok and self.init.get(inc.name, True)
-            self.init[r.name] = ok
+            self.init[res.name] = ok
 
     def _may_skip(self, op: Operation) -> bool:
         if op.name == "while":
@@ -742,7 +743,8 @@ class _MemoryFlow:
         dom: IndexSet = op.attrs["domain"]
         if not dom.is_rectangular:
             return True
-        ranges = {E.Sym(s): (0, None) for s in self.p.syms}
+        ranges: dict[E.Expr, tuple[int | None, int | None]] = {
+            E.Sym(s): (0, None) for s in self.p.syms}
         for pr in self.p.assumptions:
             if isinstance(pr, E.Cmp) and isinstance(pr.a, E.Sym) and isinstance(pr.b, E.Const):
                 lo = {">=": pr.b.value, ">": pr.b.value + 1}.get(pr.op)
