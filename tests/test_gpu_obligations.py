@@ -515,6 +515,42 @@ def test_thread_and_grid_limits():
     assert pc.holds({"R": 10**6, "C": 5}) and not pc.holds({"R": 2**31, "C": 5})
 
 
+def test_a_failing_launch_names_only_the_limits_it_breaks():
+    obs = discharge([shared_capacity(simt("softmax", "row_softmax"))]
+                    + thread_limits(simt("softmax", "row_softmax")))
+    pc = launch_precondition(obs)
+    assert len(pc.parts) == 2  # shared memory (C) and grid size (R)
+    with pytest.raises(LaunchError) as e:
+        pc.check({"R": 7, "C": 10**6})
+    assert "shared memory per block" in str(e.value) and "grid size" not in str(e.value)
+    with pytest.raises(LaunchError) as e:
+        pc.check({"R": 2**31, "C": 5})
+    assert "grid size" in str(e.value) and "shared memory" not in str(e.value)
+
+
+def test_a_schedule_that_fits_no_size_is_refused_at_compile_time():
+    from tilenest.backends import cuda
+    from tilenest.backends.cuda.nvrtc import nvrtc_available
+
+    if not nvrtc_available():
+        pytest.skip("no NVRTC")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+    gemm = importlib.import_module("gemm")
+    k = gemm.gemm.specialize(bm=256, bn=256, bk=128)
+    # 256 x 256 f32 accumulator and 8 versions of each 256 x 128 operand tile:
+    # 2.4 MB of shared memory whatever M, N and K are
+    with pytest.raises(TilenestError, match="does not fit the GPU: shared.capacity") as e:
+        cuda.compile_program(k.program, device="emulated", stages=8, cache=False)
+    err = e.value
+    assert any("bytes of shared memory per block exceed 232448" in n for n in err.notes)
+    assert "stages" in (err.hint or "")
+    assert err.sites and "gemm.py" in str(err.sites[0])
+    # the same tiles with the default versions fit: compiled, and no launch check of them
+    ok = cuda.compile_program(gemm.gemm.specialize(bm=64, bn=64, bk=32).program,
+                              device="emulated", cache=False)
+    assert not any(p.what.endswith("shared memory per block") for p in ok.precondition.parts)
+
+
 @pytest.mark.parametrize("width,ok", [(32, True), (1024, True), (48, False), (2048, False)])
 def test_threads_per_block_must_be_warps_within_the_limit(width, ok):
     def body(s, out):

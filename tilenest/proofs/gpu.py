@@ -67,10 +67,13 @@ class LaunchError(TilenestError):
 @dataclass(frozen=True)
 class Precondition:
     """``pred`` over the kernel symbols: the launch is within the resources
-    exactly when it holds; ``what`` says which resource (for the error)."""
+    exactly when it holds; ``what`` says which resource (for the error).
+    A conjunction (:func:`launch_precondition`) keeps its conjuncts in
+    ``parts``, so a failed check names the resources that fail, not all."""
 
     pred: E.Pred
     what: str
+    parts: tuple["Precondition", ...] = ()
 
     @property
     def trivial(self) -> bool:
@@ -85,7 +88,9 @@ class Precondition:
         """Raise :class:`LaunchError` when ``syms`` violate it."""
         if not self.holds(syms):
             vals = ", ".join(f"{k} = {v}" for k, v in sorted(syms.items()))
-            raise LaunchError(f"{self.what}: {E.pred_to_str(self.pred)} fails for {vals}",
+            failing = [p for p in self.parts if not p.holds(syms)] or [self]
+            why = "; ".join(f"{p.what}: {E.pred_to_str(p.pred)}" for p in failing)
+            raise LaunchError(f"{why} fails for {vals}",
                               hint="use smaller sizes, or a schedule with smaller blocks/tiles")
 
     def __str__(self) -> str:
@@ -95,13 +100,26 @@ class Precondition:
 def launch_precondition(obs: Iterable[Obligation]) -> Precondition:
     """The conjunction of the preconditions of the (discharged) resource
     obligations ``obs`` that are not proved: what a runtime must check per call."""
-    preds, whats = [], []
-    for o in obs:
-        pc = o.witness.get("precondition") if isinstance(o.witness, dict) else None
-        if pc is not None and o.status != PROVED and not pc.trivial:
-            preds.append(pc.pred)
-            whats.append(pc.what)
-    return Precondition(E.pand(*preds) if preds else E.TRUE, "; ".join(whats) or "no limit")
+    parts = [pc for o in obs if o.status != PROVED
+             and (pc := precondition_of(o)) is not None and not pc.trivial]
+    return Precondition(E.pand(*(p.pred for p in parts)) if parts else E.TRUE,
+                        "; ".join(p.what for p in parts) or "no limit", tuple(parts))
+
+
+def precondition_of(o: Obligation) -> Precondition | None:
+    """The launch precondition a resource obligation carries (None: none)."""
+    pc = o.witness.get("precondition") if isinstance(o.witness, dict) else None
+    return pc if isinstance(pc, Precondition) else None
+
+
+def never_launchable(obs: Iterable[Obligation]) -> list[Obligation]:
+    """The discharged resource obligations that no sizes satisfy: refuted
+    with a precondition that is ``false`` outright (a block's shared memory,
+    threads or registers over the limit whatever the sizes). A kernel with
+    one of them can never launch, so a compiler refuses it rather than
+    leave the failure to every call."""
+    return [o for o in obs if o.status == REFUTED
+            and (pc := precondition_of(o)) is not None and pc.pred == E.FALSE]
 
 
 def _symbolic(kind: str, title: str, bound: E.Pred, what: str, explain: Any = None,

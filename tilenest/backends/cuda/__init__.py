@@ -160,7 +160,7 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     maps: list = []
     k, src = stage_source(program, s, maps)
     bar, res = gpu_obligations(k)
-    obs = obs + _refuse_refuted(bar + coverage_obligations(maps)) + res
+    obs = obs + _refuse_refuted(bar + coverage_obligations(maps)) + _refuse_unlaunchable(res, program)
     built = _build(src, cache=cache)
     from ...proofs import gpu
 
@@ -218,8 +218,7 @@ def _store(dkey: str, ck: CudaKernel) -> None:
     def meta() -> dict:
         return {"facts": ck.facts.to_json(),
                 "obligations": [KC.obligation_json(o) for o in ck.obligations],
-                "precondition": None if pc is None else {"pred": KC.pred_json(pc.pred),
-                                                         "what": pc.what},
+                "precondition": None if pc is None else _precondition_json(pc),
                 "kernels": [_info_json(i) for i in ck.source.kernels],
                 "index": {"bits": ck.source.index_bits,
                           "check": _index_json(ck.index_precondition),
@@ -236,12 +235,23 @@ def _store(dkey: str, ck: CudaKernel) -> None:
     KC.write(dkey, "cuda", meta, parts)
 
 
+def _precondition_json(pc: Any) -> dict:
+    return {"pred": KC.pred_json(pc.pred), "what": pc.what,
+            "parts": [_precondition_json(p) for p in pc.parts]}
+
+
+def _precondition_of(d: dict) -> Any:
+    from ...proofs.gpu import Precondition
+
+    return Precondition(KC.pred_of(d["pred"]), str(d["what"]),
+                        tuple(_precondition_of(p) for p in d["parts"]))
+
+
 def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel | None:
     """The kernel of the disk entry ``dkey`` for ``dev``, or None (no entry, or
     a damaged or stale one, which is discarded)."""
 
     def decode(meta: dict, parts: dict[str, bytes]) -> CudaKernel:
-        from ...proofs.gpu import Precondition
         from .nvrtc import compiled_cuda
 
         nv = meta["nvrtc"]
@@ -256,8 +266,7 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
         ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
                         0.0, lower=lambda: lower_verified(program, s))
         pc = meta["precondition"]
-        ck.precondition = None if pc is None else Precondition(KC.pred_of(pc["pred"]),
-                                                               str(pc["what"]))
+        ck.precondition = None if pc is None else _precondition_of(pc)
         ck.index_precondition = _index_of(ix["check"])
         ck.cached = "disk"
         return ck
@@ -293,6 +302,25 @@ def _refuse_refuted(obs: list) -> list:
                             "this is a bug of the SIMT lowering; please report it with the "
                             "kernel", notes=tuple(str(getattr(o, "detail", "")).splitlines()[:4]))
     return obs
+
+
+def _refuse_unlaunchable(res: list, program: TileProgram) -> list:
+    """``res`` (the discharged resource obligations), unless one of them fails
+    for every size (:func:`tilenest.proofs.gpu.never_launchable`): then the
+    schedule does not fit the GPU and compiling it is an error that says by
+    how much; a limit that only some sizes break stays a launch precondition."""
+    from ...proofs import gpu
+
+    bad = gpu.never_launchable(res)
+    if bad:
+        o = bad[0]
+        hint = {gpu.SHARED: "use smaller tiles or fewer pipeline versions "
+                            "(Schedule.stages); shared memory holds every live version",
+                gpu.LIMIT: "use fewer threads per block (Schedule.block_threads) or fewer "
+                           "programs"}.get(o.kind, "use a smaller schedule")
+        raise TilenestError(f"the cuda schedule does not fit the GPU: {o.kind}: {o.title}",
+                            o.sites or program.loc, hint, notes=tuple(o.counterexample_lines()))
+    return res
 
 
 def clear_cache() -> None:
