@@ -114,8 +114,8 @@ def precondition_of(o: Obligation) -> Precondition | None:
 
 def never_launchable(obs: Iterable[Obligation]) -> list[Obligation]:
     """The discharged resource obligations that no sizes satisfy: refuted
-    with a precondition that is ``false`` outright (a block's shared memory,
-    threads or registers over the limit whatever the sizes). A kernel with
+    with a precondition that is ``false`` outright (a block's shared memory
+    or threads over the limit whatever the sizes). A kernel with
     one of them can never launch, so a compiler refuses it rather than
     leave the failure to every call."""
     return [o for o in obs if o.status == REFUTED
