@@ -334,6 +334,8 @@ def _cache(k: L.Kernel, b: L.Buffer, phase: int, sites: list[_Site], K: int) -> 
 
         return L.map_stmts(body, fe)
 
+    value = L.Cast(fill_load, wide) if wide else fill_load
+
     def fill(body: tuple, s: _Site) -> tuple:
         """``body`` (the fill's registers part, reads already retargeted) with
         the store of each element before its first use in the guarded body."""
@@ -343,12 +345,12 @@ def _cache(k: L.Kernel, b: L.Buffer, phase: int, sites: list[_Site], K: int) -> 
                 t = replace(t, body=fill(t.body, s))
             elif isinstance(t, L.If):
                 then = list(t.then)
-                j = next(j for j, u in enumerate(then)
-                         if any(isinstance(y, L.Load) and y.buf.name == reg.name
-                                for x in L.stmt_exprs(u) for y in L.subexprs(x)))
-                value = L.Cast(fill_load, wide) if wide else fill_load
-                then.insert(j, L.Store(reg, at(s), value))
-                t = replace(t, then=tuple(then))
+                j = next((j for j, u in enumerate(then)
+                          if any(isinstance(y, L.Load) and y.buf.name == reg.name
+                                 for x in L.stmt_exprs(u) for y in L.subexprs(x))), None)
+                if j is not None:  # (a guarded body that reads no register stays)
+                    then.insert(j, L.Store(reg, at(s), value))
+                    t = replace(t, then=tuple(then))
             out.append(t)
         return tuple(out)
 
