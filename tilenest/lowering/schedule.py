@@ -339,7 +339,7 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
         s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256,
                      vector_lanes=default_lanes(program), stages=2)
         return replace(s, **overrides) if overrides else s
-    bits = host_vector_bits()
+    bits = overrides.get("vector_bits") or host_vector_bits()
     s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,
                  mma_block=default_mma_block(bits))
     return replace(s, **overrides) if overrides else s

@@ -49,6 +49,7 @@ from ...semantics import dtypes as D
 from ...semantics import expr as E
 from . import softfloat as SF
 from .mathlib import MathLib
+from .vector import VectorLoops, suffix
 
 DIV_ZERO, NEG_SHIFT = L.DIV_ZERO, L.NEG_SHIFT
 
@@ -76,8 +77,9 @@ def mem_type(dt: D.DType) -> ir.Type:
     return I8 if dt.is_bool else reg_type(dt)
 
 
-class FnGen:
-    """Generates one phase body function."""
+class FnGen(VectorLoops):
+    """Generates one phase body function (``for.vector`` loops as vector code
+    where :mod:`.vector` can: :class:`.vector.VectorLoops`)."""
 
     def __init__(self, cg: "Codegen", ph: L.Phase):
         self.cg = cg
@@ -176,22 +178,41 @@ class FnGen:
 
     def loop(self, var: L.LVar, lo: ir.Value, hi: ir.Value, body: tuple, kind: str,
              reverse: bool) -> None:
+        w = self.vector_plan(var, body, kind, reverse)
+        if w is not None:
+            self.vector_loop(var, lo, hi, body, w)
+        else:
+            self.scalar_loop(var, lo, hi, body, reverse)
+
+    def scalar_loop(self, var: L.LVar, lo: ir.Value, hi: ir.Value, body: tuple,
+                    reverse: bool) -> None:
+        """``for var in [lo, hi)`` one iteration at a time (descending with
+        ``reverse``)."""
+        if reverse:
+            self.counted_loop(var, lo, hi, -1, lambda: self.stmts(body))
+        else:
+            self.counted_loop(var, lo, hi, 1, lambda: self.stmts(body))
+
+    def counted_loop(self, var: L.LVar, lo: ir.Value, hi: ir.Value, step: int,
+                     body: Any) -> None:
+        """A loop whose variable ``var`` takes ``lo, lo + step, ...`` while
+        below ``hi`` (``step > 0``), or ``hi - 1, hi - 2, ...`` while at least
+        ``lo`` (``step == -1``), running ``body()`` for each value."""
         b = self.b
         slot = self.var(var)
         head = self.fn.append_basic_block(f"{var.name}.head")
         blk = self.fn.append_basic_block(f"{var.name}.body")
         done = self.fn.append_basic_block(f"{var.name}.done")
-        one = ir.Constant(I64, 1)
-        b.store(b.sub(hi, one) if reverse else lo, slot)
+        reverse = step < 0
+        b.store(b.sub(hi, ir.Constant(I64, 1)) if reverse else lo, slot)
         b.branch(head)
         b.position_at_end(head)
         i = b.load(slot, typ=I64)
         b.cbranch(b.icmp_signed(">=", i, lo) if reverse else b.icmp_signed("<", i, hi), blk, done)
         b.position_at_end(blk)
-        self.stmts(body)
+        body()
         i = b.load(slot, typ=I64)
-        b.store(b.sub(i, one, flags=("nsw",)) if reverse else b.add(i, one, flags=("nsw",)),
-                slot)
+        b.store(b.add(i, ir.Constant(I64, step), flags=("nsw",)), slot)
         b.branch(head)
         b.position_at_end(done)
 
@@ -602,9 +623,7 @@ class FnGen:
         return v if st == dt_ else b.bitcast(v, dt_)
 
 
-def _suffix(t: ir.Type) -> str:
-    return {F16: "f16", F32: "f32", F64: "f64"}[t] if isinstance(
-        t, (ir.HalfType, ir.FloatType, ir.DoubleType)) else str(t)
+_suffix = suffix
 
 
 def const(value: Any, dt: D.DType) -> ir.Constant:

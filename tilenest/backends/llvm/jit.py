@@ -89,9 +89,10 @@ def parse(text: str, h: Host) -> llvm.ModuleRef:
 #: no other optimizer defect -- IR that does not verify (a load placed after
 #: the shuffle using it), and two silent miscompiles of integer kernels with a
 #: fully unrolled strict fold followed by sums over the same tile (wrong
-#: outputs, no error; ``tests/test_llvm_crash_regressions.py``). The lowering's ``vector`` loops
-#: are what the loop vectorizer vectorizes; without SLP the unrolled GEMM
-#: micro-kernel loses about 20% at 256^3 (``benchmarks/cpu.py``).
+#: outputs, no error; ``tests/test_llvm_crash_regressions.py``). Nothing
+#: depends on it for speed: the ``for.vector`` loops the lowering marks (the
+#: ``mma`` micro-kernel among them) are emitted as explicit vector IR
+#: (``vector.py``) and the rest are left to the loop vectorizer.
 SLP_VECTORIZE = False
 
 #: pipeline variants tried, in order, when the previous one produced IR that

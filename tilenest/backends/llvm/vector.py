@@ -1,0 +1,381 @@
+"""Explicit vector code for ``for.vector`` loops.
+
+A ``For(kind="vector")`` promises that its iterations are independent (loop
+IR, ``For``). When every statement of its body is a plain or guarded store
+whose index moves by one element per iteration, and every expression in it
+is one this module can evaluate lane by lane (:func:`plan`), the code
+generator emits the loop itself as vector IR: ``W`` consecutive iterations
+per step, each scalar operation of the body becoming the same operation on
+``<W x T>`` values, then the remaining ``< W`` iterations as scalar code.
+So the speed of such loops -- the ``mma`` micro-kernel's rows above all,
+tile copies and elementwise bodies -- is a property of the lowering, not of
+a cost model of LLVM's vectorizers (which see no loop at all once a short
+constant loop is fully unrolled).
+
+Meaning is unchanged: every vector operation is the lane-wise IEEE (or
+two's complement) operation of the scalar one, so each lane computes
+exactly what its scalar iteration computes; with independent iterations the
+order between lanes is immaterial. A statement's guard becomes a lane mask:
+masked loads read no element whose lane is off (``llvm.masked.load``, the
+fill where off) and masked stores write none (``llvm.masked.store``), as a
+guarded scalar access does not touch memory when its guard is false.
+
+Values in the body are *uniform* (the same in every lane: constants, locals,
+loads at an index that does not depend on the loop variable -- the
+broadcast operand of the ``mma`` micro-kernel) or *varying* (one value per
+lane). Uniform values are computed once, as scalars, and broadcast where they
+meet a varying one. The lane width ``W`` is the schedule's vector width over
+the widest data type of the body (index arithmetic, 64-bit, is not counted:
+it only forms addresses and masks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llvmlite import ir
+
+from ...lowering import loopir as L
+from ...semantics import dtypes as D
+from ...semantics import expr as E
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+
+#: float unary ops that are one lane-wise instruction or intrinsic
+_FLOAT_UN = frozenset({"neg", "abs", "sqrt", "floor", "ceil", "trunc", "round"})
+_CMP = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+_FLOAT_BIN = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"}) | _CMP
+_INT_BIN = frozenset({"add", "sub", "mul", "and", "or", "xor", "maximum", "minimum"}) | _CMP
+_BOOL_BIN = frozenset({"and", "or", "xor", "maximum", "minimum"}) | _CMP
+
+
+def _lane_dtype(dt: D.DType) -> bool:
+    """Whether values of ``dt`` are kept as vectors here (f16/bf16 and
+    their software conversions stay scalar)."""
+    return dt.is_bool or dt.is_int or dt.name in ("f32", "f64")
+
+
+def stride(e: E.Expr, x: E.Var) -> int | None:
+    """The constant ``s`` with ``e(x + 1) = e(x) + s`` for every ``x`` when
+    ``e`` is affine in ``x`` (0 when ``x`` does not occur), else None."""
+    if x not in E.leaves(e):
+        return 0
+    d, _k = E._linear(e)
+    if any(x in E.leaves(t) for t in d if t != x):
+        return None  # x inside a product, a division, a min/max...
+    return d.get(x, 0)
+
+
+class _Check:
+    """Decides whether a loop body is vectorizable (:func:`plan`)."""
+
+    def __init__(self, x: E.Var, name: str):
+        self.x, self.name = x, name
+        self.widest = 0
+
+    def data(self, dt: D.DType) -> bool:
+        if not _lane_dtype(dt):
+            return False
+        if not dt.is_bool:
+            self.widest = max(self.widest, dt.bits)
+        return True
+
+    def index(self, e: E.Expr) -> bool:
+        return stride(e, self.x) is not None
+
+    def pred(self, p: E.Pred) -> bool:
+        if isinstance(p, E.BoolConst):
+            return True
+        if isinstance(p, E.Cmp):
+            return self.index(p.a) and self.index(p.b)
+        if isinstance(p, (E.PAnd, E.POr)):
+            return all(self.pred(q) for q in p.items)
+        if isinstance(p, E.PNot):
+            return self.pred(p.item)
+        return False
+
+    def varying(self, x: Any) -> bool:
+        """Whether ``x`` depends on the loop variable."""
+        return self.name in L.names(x)
+
+    def expr(self, x: Any) -> bool:
+        if isinstance(x, L.Const):
+            return self.data(x.dtype)
+        if isinstance(x, L.Ref):
+            return x.var.name != self.name and self.data(x.dtype)
+        if isinstance(x, L.IExpr):
+            return self.index(x.e)
+        if isinstance(x, L.IPred):
+            return self.pred(x.p)
+        if isinstance(x, L.Load):
+            if not self.data(x.dtype) or not isinstance(x.index, L.IExpr):
+                return False
+            s = stride(x.index.e, self.x)
+            if s not in (0, 1):
+                return False
+            if x.guard is not None:
+                if not (self.expr(x.guard) and x.fill is not None and self.expr(x.fill)):
+                    return False
+                if s == 0 and self.varying(x.guard):
+                    return False  # a uniform read under a lane mask: left scalar
+            return True
+        if isinstance(x, L.Select):
+            return all(self.expr(y) for y in (x.c, x.a, x.b))
+        if isinstance(x, L.Fma):
+            return x.dtype.name in ("f32", "f64") and all(self.expr(y) for y in (x.a, x.b, x.c))
+        if isinstance(x, L.Un):
+            dt = x.a.dtype
+            return (dt.name in ("f32", "f64") and x.op in _FLOAT_UN and x.dtype == dt
+                    and self.data(dt) and self.expr(x.a))
+        if isinstance(x, L.Bin):
+            dt = x.a.dtype
+            ops = (_BOOL_BIN if dt.is_bool else _INT_BIN if dt.is_int
+                   else _FLOAT_BIN if dt.name in ("f32", "f64") else frozenset())
+            return (x.op in ops and self.data(dt) and self.data(x.dtype)
+                    and self.expr(x.a) and self.expr(x.b))
+        if isinstance(x, L.Cast):
+            src, dst = x.a.dtype, x.dtype
+            ok = (src.is_float and dst.is_float) or (
+                (src.is_int or src.is_bool) and not dst.is_bool
+                and (dst.is_int or dst.name in ("f32", "f64")))
+            return ok and self.data(src) and self.data(dst) and self.expr(x.a)
+        return False
+
+    def stmt(self, s: Any) -> bool:
+        if not isinstance(s, L.Store) or s.mode or not isinstance(s.index, L.IExpr):
+            return False
+        if stride(s.index.e, self.x) != 1 or not self.data(s.buf.dtype):
+            return False
+        if s.guard is not None and not self.expr(s.guard):
+            return False
+        return self.expr(s.value)
+
+
+def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
+    """The lane count ``W`` at which the body of ``for.vector var`` is
+    emitted as vector code, or None when it is not (a statement other than a
+    unit-stride store, a gather, a reduction into a local, an operation
+    without a lane-wise form here: the loop is then emitted as scalar code)."""
+    c = _Check(E.Var(var.name), var.name)
+    if not body or not all(c.stmt(s) for s in body):
+        return None
+    return max(2, vector_bits // max(32, c.widest or 32))
+
+
+class VectorLoops:
+    """The vector form of ``for.vector`` loops, mixed into the code generator
+    of phase bodies (``codegen.FnGen``): it uses the generator's builder,
+    buffers, index evaluation and its scalar operation rules, which are
+    written to apply unchanged to vector operands for the operations
+    :func:`plan` admits."""
+
+    b: ir.IRBuilder
+    math: Any
+    cg: Any
+
+    def vector_plan(self, var: L.LVar, body: tuple, kind: str, reverse: bool) -> int | None:
+        if kind != "vector" or reverse:
+            return None
+        return plan(var, body, self.cg.vector_bits)
+
+    def vector_loop(self, var: L.LVar, lo: ir.Value, hi: ir.Value, body: tuple, w: int) -> None:
+        """``for var in [lo, hi)`` as steps of ``w`` iterations in vector
+        code, then the rest (fewer than ``w``) as scalar iterations."""
+        b = self.b
+        n = b.sub(hi, lo)
+        n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
+        full = b.mul(b.sdiv(n, ir.Constant(I64, w)), ir.Constant(I64, w), flags=("nsw",))
+        mid = b.add(lo, full, flags=("nsw",))
+        self.counted_loop(var, lo, mid, w, lambda: self.vector_body(var, body, w))
+        self.scalar_loop(var, mid, hi, body, False)
+
+    def vector_body(self, var: L.LVar, body: tuple, w: int) -> None:
+        ev = _Lanes(self, var, w)
+        for s in body:
+            ev.store(s)
+
+
+class _Lanes:
+    """Evaluates one vector step: the loop variable's slot holds the first
+    lane's iteration; ``value(x)`` is ``(llvm value, varying)``."""
+
+    def __init__(self, gen: Any, var: L.LVar, w: int):
+        self.g, self.b, self.w = gen, gen.b, w
+        self.x = E.Var(var.name)
+        self.name = var.name
+
+    # -- helpers --------------------------------------------------------------
+    def vec(self, t: ir.Type) -> ir.VectorType:
+        return ir.VectorType(t, self.w)
+
+    def splat(self, v: ir.Value) -> ir.Value:
+        """``v`` in every lane."""
+        b = self.b
+        vt = self.vec(v.type)
+        one = b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                                ir.Constant(self.vec(I32), [0] * self.w))
+
+    def lanes(self, v: ir.Value, varying: bool) -> ir.Value:
+        return v if varying else self.splat(v)
+
+    def iota(self, step: int) -> ir.Constant:
+        return ir.Constant(self.vec(I64), [step * j for j in range(self.w)])
+
+    # -- index expressions --------------------------------------------------------
+    def index(self, e: E.Expr) -> tuple[ir.Value, bool]:
+        s = stride(e, self.x)
+        assert s is not None
+        base = self.g.idx(e)  # at the first lane (the slot holds its iteration)
+        if s == 0:
+            return base, False
+        return self.b.add(self.splat(base), self.iota(s)), True
+
+    def pred(self, p: E.Pred) -> tuple[ir.Value, bool]:
+        b = self.b
+        if isinstance(p, E.BoolConst):
+            return ir.Constant(I1, int(p.value)), False
+        if isinstance(p, E.Cmp):
+            (x, vx), (y, vy) = self.index(p.a), self.index(p.b)
+            if not (vx or vy):
+                return b.icmp_signed(p.op, x, y), False
+            return b.icmp_signed(p.op, self.lanes(x, vx), self.lanes(y, vy)), True
+        if isinstance(p, E.PNot):
+            v, vr = self.pred(p.item)
+            return self.bool_not(v, vr), vr
+        items = [self.pred(q) for q in p.items]
+        varying = any(vr for _, vr in items)
+        out = self.lanes(*items[0]) if varying else items[0][0]
+        for v, vr in items[1:]:
+            v = self.lanes(v, vr) if varying else v
+            out = b.and_(out, v) if isinstance(p, E.PAnd) else b.or_(out, v)
+        return out, varying
+
+    def bool_not(self, v: ir.Value, varying: bool) -> ir.Value:
+        ones = ir.Constant(self.vec(I1), [1] * self.w) if varying else ir.Constant(I1, 1)
+        return self.b.xor(v, ones)
+
+    # -- data --------------------------------------------------------------------
+    def value(self, x: Any) -> tuple[ir.Value, bool]:
+        g, b = self.g, self.b
+        if isinstance(x, (L.Const, L.Ref)):
+            return g.expr(x), False
+        if isinstance(x, L.IExpr):
+            return self.index(x.e)
+        if isinstance(x, L.IPred):
+            return self.pred(x.p)
+        if isinstance(x, L.Load):
+            return self.load(x)
+        if isinstance(x, L.Select):
+            (c, vc), (p, vp), (q, vq) = (self.value(y) for y in (x.c, x.a, x.b))
+            if not (vc or vp or vq):
+                return b.select(c, p, q), False
+            return b.select(c, self.lanes(p, vp), self.lanes(q, vq)), True
+        if isinstance(x, L.Fma):
+            vals = [self.value(y) for y in (x.a, x.b, x.c)]
+            varying = any(v for _, v in vals)
+            ops = [self.lanes(v, vr) if varying else v for v, vr in vals]
+            t = ops[0].type
+            fn = g.math.intrinsic(f"llvm.fmuladd.{suffix(t)}", t, [t, t, t])
+            return b.call(fn, ops), varying
+        if isinstance(x, L.Un):
+            v, vr = self.value(x.a)
+            return g.unary(x.op, v, x.a.dtype, x.dtype), vr
+        if isinstance(x, L.Bin):
+            (p, vp), (q, vq) = self.value(x.a), self.value(x.b)
+            varying = vp or vq
+            if varying:
+                p, q = self.lanes(p, vp), self.lanes(q, vq)
+            return g.binary(x.op, p, q, x.a.dtype, x.flags), varying
+        if isinstance(x, L.Cast):
+            v, vr = self.value(x.a)
+            return (self.cast(v, x.a.dtype, x.dtype) if vr else g.cast(v, x.a.dtype, x.dtype)), vr
+        raise TypeError(f"no vector form for {x!r}")  # plan() admitted it: a bug here
+
+    def cast(self, v: ir.Value, src: D.DType, dst: D.DType) -> ir.Value:
+        """The lane-wise cast of the kinds :func:`plan` admits, with the
+        meaning of the scalar ``codegen.FnGen.cast``: between f32 and f64
+        exact widening or one rounding; integers (and bool, 0 or 1) by
+        register width, truncating or extending by the source's signedness;
+        integers to f32/f64 rounded once."""
+        from .codegen import reg_type
+
+        b = self.b
+        if src == dst:
+            return v
+        rt = self.vec(reg_type(dst))
+        if src.is_float:
+            return b.fpext(v, rt) if dst.bits > src.bits else b.fptrunc(v, rt)
+        if dst.is_float:
+            return (b.sitofp if src.is_signed else b.uitofp)(v, rt)
+        sw, dw = v.type.element.width, rt.element.width
+        if sw == dw:
+            return v
+        if dw < sw:
+            return b.trunc(v, rt)
+        return b.sext(v, rt) if src.is_signed else b.zext(v, rt)
+
+    def address(self, buf: L.Buffer, index: L.IExpr) -> ir.Value:
+        from .codegen import mem_type
+
+        return self.b.gep(self.g.ptr[buf.name], [self.g.idx(index.e)], inbounds=True,
+                          source_etype=mem_type(buf.dtype))
+
+    def load(self, x: L.Load) -> tuple[ir.Value, bool]:
+        from .codegen import mem_type
+
+        g, b = self.g, self.b
+        assert isinstance(x.index, L.IExpr)
+        if stride(x.index.e, self.x) == 0:
+            return g.expr(x), False  # uniform (its guard too: plan())
+        mt = mem_type(x.buf.dtype)
+        ptr = self.address(x.buf, x.index)
+        align = max(1, x.buf.dtype.bits // 8)
+        vt = self.vec(mt)
+        if x.guard is None:
+            v = b.load(ptr, typ=vt, align=align)
+        else:
+            mask = self.lanes(*self.value(x.guard))
+            assert x.fill is not None
+            fill = self.to_memory(self.lanes(*self.value(x.fill)), x.buf.dtype)
+            fn = g.math.intrinsic(f"llvm.masked.load.{suffix(vt)}.p0", vt,
+                                  [ir.PointerType(), I32, mask.type, vt])
+            v = b.call(fn, [ptr, ir.Constant(I32, align), mask, fill])
+        if x.buf.dtype.is_bool:
+            v = b.icmp_unsigned("!=", v, ir.Constant(vt, [0] * self.w))
+        return v, True
+
+    def to_memory(self, v: ir.Value, dt: D.DType) -> ir.Value:
+        """A register value of ``dt`` in its memory form (bool: one byte)."""
+        return self.b.zext(v, self.vec(I8)) if dt.is_bool else v
+
+    def store(self, s: L.Store) -> None:
+        from .codegen import mem_type
+
+        g, b = self.g, self.b
+        assert isinstance(s.index, L.IExpr)
+        val = self.to_memory(self.lanes(*self.value(s.value)), s.buf.dtype)
+        ptr = self.address(s.buf, s.index)
+        align = max(1, s.buf.dtype.bits // 8)
+        if s.guard is None:
+            b.store(val, ptr, align=align)
+            return
+        mask = self.lanes(*self.value(s.guard))
+        vt = self.vec(mem_type(s.buf.dtype))
+        fn = g.math.intrinsic(f"llvm.masked.store.{suffix(vt)}.p0", ir.VoidType(),
+                              [vt, ir.PointerType(), I32, mask.type])
+        b.call(fn, [val, ptr, ir.Constant(I32, align), mask])
+
+
+def suffix(t: ir.Type) -> str:
+    """The overload suffix of an intrinsic on values of type ``t``
+    (``f32``, ``v16f32``, ``i64``, ``v8i1``...)."""
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{suffix(t.element)}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    return str(t)
