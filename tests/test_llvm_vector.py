@@ -147,7 +147,7 @@ def test_plan_admits_stores_of_lane_wise_expressions():
 
 
 @pytest.mark.parametrize("why,stmt", [
-    ("gather", lambda x, s, d: L.Store(d, L.IExpr(x), L.Load(s, L.IExpr(x * 2)))),
+    ("non-affine read", lambda x, s, d: L.Store(d, L.IExpr(x), L.Load(s, L.IExpr(x * x)))),
     ("scatter", lambda x, s, d: L.Store(d, L.IExpr(x * 3), L.Load(s, L.IExpr(x)))),
     ("uniform store", lambda x, s, d: L.Store(d, L.IExpr(E.Const(0)), L.Load(s, L.IExpr(x)))),
     ("transcendental", lambda x, s, d: L.Store(d, L.IExpr(x), L.Un("exp", L.Load(s, L.IExpr(x)),

@@ -86,6 +86,25 @@ def _mma_only(prog: TileProgram) -> set[str]:
     return good
 
 
+def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[Dim, ...]]:
+    """For the dims of every ``mma``'s ``b`` operand whose vector dim -- the
+    last free dim of ``b`` in the accumulator's order, along which the
+    micro-kernel keeps its accumulators in vector registers
+    (``mma.contract``) -- is not its last dim: the same dims with that one
+    moved last (the first ``mma`` met decides)."""
+    from ..semantics.ops.values import mma_roles
+
+    out: dict[tuple[Dim, ...], tuple[Dim, ...]] = {}
+    for op in prog.walk():
+        if op.name != "mma":
+            continue
+        at, bt, ct = (o.type for o in op.operands)
+        fb = mma_roles(at, bt, ct)["free_b"]
+        if fb and bt.dims[-1] != fb[-1] and bt.dims not in out:
+            out[bt.dims] = tuple(d for d in bt.dims if d != fb[-1]) + (fb[-1],)
+    return out
+
+
 class Lowerer:
     """State of one lowering (see the module docstring)."""
 
@@ -116,6 +135,8 @@ class Lowerer:
         self.globals: list[L.Buffer] = []
         #: values read only as ``mma`` operands (their copies may be padded)
         self.mma_only = _mma_only(prog)
+        #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
+        self.column_last = {} if schedule.block_threads else _column_last(prog)
 
     # -- statements ---------------------------------------------------------
     def emit(self, *stmts: L.Stmt) -> None:
@@ -322,6 +343,12 @@ class Lowerer:
         ext = h.extents if pitch is None else h.extents[:-1] + (pitch,)
         buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
         out = BufH(buf, h.dims, h.extents, pitch)
+        order = self.column_last.get(h.dims) if base in self.mma_only else None
+        if order is not None:
+            # the copy a CPU micro-kernel reads as ``b``: its vector dim
+            # contiguous (a tile is addressed by dim identity, any order)
+            ext_of = dict(zip(h.dims, h.extents, strict=True))
+            out = BufH(buf, order, tuple(ext_of[d] for d in order))
         self.store_into(h, out)
         return out
 

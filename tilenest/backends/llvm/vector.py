@@ -23,7 +23,9 @@ guarded scalar access does not touch memory when its guard is false.
 Values in the body are *uniform* (the same in every lane: constants, locals,
 loads at an index that does not depend on the loop variable -- the
 broadcast operand of the ``mma`` micro-kernel) or *varying* (one value per
-lane). Uniform values are computed once, as scalars, and broadcast where they
+lane). A load whose index moves by a constant other than one element per
+iteration (the transposing copy of an ``mma`` operand) is a gather
+(``llvm.masked.gather``); stores must move by exactly one element. Uniform values are computed once, as scalars, and broadcast where they
 meet a varying one. The lane width ``W`` is the schedule's vector width over
 the widest data type of the body (index arithmetic, 64-bit, is not counted:
 it only forms addresses and masks).
@@ -111,7 +113,7 @@ class _Check:
             if not self.data(x.dtype) or not isinstance(x.index, L.IExpr):
                 return False
             s = stride(x.index.e, self.x)
-            if s not in (0, 1):
+            if s is None:
                 return False
             if x.guard is not None:
                 if not (self.expr(x.guard) and x.fill is not None and self.expr(x.fill)):
@@ -155,7 +157,8 @@ def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
     """The lane count ``W`` at which the body of ``for.vector var`` is
     emitted as vector code, or None when it is not (a statement other than a
     unit-stride store, a gather, a reduction into a local, an operation
-    without a lane-wise form here: the loop is then emitted as scalar code)."""
+    without a lane-wise form here: the loop is then emitted as scalar code).
+    Loads may move by any constant number of elements (gathers)."""
     c = _Check(E.Var(var.name), var.name)
     if not body or not all(c.stmt(s) for s in body):
         return None
@@ -332,18 +335,35 @@ class _Lanes:
         ptr = self.address(x.buf, x.index)
         align = max(1, x.buf.dtype.bits // 8)
         vt = self.vec(mt)
-        if x.guard is None:
+        s = stride(x.index.e, self.x)
+        if x.guard is None and s == 1:
             v = b.load(ptr, typ=vt, align=align)
         else:
-            mask = self.lanes(*self.value(x.guard))
-            assert x.fill is not None
-            fill = self.to_memory(self.lanes(*self.value(x.fill)), x.buf.dtype)
-            fn = g.math.intrinsic(f"llvm.masked.load.{suffix(vt)}.p0", vt,
-                                  [ir.PointerType(), I32, mask.type, vt])
-            v = b.call(fn, [ptr, ir.Constant(I32, align), mask, fill])
+            if x.guard is None:
+                mask = ir.Constant(self.vec(I1), [1] * self.w)
+                fill = ir.Constant(vt, ir.Undefined)
+            else:
+                mask = self.lanes(*self.value(x.guard))
+                assert x.fill is not None
+                fill = self.to_memory(self.lanes(*self.value(x.fill)), x.buf.dtype)
+            if s == 1:
+                fn = g.math.intrinsic(f"llvm.masked.load.{suffix(vt)}.p0", vt,
+                                      [ir.PointerType(), I32, mask.type, vt])
+                v = b.call(fn, [ptr, ir.Constant(I32, align), mask, fill])
+            else:  # lane j reads element index + j s: a gather
+                pv = self.lane_pointers(ptr, s * align)
+                fn = g.math.intrinsic(f"llvm.masked.gather.{suffix(vt)}.v{self.w}p0", vt,
+                                      [pv.type, I32, mask.type, vt])
+                v = b.call(fn, [pv, ir.Constant(I32, align), mask, fill])
         if x.buf.dtype.is_bool:
             v = b.icmp_unsigned("!=", v, ir.Constant(vt, [0] * self.w))
         return v, True
+
+    def lane_pointers(self, ptr: ir.Value, step: int) -> ir.Value:
+        """``<W x ptr>``: lane ``j`` points ``j step`` bytes past ``ptr``."""
+        b = self.b
+        base = self.splat(b.ptrtoint(ptr, I64))
+        return b.inttoptr(b.add(base, self.iota(step)), self.vec(ir.PointerType()))
 
     def to_memory(self, v: ir.Value, dt: D.DType) -> ir.Value:
         """A register value of ``dt`` in its memory form (bool: one byte)."""
