@@ -86,22 +86,24 @@ def _mma_only(prog: TileProgram) -> set[str]:
     return good
 
 
-def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[Dim, ...]]:
+def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[int, ...]]:
     """For the dims of every ``mma``'s ``b`` operand whose vector dim -- the
     last free dim of ``b`` in the accumulator's order, along which the
     micro-kernel keeps its accumulators in vector registers
-    (``mma.contract``) -- is not its last dim: the same dims with that one
-    moved last (the first ``mma`` met decides)."""
+    (``mma.contract``) -- is not its last dim: the storage order
+    (``BufH.order``) with that dim moved last (the first ``mma`` met
+    decides)."""
     from ..semantics.ops.values import mma_roles
 
-    out: dict[tuple[Dim, ...], tuple[Dim, ...]] = {}
+    out: dict[tuple[Dim, ...], tuple[int, ...]] = {}
     for op in prog.walk():
         if op.name != "mma":
             continue
         at, bt, ct = (o.type for o in op.operands)
         fb = mma_roles(at, bt, ct)["free_b"]
         if fb and bt.dims[-1] != fb[-1] and bt.dims not in out:
-            out[bt.dims] = tuple(d for d in bt.dims if d != fb[-1]) + (fb[-1],)
+            col = bt.dims.index(fb[-1])
+            out[bt.dims] = tuple(i for i in range(bt.rank) if i != col) + (col,)
     return out
 
 
@@ -344,11 +346,10 @@ class Lowerer:
         buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
         out = BufH(buf, h.dims, h.extents, pitch)
         order = self.column_last.get(h.dims) if base in self.mma_only else None
-        if order is not None:
+        if order is not None and pitch is None:
             # the copy a CPU micro-kernel reads as ``b``: its vector dim
-            # contiguous (a tile is addressed by dim identity, any order)
-            ext_of = dict(zip(h.dims, h.extents, strict=True))
-            out = BufH(buf, order, tuple(ext_of[d] for d in order))
+            # contiguous (a transposed operand is transposed as it is copied)
+            out = BufH(buf, h.dims, h.extents, None, order)
         self.store_into(h, out)
         return out
 
@@ -393,7 +394,10 @@ class Lowerer:
         def body(q: Index) -> None:
             self.emit(L.Store(dst.buf, L.IExpr(dst.offset(q)), h.at(self, q)))
 
-        self.nest(dst.dims, dst.extents, body, h.guards)
+        # in storage order: the innermost loop stores consecutive elements
+        order = dst.order or range(len(dst.dims))
+        self.nest(tuple(dst.dims[i] for i in order), tuple(dst.extents[i] for i in order), body,
+                  h.guards)
 
     def new_storage(self, t: TileType, base: str) -> Handle:
         if t.rank == 0:

@@ -88,21 +88,30 @@ class VarH(Handle):
 
 @dataclass
 class BufH(Handle):
-    """A tile in ``buf``, row-major over ``dims``; consecutive rows (last dim)
-    lie ``pitch`` elements apart (default: the last extent, dense)."""
+    """A tile in ``buf``, row-major over ``dims`` -- or, with ``order`` (a
+    permutation of the dim positions), row-major over ``dims[order[0]],
+    dims[order[1]], ...`` (the storage order; ``dims`` and ``extents`` keep
+    the tile type's order, which every consumer zips with its own). The
+    last dim of the storage order has consecutive elements; consecutive
+    lines of it lie ``pitch`` elements apart (default: its extent, dense)."""
 
     buf: L.Buffer
     dims: tuple[Dim, ...]
     extents: tuple[E.Expr, ...]
     pitch: E.Expr | None = None
+    order: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         self.dtype = self.buf.dtype
         self.reads = frozenset({self.buf.name})
+        assert self.order is None or sorted(self.order) == list(range(len(self.dims)))
 
     def offset(self, q: Index) -> E.Expr:
-        ext = self.extents if self.pitch is None else self.extents[:-1] + (self.pitch,)
-        return linear(ext, [q[d] for d in self.dims])
+        order = self.order or range(len(self.dims))
+        ext = [self.extents[i] for i in order]
+        if self.pitch is not None:
+            ext[-1] = self.pitch
+        return linear(tuple(ext), [q[self.dims[i]] for i in order])
 
     def at(self, lw: "Lowerer", q: Index) -> L.Expr:
         return L.Load(self.buf, L.IExpr(self.offset(q)))

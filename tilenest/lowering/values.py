@@ -299,7 +299,7 @@ def _put(lw: Lowerer, op: Operation) -> None:
         g = lw.guard_of(preds)
         if g is not None:
             lw.check(g.p, code())
-        off = L.IExpr(linear(res.extents, coords))
+        off = L.IExpr(res.offset(dict(zip(res.dims, coords, strict=True))))
         lw.emit(L.Store(res.buf, off, p.at(lw, u), g))
 
     lw.nest(p.dims, p.extents, body)
