@@ -26,6 +26,9 @@ its three implementations shows -- the compiled kernel, numpy (``x.sum()``,
 ``np.copyto``) and torch (``x.sum()``, ``y.copy_(x)``) -- so it is the most
 the machine demonstrably does, not what tilenest happens to reach; a row
 selected with ``--only`` brings its ceiling along (:func:`with_ceilings`).
+Like STREAM, the byte counts leave out the line a store first reads into the
+cache (write-allocate), so a kernel with more reads per write than ``copy``
+(``add``: two per write) can show more than 100% of it.
 The fractions are computed from the finished rows by :func:`attach_bandwidth`.
 
 Every thread count runs in its own worker process with the BLAS thread count
