@@ -4,16 +4,20 @@
 
 The suite lives in the package (``tilenest bench --suite codegen``,
 :mod:`tilenest.bench.codegen`); this script runs it at the sizes it always
-had. Workloads: row softmax, RMSNorm, LayerNorm, add, row sum (4096x4096
-f32) and GEMM f32 256^3, 1024^3 and ragged 1000^3, reassociating and strict
-(``--quick``: 1024x1024 rows, 256^3 GEMM only), against numpy and PyTorch
-CPU when installed. Each thread count runs in its own worker process with the
-BLAS thread count pinned; every compiled result is checked against numpy
-before timing. A sample is a block of at least ``--reps`` calls lasting at
-least 50 ms; ``--samples`` samples per function, the functions alternating;
-the median is reported with the spread of the samples. The ratio is numpy
-time / compiled time (> 1: compiled is faster). Compile time is the first,
-uncached compile of each kernel. Not a timed test.
+had. Workloads: the read and copy bandwidth ceilings, row softmax, RMSNorm,
+LayerNorm, add, row sum (4096x4096 f32), a global sum of 10^7 f32, GEMM f32
+256^3, 1024^3 and ragged 1000^3, reassociating and strict, SwiGLU and a
+batched A @ B^T (``--quick``: 1024x1024 rows, 10^6 sum, one shape per
+product), against numpy and PyTorch CPU when installed; memory-bound rows
+also as a fraction of their ceiling. Each thread count runs in its own worker
+process with the BLAS thread count pinned; every compiled result is checked
+against numpy before timing. A sample is a block of at least ``--reps`` calls
+lasting at least 50 ms; ``--samples`` samples per function, the functions
+alternating; the median is reported with the spread of the samples. The ratio
+is numpy time / compiled time (> 1: compiled is faster). Compile time is the
+first, uncached compile of each kernel. Not a timed test. For a record that
+``tilenest bench --compare`` reads, run ``tilenest bench --size large --save
+FILE``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ def legacy(row: dict) -> dict:
            "numpy_spread": row["baselines"]["numpy"]["spread"]}
     if "torch" in row["baselines"]:
         out["torch_s"] = row["baselines"]["torch"]["median_s"]
+    if "bandwidth" in row:
+        out["of_ceiling"] = row["bandwidth"]["fraction"]
+    if "ceiling" in row:
+        out["ceiling_bytes_per_s"] = row["ceiling"]["bytes_per_s"]
     return out
 
 
@@ -55,13 +63,14 @@ def main() -> int:
     a = ap.parse_args()
     size = "medium" if a.quick else "large"
     with progress.bar("cpu", codegen.planned(size, codegen.NAMES) * len(a.threads)) as step:
-        rows = codegen.run(a.threads, size, a.samples, codegen.NAMES, step, a.reps)
+        rows = codegen.attach_bandwidth(codegen.run(a.threads, size, a.samples, codegen.NAMES,
+                                                    step, a.reps))
     if a.json:
         print(json.dumps([legacy(r) for r in rows], indent=2))
     else:
         from rich.console import Console
 
-        Console(width=120).print(codegen.table(rows))
+        Console(width=140).print(codegen.table(rows))
     return 1 if any("error" in r for r in rows) else 0
 
 

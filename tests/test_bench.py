@@ -187,3 +187,37 @@ def test_timing_median_and_spread():
     assert [x.samples for x in ts] == [3, 3] and all(x.calls == 2 for x in ts)
     # rounds alternate: a warm-up and two timed calls of one, then of the other
     assert calls[:6] == ["a"] * 3 + ["b"] * 3 and len(calls) == 18
+
+
+def test_new_users_kernels_match_numpy_on_ragged_shapes():
+    """SwiGLU, the batched A @ B^T, the global sum and the two ceilings,
+    compiled at shapes that are no multiple of their tiles or chunks."""
+    import numpy as np
+
+    from tilenest.bench.kernels import kernels
+
+    ks = kernels()
+    rng = np.random.default_rng(1)
+
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    x, wg, wu, h = f32(70, 50), f32(50, 45), f32(50, 45), np.zeros((70, 45), np.float32)
+    ks["swiglu"].specialize(bm=32, bn=16, bk=16).compile(threads=2)(x, wg, wu, h, threads=2)
+    g = x.astype(np.float64) @ wg
+    np.testing.assert_allclose(h, g / (1 + np.exp(-g)) * (x.astype(np.float64) @ wu),
+                               rtol=1e-4, atol=1e-4)
+    a, bt, c = f32(3, 37, 20), f32(3, 29, 20), np.zeros((3, 37, 29), np.float32)
+    ks["bmm_nt"].specialize(bm=16, bn=16, bk=16).compile(threads=2)(a, bt, c, threads=2)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ bt.transpose(0, 2, 1),
+                               rtol=1e-4, atol=1e-4)
+    v, total = f32(100_003), np.zeros(1, np.float32)
+    ks["global_sum"].specialize(chunk=4096).compile(threads=2)(v, total, threads=2)
+    assert total[0] == pytest.approx(v.sum(dtype=np.float64), abs=1e-6 * float(np.abs(v).sum()))
+    blocks = np.zeros(9, np.float32)
+    ks["read"].specialize(rp=8).compile(threads=2)(x, blocks, threads=2)
+    want = [x[i:i + 8].sum(dtype=np.float64) for i in range(0, 70, 8)]
+    np.testing.assert_allclose(blocks, want, rtol=1e-5, atol=1e-4)
+    y = np.zeros_like(x)
+    ks["copy"].compile(threads=2)(x, y, threads=2)
+    assert np.array_equal(x, y)

@@ -196,7 +196,7 @@ MATRIX = [
      ["exclude each other"]),
     ("conformance-no-case", "conformance --suite {d}/adir", 1, ["has no cases"]),
     # -- bench and the top level
-    ("bench-only", "bench --only bogus", 1, ["'bogus'", "valid names: softmax"]),
+    ("bench-only", "bench --only bogus", 1, ["'bogus'", "valid names: read, copy, softmax"]),
     ("bench-samples", "bench --samples 0", 1, ["--samples", "least allowed value 1"]),
     ("bench-size", "bench --size huge", 1, ["--size", "huge"]),
     ("bench-suite", "bench --suite gpu", 1, ["--suite", "gpu"]),

@@ -17,6 +17,14 @@ is faster). Each benchmark's result is checked before it is timed; a wrong one
 is reported and makes the exit status 1. Benchmarks are measurements, not
 tests: nothing here asserts a speed.
 
+Records and the regression guard: ``--json`` prints the run as one document
+(schema :data:`SCHEMA`: the suite, size, samples, thread counts, the machine
+and software versions, the date, and per row its identity, times and ratios);
+``--save FILE`` also writes it to ``FILE``. ``--compare FILE`` matches this
+run's rows with those of such a record and flags every row whose ratio fell
+by more than ``--max-drop`` (25%) (:mod:`tilenest.bench.compare`); the exit
+status is then 4 when some row regressed (1 still wins: a wrong result).
+
 GPU benchmarks need CuPy and PyTorch with CUDA and live in the source tree:
 ``python benchmarks/cuda.py``; ``--target cuda`` runs that script when it is
 there and a GPU is present, and is an error saying so otherwise.
@@ -28,6 +36,7 @@ The command-line entry points are :func:`add_arguments` and :func:`run`
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -39,7 +48,7 @@ from typing import Any
 
 from .. import progress
 from ..errors import NotAvailableError, TilenestError
-from . import codegen, interpreter, proofs
+from . import codegen, compare, interpreter, proofs
 
 SCHEMA = "tilenest.bench/1"
 #: suite -> (its module, what it measures)
@@ -69,6 +78,17 @@ def _positive_ms(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
     if not 0 < v < float("inf"):
         raise argparse.ArgumentTypeError(f"{text} ms: give a finite time > 0")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a fraction between 0 and 1, "
+                                         "e.g. 0.25 for 25%")
     return v
 
 
@@ -110,7 +130,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="codegen: the least duration of one sample, in milliseconds "
                              "(default 50: short kernels are timed in steady state)")
     parser.add_argument("--json", action="store_true",
-                        help=f"print the results as JSON (schema {SCHEMA})")
+                        help=f"print the results as JSON (schema {SCHEMA}): the record "
+                             "--compare reads")
+    parser.add_argument("--save", metavar="FILE",
+                        help="also write the results as JSON to FILE (the record --compare "
+                             "reads)")
+    parser.add_argument("--compare", metavar="FILE",
+                        help="compare each row's ratios with those recorded in FILE (from "
+                             "--json or --save); exit status 4 when a ratio fell by more "
+                             "than --max-drop")
+    parser.add_argument("--max-drop", type=_fraction, default=compare.MAX_DROP,
+                        metavar="F", help="--compare: the fall of a ratio that is a "
+                                          "regression (default 0.25: 25%%)")
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
 
 
@@ -128,11 +159,44 @@ def selected(suite: str, only: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(n for n in names if n in asked)
 
 
+def _cpu_model() -> str:
+    """The processor's marketing name (``/proc/cpuinfo`` on Linux, else what
+    :func:`platform.processor` says)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str | None:
+    """The git commit of a source checkout of tilenest (None when installed)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (r.stdout.strip() or None) if r.returncode == 0 else None
+
+
 def _environment() -> dict[str, Any]:
+    """The machine and software a run was measured on (what ``--compare`` warns about)."""
+    import llvmlite
     import numpy as np
 
-    env: dict[str, Any] = {"python": platform.python_version(), "numpy": np.__version__,
-                           "machine": platform.machine(), "cpus": os.cpu_count()}
+    from .. import __version__
+
+    env: dict[str, Any] = {"cpu": _cpu_model(), "cpus": os.cpu_count(),
+                           "machine": platform.machine(), "system": platform.system(),
+                           "python": platform.python_version(), "numpy": np.__version__,
+                           "llvmlite": llvmlite.__version__, "tilenest": __version__,
+                           "commit": _commit()}
     try:
         import torch  # type: ignore[import-not-found]
 
@@ -161,8 +225,10 @@ def _cuda(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the suite ``args`` asks for; print a table (or JSON); exit status 0,
-    or 1 when some benchmark's result was wrong (it is reported, not timed)."""
+    """Run the suite ``args`` asks for; print a table (or JSON), save the
+    record, compare it with a recorded one; exit status 0, 1 when some
+    benchmark's result was wrong (it is reported, not timed), else 4 when a
+    compared row regressed."""
     if args.worker is not None:  # one thread count of the codegen suite, in its own process
         codegen.worker(args.worker, args.size, args.samples,
                        selected("codegen", args.only), codegen.emit_line, args.min_calls,
@@ -171,18 +237,29 @@ def run(args: argparse.Namespace) -> int:
     if args.target == "cuda":
         if args.suite != "codegen":
             raise TilenestError(f"--target cuda applies to the codegen suite, not {args.suite}")
+        if args.compare or args.save:
+            raise TilenestError("--compare and --save record the CPU suites; "
+                                "benchmarks/cuda.py keeps its own records",
+                                hint="run --target cuda without --compare and --save")
         return _cuda(args)
+    recorded = compare.load(args.compare, args.suite) if args.compare else None
     names = selected(args.suite, args.only)
     doc: dict[str, Any] = {"schema": SCHEMA, "suite": args.suite, "size": args.size,
-                           "samples": args.samples, "environment": _environment()}
+                           "samples": args.samples,
+                           "date": datetime.datetime.now(datetime.timezone.utc)
+                           .isoformat(timespec="seconds"),
+                           "environment": _environment()}
     if args.suite == "codegen":
         threads = args.threads or default_threads()
-        doc.update(target=args.target, threads=threads)
+        names = codegen.with_ceilings(names)
+        doc.update(target=args.target, threads=threads,
+                   shapes={n: [codegen.shape_label(s) for s in codegen.shapes(args.size, n)]
+                           for n in names})
         total = codegen.planned(args.size, names) * len(threads)
         with progress.bar("bench codegen", total) as step:
             rows = codegen.run(threads, args.size, args.samples, names, step, args.min_calls,
-                              args.min_sample_ms / 1e3)
-        doc["benchmarks"] = rows
+                               args.min_sample_ms / 1e3)
+        rows = doc["benchmarks"] = codegen.attach_bandwidth(rows)
         shown = codegen.table(rows)
     elif args.suite == "interpreter":
         with progress.bar("bench interpreter", len(names)) as step:
@@ -197,13 +274,34 @@ def run(args: argparse.Namespace) -> int:
         doc.update(warmup_s=out["warmup_s"], budget_s=out["budget_s"])
         rows = doc["benchmarks"] = out["rows"]
         shown = proofs.table(out)
+    if args.save:
+        _save(args.save, doc)
+    result = compare.compare(recorded, doc, args.max_drop) if recorded is not None else None
     if args.json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(doc if result is None else {**doc, "comparison": result.to_json()},
+                         indent=2))
     else:
         from rich.console import Console
 
-        Console(width=None if sys.stdout.isatty() else 140).print(shown)
-    return 1 if any("error" in r for r in rows) else 0
+        con = Console(width=None if sys.stdout.isatty() else 140)
+        con.print(shown)
+        if result is not None:
+            con.print(compare.table(result, args.compare))
+            for line in compare.summary(result, args.compare):
+                con.print(line, markup=False, highlight=False)
+    if any("error" in r for r in rows):
+        return 1
+    return compare.EXIT_REGRESSED if result is not None and result.regressed else 0
+
+
+def _save(path: str, doc: dict[str, Any]) -> None:
+    """Write the run's record to ``path``; an unwritable path is the user's error."""
+    try:
+        Path(path).write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as e:
+        raise TilenestError(f"cannot write the benchmark record {path}: {e.strerror}",
+                            hint="--save takes the path of a file in a writable folder"
+                            ) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

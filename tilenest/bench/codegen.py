@@ -1,11 +1,35 @@
 """Compiled (``llvm``) kernels against numpy and PyTorch CPU, in one run.
 
-Benchmarks: row softmax, RMSNorm, LayerNorm, elementwise add, row sum (``R x
-R`` f32) and GEMM f32, reassociating (``gemm``: the compiled kernel may use
-fused multiply-adds, as BLAS does) and strict (``gemm_strict``: every output
-element sums its products in order, separately rounded: bitwise the
-interpreter). GEMM tile sizes are a schedule choice made here
-(:func:`gemm_tiles`).
+Benchmarks (:data:`NAMES`):
+
+* the bandwidth ceilings ``read`` (every element of an ``R x R`` f32 array
+  read once) and ``copy`` (the array copied into another), see below;
+* the row workloads row softmax, RMSNorm, LayerNorm, elementwise add and row
+  sum of an ``R x R`` f32 matrix, and ``global_sum`` (``N`` f32 to one scalar,
+  a ``reduce`` region over chunks at the top level);
+* GEMM f32, reassociating (``gemm``: the compiled kernel may use fused
+  multiply-adds, as BLAS does) and strict (``gemm_strict``: every output
+  element sums its products in order, separately rounded: bitwise the
+  interpreter); ``swiglu`` (``silu(x @ Wg) * (x @ Wu)``, the two products
+  sharing each loaded ``x`` tile) and ``bmm_nt`` (``C[b] = A[b] @ B[b]^T``).
+  Their tile sizes are a schedule choice made here (:func:`gemm_tiles`).
+
+A row is identified by its name, its ``shape`` (``R x R``, ``M x K x N``,
+``B x M x N x K`` or ``N``) and its thread count; ``workload`` is its label.
+
+**Bandwidth.** A memory-bound row also reports the bandwidth it reached --
+the bytes it must move at least (each input read once, each output written
+once) over its median time -- as a fraction of a ceiling measured at the same
+size and thread count in the same run: ``row_sum`` and ``global_sum`` against
+``read``, the others against ``copy``. A ceiling is the best bandwidth any of
+its three implementations shows -- the compiled kernel, numpy (``x.sum()``,
+``np.copyto``) and torch (``x.sum()``, ``y.copy_(x)``) -- so it is the most
+the machine demonstrably does, not what tilenest happens to reach; a row
+selected with ``--only`` brings its ceiling along (:func:`with_ceilings`).
+Like STREAM, the byte counts leave out the line a store first reads into the
+cache (write-allocate), so a kernel with more reads per write than ``copy``
+(``add``: two per write) can show more than 100% of it.
+The fractions are computed from the finished rows by :func:`attach_bandwidth`.
 
 Every thread count runs in its own worker process with the BLAS thread count
 pinned through ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS``/``MKL_NUM_THREADS``
@@ -34,14 +58,27 @@ from typing import Any
 from ..errors import TilenestError
 from .timing import Method, measure
 
-NAMES = ("softmax", "rmsnorm", "layernorm", "add", "row_sum", "gemm", "gemm_strict")
+NAMES = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "row_sum", "global_sum",
+         "gemm", "gemm_strict", "swiglu", "bmm_nt")
 GEMMS = ("gemm", "gemm_strict")
+#: the benchmarks over an R x R matrix (one shape per size)
+ROWS = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "row_sum")
+#: memory-bound benchmark -> the ceiling its bandwidth is measured against
+CEILING_OF = {"softmax": "copy", "rmsnorm": "copy", "layernorm": "copy", "add": "copy",
+              "row_sum": "read", "global_sum": "read"}
+CEILINGS = ("read", "copy")
 
-#: per size: the row workloads' R (an R x R matrix) and the GEMM shapes (M, K, N)
+#: per size: the row workloads' R (an R x R matrix), the GEMM and SwiGLU shapes
+#: (M, K, N), the transposed batched product's (B, M, N, K), the global sum's N
 SIZES: dict[str, dict[str, Any]] = {
-    "small": {"rows": 128, "gemm": ((64, 64, 64),)},
-    "medium": {"rows": 1024, "gemm": ((256, 256, 256),)},
-    "large": {"rows": 4096, "gemm": ((256, 256, 256), (1024, 1024, 1024), (1000, 1000, 1000))},
+    "small": {"rows": 128, "gemm": ((64, 64, 64),), "swiglu": ((64, 64, 64),),
+              "bmm_nt": ((2, 64, 64, 32),), "global_sum": 100_000},
+    "medium": {"rows": 1024, "gemm": ((256, 256, 256),), "swiglu": ((256, 256, 512),),
+               "bmm_nt": ((8, 256, 256, 64),), "global_sum": 1_000_000},
+    "large": {"rows": 4096,
+              "gemm": ((256, 256, 256), (1024, 1024, 1024), (1000, 1000, 1000)),
+              "swiglu": ((256, 256, 512), (512, 1024, 1024)),
+              "bmm_nt": ((8, 256, 256, 64), (16, 512, 512, 128)), "global_sum": 10_000_000},
 }
 
 #: seconds to pause before each sample when BLAS runs several threads: its
@@ -55,27 +92,59 @@ TAG = "tilenest-bench "
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def gemm_tiles(m: int, n: int, threads: int) -> dict[str, int]:
-    """Output tile ``bm x bn`` and K step ``bk`` of one GEMM program.
+def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128) -> dict[str, int]:
+    """Output tile ``bm x bn`` and K step ``bk`` of one GEMM program (of
+    ``batch`` independent products of depth ``k``).
 
     A program copies (packs) an A tile and a B tile per K step and reuses them
     for ``bm * bn * bk`` multiply-adds, so large output tiles amortize the
     copies: 256x256 unless that leaves fewer than two programs per thread
     (the runtime balances chunks of programs between threads), then halved,
     rows first. ``bk = 128`` keeps a register block's B panel (128 x 32 f32,
-    16 KiB) in L1 and the packed B tile (128 KiB) in L2."""
-    bm = bn = 256
-    while -(-m // bm) * -(-n // bn) < 2 * threads and bn > 32:
+    16 KiB) in L1 and the packed B tile (128 KiB) in L2. No tile is larger
+    than the power of two that covers its extent (a 64 x 64 product is one
+    64 x 64 tile, not a padded 256 x 256 one)."""
+
+    def cover(extent: int, most: int) -> int:
+        t = 8
+        while t < extent and t < most:
+            t *= 2
+        return t
+
+    bm, bn = cover(m, 256), cover(n, 256)
+    while batch * -(-m // bm) * -(-n // bn) < 2 * threads and max(bm, bn) > 32:
         if bm >= bn:
             bm //= 2
         else:
             bn //= 2
-    return {"bm": bm, "bn": bn, "bk": 128}
+    return {"bm": bm, "bn": bn, "bk": cover(k, 128)}
+
+
+def shapes(size: str, name: str) -> tuple[tuple[int, ...], ...]:
+    """The problem shapes of benchmark ``name`` at ``size``, one row each."""
+    sz = SIZES[size]
+    if name in ROWS:
+        return ((sz["rows"], sz["rows"]),)
+    if name == "global_sum":
+        return ((sz["global_sum"],),)
+    return tuple(sz["gemm" if name in GEMMS else name])
+
+
+def shape_label(shape: tuple[int, ...]) -> str:
+    """A shape as it appears in a row's identity: ``4096x4096``."""
+    return "x".join(map(str, shape))
+
+
+def with_ceilings(only: tuple[str, ...]) -> tuple[str, ...]:
+    """``only`` and the ceilings its memory-bound benchmarks are measured
+    against, in :data:`NAMES` order."""
+    need = set(only) | {CEILING_OF[n] for n in only if n in CEILING_OF}
+    return tuple(n for n in NAMES if n in need)
 
 
 def planned(size: str, only: tuple[str, ...]) -> int:
     """How many rows one thread count produces."""
-    return sum(len(SIZES[size]["gemm"]) if n in GEMMS else 1 for n in only)
+    return sum(len(shapes(size, n)) for n in only)
 
 
 @dataclass
@@ -83,6 +152,7 @@ class Case:
     """One benchmark instance: the compiled kernel's call and its baselines."""
 
     name: str
+    shape: tuple[int, ...]
     workload: str
     kernel: Any
     args: tuple[Any, ...]
@@ -91,6 +161,10 @@ class Case:
     torch: Callable[[], Any] | None
     rtol: float = 1e-4
     atol: float = 1e-5
+    #: what ``out`` must hold, when not the numpy baseline's result
+    expected: Callable[[], Any] | None = None
+    #: the least bytes the workload moves (memory-bound benchmarks only)
+    bytes: int | None = None
 
 
 def cases(size: str, threads: int, only: tuple[str, ...], torch: Any) -> Iterator[Case]:
@@ -109,6 +183,9 @@ def cases(size: str, threads: int, only: tuple[str, ...], torch: Any) -> Iterato
     eps = np.float32(1e-5)
     y = np.empty_like(x)
     tx = torch.from_numpy(x) if torch else None
+    sq = (n, n)
+    label = f"{n}x{n}"
+    f4 = 4  # bytes of an f32
 
     def np_softmax() -> Any:
         e = np.exp(x - x.max(axis=1, keepdims=True))
@@ -122,44 +199,111 @@ def cases(size: str, threads: int, only: tuple[str, ...], torch: Any) -> Iterato
         d = x - mu
         return d / np.sqrt((d * d).mean(axis=1, keepdims=True) + eps) * w + b
 
-    shape = f"{n}x{n}"
+    if "read" in only:
+        rp = 8
+        blocks = np.empty(-(-n // rp), np.float32)
+        sums = np.add.reduceat(x.sum(axis=1, dtype=np.float64), np.arange(0, n, rp))
+        yield Case("read", sq, f"read {label} (ceiling)", ks["read"].specialize(rp=rp),
+                   (x, blocks), blocks, lambda: x.sum(), (lambda: tx.sum()) if torch else None,
+                   rtol=0.0, atol=1e-5 * rp * n, expected=lambda: sums, bytes=f4 * n * n)
+    if "copy" in only:
+        out, other = np.empty_like(x), np.empty_like(x)
+        ty = torch.from_numpy(np.empty_like(x)) if torch else None
+        yield Case("copy", sq, f"copy {label} (ceiling)", ks["copy"], (x, out), out,
+                   lambda: np.copyto(other, x), (lambda: ty.copy_(tx)) if torch else None,
+                   expected=lambda: x, bytes=2 * f4 * n * n)
     if "softmax" in only:
-        yield Case("softmax", f"softmax {shape}", ks["softmax"], (x, y), y, np_softmax,
-                   (lambda: torch.softmax(tx, 1)) if torch else None)
+        yield Case("softmax", sq, f"softmax {label}", ks["softmax"], (x, y), y, np_softmax,
+                   (lambda: torch.softmax(tx, 1)) if torch else None, bytes=2 * f4 * n * n)
     if "rmsnorm" in only:
-        yield Case("rmsnorm", f"rmsnorm {shape}", ks["rmsnorm"], (x, w, y, eps), y, np_rmsnorm,
+        yield Case("rmsnorm", sq, f"rmsnorm {label}", ks["rmsnorm"], (x, w, y, eps), y,
+                   np_rmsnorm,
                    (lambda: torch.nn.functional.rms_norm(tx, (n,), torch.from_numpy(w), 1e-5))
-                   if torch else None)
+                   if torch else None, bytes=f4 * (2 * n * n + n))
     if "layernorm" in only:
-        yield Case("layernorm", f"layernorm {shape}", ks["layernorm"], (x, w, b, y, eps), y,
+        yield Case("layernorm", sq, f"layernorm {label}", ks["layernorm"], (x, w, b, y, eps), y,
                    np_layernorm,
                    (lambda: torch.layer_norm(tx, (n,), torch.from_numpy(w), torch.from_numpy(b),
-                                             1e-5)) if torch else None, rtol=1e-3, atol=1e-4)
+                                             1e-5)) if torch else None, rtol=1e-3, atol=1e-4,
+                   bytes=f4 * (2 * n * n + 2 * n))
     if "add" in only:
         out = np.empty_like(x)
-        yield Case("add", f"add {shape}", ks["add"], (x, z, out), out,
+        yield Case("add", sq, f"add {label}", ks["add"], (x, z, out), out,
                    lambda: np.add(x, z, out=y),
-                   (lambda: torch.add(tx, torch.from_numpy(z))) if torch else None)
+                   (lambda: torch.add(tx, torch.from_numpy(z))) if torch else None,
+                   bytes=3 * f4 * n * n)
     if "row_sum" in only:
         rs = np.empty(n, np.float32)
-        yield Case("row_sum", f"row sum {shape}", ks["row_sum"], (x, rs), rs,
+        yield Case("row_sum", sq, f"row sum {label}", ks["row_sum"], (x, rs), rs,
                    lambda: x.sum(axis=1), (lambda: tx.sum(1)) if torch else None,
-                   rtol=1e-3, atol=1e-3)
-    for m, k, nn in SIZES[size]["gemm"]:
-        picked = [g for g in GEMMS if g in only]
-        if not picked:
-            break
+                   rtol=1e-3, atol=1e-3, bytes=f4 * (n * n + n))
+    if "global_sum" in only:
+        (count,) = shapes(size, "global_sum")[0]
+        v = rng.standard_normal(count).astype(np.float32)
+        tv = torch.from_numpy(v) if torch else None
+        total = np.empty(1, np.float32)
+        exact = v.sum(dtype=np.float64)
+        # f32 partial sums: allow a relative error of 1e-6 of the sum of magnitudes
+        yield Case("global_sum", (count,), f"global sum {count}", ks["global_sum"], (v, total),
+                   total, lambda: v.sum(), (lambda: tv.sum()) if torch else None, rtol=0.0,
+                   atol=1e-6 * float(np.abs(v).sum(dtype=np.float64)),
+                   expected=lambda: exact, bytes=f4 * count)
+    yield from _products(size, threads, only, torch, rng)
+
+
+def _products(size: str, threads: int, only: tuple[str, ...], torch: Any,
+              rng: Any) -> Iterator[Case]:
+    """The GEMM-class benchmarks of :func:`cases`: gemm, gemm_strict, swiglu, bmm_nt."""
+    import numpy as np
+
+    from .kernels import kernels
+
+    ks = kernels()
+
+    def tile_label(tiles: dict[str, int]) -> str:
+        return "x".join(str(tiles[t]) for t in ("bm", "bn", "bk"))
+
+    picked = [g for g in GEMMS if g in only]
+    for m, k, nn in shapes(size, "gemm") if picked else ():
         A = rng.standard_normal((m, k)).astype(np.float32)
         B = rng.standard_normal((k, nn)).astype(np.float32)
         C = np.empty((m, nn), np.float32)
-        tiles = gemm_tiles(m, nn, threads)
-        tile = "x".join(str(tiles[t]) for t in ("bm", "bn", "bk"))
+        tiles = gemm_tiles(m, nn, threads, k=k)
         for g in picked:
             label = "gemm" if g == "gemm" else "gemm strict"
-            yield Case(g, f"{label} {m}x{k}x{nn} ({tile})", ks[g].specialize(**tiles), (A, B, C),
-                       C, lambda A=A, B=B: A @ B,
+            yield Case(g, (m, k, nn), f"{label} {m}x{k}x{nn} ({tile_label(tiles)})",
+                       ks[g].specialize(**tiles), (A, B, C), C, lambda A=A, B=B: A @ B,
                        (lambda A=A, B=B: torch.from_numpy(A) @ torch.from_numpy(B))
                        if torch and g == "gemm" else None, rtol=1e-3, atol=1e-3)
+    for m, k, nn in shapes(size, "swiglu") if "swiglu" in only else ():
+        # weights scaled as a trained layer's are: the products stay O(1)
+        X = rng.standard_normal((m, k)).astype(np.float32)
+        Wg = (rng.standard_normal((k, nn)) / np.sqrt(k)).astype(np.float32)
+        Wu = (rng.standard_normal((k, nn)) / np.sqrt(k)).astype(np.float32)
+        H = np.empty((m, nn), np.float32)
+        tiles = gemm_tiles(m, nn, threads, k=k)
+
+        def np_swiglu(X: Any = X, Wg: Any = Wg, Wu: Any = Wu) -> Any:
+            g = X @ Wg
+            return g / (1 + np.exp(-g)) * (X @ Wu)
+
+        def torch_swiglu(t: Any = (X, Wg, Wu)) -> Any:
+            tX, tG, tU = (torch.from_numpy(a) for a in t)
+            return torch.nn.functional.silu(tX @ tG) * (tX @ tU)
+
+        yield Case("swiglu", (m, k, nn), f"swiglu {m}x{k}x{nn} ({tile_label(tiles)})",
+                   ks["swiglu"].specialize(**tiles), (X, Wg, Wu, H), H, np_swiglu,
+                   torch_swiglu if torch else None, rtol=1e-3, atol=1e-4)
+    for nb, m, nn, k in shapes(size, "bmm_nt") if "bmm_nt" in only else ():
+        A = rng.standard_normal((nb, m, k)).astype(np.float32)
+        Bt = rng.standard_normal((nb, nn, k)).astype(np.float32)
+        C = np.empty((nb, m, nn), np.float32)
+        tiles = gemm_tiles(m, nn, threads, batch=nb, k=k)
+        yield Case("bmm_nt", (nb, m, nn, k), f"bmm A@B^T {nb}x{m}x{nn}x{k} ({tile_label(tiles)})",
+                   ks["bmm_nt"].specialize(**tiles), (A, Bt, C), C,
+                   lambda A=A, Bt=Bt: A @ Bt.transpose(0, 2, 1),
+                   (lambda A=A, Bt=Bt: torch.from_numpy(A) @ torch.from_numpy(Bt).mT)
+                   if torch else None, rtol=1e-3, atol=1e-3)
 
 
 def _torch(threads: int) -> Any:
@@ -192,7 +336,10 @@ def worker(threads: int, size: str, samples: int, only: tuple[str, ...],
     method = Method(samples=samples, min_sample_s=min_sample_s, min_calls=min_calls,
                     settle_s=SETTLE_S if threads > 1 else 0.0)
     for c in cases(size, threads, only, torch):
-        row: dict[str, Any] = {"name": c.name, "workload": c.workload, "threads": threads}
+        row: dict[str, Any] = {"name": c.name, "shape": shape_label(c.shape),
+                               "workload": c.workload, "threads": threads}
+        if c.bytes is not None:
+            row["bytes"] = c.bytes
         t0 = time.perf_counter()
         ck = c.kernel.compile(threads=threads)
         row["compile_s"] = time.perf_counter() - t0
@@ -202,7 +349,8 @@ def worker(threads: int, size: str, samples: int, only: tuple[str, ...],
 
         call()
         try:
-            np.testing.assert_allclose(c.out, c.numpy(), rtol=c.rtol, atol=c.atol)
+            want = c.expected() if c.expected is not None else c.numpy()
+            np.testing.assert_allclose(c.out, want, rtol=c.rtol, atol=c.atol)
         except AssertionError as e:
             row["error"] = "the compiled result differs from numpy: " + \
                 " ".join(str(e).split())[:300]
@@ -257,16 +405,55 @@ def emit_line(row: dict[str, Any]) -> None:
     print(TAG + json.dumps(row), flush=True)
 
 
+def attach_bandwidth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with their bandwidths: a ceiling row gets ``ceiling`` (its best
+    bandwidth in bytes/s over the compiled kernel and the baselines, and which
+    one reached it), a memory-bound row ``bandwidth`` (bytes/s of the compiled
+    kernel, the ceiling's name and the fraction of it), each ceiling taken at
+    the row's own thread count and shape (the global sum's vector has no
+    ``R x R`` twin: the best ceiling of its thread count). Rows without a
+    timing or without their ceiling in ``rows`` are returned as they are; a
+    pure function."""
+    best: dict[tuple[str, int, str], float] = {}
+    out: list[dict[str, Any]] = []
+    for r in rows:
+        if r.get("name") in CEILINGS and "tilenest" in r and "bytes" in r:
+            times = {"tilenest": r["tilenest"]["median_s"],
+                     **{k: v["median_s"] for k, v in r["baselines"].items()}}
+            by = min(times, key=lambda k: times[k])
+            rate = r["bytes"] / times[by]
+            best[(r["name"], r["threads"], r["shape"])] = rate
+            r = {**r, "ceiling": {"bytes_per_s": rate, "by": by}}
+        out.append(r)
+    for i, r in enumerate(out):
+        ceiling = CEILING_OF.get(r.get("name", ""))
+        if ceiling is None or "tilenest" not in r or "bytes" not in r:
+            continue
+        rate = r["bytes"] / r["tilenest"]["median_s"]
+        at = {sh: v for (n, t, sh), v in best.items() if n == ceiling and t == r["threads"]}
+        # the global sum's vector has no R x R twin: any shape at its thread count
+        same = list(at.values()) if r["name"] not in ROWS else \
+            [at[r["shape"]]] if r["shape"] in at else []
+        if same:
+            out[i] = {**r, "bandwidth": {"bytes_per_s": rate, "ceiling": ceiling,
+                                         "fraction": rate / max(same)}}
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> Any:
     """A rich Table of the rows: medians in ms with their spreads, ratios."""
     from rich.table import Table
 
     has_torch = any("torch" in r.get("baselines", {}) for r in rows)
     t = Table(title="tilenest llvm vs numpy" + (" and torch" if has_torch else "")
-              + " (ratio = baseline time / tilenest time; median of samples, ± spread)")
+              + " (ratio = baseline time / tilenest time; median of samples, ± spread; "
+              "of ceiling = tilenest's bytes/s over the best of the ceiling row)")
+    has_bw = any("ceiling" in r or "bandwidth" in r for r in rows)
     cols = ["benchmark", "threads", "tilenest ms", "numpy ms", "ratio"]
     if has_torch:
         cols += ["torch ms", "ratio "]
+    if has_bw:
+        cols.append("of ceiling")
     cols.append("compile s")
     for c in cols:
         t.add_column(c, justify="left" if c == "benchmark" else "right", no_wrap=True)
@@ -284,6 +471,18 @@ def table(rows: list[dict[str, Any]]) -> Any:
         if has_torch:
             tt = r["baselines"].get("torch")
             cells += [ms(tt), f"{r['ratios']['torch']:.2f}x" if tt else "-"]
+        if has_bw:
+            cells.append(_bandwidth_cell(r))
         cells.append(f"{r['compile_s']:.2f}")
         t.add_row(*cells)
     return t
+
+
+def _bandwidth_cell(r: dict[str, Any]) -> str:
+    """A ceiling's best GB/s and who reached it, or a row's share of its ceiling."""
+    if "ceiling" in r:
+        return f"{r['ceiling']['bytes_per_s'] / 1e9:.1f} GB/s ({r['ceiling']['by']})"
+    if "bandwidth" in r:
+        bw = r["bandwidth"]
+        return f"{bw['fraction']:.0%} of {bw['ceiling']}"
+    return ""

@@ -5,7 +5,16 @@ installed tilenest can run them (``examples/`` is not installed).
 ``examples/gemm.py``; ``rmsnorm_rows`` that of ``examples/rmsnorm.py``. The
 GEMM's ``mma`` allows reassociation unless ``reassoc=False`` (then every output
 element sums its products in K order, separately rounded: bitwise the
-interpreter). Built on first use: importing this module captures nothing.
+interpreter).
+
+The rest are written as a user new to the DSL would write them: ``swiglu``
+(the gated MLP of LLMs, two GEMMs sharing each loaded ``x`` tile, one ``mma``
+accumulator each), ``bmm_nt`` (a batched product with the second operand
+stored transposed, as attention's ``Q @ K^T``: the contraction dimension is
+named, not positioned), ``global_sum`` (a whole array to one scalar: a
+``reduce`` region over chunks at the top level), and the two bandwidth
+probes ``read`` (every element read once, one sum per block of rows written)
+and ``copy``. Built on first use: importing this module captures nothing.
 """
 
 import functools
@@ -15,7 +24,8 @@ from typing import Any
 @functools.cache
 def kernels() -> dict[str, Any]:
     """name -> kernel: softmax, rmsnorm (a row per program), rmsnorm_rows
-    (``rows_per_program`` rows), layernorm, add, row_sum, gemm, gemm_strict."""
+    (``rows_per_program`` rows), layernorm, add, row_sum, gemm, gemm_strict,
+    swiglu, bmm_nt, global_sum, read, copy."""
     import tilenest as tn
     from tilenest import f32
 
@@ -109,6 +119,80 @@ def kernels() -> dict[str, Any]:
                 acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
             C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
 
+    @tn.kernel
+    def swiglu(x: tn.Tensor[f32, "M K"], wg: tn.Tensor[f32, "K N"],
+               wu: tn.Tensor[f32, "K N"], h: tn.Tensor[f32, "M N"], *, bm=32, bn=32, bk=32):
+        M, K = x.shape
+        N = wg.shape[1]
+        m, k = x.dims()
+        n = h.dim(1)
+        wg = wg.with_dims(k, n)
+        wu = wu.with_dims(k, n)
+        h = h.with_dims(m, n)
+        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = p.index(0), p.index(1)
+            gate = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            up = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = x[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                g = wg[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                u = wu[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                kk.stage("compute")
+                gate = tn.mma(a, g, gate)
+                up = tn.mma(a, u, up)
+            h(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(gate * tn.sigmoid(gate) * up)
+
+    @tn.kernel
+    def bmm_nt(A: tn.Tensor[f32, "B M K"], Bt: tn.Tensor[f32, "B N K"],
+               C: tn.Tensor[f32, "B M N"], *, bm=32, bn=32, bk=32):
+        nb, M, K = A.shape
+        N = Bt.shape[1]
+        b, m, k = A.dims()
+        n = C.dim(2)
+        Bt = Bt.with_dims(b, n, k)
+        C = C.with_dims(b, m, n)
+        for p in tn.parallel(tn.shape(nb, tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            z, i, j = p.index(0), p.index(1), p.index(2)
+            acc = tn.zeros(f32, tn.shape(1, bm, bn), dims=(b, m, n))
+            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(z, i * bm, kk.index() * bk), tn.shape(1, bm, bk), tn.bounds.zero]
+                w = Bt[tn.coord(z, j * bn, kk.index() * bk), tn.shape(1, bn, bk), tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, w, acc)   # contracts k, the dimension a and w share
+            C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
+
+    @tn.kernel
+    def global_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *,  # noqa: F821
+                   chunk=16384):
+        (n,) = x.shape
+        (e,) = x.dims()
+        total = total.with_dims(e)
+        s = tn.zeros(f32, tn.shape(1), dims=(e,))
+        for c in tn.reduce(tn.shape(tn.cdiv(n, chunk)), contract=tn.add):
+            part = x[tn.coord(c.index() * chunk), tn.shape(chunk), tn.bounds.zero]
+            s = s + tn.reduce(part, e, tn.add)
+        total(tn.coord(0), tn.shape(1)).store(s)
+
+    @tn.kernel
+    def read(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "P"], *, rp=8):  # noqa: F821
+        rows, cols = x.shape
+        r, c = x.dims()
+        y = y.with_dims(r)
+        for p in tn.parallel(tn.shape(tn.cdiv(rows, rp))):
+            t = x[tn.coord(p.index() * rp, 0), tn.shape(rp, cols), tn.bounds.zero]
+            s = tn.reduce(tn.reduce(t, c, tn.add), r, tn.add)
+            y(tn.coord(p.index()), tn.shape(1)).store(s)
+
+    @tn.kernel
+    def copy(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
+        rows, cols = x.shape
+        for p in tn.parallel(tn.shape(rows)):
+            o = tn.coord(p.index(), 0)
+            y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)])
+
     return {"softmax": row_softmax, "rmsnorm": rmsnorm, "rmsnorm_rows": rmsnorm_rows,
             "layernorm": layernorm, "add": add, "row_sum": row_sum, "gemm": gemm,
-            "gemm_strict": gemm.specialize(reassoc=False)}
+            "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt,
+            "global_sum": global_sum, "read": read, "copy": copy}
