@@ -155,6 +155,7 @@ class Options:
     check_pipelines: bool = False
     orders: Any = None  # exhaustive exploration: an OrderOracle
     oracle: bool = False  # compute interval shadows of the admitted set (shadow.py)
+    batch: bool = True  # evaluate reduce iterations together where exact (batching.py)
 
 
 class Interpreter:
@@ -178,6 +179,9 @@ class Interpreter:
         #: oracle: values with inexact admitted sets read by index expressions
         self.inexact_indices: list[str] = []
         self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
+        # batched index variable -> its value at index 0 of its axis (absent: 0)
+        self.batch_base: dict[E.Expr, int] = {}
+        self.batch_plans: dict[int, Any] = {}  # reduce op id -> batching.Plan (or None)
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
         # region op id -> per-instance box constraint of a domain whose extents
         # differ between the instances executing it together (regions.domain_points)

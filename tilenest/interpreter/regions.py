@@ -28,6 +28,7 @@ by that extent, the rest of the block running once per group under its mask
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,31 @@ def domain_points(it: Interpreter, op: Operation, regroup: bool = False
         it.ragged[op.oid] = E.pand(*ragged)
     else:
         it.ragged.pop(op.oid, None)
-    return tuple(shape), list(itertools.product(*(range(n) for n in shape)))
+    return tuple(shape), Points(tuple(shape))
+
+
+class Points(Sequence):
+    """The points of a box in lexicographic (row-major) order, made on demand:
+    a region of many iterations that runs them in batches never lists them."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+        self.n = int(np.prod(shape)) if shape else 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return itertools.product(*(range(n) for n in self.shape))
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return list(self)[i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return tuple(int(c) for c in np.unravel_index(i, self.shape)) if self.shape else ()
 
 
 def _bind_point(it: Interpreter, vars_: tuple[str, ...], pt: tuple[int, ...]) -> None:
@@ -229,6 +254,7 @@ def _parallel_instances(it: Interpreter, op: Operation, vars_: tuple, shape: tup
     on new batch axes (in row-major child order) for the join."""
     frame = Frame(op, depth, shape, False)
     it.effects.push(frame)
+    points = list(points)
     n = len(points)
     order = it.child_order(op, n)
     per_out: list[list[Any] | None] = [None] * n
