@@ -366,6 +366,7 @@ def run(it: Interpreter, op: Operation, p: Plan, seeds: list, shape: tuple[int, 
                 left = left[::-1]
             return _iterate(it, op, op.regions[0], states, left), None
         states = fold(it, op, p, b, states, reverse)
+        it.batched_iterations += b.n
         if batches is not None:
             batches.append(b)
     return states, batches

@@ -182,6 +182,7 @@ class Interpreter:
         # batched index variable -> its value at index 0 of its axis (absent: 0)
         self.batch_base: dict[E.Expr, int] = {}
         self.batch_plans: dict[int, Any] = {}  # reduce op id -> batching.Plan (or None)
+        self.batched_iterations = 0  # reduce iterations evaluated in batches (batching.py)
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
         # region op id -> per-instance box constraint of a domain whose extents
         # differ between the instances executing it together (regions.domain_points)
