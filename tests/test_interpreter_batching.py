@@ -300,3 +300,46 @@ def test_sum_leaves_many_is_the_same_as_one_at_a_time():
     many.add_many(lo[1:], hi[1:], nan[1:], point[1:], canon[1:], D.f32)
     for a, b in zip(one.envelope(D.f32), many.envelope(D.f32), strict=True):
         assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+# -- progress of long regions -------------------------------------------------------------
+
+_LONG_FOLD = """
+@tn.kernel
+def k(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    (n,) = x.shape
+    y = y.with_dims(*x.dims())
+    s = tn.zeros(f32, tn.shape(1), dims=x.dims())
+    for r in tn.reduce(tn.shape(n), policy=tn.fold_left):
+        s = x[tn.coord(r.index()), tn.shape(1)] - s
+    y(tn.coord(0), tn.shape(1)).store(s)
+"""
+
+
+@pytest.mark.parametrize("batch", [True, False])
+def test_a_long_region_shows_progress_at_a_terminal(monkeypatch, batch):
+    import sys
+
+    from tilenest.interpreter.core import PROGRESS_MIN
+
+    class Terminal:
+        def __init__(self):
+            self.text = []
+
+        def write(self, s):
+            self.text.append(s)
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return True
+
+    k = _kernel(_LONG_FOLD)
+    for n, shown in ((PROGRESS_MIN, True), (PROGRESS_MIN - 1, False)):
+        term = Terminal()
+        monkeypatch.setenv("TILENEST_PROGRESS", "1")
+        monkeypatch.setattr(sys, "stderr", term)
+        interpret(k.program, np.ones(n, np.float32), np.zeros(1, np.float32), batch=batch)
+        monkeypatch.undo()
+        assert ("interpreting reduce" in "".join(term.text)) == shown

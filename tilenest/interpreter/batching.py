@@ -357,18 +357,19 @@ def run(it: Interpreter, op: Operation, p: Plan, seeds: list, shape: tuple[int, 
     if reverse:
         bounds = bounds[::-1]
     states = list(seeds)
-    batches: list[Batch] | None = []
-    for j, (lo, hi) in enumerate(bounds):
-        b = contributions(it, op, p, lo, hi, shape)
-        if b is None:
-            left = [pt for pt in points if (pt[0] < hi if reverse else pt[0] >= lo)]
-            if reverse:
-                left = left[::-1]
-            return _iterate(it, op, op.regions[0], states, left), None
-        states = fold(it, op, p, b, states, reverse)
-        it.batched_iterations += b.n
-        if batches is not None:
+    batches: list[Batch] = []
+    with it.progress(op, len(points)) as step:
+        for lo, hi in bounds:
+            b = contributions(it, op, p, lo, hi, shape)
+            if b is None:
+                left = [pt for pt in points if (pt[0] < hi if reverse else pt[0] >= lo)]
+                if reverse:
+                    left = left[::-1]
+                return _iterate(it, op, op.regions[0], states, left), None
+            states = fold(it, op, p, b, states, reverse)
+            it.batched_iterations += b.n
             batches.append(b)
+            step(advance=b.n)
     return states, batches
 
 
