@@ -343,3 +343,21 @@ def test_a_long_region_shows_progress_at_a_terminal(monkeypatch, batch):
         interpret(k.program, np.ones(n, np.float32), np.zeros(1, np.float32), batch=batch)
         monkeypatch.undo()
         assert ("interpreting reduce" in "".join(term.text)) == shown
+
+
+# -- fast f32 transcendentals ---------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["exp", "exp2", "log", "log2", "sigmoid"])
+def test_fast_transcendentals_are_the_reference_bits(op):
+    from tilenest.interpreter import fastmath
+    from tilenest.semantics import numerics as N
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([
+        (rng.standard_normal(200_000) * 40).astype(np.float32),
+        np.exp(rng.standard_normal(100_000) * 10).astype(np.float32),
+        rng.integers(0, 2**32, 100_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+        np.array([np.nan, -np.inf, np.inf, 0.0, -0.0, 1e-45, 88.72, 88.73, -103.9, 1.0],
+                 np.float32)])
+    with np.errstate(all="ignore"):
+        assert fastmath.unary(op, x, D.f32).tobytes() == N.unary(op, x, D.f32).tobytes()
