@@ -38,7 +38,7 @@ EXHAUSTIVE_BUDGET = 5040
 def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
               schedule: Any = None, fast: bool = False, check_races: bool = True,
               poison: bool = False, outputs: tuple[str, ...] | None = None,
-              check_pipelines: bool = True) -> Any:
+              check_pipelines: bool = True, batch: bool = True) -> Any:
     """Run a program; returns the tensors it stores to (written in place).
 
     ``schedule``: None (batched lockstep), 'canonical', 'reversed', random(seed)
@@ -47,10 +47,13 @@ def interpret(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
     admitted). ``check_races``: the parallel effect log. ``poison``: fill pure
     outputs (or ``outputs``) with NaN/sentinels first and report reads of
     elements nothing wrote. ``check_pipelines``: report pipelines whose result
-    relies on an order their dependences don't give."""
+    relies on an order their dependences don't give. ``batch``: evaluate the
+    iterations of a reduce region together where that is exactly equivalent
+    (``batching.py``); False runs them one by one (the same results, errors and
+    race reports, slower)."""
     prog = getattr(program_or_kernel, "program", program_or_kernel)
     sched = parse_schedule(schedule)
-    opts = Options(sched, fast, check_races, poison, outputs, check_pipelines)
+    opts = Options(sched, fast, check_races, poison, outputs, check_pipelines, batch=batch)
     host = host_arguments(prog, arrays)  # numpy views of the caller's arrays
     if sched.kind == "exhaustive":
         _exhaustive(prog, host, params or {}, opts)
@@ -144,7 +147,7 @@ def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
     while True:
         work = [a.copy() if isinstance(a, np.ndarray) else a for a in originals]
         o = Options(CANONICAL, opts.fast, opts.check_races, opts.poison, opts.outputs,
-                    opts.check_pipelines, oracle)
+                    opts.check_pipelines, oracle, batch=opts.batch)
         it = Interpreter(prog, work, params, o)
         with np.errstate(all="ignore"):
             it.run()
@@ -168,7 +171,7 @@ def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
 
 def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
               outputs: tuple[str, ...] | None = None, poison: bool = False,
-              schedule: Any = None) -> Any:
+              schedule: Any = None, batch: bool = True) -> Any:
     """The admitted outputs of a call: one :class:`Admitted` per tensor the program
     stores to (a single one, or a tuple in argument order). The arrays passed are
     not modified.
@@ -177,18 +180,19 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
     run executes ``parallel`` children; every schedule admits the same set for a
     race-free program, and each one checks races. ``exhaustive`` first runs every
     order of every small region (an order-dependent result is an error), then
-    computes the admitted set in the canonical order."""
+    computes the admitted set in the canonical order. ``batch`` as for
+    :func:`interpret`."""
     from .oracle import Admitted
 
     prog = getattr(program_or_kernel, "program", program_or_kernel)
     sched = parse_schedule(schedule)
     host = host_arguments(prog, arrays, written=())  # the oracle writes only copies
     if sched.kind == "exhaustive":
-        probe = Options(sched, False, True, poison, outputs, True)
+        probe = Options(sched, False, True, poison, outputs, True, batch=batch)
         _exhaustive(prog, tuple(copy_arguments(host)), params or {}, probe)
         sched = CANONICAL
     work = copy_arguments(host)
-    opts = Options(sched, False, True, poison, outputs, True, None, True)
+    opts = Options(sched, False, True, poison, outputs, True, None, True, batch=batch)
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):
         it.run()

@@ -9,6 +9,8 @@ and owns the state every rule shares.
 from __future__ import annotations
 
 import random as _random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -155,6 +157,7 @@ class Options:
     check_pipelines: bool = False
     orders: Any = None  # exhaustive exploration: an OrderOracle
     oracle: bool = False  # compute interval shadows of the admitted set (shadow.py)
+    batch: bool = True  # evaluate reduce iterations together where exact (batching.py)
 
 
 class Interpreter:
@@ -178,6 +181,11 @@ class Interpreter:
         #: oracle: values with inexact admitted sets read by index expressions
         self.inexact_indices: list[str] = []
         self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
+        # batched index variable -> its value at index 0 of its axis (absent: 0)
+        self.batch_base: dict[E.Expr, int] = {}
+        self.batch_plans: dict[int, Any] = {}  # reduce op id -> batching.Plan (or None)
+        self.batched_iterations = 0  # reduce iterations evaluated in batches (batching.py)
+        self._bar_open = False  # a region's progress bar is shown (Interpreter.progress)
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking
         # region op id -> per-instance box constraint of a domain whose extents
         # differ between the instances executing it together (regions.domain_points)
@@ -339,6 +347,25 @@ class Interpreter:
             # a collective op: the same value in every child; it touches nothing new
             d[op.results[0].name] = np.bool_(any(bool(m) for m in tracked))
 
+    @contextmanager
+    def progress(self, op: Operation, total: int) -> Iterator[Callable[..., None]]:
+        """A progress bar over the ``total`` iterations of region ``op`` when the
+        region is long (``PROGRESS_MIN`` iterations or more) and no enclosing
+        region shows one; its step function (a no-op otherwise, and whenever
+        ``tilenest.progress`` draws nothing: not a terminal, CI, switched off)."""
+        if total < PROGRESS_MIN or self._bar_open:
+            yield _no_step
+            return
+        from .. import progress as _progress
+
+        where = f" at {op.loc}" if op.loc else ""
+        self._bar_open = True
+        try:
+            with _progress.bar(f"interpreting {op.name}{where}", total) as step:
+                yield step
+        finally:
+            self._bar_open = False
+
     def child_order(self, op: Operation, n: int) -> list[int]:
         if self.opts.orders is not None:
             return self.opts.orders.next(op, n)
@@ -436,6 +463,14 @@ class Interpreter:
             raise UninitializedReadError(
                 f"{op.name} reads {t.buffer.name}{list(elem)}, which nothing wrote", op.loc,
                 "the element is an output the program has not stored yet")
+
+
+#: iterations from which a region shows a progress bar (at a terminal)
+PROGRESS_MIN = 2000
+
+
+def _no_step(label: str = "", advance: int = 1) -> None:
+    """The step of a region without a progress bar."""
 
 
 class ExtentDiverges(Exception):

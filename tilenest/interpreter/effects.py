@@ -93,9 +93,13 @@ class DenseTrack:
         self.wop = np.zeros(size, dtype=np.int32)
         self.rop = np.zeros(size, dtype=np.int32)
 
-    def access(self, idx: np.ndarray, lane: np.ndarray, write: bool, oid: int
+    def access(self, idx: np.ndarray, lane: np.ndarray, write: bool, oid: Any
                ) -> tuple[int, int, int, int, str] | None:
-        """Record; on a conflict return (flat, lane, other lane, other oid, what)."""
+        """Record; on a conflict return (flat, lane, other lane, other oid, what).
+
+        ``oid`` is the accessing op's id, or (reads only) one id per element of
+        ``idx``: the accesses of several ops in the order they happened, so an
+        element read more than once keeps the id of its last reader."""
         lane = lane.astype(np.int32)
         n = idx.size
         if n > 1 and idx[-1] - idx[0] == n - 1 and idx[0] >= 0:
@@ -126,7 +130,15 @@ class DenseTrack:
             r = self.r[idx]
             new = np.where(r == NONE, lane, np.where(r == lane, r, MULTI)).astype(np.int32)
             self.r[idx] = new
-            self.rop[idx] = oid
+            if np.ndim(oid) and isinstance(idx, slice):
+                self.rop[idx] = oid  # a contiguous block: no element twice
+            elif np.ndim(oid):
+                # the last occurrence of each element names its last reader
+                rev = np.asarray(idx)[::-1]
+                elems, first = np.unique(rev, return_index=True)
+                self.rop[elems] = np.asarray(oid)[::-1][first]
+            else:
+                self.rop[idx] = oid
             if not isinstance(idx, slice):
                 clash = self.r[idx] != new  # different instances reading in this access
                 if np.any(clash):
@@ -138,6 +150,29 @@ def _at(idx: Any, k: int) -> int:
     return idx.start + k if isinstance(idx, slice) else int(idx[k])
 
 
+@dataclass(frozen=True)
+class OpsAt:
+    """The ops of a log entry that merges the accesses of several ops: element
+    ``k`` of the entry was made by ``ops[which[k]]``."""
+
+    ops: tuple[Operation, ...]
+    which: np.ndarray
+
+
+@dataclass
+class Deferred:
+    """A read recorded while a reduce region's iterations are evaluated together
+    (:meth:`EffectLog.deferring`): the arguments of :meth:`EffectLog.record`."""
+
+    buf: Buffer
+    flat: Any
+    mask: Any
+    op: Operation
+    anchor_depth: int
+    bshape: tuple[int, ...]
+    tile: tuple[int, ...]
+
+
 class EffectLog:
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -145,12 +180,24 @@ class EffectLog:
         self._names: dict[Any, Buffer] = {}
         self.sinks: list[list] = []  # pipeline stage-instance recorders
         self.ops: dict[int, Operation] = {}
+        #: reads held back while iterations run together (None: record at once)
+        self.deferred: list[Deferred] | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether accesses are recorded at all (some parallel frame or stage recorder)."""
+        return bool(self.sinks) or (self.enabled and bool(self.frames))
 
     def record(self, buf: Buffer, flat: Any, mask: Any, write: bool, op: Operation,
                anchor_depth: int, bshape: tuple[int, ...], tile: tuple[int, ...]) -> None:
         """Record accesses to ``buf`` at flat indices ``flat`` (broadcastable to
         ``bshape + tile``), restricted to ``mask``."""
         if not self.sinks and (not self.enabled or not self.frames):
+            return
+        if self.deferred is not None:
+            assert not write, "a batched reduce body does not write"
+            self.deferred.append(Deferred(buf, flat, mask, op, anchor_depth, tuple(bshape),
+                                          tuple(tile)))
             return
         shape = tuple(bshape) + tuple(tile)
         flat_b = np.broadcast_to(flat, shape)
@@ -203,6 +250,112 @@ class EffectLog:
             fr.log.setdefault(buf.key, []).append((idx.astype(np.int64), lane, write, op))
         self._names[buf.key] = buf
 
+    def lanes(self, fr: Frame, anchor_depth: int, shape: tuple[int, ...]) -> np.ndarray:
+        """The child of ``fr`` making each access of an access grid ``shape``
+        (broadcast view): COLLECTIVE for an op anchored above the region, the
+        row-major index of the batch coordinates of ``fr``'s axes when batched,
+        else the child running now."""
+        if anchor_depth < fr.depth:
+            return np.broadcast_to(np.int64(COLLECTIVE), shape)
+        if not fr.batched:
+            return np.broadcast_to(np.int64(fr.child), shape)
+        s, e = fr.axes
+        grid = np.zeros((1,) * len(shape), dtype=np.int64)
+        stride = 1
+        for ax in range(e - 1, s - 1, -1):
+            n = shape[ax]
+            g = np.arange(n, dtype=np.int64).reshape(
+                [n if k == ax else 1 for k in range(len(shape))])
+            grid = grid + g * stride
+            stride *= fr.shape[ax - s]
+        return np.broadcast_to(grid, shape)
+
+    def commit(self, reads: list[Deferred], axes: tuple[int, int], reverse: bool) -> bool:
+        """Record deferred reads made by iterations evaluated together, exactly as
+        if each iteration had made its own reads in turn; False (nothing recorded)
+        when one of them conflicts with a write already in the log.
+
+        Batch axes ``axes`` (start, stop) of every read's access grid are the
+        iterations, in execution order (row-major; ``reverse``: backwards). The
+        iteration-by-iteration run would record, per iteration, each read op in
+        program order (the order of ``reads``), each access's elements in
+        row-major order over the remaining axes; the merged accesses below keep
+        that order, so whatever depends on it (the last reader of an element,
+        the first conflicting read a later check reports) is unchanged. Reads
+        never conflict with reads, and the checks made at record time compare a
+        read only with the writes already logged, which these reads do not
+        change: if no read of the batch conflicts, none of the one-by-one reads
+        would have, and the log ends in the same state; if one does, the caller
+        runs the iterations one by one instead (and meets the same error where
+        the one-by-one run meets it)."""
+        assert not self.sinks, "checked pipelines run their iterations one by one"
+        if not self.active or not reads:
+            return True
+        s, e = axes
+        groups: dict[Any, list[Deferred]] = {}
+        for d in reads:
+            groups.setdefault(d.buf.key, []).append(d)
+        plans = []
+        for fr in self.frames:
+            for key, ds in groups.items():
+                idx, lane, which = self._merged(fr, ds, s, e, reverse)
+                if idx.size == 0:
+                    continue
+                buf = ds[0].buf
+                size = int(np.prod(buf.shape)) if buf.shape else 1
+                dense = fr.batched and buf.alias is None and size <= DENSE_LIMIT
+                if dense:
+                    tr = fr.dense.get(key)
+                    if tr is not None:
+                        w = tr.w[idx]
+                        if np.any((w != NONE) & (w != lane)):
+                            return False
+                plans.append((fr, buf, ds, idx, lane, which, dense, size))
+        for fr, buf, ds, idx, lane, which, dense, size in plans:
+            ops = tuple(d.op for d in ds)
+            for op in ops:
+                self.ops[op.oid] = op
+            self._names[buf.key] = buf
+            if not self.enabled:
+                continue
+            if dense:
+                tr = fr.dense.get(buf.key)
+                if tr is None:
+                    tr = fr.dense[buf.key] = DenseTrack(size)
+                oid: Any = ops[0].oid if len(ops) == 1 else \
+                    np.array([o.oid for o in ops], dtype=np.int32)[which]
+                hit = tr.access(idx, lane, False, oid)
+                assert hit is None, "checked above"
+            else:
+                entry_op: Any = ops[0] if len(ops) == 1 else OpsAt(ops, which)
+                fr.log.setdefault(buf.key, []).append((idx, lane, False, entry_op))
+        return True
+
+    def _merged(self, fr: Frame, ds: list[Deferred], s: int, e: int, reverse: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The reads ``ds`` of one buffer as one access in one-by-one order:
+        (addresses, children of ``fr``, index into ``ds`` of the op) per element."""
+        cols_i, cols_l, cols_w, cols_m = [], [], [], []
+        k = e - s
+        for j, d in enumerate(ds):
+            shape = d.bshape + d.tile
+            front = list(range(s, e))
+
+            def iters_first(a: Any) -> np.ndarray:
+                a = np.moveaxis(np.broadcast_to(a, shape), front, list(range(k)))
+                a = a.reshape((int(np.prod(shape[s:e])), -1))
+                return a[::-1] if reverse else a
+
+            cols_i.append(iters_first(d.flat))
+            cols_l.append(iters_first(self.lanes(fr, d.anchor_depth, shape)))
+            cols_w.append(np.full(cols_i[-1].shape, j, dtype=np.int32))
+            cols_m.append(iters_first(True if d.mask is None else d.mask))
+        flat, lane, which, mask = (np.concatenate(c, axis=1).ravel()
+                                   for c in (cols_i, cols_l, cols_w, cols_m))
+        if not mask.all():
+            flat, lane, which = flat[mask], lane[mask], which[mask]
+        return ds[0].buf.address(flat).astype(np.int64), lane.astype(np.int64), which
+
     def push(self, fr: Frame) -> None:
         self.frames.append(fr)
 
@@ -223,11 +376,19 @@ def _check_buffer(fr: Frame, buf: Buffer, entries: list) -> None:
     r = [(i, ln, op) for i, ln, wr, op in entries if not wr]
 
     def cat(es: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
-        ops = [e[2] for e in es]
+        # an entry merging several ops' reads (OpsAt) names its op per element
+        ops: list[Operation] = []
+        srcs = []
+        for e in es:
+            if isinstance(e[2], OpsAt):
+                srcs.append(len(ops) + e[2].which.astype(np.int64))
+                ops.extend(e[2].ops)
+            else:
+                srcs.append(np.full(e[0].shape, len(ops), dtype=np.int64))
+                ops.append(e[2])
         idx = np.concatenate([e[0] for e in es])
         lane = np.concatenate([e[1] for e in es])
-        src = np.concatenate([np.full(e[0].shape, k, dtype=np.int64) for k, e in enumerate(es)])
-        return idx, lane, src, ops
+        return idx, lane, np.concatenate(srcs), ops
 
     wi, wl, ws, wops = cat(w)
     order = np.lexsort((wl, wi))

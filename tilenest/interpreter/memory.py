@@ -91,6 +91,7 @@ def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tup
         for atom, cf in d.items():
             if atom in axis_of:
                 row[axis_of[atom]] += cf
+                c0 += cf * it.batch_base.get(atom, 0)
             else:
                 if any(isinstance(lf, E.Val) or (isinstance(lf, E.Var) and lf not in consts)
                        for lf in E.leaves(atom)):

@@ -28,6 +28,7 @@ from ..semantics.policies import ReductionPolicy
 from ..semantics.reducers import BUILTINS
 from ..semantics import expr as E
 from ..semantics import numerics as N
+from . import batching
 from . import shadow as S
 from .core import Interpreter, rule
 from .regions import (_bind_point, _carry_track, _finish_track, _iterate, _pred_value,
@@ -48,29 +49,42 @@ def _reduce(it: Interpreter, op: Operation) -> None:
     seeds = [it.val(o) for o in op.operands]
     _carry_track(it, op, body)
     out = None
+    batches: list | None = None
     if policy.is_tree and it.opts.fast and not it.opts.oracle:
         out = _fast_expression_reduce(it, op, seeds, shape)
-    if out is None:
+    random_tree = policy.is_tree and it.opts.schedule.kind == "random"
+    plan = None if out is not None or random_tree else batching.eligible(it, op)
+    if plan is not None:
+        out, batches = batching.run(it, op, plan, seeds, shape, points,
+                                    policy is ReductionPolicy.fold_right)
+    elif out is None:
         if policy is ReductionPolicy.fold_right:
             out = _iterate(it, op, body, seeds, points[::-1])
-        elif policy.is_tree and it.opts.schedule.kind == "random":
+        elif random_tree:
             out = _random_tree(it, op, body, seeds, points, policy)
         else:
             out = _iterate(it, op, body, seeds, points)
     if it.opts.oracle and policy.is_tree:
-        out = _tree_bounds(it, op, body, seeds, points, out)
+        leaves = None
+        if batches is not None and plan is not None:
+            leaves = batching.lifted(it, op, plan, batches)
+        out = _tree_bounds(it, op, body, seeds, points, out, leaves)
     _finish_track(it, op, body)
     for r, v in zip(op.results, out, strict=True):
         it.set(r, v)
 
 
 def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,
-                 out: list) -> list:
+                 out: list, lifted: list[RV] | None = None) -> list:
     """Bounds of every admitted tree evaluation (spec R-8): the leaves are the seed
     and the contributions (the body applied to the identity); float ``add``,
     ``mul``, ``max`` and ``min`` are bounded by :func:`shadow.tree_envelope` over
     them. Other contracts are exact laws (R-7): their canonical value stands, and
-    is unbounded only when an input already was."""
+    is unbounded only when an input already was.
+
+    ``lifted``: the contributions already computed together (one exact value per
+    state, the points on batch axis ``it.nb`` in source order;
+    :func:`batching.lifted`) instead of running the body once more per point."""
     contracts = op.attrs["contracts"]
     need = [i for i, s in enumerate(seeds) if isinstance(s, RV) and (
         op.operands[i].type.dtype.is_float or not s.exact)]
@@ -78,7 +92,8 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
         return out
     idents = [BUILTINS[c].identity(o.type.dtype) if c in BUILTINS else 0
               for c, o in zip(contracts, op.operands, strict=True)]
-    contribs = _contributions(it, op, body, seeds, points, idents)
+    contribs = [] if lifted is not None else \
+        _contributions(it, op, body, seeds, points, idents)
     if contribs is None:
         return [_unbounded(v) for v in out]
     res = list(out)
@@ -93,8 +108,16 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
             if not exact_inputs:
                 res[i] = _unbounded(out[i])
             continue
+        block = lifted[i] if lifted is not None else None  # nb: it.nb + 1 (the points)
         nb = max([out[i].nb] + [v.nb for v in leaves])
-        shape = np.broadcast_shapes(out[i].lift(nb).shape, *(v.lift(nb).shape for v in leaves))
+        bnb = 0 if block is None else block.nb - 1
+        nb = max(nb, bnb)
+        shapes = [out[i].lift(nb).shape] + [v.lift(nb).shape for v in leaves]
+        if block is not None:
+            pts = np.moveaxis(block.a, bnb, 0)  # points first
+            pts = pts.reshape(pts.shape[:1 + bnb] + (1,) * (nb - bnb) + pts.shape[1 + bnb:])
+            shapes.append(pts.shape[1:])
+        shape = np.broadcast_shapes(*shapes)
         cols: list[list[np.ndarray]] = [[], [], [], [], []]
         for v in leaves:
             canon = _as_f64(v.lift(nb))
@@ -102,8 +125,14 @@ def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, point
             pt = np.ones(canon.shape, bool) if v.exact else (
                 (S.singleton((lo, hi, nan)) & ((lo == canon) | np.isnan(canon))))
             for col, a in zip(cols, (lo, hi, nan, pt, canon), strict=True):
-                col.append(np.broadcast_to(a, shape))
-        lo, hi, nan, pt = S.tree_envelope(c, dt, *(np.stack(col) for col in cols))
+                col.append(np.broadcast_to(a, shape)[None])
+        if block is not None:  # exact leaves: each one alone
+            canon = _as_f64(pts)
+            lo, hi, nan = S.point_of(pts)
+            for col, a in zip(cols, (lo, hi, nan, np.ones(canon.shape, bool), canon),
+                              strict=True):
+                col.append(np.broadcast_to(a, (a.shape[0],) + shape))
+        lo, hi, nan, pt = S.tree_envelope(c, dt, *(np.concatenate(col) for col in cols))
         if bool(np.all(pt)):
             continue  # the same value in every tree: the canonical one, bitwise
         ref = S.point_of(np.broadcast_to(out[i].lift(nb), shape))

@@ -28,6 +28,7 @@ by that extent, the rest of the block running once per group under its mask
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,7 +74,31 @@ def domain_points(it: Interpreter, op: Operation, regroup: bool = False
         it.ragged[op.oid] = E.pand(*ragged)
     else:
         it.ragged.pop(op.oid, None)
-    return tuple(shape), list(itertools.product(*(range(n) for n in shape)))
+    return tuple(shape), Points(tuple(shape))
+
+
+class Points(Sequence):
+    """The points of a box in lexicographic (row-major) order, made on demand:
+    a region of many iterations that runs them in batches never lists them."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.shape = shape
+        self.n = int(np.prod(shape)) if shape else 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        return itertools.product(*(range(n) for n in self.shape))
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return list(self)[i]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return tuple(int(c) for c in np.unravel_index(i, self.shape)) if self.shape else ()
 
 
 def _bind_point(it: Interpreter, vars_: tuple[str, ...], pt: tuple[int, ...]) -> None:
@@ -229,34 +254,52 @@ def _parallel_instances(it: Interpreter, op: Operation, vars_: tuple, shape: tup
     on new batch axes (in row-major child order) for the join."""
     frame = Frame(op, depth, shape, False)
     it.effects.push(frame)
+    points = list(points)
     n = len(points)
     order = it.child_order(op, n)
     per_out: list[list[Any] | None] = [None] * n
     per_mask: list[list[Any] | None] = [None] * n
     ok = False
     try:
-        for lane in order:
-            pt = points[lane]
-            _bind_point(it, vars_, pt)
-            pv = _pred_value(it, op)
-            if pv is not True and not bool(np.all(pv)):
-                if np.any(pv):
-                    raise RuntimeSemanticError("a parallel domain predicate varies across "
-                                               "batched instances", op.loc)
-                continue
-            frame.child = lane
-            if it.track:
-                d = it.track[-1][1]
-                d.clear()
-                for a, v in zip(body.args, incoming, strict=True):
-                    if isinstance(v, RV):
-                        d[a.name] = np.bool_(False)
-            outs = it.block(body, incoming)
-            per_out[lane] = outs
-            per_mask[lane] = _yield_masks(it, body, depth) if it.track else [None] * len(outs)
+        with it.progress(op, n) as step:
+            for lane in order:
+                step()
+                _parallel_child(it, op, vars_, points[lane], lane, frame, body, incoming,
+                                depth, per_out, per_mask)
         ok = True
     finally:
         it.effects.pop(check=ok)
+    return _stack_children(it, shape, n, per_out, per_mask, incoming)
+
+
+def _parallel_child(it: Interpreter, op: Operation, vars_: tuple, pt: tuple, lane: int,
+                    frame: Frame, body: Block, incoming: list, depth: int, per_out: list,
+                    per_mask: list) -> None:
+    """Run child ``lane`` (at point ``pt``) of a parallel region on its own; its
+    yielded values and footprints go to ``per_out[lane]`` and ``per_mask[lane]``
+    (left None for a child outside the domain predicate)."""
+    _bind_point(it, vars_, pt)
+    pv = _pred_value(it, op)
+    if pv is not True and not bool(np.all(pv)):
+        if np.any(pv):
+            raise RuntimeSemanticError("a parallel domain predicate varies across "
+                                       "batched instances", op.loc)
+        return
+    frame.child = lane
+    if it.track:
+        d = it.track[-1][1]
+        d.clear()
+        for a, v in zip(body.args, incoming, strict=True):
+            if isinstance(v, RV):
+                d[a.name] = np.bool_(False)
+    outs = it.block(body, incoming)
+    per_out[lane] = outs
+    per_mask[lane] = _yield_masks(it, body, depth) if it.track else [None] * len(outs)
+
+
+def _stack_children(it: Interpreter, shape: tuple, n: int, per_out: list, per_mask: list,
+                    incoming: list) -> tuple[list, list, int]:
+    """Per-child outputs stacked on new batch axes (row-major child order)."""
     live = [i for i in range(n) if per_out[i] is not None]
     if not live:
         return [], [], 0
@@ -357,20 +400,22 @@ def _iterate(it: Interpreter, op: Operation, body: Block, states: list, points: 
     """Run ``body`` for each active point in order, threading the carried values."""
     vars_ = op.attrs["vars"]
     y = body.terminator
-    for pt in points:
-        _bind_point(it, vars_, pt)
-        pv = _pred_value(it, op)
-        if pv is True or (np.ndim(pv) == 0 and bool(pv)):
-            states = it.block(body, states)
-        elif np.ndim(pv) == 0:
-            continue
-        else:
-            states = _run_masked(it, body, states, np.asarray(pv, dtype=bool))
-        if it.track and y is not None:
-            d = it.track[-1][1]
-            for a, v in zip(body.args, y.operands, strict=True):
-                if v.name in d:
-                    d[a.name] = d[v.name]
+    with it.progress(op, len(points)) as step:
+        for pt in points:
+            step()
+            _bind_point(it, vars_, pt)
+            pv = _pred_value(it, op)
+            if pv is True or (np.ndim(pv) == 0 and bool(pv)):
+                states = it.block(body, states)
+            elif np.ndim(pv) == 0:
+                continue
+            else:
+                states = _run_masked(it, body, states, np.asarray(pv, dtype=bool))
+            if it.track and y is not None:
+                d = it.track[-1][1]
+                for a, v in zip(body.args, y.operands, strict=True):
+                    if v.name in d:
+                        d[a.name] = d[v.name]
     return states
 
 

@@ -625,8 +625,7 @@ def tree_envelope(contract: str, dt: DType, lo: np.ndarray, hi: np.ndarray, nan:
             return (*either_zero(rlo, rhi, pt), sure_nan | np.any(may_leaf, axis=0), pt)
         if contract == "add":
             acc = SumLeaves()
-            for i in range(lo.shape[0]):
-                acc.add(lo[i], hi[i], may_leaf[i] | sure_leaf[i], point[i], canon[i], dt)
+            acc.add_many(lo, hi, may_leaf | sure_leaf, point, canon, dt)
             return acc.envelope(dt)
         if contract == "mul":
             return _product_envelope(dt, lo, hi, point, canon, sure_leaf, may_leaf)
@@ -645,18 +644,7 @@ class SumLeaves:
     def add(self, lo: Any, hi: Any, nan: Any, point: Any, canon: Any, dt: DType) -> None:
         """One leaf: any value of the shadow ``(lo, hi, nan)``, or exactly ``canon``
         where ``point``."""
-        big = max_finite(dt)
-        lo, hi, point, canon, sure_leaf, may_leaf = _leaf_parts(lo, hi, nan, point, canon)
-        with np.errstate(all="ignore"):
-            new = {
-                "lo": lo, "hi": hi,
-                "A": np.minimum(np.fmax(np.abs(lo), np.abs(hi)), big),  # finite realizations
-                "up": np.clip(hi, 0.0, big), "dn": np.clip(-lo, 0.0, big),
-                "may_pinf": hi == np.inf, "may_minf": lo == -np.inf,
-                "sure_pinf": lo == np.inf, "sure_minf": hi == -np.inf,
-                "nan": sure_leaf, "may_nan": may_leaf,
-                "zero": point & (canon == 0),
-            }
+        new = self._stats(lo, hi, nan, point, canon, dt)
         self.n += 1
         if not self.stats:
             self.stats = new
@@ -668,6 +656,46 @@ class SumLeaves:
             for key in ("may_pinf", "may_minf", "sure_pinf", "sure_minf", "nan", "may_nan"):
                 st[key] = st[key] | new[key]
             st["zero"] = st["zero"] & new["zero"]
+
+    def add_many(self, lo: Any, hi: Any, nan: Any, point: Any, canon: Any, dt: DType) -> None:
+        """The leaves along axis 0 of the arrays, added in that order: the same
+        float64 sums, rounded step by step, as :meth:`add` called on each in turn
+        (numpy's ``accumulate`` is sequential)."""
+        new = self._stats(lo, hi, nan, point, canon, dt)
+        k = np.shape(new["lo"])[0]
+        if k == 0:
+            return
+        if self.stats:  # the leaves so far count as one more leaf in front
+            def joined(old: np.ndarray, v: np.ndarray) -> np.ndarray:
+                rest = np.broadcast_shapes(np.shape(old), np.shape(v)[1:])
+                return np.concatenate([np.broadcast_to(old, rest)[None],
+                                       np.broadcast_to(v, (k,) + rest)])
+
+            new = {key: joined(self.stats[key], v) for key, v in new.items()}
+        with np.errstate(all="ignore"):
+            self.stats = {key: np.add.accumulate(v, axis=0)[-1] for key, v in new.items()
+                          if key in ("lo", "hi", "A", "up", "dn")}
+        for key in ("may_pinf", "may_minf", "sure_pinf", "sure_minf", "nan", "may_nan"):
+            self.stats[key] = np.any(new[key], axis=0)
+        self.stats["zero"] = np.all(new["zero"], axis=0)
+        self.n += k
+
+    @staticmethod
+    def _stats(lo: Any, hi: Any, nan: Any, point: Any, canon: Any, dt: DType
+               ) -> dict[str, np.ndarray]:
+        """A leaf's (or leaves') contribution to each running statistic."""
+        big = max_finite(dt)
+        lo, hi, point, canon, sure_leaf, may_leaf = _leaf_parts(lo, hi, nan, point, canon)
+        with np.errstate(all="ignore"):
+            return {
+                "lo": lo, "hi": hi,
+                "A": np.minimum(np.fmax(np.abs(lo), np.abs(hi)), big),  # finite realizations
+                "up": np.clip(hi, 0.0, big), "dn": np.clip(-lo, 0.0, big),
+                "may_pinf": hi == np.inf, "may_minf": lo == -np.inf,
+                "sure_pinf": lo == np.inf, "sure_minf": hi == -np.inf,
+                "nan": sure_leaf, "may_nan": may_leaf,
+                "zero": point & (canon == 0),
+            }
 
     def envelope(self, dt: DType, rounds: int | None = None, absolute: Any = 0.0
                  ) -> tuple[np.ndarray, ...]:
