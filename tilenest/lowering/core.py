@@ -14,8 +14,10 @@ their range restriction (``facts.py``).
 
 Phases: each top-level ``parallel`` becomes one phase whose program ids are
 its domain points (row-major); root-level ops outside it that have no effects
-are replayed at the start of each program. A root with other effects becomes
-one ordered phase of a single program.
+are replayed at the start of each program. A root with other effects is cut
+into parallel, ordered and partials phases in program order (``phases.py``);
+only where a value crossing a cut has no fixed size does the whole root
+stay one ordered phase of a single program.
 """
 
 from __future__ import annotations
@@ -116,6 +118,9 @@ class Lowerer:
         self.globals: list[L.Buffer] = []
         #: values read only as ``mma`` operands (their copies may be padded)
         self.mma_only = _mma_only(prog)
+        #: reduce op id -> ``(lo, hi)``: the part of the outermost domain axis a
+        #: program of a partials phase runs (``phases.py``)
+        self.chunks: dict[int, tuple[E.Expr, E.Expr]] = {}
 
     # -- statements ---------------------------------------------------------
     def emit(self, *stmts: L.Stmt) -> None:
@@ -402,7 +407,8 @@ class Lowerer:
     def domain_loops(self, op: Operation, inner: Callable[[], None], reverse: bool = False,
                      kind: str = "serial") -> None:
         """Loops over ``op``'s domain in lexicographic (or reversed) order with
-        the region variables bound; the domain predicate guards ``inner``."""
+        the region variables bound; the domain predicate guards ``inner``.
+        Where ``chunks`` holds ``op``, the outermost axis runs only its part."""
         dom = op.attrs["domain"]
         vars_ = op.attrs["vars"]
         exts = tuple(self.ix(x) for x in dom.space.extents)
@@ -432,8 +438,12 @@ class Lowerer:
                             self.ivars[v] = old
                 return
             last = k == len(lvs) - 1
-            self._loop(lvs[k], E.Const(0), exts[k], lambda: level(k + 1),
-                       kind if last else "serial", reverse)
+            lo, hi = E.Const(0), exts[k]
+            if k == 0 and op.oid in self.chunks:
+                lo, hi = self.chunks[op.oid]
+                lo, hi = E.minimum(lo, exts[0]), E.minimum(hi, exts[0])
+            self._loop(lvs[k], lo, hi, lambda: level(k + 1),
+                       kind if last else "serial", reverse, ext=exts[k])
 
         self.depth += 1
         try:
@@ -499,11 +509,17 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
                 continue
             phases.append(lower_phase_parallel(lw, op, prefix, len(phases)))
     else:
-        pid = lw.fresh("pid", L.INDEX)
-        with lw.collect() as body:
-            for op in root:
-                lw.lower_op(op)
-        phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
+        from .phases import lower_phases
+
+        split = lower_phases(lw, root, stored)
+        if split is not None:
+            phases = split
+        else:
+            pid = lw.fresh("pid", L.INDEX)
+            with lw.collect() as body:
+                for op in root:
+                    lw.lower_op(op)
+            phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
     return L.Kernel(program.name, tuple(lw.params), tuple(syms), tuple(lw.locals),
                     tuple(phases), tuple(lw.errors), tuple(lw.globals))
 
