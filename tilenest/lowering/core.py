@@ -121,6 +121,10 @@ class Lowerer:
         #: reduce op id -> ``(lo, hi)``: the part of the outermost domain axis a
         #: program of a partials phase runs (``phases.py``)
         self.chunks: dict[int, tuple[E.Expr, E.Expr]] = {}
+        #: root value -> the scratch buffer it crosses a phase boundary in
+        #: (``phases.py``); materialized at the root, it is stored there, not
+        #: in a local
+        self.kept: dict[str, Any] = {}
 
     # -- statements ---------------------------------------------------------
     def emit(self, *stmts: L.Stmt) -> None:
@@ -319,6 +323,11 @@ class Lowerer:
         """Evaluate ``h`` into a scalar local (rank 0) or a local buffer."""
         if isinstance(h, (VarH, BufH)):
             return h
+        kept = self.kept.get(base) if self.depth == 0 and not self.expr_mode else None
+        if isinstance(kept, BufH):  # a root value crossing a phase boundary: its
+            del self.kept[base]  # snapshot goes straight to its scratch buffer, once
+            self.store_into(h, kept)
+            return kept
         if h.rank == 0:
             v = self.fresh(base, h.dtype)
             self.emit(L.Assign(v, h.at(self, {})))

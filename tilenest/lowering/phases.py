@@ -210,6 +210,7 @@ def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L
         ext = lw.extents(t)
         buf = _new_scratch(lw, f"keep_{n}", t.dtype, _size(ext))
         scratch[n] = buf if t.rank == 0 else BufH(buf, t.dims, ext)
+    lw.kept = dict(scratch)
     base = dict(lw.env)
     parts: dict[int, tuple[list[L.Buffer], E.Expr]] = {}
     phases: list[L.Phase] = []
@@ -302,7 +303,7 @@ def _ordered(lw: Lowerer, root: list[Operation], grp: _Group, split: set[int],
             if j not in mine:
                 continue
             for r in op.results:
-                if r.name in crossing:
+                if r.name in crossing and lw.handle(r) is not scratch[r.name]:
                     _keep(lw, lw.handle(r), scratch[r.name])
     return L.Phase(f"{lw.prog.name}_{k}", (E.Const(1),), pid, tuple(body), False)
 
