@@ -14,7 +14,9 @@ each phase runs its part of the root in order. The cut:
 * root ops without effects that read no tensor the kernel writes
   (*replayable*) are placed nowhere: every phase that needs one (directly
   or through another replayable op) computes it again, in program order
-  among its own ops. Their value does not depend on when they run;
+  among its own ops. Their value does not depend on when they run. An
+  unused one runs in the ordered phase of its place (a checked access
+  still reports its error);
 * a root ``reduce`` that may be regrouped (:func:`splittable`: a tree
   policy, built-in contracts, every update the contract's merge of the state
   with a state-independent contribution, scalar states, one domain axis)
@@ -128,8 +130,8 @@ def _groups(lw: Lowerer, root: list[Operation], stored: set[str]) -> tuple[list[
             cur = _Group("ordered", [i])  # the combine opens the next ordered phase
             groups.append(cur)
             continue
-        if _effect_free(op, stored):
-            continue
+        if _effect_free(op, stored) and any(lw.uses.get(r.name, 0) for r in op.results):
+            continue  # replayed where needed; an unused one still runs in order
         if cur is None:
             cur = _Group("ordered", [])
             groups.append(cur)
@@ -225,7 +227,9 @@ def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L
         elif grp.kind == "partials":
             phases.append(_partials(lw, root, grp, parts, name_k))
         else:
-            phases.append(_ordered(lw, root, grp, split, parts, scratch, crossing, name_k))
+            ph = _ordered(lw, root, grp, split, parts, scratch, crossing, name_k)
+            if ph.body:  # (unused ops may emit nothing)
+                phases.append(ph)
     lw.env = base
     return phases
 
