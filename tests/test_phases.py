@@ -216,3 +216,24 @@ def test_global_sum_runs_partials_on_several_threads(monkeypatch):
     assert abs(out[0] - exact) <= n * 2**-24 * np.abs(x).astype(np.float64).sum()
     assert tn.validate(total, "llvm").ok
     assert tn.validate(total, "cuda").ok
+
+
+@tn.kernel
+def root_memory(x: tn.Tensor[f32, "R 4"], y: tn.Tensor[f32, "R 4"]):
+    """A root ``Memory`` stored at the root and read by every program: its
+    state has no scratch form, so the root stays one ordered phase."""
+    rows, cols = x.shape
+    buf = tn.memory(f32, tn.shape(1, 4))
+    buf.store(x[tn.coord(0, 0), tn.shape(1, 4)])
+    for p in tn.parallel(tn.shape(rows)):
+        y(tn.coord(p.index(), 0), tn.shape(1, 4)).store(buf.load() + 1.0)
+
+
+def test_a_memory_state_crossing_a_cut_keeps_one_ordered_phase():
+    k, par = _phases(root_memory)
+    assert par == [False]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.zeros_like(x)
+    root_memory.compile(target="llvm")(x, y)
+    np.testing.assert_array_equal(y, np.broadcast_to(x[0] + 1, (3, 4)))
+    assert tn.validate(root_memory, "llvm").ok

@@ -139,7 +139,7 @@ def _groups(lw: Lowerer, root: list[Operation], stored: set[str]) -> tuple[list[
     return groups, split
 
 
-def _plan(root: list[Operation], groups: list[_Group], split: set[int]) -> set[str]:
+def _plan(root: list[Operation], groups: list[_Group]) -> set[str]:
     """Fill each group's ``need`` (the root positions it lowers, in program
     order) and ``inputs`` (values of earlier phases it reads); returns every
     value that crosses a phase boundary."""
@@ -202,7 +202,7 @@ def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L
     from .regions import lower_phase_parallel
 
     groups, split = _groups(lw, root, stored)
-    crossing = _plan(root, groups, split)
+    crossing = _plan(root, groups)
     if not _scratch_ok(lw, root, crossing):
         return None
     types = {r.name: r.type for op in root for r in op.results}
