@@ -21,6 +21,7 @@ from ..semantics import arrays as A
 from ..errors import BoundsError, RuntimeSemanticError, TilenestError
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..lowering.schedule import stride_symbol
+from ..semantics import expr as E
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
 
@@ -112,6 +113,21 @@ class ArgumentBinder:
             groups.setdefault(root(i), []).append(args[i].name)
         return tuple(tuple(g) for g in groups.values() if len(g) > 1)
 
+
+
+def scratch_arrays(facts: Any, given: int, syms: dict[str, int],
+                   zeros: Any = np.zeros) -> list[Any]:
+    """The kernel's scratch buffers for one call, in argument order: one array
+    of ``zeros(elements, dtype)`` per global buffer past the ``given``
+    arguments (``Param.kind == "scratch"``: values that cross a phase
+    boundary, ``lowering/phases.py``), sized for these symbol values. Bool
+    elements are kept as bytes, as every target stores them."""
+    env = {E.Sym(s): int(v) for s, v in syms.items()}
+    out = []
+    for b in sorted((b for b in facts.globals if b.arg >= given), key=lambda b: b.arg):
+        n = max(1, int(E.evaluate(b.size, env)))
+        out.append(zeros(n, dtype=np.uint8 if b.dtype.is_bool else b.dtype.np))
+    return out
 
 
 def same_array(a: Any, b: Any) -> bool:

@@ -14,8 +14,10 @@ their range restriction (``facts.py``).
 
 Phases: each top-level ``parallel`` becomes one phase whose program ids are
 its domain points (row-major); root-level ops outside it that have no effects
-are replayed at the start of each program. A root with other effects becomes
-one ordered phase of a single program.
+are replayed at the start of each program. A root with other effects is cut
+into parallel, ordered and partials phases in program order (``phases.py``);
+only where a value crossing a cut has no fixed size does the whole root
+stay one ordered phase of a single program.
 """
 
 from __future__ import annotations
@@ -139,6 +141,13 @@ class Lowerer:
         self.mma_only = _mma_only(prog)
         #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
         self.column_last = {} if schedule.block_threads else _column_last(prog)
+        #: reduce op id -> ``(lo, hi)``: the part of the outermost domain axis a
+        #: program of a partials phase runs (``phases.py``)
+        self.chunks: dict[int, tuple[E.Expr, E.Expr]] = {}
+        #: root value -> the scratch buffer it crosses a phase boundary in
+        #: (``phases.py``); materialized at the root, it is stored there, not
+        #: in a local
+        self.kept: dict[str, Any] = {}
 
     # -- statements ---------------------------------------------------------
     def emit(self, *stmts: L.Stmt) -> None:
@@ -337,6 +346,11 @@ class Lowerer:
         """Evaluate ``h`` into a scalar local (rank 0) or a local buffer."""
         if isinstance(h, (VarH, BufH)):
             return h
+        kept = self.kept.get(base) if self.depth == 0 and not self.expr_mode else None
+        if isinstance(kept, BufH):  # a root value crossing a phase boundary: its
+            del self.kept[base]  # snapshot goes straight to its scratch buffer, once
+            self.store_into(h, kept)
+            return kept
         if h.rank == 0:
             v = self.fresh(base, h.dtype)
             self.emit(L.Assign(v, h.at(self, {})))
@@ -433,7 +447,8 @@ class Lowerer:
     def domain_loops(self, op: Operation, inner: Callable[[], None], reverse: bool = False,
                      kind: str = "serial") -> None:
         """Loops over ``op``'s domain in lexicographic (or reversed) order with
-        the region variables bound; the domain predicate guards ``inner``."""
+        the region variables bound; the domain predicate guards ``inner``.
+        Where ``chunks`` holds ``op``, the outermost axis runs only its part."""
         dom = op.attrs["domain"]
         vars_ = op.attrs["vars"]
         exts = tuple(self.ix(x) for x in dom.space.extents)
@@ -463,8 +478,12 @@ class Lowerer:
                             self.ivars[v] = old
                 return
             last = k == len(lvs) - 1
-            self._loop(lvs[k], E.Const(0), exts[k], lambda: level(k + 1),
-                       kind if last else "serial", reverse)
+            lo, hi = E.Const(0), exts[k]
+            if k == 0 and op.oid in self.chunks:
+                lo, hi = self.chunks[op.oid]
+                lo, hi = E.minimum(lo, exts[0]), E.minimum(hi, exts[0])
+            self._loop(lvs[k], lo, hi, lambda: level(k + 1),
+                       kind if last else "serial", reverse, ext=exts[k])
 
         self.depth += 1
         try:
@@ -530,11 +549,17 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
                 continue
             phases.append(lower_phase_parallel(lw, op, prefix, len(phases)))
     else:
-        pid = lw.fresh("pid", L.INDEX)
-        with lw.collect() as body:
-            for op in root:
-                lw.lower_op(op)
-        phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
+        from .phases import lower_phases
+
+        split = lower_phases(lw, root, stored)
+        if split is not None:
+            phases = split
+        else:
+            pid = lw.fresh("pid", L.INDEX)
+            with lw.collect() as body:
+                for op in root:
+                    lw.lower_op(op)
+            phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
     return L.Kernel(program.name, tuple(lw.params), tuple(syms), tuple(lw.locals),
                     tuple(phases), tuple(lw.errors), tuple(lw.globals))
 

@@ -621,8 +621,11 @@ SYNC = (Barrier, Shuffle, LaneReduce, WarpMma)
 
 @dataclass(frozen=True)
 class Param:
-    """A kernel argument: a tensor (``shape`` as index expressions over symbols)
-    or a runtime scalar (``shape == ()``, ``kind == 'scalar'``)."""
+    """A kernel argument: a tensor (``shape`` as index expressions over symbols),
+    a runtime scalar (``shape == ()``, ``kind == 'scalar'``), or a *scratch*
+    buffer (``kind == 'scratch'``, ``shape == (elements,)``): global memory the
+    runtime allocates for each call, holding the values that cross a phase
+    boundary (``lowering/phases.py``); the caller never passes it."""
 
     name: str
     kind: str
@@ -803,6 +806,7 @@ def print_kernel(k: Kernel) -> str:
     out = []
     ps = ", ".join(
         f"{p.name}: {p.dtype}[{', '.join(E.to_str(x) for x in p.shape)}]" if p.kind == "tensor"
+        else f"scratch {p.name}: {p.dtype}[{E.to_str(p.shape[0])}]" if p.kind == "scratch"
         else f"{p.name}: {p.dtype}" for p in k.params)
     out.append(f"kernel {k.name}({ps}) syms [{', '.join(k.syms)}]")
     for b in k.locals:

@@ -5,6 +5,9 @@
 of its ``__global__`` function with ``programs`` blocks of ``threads``
 threads and the dynamic shared memory its layout needs for these symbol
 values. After each launch a nonzero status word raises the error it encodes.
+Values that cross a phase boundary live in scratch buffers allocated for the
+call (``calls.scratch_arrays``; on a GPU copied to the device with the
+other host arrays), passed after the caller's arguments.
 
 Devices (``device=``):
 
@@ -33,7 +36,7 @@ from ...semantics import arrays as A
 from ...errors import TilenestError
 from ...semantics import expr as E
 from ...semantics.signature import order_arguments, stored_tensors
-from ..calls import ArgumentBinder, status_error
+from ..calls import ArgumentBinder, scratch_arrays, status_error
 
 #: most blocks of a 1-D grid
 MAX_BLOCKS = 2**31 - 1
@@ -211,6 +214,7 @@ class CudaKernel(ArgumentBinder):
 
                 arr = np.array(constant(a, v.type.dtype), dtype=v.type.dtype.np).reshape(1)
                 keep.append(cp.asarray(arr))
+        keep += scratch_arrays(self.facts, len(keep), syms, cp.zeros)
         return BoundLaunch(self, keep, syms)
 
     # -- execution -------------------------------------------------------------------
@@ -237,6 +241,7 @@ class CudaKernel(ArgumentBinder):
             return self.variant(groups, strided, None if fits else 64)(
                 *arrays, params=params, policy=policy, seed=seed, poison=poison)
         k = self.facts
+        keep = keep + scratch_arrays(k, len(keep), syms)
         symvals = [int(syms[s]) for s in k.syms]
         for info, n, smem in self.launches(syms):
             status = np.zeros(1, dtype=np.int32)

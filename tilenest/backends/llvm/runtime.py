@@ -19,7 +19,9 @@ Each phase runs its program ids ``[0, n)``: a parallel phase is cut into
 contiguous chunks that worker threads take one after another
 (``workers.run_phase``), each calling the JIT'd entry through ctypes (which
 releases the GIL) with its own local buffers. After a phase, a nonzero status
-raises the error it encodes (the first one in program-id order).
+raises the error it encodes (the first one in program-id order). Values that
+cross a phase boundary live in scratch arrays allocated for the call
+(``calls.scratch_arrays``), passed after the caller's arguments.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
 from ...semantics.signature import order_arguments, stored_tensors
-from ..calls import ArgumentBinder, status_error
+from ..calls import ArgumentBinder, scratch_arrays, status_error
 from .workers import run_phase
 
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -157,6 +159,7 @@ class CompiledKernel(ArgumentBinder):
         if groups != self.schedule.aliases or strided != self.schedule.strided:
             return self.variant(groups, strided)(*arrays, params=params, threads=threads)
         k = self.facts
+        keep = keep + scratch_arrays(k, len(keep), syms)
         values = tuple(syms[s] for s in k.syms)
         argv = (ctypes.c_void_p * max(1, len(keep)))(*[_ptr(a) for a in keep])
         symv = (ctypes.c_int64 * max(1, len(k.syms)))(*values)

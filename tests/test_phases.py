@@ -1,0 +1,239 @@
+"""A root with effects besides its top-level ``parallel`` s is cut into phases
+(``lowering/phases.py``): each ``parallel`` stays a parallel phase (many
+programs, run on several threads by the llvm runtime, many blocks on cuda),
+the root's other effects run in ordered phases in program order, values
+crossing a cut live in scratch buffers, and a tree-permitted root ``reduce``
+runs as per-chunk partials plus a combine. Strict folds are never split."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest import f32
+from tilenest.backends.llvm import runtime as RT
+from tilenest.lowering import default_schedule, lower_verified, print_kernel
+from tilenest.lowering.phases import CHUNK
+
+
+@tn.kernel
+def row_loss_mean(x: tn.Tensor[f32, "R C"], loss: tn.Tensor[f32, "R"],
+                  out: tn.Tensor[f32, "1"]):
+    """Per-row sum of squares, then their mean over all rows at the root."""
+    rows, cols = x.shape
+    for p in tn.parallel(tn.shape(rows)):
+        row = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+        loss(tn.coord(p.index()), tn.shape(1)).store(tn.reduce(row * row, row.dim(1), tn.add))
+    every = loss[tn.coord(0), tn.shape(rows)]
+    mean = tn.reduce(every, every.dim(0), tn.add) / tn.cast(rows, f32)
+    out(tn.coord(0), tn.shape(1)).store(tn.broadcast(mean, tn.shape(tn.axis(out.dim(0), 1))))
+
+
+def _chunk_total(policy):  # type: ignore[no-untyped-def]
+    @tn.kernel
+    def chunk_total(x: tn.Tensor[f32, "N"], part: tn.Tensor[f32, "P"],
+                    out: tn.Tensor[f32, "1"], *, bs=4):
+        """Each program sums ``bs`` elements into ``part``; a root ``reduce``
+        region then folds all programs' partials."""
+        (n,) = x.shape
+        (progs,) = part.shape
+        for p in tn.parallel(tn.shape(progs)):
+            v = x[tn.coord(p.index() * bs), tn.shape(bs)]
+            s = tn.reduce(v, v.dim(0), tn.add, policy=policy)
+            part(tn.coord(p.index()), tn.shape(1)).store(
+                tn.broadcast(s, tn.shape(tn.axis(part.dim(0), 1))))
+        parts = part[tn.coord(0), tn.shape(progs)]
+        total = tn.scalar(0.0, f32)
+        for r in tn.reduce(parts.domain(parts.dim(0)), policy=policy):
+            total = total + parts.at(r)
+        out(tn.coord(0), tn.shape(1)).store(tn.broadcast(total, tn.shape(tn.axis(out.dim(0), 1))))
+
+    return chunk_total
+
+
+chunk_total_tree = _chunk_total(tn.unordered_tree)
+chunk_total_left = _chunk_total(tn.fold_left)
+
+
+@tn.kernel
+def scaled_rows(x: tn.Tensor[f32, "R C"], s: tn.Tensor[f32, "1"], y: tn.Tensor[f32, "R C"]):
+    """An ordered head (doubles ``s``) whose result every program reads."""
+    rows, cols = x.shape
+    s(tn.coord(0), tn.shape(1)).store(s[tn.coord(0), tn.shape(1)] * 2.0)
+    k = tn.reduce(s[tn.coord(0), tn.shape(1)], s.dim(0), tn.add, policy=tn.fold_left)
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)] * k)
+
+
+@tn.kernel
+def total(x: tn.Tensor[f32, "N"], out: tn.Tensor[f32, "1"]):
+    """A global sum: one root ``reduce`` and a scalar store."""
+    (n,) = x.shape
+    v = x[tn.coord(0), tn.shape(n)]
+    out(tn.coord(0), tn.shape(1)).store(
+        tn.broadcast(tn.reduce(v, v.dim(0), tn.add), tn.shape(tn.axis(out.dim(0), 1))))
+
+
+def _phases(kernel, target="llvm"):  # type: ignore[no-untyped-def]
+    """The loop IR kernel and whether each of its phases is parallel."""
+    k = lower_verified(kernel.program, default_schedule(kernel.program, target))
+    return k, [ph.parallel for ph in k.phases]
+
+
+def _programs(k, syms):  # type: ignore[no-untyped-def]
+    from tilenest.semantics import expr as E
+
+    env = {E.Sym(s): v for s, v in syms.items()}
+    return [int(np.prod([E.evaluate(x, env) for x in ph.extents])) for ph in k.phases]
+
+
+class Spy:
+    """Records, per phase the llvm runtime runs, its program count, the
+    workers it asked for and the threads that ran its chunks. The first two
+    threads to run a chunk of a phase wait for each other (up to a timeout),
+    so a phase given two workers shows both whatever the machine's load."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch):
+        self.seen: list[tuple[int, int, int]] = []
+        real = RT.run_phase
+
+        def spy(fn, argv, symv, sizes, n, workers, chunk):  # type: ignore[no-untyped-def]
+            idents: set[int] = set()
+            meet = threading.Barrier(2, timeout=20) if workers > 1 else None
+
+            def entry(a, s, loc, lo, hi, st):  # type: ignore[no-untyped-def]
+                me = threading.get_ident()
+                first = me not in idents
+                idents.add(me)
+                if meet is not None and first:
+                    try:
+                        meet.wait()
+                    except threading.BrokenBarrierError:
+                        pass
+                fn(a, s, loc, lo, hi, st)
+
+            code = real(RT.ENTRY(entry), argv, symv, sizes, n, workers, chunk)
+            self.seen.append((n, workers, len(idents)))
+            return code
+
+        monkeypatch.setattr(RT, "run_phase", spy)
+
+
+def test_row_loss_then_mean_keeps_the_rows_parallel(monkeypatch):
+    k, par = _phases(row_loss_mean)
+    # rows; snapshot of loss; partials of the mean; combine and store
+    assert par == [True, False, True, False]
+    assert _programs(k, {"R": 64, "C": 5})[0] == 64
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((64, 5)).astype(np.float32)
+    loss, out = np.zeros(64, np.float32), np.zeros(1, np.float32)
+    ck = row_loss_mean.compile(target="llvm")
+    spy = Spy(monkeypatch)
+    ck(x, loss, out, threads=2)
+    assert spy.seen[0][:2] == (64, 2) and spy.seen[0][2] >= 2  # rows on two threads
+    assert all(w == 1 for _, w, _ in spy.seen[1::2])  # the ordered phases: one program
+    np.testing.assert_allclose(loss, (x.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+    want = (x.astype(np.float64) ** 2).sum() / 64
+    assert out[0] == pytest.approx(want, rel=1e-5)
+    assert tn.validate(row_loss_mean, "llvm").ok
+
+
+def test_row_loss_then_mean_on_cuda_launches_a_block_per_row():
+    ck = row_loss_mean.compile(target="cuda")
+    launches = ck.launches({"R": 300, "C": 7})
+    assert [n for _, n, _ in launches] == [300, 1, 1, 1]
+    assert launches[0][0].threads > 1
+    assert tn.validate(row_loss_mean, "cuda").ok
+
+
+def test_reduce_region_over_programs_partials_runs_as_a_tree():
+    k, par = _phases(chunk_total_tree)
+    assert par == [True, False, True, False]
+    progs = _programs(k, {"N": 4 * 40000, "P": 40000})
+    assert progs[0] == 40000 and progs[2] == -(-40000 // CHUNK) > 1
+    assert tn.validate(chunk_total_tree, "llvm").ok
+    assert tn.validate(chunk_total_tree, "cuda").ok
+    cu = chunk_total_tree.compile(target="cuda").launches({"N": 4 * 40000, "P": 40000})
+    assert [n for _, n, _ in cu] == progs
+
+
+def test_fold_left_root_reduce_stays_one_ordered_fold_bitwise():
+    k, par = _phases(chunk_total_left)
+    assert par == [True, False]  # the programs, then the fold in one program
+    fold = print_kernel(k).split("phase chunk_total_1")[1]
+    assert "reassoc" not in fold and "lane_reduce" not in fold
+    # cancellation makes any regrouping visible in the bits
+    x = np.array([1e8, 1.0, -1e8, 3.0, 1e-3, 2.0, 7.0, -1.0] * 6, np.float32)
+    part, out = np.zeros(12, np.float32), np.zeros(1, np.float32)
+    want = chunk_total_left(x.copy(), part.copy(), out.copy())[1]
+    for target in ("llvm", "cuda"):
+        got = chunk_total_left.compile(target=target)(x.copy(), np.zeros(12, np.float32),
+                                                      np.zeros(1, np.float32))[1]
+        assert got.tobytes() == want.tobytes(), target
+    assert tn.validate(chunk_total_left, "llvm").ok
+    assert tn.validate(chunk_total_left, "cuda").ok
+
+
+def test_sequential_schedule_keeps_a_tree_reduce_whole():
+    p = total.program
+    red = next(op for op in p.body.ops if op.name == "reduce")
+    s = default_schedule(p, "llvm").with_(reductions=((red.oid, "sequential"),))
+    k = lower_verified(p, s)
+    assert [ph.parallel for ph in k.phases] == [False]
+
+
+def test_ordered_head_feeds_every_program_through_scratch(monkeypatch):
+    k, par = _phases(scaled_rows)
+    assert par == [False, True]
+    assert [p.kind for p in k.params].count("scratch") == 1
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((40, 3)).astype(np.float32)
+    s, y = np.array([1.5], np.float32), np.zeros((40, 3), np.float32)
+    spy = Spy(monkeypatch)
+    scaled_rows.compile(target="llvm")(x, s, y, threads=2)
+    assert s[0] == 3.0
+    np.testing.assert_array_equal(y, x * np.float32(3.0))
+    assert [w for _, w, _ in spy.seen] == [1, 2] and spy.seen[1][2] >= 2
+    assert tn.validate(scaled_rows, "llvm").ok
+    assert tn.validate(scaled_rows, "cuda").ok
+
+
+def test_global_sum_runs_partials_on_several_threads(monkeypatch):
+    k, par = _phases(total)
+    assert par == [True, False]
+    n = 3 * CHUNK + 5
+    assert _programs(k, {"N": n}) == [4, 1]
+    x = np.random.default_rng(3).random(n, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    spy = Spy(monkeypatch)
+    total.compile(target="llvm")(x, out, threads=2)
+    assert spy.seen[0][:2] == (4, 2) and spy.seen[0][2] >= 2
+    exact = x.astype(np.float64).sum()
+    assert abs(out[0] - exact) <= n * 2**-24 * np.abs(x).astype(np.float64).sum()
+    assert tn.validate(total, "llvm").ok
+    assert tn.validate(total, "cuda").ok
+
+
+@tn.kernel
+def root_memory(x: tn.Tensor[f32, "R 4"], y: tn.Tensor[f32, "R 4"]):
+    """A root ``Memory`` stored at the root and read by every program: its
+    state has no scratch form, so the root stays one ordered phase."""
+    rows, cols = x.shape
+    buf = tn.memory(f32, tn.shape(1, 4))
+    buf.store(x[tn.coord(0, 0), tn.shape(1, 4)])
+    for p in tn.parallel(tn.shape(rows)):
+        y(tn.coord(p.index(), 0), tn.shape(1, 4)).store(buf.load() + 1.0)
+
+
+def test_a_memory_state_crossing_a_cut_keeps_one_ordered_phase():
+    k, par = _phases(root_memory)
+    assert par == [False]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.zeros_like(x)
+    root_memory.compile(target="llvm")(x, y)
+    np.testing.assert_array_equal(y, np.broadcast_to(x[0] + 1, (3, 4)))
+    assert tn.validate(root_memory, "llvm").ok
