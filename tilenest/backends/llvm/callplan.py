@@ -38,6 +38,7 @@ vector gets the call's addresses. Counters ``binds`` (full bindings) and
 from __future__ import annotations
 
 import ctypes
+import numbers
 import os
 import struct
 import sys
@@ -253,9 +254,11 @@ class Calls:
         """Bind a call afresh (every check), keep it when it may be reused, run it."""
         self.binds += 1
         k = self.kernel
-        if threads is not None and (type(threads) is not int or threads < 1):
-            raise TilenestError(f"threads={threads!r}: the number of threads must be a positive "
-                                "integer", k.program.loc, "pass threads=None for the schedule's")
+        if threads is not None and (not isinstance(threads, numbers.Integral)
+                                    or isinstance(threads, bool) or threads < 1):
+            raise TilenestError(f"threads={threads!r} for kernel {k.program.name}: the number of "
+                                "threads must be a positive integer", k.program.loc,
+                                "leave threads out for the schedule's (default: one per CPU)")
         keep, syms = k.bind(args, params)
         groups, strided = k.aliases(keep), k.strided(keep)
         kern = k.variant(groups, strided)
@@ -277,7 +280,7 @@ class Calls:
         facts = kern.facts
         values = tuple(syms[s] for s in facts.syms)
         sizes, counts = kern._extents.get(values) or kern._evaluate_extents(values)
-        nthreads = threads or kern.schedule.threads or os.cpu_count() or 1
+        nthreads = int(threads or kern.schedule.threads or os.cpu_count() or 1)
         phases = [(addr, n, nthreads if ph.parallel else 1)
                   for addr, n, ph in zip(kern.addresses, counts, facts.phases, strict=True)]
         fill = [i for i, t in enumerate(self.tensor) if t and keep[i].size]
