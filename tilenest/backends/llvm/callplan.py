@@ -9,10 +9,10 @@ are cheap to read, so it is kept, per kernel, and reused when the facts agree:
 
 * the *layout key* (:func:`fingerprint`): per tensor argument, for a numpy
   array its shape, strides, dtype and flags (writeable, aligned...); for a
-  torch tensor its shape, strides, dtype, device, layout and the properties
-  that decide whether it can be viewed in place (``requires_grad``,
-  conjugate and negative bits); per runtime scalar its exact value (bits,
-  with its type); then ``params`` and ``threads``. Other arguments (other
+  torch tensor its shape, strides, dtype, whether it is on the CPU, and the
+  properties that decide whether it can be viewed in place
+  (``requires_grad``, the negative bit); per runtime scalar its exact value
+  (bits, with its type); then ``params`` and ``threads``. Other arguments (other
   frameworks' arrays, subclasses, 0-d arrays for scalars) are bound afresh at
   every call.
 * the *addresses* of the tensor arguments, which are checked at every call,
@@ -89,24 +89,31 @@ def fingerprint(tensor: tuple[bool, ...], args: tuple, params: Any, threads: Any
     """``(layout key, tensor addresses)`` of a call (see the module docstring),
     or None for a call whose arguments are not all of the kinds keyed here.
     ``tensor``: which parameters are tensors. ``addresses`` has 0 for a
-    scalar parameter."""
+    scalar parameter.
+
+    A torch tensor is keyed by shape, strides, dtype, whether it is on the
+    CPU, ``requires_grad`` and its negative bit: with its address, what its
+    numpy view and the checks of that view are a function of (only strided
+    tensors are keyed; the conjugate bit exists only on complex dtypes, which
+    no kernel takes)."""
     if len(args) != len(tensor):
         return None
     key: list[Any] = [threads]
     ptrs: list[int] = []
-    torch = sys.modules.get("torch")
-    for is_tensor, a in zip(tensor, args, strict=True):
+    i = 0
+    for a in args:
         t = type(a)
-        if is_tensor:
-            if t is np.ndarray:
-                key.append((a.shape, a.strides, a.dtype, a.flags.num))
-                ptrs.append(address(a))
-            elif torch is not None and t is torch.Tensor:
-                key.append(("torch", a.shape, a.stride(), a.dtype, a.device, a.layout,
-                            a.requires_grad, a.is_conj(), a.is_neg()))
-                ptrs.append(a.data_ptr())
-            else:
+        if t is np.ndarray:
+            if not tensor[i]:
+                return None  # a 0-d array for a scalar: its value is not keyed
+            key.append((a.shape, a.strides, a.dtype, a.flags.num))
+            ptrs.append((_READ(id(a) + _AT).value or 0) if _AT is not None else a.ctypes.data)
+        elif tensor[i]:
+            torch = sys.modules.get("torch")
+            if torch is None or t is not torch.Tensor or a.layout is not torch.strided:
                 return None
+            key.append((a.shape, a.stride(), a.dtype, a.is_cpu, a.requires_grad, a.is_neg()))
+            ptrs.append(a.data_ptr())
         else:
             if t is int or t is bool:
                 key.append((t, a))
@@ -117,6 +124,7 @@ def fingerprint(tensor: tuple[bool, ...], args: tuple, params: Any, threads: Any
             else:
                 return None
             ptrs.append(0)
+        i += 1
     if params is not None:
         try:
             key.append(tuple((k, type(v), v) for k, v in params.items()))

@@ -3,7 +3,7 @@ pool threads, with no Python (and no GIL) between a call's start and its end.
 
 One module per process, generated here and compiled by the JIT like a
 kernel; it calls only the POSIX thread functions bound in :mod:`.symbols`.
-Its three functions (:data:`RUN`, :data:`HELPER`, :data:`STOP`):
+Its functions (:data:`RUN`, :data:`HELPER`, :data:`STOP`, :data:`INIT`):
 
 * ``i32 tn_run(ptr ctrl, ptr call)`` runs every phase of a *call record* in
   order and returns the status code of the first failing program (0: none):
@@ -17,7 +17,10 @@ Its three functions (:data:`RUN`, :data:`HELPER`, :data:`STOP`):
   again, until ``tn_stop``. Between jobs it spins (``ctrl``'s spin count of
   pause instructions), so a call made soon after the last finds it awake,
   then sleeps on a condition variable.
-* ``void tn_stop(ptr ctrl)`` asks every helper to return.
+* ``void tn_stop(ptr ctrl)`` asks every helper to return;
+* ``i32 tn_init(ptr ctrl, i64 spin)`` initializes a zeroed control block
+  (:data:`CONTROL_BYTES`): its mutex, its two condition variables and the
+  spin count.
 
 **The job word.** The current job's generation (high 32 bits) and the index
 of its next unclaimed chunk (low 32 bits) share one 64-bit word. A thread
