@@ -8,7 +8,10 @@ elementwise add of 8 elements -- one program (1 x 8) and eight programs
 (8 x 1, so a second thread has chunks to take) -- from numpy and from torch
 arguments at 1 and 2 threads, and GEMM f32 256^3 at 1 and 2 threads next to
 numpy's ``A @ B``. The add's time is almost all call overhead: argument
-binding and the worker pool.
+binding and the worker pool. The last row is the add called right after a
+GEMM (next to ``np.add`` after one): the GEMM evicts the interpreter's
+working set from the caches, which makes any Python-level call path several
+times slower, so a large kernel's calls cost more than the warm figure.
 """
 
 from __future__ import annotations
@@ -70,6 +73,24 @@ def main() -> None:
         g = ks["gemm"].specialize(**gemm_tiles(256, 256, threads)).compile(threads=threads)
         t = per_call(lambda g=g, threads=threads: g(A, B, C, threads=threads), calls, a.blocks)
         rows.append(("gemm 256^3", threads, t * 1e6, numpy_t * 1e6))
+    g = ks["gemm"].specialize(**gemm_tiles(256, 256, 1)).compile(threads=1)
+    add = ks["add"].compile(threads=1)
+    x = np.ones((1, 8), np.float32)
+    y = np.empty_like(x)
+    cold, np_cold = [], []
+    for _ in range(calls * a.blocks):
+        g(A, B, C, threads=1)
+        t0 = time.perf_counter()
+        add(x, x, y, threads=1)
+        cold.append(time.perf_counter() - t0)
+        g(A, B, C, threads=1)
+        t0 = time.perf_counter()
+        np.add(x, x, out=y)
+        np_cold.append(time.perf_counter() - t0)
+    cold.sort()
+    np_cold.sort()
+    rows.append(("add 1x8 after a gemm", 1, cold[len(cold) // 2] * 1e6,
+                 np_cold[len(np_cold) // 2] * 1e6))
     print(f"{'call':24s} {'threads':>7s} {'us/call':>10s} {'numpy us':>10s}")
     for name, threads, us, ref in rows:
         print(f"{name:24s} {threads:7d} {us:10.1f} {'' if ref is None else f'{ref:10.1f}'}")
