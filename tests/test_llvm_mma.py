@@ -6,7 +6,7 @@ a reassociating one stays inside the oracle's envelope. The schedule's
 ``mma_block`` is data with a host default; the loop IR keeps a micro-tile's
 accumulators live across the whole contraction. Phases spread over threads
 run every chunk once, give identical outputs, report the first error in
-program-id order and surface a worker's exception.
+program-id order (``tests/test_llvm_workers.py`` tests the worker pool itself).
 """
 
 from __future__ import annotations
@@ -219,26 +219,3 @@ def test_symbolic_tile_extents_are_blocked_bitwise():
         a, b, _ = operands(rows, k, n, seed=k)
         want = rows_times_matrix(a, b, np.zeros((rows, n), np.float32))
         assert ck(a, b, np.zeros((rows, n), np.float32)).tobytes() == want.tobytes()
-
-
-def test_run_phase_runs_every_chunk_once_and_surfaces_worker_errors():
-    import ctypes
-
-    from tilenest.backends.llvm import workers
-
-    argv, symv = (ctypes.c_void_p * 1)(), (ctypes.c_int64 * 1)()
-    seen: list[tuple[int, int]] = []
-
-    def record(args, syms, locs, lo, hi, status):
-        seen.append((lo, hi))
-
-    assert workers.run_phase(record, argv, symv, [64, 4096], 37, 2, None) == 0
-    assert sorted(seen) == chunks(37, 2, None)
-    assert workers._SPARE and all(a.nbytes <= workers.SPARE_BYTES for a in workers._SPARE)
-
-    def boom(args, syms, locs, lo, hi, status):
-        if lo > 0:
-            raise MemoryError("worker failed")
-
-    with pytest.raises(MemoryError, match="worker failed"):
-        workers.run_phase(boom, argv, symv, [64], 8, 2, 1)

@@ -7,6 +7,7 @@ runs as per-chunk partials plus a combine. Strict folds are never split."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import numpy as np
@@ -14,9 +15,13 @@ import pytest
 
 import tilenest as tn
 from tilenest import f32
-from tilenest.backends.llvm import runtime as RT
+from tilenest.backends.llvm import callplan as CP
 from tilenest.lowering import default_schedule, lower_verified, print_kernel
 from tilenest.lowering.phases import CHUNK
+
+#: a phase entry: ``void (ptr args, ptr syms, ptr locals, i64 lo, i64 hi, ptr status)``
+ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 
 
 @tn.kernel
@@ -92,35 +97,49 @@ def _programs(k, syms):  # type: ignore[no-untyped-def]
 
 
 class Spy:
-    """Records, per phase the llvm runtime runs, its program count, the
-    workers it asked for and the threads that ran its chunks. The first two
-    threads to run a chunk of a phase wait for each other (up to a timeout),
-    so a phase given two workers shows both whatever the machine's load."""
+    """Records, per phase the llvm runtime launches, its program count, the
+    workers it asked for and the threads that ran its chunks (each phase's
+    entry is wrapped in a callback that the native worker threads call).
+    The first two threads to run a chunk of a phase wait for each other (up
+    to a timeout), so a phase given two workers shows both whatever the
+    machine's load."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
-        self.seen: list[tuple[int, int, int]] = []
-        real = RT.run_phase
+        self.phases: list[tuple[int, int, set[int]]] = []
+        self.callbacks: list = []  # kept alive while the launches live
+        spy, real = self, CP.Launch
 
-        def spy(fn, argv, symv, sizes, n, workers, chunk):  # type: ignore[no-untyped-def]
-            idents: set[int] = set()
-            meet = threading.Barrier(2, timeout=20) if workers > 1 else None
+        class Spying(real):  # type: ignore[misc, valid-type]
+            def __init__(self, phases, argv, symv, sizes, chunk):  # type: ignore[no-untyped-def]
+                super().__init__([(spy.wrap(a, n, w), n, w) for a, n, w in phases if n > 0],
+                                 argv, symv, sizes, chunk)
 
-            def entry(a, s, loc, lo, hi, st):  # type: ignore[no-untyped-def]
-                me = threading.get_ident()
-                first = me not in idents
-                idents.add(me)
-                if meet is not None and first:
-                    try:
-                        meet.wait()
-                    except threading.BrokenBarrierError:
-                        pass
-                fn(a, s, loc, lo, hi, st)
+        monkeypatch.setattr(CP, "Launch", Spying)
 
-            code = real(RT.ENTRY(entry), argv, symv, sizes, n, workers, chunk)
-            self.seen.append((n, workers, len(idents)))
-            return code
+    @property
+    def seen(self) -> list[tuple[int, int, int]]:
+        return [(n, w, len(ids)) for n, w, ids in self.phases]
 
-        monkeypatch.setattr(RT, "run_phase", spy)
+    def wrap(self, address: int, n: int, workers: int) -> int:
+        real = ENTRY(address)
+        idents: set[int] = set()
+        meet = threading.Barrier(2, timeout=20) if min(workers, n) > 1 else None
+
+        def entry(a, s, loc, lo, hi, st):  # type: ignore[no-untyped-def]
+            me = threading.get_ident()
+            first = me not in idents
+            idents.add(me)
+            if meet is not None and first:
+                try:
+                    meet.wait()
+                except threading.BrokenBarrierError:
+                    pass
+            real(a, s, loc, lo, hi, st)
+
+        cb = ENTRY(entry)
+        self.callbacks.append(cb)
+        self.phases.append((n, workers, idents))
+        return int(ctypes.cast(cb, ctypes.c_void_p).value or 0)
 
 
 def test_row_loss_then_mean_keeps_the_rows_parallel(monkeypatch):

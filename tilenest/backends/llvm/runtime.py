@@ -15,19 +15,20 @@ relies on, with a ``TilenestError`` naming the argument otherwise:
   ``noalias``, no lazy reads of the shared storage, legality checked with the
   group as one tensor). Partially overlapping arrays are refused.
 
-Each phase runs its program ids ``[0, n)``: a parallel phase is cut into
-contiguous chunks that worker threads take one after another
-(``workers.run_phase``), each calling the JIT'd entry through ctypes (which
-releases the GIL) with its own local buffers. After a phase, a nonzero status
-raises the error it encodes (the first one in program-id order). Values that
-cross a phase boundary live in scratch arrays allocated for the call
+A call is bound once per argument layout (:mod:`.callplan`): the checks
+above run in full on a layout's first call, and later calls with the same
+layout re-check only what depends on the arrays' addresses (alignment and
+overlap). Each phase runs its program ids ``[0, n)``: a parallel phase is cut
+into contiguous chunks that native worker threads take one after another
+(:mod:`.workers`), each with its own local buffers; the whole call is one
+foreign call that releases the GIL. After a phase, a nonzero status raises
+the error it encodes (the first one in program-id order). Values that cross
+a phase boundary live in scratch arrays allocated for the bound call
 (``calls.scratch_arrays``), passed after the caller's arguments.
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -38,17 +39,8 @@ from ...lowering import loopir as L
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
 from ...semantics.signature import order_arguments, stored_tensors
-from ..calls import ArgumentBinder, scratch_arrays, status_error
-from .workers import run_phase
-
-ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                         ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
-
-_EMPTY = np.zeros(64, dtype=np.uint8)  # what an empty tensor's pointer refers to
-
-
-def _ptr(a: np.ndarray) -> int:
-    return a.ctypes.data if a.size else _EMPTY.ctypes.data
+from ..calls import ArgumentBinder, status_error
+from .callplan import Calls
 
 
 class CompiledKernel(ArgumentBinder):
@@ -84,9 +76,12 @@ class CompiledKernel(ArgumentBinder):
         self.compile_seconds = compile_seconds
         self.obligations: list = []
         self.cached: str | None = None
-        self.entries = [ENTRY(engine.address(ph.name)) for ph in self.facts.phases]
+        #: each phase's entry point
+        self.addresses = [engine.address(ph.name) for ph in self.facts.phases]
         self.stored = stored_tensors(program)
         self._extents: dict[tuple[int, ...], tuple[list[int], list[int]]] = {}
+        #: this kernel's bound calls (``calls.binds``, ``calls.hits`` count them)
+        self.calls = Calls(self)
 
     @property
     def kernel(self) -> L.Kernel:
@@ -153,29 +148,9 @@ class CompiledKernel(ArgumentBinder):
     # -- execution -------------------------------------------------------------------
     def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
                  threads: int | None = None, **named: Any) -> Any:
-        arrays, params = order_arguments(self.program, arrays, named, params)
-        keep, syms = self.bind(arrays, params)
-        groups, strided = self.aliases(keep), self.strided(keep)
-        if groups != self.schedule.aliases or strided != self.schedule.strided:
-            return self.variant(groups, strided)(*arrays, params=params, threads=threads)
-        k = self.facts
-        keep = keep + scratch_arrays(k, len(keep), syms)
-        values = tuple(syms[s] for s in k.syms)
-        argv = (ctypes.c_void_p * max(1, len(keep)))(*[_ptr(a) for a in keep])
-        symv = (ctypes.c_int64 * max(1, len(k.syms)))(*values)
-        sizes, counts = self._extents.get(values) or self._evaluate_extents(values)
-        nthreads = threads or self.schedule.threads or os.cpu_count() or 1
-        for n, fn, ph in zip(counts, self.entries, k.phases, strict=True):
-            if n <= 0:
-                continue
-            workers = min(nthreads, n) if ph.parallel else 1
-            code = run_phase(fn, argv, symv, sizes, n, workers, self.schedule.chunk)
-            if code:
-                raise self._error(code)
-        del keep
-        outs = [a for v, a in zip(self.program.args, arrays, strict=True)
-                if v.name in self.stored]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        if named:
+            arrays, params = order_arguments(self.program, arrays, named, params)
+        return self.calls(arrays, params, threads)
 
     def _evaluate_extents(self, values: tuple[int, ...]) -> tuple[list[int], list[int]]:
         """Bytes of each local buffer and program count of each phase for

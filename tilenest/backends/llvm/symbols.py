@@ -11,6 +11,9 @@ tilenest chose, never to whatever the process happens to have loaded:
   explicitly with ``ctypes``;
 * ``memset``/``memcpy``/``memmove`` (loop idioms become these calls), taken
   from the C library opened explicitly;
+* the POSIX mutex and condition-variable functions the native worker loop
+  (:mod:`.workloop`) sleeps and wakes with, from the C library (or the
+  thread library, where the C library does not define them);
 * the compiler-runtime conversion helpers (``__truncdfhf2`` ...), defined in
   IR by :mod:`.softfloat` and compiled once per process.
 
@@ -51,6 +54,9 @@ LIBM_FUNCTIONS = (
 )
 #: C-library functions LLVM emits for loop idioms (memset_pattern16 on Darwin)
 LIBC_FUNCTIONS = ("memset", "memcpy", "memmove", "bzero", "memset_pattern16")
+#: thread functions the worker loop calls
+PTHREAD_FUNCTIONS = ("pthread_mutex_init", "pthread_mutex_lock", "pthread_mutex_unlock",
+                     "pthread_cond_init", "pthread_cond_wait", "pthread_cond_broadcast")
 
 _LOCK = threading.Lock()
 _BOUND: dict[str, int] = {}
@@ -88,6 +94,14 @@ def bind_all(triple: str, make_tm: Callable[[], llvm.TargetMachine]) -> None:
                 fn = getattr(lib, n, None)  # absent on some libraries (e.g. roundeven)
                 if fn is not None:
                     _bind(n, ctypes.cast(fn, ctypes.c_void_p).value)
+        threads = _open("c")
+        for n in PTHREAD_FUNCTIONS:
+            fn = getattr(threads, n, None)
+            if fn is None:  # a C library keeping them in libpthread
+                threads = _open("pthread")
+                _KEEP.append(threads)
+                fn = getattr(threads, n)
+            _bind(n, ctypes.cast(fn, ctypes.c_void_p).value)
         from .softfloat import HELPERS, helper_module
 
         mod = llvm.parse_assembly(helper_module(triple))
