@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..errors import ContractError
+from ..errors import ContractError, NotAvailableError
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation
 from ..semantics.ops.values import ELEMENTWISE
@@ -171,6 +171,10 @@ def custom_tree(lw: Lowerer, op: Operation) -> Any:
                 if isinstance(r, CustomReducer):
                     for j, e in zip(idx, r.identity, strict=True):
                         ident[j] = L.Const(_literal(e, dts[j]), dts[j])
+                    # the merge's own names must not shadow the program's
+                    mine = [v.name for v in r.merge.args] + [
+                        x.name for o in r.merge.ops for x in o.results]
+                    saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
                     lw.expr_mode += 1
                     try:
                         hs = lw.lower_block(r.merge, [VarH(a[j]) for j in idx]
@@ -178,6 +182,9 @@ def custom_tree(lw: Lowerer, op: Operation) -> Any:
                         got = [h.at(lw, {}) for h in hs]
                     finally:
                         lw.expr_mode -= 1
+                        for nm in mine:
+                            lw.env.pop(nm, None)
+                        lw.env.update(saved)
                     for j, x in zip(idx, got, strict=True):
                         outs[j] = x
                 else:
@@ -234,10 +241,14 @@ def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int],
         if tree is None:
             lw.domain_loops(op, step, reverse=reverse, kind=kind)
         else:  # the one domain loop may run as a block tree (TreeFold)
-            fold = tree(accs)
+            try:
+                fold = tree(accs)
+            except NotAvailableError:  # a merge the loop IR cannot express: in order
+                fold = None
             with lw.collect() as got:
                 lw.domain_loops(op, step, reverse=reverse, kind=kind)
-            lw.emit(*(replace(s, tree=fold) if isinstance(s, L.For) else s for s in got))
+            lw.emit(*(replace(s, tree=fold) if isinstance(s, L.For) and fold is not None
+                      else s for s in got))
         for r, a in zip(results, accs, strict=True):
             if isinstance(r, VarH):
                 lw.emit(L.Assign(r.var, L.Ref(a)))
