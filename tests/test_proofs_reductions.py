@@ -127,3 +127,18 @@ def test_float_counterexample_matches_numpy_rounding():
         got = np.float32(cx[k][0])
         # bitwise, but a NaN's sign and payload are not part of IEEE results
         assert (np.isnan(got) and np.isnan(want)) or got.tobytes() == want.tobytes()
+
+
+def test_strided_placement_of_a_commutative_custom_reducer_needs_no_order():
+    """Only a tree that must keep source order (``ordered_tree``, or a merge
+    that is not commutative) states ``reduction.order``; a commutative custom
+    contract under ``unordered_tree`` is placed strided like a builtin one.
+    Its laws are stated once per contract, not once per state it covers."""
+    import kernels_constructs as KC
+
+    t = T.place_reduction(KC.custom_reducer.program, 0, 4, "strided").check()
+    assert not [o for o in t.obligations if o.kind == "reduction.order"]
+    assert all(o.status == PROVED for o in t.obligations
+               if o.role == "required" and not o.kind.startswith("reduction.law"))
+    kinds = [(o.kind, o.title) for o in t.obligations if o.kind.startswith("reduction.law")]
+    assert kinds and len(kinds) == len(set(kinds))

@@ -49,11 +49,14 @@ def interpret(program_or_kernel, *arrays, **kw):
 
 
 def reference(program_or_kernel, *arrays, **kw):
-    """The admitted outputs of a call (``Admitted`` objects with ``admits()``)."""
+    """The admitted outputs of a call (``Admitted`` objects with ``admits()``);
+    ``trees=`` a compiled kernel's ``trees`` (the fixed trees it evaluates its
+    custom-contract reductions in) judges those reductions by that tree."""
     from .interpreter import reference as _reference
 
+    trees = kw.pop("trees", None)
     target, args, opts = _bound(program_or_kernel, arrays, kw)
-    return _reference(target, *args, **opts)
+    return _reference(target, *args, trees=trees, **opts)
 
 
 def validate(kernel, target: str = "llvm", inputs=None, **kw):

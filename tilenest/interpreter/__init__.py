@@ -171,10 +171,16 @@ def _exhaustive(prog: Any, arrays: tuple, params: dict, opts: Options) -> Any:
 
 def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
               outputs: tuple[str, ...] | None = None, poison: bool = False,
-              schedule: Any = None, batch: bool = True) -> Any:
+              schedule: Any = None, batch: bool = True, trees: dict | None = None) -> Any:
     """The admitted outputs of a call: one :class:`Admitted` per tensor the program
     stores to (a single one, or a tuple in argument order). The arrays passed are
     not modified.
+
+    ``trees`` maps the op id of a tree-policy ``reduce`` under a custom
+    contract to the :class:`~tilenest.semantics.trees.BlockTree` a compiled
+    kernel evaluates it in (``kernel.trees``): the admitted value of its
+    states is then that tree's (R-6 admits it; a custom merge has no
+    envelope), computed exactly as the realization does.
 
     ``schedule`` (as for :func:`interpret`) is the order in which the reference
     run executes ``parallel`` children; every schedule admits the same set for a
@@ -192,7 +198,8 @@ def reference(program_or_kernel: Any, *arrays: Any, params: dict[str, int] | Non
         _exhaustive(prog, tuple(copy_arguments(host)), params or {}, probe)
         sched = CANONICAL
     work = copy_arguments(host)
-    opts = Options(sched, False, True, poison, outputs, True, None, True, batch=batch)
+    opts = Options(sched, False, True, poison, outputs, True, None, True, batch=batch,
+                   trees=trees)
     it = Interpreter(prog, work, params or {}, opts)
     with np.errstate(all="ignore"):
         it.run()

@@ -158,6 +158,10 @@ class Options:
     orders: Any = None  # exhaustive exploration: an OrderOracle
     oracle: bool = False  # compute interval shadows of the admitted set (shadow.py)
     batch: bool = True  # evaluate reduce iterations together where exact (batching.py)
+    #: reduce op id -> the fixed tree (semantics/trees.py) a realization
+    #: evaluates it in; the reference then computes that member of the
+    #: admitted set (interpreter/reductions.py, ``_block_tree``)
+    trees: dict | None = None
 
 
 class Interpreter:

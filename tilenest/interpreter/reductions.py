@@ -14,6 +14,13 @@ For contributions at the active domain points ``r0 < r1 < ... < rn-1``
   a random tree (and for unordered, a random permutation); ``fast`` mode uses
   numpy's reductions for the expression-reduce shape.
 An empty domain yields the seed.
+
+A realization may commit to one fixed tree (``Options.trees``: a
+:class:`~tilenest.semantics.trees.BlockTree` per reduce op, e.g. the CUDA
+block tree of a custom contract); the reference then evaluates that tree
+(:func:`_block_tree`) instead of the canonical fold, so that a contract
+whose merge has no closed-form envelope is still checked bitwise against a
+member of its admitted set.
 """
 
 from __future__ import annotations
@@ -53,6 +60,9 @@ def _reduce(it: Interpreter, op: Operation) -> None:
     if policy.is_tree and it.opts.fast and not it.opts.oracle:
         out = _fast_expression_reduce(it, op, seeds, shape)
     random_tree = policy.is_tree and it.opts.schedule.kind == "random"
+    fixed = (it.opts.trees or {}).get(op.oid) if policy.is_tree else None
+    if fixed is not None:
+        out = _block_tree(it, op, body, seeds, points, fixed)
     plan = None if out is not None or random_tree else batching.eligible(it, op)
     if plan is not None:
         out, batches = batching.run(it, op, plan, seeds, shape, points,
@@ -248,6 +258,39 @@ def _random_tree(it: Interpreter, op: Operation, body: Block, seeds: list, point
         for i, v in zip(idx, merge([seeds[i] for i in idx], items[0]), strict=True):
             out[i] = v
     return out
+
+
+def _block_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points: Any,
+                tree: Any) -> list:
+    """The states as ``tree`` (a ``BlockTree``) evaluates them: each thread
+    folds its segment of the domain's points with the body from the
+    identities, the partials are merged as the tree says, and the seed is
+    merged on the left (``semantics/trees.py``). Where the instances run
+    together have domains of different extents, no one tree stands for all
+    of them: their states are left unbounded (every value admitted)."""
+    groups = _merge_groups(it, op)
+    if groups is None:
+        return _iterate(it, op, body, seeds, points)
+    if op.oid in it.ragged:
+        return [_unbounded(v) for v in _iterate(it, op, body, seeds, points)]
+    idents: list = [None] * len(seeds)
+    for idx, _, ids in groups:
+        for j, e in zip(idx, ids, strict=True):
+            idents[j] = e
+    start = [RV(np.broadcast_to(N.constant(e, o.type.dtype), s.a.shape), s.nb)
+             for e, s, o in zip(idents, seeds, op.operands, strict=True)]
+    pts = list(points)
+
+    def merge(a: list, b: list) -> list:
+        out = list(a)
+        for idx, mg, _ in groups:
+            for i, v in zip(idx, mg([a[i] for i in idx], [b[i] for i in idx]), strict=True):
+                out[i] = v
+        return out
+
+    parts = [_iterate(it, op, body, start, [pts[i] for i in seg])
+             for seg in tree.segments(len(pts))]
+    return merge(list(seeds), tree.combine(parts, merge))
 
 
 def _fast_expression_reduce(it: Interpreter, op: Operation, seeds: list, shape: tuple

@@ -320,7 +320,9 @@ class For:
     ``parallel`` (only the program-id loop of a phase), ``thread`` (``lo`` is
     0 and every iteration is one thread of the enclosing program, all running
     concurrently; ``scope`` names which threads: ``block``; see the module
-    docstring)."""
+    docstring). ``tree``: a ``serial`` loop that folds states with a
+    tree-permitted reducer may instead be run as that fixed tree
+    (:class:`TreeFold`); a backend without threads ignores it."""
 
     var: LVar
     lo: E.Expr
@@ -329,6 +331,32 @@ class For:
     kind: str = "serial"
     reverse: bool = False
     scope: str = ""
+    tree: "TreeFold | None" = None
+
+
+@dataclass(frozen=True)
+class TreeFold:
+    """The permission of a ``serial`` loop over the contributions of a
+    tree-policy reduction (source op ``oid``) to be evaluated as a fixed
+    :class:`~tilenest.semantics.trees.BlockTree` instead of in order: every
+    iteration updates the locals ``states`` (assigned before the loop: the
+    running state; nothing else is carried) as ``states = merge(states,
+    lift(x))`` of its contribution, so a thread may fold its own iterations
+    from ``identity`` and the partial states combine with the contract's
+    merge: with ``a`` and ``b`` bound to two states (one local per
+    component, in the order of ``states``), ``body`` then ``out`` compute
+    ``merge(a, b)``. ``ordered``: the policy is ``ordered_tree`` (or the
+    merge is not commutative), so the tree must keep source order
+    (``blocked``)."""
+
+    oid: int
+    states: tuple[LVar, ...]
+    identity: tuple[Const, ...]
+    a: tuple[LVar, ...]
+    b: tuple[LVar, ...]
+    body: tuple["Stmt", ...]
+    out: tuple["Expr", ...]
+    ordered: bool
 
 
 @dataclass(frozen=True)
@@ -739,8 +767,12 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             rev = " reversed" if s.reverse else ""
             kind = f".{s.kind}" if s.kind != "serial" else ""
             kind += f".{s.scope}" if s.scope else ""
+            tree = ""
+            if s.tree is not None:
+                tree = (f" tree({'ordered' if s.tree.ordered else 'unordered'}, "
+                        f"{', '.join(v.name for v in s.tree.states)})")
             out.append(f"{pad}for{kind} {s.var.name} in "
-                       f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}:")
+                       f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}{tree}:")
             _stmts(s.body, ind + 1, out)
         elif isinstance(s, If):
             out.append(f"{pad}if {expr_str(s.cond)}:")
@@ -944,7 +976,7 @@ def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
                         guard=None if s.guard is None else map_expr(s.guard, fe))
         elif isinstance(s, For):
             s = For(s.var, ix(s.lo), ix(s.hi), map_stmts(s.body, fe, fs), s.kind, s.reverse,
-                    s.scope)
+                    s.scope, s.tree)
         elif isinstance(s, If):
             s = If(map_expr(s.cond, fe), map_stmts(s.then, fe, fs), map_stmts(s.orelse, fe, fs))
         elif isinstance(s, While):

@@ -14,18 +14,27 @@ Two realizations, both members of every policy's admitted set:
   merge op is marked ``reassoc``: the innermost domain loop may then be
   vectorized and regrouped, which the policy admits (``ordered_tree`` too: the
   built-in merges are commutative). Strict folds never get the flag.
+  A tree policy with a *custom* contract (R-11) over a one-dimensional domain
+  instead marks its domain loop with a :class:`~tilenest.lowering.loopir.TreeFold`:
+  the states it carries, the contract's identity and its merge lowered to
+  loop IR, so that a target with threads (``simt.py``) may run the loop as a
+  fixed block tree; the loop itself stays ``serial`` (the canonical fold,
+  what a target without threads runs).
 * **Tile-level iteration** otherwise: the carried state lives in storage and
   the body runs once per domain point in the same order, as a ``serial`` loop.
 """
 
 from __future__ import annotations
 
-from ..errors import ContractError
+from dataclasses import replace
+from typing import Any
+
+from ..errors import ContractError, NotAvailableError
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation
 from ..semantics.ops.values import ELEMENTWISE
 from ..semantics.policies import ReductionPolicy
-from ..semantics.reducers import BUILTINS
+from ..semantics.reducers import BUILTINS, CustomReducer
 from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule
@@ -110,15 +119,95 @@ def _reduce(lw: Lowerer, op: Operation) -> None:
                             "contract", op.loc, "use fold_left/fold_right for a strict order")
     reverse = policy is ReductionPolicy.fold_right
     granted: set[int] = set()
-    if policy.is_tree and lw.sched.reduction(op.oid) == "auto":
+    auto = policy.is_tree and lw.sched.reduction(op.oid) == "auto"
+    if auto:
         granted = merge_ops(op)
     if pointwise(op):
-        _per_element(lw, op, reverse, granted)
+        tree = custom_tree(lw, op) if auto else None
+        _per_element(lw, op, reverse, set() if tree is not None else granted, tree)
     else:
         _tile_level(lw, op, reverse, granted)
 
 
-def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -> None:
+def custom_tree(lw: Lowerer, op: Operation) -> Any:
+    """For a tree-policy ``reduce`` with a custom contract over a
+    one-dimensional domain: a function of the states' accumulators that
+    builds the :class:`~tilenest.lowering.loopir.TreeFold` of its domain loop
+    (identity and merge of every state, builtin ones too); None otherwise
+    (built-in contracts take the ``reassoc`` route, folds stay in order).
+
+    The states are merged in the contract groups of R-11: a custom reducer of
+    ``k`` components merges its ``k`` consecutive states jointly, a builtin
+    its one state with its elementwise op."""
+    contracts = list(op.attrs["contracts"])
+    if not any(c.startswith("@") for c in contracts) or len(op.attrs["vars"]) != 1:
+        return None
+    reducers = {f"@{r.name}": r for r in lw.prog.reducers}
+    dts = [o.type.dtype for o in op.operands]
+    plan: list[tuple[list[int], Any]] = []
+    i = 0
+    while i < len(contracts):
+        c = contracts[i]
+        if c in reducers:
+            red = reducers[c]
+            k = len(red.state)
+            if contracts[i:i + k] != [c] * k or tuple(dts[i:i + k]) != tuple(red.state):
+                return None  # no joint merge: the verifier reports it; stay in order
+            plan.append((list(range(i, i + k)), red))
+            i += k
+        else:
+            plan.append(([i], BUILTINS[c]))
+            i += 1
+    ordered = op.attrs["policy"] is ReductionPolicy.ordered_tree or any(
+        isinstance(r, CustomReducer) and not r.commutative for _, r in plan)
+
+    def build(accs: list[L.LVar]) -> L.TreeFold:
+        a = [lw.fresh("ta", dt) for dt in dts]
+        b = [lw.fresh("tb", dt) for dt in dts]
+        ident: list[L.Const] = [L.Const(0, dt) for dt in dts]
+        outs: list[Any] = [None] * len(dts)
+        with lw.collect() as stmts:
+            for idx, r in plan:
+                if isinstance(r, CustomReducer):
+                    for j, e in zip(idx, r.identity, strict=True):
+                        ident[j] = L.Const(_literal(e, dts[j]), dts[j])
+                    # the merge's own names must not shadow the program's
+                    mine = [v.name for v in r.merge.args] + [
+                        x.name for o in r.merge.ops for x in o.results]
+                    saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
+                    lw.expr_mode += 1
+                    try:
+                        hs = lw.lower_block(r.merge, [VarH(a[j]) for j in idx]
+                                            + [VarH(b[j]) for j in idx])
+                        got = [h.at(lw, {}) for h in hs]
+                    finally:
+                        lw.expr_mode -= 1
+                        for nm in mine:
+                            lw.env.pop(nm, None)
+                        lw.env.update(saved)
+                    for j, x in zip(idx, got, strict=True):
+                        outs[j] = x
+                else:
+                    (j,) = idx
+                    ident[j] = L.Const(_literal(r.identity(dts[j]), dts[j]), dts[j])
+                    outs[j] = L.Bin(r.op, L.Ref(a[j]), L.Ref(b[j]), dts[j])
+        return L.TreeFold(op.oid, tuple(accs), tuple(ident), tuple(a), tuple(b), tuple(stmts),
+                          tuple(outs), ordered)
+
+    return build
+
+
+def _literal(v: Any, dt: Any) -> Any:
+    """``v`` as the Python number a loop-IR constant of ``dt`` holds."""
+    if dt.is_float:
+        return float(v)
+    if dt.is_bool:
+        return bool(v)
+    return int(v)
+
+
+def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int],
+                 tree: Any = None) -> None:
     seeds = [lw.handle(o) for o in op.operands]
     t0: TileType = op.operands[0].type
     ext = lw.extents(t0)
@@ -149,7 +238,17 @@ def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -
             for a, t in zip(accs, tmps, strict=True):
                 lw.emit(L.Assign(a, L.Ref(t)))
 
-        lw.domain_loops(op, step, reverse=reverse, kind=kind)
+        if tree is None:
+            lw.domain_loops(op, step, reverse=reverse, kind=kind)
+        else:  # the one domain loop may run as a block tree (TreeFold)
+            try:
+                fold = tree(accs)
+            except NotAvailableError:  # a merge the loop IR cannot express: in order
+                fold = None
+            with lw.collect() as got:
+                lw.domain_loops(op, step, reverse=reverse, kind=kind)
+            lw.emit(*(replace(s, tree=fold) if isinstance(s, L.For) and fold is not None
+                      else s for s in got))
         for r, a in zip(results, accs, strict=True):
             if isinstance(r, VarH):
                 lw.emit(L.Assign(r.var, L.Ref(a)))

@@ -24,6 +24,13 @@ iterations are independent is handed to thread loops:
   order, and merged into the state: ``s = op(s, total)``. This regroups the
   reduction, which is what the ``reassoc`` mark permits.
 
+* a ``serial`` loop marked with a :class:`~tilenest.lowering.loopir.TreeFold`
+  (a tree-policy reduction under a custom contract, ``reductions.py``) runs
+  as the fixed :class:`~tilenest.semantics.trees.BlockTree` of
+  ``simt_trees.py``: per-thread partial states over each thread's
+  iterations, merged across lanes by shuffles of every component and across
+  warps through ``shared`` scratch, with the contract's own merge.
+
 Everything else -- strict folds, ``serial`` loops, ``while`` loops, scalar
 code -- stays uniform, with the thread loops inside it; the program's buffers
 become ``shared`` (one copy per program, seen by all its threads).
@@ -50,6 +57,7 @@ from ..errors import NotAvailableError, UsageError
 from ..proofs import taskmap as TM
 from . import fragments
 from . import loopir as L
+from . import simt_trees as trees
 
 WARP = 32
 _ids = itertools.count()
@@ -206,6 +214,10 @@ class _Phase:
         """One uniform statement as program-level steps ``(stmts, accesses)``;
         compound statements are rewritten with their own barrier placement and
         count as one step whose accesses are those at their boundary."""
+        if isinstance(s, L.For) and s.tree is not None and not s.reverse:
+            got = trees.distribute_tree(self, s, defined)
+            if got is not None:
+                return got
         if isinstance(s, L.For) and s.kind == "vector" and not s.reverse:
             got = self.distribute(s, defined)
             if got is not None:
@@ -464,11 +476,14 @@ def _unflatten(lin: E.Expr, sizes: list[E.Expr]) -> list[E.Expr]:
     return out[::-1]
 
 
-def distribution(W: int, V: int, n: E.Expr) -> TM.TaskMap:
+def distribution(W: int, V: int, n: E.Expr, blocked: bool = False) -> TM.TaskMap:
     """The task map of a loop of ``n`` iterations distributed over ``W``
     threads, ``V`` consecutive iterations per thread and step: step ``r`` of
     thread ``t`` covers iterations ``(r W + t) V + v`` for ``v < V`` (those
-    ``< n``; the guard masks the rest)."""
+    ``< n``; the guard masks the rest). ``blocked`` (``V = 1``): thread ``t``
+    covers the run ``t c + r``, ``c = cdiv(n, W)``, instead."""
+    if blocked:
+        return TM.spatial(W) * TM.repeat(E.cdiv(n, W))
     return TM.repeat(E.cdiv(n, W * V)) * TM.spatial(W) * TM.repeat(V)
 
 

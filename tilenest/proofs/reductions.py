@@ -175,10 +175,13 @@ def contract_obligations(p: TileProgram, op: Operation, need_comm: bool) -> list
     sites = (op.loc,) if op.loc is not None else ()
     out: list[Obligation] = []
     customs = {f"@{r.name}": r for r in p.reducers}
+    seen: set[str] = set()  # a custom contract covers its states jointly: its laws once
     for c, v in zip(op.attrs["contracts"], op.operands, strict=True):
         t = v.type
-        if not isinstance(t, TileType) or c is None:
+        if not isinstance(t, TileType) or c is None or c in seen:
             continue
+        if c in customs:
+            seen.add(c)
         dt = t.dtype
         if c in BUILTINS:
             b = BUILTINS[c]
@@ -303,8 +306,9 @@ def place_reduction(x: Any, index: int, participants: E.IntLike, order: str = "b
                            "the fold; only independent groups may run in parallel",
                            {"policy": policy.value}))
     obs.append(perm)
-    commutative = all(c in BUILTINS for c in op.attrs["contracts"] if c is not None) and \
-        all(r.commutative for r in p.reducers if f"@{r.name}" in op.attrs["contracts"])
+    customs = {f"@{r.name}": r for r in p.reducers}
+    commutative = all(c is not None and (c in BUILTINS or customs[c].commutative)
+                      for c in op.attrs["contracts"])
     if policy is ReductionPolicy.ordered_tree or not commutative:
         obs.append(Obligation(
             "reduction.order", f"{order} placement keeps contribution order (pieces are "

@@ -7,6 +7,10 @@ where the contract is bitwise, the FP64 envelope downstream of tree
 reductions and reassociating ``mma``. Outcomes:
 
 * ``ok``        -- every output admitted;
+A compiled kernel that evaluates a reduction under a custom contract in one
+fixed tree (``compiled.trees``, e.g. the CUDA block tree) is judged against
+that tree's value, which the reference computes (``reference(trees=...)``).
+
 * ``mismatch``  -- some output not admitted (the first offending element and
   why), or the compiled kernel rejected a call the reference accepts, or
   accepted one the reference rejects with a checkable error (a ``checked``
@@ -213,7 +217,10 @@ def run_case(program: TileProgram, compiled: Callable, case: Case, index: int = 
     from ..interpreter import reference
 
     base = dict(index=index, label=case.label, size=case.size, case=case)
-    kw = {} if reference_schedule is None else {"schedule": reference_schedule}
+    kw: dict[str, Any] = {} if reference_schedule is None else {"schedule": reference_schedule}
+    trees = getattr(compiled, "trees", None)
+    if trees:  # the fixed trees the kernel evaluates its custom reductions in
+        kw["trees"] = trees
     try:
         ref = reference(program, *case.copy_args(), params=case.params, **kw)
     except _INVALID as e:

@@ -38,6 +38,8 @@ from ...lowering.legality import legality, summary
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
 from .. import kernelcache as KC
+from ...lowering.simt_trees import TreePlacement
+from ...semantics.trees import BlockTree
 from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
 
@@ -99,17 +101,46 @@ def coverage_obligations(maps: list) -> list:
     from ...lowering.simt import distribution
 
     seen: dict[str, Any] = {}
-    for W, V, n in maps:
+    for m in maps:
+        # a tree placement (simt_trees.TreePlacement) or a distribution (W, V, n)
+        W, V, n = (m.tree.threads, 1, m.n) if isinstance(m, TreePlacement) else m
+        blocked = isinstance(m, TreePlacement) and m.tree.blocked
         # an extent reading the program's locals (a loop index) must be
         # covered for every value of them: they become parameters (>= 0)
         free = {lf: E.Sym("_" + lf.name.replace(".", "_")) for lf in E.leaves(n)
                 if isinstance(lf, (E.Var, E.Val))}
         n = E.subst(n, free)
-        tm = distribution(W, V, n)
+        tm = distribution(W, V, n, blocked)
         key = f"{tm} over {E.to_str(n)}"
         if key not in seen:
             seen[key] = tm.coverage((n,))
     obs = list(seen.values())
+    discharge(obs, timeout=2.0)
+    return obs
+
+
+def tree_obligations(program: TileProgram, maps: list) -> list:
+    """The placement of every reduction the SIMT form runs as a block tree
+    (``simt_trees.TreePlacement``), stated against the program and
+    discharged (``proofs.reductions.place_reduction``): ``reduction.cover``
+    (each contribution placed exactly once on ``threads`` participants,
+    ``blocked`` or ``strided``), ``reduction.permission`` (the policy is a
+    tree) and, for ``blocked``, ``reduction.order`` (the participants' runs
+    are in source order). The custom contract's laws are its declaration
+    (R-11): they are reported as evidence, never required here."""
+    from ...proofs.obligation import discharge
+    from ...proofs.reductions import place_reduction, reduces
+
+    index = {op.oid: i for i, op in enumerate(reduces(program))}
+    obs: list = []
+    for m in maps:
+        if not isinstance(m, TreePlacement) or m.oid not in index:
+            continue
+        order = "blocked" if m.tree.blocked else "strided"
+        for o in place_reduction(program, index[m.oid], m.tree.threads, order).obligations:
+            if o.kind.startswith("reduction.law."):
+                o.role = "evidence"
+            obs.append(o)
     discharge(obs, timeout=2.0)
     return obs
 
@@ -160,7 +191,8 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     maps: list = []
     k, src = stage_source(program, s, maps)
     bar, res = gpu_obligations(k)
-    obs = obs + _refuse_refuted(bar + coverage_obligations(maps)) + _refuse_unlaunchable(res, program)
+    obs = obs + _refuse_refuted(bar + coverage_obligations(maps) + tree_obligations(program, maps)) \
+        + _refuse_unlaunchable(res, program)
     built = _build(src, cache=cache)
     from ...proofs import gpu
 
@@ -174,6 +206,7 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     if not isinstance(src.index, str | None):
         obs.append(src.index)
     ck = CudaKernel(program, k, s, src, built, dev, obs, time.perf_counter() - t0)
+    ck.trees = {m.oid: m.tree for m in maps if isinstance(m, TreePlacement)}
     ck.precondition = gpu.launch_precondition(res)
     ck.index_precondition = _index_precondition(src)
     return ck
@@ -220,6 +253,7 @@ def _store(dkey: str, ck: CudaKernel) -> None:
                 "obligations": [KC.obligation_json(o) for o in ck.obligations],
                 "precondition": None if pc is None else _precondition_json(pc),
                 "kernels": [_info_json(i) for i in ck.source.kernels],
+                "trees": {str(oid): t.to_json() for oid, t in ck.trees.items()},
                 "index": {"bits": ck.source.index_bits,
                           "check": _index_json(ck.index_precondition),
                           "why": ck.source.index if isinstance(ck.source.index, str) else None},
@@ -265,6 +299,7 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
                              (o for o in obs if o.kind == "index.width"), None))
         ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
                         0.0, lower=lambda: lower_verified(program, s))
+        ck.trees = {int(oid): BlockTree.from_json(t) for oid, t in meta.get("trees", {}).items()}
         pc = meta["precondition"]
         ck.precondition = None if pc is None else _precondition_of(pc)
         ck.index_precondition = _index_of(ix["check"])

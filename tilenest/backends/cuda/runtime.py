@@ -88,6 +88,10 @@ class CudaKernel(ArgumentBinder):
         self._calls = 0
         #: the launch precondition of the resource obligations (checked per call)
         self.precondition: Any = None
+        #: reduce op id -> the fixed tree (``semantics.trees.BlockTree``) the
+        #: kernel evaluates that custom-contract reduction in (validation
+        #: passes it to the reference)
+        self.trees: dict = {}
         #: the precondition of 32-bit index code (``index.width``); None when
         #: nothing needs checking (64-bit code, or proved for every size)
         self.index_precondition: Any = None
