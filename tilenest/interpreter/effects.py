@@ -437,8 +437,8 @@ class EffectLog:
         self._names[buf.key] = buf
         if l2 == MULTI:
             raise RaceError(
-                f"race in parallel region over {list(fr.shape)}: instance "
-                f"{fr.coord(l1)} writes {buf.describe(flat)} ({op.name}), which "
+                f"race in parallel region over {list(fr.shape)}: {_who(fr, l1)} "
+                f"writes {buf.describe(flat)} ({op.name}), which "
                 f"several other instances read ({self.ops[oid2].name})",
                 tuple(x for x in (op.loc, self.ops[oid2].loc, fr.op.loc) if x),
                 _RACE_HINT)
@@ -625,17 +625,17 @@ def _check_buffer(fr: Frame, buf: Buffer, entries: list) -> None:
                int(wl[j]), wops[ws[j]], "writes")
 
 
+def _who(fr: Frame, lane: int) -> str:
+    if lane == COLLECTIVE:
+        return "the parent instance (a collective op)"
+    return f"instance {fr.coord(lane)}"
+
+
 def _raise(fr: Frame, buf: Buffer, flat: int, l1: int, op1: Operation, a1: str, l2: int,
            op2: Operation, a2: str) -> None:
-
-    def who(lane: int) -> str:
-        if lane == COLLECTIVE:
-            return "the parent instance (a collective op)"
-        return f"instance {fr.coord(lane)}"
-
     raise RaceError(
-        f"race in parallel region over {list(fr.shape)}: {who(l1)} {a1} {buf.describe(flat)} "
-        f"({op1.name}) and {who(l2)} {a2} it ({op2.name})",
+        f"race in parallel region over {list(fr.shape)}: {_who(fr, l1)} {a1} "
+        f"{buf.describe(flat)} ({op1.name}) and {_who(fr, l2)} {a2} it ({op2.name})",
         tuple(s for s in (op1.loc, op2.loc, fr.op.loc) if s is not None),
         _RACE_HINT)
 
