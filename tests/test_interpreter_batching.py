@@ -372,3 +372,22 @@ def test_fast_transcendentals_are_the_reference_bits(op):
                  np.float32)])
     with np.errstate(all="ignore"):
         assert fastmath.unary(op, x, D.f32).tobytes() == N.unary(op, x, D.f32).tobytes()
+
+
+@pytest.mark.parametrize("op", ["exp", "exp2", "sigmoid"])
+def test_fast_transcendentals_at_the_edges_of_the_f32_normal_range(op):
+    """Results around the smallest normal f32 (2^-126), into the subnormals, and
+    around the largest f32 and overflow: every input in dense sweeps."""
+    from tilenest.interpreter import fastmath
+    from tilenest.semantics import numerics as N
+
+    def sweep(centre):
+        c = np.float32(centre)
+        up = np.nextafter(c, np.float32(np.inf)) - c
+        return c + up * np.arange(-20000, 20000, dtype=np.float32)
+
+    edges = {"exp": (-87.336544, 88.72283), "exp2": (-126.0, 128.0),
+             "sigmoid": (-87.336544, 0.0)}[op]
+    x = np.concatenate([sweep(e) for e in edges] + [sweep(-103.5 if op != "exp2" else -149.0)])
+    with np.errstate(all="ignore"):
+        assert fastmath.unary(op, x, D.f32).tobytes() == N.unary(op, x, D.f32).tobytes()

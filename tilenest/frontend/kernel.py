@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -268,9 +269,40 @@ def ast_FunctionDef() -> type:
     return ast.FunctionDef
 
 
+#: kernel_site's answers, by (code object, working directory, the source file's
+#: modification time and size): an edited file, or a file name relative to
+#: another directory, is looked up again
+_SITES: dict[tuple[Any, ...], Site] = {}
+
+
 def kernel_site(fn: Callable) -> Site:
     """``file:line`` of a kernel's ``def`` statement, as capture diagnostics
-    name it."""
+    name it. Parsing the source takes milliseconds and every call of a kernel
+    needs the site, so it is kept per function and source file version."""
+    key = _source_key(fn)
+    site = _SITES.get(key) if key is not None else None
+    if site is None:
+        site = _parse_site(fn)
+        if key is not None:
+            _SITES[key] = site
+    return site
+
+
+def _source_key(fn: Callable) -> tuple[Any, ...] | None:
+    """What ``kernel_site(fn)`` depends on, or None when that cannot be told (no
+    code object, or no source file to look at)."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    try:
+        st = os.stat(code.co_filename)
+        cwd = os.getcwd()
+    except (OSError, ValueError):
+        return None
+    return (code, cwd, st.st_mtime_ns, st.st_size)
+
+
+def _parse_site(fn: Callable) -> Site:
     try:
         src = parse_function(fn)
         return Site(src.file, src.tree.body[0].lineno, 1)

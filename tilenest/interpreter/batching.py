@@ -190,7 +190,7 @@ def contributions(it: Interpreter, op: Operation, p: Plan, lo: int, hi: int,
     try:
         it.bshape = it.bshape + box
         for j, v in enumerate(vars_):
-            ax = np.arange(box[j]) + (lo if j == 0 else 0)
+            ax = _iota(box[j]) if j or not lo else np.arange(lo, lo + box[j])
             it.ienv.vars[E.Var(v)] = ax.reshape((1,) * (nb0 + j) + (box[j],) + (1,) * (k - j - 1))
             it.batch_axes[E.Var(v)] = nb0 + j
             it.batch_base[E.Var(v)] = lo if j == 0 else 0
@@ -212,6 +212,23 @@ def contributions(it: Interpreter, op: Operation, p: Plan, lo: int, hi: int,
     if not ok:
         return None
     return Batch(vals, nb0, k, int(np.prod(box)))
+
+
+_IOTA: dict[int, np.ndarray] = {}
+
+
+def _iota(n: int) -> np.ndarray:
+    """``arange(n)`` (int64), read-only; the last few lengths are kept, so that
+    repeated calls of one program do not rebuild a long iteration axis."""
+    a = _IOTA.get(n)
+    if a is None:
+        if len(_IOTA) >= 4:
+            _IOTA.pop(next(iter(_IOTA)))
+        a = np.arange(n, dtype=np.int64)
+        a.flags.writeable = False
+        if n <= CHUNK_ELEMENTS:
+            _IOTA[n] = a
+    return a
 
 
 def flat_iterations(b: Batch, v: RV, reverse: bool) -> RV:

@@ -20,7 +20,7 @@ from ..semantics.arrays import host_arguments
 from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
-from ..semantics.signature import bind_call
+from ..semantics.signature import bind_call, stored_tensors
 from ..semantics.types import TensorType, TileType
 from .effects import Buffer, EffectLog
 from .runtime import RV, IndexEnv
@@ -137,6 +137,9 @@ class TensorRT:
     lo: np.ndarray | None = None
     hi: np.ndarray | None = None
     nan: np.ndarray | None = None
+    #: the program never writes this tensor's memory (no store names it, no argument
+    #: it shares memory with): a load may keep a read-only view instead of a copy
+    constant: bool = False
 
     def bounds_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Create (once) the shadow arrays, initialised to the exact contents."""
@@ -216,6 +219,9 @@ class Interpreter:
                     raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
         self._alias()
         self._poison()
+        stored = stored_tensors(p)
+        for name, t in self.tensors.items():
+            t.constant = name not in stored and t.buffer.alias is None
         return syms
 
     def _alias(self) -> None:

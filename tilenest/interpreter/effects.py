@@ -14,6 +14,20 @@ instance ends, its log is checked; a conflict raises :class:`RaceError` naming
 both sites, both children's coordinates and the element. Because every access
 is checked, a race-free run is equivalent to every sequential order of the
 children for the run's inputs -- stronger than sampling orders.
+
+Footprints. An access through an affine view arrives as a :class:`Box` (flat
+index ``base + sum_a i_a * steps[a]`` over the access grid) rather than one
+index per element. Against a batched frame's dense track a box is checked and
+recorded as a strided view of the track's arrays with the children's lane
+numbers as a small broadcast grid (:meth:`DenseTrack.access_box`), after
+folding away the axes the access does not depend on (an axis over children
+with step 0 means every element is touched by several children). Where that
+view would not be exact -- elements the box reaches more than once, or any
+conflict at all -- the access is expanded element by element and checked as
+before, so the verdicts, the reported element, children and ops, and the
+track's final state are those of the per-element check. Pipeline stage
+recorders keep a :class:`Footprint` and list its distinct elements only when
+two stage instances are compared and one of them writes.
 """
 
 from __future__ import annotations
@@ -83,15 +97,167 @@ class Buffer:
         return f"{self.name}{list(elem)}"
 
 
+@dataclass(frozen=True)
+class Box:
+    """The flat indices ``base + sum_a i_a * steps[a]`` for every point ``i`` of
+    the grid ``shape`` (row-major): an affine access without a mask."""
+
+    base: int
+    steps: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    def flat(self) -> np.ndarray:
+        """Every point's flat index (a broadcast view of shape ``shape``)."""
+        out = np.full((1,) * len(self.shape), self.base, dtype=np.int64)
+        for a, (s, m) in enumerate(zip(self.steps, self.shape, strict=True)):
+            if s and m > 1:
+                out = out + np.arange(m, dtype=np.int64).reshape(
+                    (1,) * a + (m,) + (1,) * (len(self.shape) - a - 1)) * s
+        return np.broadcast_to(out, self.shape)
+
+
+@dataclass(frozen=True)
+class Canon:
+    """A box folded for one frame: distinct elements ``base + sum_k j_k *
+    steps[k]`` (``steps`` positive, the grid ``shape``), touched by child
+    ``lane + sum_k j_k * lanes[k]``; ``multi``: each element is also touched
+    by other children (an axis over children that the address ignores)."""
+
+    base: int
+    steps: tuple[int, ...]
+    shape: tuple[int, ...]
+    lane: int
+    lanes: tuple[int, ...]
+    multi: bool
+
+    def view(self, arr: np.ndarray) -> np.ndarray:
+        """The box's elements of the flat track array ``arr`` (a writable view)."""
+        return np.lib.stride_tricks.as_strided(
+            arr[self.base:], self.shape, tuple(s * arr.itemsize for s in self.steps))
+
+    def lane_grid(self) -> Any:
+        """The child of each element (an int32 scalar or a broadcastable grid)."""
+        out: Any = np.int32(self.lane)
+        n = len(self.shape)
+        for k, (ls, m) in enumerate(zip(self.lanes, self.shape, strict=True)):
+            if ls:
+                g = np.arange(m, dtype=np.int32).reshape((1,) * k + (m,) + (1,) * (n - k - 1))
+                out = out + g * np.int32(ls)
+        return out
+
+
+def canon(box: Box, lane: int, lanes: tuple[int, ...]) -> Canon | None:
+    """``box`` as distinct elements with their children (``lane`` plus
+    ``lanes[a]`` per step along grid axis ``a``), or None when some element is
+    reached along two different paths (the box is not injective once the axes
+    of step 0 are dropped)."""
+    base = box.base
+    axes: list[tuple[int, int, int]] = []
+    multi = False
+    for st, n, ls in zip(box.steps, box.shape, lanes, strict=True):
+        if n == 1:
+            continue
+        if st == 0:
+            multi = multi or ls != 0
+            continue
+        if st < 0:  # walk the axis backwards: the same elements and children
+            base += st * (n - 1)
+            lane += ls * (n - 1)
+            st, ls = -st, -ls
+        axes.append((st, n, ls))
+    axes.sort(key=lambda a: -a[0])
+    reach = 0
+    for st, n, _ in reversed(axes):
+        if st <= reach:
+            return None
+        reach += st * (n - 1)
+    return Canon(base, tuple(a[0] for a in axes), tuple(a[1] for a in axes), lane,
+                 tuple(a[2] for a in axes), multi)
+
+
+class Footprint:
+    """The elements a pipeline stage instance touched with one access: a
+    :class:`Box` or an index array, listed (sorted, distinct) on demand."""
+
+    def __init__(self, where: Box | np.ndarray):
+        self.where = where
+        self._elements: np.ndarray | None = None
+
+    def elements(self) -> np.ndarray:
+        if self._elements is None:
+            w = self.where
+            if isinstance(w, Box):
+                c = canon(w, 0, (0,) * len(w.shape))
+                if c is not None:
+                    sub = Box(c.base, c.steps, c.shape)
+                    self._elements = np.sort(sub.flat().ravel())
+                else:
+                    self._elements = np.unique(w.flat())
+            else:
+                self._elements = np.unique(w)
+        return self._elements
+
+
 class DenseTrack:
     """Per-element last writer / reader instance of one buffer in one frame,
-    checked as accesses arrive (linear time; used for batched frames)."""
+    checked as accesses arrive (linear time; used for batched frames). The
+    writer and reader arrays are made at the first write and read (until then
+    every element is ``NONE``)."""
 
     def __init__(self, size: int):
-        self.w = np.full(size, NONE, dtype=np.int32)
-        self.r = np.full(size, NONE, dtype=np.int32)
+        self.size = size
+        self._w: np.ndarray | None = None
+        self._r: np.ndarray | None = None
         self.wop = np.zeros(size, dtype=np.int32)
         self.rop = np.zeros(size, dtype=np.int32)
+
+    @property
+    def w(self) -> np.ndarray:
+        if self._w is None:
+            self._w = np.full(self.size, NONE, dtype=np.int32)
+        return self._w
+
+    @property
+    def r(self) -> np.ndarray:
+        if self._r is None:
+            self._r = np.full(self.size, NONE, dtype=np.int32)
+        return self._r
+
+    def access_box(self, c: Canon, write: bool, oid: int) -> bool:
+        """Record the access ``c`` of op ``oid`` as :meth:`access` would, when it
+        conflicts with nothing; False, with nothing recorded, otherwise (the
+        caller then makes the per-element check, which reports the conflict)."""
+        lane = c.lane_grid()
+        if self._w is not None:
+            wv = c.view(self._w)
+            if wv.max() > NONE:  # some element has a writer: it must be this child
+                if c.multi or np.any((wv != NONE) & (wv != lane)):
+                    return False
+        if write:
+            if c.multi:
+                return False  # several children write each element
+            if self._r is not None:
+                rv = c.view(self._r)
+                if rv.min() != NONE or rv.max() != NONE:
+                    if np.any((rv != NONE) & (rv != lane)):
+                        return False
+            wv = c.view(self.w)
+            wv[...] = lane
+            c.view(self.wop)[...] = oid
+            return True
+        rv = c.view(self.r)
+        if c.multi:
+            rv[...] = MULTI
+        elif rv.min() == NONE and rv.max() == NONE:
+            rv[...] = lane
+        else:
+            rv[...] = np.where((rv == NONE) | (rv == lane), lane, MULTI)
+        c.view(self.rop)[...] = oid
+        return True
 
     def access(self, idx: np.ndarray, lane: np.ndarray, write: bool, oid: Any
                ) -> tuple[int, int, int, int, str] | None:
@@ -191,15 +357,21 @@ class EffectLog:
     def record(self, buf: Buffer, flat: Any, mask: Any, write: bool, op: Operation,
                anchor_depth: int, bshape: tuple[int, ...], tile: tuple[int, ...]) -> None:
         """Record accesses to ``buf`` at flat indices ``flat`` (broadcastable to
-        ``bshape + tile``), restricted to ``mask``."""
+        ``bshape + tile``, or a :class:`Box` over that grid), restricted to
+        ``mask``."""
         if not self.sinks and (not self.enabled or not self.frames):
             return
+        shape = tuple(bshape) + tuple(tile)
+        if isinstance(flat, Box):
+            if mask is None and buf.alias is None and self.deferred is None:
+                self._record_box(buf, flat, write, op, anchor_depth, shape)
+                return
+            flat = flat.flat()
         if self.deferred is not None:
             assert not write, "a batched reduce body does not write"
             self.deferred.append(Deferred(buf, flat, mask, op, anchor_depth, tuple(bshape),
                                           tuple(tile)))
             return
-        shape = tuple(bshape) + tuple(tile)
         flat_b = np.broadcast_to(flat, shape)
         sel = None if mask is None else np.broadcast_to(mask, shape)
         idx = flat_b[sel] if sel is not None else flat_b.ravel()
@@ -207,48 +379,87 @@ class EffectLog:
             return
         idx = buf.address(idx)
         if self.sinks:
-            self.sinks[-1].append((buf, np.unique(idx), write, op))
+            self.sinks[-1].append((buf, Footprint(idx), write, op))
         if not self.enabled:
             return
         for fr in self.frames:
-            if anchor_depth < fr.depth:
-                lane = np.full(idx.shape, COLLECTIVE, dtype=np.int64)
-            elif fr.batched:
-                s, e = fr.axes
-                grid = np.zeros((1,) * len(shape), dtype=np.int64)
-                stride = 1
-                for ax in range(e - 1, s - 1, -1):
-                    n = shape[ax]
-                    g = np.arange(n, dtype=np.int64).reshape(
-                        [n if k == ax else 1 for k in range(len(shape))])
-                    grid = grid + g * stride
-                    stride *= fr.shape[ax - s]
-                lb = np.broadcast_to(grid, shape)
-                lane = lb[sel] if sel is not None else lb.ravel()
-            else:
-                lane = np.full(idx.shape, fr.child, dtype=np.int64)
+            lb = self.lanes(fr, anchor_depth, shape)
+            lane = lb[sel] if sel is not None else lb.ravel()
             size = int(np.prod(buf.shape)) if buf.shape else 1
             if fr.batched and buf.alias is None and size <= DENSE_LIMIT:
-                tr = fr.dense.get(buf.key)
-                if tr is None:
-                    tr = fr.dense[buf.key] = DenseTrack(size)
+                tr = self._track(fr, buf, size)
                 self.ops[op.oid] = op
-                hit = tr.access(idx.astype(np.int64), lane, write, op.oid)
-                if hit is not None:
-                    flat, l1, l2, oid2, what = hit
-                    self._names[buf.key] = buf
-                    if l2 == MULTI:
-                        raise RaceError(
-                            f"race in parallel region over {list(fr.shape)}: instance "
-                            f"{fr.coord(l1)} writes {buf.describe(flat)} ({op.name}), which "
-                            f"several other instances read ({self.ops[oid2].name})",
-                            tuple(x for x in (op.loc, self.ops[oid2].loc, fr.op.loc) if x),
-                            _RACE_HINT)
-                    _raise(fr, buf, flat, l1, op, "writes" if write else "reads", l2,
-                           self.ops.get(oid2, op), what)
+                self._dense(fr, buf, tr, idx.astype(np.int64), lane, write, op)
                 continue
             fr.log.setdefault(buf.key, []).append((idx.astype(np.int64), lane, write, op))
         self._names[buf.key] = buf
+
+    def _record_box(self, buf: Buffer, box: Box, write: bool, op: Operation,
+                    anchor_depth: int, shape: tuple[int, ...]) -> None:
+        """:meth:`record` of an unmasked affine access to an unaliased buffer:
+        checked and recorded box-wise where that is exact (see the module
+        docstring), element by element otherwise."""
+        if box.size == 0:
+            return
+        if self.sinks:
+            self.sinks[-1].append((buf, Footprint(box), write, op))
+        if not self.enabled:
+            return
+        size = int(np.prod(buf.shape)) if buf.shape else 1
+        for fr in self.frames:
+            if fr.batched and size <= DENSE_LIMIT:
+                tr = self._track(fr, buf, size)
+                self.ops[op.oid] = op
+                c = canon(box, *self._lane_steps(fr, anchor_depth, shape))
+                if c is not None and tr.access_box(c, write, op.oid):
+                    continue
+                lane = self.lanes(fr, anchor_depth, shape).ravel()
+                self._dense(fr, buf, tr, box.flat().ravel(), lane, write, op)
+                continue
+            lane = self.lanes(fr, anchor_depth, shape).ravel()
+            fr.log.setdefault(buf.key, []).append((box.flat().ravel(), lane, write, op))
+        self._names[buf.key] = buf
+
+    def _track(self, fr: Frame, buf: Buffer, size: int) -> DenseTrack:
+        tr = fr.dense.get(buf.key)
+        if tr is None:
+            tr = fr.dense[buf.key] = DenseTrack(size)
+        return tr
+
+    def _dense(self, fr: Frame, buf: Buffer, tr: DenseTrack, idx: np.ndarray,
+               lane: np.ndarray, write: bool, op: Operation) -> None:
+        """The per-element check and record of one access against a dense track;
+        a conflict raises :class:`RaceError`."""
+        hit = tr.access(idx, lane, write, op.oid)
+        if hit is None:
+            return
+        flat, l1, l2, oid2, what = hit
+        self._names[buf.key] = buf
+        if l2 == MULTI:
+            raise RaceError(
+                f"race in parallel region over {list(fr.shape)}: {_who(fr, l1)} "
+                f"writes {buf.describe(flat)} ({op.name}), which "
+                f"several other instances read ({self.ops[oid2].name})",
+                tuple(x for x in (op.loc, self.ops[oid2].loc, fr.op.loc) if x),
+                _RACE_HINT)
+        _raise(fr, buf, flat, l1, op, "writes" if write else "reads", l2,
+               self.ops.get(oid2, op), what)
+
+    def _lane_steps(self, fr: Frame, anchor_depth: int, shape: tuple[int, ...]
+                    ) -> tuple[int, tuple[int, ...]]:
+        """The children of an access grid ``shape`` as :meth:`lanes` gives them,
+        affinely: (child at the origin, child step along each grid axis)."""
+        steps = [0] * len(shape)
+        if anchor_depth < fr.depth:
+            return COLLECTIVE, tuple(steps)
+        if not fr.batched:
+            return fr.child, tuple(steps)
+        s, e = fr.axes
+        stride = 1
+        for ax in range(e - 1, s - 1, -1):
+            steps[ax] = stride
+            stride *= fr.shape[ax - s]
+        return 0, tuple(steps)
 
     def lanes(self, fr: Frame, anchor_depth: int, shape: tuple[int, ...]) -> np.ndarray:
         """The child of ``fr`` making each access of an access grid ``shape``
@@ -306,7 +517,7 @@ class EffectLog:
                 dense = fr.batched and buf.alias is None and size <= DENSE_LIMIT
                 if dense:
                     tr = fr.dense.get(key)
-                    if tr is not None:
+                    if tr is not None and tr._w is not None:
                         w = tr.w[idx]
                         if np.any((w != NONE) & (w != lane)):
                             return False
@@ -414,17 +625,17 @@ def _check_buffer(fr: Frame, buf: Buffer, entries: list) -> None:
                int(wl[j]), wops[ws[j]], "writes")
 
 
+def _who(fr: Frame, lane: int) -> str:
+    if lane == COLLECTIVE:
+        return "the parent instance (a collective op)"
+    return f"instance {fr.coord(lane)}"
+
+
 def _raise(fr: Frame, buf: Buffer, flat: int, l1: int, op1: Operation, a1: str, l2: int,
            op2: Operation, a2: str) -> None:
-
-    def who(lane: int) -> str:
-        if lane == COLLECTIVE:
-            return "the parent instance (a collective op)"
-        return f"instance {fr.coord(lane)}"
-
     raise RaceError(
-        f"race in parallel region over {list(fr.shape)}: {who(l1)} {a1} {buf.describe(flat)} "
-        f"({op1.name}) and {who(l2)} {a2} it ({op2.name})",
+        f"race in parallel region over {list(fr.shape)}: {_who(fr, l1)} {a1} "
+        f"{buf.describe(flat)} ({op1.name}) and {_who(fr, l2)} {a2} it ({op2.name})",
         tuple(s for s in (op1.loc, op2.loc, fr.op.loc) if s is not None),
         _RACE_HINT)
 

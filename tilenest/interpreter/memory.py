@@ -27,7 +27,7 @@ from ..semantics.types import MemoryType, TensorType, TileType
 from ..semantics import numerics as N
 from . import shadow as S
 from .core import Interpreter, TensorRT, poison_value, rule
-from .effects import Buffer
+from .effects import Box, Buffer
 from .runtime import RV, eval_exprs
 from .values import _batch_grids
 
@@ -123,13 +123,10 @@ def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tup
     return view, np.array([lbase] + lstep, dtype=np.int64)
 
 
-def _flat_from(meta: np.ndarray, full: tuple[int, ...]) -> np.ndarray:
-    out = np.full((1,) * len(full), int(meta[0]), dtype=np.int64)
-    for a, (s, m) in enumerate(zip(meta[1:], full, strict=True)):
-        if s and m > 1:
-            out = out + np.arange(m, dtype=np.int64).reshape(
-                (1,) * a + (m,) + (1,) * (len(full) - a - 1)) * int(s)
-    return np.broadcast_to(out, full)
+def _flat_from(meta: np.ndarray, full: tuple[int, ...]) -> Box:
+    """The flat elements of an affine access (``affine_view``'s index data) as a
+    box over the access grid ``full``."""
+    return Box(int(meta[0]), tuple(int(s) for s in meta[1:]), tuple(full))
 
 
 @rule("tensor.load")
@@ -154,7 +151,9 @@ def _tload(it: Interpreter, op: Operation) -> None:
             # an empty batch axis (no instance) stays empty
             sub = tuple(slice(0, 1) if (a < it.nb and view.strides[a] == 0) else slice(None)
                         for a in range(len(full)))
-            out = RV(np.array(view[sub]), it.nb)
+            # a tensor nothing writes during the run: its elements are the load's
+            # snapshot already (a read-only view); otherwise copy them
+            out = RV(view[sub] if t.constant else np.array(view[sub]), it.nb)
             if t.lo is not None:
                 bs = [affine_view(it, op, arr, shape, False) for arr in (t.lo, t.hi, t.nan)]
                 out.with_bounds(*(np.array(b[0][sub]) for b in bs))

@@ -178,7 +178,7 @@ def _conflict(ra: list, rb: list) -> Any:
         for ea in by_buf_a.get(eb[0].key, ()):
             if not (ea[2] or eb[2]):
                 continue
-            common = np.intersect1d(ea[1], eb[1])
+            common = np.intersect1d(ea[1].elements(), eb[1].elements(), assume_unique=True)
             if common.size:
                 return ea[3], eb[3], ea[0].describe(int(common[0])), None
     return None
