@@ -32,8 +32,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from ...errors import TilenestError
 from ...lowering import loopir as L
 from ...semantics import expr as E
