@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import tilenest as tn
-from tilenest import bf16, f16, f32, i32
+from tilenest import bf16, f16, f32
 from tilenest.backends.llvm import compile_program
 from tilenest.backends.llvm.workers import chunks
-from tilenest.errors import RuntimeSemanticError, TilenestError
+from tilenest.errors import TilenestError
 from tilenest.lowering import default_schedule
 from tilenest.lowering import loopir as L
 from tilenest.lowering.schedule import default_mma_block, host_vector_bits
@@ -167,30 +167,6 @@ def test_chunks_cover_the_program_ids_in_order():
         assert r[0][0] == 0 and r[-1][1] == n
         assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(r, r[1:], strict=False))
     assert len(chunks(5, 1, None)) == 1 and len(chunks(64, 2, None)) == 8
-
-
-@tn.kernel
-def two_faults(x: tn.Tensor[i32, "N"], d: tn.Tensor[i32, "N"], y: tn.Tensor[i32, "N"], *, b=4):
-    (n,) = x.shape
-    d = d.with_dims(x.dim(0))
-    y = y.with_dims(x.dim(0))
-    for p in tn.parallel(tn.shape(tn.cdiv(n, b))):
-        o = tn.coord(p.index() * b)
-        y(o, tn.shape(b)).store(x[o, tn.shape(b), tn.bounds.checked]
-                                // d[o, tn.shape(b), tn.bounds.zero])
-
-
-def test_first_error_in_program_order_for_any_threads():
-    """Program 1 divides by zero, the last one also reads out of bounds: the
-    division error is reported whatever the threads and chunking."""
-    x = np.arange(33, dtype=np.int32)
-    d = np.ones(33, np.int32)
-    d[5] = 0
-    for sched in ({}, {"chunk": 1}):
-        ck = compile_program(two_faults.program, default_schedule(two_faults.program, **sched))
-        for threads in (1, 2):
-            with pytest.raises(RuntimeSemanticError, match="division by zero"):
-                ck(x, d, np.zeros(33, np.int32), threads=threads)
 
 
 @tn.kernel
