@@ -149,7 +149,18 @@ def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -
             for a, t in zip(accs, tmps, strict=True):
                 lw.emit(L.Assign(a, L.Ref(t)))
 
-        lw.domain_loops(op, step, reverse=reverse, kind=kind)
+        def guards() -> list[E.Pred]:
+            # the guards of the contributions' reads at this point, from a
+            # lowering of the body whose statements are dropped
+            lw.expr_mode += 1
+            try:
+                with lw.collect():
+                    outs = lw.lower_block(body, [VarH(a) for a in accs])
+            finally:
+                lw.expr_mode -= 1
+            return [g for h in outs for g in h.guards({d: q[d] for d in h.dims})]
+
+        lw.domain_loops(op, step, reverse=reverse, kind=kind, guards=guards)
         for r, a in zip(results, accs, strict=True):
             if isinstance(r, VarH):
                 lw.emit(L.Assign(r.var, L.Ref(a)))
