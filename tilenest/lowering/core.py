@@ -482,17 +482,21 @@ class Lowerer:
                         self.ivars[v] = old
 
         def point() -> None:
+            # a flattened coordinate lies in its axis whenever the loop runs
+            # (the flat index is below the product of the extents)
+            box = [p for x, n in zip(coords, exts, strict=True) for p in (x.ge(0), x.lt(n))]
             with bound():
+                mark = self.facts.push(box if flat else [])
                 pred = self.ix(dom.pred)
                 if pred == E.TRUE or self.facts.implied(pred):
                     inner()
-                    return
-                mark = self.facts.push([pred])
-                with self.collect() as b:
-                    inner()
+                else:
+                    self.facts.push([pred])
+                    with self.collect() as b:
+                        inner()
+                    if b:
+                        self.emit(L.If(L.IPred(pred), tuple(b)))
                 self.facts.pop(mark)
-                if b:
-                    self.emit(L.If(L.IPred(pred), tuple(b)))
 
         def level(k: int) -> None:
             if k == len(lvs):

@@ -183,10 +183,11 @@ def _groups(lw: Lowerer, root: list[Operation], stored: set[str]) -> tuple[list[
     return groups, split
 
 
-def _plan(root: list[Operation], groups: list[_Group]) -> set[str]:
+def _plan(root: list[Operation], groups: list[_Group], split: set[int]) -> set[str]:
     """Fill each group's ``need`` (the root positions it lowers, in program
     order) and ``inputs`` (values of earlier phases it reads); returns every
-    value that crosses a phase boundary."""
+    value that crosses a phase boundary. The combine of a split reduce reads
+    only its seeds (its body ran in the partials phase)."""
     defs = {r.name: i for i, op in enumerate(root) for r in op.results}
     home: dict[int, int] = {}
     for g, grp in enumerate(groups):
@@ -196,7 +197,9 @@ def _plan(root: list[Operation], groups: list[_Group]) -> set[str]:
     crossing: set[str] = set()
     for g, grp in enumerate(groups):
         need: set[int] = set() if grp.kind == "partials" else set(grp.ops)
-        work = [n for i in grp.ops for n in uses(root[i])]
+        work = [n for i in grp.ops for n in (
+            [o.name for o in root[i].operands] if i in split and grp.kind == "ordered"
+            else uses(root[i]))]
         while work:
             n = work.pop()
             j = defs.get(n)
@@ -246,7 +249,7 @@ def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L
     from .regions import lower_phase_parallel
 
     groups, split = _groups(lw, root, stored)
-    crossing = _plan(root, groups)
+    crossing = _plan(root, groups, split)
     if not _scratch_ok(lw, root, crossing):
         return None
     types = {r.name: r.type for op in root for r in op.results}
