@@ -516,7 +516,9 @@ class Lowerer:
                 with bound():
                     gs = guards()
                 g0, g1, used, _ = split_range(gs, lvs[k].name, ext, set())
+                mark = self._range_facts(lvs[k], lo, hi, ext)
                 used = [u for u in used if not self.facts.implied(u)]
+                self.facts.pop(mark)
             if not used:
                 self._loop(lvs[k], lo, hi, point, kind, reverse, ext=ext)
                 return

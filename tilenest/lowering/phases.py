@@ -19,14 +19,18 @@ each phase runs its part of the root in order. The cut:
   still reports its error);
 * a root ``reduce`` that may be regrouped (:func:`splittable`: a tree
   policy, built-in contracts, every update the contract's merge of the state
-  with a state-independent contribution, scalar states, one domain axis)
-  becomes a **partials phase** -- program ``c`` folds the contributions of
-  the ``c``-th run of :data:`CHUNK` domain points, starting from the merge's
-  identity -- and the start of the ordered phase after it, which merges the
-  seed with the partials in chunk order. Each partial is a contiguous part
-  of the reference fold, so the result is a regrouping of it: admitted by
-  both tree policies (R-5/R-6), never applied to ``fold_left`` /
-  ``fold_right`` or to a schedule asking for a ``sequential`` reduction.
+  with a state-independent contribution, a body without effects, scalar
+  states or tile states of extents fixed per call, a domain of any number of
+  axes) becomes a **partials phase** -- program ``c`` folds the ``c``-th run
+  of :func:`points_per_program` domain points, in lexicographic order (a
+  multi-axis domain flattened), starting from the merge's identity, each
+  state in a tile of its own -- and the start of the ordered phase after it,
+  which merges, element by element, the seed with the partials in chunk
+  order. Each partial is a contiguous part of the reference fold and the
+  merge is elementwise, so the result is a regrouping of the fold of every
+  element: admitted by both tree policies (R-5/R-6), never applied to
+  ``fold_left`` / ``fold_right`` or to a schedule asking for a
+  ``sequential`` reduction.
 
 A value an ordered phase defines and a later phase reads crosses the
 boundary in a **scratch buffer**: global memory of the kernel
@@ -52,8 +56,8 @@ from .core import Lowerer, _effect_free
 from .handles import BufH, LazyH, VarH, const_handle, linear
 from .values import constant
 
-#: domain points per program of a partials phase (64 KiB of f32: enough work
-#: per program to hide the phase's start, few enough partials to merge)
+#: elements of work per program of a partials phase (64 KiB of f32: enough
+#: to hide the phase's start, few enough partials to merge)
 CHUNK = 1 << 14
 
 
@@ -104,11 +108,18 @@ def splittable(lw: Lowerer, op: Operation) -> bool:
         return False
     if len(merge_ops(op)) != len(op.operands):
         return False
+    body = op.regions[0]
+    readers = [o for o in body.walk() for v in o.operands if v.name in
+               {a.name for a in body.args}]
+    if len(readers) != len(body.args):
+        return False  # a state read besides its merge (a check there sees other values)
     if any(o.name in _EFFECTS for o in op.regions[0].walk()):
         return False
     inside = uses(op) - {o.name for o in op.operands}
     if any(o.name in inside for o in op.operands):
         return False  # a seed read by the body too: partials start from the identity
+    if any(x == E.Const(0) for x in op.attrs["domain"].space.extents):
+        return False  # empty: nothing to split (and no division by the empty axis)
     return not _vals(op.attrs["domain"])
 
 
