@@ -29,7 +29,7 @@ from tilenest import f32  # noqa: E402
 
 
 @tn.kernel
-def total(x: tn.Tensor[f32, "N"], out: tn.Tensor[f32, "1"]):
+def total(x: tn.Tensor[f32, "N"], out: tn.Tensor[f32, "1"]):  # noqa: F821
     (n,) = x.shape
     v = x[tn.coord(0), tn.shape(n)]
     out(tn.coord(0), tn.shape(1)).store(
@@ -37,7 +37,7 @@ def total(x: tn.Tensor[f32, "N"], out: tn.Tensor[f32, "1"]):
 
 
 @tn.kernel
-def chunks(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *, chunk=16384):
+def chunks(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *, chunk=16384):  # noqa: F821
     (n,) = x.shape
     (e,) = x.dims()
     total = total.with_dims(e)

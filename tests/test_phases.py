@@ -328,7 +328,7 @@ def peeking_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *, chunk=64)
     s = tn.zeros(f32, tn.shape(1), dims=(e,))
     for c in tn.reduce(tn.shape(tn.cdiv(n, chunk)), contract=tn.add):
         part = x[tn.coord(c.index() * chunk), tn.shape(chunk), tn.bounds.zero]
-        peek = s * 2.0
+        peek = s * 2.0  # noqa: F841  (read, never used)
         s = s + tn.reduce(part, e, tn.add)
     total(tn.coord(0), tn.shape(1)).store(s)
 
