@@ -18,6 +18,7 @@ from tilenest import f32
 from tilenest.backends.llvm import callplan as CP
 from tilenest.lowering import default_schedule, lower_verified, print_kernel
 from tilenest.lowering.phases import CHUNK
+from tilenest.semantics import expr as E
 
 #: a phase entry: ``void (ptr args, ptr syms, ptr locals, i64 lo, i64 hi, ptr status)``
 ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
@@ -256,3 +257,253 @@ def test_a_memory_state_crossing_a_cut_keeps_one_ordered_phase():
     root_memory.compile(target="llvm")(x, y)
     np.testing.assert_array_equal(y, np.broadcast_to(x[0] + 1, (3, 4)))
     assert tn.validate(root_memory, "llvm").ok
+
+
+# -- root reduce regions with tile-valued states -----------------------------
+
+
+def _chunk_sum(policy, merge, contract):  # type: ignore[no-untyped-def]
+    @tn.kernel
+    def chunk_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *, chunk=64):
+        """A global reduction as users write it: a root ``reduce`` region over
+        chunks whose state is a one-element tile."""
+        (n,) = x.shape
+        (e,) = x.dims()
+        total = total.with_dims(e)
+        s = tn.zeros(f32, tn.shape(1), dims=(e,))
+        for c in tn.reduce(tn.shape(tn.cdiv(n, chunk)), contract=contract, policy=policy):
+            part = x[tn.coord(c.index() * chunk), tn.shape(chunk), tn.bounds.zero]
+            s = merge(s, tn.reduce(part, e, merge, policy=policy))
+        total(tn.coord(0), tn.shape(1)).store(s)
+
+    return chunk_sum
+
+
+chunk_sum = _chunk_sum(tn.unordered_tree, tn.add, tn.add)
+chunk_max = _chunk_sum(tn.ordered_tree, tn.maximum, tn.maximum)
+chunk_sum_left = _chunk_sum(tn.fold_left, tn.add, None)
+
+
+@tn.kernel
+def col_means(x: tn.Tensor[f32, "R C"], out: tn.Tensor[f32, "1 C"], *, rb=8):
+    """Per-column means: a root ``reduce`` over row blocks with a ``(1, C)``
+    state, ``C`` a symbol."""
+    rows, cols = x.shape
+    r, c = x.dims()
+    out = out.with_dims(r, c)
+    s = tn.zeros(f32, tn.shape(1, cols), dims=(r, c))
+    for b in tn.reduce(tn.shape(tn.cdiv(rows, rb)), contract=tn.add):
+        blk = x[tn.coord(b.index() * rb, 0), tn.shape(rb, cols), tn.bounds.zero]
+        s = s + tn.reduce(blk, r, tn.add)
+    out(tn.coord(0, 0), tn.shape(1, cols)).store(s / tn.cast(rows, f32))
+
+
+@tn.kernel
+def col_sums6(x: tn.Tensor[f32, "R 6"], out: tn.Tensor[f32, "1 6"], *, rb=8):
+    """Per-column sums with a constant ``(1, 6)`` state."""
+    rows, cols = x.shape
+    r, c = x.dims()
+    out = out.with_dims(r, c)
+    s = tn.zeros(f32, tn.shape(1, cols), dims=(r, c))
+    for b in tn.reduce(tn.shape(tn.cdiv(rows, rb)), contract=tn.add):
+        blk = x[tn.coord(b.index() * rb, 0), tn.shape(rb, cols), tn.bounds.zero]
+        s = s + tn.reduce(blk, r, tn.add)
+    out(tn.coord(0, 0), tn.shape(1, cols)).store(s)
+
+
+@tn.kernel
+def block_sum(x: tn.Tensor[f32, "R C"], out: tn.Tensor[f32, "1"], *, bs=16):
+    """A sum over a two-axis domain of ``bs x bs`` blocks."""
+    rows, cols = x.shape
+    r, c = x.dims()
+    (o,) = out.dims()
+    s = tn.zeros(f32, tn.shape(1), dims=(o,))
+    for b in tn.reduce(tn.shape(tn.cdiv(rows, bs), tn.cdiv(cols, bs)), contract=tn.add):
+        blk = x[tn.coord(b.index(0) * bs, b.index(1) * bs), tn.shape(bs, bs), tn.bounds.zero]
+        s = s + tn.reduce(tn.reduce(blk, c, tn.add), r, tn.add)
+    out(tn.coord(0), tn.shape(1)).store(s)
+
+
+@tn.kernel
+def cell_sum(x: tn.Tensor[f32, "A B"], out: tn.Tensor[f32, "1"]):
+    """A sum over every cell of a two-axis domain, read with ``at``."""
+    a, b = x.shape
+    (o,) = out.dims()
+    xs = x[tn.coord(0, 0), tn.shape(a, b)]
+    s = tn.zeros(f32, tn.shape(1), dims=(o,))
+    for p in tn.reduce(xs.domain(xs.dim(0), xs.dim(1)), contract=tn.add):
+        s = s + xs.at(p)
+    out(tn.coord(0), tn.shape(1)).store(s)
+
+
+@tn.kernel
+def peeking_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *, chunk=64):
+    """Besides its merge, the body reads the state (an index checked against
+    it, then unused): partials starting from the identity would see other
+    values there, so nothing is split."""
+    (n,) = x.shape
+    (e,) = x.dims()
+    total = total.with_dims(e)
+    s = tn.zeros(f32, tn.shape(1), dims=(e,))
+    for c in tn.reduce(tn.shape(tn.cdiv(n, chunk)), contract=tn.add):
+        part = x[tn.coord(c.index() * chunk), tn.shape(chunk), tn.bounds.zero]
+        peek = s * 2.0  # noqa: F841  (read, never used)
+        s = s + tn.reduce(part, e, tn.add)
+    total(tn.coord(0), tn.shape(1)).store(s)
+
+
+def test_tile_state_partials_scale_with_the_work_of_a_domain_point():
+    from tilenest.lowering.phases import points_per_program
+
+    def red(kernel):  # type: ignore[no-untyped-def]
+        return next(op for op in kernel.program.body.ops if op.name == "reduce")
+
+    assert points_per_program(red(chunk_sum)) == CHUNK // 64  # a 64-element load per point
+    assert points_per_program(red(total)) == CHUNK  # one element per point
+    assert points_per_program(red(block_sum)) == CHUNK // 256
+
+
+def test_chunk_sum_with_a_tile_state_runs_partials_on_several_threads(monkeypatch):
+    k, par = _phases(chunk_sum)
+    assert par == [True, False]  # partials, then the combine and the store
+    n = 64 * (CHUNK // 64) * 3 + 5  # ragged: the last chunk and the last program are short
+    assert _programs(k, {"N": n}) == [4, 1]
+    assert [p.kind for p in k.params].count("scratch") == 1
+    # the sum of a chunk is range-restricted: away from the ragged end its
+    # loads carry no guard (the loop vectorizes without masks)
+    sums = [ln for ln in print_kernel(k).splitlines() if "add{reassoc}(acc" in ln and "x[[" in ln]
+    assert any(" if [" not in ln for ln in sums) and any(" if [" in ln for ln in sums)
+    x = np.random.default_rng(4).random(n, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    spy = Spy(monkeypatch)
+    chunk_sum.compile(target="llvm")(x, out, threads=2)
+    assert spy.seen[0][:2] == (4, 2) and spy.seen[0][2] >= 2
+    assert spy.seen[1][:2] == (1, 1)
+    exact = x.astype(np.float64).sum()
+    assert abs(out[0] - exact) <= n * 2**-24 * exact
+    cu = chunk_sum.compile(target="cuda").launches({"N": n})
+    assert [b for _, b, _ in cu] == [4, 1]
+    for target in ("llvm", "cuda"):
+        assert tn.validate(chunk_sum, target, cases=8).ok
+        assert tn.validate(chunk_sum, target, inputs=[x, np.zeros(1, np.float32)]).ok
+
+
+def _total(fn, x):  # type: ignore[no-untyped-def]
+    """The one written output of a call of ``fn`` (the interpreter or a
+    compiled kernel) on ``x`` and a fresh ``total``."""
+    res = fn(x.copy(), np.zeros(1, np.float32))
+    return res[-1] if isinstance(res, tuple) else res
+
+
+def test_nan_and_inf_propagate_through_partials_and_combine():
+    n = 64 * (CHUNK // 64) * 2 + 9  # three partials programs
+    base = np.random.default_rng(5).random(n, dtype=np.float32)
+    cases = []
+    for where, vals in (((n // 2,), (np.nan,)), ((7,), (np.inf,)),
+                        ((3, n - 2), (np.inf, -np.inf)), ((n - 1,), (np.nan,))):
+        x = base.copy()
+        x[list(where)] = vals
+        cases.append(x)
+    for kernel in (chunk_sum, chunk_max):
+        assert _phases(kernel)[1] == [True, False]
+        for x in cases:
+            want = _total(kernel, x)
+            for target in ("llvm", "cuda"):
+                got = _total(kernel.compile(target=target), x)
+                np.testing.assert_array_equal(got, want, err_msg=f"{target}")
+            assert tn.validate(kernel, "llvm", inputs=[x, np.zeros(1, np.float32)]).ok
+    assert np.isnan(_total(chunk_sum, cases[2])[0])  # inf + -inf
+    assert _total(chunk_max, cases[1])[0] == np.inf
+    assert np.isnan(_total(chunk_max, cases[0])[0]) and np.isnan(_total(chunk_max, cases[3])[0])
+
+
+def test_column_means_over_row_blocks_split_with_a_symbolic_tile_state(monkeypatch):
+    k, par = _phases(col_means)
+    assert par == [True, False]
+    rows = 8 * 32 * 3 + 3  # 97 row blocks of 8, 32 per program (C counted as 64)
+    assert _programs(k, {"R": rows, "C": 5}) == [4, 1]
+    x = np.random.default_rng(6).standard_normal((rows, 5)).astype(np.float32)
+    out = np.zeros((1, 5), np.float32)
+    spy = Spy(monkeypatch)
+    col_means.compile(target="llvm")(x, out, threads=2)
+    assert spy.seen[0][:2] == (4, 2) and spy.seen[0][2] >= 2
+    np.testing.assert_allclose(out[0], x.astype(np.float64).mean(0), rtol=1e-4, atol=1e-6)
+    cu = col_means.compile(target="cuda").launches({"R": rows, "C": 5})
+    assert [b for _, b, _ in cu] == [4, 1]
+    for target in ("llvm", "cuda"):
+        assert tn.validate(col_means, target, cases=8).ok
+        assert tn.validate(col_means, target, inputs=[x, np.zeros((1, 5), np.float32)]).ok
+
+
+def test_column_sums_with_a_constant_tile_state():
+    k, par = _phases(col_sums6)
+    assert par == [True, False]
+    per = CHUNK // 48  # row blocks of 8 x 6 elements
+    rows = 8 * per * 2 + 5
+    assert _programs(k, {"R": rows}) == [3, 1]
+    x = np.random.default_rng(7).standard_normal((rows, 6)).astype(np.float32)
+    for target in ("llvm", "cuda"):
+        assert tn.validate(col_sums6, target, inputs=[x, np.zeros((1, 6), np.float32)]).ok
+        assert tn.validate(col_sums6, target, cases=8).ok
+
+
+def test_two_axis_domain_is_chunked_in_lexicographic_order(monkeypatch):
+    k, par = _phases(block_sum)
+    assert par == [True, False]
+    # 13 x 13 blocks, 64 per program: chunks cross rows of the domain
+    assert _programs(k, {"R": 200, "C": 199}) == [3, 1]
+    x = np.random.default_rng(8).random((200, 199), dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    spy = Spy(monkeypatch)
+    block_sum.compile(target="llvm")(x, out, threads=2)
+    assert spy.seen[0][:2] == (3, 2) and spy.seen[0][2] >= 2
+    assert out[0] == pytest.approx(x.astype(np.float64).sum(), rel=1e-5)
+    assert [b for _, b, _ in block_sum.compile(target="cuda").launches({"R": 200, "C": 199})] \
+        == [3, 1]
+    for target in ("llvm", "cuda"):
+        assert tn.validate(block_sum, target, inputs=[x, np.zeros(1, np.float32)]).ok
+        assert tn.validate(block_sum, target, cases=8).ok
+
+
+def test_fold_left_tile_state_stays_one_ordered_fold_bitwise():
+    k, par = _phases(chunk_sum_left)
+    assert par == [False]
+    assert "reassoc" not in print_kernel(k)
+    # chunk sums 1e8, 598 x 1.0, -1e8: the left fold gives 0 (each 1.0 is
+    # absorbed), partials of 256 chunks would give 344
+    x = np.zeros(600 * 64, np.float32)
+    x[64::64] = 1.0
+    x[0], x[-64] = 1e8, -1e8
+    want = _total(chunk_sum_left, x)
+    assert want[0] == 0.0
+    for target in ("llvm", "cuda"):
+        got = _total(chunk_sum_left.compile(target=target), x)
+        assert got.tobytes() == want.tobytes(), target
+    assert _total(chunk_sum.compile(target="llvm"), x)[0] == 344.0  # the tree version splits
+
+
+def test_tile_state_stays_whole_when_the_schedule_asks_sequential():
+    p = chunk_sum.program
+    red = next(op for op in p.body.ops if op.name == "reduce")
+    s = default_schedule(p, "llvm").with_(reductions=((red.oid, "sequential"),))
+    assert [ph.parallel for ph in lower_verified(p, s).phases] == [False]
+
+
+def test_a_state_read_besides_its_merge_is_not_split():
+    body = next(op for op in peeking_sum.program.body.ops if op.name == "reduce").regions[0]
+    assert any(o.name == "mul" for o in body.ops)  # the extra read is in the program
+    assert _phases(peeking_sum)[1] == [False]
+    assert tn.validate(peeking_sum, "llvm", cases=4).ok
+
+
+def test_cells_read_with_at_are_not_copied_per_program():
+    k, par = _phases(cell_sum)
+    assert par == [True, False]
+    assert _programs(k, {"A": 300, "B": 120}) == [3, 1]  # one element per point
+    assert not k.locals or all(isinstance(b.size, E.Const) for b in k.locals)
+    x = np.random.default_rng(9).random((300, 120), dtype=np.float32)
+    out = cell_sum.compile(target="llvm")(x, np.zeros(1, np.float32))
+    out = out[-1] if isinstance(out, tuple) else out
+    assert out[0] == pytest.approx(x.astype(np.float64).sum(), rel=1e-5)
+    for target in ("llvm", "cuda"):
+        assert tn.validate(cell_sum, target, cases=6).ok

@@ -141,8 +141,8 @@ class Lowerer:
         self.mma_only = _mma_only(prog)
         #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
         self.column_last = {} if schedule.block_threads else _column_last(prog)
-        #: reduce op id -> ``(lo, hi)``: the part of the outermost domain axis a
-        #: program of a partials phase runs (``phases.py``)
+        #: reduce op id -> ``(lo, hi)``: the part of the domain's points, in
+        #: lexicographic order, a program of a partials phase runs (``phases.py``)
         self.chunks: dict[int, tuple[E.Expr, E.Expr]] = {}
         #: root value -> the scratch buffer it crosses a phase boundary in
         #: (``phases.py``); materialized at the root, it is stored there, not
@@ -445,51 +445,102 @@ class Lowerer:
 
     # -- domains ------------------------------------------------------------
     def domain_loops(self, op: Operation, inner: Callable[[], None], reverse: bool = False,
-                     kind: str = "serial") -> None:
+                     kind: str = "serial", guards: Callable[[], list[E.Pred]] | None = None
+                     ) -> None:
         """Loops over ``op``'s domain in lexicographic (or reversed) order with
         the region variables bound; the domain predicate guards ``inner``.
-        Where ``chunks`` holds ``op``, the outermost axis runs only its part."""
+        Where ``chunks`` holds ``op``, only the part ``[lo, hi)`` of the
+        domain's points in lexicographic order runs: one loop over that range
+        of the flattened index, each coordinate recovered by division.
+
+        ``guards()`` (called with the region variables bound to the loop
+        variables) lists conjuncts worth range-restricting the innermost loop
+        by, as :meth:`nest` does: its range is cut into three consecutive
+        parts, in order, and inside the middle one they are known facts."""
         dom = op.attrs["domain"]
         vars_ = op.attrs["vars"]
         exts = tuple(self.ix(x) for x in dom.space.extents)
         lvs = [self.fresh(v, L.INDEX) for v in vars_]
+        flat = op.oid in self.chunks and len(lvs) > 1
+        if flat:
+            lvs = [self.fresh("f", L.INDEX)]
+        coords = (L.delinearize(E.Var(lvs[0].name), exts) if flat
+                  else [E.Var(lv.name) for lv in lvs])
+
+        @contextlib.contextmanager
+        def bound() -> Iterator[None]:
+            saved = {v: self.ivars.get(v) for v in vars_}
+            for v, x in zip(vars_, coords, strict=True):
+                self.ivars[v] = x
+            try:
+                yield
+            finally:
+                for v, old in saved.items():
+                    if old is None:
+                        self.ivars.pop(v, None)
+                    else:
+                        self.ivars[v] = old
+
+        def point() -> None:
+            # a flattened coordinate lies in its axis whenever the loop runs
+            # (the flat index is below the product of the extents)
+            box = [p for x, n in zip(coords, exts, strict=True) for p in (x.ge(0), x.lt(n))]
+            with bound():
+                mark = self.facts.push(box if flat else [])
+                pred = self.ix(dom.pred)
+                if pred == E.TRUE or self.facts.implied(pred):
+                    inner()
+                else:
+                    self.facts.push([pred])
+                    with self.collect() as b:
+                        inner()
+                    if b:
+                        self.emit(L.If(L.IPred(pred), tuple(b)))
+                self.facts.pop(mark)
 
         def level(k: int) -> None:
             if k == len(lvs):
-                saved = {v: self.ivars.get(v) for v in vars_}
-                for v, lv in zip(vars_, lvs, strict=True):
-                    self.ivars[v] = E.Var(lv.name)
-                try:
-                    pred = self.ix(dom.pred)
-                    if pred == E.TRUE or self.facts.implied(pred):
-                        inner()
-                    else:
-                        mark = self.facts.push([pred])
-                        with self.collect() as b:
-                            inner()
-                        self.facts.pop(mark)
-                        if b:
-                            self.emit(L.If(L.IPred(pred), tuple(b)))
-                finally:
-                    for v, old in saved.items():
-                        if old is None:
-                            self.ivars.pop(v, None)
-                        else:
-                            self.ivars[v] = old
+                point()
                 return
             last = k == len(lvs) - 1
-            lo, hi = E.Const(0), exts[k]
+            ext = _product(exts) if flat else exts[k]
+            lo, hi = E.Const(0), ext
             if k == 0 and op.oid in self.chunks:
                 lo, hi = self.chunks[op.oid]
-                lo, hi = E.minimum(lo, exts[0]), E.minimum(hi, exts[0])
-            self._loop(lvs[k], lo, hi, lambda: level(k + 1),
-                       kind if last else "serial", reverse, ext=exts[k])
+                lo, hi = E.minimum(lo, ext), E.minimum(hi, ext)
+            if not last:
+                self._loop(lvs[k], lo, hi, lambda: level(k + 1), "serial", reverse, ext=ext)
+                return
+            used: list[E.Pred] = []
+            if guards is not None and not reverse:
+                with bound():
+                    gs = guards()
+                g0, g1, used, _ = split_range(gs, lvs[k].name, ext, set())
+                mark = self._range_facts(lvs[k], lo, hi, ext)
+                used = [u for u in used if not self.facts.implied(u)]
+                self.facts.pop(mark)
+            if not used:
+                self._loop(lvs[k], lo, hi, point, kind, reverse, ext=ext)
+                return
+            # [lo, m0) general, [m0, m1) where ``used`` holds, [m1, hi) general
+            m0 = E.minimum(E.maximum(g0, lo), hi)
+            m1 = E.maximum(E.minimum(g1, hi), m0)
+            self._loop(lvs[k], lo, m0, point, kind, False, ext=ext)
+            self._loop(lvs[k], m0, m1, point, kind, False, used, ext=ext)
+            self._loop(lvs[k], m1, hi, point, kind, False, ext=ext)
 
         self.depth += 1
         try:
             level(0)
         finally:
             self.depth -= 1
+
+
+def _product(xs: tuple[E.Expr, ...]) -> E.Expr:
+    out: E.Expr = E.Const(1)
+    for x in xs:
+        out = E.mul(out, x)
+    return out
 
 
 # ---------------------------------------------------------------------------

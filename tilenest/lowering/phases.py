@@ -19,14 +19,18 @@ each phase runs its part of the root in order. The cut:
   still reports its error);
 * a root ``reduce`` that may be regrouped (:func:`splittable`: a tree
   policy, built-in contracts, every update the contract's merge of the state
-  with a state-independent contribution, scalar states, one domain axis)
-  becomes a **partials phase** -- program ``c`` folds the contributions of
-  the ``c``-th run of :data:`CHUNK` domain points, starting from the merge's
-  identity -- and the start of the ordered phase after it, which merges the
-  seed with the partials in chunk order. Each partial is a contiguous part
-  of the reference fold, so the result is a regrouping of it: admitted by
-  both tree policies (R-5/R-6), never applied to ``fold_left`` /
-  ``fold_right`` or to a schedule asking for a ``sequential`` reduction.
+  with a state-independent contribution, a body without effects, scalar
+  states or tile states of extents fixed per call, a domain of any number of
+  axes) becomes a **partials phase** -- program ``c`` folds the ``c``-th run
+  of :func:`points_per_program` domain points, in lexicographic order (a
+  multi-axis domain flattened), starting from the merge's identity, each
+  state in a tile of its own -- and the start of the ordered phase after it,
+  which merges, element by element, the seed with the partials in chunk
+  order. Each partial is a contiguous part of the reference fold and the
+  merge is elementwise, so the result is a regrouping of the fold of every
+  element: admitted by both tree policies (R-5/R-6), never applied to
+  ``fold_left`` / ``fold_right`` or to a schedule asking for a
+  ``sequential`` reduction.
 
 A value an ordered phase defines and a later phase reads crosses the
 boundary in a **scratch buffer**: global memory of the kernel
@@ -49,11 +53,11 @@ from ..semantics.reducers import BUILTINS
 from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, _effect_free
-from .handles import BufH, LazyH, VarH
+from .handles import BufH, LazyH, VarH, const_handle, linear
 from .values import constant
 
-#: domain points per program of a partials phase (64 KiB of f32: enough work
-#: per program to hide the phase's start, few enough partials to merge)
+#: elements of work per program of a partials phase (64 KiB of f32: enough
+#: to hide the phase's start, few enough partials to merge)
 CHUNK = 1 << 14
 
 
@@ -80,26 +84,77 @@ def _vals(v: Any) -> list[str]:
     return []
 
 
+#: op names with effects a split ``reduce`` body must not hold (its partials
+#: programs run at the same time)
+_EFFECTS = frozenset({"tensor.store", "memory.alloc", "memory.store", "memory.load", "parallel"})
+
+#: elements assumed for a symbolic extent when sizing a program's work
+SYM_GUESS = 64
+
+
 def splittable(lw: Lowerer, op: Operation) -> bool:
     """Whether root op ``op`` is a ``reduce`` that may run as partials and a
     combine (module docstring)."""
-    from .reductions import merge_ops, pointwise
+    from .reductions import merge_ops
 
     if op.name != "reduce" or not op.attrs["policy"].is_tree:
         return False
-    if lw.sched.reduction(op.oid) != "auto" or len(op.attrs["vars"]) != 1:
+    if lw.sched.reduction(op.oid) != "auto":
         return False
     contracts = op.attrs["contracts"]
     if any(c not in BUILTINS for c in contracts):
         return False
-    if not all(isinstance(o.type, TileType) and o.type.rank == 0 for o in op.operands):
+    if not all(isinstance(o.type, TileType) and _fixed(o.type) for o in op.operands):
         return False
-    if not pointwise(op) or len(merge_ops(op)) != len(op.operands):
+    if len(merge_ops(op)) != len(op.operands):
+        return False
+    body = op.regions[0]
+    readers = [o for o in body.walk() for v in o.operands if v.name in
+               {a.name for a in body.args}]
+    if len(readers) != len(body.args):
+        return False  # a state read besides its merge (a check there sees other values)
+    if any(o.name in _EFFECTS for o in op.regions[0].walk()):
         return False
     inside = uses(op) - {o.name for o in op.operands}
     if any(o.name in inside for o in op.operands):
         return False  # a seed read by the body too: partials start from the identity
+    if any(x == E.Const(0) for x in op.attrs["domain"].space.extents):
+        return False  # empty: nothing to split (and no division by the empty axis)
     return not _vals(op.attrs["domain"])
+
+
+def _fixed(t: TileType) -> bool:
+    """Whether ``t`` has extents fixed per call (no region or data index)."""
+    return not any(isinstance(lf, (E.Var, E.Val)) for x in t.extents for lf in E.leaves(x))
+
+
+def _elements(exts: Any) -> int:
+    n = 1
+    for x in exts:
+        n *= x.value if isinstance(x, E.Const) else SYM_GUESS
+    return n
+
+
+def _work(ops: Any) -> int:
+    """Elements of the largest tile one run of ``ops`` computes (a nested
+    region counts its body's times its domain's points)."""
+    most = 1
+    for o in ops:
+        for r in o.results:
+            if isinstance(r.type, TileType):
+                most = max(most, _elements(r.type.extents))
+        dom = o.attrs.get("domain") if hasattr(o.attrs, "get") else None
+        points = _elements(dom.space.extents) if dom is not None else 1
+        for reg in o.regions:
+            most = max(most, points * _work(reg.ops))
+    return most
+
+
+def points_per_program(op: Operation) -> int:
+    """Domain points one program of ``op``'s partials phase folds: about
+    :data:`CHUNK` elements of work (the largest tile a domain point computes,
+    symbolic extents counted as :data:`SYM_GUESS`), at least one point."""
+    return max(1, CHUNK // _work(op.regions[0].ops))
 
 
 @dataclass
@@ -139,10 +194,11 @@ def _groups(lw: Lowerer, root: list[Operation], stored: set[str]) -> tuple[list[
     return groups, split
 
 
-def _plan(root: list[Operation], groups: list[_Group]) -> set[str]:
+def _plan(root: list[Operation], groups: list[_Group], split: set[int]) -> set[str]:
     """Fill each group's ``need`` (the root positions it lowers, in program
     order) and ``inputs`` (values of earlier phases it reads); returns every
-    value that crosses a phase boundary."""
+    value that crosses a phase boundary. The combine of a split reduce reads
+    only its seeds (its body ran in the partials phase)."""
     defs = {r.name: i for i, op in enumerate(root) for r in op.results}
     home: dict[int, int] = {}
     for g, grp in enumerate(groups):
@@ -152,7 +208,9 @@ def _plan(root: list[Operation], groups: list[_Group]) -> set[str]:
     crossing: set[str] = set()
     for g, grp in enumerate(groups):
         need: set[int] = set() if grp.kind == "partials" else set(grp.ops)
-        work = [n for i in grp.ops for n in uses(root[i])]
+        work = [n for i in grp.ops for n in (
+            [o.name for o in root[i].operands] if i in split and grp.kind == "ordered"
+            else uses(root[i]))]
         while work:
             n = work.pop()
             j = defs.get(n)
@@ -202,7 +260,7 @@ def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L
     from .regions import lower_phase_parallel
 
     groups, split = _groups(lw, root, stored)
-    crossing = _plan(root, groups)
+    crossing = _plan(root, groups, split)
     if not _scratch_ok(lw, root, crossing):
         return None
     types = {r.name: r.type for op in root for r in op.results}
@@ -244,13 +302,18 @@ def _reader(s: BufH | L.Buffer) -> Any:
 
 def _partials(lw: Lowerer, root: list[Operation], grp: _Group,
               parts: dict[int, tuple[list[L.Buffer], E.Expr]], k: int) -> L.Phase:
-    """Program ``c`` folds chunk ``c`` of the reduce's domain from the merge's
-    identity and writes each state's partial to ``part[c]``."""
+    """Program ``c`` folds its run of :func:`points_per_program` domain points
+    (lexicographic order) from the merge's identity, each state in a tile of
+    its own, and writes element ``q`` of each state's partial to
+    ``part[lin(q) * P + c]`` (``P`` programs: one state's partials of an
+    element lie side by side for the combine)."""
     (i,) = grp.ops
     op = root[i]
-    n = lw.ix(op.attrs["domain"].space.extents[0])
-    count = E.cdiv(n, CHUNK)
-    bufs = [_new_scratch(lw, f"part_{r.name}", r.type.dtype, count) for r in op.results]
+    per = points_per_program(op)
+    n = _size(tuple(lw.ix(x) for x in op.attrs["domain"].space.extents))
+    count = E.cdiv(n, per)
+    bufs = [_new_scratch(lw, f"part_{r.name}", r.type.dtype,
+                         E.mul(count, _size(lw.extents(r.type)))) for r in op.results]
     parts[i] = (bufs, count)
     pid = lw.fresh("pid", L.INDEX)
     c = E.Var(pid.name)
@@ -259,34 +322,56 @@ def _partials(lw: Lowerer, root: list[Operation], grp: _Group,
         for j in grp.need:
             lw.lower_op(root[j])
         for o, name in zip(op.operands, op.attrs["contracts"], strict=True):
-            dt = o.type.dtype
-            lw.env[o.name] = LazyH(dt, (), (), lambda lw_, q, v=constant(
-                BUILTINS[name].identity(dt), dt): v, cheap=True)
-        lw.chunks[op.oid] = (E.mul(c, CHUNK), E.mul(c, CHUNK) + CHUNK)
+            t: TileType = o.type
+            lw.env[o.name] = const_handle(constant(BUILTINS[name].identity(t.dtype), t.dtype),
+                                          t.dims, lw.extents(t))
+        lw.chunks[op.oid] = (E.mul(c, per), E.mul(c, per) + per)
         try:
             lw.lower_op(op)
         finally:
             del lw.chunks[op.oid]
         for r, b in zip(op.results, bufs, strict=True):
-            lw.emit(L.Store(b, L.IExpr(c), lw.handle(r).at(lw, {})))
+            h, ext = lw.handle(r), lw.extents(r.type)
+
+            def put(q: Any, h: Any = h, b: L.Buffer = b, ext: Any = ext, dims: Any = r.type.dims
+                    ) -> None:
+                at = E.mul(linear(ext, [q[d] for d in dims]), count) + c
+                lw.emit(L.Store(b, L.IExpr(at), h.at(lw, q)))
+
+            lw.nest(r.type.dims, ext, put, kind="serial")
         lw.facts.pop(mark)
     return L.Phase(f"{lw.prog.name}_{k}", (count,), pid, tuple(body), True)
 
 
 def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr) -> None:
-    """``s = merge(s, part[c])`` for ``c`` in chunk order from the seed; the
-    merge carries ``reassoc`` for floats (the partials regroup the fold
-    anyway, and the policy permits it)."""
+    """Per state element ``q``: ``s[q] = merge(s[q], part[lin(q) * P + c])``
+    for ``c`` in chunk order from the seed; the merge carries ``reassoc`` for
+    floats (the partials regroup the fold anyway, and the policy permits
+    it)."""
     for o, r, b, name in zip(op.operands, op.results, bufs, op.attrs["contracts"], strict=True):
-        dt = r.type.dtype
-        acc = lw.fresh(f"acc_{r.name}", dt)
-        lw.emit(L.Assign(acc, lw.handle(o).at(lw, {})))
-        c = lw.fresh("c", L.INDEX)
+        t: TileType = r.type
+        dt, ext = t.dtype, lw.extents(t)
+        seed = lw.handle(o)
+        out = lw.new_storage(t, r.name)
         flags = frozenset({"reassoc"}) if dt.is_float else frozenset()
-        step = L.Assign(acc, L.Bin(BUILTINS[name].op, L.Ref(acc),
-                                   L.Load(b, L.IExpr(E.Var(c.name))), dt, flags))
-        lw.emit(L.For(c, E.Const(0), count, (step,), "vector", False))
-        lw.env[r.name] = VarH(acc)
+
+        def element(q: Any, seed: Any = seed, out: Any = out, b: L.Buffer = b, ext: Any = ext,
+                    dims: Any = t.dims, name: str = name, dt: Any = dt, flags: Any = flags
+                    ) -> None:
+            acc = lw.fresh(f"acc_{r.name}", dt)
+            lw.emit(L.Assign(acc, seed.at(lw, q)))
+            c = lw.fresh("c", L.INDEX)
+            at = E.mul(linear(ext, [q[d] for d in dims]), count) + E.Var(c.name)
+            step = L.Assign(acc, L.Bin(BUILTINS[name].op, L.Ref(acc),
+                                       L.Load(b, L.IExpr(at)), dt, flags))
+            lw.emit(L.For(c, E.Const(0), count, (step,), "vector", False))
+            if isinstance(out, VarH):
+                lw.emit(L.Assign(out.var, L.Ref(acc)))
+            else:
+                lw.emit(L.Store(out.buf, L.IExpr(out.offset(q)), L.Ref(acc)))
+
+        lw.nest(t.dims, ext, element, kind="serial")
+        lw.env[r.name] = out
         lw.def_depth[r.name] = lw.depth
 
 

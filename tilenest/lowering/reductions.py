@@ -238,9 +238,21 @@ def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int],
             for a, t in zip(accs, tmps, strict=True):
                 lw.emit(L.Assign(a, L.Ref(t)))
 
+        def guards() -> list[E.Pred]:
+            # the guards of the contributions' reads at this point, from a
+            # lowering of the body whose statements are dropped
+            lw.expr_mode += 1
+            try:
+                with lw.collect():
+                    outs = lw.lower_block(body, [VarH(a) for a in accs])
+            finally:
+                lw.expr_mode -= 1
+            return [g for h in outs for g in h.guards({d: q[d] for d in h.dims})]
+
         if tree is None:
-            lw.domain_loops(op, step, reverse=reverse, kind=kind)
-        else:  # the one domain loop may run as a block tree (TreeFold)
+            lw.domain_loops(op, step, reverse=reverse, kind=kind, guards=guards)
+        else:  # the one domain loop may run as a block tree (TreeFold): not
+            # cut into ranges, so the tree covers the whole domain
             try:
                 fold = tree(accs)
             except NotAvailableError:  # a merge the loop IR cannot express: in order

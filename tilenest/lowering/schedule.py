@@ -405,6 +405,20 @@ def _uses(program: TileProgram) -> tuple[dict[str, list[Operation]], dict[int, O
     return out, stage_of
 
 
+def _unit_growth(name: str, user: Operation) -> bool:
+    """Whether every dim that ``user``'s result has and its operand ``name``
+    lacks has extent 1 (each element of the operand is then used once per
+    use, not recomputed across a larger space)."""
+    from ..semantics import expr as E
+
+    src = next(o.type for o in user.operands if o.name == name)
+    rt = user.results[0].type
+    have = set(getattr(src, "dims", ()))
+    extra = [x for d, x in zip(getattr(rt, "dims", ()), getattr(rt, "extents", ()), strict=True)
+             if d not in have]
+    return all(x == E.Const(1) for x in extra)
+
+
 def _full_rows(op: Operation) -> bool:
     """Whether a view's innermost tile axis covers a whole tensor axis from 0
     (``map`` component ``$last`` exactly, equal extents): re-reading it from
@@ -432,6 +446,7 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
     broadcasts the value to a larger space or feeds ``mma``/``gather``/``put``/
     ``memory.store`` counts as many (each element would be recomputed many
     times); a use by a ``stage`` yield counts as the stage result's uses.
+    Growth only along dims of extent 1 does not count as a broadcast.
     A ``tensor.load`` is inlined only when its effective count is one (a
     broadcast re-read from memory counts once), it reads a tensor the program
     never stores to (the read is then a snapshot wherever it happens), and its
@@ -465,7 +480,7 @@ memory, as on the CPU). Rank-0 results are kept in scalar
                 n += eff[sr.name]
             elif u.name in LAZY_OPS and len(u.results) == 1:
                 r = u.results[0]
-                grows = getattr(r.type, "rank", 0) > rank
+                grows = getattr(r.type, "rank", 0) > rank and not _unit_growth(name, u)
                 if (u.name == "broadcast" or grows) and not is_load:
                     n += MANY
                 elif plan.get(r.name) == "materialize":
