@@ -212,7 +212,7 @@ def test_new_users_kernels_match_numpy_on_ragged_shapes():
     np.testing.assert_allclose(c, a.astype(np.float64) @ bt.transpose(0, 2, 1),
                                rtol=1e-4, atol=1e-4)
     v, total = f32(100_003), np.zeros(1, np.float32)
-    ks["global_sum"].compile(threads=2)(v, total, threads=2)
+    ks["global_sum"].specialize(chunk=4096).compile(threads=2)(v, total, threads=2)
     assert total[0] == pytest.approx(v.sum(dtype=np.float64), abs=1e-6 * float(np.abs(v).sum()))
     blocks = np.zeros(9, np.float32)
     ks["read"].specialize(rp=8).compile(threads=2)(x, blocks, threads=2)

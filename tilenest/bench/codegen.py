@@ -6,8 +6,9 @@ Benchmarks (:data:`NAMES`):
   read once) and ``copy`` (the array copied into another), see below;
 * the row workloads row softmax, RMSNorm, LayerNorm, elementwise add and row
   sum of an ``R x R`` f32 matrix, and ``global_sum`` (``N`` f32 to one scalar,
-  one ``reduce`` of the whole tensor at the top level, which the lowering
-  runs as per-chunk partials over the threads and a combine);
+  a ``reduce`` region over chunks at the top level with a one-element tile
+  state, which the lowering runs as per-chunk partials over the threads and a
+  combine);
 * GEMM f32, reassociating (``gemm``: the compiled kernel may use fused
   multiply-adds, as BLAS does) and strict (``gemm_strict``: every output
   element sums its products in order, separately rounded: bitwise the

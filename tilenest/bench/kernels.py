@@ -164,11 +164,16 @@ def kernels() -> dict[str, Any]:
             C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
 
     @tn.kernel
-    def global_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"]):  # noqa: F821
+    def global_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *,  # noqa: F821
+                   chunk=16384):
         (n,) = x.shape
-        v = x[tn.coord(0), tn.shape(n)]
-        total(tn.coord(0), tn.shape(1)).store(
-            tn.broadcast(tn.reduce(v, v.dim(0), tn.add), tn.shape(tn.axis(total.dim(0), 1))))
+        (e,) = x.dims()
+        total = total.with_dims(e)
+        s = tn.zeros(f32, tn.shape(1), dims=(e,))
+        for c in tn.reduce(tn.shape(tn.cdiv(n, chunk)), contract=tn.add):
+            part = x[tn.coord(c.index() * chunk), tn.shape(chunk), tn.bounds.zero]
+            s = s + tn.reduce(part, e, tn.add)
+        total(tn.coord(0), tn.shape(1)).store(s)
 
     @tn.kernel
     def read(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "P"], *, rp=8):  # noqa: F821
