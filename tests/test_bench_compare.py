@@ -17,7 +17,7 @@ from tilenest import bench
 from tilenest.bench import codegen, compare
 from tilenest.errors import TilenestError
 
-ENV = {"cpu": "AMD EPYC", "cpus": 2, "machine": "x86_64", "python": "3.11.7",
+ENV = {"cpu": "AMD EPYC", "cpus": 2, "vector_bits": 512, "machine": "x86_64", "python": "3.11.7",
        "numpy": "2.4.6", "llvmlite": "0.50.0", "tilenest": "0.1.0", "torch": "2.13.0+cpu"}
 
 
@@ -142,14 +142,15 @@ def test_a_different_machine_or_setup_is_warned_about():
     old = _doc([_row("add", "4096x4096", 1, {"numpy": 1.0})])
     same = compare.compare(old, copy.deepcopy(old))
     assert same.warnings == ()
-    env = {**ENV, "cpu": "Intel Xeon", "cpus": 8, "numpy": "2.5.0"}
+    env = {**ENV, "cpu": "Intel Xeon", "cpus": 8, "numpy": "2.5.0", "vector_bits": 256}
     new = _doc([_row("add", "4096x4096", 1, {"numpy": 1.0})], env=env, size="small")
     w = compare.compare(old, new).warnings
     assert "size differs: recorded large, now small" in w
     assert "the machine differs: cpu recorded AMD EPYC, now Intel Xeon" in w
     assert "the machine differs: cpus recorded 2, now 8" in w
     assert "the software differs: numpy recorded 2.4.6, now 2.5.0" in w
-    assert len(w) == 4
+    assert "the machine differs: vector_bits recorded 512, now 256" in w  # AVX-512 vs AVX2
+    assert len(w) == 5
     assert all(f"warning: {x}" in compare.summary(compare.compare(old, new), "f")
                for x in w)
 

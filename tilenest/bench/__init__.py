@@ -191,8 +191,10 @@ def _environment() -> dict[str, Any]:
     import numpy as np
 
     from .. import __version__
+    from ..lowering.schedule import host_vector_bits
 
     env: dict[str, Any] = {"cpu": _cpu_model(), "cpus": os.cpu_count(),
+                           "vector_bits": host_vector_bits(),
                            "machine": platform.machine(), "system": platform.system(),
                            "python": platform.python_version(), "numpy": np.__version__,
                            "llvmlite": llvmlite.__version__, "tilenest": __version__,

@@ -32,7 +32,7 @@ MAX_DROP = 0.25
 #: the exit status of ``tilenest bench --compare`` when a row regressed
 EXIT_REGRESSED = 4
 #: environment entries whose difference is worth a warning
-_ENV_KEYS = ("cpu", "cpus", "machine", "python", "numpy", "torch", "llvmlite", "tilenest")
+_ENV_KEYS = ("cpu", "cpus", "vector_bits", "machine", "python", "numpy", "torch", "llvmlite", "tilenest")
 
 
 def row_key(row: dict[str, Any]) -> str:
@@ -118,7 +118,8 @@ def _warnings(recorded: dict[str, Any], run: dict[str, Any]) -> list[str]:
     for key in _ENV_KEYS:
         a, b = ea.get(key), eb.get(key)
         if a != b and (a is not None or b is not None):
-            what = "the machine" if key in ("cpu", "cpus", "machine") else "the software"
+            what = ("the machine" if key in ("cpu", "cpus", "vector_bits", "machine")
+                    else "the software")
             out.append(f"{what} differs: {key} recorded {a}, now {b}")
     return out
 
