@@ -156,6 +156,9 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> llv
 
 #: optimized object code on disk (``tilenest.diskcache``), shared by processes
 DISK = Store("llvm")
+#: the object code of tilenest's own runtime modules (the native worker
+#: loop), kept apart from the kernels' so each store counts one kind
+RUNTIME_DISK = Store("llvm-runtime")
 
 
 def pipeline_key(h: Host) -> list:
@@ -168,13 +171,13 @@ def pipeline_key(h: Host) -> list:
 
 
 def compile_object(text: str, h: Host, tm: llvm.TargetMachine,
-                   cache: bool = True) -> tuple[bytes, str]:
+                   cache: bool = True, store: Store = DISK) -> tuple[bytes, str]:
     """``(object code, optimized IR text)`` of the LLVM IR ``text`` for ``h``:
-    parsed, optimized (:func:`optimize`) and compiled, or read from
-    :data:`DISK` when this IR was compiled for this host and toolchain before
-    (not with ``cache=False``: compiled afresh, and stored)."""
+    parsed, optimized (:func:`optimize`) and compiled, or read from ``store``
+    (:data:`DISK`) when this IR was compiled for this host and toolchain
+    before (not with ``cache=False``: compiled afresh, and stored)."""
     key = key_of(["llvm-object", text, *pipeline_key(h)])
-    got = DISK.get(key) if cache else None
+    got = store.get(key) if cache else None
     if got is not None:
         _, parts = got
         return parts["object"], parts["optimized"].decode()
@@ -182,7 +185,7 @@ def compile_object(text: str, h: Host, tm: llvm.TargetMachine,
     opt = str(mod)
     obj = tm.emit_object(mod)
     mod.close()
-    DISK.put(key, {}, {"object": obj, "optimized": opt.encode()})
+    store.put(key, {}, {"object": obj, "optimized": opt.encode()})
     return obj, opt
 
 

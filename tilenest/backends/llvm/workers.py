@@ -92,7 +92,8 @@ class Native:
         from . import jit
 
         h = jit.host()
-        obj, _ = jit.compile_object(W.module_text(h.triple), h, jit.target_machine(h))
+        obj, _ = jit.compile_object(W.module_text(h.triple), h, jit.target_machine(h),
+                                    store=jit.RUNTIME_DISK)
         self.engine = jit.Engine(obj, h, "the native worker loop")
         f = lambda name, ret, *args: ctypes.CFUNCTYPE(ret, *args)(  # noqa: E731
             self.engine.address(name))
