@@ -406,9 +406,10 @@ def test_nan_and_inf_propagate_through_partials_and_combine():
         cases.append(x)
     for kernel in (chunk_sum, chunk_max):
         assert _phases(kernel)[1] == [True, False]
-        for x in cases:
+        for i, x in enumerate(cases):
             want = _total(kernel, x)
-            for target in ("llvm", "cuda"):
+            # the emulated device on a NaN and an inf - inf case (its C++ is slow)
+            for target in ("llvm", "cuda") if i in (0, 2) else ("llvm",):
                 got = _total(kernel.compile(target=target), x)
                 np.testing.assert_array_equal(got, want, err_msg=f"{target}")
             assert tn.validate(kernel, "llvm", inputs=[x, np.zeros(1, np.float32)]).ok
@@ -444,7 +445,7 @@ def test_column_sums_with_a_constant_tile_state():
     x = np.random.default_rng(7).standard_normal((rows, 6)).astype(np.float32)
     for target in ("llvm", "cuda"):
         assert tn.validate(col_sums6, target, inputs=[x, np.zeros((1, 6), np.float32)]).ok
-        assert tn.validate(col_sums6, target, cases=8).ok
+        assert tn.validate(col_sums6, target, cases=8 if target == "llvm" else 4).ok
 
 
 def test_two_axis_domain_is_chunked_in_lexicographic_order(monkeypatch):
@@ -462,7 +463,7 @@ def test_two_axis_domain_is_chunked_in_lexicographic_order(monkeypatch):
         == [3, 1]
     for target in ("llvm", "cuda"):
         assert tn.validate(block_sum, target, inputs=[x, np.zeros(1, np.float32)]).ok
-        assert tn.validate(block_sum, target, cases=8).ok
+        assert tn.validate(block_sum, target, cases=8 if target == "llvm" else 4).ok
 
 
 def test_fold_left_tile_state_stays_one_ordered_fold_bitwise():
