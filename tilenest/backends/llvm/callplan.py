@@ -285,6 +285,10 @@ class Calls:
         groups, strided = k.aliases(keep), k.strided(keep)
         kern = k.variant(groups, strided)
         plan = self._plan(kern, keep, syms, threads)
+        # run before the plan is shared: once in ``layouts``, another thread's
+        # call may refill its argument vector (``Plan.run``), and this run
+        # holds no lock on it
+        code = plan.launch.run()
         if fp is not None:
             key, ptrs = fp
             lay = self.layouts.get(key)
@@ -296,7 +300,7 @@ class Calls:
             if lay.groups(ptrs) == groups and all(address(keep[i]) == ptrs[i]
                                                   for i in plan.fill):
                 lay.plans[groups] = plan
-        return self._finish(plan, plan.launch.run(), args)
+        return self._finish(plan, code, args)
 
     def _plan(self, kern: Any, keep: list, syms: dict[str, int], threads: int | None) -> Plan:
         facts = kern.facts
