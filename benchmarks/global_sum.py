@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import tilenest as tn  # noqa: E402
 from tilenest import f32  # noqa: E402
+from tilenest.bench.kernels import kernels  # noqa: E402
 
 
 @tn.kernel
@@ -36,16 +37,8 @@ def total(x: tn.Tensor[f32, "N"], out: tn.Tensor[f32, "1"]):  # noqa: F821
         tn.broadcast(tn.reduce(v, v.dim(0), tn.add), tn.shape(tn.axis(out.dim(0), 1))))
 
 
-@tn.kernel
-def chunks(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *, chunk=16384):  # noqa: F821
-    (n,) = x.shape
-    (e,) = x.dims()
-    total = total.with_dims(e)
-    s = tn.zeros(f32, tn.shape(1), dims=(e,))
-    for c in tn.reduce(tn.shape(tn.cdiv(n, chunk)), contract=tn.add):
-        part = x[tn.coord(c.index() * chunk), tn.shape(chunk), tn.bounds.zero]
-        s = s + tn.reduce(part, e, tn.add)
-    total(tn.coord(0), tn.shape(1)).store(s)
+#: the reduce region over chunks with a tile state: the bench suite's global sum
+chunks = kernels()["global_sum"]
 
 
 FORMS = {"whole": total, "chunks": chunks}
