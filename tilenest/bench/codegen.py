@@ -94,32 +94,48 @@ TAG = "tilenest-bench "
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128) -> dict[str, int]:
+def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
+               rows: int | None = None, cols: int = 32) -> dict[str, int]:
     """Output tile ``bm x bn`` and K step ``bk`` of one GEMM program (of
-    ``batch`` independent products of depth ``k``).
+    ``batch`` independent products of depth ``k``), as a user sizing tiles to
+    the problem would pick them.
 
     A program copies (packs) an A tile and a B tile per K step and reuses them
     for ``bm * bn * bk`` multiply-adds, so large output tiles amortize the
-    copies: 256x256 unless that leaves fewer than two programs per thread
-    (the runtime balances chunks of programs between threads), then halved,
-    rows first. ``bk = 128`` keeps a register block's B panel (128 x 32 f32,
-    16 KiB) in L1 and the packed B tile (128 KiB) in L2. No tile is larger
-    than the power of two that covers its extent (a 64 x 64 product is one
-    64 x 64 tile, not a padded 256 x 256 one)."""
+    copies: up to 256x256 unless that leaves fewer than two programs per
+    thread (the runtime balances chunks of programs between threads), then
+    halved, rows first. Each side is a multiple of the register block (``rows``
+    rows: the host's ``mma_block``; ``cols`` columns), the extent cut into the
+    fewest tiles of at most 256 or one more, whichever pads it least: 1000
+    rows make five tiles of 200, not four of 256 computing 24 rows of
+    padding. ``bk`` is at most 128, which keeps a register block's
+    B panel (128 x 32 f32, 16 KiB) in L1 and the packed B tile in L2; the
+    padding of a ragged K step is skipped by the ``mma`` itself."""
+    if rows is None:
+        from ..lowering.schedule import default_mma_block, host_vector_bits
 
-    def cover(extent: int, most: int) -> int:
-        t = 8
-        while t < extent and t < most:
-            t *= 2
-        return t
+        rows = default_mma_block(host_vector_bits())[0]
 
-    bm, bn = cover(m, 256), cover(n, 256)
+    def fit(extent: int, most: int, granule: int) -> int:
+        """The tile of the fewest (or one more) equal tiles covering ``extent``
+        that pads it least."""
+        def cdiv(a: int, b: int) -> int:
+            return -(-a // b)
+
+        few = cdiv(extent, most)
+        cands = {cdiv(cdiv(extent, c), granule) * granule for c in (few, few + 1)}
+        return min(cands, key=lambda t: (cdiv(extent, t) * t - extent, -t))
+
+    def halve(t: int, granule: int) -> int:
+        return max(granule, (t // 2) // granule * granule)
+
+    bm, bn = fit(m, 256, rows), fit(n, 256, cols)
     while batch * -(-m // bm) * -(-n // bn) < 2 * threads and max(bm, bn) > 32:
         if bm >= bn:
-            bm //= 2
+            bm = halve(bm, rows)
         else:
-            bn //= 2
-    return {"bm": bm, "bn": bn, "bk": cover(k, 128)}
+            bn = halve(bn, cols)
+    return {"bm": bm, "bn": bn, "bk": min(128, k)}
 
 
 def shapes(size: str, name: str) -> tuple[tuple[int, ...], ...]:

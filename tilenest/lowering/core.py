@@ -32,7 +32,7 @@ from ..semantics.ir import Block, Operation, TileProgram, Value
 from ..semantics.space import Dim
 from ..semantics.types import TensorType, TileType
 from . import loopir as L
-from .facts import Facts, conjuncts, residual, split_range
+from .facts import Facts, conjuncts, residual, split_range, upper_bounds
 from .handles import BufH, Handle, Index, LazyH, TensorH, VarH, linear
 from .schedule import LAZY_OPS, Schedule, default_schedule, storage_plan
 
@@ -86,6 +86,17 @@ def _mma_only(prog: TileProgram) -> set[str]:
                 good.discard(n)
                 changed = True
     return good
+
+
+def _zero_from(h: Handle) -> dict[Dim, E.Expr] | None:
+    """Where ``h`` is zero padding, per dim (``BufH.zero_from``): from the
+    conjuncts outside of which a ``bounds.zero`` read gives ``+0``, each dim's
+    upper bound that involves no other dim's index."""
+    if not isinstance(h, LazyH) or h.zero_where is None:
+        return None
+    names = {f"zq.{i}": d for i, d in enumerate(h.dims)}
+    q = {d: E.Var(n) for n, d in names.items()}
+    return upper_bounds(h.zero_where(q), names) or None  # type: ignore[return-value]
 
 
 def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[int, ...]]:
@@ -358,12 +369,13 @@ class Lowerer:
         pitch = self.operand_pitch(h, base)
         ext = h.extents if pitch is None else h.extents[:-1] + (pitch,)
         buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
-        out = BufH(buf, h.dims, h.extents, pitch)
+        zero = _zero_from(h) if base in self.mma_only else None
+        out = BufH(buf, h.dims, h.extents, pitch, zero_from=zero)
         order = self.column_last.get(h.dims) if base in self.mma_only else None
         if order is not None and pitch is None:
             # the copy a CPU micro-kernel reads as ``b``: its vector dim
             # contiguous (a transposed operand is transposed as it is copied)
-            out = BufH(buf, h.dims, h.extents, None, order)
+            out = BufH(buf, h.dims, h.extents, None, order, zero_from=zero)
         self.store_into(h, out)
         return out
 

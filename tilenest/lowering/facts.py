@@ -180,3 +180,20 @@ def split_range(guards: list[E.Pred], v: str, extent: E.Expr, inner: set[str]
                 hi = E.minimum(hi, b[1])
             used.append(q)
     return lo, hi, used, outer
+
+
+def upper_bounds(preds: list[E.Pred], names: dict[str, object]) -> dict[object, E.Expr]:
+    """For each variable ``v`` of ``names`` (variable name -> key), the least
+    upper bound ``e`` that ``preds`` state for it alone (a unit-coefficient
+    conjunct ``v < e`` with ``e`` free of every variable of ``names``): where
+    ``v >= e`` the conjunction is false. Keys without such a conjunct are
+    absent."""
+    out: dict[object, E.Expr] = {}
+    for v, key in names.items():
+        inner = set(names) - {v}
+        for g in preds:
+            for q in conjuncts(g):
+                b = var_bound(q, v, inner)
+                if b is not None and b[0] == "hi":
+                    out[key] = E.minimum(out[key], b[1]) if key in out else b[1]
+    return out

@@ -100,6 +100,10 @@ class BufH(Handle):
     extents: tuple[E.Expr, ...]
     pitch: E.Expr | None = None
     order: tuple[int, ...] | None = None
+    #: zero padding: for each listed dim ``d``, every element with
+    #: ``q[d] >= zero_from[d]`` holds exactly ``+0`` (the copy of a view read
+    #: with ``bounds.zero`` past the tensor's edge)
+    zero_from: dict[Dim, E.Expr] | None = None
 
     def __post_init__(self) -> None:
         self.dtype = self.buf.dtype
@@ -132,6 +136,9 @@ class LazyH(Handle):
     gfn: Callable[[Index], list[E.Pred]] | None = None
     reads: frozenset[str] = field(default_factory=frozenset)
     cheap: bool = False
+    #: ``zero_where(q)``: conjuncts outside of which element ``q`` is exactly
+    #: ``+0`` (a read with ``bounds.zero``); None when nothing is known
+    zero_where: Callable[[Index], list[E.Pred]] | None = None
 
     def at(self, lw: "Lowerer", q: Index) -> L.Expr:
         return self.fn(lw, q)

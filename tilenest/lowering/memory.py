@@ -23,6 +23,8 @@ snapshot later stores cannot change).
 
 from __future__ import annotations
 
+import math
+
 from ..semantics import expr as E
 from ..semantics.ir import Operation
 from ..semantics.policies import Bounds
@@ -63,6 +65,11 @@ def _view(lw: Lowerer, op: Operation, t: TensorH, dims: tuple) -> tuple:
     return coords, conj
 
 
+def _positive_zero(v: object) -> bool:
+    """Whether the fill value ``v`` is exactly ``+0`` (``False`` and ``0`` too)."""
+    return isinstance(v, (bool, int, float)) and v == 0 and math.copysign(1.0, float(v)) > 0
+
+
 @rule("tensor.load")
 def _tload(lw: Lowerer, op: Operation) -> None:
     t: TensorH = lw.handle(op.operands[0])
@@ -88,7 +95,9 @@ def _tload(lw: Lowerer, op: Operation) -> None:
         return L.Load(t.buf, off, g, fill)
 
     gfn = (lambda q: []) if kind is Bounds.assume else conj
-    h = LazyH(rt.dtype, rt.dims, ext, fn, gfn, frozenset({t.buf.name}))
+    padded = kind in (Bounds.zero, Bounds.fill) and _positive_zero(fill.value)
+    h = LazyH(rt.dtype, rt.dims, ext, fn, gfn, frozenset({t.buf.name}),
+              zero_where=conj if padded else None)
     if lw.plan.get(op.results[0].name) == "inline" and not checked and not lw.expr_mode:
         lw.env[op.results[0].name] = h
     elif lw.expr_mode:

@@ -34,6 +34,7 @@ element of ``a`` ``cols`` times and of ``b`` ``rows`` times.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import TilenestError
@@ -62,19 +63,48 @@ def block_of(sched: Schedule, site: Any = None) -> tuple[int, int]:
     return blk[0], blk[1]
 
 
+@dataclass(frozen=True)
+class Clamp:
+    """Contraction extents shortened past the operands' zero padding
+    (``values._padding_clamp``): ``extents`` replaces the contraction dims'
+    extents; where ``skipped`` holds, ``settle(q)`` then adds ``+0`` once to
+    output element ``q`` in place of the dropped ``+0`` products."""
+
+    extents: dict[Dim, E.Expr]
+    skipped: E.Pred
+    settle: Callable[[Index], None]
+
+    def around(self, lw: Lowerer, points: Callable[[Callable[[Index], None]], None]) -> None:
+        """``settle`` for every output point that ``points`` enumerates, under
+        ``skipped``."""
+        with lw.collect() as stmts:
+            points(self.settle)
+        if stmts:
+            lw.emit(L.If(L.IPred(self.skipped), tuple(stmts), ()))
+
+
 def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
-             update: Callable[[Index], None], site: Any = None) -> None:
+             update: Callable[[Index], None], site: Any = None,
+             clamp: Clamp | None = None) -> None:
     """Emit loops calling ``update(q)`` once for every point ``q`` of the
     ``mma`` iteration space (batch, free and contraction dims), such that for
     each output element the contraction points come in lexicographic order
-    (``site``: the ``mma`` op's location, for schedule errors)."""
+    (``site``: the ``mma`` op's location, for schedule errors); with
+    ``clamp``, only the contraction points before the operands' padding."""
     fa, fb = list(roles["free_a"]), list(roles["free_b"])
     batch, red = list(roles["batch"]), list(roles["contraction"])
+    if clamp is not None:
+        full = ext_of
+        ext_of = ext_of | clamp.extents
     if lw.sched.block_threads:
-        simt_contract(lw, roles, ext_of, update)
+        simt_contract(lw, roles, ext_of, update, clamp)
         return
     if not fb:
-        _box(lw, batch + fa + red, ext_of, {}, update)
+        def point(q: Index) -> None:
+            _box(lw, red, ext_of, q, update)
+            if clamp is not None:
+                clamp.around(lw, lambda settle: settle(q))
+        _box(lw, batch + fa, full if clamp else ext_of, {}, point)
         return
     rows_blk, vecs = block_of(lw.sched, site)
     cols_blk = vecs * lanes(res.dtype, lw.sched.vector_bits or 128)
@@ -95,6 +125,9 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
             else:
                 _loop(lw, E.Const(0), rows, "serial", lambda r: row(qk | {rdim: r0 + r}))
         _box(lw, red, ext_of, q, inner)
+        if clamp is not None:
+            clamp.around(lw, lambda settle: _cells(lw, rdim, rows, r0, cdim, cols, c0, q,
+                                                   settle))
 
     def band(q: Index, r0: E.Expr, rows: E.Expr) -> None:
         """A band of ``rows`` rows: full column blocks, then the column tail."""
@@ -135,8 +168,20 @@ def simt_tile(rows: E.Expr, cols: E.Expr, threads: int) -> tuple[int, int]:
     return tm, tn
 
 
+def _cells(lw: Lowerer, rdim: Dim | None, rows: E.Expr, r0: E.Expr, cdim: Dim, cols: E.Expr,
+           c0: E.Expr, q: Index, fn: Callable[[Index], None]) -> None:
+    """``fn`` for every output element of a micro-tile (rows, then a vector
+    loop over its columns)."""
+    def row(qr: Index) -> None:
+        _loop(lw, E.Const(0), cols, "vector", lambda c: fn(qr | {cdim: c0 + c}))
+    if rdim is None:
+        row(q)
+    else:
+        _loop(lw, E.Const(0), rows, "serial", lambda r: row(q | {rdim: r0 + r}))
+
+
 def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
-                  update: Callable[[Index], None]) -> None:
+                  update: Callable[[Index], None], clamp: Clamp | None = None) -> None:
     """The SIMT nest of ``mma`` (module docstring): batch and outer free dims
     serial, then ``for.vector ib: for.vector jb:`` over the micro-tiles of
     the last free dims, the contraction dims serial inside, and the
@@ -152,18 +197,24 @@ def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
     cols = ext_of[cdim] if cdim is not None else one
     tm, tn = simt_tile(rows, cols, lw.sched.block_threads or 1)
 
+    def cell_q(q: Index, ib: E.Expr, jb: E.Expr, r: int, c: int) -> Index:
+        qq = dict(q)
+        if rdim is not None:
+            qq[rdim] = ib * tm + r
+        if cdim is not None:
+            qq[cdim] = jb * tn + c
+        return qq
+
     def tiles(q: Index) -> None:
         def cell(ib: E.Expr, jb: E.Expr) -> None:
             def inner(qk: Index) -> None:
                 for r in range(tm):
                     for c in range(tn):
-                        qq = dict(qk)
-                        if rdim is not None:
-                            qq[rdim] = ib * tm + r
-                        if cdim is not None:
-                            qq[cdim] = jb * tn + c
-                        update(qq)
+                        update(cell_q(qk, ib, jb, r, c))
             _box(lw, red, ext_of, q, inner)
+            if clamp is not None:
+                clamp.around(lw, lambda settle: [settle(cell_q(q, ib, jb, r, c))
+                                                 for r in range(tm) for c in range(tn)])
 
         _loop(lw, E.Const(0), rows // tm, "vector",
               lambda ib: _loop(lw, E.Const(0), cols // tn, "vector",

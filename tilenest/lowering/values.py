@@ -30,7 +30,7 @@ from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, union_reads
-from .mma import MMA_UNITS, contract, tensor_contract, tensor_plan
+from .mma import MMA_UNITS, Clamp, contract, tensor_contract, tensor_plan
 
 
 def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Expr:
@@ -244,13 +244,51 @@ def _mma(lw: Lowerer, op: Operation) -> None:
             new = L.Bin("add", old, L.Bin("mul", pa, pb, dt), dt)
         lw.emit(L.Store(res.buf, off, new))
 
+    def settle(qc: Index) -> None:
+        off = L.IExpr(res.offset(qc))
+        lw.emit(L.Store(res.buf, off, L.Bin("add", L.Load(res.buf, off), constant(0, dt), dt)))
+
     plan = _mma_unit(lw, op, a, b, res, roles, ext_of)
     if isinstance(plan, tuple):
         tensor_contract(lw, a, b, res, roles, plan)
     else:
-        contract(lw, res, roles, ext_of, update, op.loc)
+        clamp = _padding_clamp(lw, op, a, b, roles, ext_of)
+        contract(lw, res, roles, ext_of, update, op.loc,
+                 clamp and Clamp(clamp[0], clamp[1], settle))
     lw.env[op.results[0].name] = res
     lw.def_depth[op.results[0].name] = lw.depth
+
+
+def _padding_clamp(lw: Lowerer, op: Operation, a: Any, b: Any, roles: dict,
+                   ext_of: dict) -> tuple[dict, E.Pred] | None:
+    """The contraction extents past which both operands are zero padding, and
+    the condition that some padding is skipped; None when nothing is known.
+
+    Where both ``a`` and ``b`` hold exactly ``+0`` (``BufH.zero_from``: the
+    copies of ``bounds.zero`` reads past the tensors' edge) every product is
+    ``+0``. Dropping them and adding one ``+0`` instead (``Clamp.settle``)
+    gives the same value bit for bit: ``x + 0 = x`` except ``-0 + 0 = +0``,
+    and a sum with a ``+0`` term is never ``-0``. Without reassociation the
+    skipped products must come last in the contraction order, so there only
+    a single contraction dim is clamped. The operand copies must be made at
+    the ``mma``'s loop depth (their bounds name the variables in scope)."""
+    red = list(roles["contraction"])
+    if not op.attrs["allow_reassociation"] and len(red) != 1:
+        return None
+    names = [o.name for o in op.operands[:2]]
+    if not all(isinstance(h, BufH) and h.zero_from for h in (a, b)) or any(
+            lw.def_depth.get(n, -1) != lw.depth for n in names):
+        return None
+    ext = {}
+    skipped = []
+    for d in red:
+        if d in a.zero_from and d in b.zero_from:
+            live = E.maximum(E.Const(0), E.maximum(a.zero_from[d], b.zero_from[d]))
+            ext[d] = E.minimum(ext_of[d], live)
+            skipped.append(ext[d].lt(ext_of[d]))
+    if not ext:
+        return None
+    return ext, E.por(*skipped)
 
 
 def _mma_unit(lw: Lowerer, op: Operation, a: Any, b: Any, res: BufH, roles: dict,
