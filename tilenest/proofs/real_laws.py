@@ -579,5 +579,5 @@ def real_law_obligations(p: TileProgram, r: CustomReducer, uses: Sequence[Operat
 
 def _show(v: Any) -> str:
     if isinstance(v, (tuple, list)):
-        return "(" + ", ".join(_show(x) for x in v) + ")"
+        return _show(v[0]) if len(v) == 1 else "(" + ", ".join(_show(x) for x in v) + ")"
     return repr(v) if isinstance(v, float) else str(v)

@@ -36,7 +36,7 @@ from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.policies import ReductionPolicy
-from ..semantics.reducers import BUILTINS, Builtin, CustomReducer
+from ..semantics.reducers import BUILTINS, Builtin, CustomReducer, install_law_oracle
 from ..semantics.types import TileType
 from . import formula as Fm
 from .model import Model, VarInfo
@@ -390,3 +390,28 @@ def _digits(lin: E.Expr, extents: Sequence[E.Expr]) -> list[E.Expr]:
         d = lin // stride
         out.append(d if i == 0 else d % extents[i])
     return out
+
+
+#: budget of one law when the interpreter asks (seconds)
+ORACLE_TIMEOUT = 2.0
+
+
+def tree_law_verdict(p: TileProgram, r: CustomReducer, need_comm: bool) -> tuple[bool, str]:
+    """Whether the laws of ``r`` that ``p``'s tree-policy regions rely on are
+    proved (answers are kept per reducer algebra, see ``real_laws``), and if
+    not, the first law that is not with its verdict and counterexample."""
+    from .obligation import discharge
+
+    uses = [o for o in p.walk() if o.name == "reduce" and o.attrs["policy"].is_tree
+            and f"@{r.name}" in o.attrs["contracts"]]
+    obs = [o for o in custom_law_obligations(p, r, uses, need_comm, (), ieee=False)
+           if o.role == "required"]
+    discharge(obs, timeout=ORACLE_TIMEOUT)
+    for o in obs:
+        if o.status != PROVED:
+            lines = o.counterexample_lines() or ([o.reason] if o.reason else [])
+            return False, f"{o.kind} {o.status}" + (f": {lines[0]}" if lines else "")
+    return True, ""
+
+
+install_law_oracle(tree_law_verdict)
