@@ -15,6 +15,11 @@ counterexample), and their regrouping is admitted by the ``unordered_tree`` /
 ``ordered_tree`` *permission*, not by a law; those law obligations have
 ``role = "evidence"`` and never decide the outcome. Exact laws (integers,
 bools, float ``max``/``min``, custom merges over the reals) are required.
+A custom float merge is decided by :mod:`~tilenest.proofs.real_laws`
+(division with cleared denominators, on the states the reduction can form),
+and each law is stated once per contract, with the sites of every region
+that uses it. :func:`tree_law_verdict` answers the interpreter's question
+"are this reducer's tree laws proved?" (``semantics.reducers.tree_laws``).
 
 **Placement.** Factoring a reduce domain ``D`` (linearized row-major, ``n``
 points) into ``P`` participants times ``S = ceil(n / P)`` serial steps,
