@@ -29,10 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ContractError
+import warnings
+
+from ..errors import ContractError, TilenestWarning
 from ..semantics.ir import Block, Operation
 from ..semantics.policies import ReductionPolicy
-from ..semantics.reducers import BUILTINS
+from ..semantics.reducers import BUILTINS, tree_laws
 from ..semantics import expr as E
 from ..semantics import numerics as N
 from . import batching
@@ -51,6 +53,8 @@ def _reduce(it: Interpreter, op: Operation) -> None:
         raise ContractError(
             f"reduce with policy {policy.value} has a state without a reducer contract", op.loc,
             "a tree policy needs a lawful merge; use fold_left/fold_right for a strict order")
+    if policy.is_tree:
+        _warn_unproved(it, op)
     shape, points = domain_points(it, op)
     body = op.regions[0]
     seeds = [it.val(o) for o in op.operands]
@@ -82,6 +86,34 @@ def _reduce(it: Interpreter, op: Operation) -> None:
     _finish_track(it, op, body)
     for r, v in zip(op.results, out, strict=True):
         it.set(r, v)
+
+
+#: custom reducers already warned about in this process (by identity; the
+#: values keep each one alive so that an identity is never reused)
+_WARNED: dict[int, Any] = {}
+
+
+def _warn_unproved(it: Interpreter, op: Operation) -> None:
+    """A tree policy over a custom reducer whose laws are not proved admits
+    results that depend on the grouping: say so, once per reducer."""
+    policy: ReductionPolicy = op.attrs["policy"]
+    for c in dict.fromkeys(op.attrs["contracts"]):
+        if c is None or not c.startswith("@"):
+            continue
+        red = next((r for r in it.prog.reducers if r.name == c[1:]), None)
+        if red is None or id(red) in _WARNED:
+            continue
+        proved, why = tree_laws(it.prog, red, policy is ReductionPolicy.unordered_tree)
+        _WARNED[id(red)] = red
+        if proved:
+            continue
+        site = op.loc
+        warnings.warn_explicit(
+            f"reduce runs {policy.value} over reducer {c}, whose laws are not proved ({why}); "
+            "the trees this policy admits may give different results, and compiling it is "
+            "refused (use policy=tn.fold_left, or correct the merge)", TilenestWarning,
+            (site.file if site is not None else None) or "<unknown>",
+            site.line if site is not None else 0)
 
 
 def _tree_bounds(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,

@@ -18,7 +18,10 @@ program is lowered, :func:`legality` states and discharges
   lowering may regroup (schedule entry ``auto``) the permission of its policy
   (``reduction.permission``) and the exact laws of its built-in merge
   (``reduction.law.*``; float ``add``/``mul`` regrouping rests on the policy's
-  permission and is not a required law). Schedule transforms are checked
+  permission and is not a required law), and the laws of every custom
+  reducer such a ``reduce`` uses (over the reals for float states, on the
+  states the reduction can form; :mod:`tilenest.proofs.real_laws`), each
+  once per reducer. Schedule transforms are checked
   where they are applied (:func:`~tilenest.lowering.schedule.apply_transforms`);
 * the **layout obligations** of every ``Memory`` (M-12: ``layout.range``,
   ``0 <= L(u) < size``, and ``layout.injective``, ``L(u) = L(v) => u = v``,
@@ -35,7 +38,10 @@ obligation raises a :class:`~tilenest.errors.VerifyError` (M-12's class) with
 the colliding elements or the out-of-range one. An ``unknown`` layout
 obligation is refused too (a ``TilenestError``), unless ``schedule.assume``
 selects it, as for schedule transforms: it is then reported as ``assumed``,
-never as proved. Other ``unknown`` obligations (e.g. data-dependent indices,
+never as proved. A refuted reducer law is a
+:class:`~tilenest.errors.ContractError` at the ``reduce`` and the reducer's
+merge, with the counterexample; an ``unknown`` one is refused the same way
+unless ``schedule.assume`` selects it. Other ``unknown`` obligations (e.g. data-dependent indices,
 which the parallel contract covers) are not refused, and are returned so that
 the compiled kernel can report them. An exception of the checker itself while
 stating or deciding an obligation is an
@@ -52,8 +58,9 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ..errors import RaceError, TilenestError, VerifyError
+from ..errors import ContractError, RaceError, TilenestError, VerifyError
 from ..semantics.ir import TileProgram
+from ..semantics.policies import ReductionPolicy
 
 #: per-query budget of the gate (seconds); an exhausted budget gives ``unknown``
 TIMEOUT = 2.0
@@ -87,7 +94,8 @@ def _keys(program: TileProgram, schedule: Any) -> tuple[str, str, str]:
     text and the user's ``assume`` selectors."""
     text = f"{program}\naliases {schedule.aliases}"
     race = hashlib.sha256(text.encode()).hexdigest()
-    sched = f"{race}\n{sorted(schedule.bind)}\n{sorted(schedule.reductions)}\n{schedule.target}"
+    sched = (f"{race}\n{sorted(schedule.bind)}\n{sorted(schedule.reductions)}\n{schedule.target}"
+             f"\nassume {sorted(schedule.assume)}")
     lay = f"{race}\nassume {sorted(schedule.assume)}"
     return ("race:" + race, "schedule:" + hashlib.sha256(sched.encode()).hexdigest(),
             "layout:" + hashlib.sha256(lay.encode()).hexdigest())
@@ -114,12 +122,19 @@ def schedule_obligations(program: TileProgram, schedule: Any) -> list[Any]:
                  and schedule.binding(op.oid, op.attrs["level"]) == "cores"}
         if cores:
             out += BD.binding_obligations(m, BD.CPU, cores)
+    customs: dict[str, tuple[list, list[bool]]] = {}
     for op in program.walk():
         if op.name != "reduce":
             continue
         pol = op.attrs["policy"]
         if not pol.is_tree or schedule.reduction(op.oid) != "auto":
             continue
+        for c in op.attrs["contracts"]:
+            if c is not None and c.startswith("@"):
+                uses, comms = customs.setdefault(c, ([], []))
+                if op not in uses:
+                    uses.append(op)
+                    comms.append(pol is ReductionPolicy.unordered_tree)
         sites = (op.loc,) if op.loc is not None else ()
         perm = Obligation("reduction.permission", f"policy {pol.value} permits the "
                           "regrouping the lowering applies to this reduce", sites,
@@ -137,6 +152,16 @@ def schedule_obligations(program: TileProgram, schedule: Any) -> list[Any]:
                 RD.builtin_merge(b), (b.identity(dt),), dt, 1, c, sites,
                 need_comm=True, cache=True)
                 if o.role == "required"]
+    reducers = {f"@{r.name}": r for r in program.reducers}
+    for c, (uses, comms) in customs.items():
+        r = reducers.get(c)
+        if r is None:
+            continue
+        sites = tuple(op.loc for op in uses if op.loc is not None)
+        merge_site = next((o.loc for o in r.merge.ops if o.loc is not None), None)
+        if merge_site is not None and merge_site not in sites:
+            sites += (merge_site,)
+        out += RD.custom_law_obligations(program, r, uses, any(comms), sites, ieee=False)
     return out
 
 
@@ -150,7 +175,8 @@ def legality(program: TileProgram, schedule: Any) -> list[Any]:
         races = _discharged(lambda: _race_obligations(program, schedule.aliases))
         _put(kr, races)
     if sched is None:
-        sched = _discharged(lambda: schedule_obligations(program, schedule))
+        sched = _discharged(lambda: schedule_obligations(program, schedule),
+                            tuple(schedule.assume))
         _put(ks, sched)
     if lays is None:
         lays = _discharged(lambda: layout_obligations(program), tuple(schedule.assume))
@@ -158,6 +184,7 @@ def legality(program: TileProgram, schedule: Any) -> list[Any]:
     obs = races + sched + lays
     _refuse(obs)
     _refuse_unproved_layouts(lays)
+    _refuse_unproved_laws(sched)
     return obs
 
 
@@ -205,6 +232,11 @@ def _refuse(obs: list[Any]) -> None:
     races = [o for o in bad if o.kind in RACE_KINDS]
     ob = races[0] if races else bad[0]
     notes = tuple(ob.counterexample_lines() or ([ob.reason] if ob.reason else []))
+    if not races and ob.kind.startswith("reduction.law."):
+        raise ContractError(
+            f"{ob.title} -- refuted ({ob.kind}); the reduce's tree policy regroups "
+            "contributions, so compiled code would not compute what the reduction means",
+            ob.sites, _LAW_HINT + "; `tilenest check FILE` lists the laws", notes)
     if not races and ob.kind.startswith("layout."):
         raise VerifyError(
             f"{ob.title} -- refuted ({ob.kind}); compiled code would "
@@ -221,6 +253,30 @@ def _refuse(obs: list[Any]) -> None:
         f"the schedule is illegal: {ob.kind}: {ob.title}", ob.sites,
         "choose another binding or reduction realization in the Schedule; "
         "`tilenest check FILE` lists the program's obligations", notes)
+
+
+def _refuse_unproved_laws(obs: list[Any]) -> None:
+    """A reducer law a tree policy relies on that is neither proved nor assumed
+    stops the compile (compiled trees regroup without checking)."""
+    from ..proofs.obligation import ASSUMED, PROVED
+
+    rest = [o for o in obs if o.role == "required" and o.kind.startswith("reduction.law.")
+            and o.status not in (PROVED, ASSUMED)]
+    if not rest:
+        return
+    ob = rest[0]
+    site = str(ob.sites[0]) if ob.sites else ""
+    sel = f"{ob.kind}@{site}" if site else ob.kind
+    raise ContractError(
+        f"{ob.title} -- not proved ({ob.kind}: {ob.status}"
+        + (f", {ob.reason}" if ob.reason else "") + "); a tree policy regroups "
+        "contributions, so the compile is refused", ob.sites,
+        _LAW_HINT + f"; if the law holds, take it as an axiom: compile(..., assume=({sel!r},))")
+
+
+_LAW_HINT = ("a tree policy needs an associative merge with a two-sided identity (and a "
+             "commutative one under unordered_tree); use policy=tn.fold_left to keep the "
+             "source order, or correct the reducer's merge")
 
 
 def _refuse_unproved_layouts(obs: list[Any]) -> None:

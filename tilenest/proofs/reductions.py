@@ -15,6 +15,11 @@ counterexample), and their regrouping is admitted by the ``unordered_tree`` /
 ``ordered_tree`` *permission*, not by a law; those law obligations have
 ``role = "evidence"`` and never decide the outcome. Exact laws (integers,
 bools, float ``max``/``min``, custom merges over the reals) are required.
+A custom float merge is decided by :mod:`~tilenest.proofs.real_laws`
+(division with cleared denominators, on the states the reduction can form),
+and each law is stated once per contract, with the sites of every region
+that uses it. :func:`tree_law_verdict` answers the interpreter's question
+"are this reducer's tree laws proved?" (``semantics.reducers.tree_laws``).
 
 **Placement.** Factoring a reduce domain ``D`` (linearized row-major, ``n``
 points) into ``P`` participants times ``S = ceil(n / P)`` serial steps,
@@ -36,33 +41,38 @@ from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.policies import ReductionPolicy
-from ..semantics.reducers import BUILTINS, Builtin, CustomReducer
+from ..semantics.reducers import BUILTINS, Builtin, CustomReducer, install_law_oracle
 from ..semantics.types import TileType
 from . import formula as Fm
 from .model import Model, VarInfo
 from .obligation import PROVED, REFUTED, UNKNOWN, Obligation
+from .real_laws import algebra_key, real_law_obligations
 from .remap import Transformed, TransformError, program_of
 from .transforms import transform_entry
 
-_SCALAR_BINARY = ("add", "sub", "mul", "maximum", "minimum", "and", "or", "xor")
+_SCALAR_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "and", "or", "xor")
 
 
 #: law answers of this process, keyed by (law, merge, dtype, domain): a law of
 #: a builtin merge in one dtype does not change between reduce regions
 _CACHE: dict[tuple, Any] = {}
 
+#: seconds an IEEE law of a custom float merge may take: those laws are evidence
+#: (the tree permission admits the rounding), so they never hold up a compile
+EVIDENCE_BUDGET = 0.25
+
 
 def _law_obligation(kind: str, title: str, sites: tuple, role: str, note: str,
                     run: Callable[[float], Any], alg_desc: str,
-                    key: tuple | None = None) -> Obligation:
+                    key: tuple | None = None, budget: float | None = None) -> Obligation:
     ob = Obligation(kind, title, sites, role=role, formula_text=title)
 
     def decide(o: Obligation, timeout: float) -> None:
         try:
             a = _CACHE.get(key) if key is not None else None
             if a is None:
-                a = run(timeout)
-                if key is not None and a.status != "unknown":
+                a = run(timeout if budget is None else min(timeout, budget))
+                if key is not None and (a.status != "unknown" or role == "evidence"):
                     _CACHE[key] = a
         except (KeyError, ValueError, TypeError) as e:
             o.set(UNKNOWN, "z3", f"no exact semantics: {e}")
@@ -92,9 +102,12 @@ def _show(v: Any) -> str:
 def law_obligations(merge: Callable[[Any, list, list], list], identity: Sequence[Any],
                     dt: DType, width: int, name: str, sites: tuple, *, need_comm: bool,
                     role: str = "required", note: str = "", real: bool = False,
-                    expect: bool | None = None, cache: bool = False) -> list[Obligation]:
+                    expect: bool | None = None, cache: bool = False, algebra: str = "",
+                    budget: float | None = None) -> list[Obligation]:
     """The three laws of ``merge`` (a function ``(alg, a, b) -> state``);
-    ``cache``: answers are shared by identical builtin laws in one process."""
+    ``cache``: answers are shared by identical builtin laws in one process;
+    ``algebra``: the same for a custom merge of that text (an evidence row's
+    undecided answer included); ``budget``: at most this many seconds a law."""
     from . import z3_engine as Z
 
     desc = "reals" if real else (f"IEEE {dt}" if dt.is_float else
@@ -123,16 +136,18 @@ def law_obligations(merge: Callable[[Any, list, list], list], identity: Sequence
     pre = f"{name} on {desc}"
 
     def key(law: str) -> tuple | None:
+        if algebra:
+            return (law, algebra, dt.name, real, role)
         return (law, name, dt.name, real, tuple(map(repr, identity))) if cache else None
 
     obs = [_law_obligation("reduction.law.associative", f"{pre}: merge is associative", sites,
-                           role, note, assoc, desc, key("assoc"))]
+                           role, note, assoc, desc, key("assoc"), budget)]
     if need_comm:
         obs.append(_law_obligation("reduction.law.commutative", f"{pre}: merge is commutative",
-                                   sites, role, note, comm, desc, key("comm")))
+                                   sites, role, note, comm, desc, key("comm"), budget))
     obs.append(_law_obligation("reduction.law.identity", f"{pre}: the identity "
                                f"{list(identity)} is two-sided", sites, role, note, ident, desc,
-                               key("ident")))
+                               key("ident"), budget))
     return obs
 
 
@@ -153,7 +168,7 @@ def block_merge(block: Block, width: int) -> Callable[[Any, list, list], list]:
             ins = [env[o.name] for o in op.operands]
             if op.name in _SCALAR_BINARY:
                 out = s.op(op.name, *ins)
-            elif op.name in ("neg", "not", "bitnot"):
+            elif op.name in ("neg", "abs", "not", "bitnot"):
                 out = s.op(op.name, ins[0])
             elif op.name == "const":
                 out = s.const(op.attrs["value"])
@@ -170,59 +185,99 @@ def block_merge(block: Block, width: int) -> Callable[[Any, list, list], list]:
 
 
 def contract_obligations(p: TileProgram, op: Operation, need_comm: bool) -> list[Obligation]:
-    """Law obligations for every state of reduce ``op``."""
-    policy: ReductionPolicy = op.attrs["policy"]
+    """Law obligations of the contracts of reduce ``op``: each law once per
+    contract (a builtin per dtype, a custom reducer for all the states it
+    covers), on the states ``op`` can form."""
     sites = (op.loc,) if op.loc is not None else ()
     out: list[Obligation] = []
     customs = {f"@{r.name}": r for r in p.reducers}
-    seen: set[str] = set()  # a custom contract covers its states jointly: its laws once
+    seen: set[tuple] = set()
     for c, v in zip(op.attrs["contracts"], op.operands, strict=True):
         t = v.type
-        if not isinstance(t, TileType) or c is None or c in seen:
+        if not isinstance(t, TileType) or c is None:
             continue
-        if c in customs:
+        if c in BUILTINS and (c, t.dtype) not in seen:
+            seen.add((c, t.dtype))
+            out += builtin_law_obligations(BUILTINS[c], t.dtype, op.attrs["policy"], sites,
+                                           need_comm)
+        elif c in customs and c not in seen:
             seen.add(c)
-        dt = t.dtype
-        if c in BUILTINS:
-            b = BUILTINS[c]
-            exact = b.exact_for(dt)
-            note = "" if exact else (f"{c} on {dt} is not a lawful monoid; the "
-                                     f"{policy.value} permission admits the regrouping")
-            out += law_obligations(builtin_merge(b), (b.identity(dt),), dt, 1, c, sites,
-                                   need_comm=need_comm, role="required" if exact else "evidence",
-                                   note=note, expect=exact, cache=True)
-        elif c in customs:
-            r: CustomReducer = customs[c]
-            dts = set(r.state)
-            if len(dts) != 1:
-                ob = Obligation("reduction.law.associative", f"{c}: mixed state dtypes", sites)
-                ob.decider = lambda o, tt: o.set(UNKNOWN, "z3", "mixed-dtype reducer states")
-                out.append(ob)
-                continue
-            (sdt,) = dts
-            fn = block_merge(r.merge, len(r.state))
-            comm = need_comm or r.commutative
-            if sdt.is_float:
-                out += law_obligations(fn, r.identity, sdt, len(r.state), c, sites,
-                                       need_comm=comm, real=True)
-                out += law_obligations(fn, r.identity, sdt, len(r.state), c, sites,
-                                       need_comm=comm, role="evidence",
-                                       note="IEEE rounding: admitted by the tree permission")
-            else:
-                out += law_obligations(fn, r.identity, sdt, len(r.state), c, sites,
-                                       need_comm=comm)
+            out += custom_law_obligations(p, customs[c], [op], need_comm, sites)
+    return out
+
+
+def builtin_law_obligations(b: Builtin, dt: DType, policy: ReductionPolicy, sites: tuple,
+                            need_comm: bool) -> list[Obligation]:
+    """The laws of builtin ``b`` in ``dt``: required where they hold exactly,
+    evidence where the policy's permission admits the regrouping."""
+    exact = b.exact_for(dt)
+    note = "" if exact else (f"{b.name} on {dt} is not a lawful monoid; the "
+                             f"{policy.value} permission admits the regrouping")
+    return law_obligations(builtin_merge(b), (b.identity(dt),), dt, 1, b.name, sites,
+                           need_comm=need_comm, role="required" if exact else "evidence",
+                           note=note, expect=exact, cache=True)
+
+
+def custom_law_obligations(p: TileProgram, r: CustomReducer, uses: Sequence[Operation],
+                           need_comm: bool, sites: tuple, *, ieee: bool = True
+                           ) -> list[Obligation]:
+    """The laws of custom reducer ``r`` that the tree-policy regions ``uses``
+    rely on: over the reals on the states they can form (float states,
+    :mod:`~tilenest.proofs.real_laws`; ``ieee``: the IEEE laws as evidence
+    too), or on bit-vectors (integers, bools)."""
+    c = f"@{r.name}"
+    dts = set(r.state)
+    if len(dts) != 1:
+        ob = Obligation("reduction.law.associative", f"{c}: mixed state dtypes", sites)
+        ob.decider = lambda o, tt: o.set(UNKNOWN, "z3", "mixed-dtype reducer states")
+        return [ob]
+    (sdt,) = dts
+    comm = need_comm or r.commutative
+    alg = algebra_key(r)
+    if not sdt.is_float:
+        return law_obligations(block_merge(r.merge, len(r.state)), r.identity, sdt,
+                               len(r.state), c, sites, need_comm=comm, algebra=alg)
+    out = real_law_obligations(p, r, uses, comm, sites)
+    if ieee:
+        # evidence only: a short search (fixed probe points first), never a verdict
+        out += law_obligations(block_merge(r.merge, len(r.state)), r.identity, sdt,
+                               len(r.state), c, sites, need_comm=comm, role="evidence",
+                               note="IEEE rounding: admitted by the tree permission",
+                               algebra=alg, budget=EVIDENCE_BUDGET)
     return out
 
 
 def program_reduction_obligations(m: Model) -> list[Obligation]:
     """Laws every tree-policy reduce region of the program relies on
-    (commutativity under ``unordered_tree``, which permits permutations)."""
-    out: list[Obligation] = []
+    (commutativity under ``unordered_tree``, which permits permutations),
+    each law once per contract: the sites are every region that uses it."""
+    customs = {f"@{r.name}": r for r in m.p.reducers}
+    builtin: dict[tuple, tuple[Builtin, DType, ReductionPolicy, list]] = {}
+    custom: dict[str, tuple[list[Operation], list, list[bool]]] = {}
     for op in m.ops("reduce"):
         pol = op.attrs["policy"]
         if not pol.is_tree:
             continue
-        out += contract_obligations(m.p, op, need_comm=pol is ReductionPolicy.unordered_tree)
+        comm = pol is ReductionPolicy.unordered_tree
+        site = [op.loc] if op.loc is not None else []
+        for c, v in zip(op.attrs["contracts"], op.operands, strict=True):
+            if c is None or not isinstance(v.type, TileType):
+                continue
+            if c in BUILTINS:
+                entry = builtin.setdefault((c, v.type.dtype, comm),
+                                           (BUILTINS[c], v.type.dtype, pol, []))
+                entry[3].extend(x for x in site if x not in entry[3])
+            elif c in customs:
+                ops, sites, comms = custom.setdefault(c, ([], [], []))
+                if op not in ops:
+                    ops.append(op)
+                    comms.append(comm)
+                    sites.extend(x for x in site if x not in sites)
+    out: list[Obligation] = []
+    for (_, _, comm), (b, dt, pol, sites) in builtin.items():
+        out += builtin_law_obligations(b, dt, pol, tuple(sites), comm)
+    for c, (ops, sites, comms) in custom.items():
+        out += custom_law_obligations(m.p, customs[c], ops, any(comms), tuple(sites))
     return out
 
 
@@ -340,3 +395,28 @@ def _digits(lin: E.Expr, extents: Sequence[E.Expr]) -> list[E.Expr]:
         d = lin // stride
         out.append(d if i == 0 else d % extents[i])
     return out
+
+
+#: budget of one law when the interpreter asks (seconds)
+ORACLE_TIMEOUT = 2.0
+
+
+def tree_law_verdict(p: TileProgram, r: CustomReducer, need_comm: bool) -> tuple[bool, str]:
+    """Whether the laws of ``r`` that ``p``'s tree-policy regions rely on are
+    proved (answers are kept per reducer algebra, see ``real_laws``), and if
+    not, the first law that is not with its verdict and counterexample."""
+    from .obligation import discharge
+
+    uses = [o for o in p.walk() if o.name == "reduce" and o.attrs["policy"].is_tree
+            and f"@{r.name}" in o.attrs["contracts"]]
+    obs = [o for o in custom_law_obligations(p, r, uses, need_comm, (), ieee=False)
+           if o.role == "required"]
+    discharge(obs, timeout=ORACLE_TIMEOUT)
+    for o in obs:
+        if o.status != PROVED:
+            lines = o.counterexample_lines() or ([o.reason] if o.reason else [])
+            return False, f"{o.kind} {o.status}" + (f": {lines[0]}" if lines else "")
+    return True, ""
+
+
+install_law_oracle(tree_law_verdict)

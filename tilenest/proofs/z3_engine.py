@@ -233,8 +233,9 @@ class Scalar:
                 return z3.If(z3.Or(z3.fpIsNaN(a), z3.fpIsNaN(b)), nan,
                              z3.If(z3.Or(pick, zeros), a, b))
             table = {"add": lambda: z3.fpAdd(self.rm, a, b), "sub": lambda: z3.fpSub(self.rm, a, b),
-                     "mul": lambda: z3.fpMul(self.rm, a, b), "maximum": lambda: extreme(True),
-                     "minimum": lambda: extreme(False), "neg": lambda: z3.fpNeg(a)}
+                     "mul": lambda: z3.fpMul(self.rm, a, b), "div": lambda: z3.fpDiv(self.rm, a, b),
+                     "maximum": lambda: extreme(True), "minimum": lambda: extreme(False),
+                     "neg": lambda: z3.fpNeg(a), "abs": lambda: z3.fpAbs(a)}
         elif dt.is_bool:
             table = {"and": lambda: z3.And(a, b), "or": lambda: z3.Or(a, b),
                      "xor": lambda: z3.Xor(a, b), "maximum": lambda: z3.Or(a, b),

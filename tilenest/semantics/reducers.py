@@ -105,3 +105,25 @@ class CustomReducer:
     associative: bool
     commutative: bool
     provenance: str = "declared"
+
+
+#: ``(program, reducer, need_comm) -> (proved, why)``: whether the laws a tree
+#: policy relies on (associativity and a two-sided identity, commutativity when
+#: ``need_comm``) are proved for ``reducer`` on the states ``program``'s tree
+#: reductions form. Installed by ``tilenest.proofs`` (the semantics and the
+#: interpreter import no prover); ``None``: nothing can prove them.
+_LAW_ORACLE: Any = None
+
+
+def install_law_oracle(oracle: Any) -> None:
+    """Make ``oracle`` the decision procedure of :func:`tree_laws`."""
+    global _LAW_ORACLE
+    _LAW_ORACLE = oracle
+
+
+def tree_laws(program: Any, reducer: CustomReducer, need_comm: bool) -> tuple[bool, str]:
+    """Whether ``reducer``'s laws a tree policy needs are proved, and if not, why."""
+    if _LAW_ORACLE is None:
+        return False, "no prover is loaded to decide them"
+    proved, why = _LAW_ORACLE(program, reducer, need_comm)
+    return bool(proved), str(why)

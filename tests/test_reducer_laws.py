@@ -1,0 +1,163 @@
+"""Custom reducer laws over the reals (``proofs/real_laws.py``), decided once
+per reducer, and required wherever a tree policy regroups: at compile time
+(``lowering/legality.py``) and, as a warning, in the interpreter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reducer_law_kernels as K
+from tilenest.errors import ContractError, TilenestWarning
+from tilenest.lowering import legality as LG
+from tilenest.proofs import real_laws as RL
+from tilenest.proofs.model import Model
+from tilenest.proofs.obligation import PROVED, REFUTED, UNKNOWN, discharge
+from tilenest.proofs.reductions import program_reduction_obligations
+
+ROOT = Path(__file__).resolve().parents[1]
+LAWS = ("reduction.law.associative", "reduction.law.commutative", "reduction.law.identity")
+
+
+def _reducer(kernel, name):
+    return next(r for r in kernel.program.reducers if r.name == name)
+
+
+def _uses(kernel):
+    p = kernel.program
+    return [(p, o) for o in p.walk() if o.name == "reduce"]
+
+
+def test_welford_laws_proved_by_check_each_once():
+    got = subprocess.run([sys.executable, "-m", "tilenest.cli", "check", "--json", "--kernel",
+                          "row_stats", "tests/reducer_law_kernels.py"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stdout + got.stderr
+    report = json.loads(got.stdout)
+    laws = [o for o in report["obligations"]
+            if o["kind"].startswith("reduction.law.") and o["role"] == "required"]
+    assert sorted(o["kind"] for o in laws) == sorted(LAWS)  # once per reducer, not per state
+    assert all(o["verdict"] == "proved" and o["engine"] == "z3 (reals)" for o in laws)
+    assert all("s[0] >= 1 and s[2] >= 0" in o["title"] for o in laws)
+
+
+def test_welford_invariant_is_inferred_from_the_contributions():
+    r = _reducer(K.row_stats, "welford")
+    cands = RL.candidates(r, _uses(K.row_stats))
+    assert {b.text() for b in cands} == {"s[0] >= 1", "s[0] <= 1", "s[2] >= 0", "s[2] <= 0"}
+    inv = RL.invariant(r, cands, 5.0)
+    assert [b.text() for b in inv] == ["s[0] >= 1", "s[2] >= 0"]
+
+
+def _welford(a, b):
+    """The merge on exact rationals (the guard as written)."""
+    na, ma, qa = a
+    nb, mb, qb = b
+    n = na + nb
+    d = mb - ma
+    w = nb / max(n, Fraction(1)) if n > 0 else Fraction(0)
+    return n, ma + d * w, qa + qb + d * d * na * w
+
+
+def test_welford_over_every_real_state_fails_with_a_genuine_counterexample():
+    # without the invariant (negative or fractional counts) the law is false:
+    # the counterexample must break it when evaluated exactly
+    r = _reducer(K.row_stats, "welford")
+    a = RL.decide_law("assoc", r, [], 5.0)
+    assert a.status == "sat"
+    x, y, z = (tuple(Fraction(v) for v in a.point[n]) for n in "abc")
+    assert _welford(_welford(x, y), z) != _welford(x, _welford(y, z))
+
+
+def test_a_merge_that_divides_by_zero_at_the_identity_is_refuted():
+    m = Model(K.unguarded_mean.program)
+    obs = discharge(program_reduction_obligations(m))
+    ident = next(o for o in obs if o.kind == "reduction.law.identity" and o.role == "required")
+    assert ident.status == REFUTED
+    assert "divides by zero" in "\n".join(ident.counterexample_lines())
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+@pytest.mark.parametrize("kernel", ["difference", "halves"])
+def test_a_non_associative_tree_reducer_is_refused_at_compile(kernel, target):
+    k = getattr(K, kernel)
+    LG.clear_cache()
+    with pytest.raises(ContractError) as e:
+        k.compile(target=target)
+    err = e.value
+    text = str(err)
+    assert "reduction.law.associative" in text and "refuted" in text
+    assert any("a = " in n and "lhs = " in n for n in err.notes)  # the counterexample
+    lines = {s.line for s in err.sites}
+    src = (ROOT / "tests/reducer_law_kernels.py").read_text().splitlines()
+    assert any("tn.reduce(" in src[n - 1] for n in lines)        # the reduce region
+    assert any("tn.reducer(" in src[n - 1] for n in lines)       # the reducer's declaration
+    assert "fold_left" in err.hint
+
+
+def test_an_undecided_law_is_refused_unless_assumed():
+    LG.clear_cache()
+    with pytest.raises(ContractError) as e:
+        K.logsumexp.compile(target="llvm")
+    assert "not proved" in str(e.value) and "assume=" in e.value.hint
+    ck = K.logsumexp.compile(target="llvm", assume=("reduction.law.",))
+    laws = [o for o in ck.obligations if o.kind.startswith("reduction.law.")]
+    assert laws and all(o.status == "assumed" for o in laws)
+    x = np.array([0.5, 1.0, 2.0], np.float32)
+    out = np.zeros(1, np.float32)
+    ck(x, out)
+    assert np.isclose(out[0], np.log(np.exp(x.astype(np.float64)).sum()), rtol=1e-5)
+
+
+def test_welford_compiles_with_its_laws_proved():
+    LG.clear_cache()
+    ck = K.row_stats.compile(target="llvm")
+    laws = [o for o in ck.obligations if o.kind.startswith("reduction.law.")]
+    assert sorted(o.kind for o in laws) == sorted(LAWS)
+    assert all(o.status == PROVED for o in laws)
+
+
+def test_law_answers_are_kept_per_reducer_algebra(monkeypatch):
+    # a second compile (cold gate cache) asks the solver nothing: the answers
+    # are kept by the reducer's algebra, not by the kernel
+    K.row_stats.compile(target="llvm")
+    calls = []
+    real = RL.decide_law
+    monkeypatch.setattr(RL, "decide_law", lambda *a: calls.append(a) or real(*a))
+    LG.clear_cache()
+    K.row_stats.compile(target="llvm", cache=False)
+    assert calls == []
+
+
+def test_interpreter_warns_once_per_unproved_reducer():
+    x = np.arange(4, dtype=np.float32)
+    out = np.zeros(1, np.float32)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        K.difference(x, out)
+        K.difference(x, out)
+    mine = [w for w in seen if issubclass(w.category, TilenestWarning)]
+    assert len(mine) == 1
+    msg = str(mine[0].message)
+    assert "@difference" in msg and "reduction.law.associative refuted" in msg
+    assert out[0] == -6.0  # the canonical (source-order) evaluation still runs
+
+
+def test_interpreter_is_silent_on_a_proved_reducer():
+    x = np.random.default_rng(0).random((2, 9)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TilenestWarning)
+        K.row_stats(x, np.zeros(2, np.float32), np.zeros(2, np.float32))
+
+
+def test_unknown_is_never_proved():
+    r = _reducer(K.logsumexp, "logsumexp")
+    obs = discharge(RL.real_law_obligations(K.logsumexp.program, r, [], True, ()))
+    assert obs and all(o.status == UNKNOWN for o in obs)

@@ -1,0 +1,583 @@
+"""Laws of a custom float reducer over the reals, division included.
+
+A float contract claims an algebra over the real numbers; its IEEE rounding is
+what a tree policy's permission admits (``spec/reductions.md`` R-11). This
+module decides that claim with Z3's nonlinear real arithmetic.
+
+**Division.** A quotient ``a / b`` is a fresh real ``q`` with the cleared
+denominator ``b != 0 => q * b = a``, and it is *defined* only where ``b != 0``.
+Definedness propagates: an operation is defined when its operands are, an
+``ite`` when its condition and the *selected* branch are (so a guarded quotient
+``ite(n > 0, x / n, 0)`` is defined at ``n = 0``). A law holds at a point when
+both sides are defined and equal; a merge that divides by zero at a state the
+reduction can form is a counterexample (the same trees give NaN in floats).
+
+**Reachable states.** A law need only hold on the states a reduction can
+form: its identity ``e`` and the states reachable from contributions by
+merging. Write ``Dom(s) = (s = e) or I(s)`` where ``I`` is an *invariant*,
+inferred as a conjunction of bounds ``s_i >= c`` / ``s_i <= c``:
+
+* candidates come from every component ``i`` that is the same constant ``c``
+  in every contribution (the region's body applied to the identity, as the
+  interpreter computes contributions, spec R-6), e.g. Welford's count ``1``;
+* a candidate false at a seed that is a known constant other than ``e`` is
+  dropped; a seed that is not a known constant drops every candidate;
+* the rest is made inductive (Houdini): while some ``a, b`` in ``Dom`` have a
+  defined ``merge(a, b)`` outside ``Dom``, the candidates false there are
+  dropped. The result holds at every contribution and seed and is closed
+  under merge, so every partial state of every tree lies in ``Dom``.
+
+No candidate (or a body the inference cannot read) gives ``I = true``: the laws
+over all real states. The laws are then::
+
+    associative  forall a, b, c in Dom: m(m(a, b), c) = m(a, m(b, c))
+    commutative  forall a, b in Dom:    m(a, b) = m(b, a)
+    identity     forall a in Dom:       m(e, a) = a = m(a, e)
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from ..semantics.ir import Block, Operation, TileProgram
+from ..semantics.reducers import CustomReducer
+from .z3_engine import Answer
+
+#: scalar ops with a meaning over the reals (names as in ``semantics/ops/values``)
+_ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
+_COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+class Undecidable(Exception):
+    """The merge (or a body) uses something without a real meaning here."""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One conjunct of an invariant: ``s[index] >= value`` (``lower``) or ``<=``."""
+
+    index: int
+    value: Fraction
+    lower: bool
+
+    def text(self) -> str:
+        v = self.value
+        num = str(v.numerator) if v.denominator == 1 else f"{float(v)!r}"
+        return f"s[{self.index}] {'>=' if self.lower else '<='} {num}"
+
+
+class Reals:
+    """Scalar ops over Z3 reals, each value a pair ``(term, defined)``."""
+
+    def __init__(self) -> None:
+        import z3
+
+        self.z3 = z3
+        self.side: list[Any] = []  # cleared denominators of every quotient made
+        self.fresh = itertools.count()
+
+    def const(self, v: Any) -> tuple[Any, Any]:
+        z3 = self.z3
+        if isinstance(v, bool):
+            return z3.BoolVal(v), z3.BoolVal(True)
+        f = float(v)
+        if f != f or f in (float("inf"), float("-inf")):
+            raise Undecidable(f"the constant {v} has no real counterpart")
+        return z3.RealVal(Fraction(f)), z3.BoolVal(True)
+
+    def var(self, name: str, boolean: bool = False) -> tuple[Any, Any]:
+        z3 = self.z3
+        return (z3.Bool(name) if boolean else z3.Real(name)), z3.BoolVal(True)
+
+    def apply(self, name: str, ins: Sequence[tuple[Any, Any]]) -> tuple[Any, Any]:
+        """The op ``name`` on ``ins``; :class:`Undecidable` for any other op."""
+        z3 = self.z3
+        terms = [t for t, _ in ins]
+        ok = z3.And([d for _, d in ins]) if ins else z3.BoolVal(True)
+        if name == "ite":
+            c, a, b = ins
+            return z3.If(c[0], a[0], b[0]), z3.And(c[1], z3.If(c[0], a[1], b[1]))
+        if name == "div":
+            a, b = terms
+            q = z3.Real(f"q!{next(self.fresh)}")
+            self.side.append(z3.Implies(b != 0, q * b == a))
+            return q, z3.And(ok, b != 0)
+        table = {
+            "add": lambda: terms[0] + terms[1], "sub": lambda: terms[0] - terms[1],
+            "mul": lambda: terms[0] * terms[1], "neg": lambda: -terms[0],
+            "abs": lambda: z3.If(terms[0] >= 0, terms[0], -terms[0]),
+            "maximum": lambda: z3.If(terms[0] >= terms[1], terms[0], terms[1]),
+            "minimum": lambda: z3.If(terms[0] <= terms[1], terms[0], terms[1]),
+            "lt": lambda: terms[0] < terms[1], "le": lambda: terms[0] <= terms[1],
+            "gt": lambda: terms[0] > terms[1], "ge": lambda: terms[0] >= terms[1],
+            "eq": lambda: terms[0] == terms[1], "ne": lambda: terms[0] != terms[1],
+            "and": lambda: z3.And(terms[0], terms[1]), "or": lambda: z3.Or(terms[0], terms[1]),
+            "xor": lambda: z3.Xor(terms[0], terms[1]), "not": lambda: z3.Not(terms[0]),
+        }
+        if name not in table:
+            raise Undecidable(f"op '{name}' has no meaning over the reals here")
+        return table[name](), ok
+
+
+def run_block(alg: Reals, block: Block, args: Sequence[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """A scalar region (a reducer's merge) on real terms: its yielded values."""
+    env = {a.name: v for a, v in zip(block.args, args, strict=True)}
+    for op in block.ops:
+        if op.name == "yield":
+            return [env[o.name] for o in op.operands]
+        if op.name == "const":
+            out = alg.const(op.attrs["value"])
+        elif op.name in ("cast", "broadcast") and len(op.operands) == 1 and _float_or_same(op):
+            out = env[op.operands[0].name]
+        else:
+            out = alg.apply(op.name, [env[o.name] for o in op.operands])
+        env[op.results[0].name] = out
+    raise Undecidable("a merge region without a yield")
+
+
+def _float_or_same(op: Operation) -> bool:
+    """A cast between float types (or a broadcast) is the identity on reals."""
+    src = getattr(op.operands[0].type, "dtype", None)
+    dst = getattr(op.results[0].type, "dtype", None)
+    if op.name == "broadcast":
+        return True
+    return src is not None and dst is not None and (src == dst or (src.is_float and dst.is_float))
+
+
+def merge_fn(alg: Reals, r: CustomReducer, named: bool = False) -> Any:
+    """``merge`` on real terms; ``named``: each result is a fresh variable
+    defined by an equation in ``alg.side`` (nested merges then stay small
+    polynomials instead of substituted terms, which nonlinear arithmetic
+    decides far more steadily)."""
+
+    def m(a: list, b: list) -> list:
+        out = run_block(alg, r.merge, list(a) + list(b))
+        if not named:
+            return out
+        z3 = alg.z3
+        res = []
+        for t, d in out:
+            k = next(alg.fresh)
+            v = z3.Bool(f"m!{k}") if z3.is_bool(t) else z3.Real(f"m!{k}")
+            dv = z3.Bool(f"d!{k}")
+            alg.side += [v == t, dv == d]
+            res.append((v, dv))
+        return res
+
+    return m
+
+
+# ---------------------------------------------------------------------------
+# contributions and seeds of the reduce regions under a contract
+
+
+def _reads(op: Operation) -> set[str]:
+    out = {o.name for o in op.operands}
+    for region in op.regions:
+        for inner in region.walk():
+            out |= {o.name for o in inner.operands}
+    return out
+
+
+def contribution_constants(r: CustomReducer, op: Operation) -> list[dict[int, Fraction]] | None:
+    """For each group of states of ``op`` under ``r``: the components that are
+    one constant in every contribution (the body applied to the identity, every
+    value that reads no state an arbitrary real). ``None`` when the body reads a
+    state through an op without a real meaning here."""
+    name = f"@{r.name}"
+    contracts = list(op.attrs["contracts"])
+    body: Block = op.regions[0]
+    k = len(r.state)
+    groups: list[list[int]] = []
+    i = 0
+    while i < len(contracts):
+        if contracts[i] == name:
+            groups.append(list(range(i, i + k)))
+            i += k
+        else:
+            i += 1
+    alg = Reals()
+    out: list[dict[int, Fraction]] = []
+    try:
+        for idx in groups:
+            env: dict[str, tuple[Any, Any]] = {}
+            state: set[str] = set()
+            for j, a in enumerate(body.args):
+                if j in idx:
+                    env[a.name] = alg.const(r.identity[idx.index(j)])
+                    state.add(a.name)
+                else:
+                    env[a.name] = _leaf(alg, a)
+            for inner in body.ops:
+                if inner.name == "yield":
+                    break
+                if inner.name == "const":
+                    env[inner.results[0].name] = alg.const(inner.attrs["value"])
+                    continue
+                if not (_reads(inner) & state):
+                    for res in inner.results:
+                        env[res.name] = _leaf(alg, res)
+                    continue
+                if inner.regions:
+                    raise Undecidable(f"'{inner.name}' reads a state")
+                for res in inner.results:
+                    state.add(res.name)
+                if inner.name in ("cast", "broadcast") and _float_or_same(inner):
+                    env[inner.results[0].name] = env[inner.operands[0].name]
+                else:
+                    env[inner.results[0].name] = alg.apply(
+                        inner.name, [env[o.name] for o in inner.operands])
+            y = body.terminator
+            if y is None:
+                return None
+            consts: dict[int, Fraction] = {}
+            for c, j in enumerate(idx):
+                t, d = env[y.operands[j].name]
+                t, d = alg.z3.simplify(t), alg.z3.simplify(d)
+                if alg.z3.is_true(d) and alg.z3.is_rational_value(t):
+                    consts[c] = Fraction(t.as_fraction())
+            out.append(consts)
+    except (Undecidable, KeyError):
+        return None
+    return out
+
+
+def _leaf(alg: Reals, v: Any) -> tuple[Any, Any]:
+    dt = getattr(v.type, "dtype", None)
+    if dt is not None and dt.is_bool:
+        return alg.var(f"x!{next(alg.fresh)}", boolean=True)
+    if dt is not None and dt.is_float:
+        return alg.var(f"x!{next(alg.fresh)}")
+    raise Undecidable(f"a {dt} value in the body")
+
+
+def seed_constants(p: TileProgram, op: Operation, r: CustomReducer) -> list[list[Fraction] | None]:
+    """Per group of ``op``'s states under ``r``: the seed as constants
+    (``const``, or a broadcast of one), or ``None`` where it is not known."""
+    defs = {res.name: o for o in p.walk() for res in o.results}
+    name = f"@{r.name}"
+    k = len(r.state)
+    vals: list[Fraction | None] = []
+    for c, v in zip(op.attrs["contracts"], op.operands, strict=True):
+        if c != name:
+            continue
+        d = defs.get(v.name)
+        while d is not None and d.name in ("broadcast", "cast") and len(d.operands) == 1:
+            d = defs.get(d.operands[0].name)
+        val = d.attrs.get("value") if d is not None and d.name == "const" else None
+        try:
+            ok = val is not None and not isinstance(val, bool) and abs(float(val)) != float("inf")
+            vals.append(Fraction(float(val)) if ok and float(val) == float(val) else None)
+        except (TypeError, ValueError):
+            vals.append(None)
+    groups = [vals[i:i + k] for i in range(0, len(vals), k)]
+    return [None if any(x is None for x in g) else list(g) for g in groups]  # type: ignore[misc]
+
+
+def candidates(r: CustomReducer, uses: Sequence[tuple[TileProgram, Operation]]) -> list[Bound]:
+    """The candidate bounds of ``r`` over its reduce regions ``uses``: constant
+    components of every contribution, kept where every seed allows them."""
+    common: dict[int, Fraction] | None = None
+    seeds: list[list[Fraction]] = []
+    for p, op in uses:
+        cs = contribution_constants(r, op)
+        if cs is None:
+            return []
+        for c in cs:
+            common = dict(c) if common is None else {i: v for i, v in common.items()
+                                                    if c.get(i) == v}
+        for s in seed_constants(p, op, r):
+            if s is None:
+                return []
+            seeds.append(s)
+    if not common:
+        return []
+    ident = [Fraction(float(e)) for e in r.identity]
+    out: list[Bound] = []
+    for i, c in sorted(common.items()):
+        for lower in (True, False):
+            b = Bound(i, c, lower)
+            if all(s == ident or (s[i] >= c if lower else s[i] <= c) for s in seeds):
+                out.append(b)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# the invariant and the laws
+
+
+def _state(alg: Reals, name: str, k: int) -> list[tuple[Any, Any]]:
+    return [alg.var(f"{name}{i}") for i in range(k)]
+
+
+def _in_inv(alg: Reals, s: Sequence[Any], inv: Sequence[Bound]) -> Any:
+    z3 = alg.z3
+    return z3.And([s[b.index] >= z3.RealVal(b.value) if b.lower
+                   else s[b.index] <= z3.RealVal(b.value) for b in inv])
+
+
+def _in_dom(alg: Reals, s: Sequence[Any], ident: Sequence[Any], inv: Sequence[Bound]) -> Any:
+    z3 = alg.z3
+    is_e = z3.And([x == e for x, e in zip(s, ident, strict=True)])
+    if not inv:
+        return z3.BoolVal(True)
+    conj = [s[b.index] >= z3.RealVal(b.value) if b.lower else s[b.index] <= z3.RealVal(b.value)
+            for b in inv]
+    return z3.Or(is_e, z3.And(conj))
+
+
+def _identity(alg: Reals, r: CustomReducer) -> list[Any]:
+    return [alg.const(e)[0] for e in r.identity]
+
+
+def invariant(r: CustomReducer, cands: Sequence[Bound], timeout: float) -> list[Bound]:
+    """The largest inductive subset of ``cands`` (Houdini): ``Dom`` closed under
+    the merge wherever the merge is defined. An undecided step drops all."""
+    inv = list(cands)
+    k = len(r.state)
+    while inv:
+        alg = Reals()
+        z3 = alg.z3
+        e = _identity(alg, r)
+        a, b = _state(alg, "a", k), _state(alg, "b", k)
+        out = merge_fn(alg, r)(a, b)
+        s = z3.Solver()
+        s.set("timeout", max(1, int(timeout * 1000)))
+        s.add(*alg.side, _in_dom(alg, [t for t, _ in a], e, inv),
+              _in_dom(alg, [t for t, _ in b], e, inv))
+        s.add(z3.And([d for _, d in out]))
+        s.add(z3.Not(_in_dom(alg, [t for t, _ in out], e, inv)))
+        got = s.check()
+        if got == z3.unsat:
+            return inv
+        if got != z3.sat:
+            return []
+        m = s.model()
+        vals = [m.eval(t, model_completion=True) for t, _ in out]
+        keep = [bd for bd in inv if z3.is_true(z3.simplify(
+            vals[bd.index] >= z3.RealVal(bd.value) if bd.lower
+            else vals[bd.index] <= z3.RealVal(bd.value)))]
+        if len(keep) == len(inv):
+            return []  # cannot happen for a genuine model; stay on the safe side
+        inv = keep
+    return []
+
+
+def decide_law(law: str, r: CustomReducer, inv: Sequence[Bound], timeout: float) -> Answer:
+    """``law`` (``assoc``, ``comm`` or ``ident``) of ``r`` on ``Dom`` (see the
+    module docstring): ``unsat`` proved, ``sat`` with the states, both sides and
+    whether the merge divided by zero, or ``unknown``.
+
+    ``Dom`` is split by cases: each state is the identity (its components then
+    constants) or satisfies the invariant. The cases with identities are small
+    and go first; the budget left is the last case's."""
+    names = {"assoc": ("a", "b", "c"), "comm": ("a", "b"), "ident": ("a",)}[law]
+    cases = list(itertools.product((True, False), repeat=len(names))) if inv else [
+        (False,) * len(names)]
+    cases.sort(key=lambda c: -sum(c))  # most identities first
+    deadline = time.perf_counter() + timeout
+    reasons: list[str] = []
+    for i, ids in enumerate(cases):
+        left_s = deadline - time.perf_counter()
+        share = left_s if i == len(cases) - 1 else max(0.05, left_s / (len(cases) - i) / 2)
+        a = _decide_case(law, r, inv, dict(zip(names, ids, strict=True)), share)
+        if a.status == "sat":
+            return a
+        if a.status == "unknown":
+            reasons.append(a.reason)
+    if reasons:
+        return Answer("unknown", reason=reasons[-1])
+    return Answer("unsat")
+
+
+def _decide_case(law: str, r: CustomReducer, inv: Sequence[Bound], is_ident: dict[str, bool],
+                 timeout: float) -> Answer:
+    """One case of :func:`decide_law`: the states marked in ``is_ident`` are
+    the identity, the others satisfy ``inv``."""
+    alg = Reals()
+    z3 = alg.z3
+    k = len(r.state)
+    m = merge_fn(alg, r, named=True)
+    try:
+        e = [alg.const(x) for x in r.identity]
+        xs = {n: (list(e) if is_ident[n] else _state(alg, n, k)) for n in is_ident}
+        if law == "assoc":
+            a, b, c = xs["a"], xs["b"], xs["c"]
+            left, right = m(m(a, b), c), m(a, m(b, c))
+        elif law == "comm":
+            left, right = m(xs["a"], xs["b"]), m(xs["b"], xs["a"])
+        else:
+            a = xs["a"]
+            left, right = m(e, a) + m(a, e), list(a) + list(a)
+    except Undecidable as err:
+        return Answer("unknown", reason=str(err))
+    dl = z3.And([d for _, d in left])
+    dr = z3.And([d for _, d in right])
+    s = z3.Solver()
+    s.set("timeout", max(1, int(timeout * 1000)))
+    s.add(*alg.side)
+    for n, v in xs.items():
+        if not is_ident[n]:
+            s.add(_in_inv(alg, [t for t, _ in v], inv))
+    s.add(z3.Or(z3.Not(dl), z3.Not(dr),
+                z3.Or([lt != rt for (lt, _), (rt, _) in zip(left, right, strict=True)])))
+    got = s.check()
+    if got == z3.unsat:
+        return Answer("unsat")
+    if got != z3.sat:
+        return Answer("unknown", reason=f"z3: {s.reason_unknown()}")
+    mod = s.model()
+
+    def num(t: Any) -> Any:
+        v = mod.eval(t, model_completion=True)
+        if z3.is_rational_value(v):
+            f = Fraction(v.as_fraction())
+            return int(f) if f.denominator == 1 else float(f)
+        return float(v.approx(12).as_fraction()) if z3.is_algebraic_value(v) else str(v)
+
+    def side(vals: list, defined: Any) -> Any:
+        if not z3.is_true(mod.eval(defined, model_completion=True)):
+            return "undefined (division by zero)"
+        return tuple(num(t) for t, _ in vals)
+
+    point: dict[str, Any] = {n: tuple(num(t) for t, _ in v) for n, v in xs.items()}
+    point["lhs"] = side(left, dl)
+    point["rhs"] = side(right, dr)
+    return Answer("sat", point)
+
+
+# ---------------------------------------------------------------------------
+# obligations, with answers kept per reducer
+
+
+_LAWS = (("assoc", "reduction.law.associative", "merge is associative",
+          "forall a, b, c in Dom: m(m(a, b), c) = m(a, m(b, c))"),
+         ("comm", "reduction.law.commutative", "merge is commutative",
+          "forall a, b in Dom: m(a, b) = m(b, a)"),
+         ("ident", "reduction.law.identity", "the identity {e} is two-sided",
+          "forall a in Dom: m(e, a) = a = m(a, e)"))
+
+#: answers of this process by (what, reducer algebra, ..., budget); unknown ones too
+_MEMO: dict[tuple, Any] = {}
+
+
+def algebra_key(r: CustomReducer) -> str:
+    """The reducer's algebra as text: state dtypes, identity and merge ops
+    (names and values, not source locations), so that the same merge written
+    in another file or kernel shares its answers."""
+    ops = [f"{[x.name for x in o.results]}={o.name}({[x.name for x in o.operands]})"
+           f"{o.attrs.get('value')!r}:{[str(getattr(x.type, 'dtype', x.type)) for x in o.results]}"
+           for o in r.merge.ops]
+    args = [a.name for a in r.merge.args]
+    return repr(([str(d) for d in r.state], [repr(e) for e in r.identity], args, ops))
+
+
+def _remember(parts: list[Any], timeout: float, compute: Any, definite: Any) -> Any:
+    """``compute()`` once per process and budget; a ``definite`` answer is kept
+    on disk too (the proofs store), keyed by ``parts`` and the z3 version."""
+    from .obligation import PROOFS, _engine_versions
+
+    memo = tuple(map(repr, parts))
+    if memo in _MEMO:
+        return _MEMO[memo]
+    if (*memo, timeout) in _MEMO:  # undecided with this budget before
+        return _MEMO[(*memo, timeout)]
+    key = None
+    if PROOFS.folder() is not None:
+        from ..diskcache import key_of
+
+        key = key_of(["reducer-law", *map(repr, parts), *_engine_versions()])
+        got = PROOFS.get(key)
+        if got is not None:
+            _MEMO[memo] = got[0]["value"]
+            return got[0]["value"]
+    value = compute()
+    _MEMO[memo if definite(value) else (*memo, timeout)] = value
+    if key is not None and definite(value):
+        PROOFS.put(key, {"value": value}, {})
+    return value
+
+
+def _inv_of(stored: list) -> list[Bound]:
+    return [Bound(i, Fraction(n, d), lo) for i, n, d, lo in stored]
+
+
+def domain_text(r: CustomReducer, inv: Sequence[Bound]) -> str:
+    if not inv:
+        return "for every real state"
+    return (f"for the identity and the states with {' and '.join(b.text() for b in inv)}")
+
+
+def real_law_obligations(p: TileProgram, r: CustomReducer, uses: Sequence[Operation],
+                         need_comm: bool, sites: tuple) -> list[Any]:
+    """The laws of float reducer ``r`` over the reals, required, on the states
+    the regions ``uses`` can form (``Dom``, module docstring)."""
+    import z3
+
+    from .obligation import PROVED, REFUTED, UNKNOWN, Obligation
+
+    try:
+        cands = candidates(r, [(p, op) for op in uses])
+    except z3.Z3Exception:
+        cands = []
+    alg = algebra_key(r)
+    c = f"@{r.name}"
+
+    def inv(timeout: float) -> list[Bound]:
+        def compute() -> list:
+            try:
+                found = invariant(r, cands, timeout)
+            except (Undecidable, z3.Z3Exception):
+                found = []
+            return [[b.index, b.value.numerator, b.value.denominator, b.lower] for b in found]
+
+        return _inv_of(_remember(["invariant", alg, cands], timeout, compute,
+                                 lambda v: bool(v) or not cands))
+
+    out: list[Any] = []
+    for law, kind, what, formula in _LAWS:
+        if law == "comm" and not need_comm:
+            continue
+        title = f"{c} on reals: " + what.format(e=list(r.identity))
+        ob = Obligation(kind, title, sites, formula_text=formula)
+
+        def decide(o: Any, timeout: float, law: str = law, title: str = title) -> None:
+            bounds = inv(timeout)
+            dom = domain_text(r, bounds)
+            o.title = f"{title}, {dom}"
+
+            def compute() -> dict:
+                try:
+                    a = decide_law(law, r, bounds, timeout)
+                except z3.Z3Exception as err:
+                    a = Answer("unknown", reason=f"z3: {err}")
+                return {"status": a.status, "point": a.point, "reason": a.reason}
+
+            a = _remember(["law", law, alg, bounds], timeout, compute,
+                          lambda v: v["status"] != "unknown")
+            if a["status"] == "unsat":
+                o.set(PROVED, "z3 (reals)")
+            elif a["status"] == "sat":
+                pt = a["point"]
+                o.set(REFUTED, "z3 (reals)", "", pt)
+                o.details = [", ".join(f"{k} = {_show(v)}" for k, v in pt.items())]
+                if "undefined" in (str(pt.get("lhs")) + str(pt.get("rhs"))):
+                    o.details.append("the merge divides by zero at these states")
+                o.details.append(f"(the law is stated {dom})")
+            else:
+                o.set(UNKNOWN, "z3 (reals)", a["reason"] or "z3: no answer")
+
+        ob.decider = decide
+        out.append(ob)
+    return out
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, (tuple, list)):
+        return _show(v[0]) if len(v) == 1 else "(" + ", ".join(_show(x) for x in v) + ")"
+    return repr(v) if isinstance(v, float) else str(v)
