@@ -62,6 +62,8 @@ def test_placeholders_in_a_shell_script_reach_it_as_data(script):
 def test_shell_scripts_are_found_behind_env_and_options():
     for text, idx in (("env A=1 bash -e -o pipefail -c 'run {case}'", 7),
                       ("/bin/sh -ec 'run {case}'", 2),
+                      ("env -u HOME -C /tmp sh -c 'run {case}'", 7),
+                      ("env -S 'sh -c' 'run {case}'", None),
                       ("sh script.sh {case}", None),            # a script file: argv words
                       ("python3 -c 'print(1)' {case}", None)):
         assert F.Template.parse(text).script == idx, text
@@ -153,6 +155,8 @@ def test_templates_that_cannot_be_used_are_usage_errors(tmp_path):
         C.External("impl 'unbalanced {case}")
     with pytest.raises(UsageError, match="no-such-impl-xyz is not a command on PATH"):
         C.External("no-such-impl-xyz {case}")
+    with pytest.raises(UsageError, match="no-such-impl-xyz is not a command on PATH"):
+        C.External("env -i A=1 no-such-impl-xyz {case}")
     script = tmp_path / "impl.py"
     script.write_text("print(1)\n")
     with pytest.raises(UsageError, match="impl.py is not executable") as e:

@@ -123,15 +123,25 @@ def check_recipe(d: Any, path: Path, text: str) -> None:
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash"})
 
 
-def _script_word(words: list[str]) -> int | None:
-    """The index of the word a shell runs as code (``sh -c SCRIPT``, also
-    behind ``env VAR=... ``, with options such as ``-e`` or ``-o pipefail``
-    before ``-c``), or None when the template does not run a shell script."""
+def _program_index(words: list[str] | tuple[str, ...]) -> int:
+    """The index of the program a template runs: its first word, or the word
+    after ``env`` and its options and ``VAR=value`` assignments (past the end
+    when ``env -S`` splits a string of its own: no program word then)."""
     i = 0
     if words and os.path.basename(words[0]) == "env":
         i = 1
         while i < len(words) and (words[i].startswith("-") or "=" in words[i]):
-            i += 1
+            if words[i].startswith("-S") or words[i].startswith("--split-string"):
+                return len(words)
+            i += 2 if words[i] in ("-u", "-C", "--unset", "--chdir") else 1
+    return i
+
+
+def _script_word(words: list[str]) -> int | None:
+    """The index of the word a shell runs as code (``sh -c SCRIPT``, also
+    behind ``env VAR=... ``, with options such as ``-e`` or ``-o pipefail``
+    before ``-c``), or None when the template does not run a shell script."""
+    i = _program_index(words)
     if i >= len(words) or os.path.basename(words[i]) not in _SHELLS:
         return None
     j = i + 1
@@ -216,11 +226,15 @@ class Template:
 
     def check_program(self, option: str = "--impl") -> None:
         """A usage error unless the program can be started: a command on
-        ``PATH`` or an executable file (checked once, before any case runs)."""
-        prog = self.program
-        if any(p in prog for p in PLACEHOLDERS):
-            return
-        if shutil.which(prog) is not None:
+        ``PATH`` or an executable file (checked once, before any case runs;
+        behind ``env``, the program ``env`` starts)."""
+        for i in sorted({0, _program_index(self.words)}):
+            if i < len(self.words):
+                self._check_one(self.words[i], option)
+
+    @staticmethod
+    def _check_one(prog: str, option: str) -> None:
+        if any(p in prog for p in PLACEHOLDERS) or shutil.which(prog) is not None:
             return
         p = Path(prog)
         if os.sep in prog and p.is_file():
