@@ -33,6 +33,7 @@ def project_pytest(*args: str) -> subprocess.CompletedProcess:
     a second time), no cache, no options from the environment."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])  # this checkout
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "tilenest.pytest_plugin",
                            "-p", "no:cacheprovider", "-c", "pytest.ini", "-rA", *args],
                           cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300,

@@ -689,9 +689,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("conformance", help="run the conformance suite (spec/conformance) on the "
                        "interpreter, a backend, or an external implementation; exit 1 if a "
                        "case fails")
-    s.add_argument("--suite", type=_suite_dir_arg, help="suite folder (default: the source tree's spec/conformance)")
+    s.add_argument("--suite", type=_suite_dir_arg, help="suite folder (default: the suite tilenest carries)")
     s.add_argument("--impl", metavar="CMD",
-                   help="external implementation: a command with {case} {inputs} {outputs}")
+                   help="external implementation: a command with {case} {inputs} {outputs} "
+                        "(shell-quoted inside an 'sh -c' script; spec/conformance/README.md)")
     s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
                    help="a compiled target instead of the interpreter (llvm, cuda)")
     s.add_argument("--case", action="append", default=[], metavar="PAT",

@@ -24,16 +24,18 @@ the placeholders ``{case}`` (the program file), ``{inputs}`` (a directory
 holding ``call.json`` and one ``ARG.npy`` per argument) and ``{outputs}`` (an
 empty directory). The implementation writes ``ARG.npy`` for every tensor
 argument with its final contents, or ``error.json`` (``{"kind": ..., "message":
-...}``) when it rejects the program or the call. ``bf16`` arrays travel as
-``uint16`` arrays of their bit patterns; every other dtype as itself.
+...}``) when it rejects the program or the call, or ``{"kind": "unsupported",
+"reason": ...}`` when it does not implement what the case needs (the case is
+skipped with that reason). ``bf16`` arrays travel as ``uint16`` arrays of their
+bit patterns; every other dtype as itself. Templates, recipes and outputs are
+read defensively by :mod:`tilenest.conformance_files`.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
+import os
 import shutil
-import subprocess
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -43,11 +45,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import conformance_files as F
 from . import errors as ERR
 from . import progress as _progress
+from .conformance_files import SCHEMA
 from .errors import TilenestError
 
-SCHEMA = "tilenest.conformance/1"
+#: the root of the suite's test ids: ``tilenest-conformance::GROUP::NAME[RULES]``
+#: in the pytest plugin, classname ``tilenest-conformance.GROUP`` in JUnit XML
+SUITE_ID = "tilenest-conformance"
 
 #: error kinds a case can expect, most specific class first
 ERROR_KINDS: tuple[tuple[str, type], ...] = (
@@ -74,8 +80,19 @@ def error_kind(e: BaseException) -> str:
 
 
 def default_suite() -> Path:
-    """``spec/conformance`` of the source tree this package belongs to."""
-    return Path(__file__).resolve().parent.parent / "spec" / "conformance"
+    """The suite this installation carries. The package's ``conformance_suite``
+    folder holds ``cases``, a link to ``spec/conformance/cases`` in the source
+    tree (one copy of the cases; a wheel carries them as files). From a
+    source tree the answer is ``spec/conformance`` itself, so that messages
+    name the files a contributor edits."""
+    packaged = Path(__file__).resolve().parent / "conformance_suite"
+    source = packaged.parent.parent / "spec" / "conformance"
+    try:
+        if (source / "cases").resolve() == (packaged / "cases").resolve():
+            return source
+    except OSError:  # a link loop, an unreadable folder: the packaged copy decides
+        pass
+    return packaged
 
 
 # ----------------------------------------------------------------------------- cases
@@ -108,23 +125,33 @@ class Case:
         """Does the case reject something (an error, or a wrong companion)?"""
         return self.verdict != "admitted" or self.wrong is not None
 
+    @property
+    def test_name(self) -> str:
+        """The case's test name, ``NAME[RULE,...]``, the same in the pytest
+        plugin's node ids and in every JUnit report."""
+        return f"{self.name}[{','.join(self.rules)}]"
+
+    @property
+    def node_id(self) -> str:
+        """``tilenest-conformance::GROUP::NAME[RULE,...]``."""
+        return f"{SUITE_ID}::{self.group}::{self.test_name}"
+
 
 def _fail(msg: str, path: Path | None = None, hint: str | None = None) -> TilenestError:
     return TilenestError(msg, ERR.Site(str(path), 1) if path else None, hint)
 
 
 def load_case(recipe: Path) -> Case:
-    """Read and validate one recipe file."""
+    """Read and validate one recipe file (its shape: :func:`F.check_recipe`)."""
     try:
-        d = json.loads(recipe.read_text())
+        text = recipe.read_text(encoding="utf-8")
+        d = json.loads(text)
     except json.JSONDecodeError as e:
         raise TilenestError(f"conformance recipe is not JSON: {e.msg}",
                             ERR.Site(str(recipe), e.lineno, e.colno)) from None
-    if d.get("schema") != SCHEMA:
-        raise _fail(f"conformance recipe schema must be {SCHEMA!r}", recipe)
-    for key in ("name", "rules", "program", "args", "expect"):
-        if key not in d:
-            raise _fail(f"conformance recipe lacks '{key}'", recipe)
+    except (OSError, UnicodeDecodeError) as e:
+        raise _fail(f"cannot read the conformance recipe: {e}", recipe) from None
+    F.check_recipe(d, recipe, text)
     exp = d["expect"]
     if exp.get("verdict") not in ("admitted", "error"):
         raise _fail("expect.verdict must be 'admitted' or 'error'", recipe)
@@ -335,6 +362,7 @@ class Outcome:
     error: str | None = None
     message: str = ""
     harness: str | None = None  # the implementation could not be run / its output read
+    unsupported: str | None = None  # why the implementation declines the case
 
 
 class Interpreter:
@@ -425,68 +453,94 @@ def _same_outcome(a: Outcome, b: Outcome) -> bool:
 
 
 class External:
-    """An external implementation run per case by a command template."""
+    """An external implementation run per case by a command template
+    (:class:`tilenest.conformance_files.Template`). A template that cannot be
+    split, has no ``{case}`` or names a program that cannot be started is a
+    usage error here, before any case runs."""
 
-    def __init__(self, template: str, timeout: float = 120.0, keep: Path | None = None):
-        words = shlex.split(template)
-        if not words:
-            raise TilenestError("--impl needs a command")
-        if not any("{case}" in w for w in words):
-            raise TilenestError("--impl command has no {case} placeholder",
-                                hint="e.g. --impl 'my-impl {case} {inputs} {outputs}'")
-        self.words = words
-        self.name = words[0]
+    def __init__(self, template: str, timeout: float = 120.0, keep: Path | None = None,
+                 option: str = "--impl"):
+        self.template = F.Template.parse(template, option)
+        self.template.check_program(option)
+        self.words = list(self.template.words)
+        self.name = self.template.program
         self.timeout = timeout
         self.keep = keep
+        self.option = option
 
     def run(self, case: Case) -> Outcome:
+        """Run the implementation on ``case``; raises
+        :class:`~tilenest.conformance_files.CannotStart` when the command
+        cannot be started at all."""
         tmp = Path(tempfile.mkdtemp(prefix=f"tn-conf-{case.name}-", dir=self.keep))
-        inp, outp = tmp / "inputs", tmp / "outputs"
-        inp.mkdir()
-        outp.mkdir()
         try:
-            write_inputs(case, materialize(case), inp)
-        except TilenestError as e:
-            return Outcome(harness=f"cannot materialize the inputs: {e.message}")
-        cmd = [w.replace("{case}", str(case.program)).replace("{inputs}", str(inp))
-               .replace("{outputs}", str(outp)) for w in self.words]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            return Outcome(harness=f"timed out after {self.timeout:g} s")
-        except OSError as e:
-            return Outcome(harness=f"cannot run {cmd[0]}: {e.strerror}")
-        try:
-            return self._read(case, outp, p)
+            inp, outp = tmp / "inputs", tmp / "outputs"
+            inp.mkdir()
+            outp.mkdir()
+            try:
+                write_inputs(case, materialize(case), inp)
+            except TilenestError as e:
+                return Outcome(harness=f"cannot materialize the inputs: {e.message}")
+            cmd = self.template.argv({"{case}": str(case.program), "{inputs}": str(inp),
+                                      "{outputs}": str(outp)})
+            done = F.run_command(cmd, self.timeout, self.option)
+            if done is None:
+                return Outcome(harness=f"timed out after {self.timeout:g} s")
+            try:
+                return self._read(case, outp, done)
+            except F.OutputError as e:
+                return Outcome(harness=str(e))
         finally:
             if self.keep is None:
                 _rmtree(tmp)
 
-    def _read(self, case: Case, outp: Path, p: subprocess.CompletedProcess) -> Outcome:
+    @staticmethod
+    def _read(case: Case, outp: Path, done: F.Finished) -> Outcome:
         err = outp / "error.json"
-        if err.exists():
-            try:
-                d = json.loads(err.read_text())
-                return Outcome(error=str(d.get("kind", "error")), message=str(d.get("message", "")))
-            except (json.JSONDecodeError, AttributeError):
-                return Outcome(harness="error.json is not a JSON object with a 'kind'")
-        if p.returncode != 0:
-            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
-            return Outcome(harness=f"exit status {p.returncode} without error.json: "
-                                   + " | ".join(tail))
+        if os.path.lexists(err):
+            d = F.read_error_json(err)
+            if d["kind"] == "unsupported":
+                why = d.get("reason", d.get("message"))
+                return Outcome(unsupported=str(why) if why else "unsupported by the "
+                                                                 "implementation")
+            return Outcome(error=d["kind"], message=str(d.get("message", "")))
+        if done.returncode != 0:
+            return Outcome(harness=f"exit status {done.returncode} without error.json: "
+                                   + done.tail)
         outs: dict[str, np.ndarray] = {}
         for spec in case.args:
             src = spec.get("alias", spec["name"])
             f = outp / f"{spec['name']}.npy"
-            if not f.exists():
+            if not os.path.lexists(f):
                 f = outp / f"{src}.npy"
-            if f.exists():
-                dtype = next(s for s in case.args if s["name"] == src)["dtype"]
-                try:
-                    outs[spec["name"]] = load_array(f, dtype)
-                except (ValueError, OSError) as e:
-                    return Outcome(harness=f"cannot read {f.name}: {e}")
+            if os.path.lexists(f):
+                decl = next(s for s in case.args if s["name"] == src)
+                outs[spec["name"]] = _as_dtype(F.read_npy(f, _output_limit(decl)),
+                                               decl["dtype"])
         return Outcome(outs)
+
+
+def _output_limit(spec: dict[str, Any]) -> int:
+    """The most bytes an output file of argument ``spec`` may hold: room for a
+    wider dtype or a wrong shape (which the judge reports), not for a header
+    that claims terabytes."""
+    from .semantics import dtypes as D
+
+    n = 1
+    for d in spec.get("shape", []):
+        n *= int(d)
+    return 8 * n * D.parse(spec["dtype"]).np.itemsize + (1 << 20)
+
+
+def _as_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
+    """A read output in the argument's dtype where the protocol transports it
+    as another (bf16 as uint16 bit patterns)."""
+    from .semantics import dtypes as D
+
+    want = D.parse(dtype).np
+    if want.name == "bfloat16" and a.dtype == np.uint16:
+        return a.view(want)
+    return a
 
 
 def _rmtree(p: Path) -> None:
@@ -499,13 +553,15 @@ class CaseResult:
     """The verdict of one case on one implementation."""
 
     case: Case
-    status: str  # pass | fail | error (the case or the harness is broken) | xfail (known gap)
+    #: pass | fail | error (the case or the harness is broken) | xfail (known gap)
+    #: | skip (the implementation declares the case unsupported)
+    status: str
     detail: str = ""
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.status in ("pass", "xfail")
+        return self.status in ("pass", "xfail", "skip")
 
 
 def judge(case: Case, exp: Expected, got: Outcome) -> tuple[str, str]:
@@ -514,8 +570,13 @@ def judge(case: Case, exp: Expected, got: Outcome) -> tuple[str, str]:
     A case with a ``gap`` exposes a known gap of the reference: the spec rejects
     the call but the oracle admits it (or crashes). An implementation that rejects it as the
     spec says passes; one that shares the gap is an expected failure (``xfail``).
+    An implementation that declares the case unsupported skips it (``skip``),
+    unless the case itself is broken.
     """
+    unsupported = ("skip", f"unsupported: {got.unsupported}")
     if case.gap and case.verdict != "admitted" and exp.error != case.verdict:
+        if got.unsupported is not None:
+            return unsupported
         if got.error == case.verdict:
             return "pass", f"{got.error}: {_first(got.message)}"
         return "xfail", f"known gap of the reference: {case.gap}"
@@ -530,6 +591,8 @@ def judge(case: Case, exp: Expected, got: Outcome) -> tuple[str, str]:
                          f"{_first(exp.message)}")
     if got.harness is not None:
         return "fail", got.harness
+    if got.unsupported is not None:
+        return unsupported
     if case.verdict != "admitted":
         if got.error is None:
             return "fail", f"expected a {case.verdict} error, the implementation returned outputs"
@@ -592,6 +655,11 @@ class Report:
         return sum(r.status == "xfail" for r in self.results)
 
     @property
+    def skipped(self) -> int:
+        """Cases the implementation declared unsupported."""
+        return sum(r.status == "skip" for r in self.results)
+
+    @property
     def failed(self) -> int:
         return sum(r.status == "fail" for r in self.results)
 
@@ -623,6 +691,7 @@ class Report:
             "implementation": self.implementation, "suite": self.suite,
             "summary": {"cases": len(self.results), "passed": self.passed,
                         "failed": self.failed, "errors": self.errors, "xfailed": self.xfailed,
+                        "skipped": self.skipped,
                         "seconds": round(self.seconds, 3)},
             "cases": [{"name": r.case.name, "group": r.case.group, "rules": list(r.case.rules),
                        "expect": r.case.verdict, "status": r.status, "detail": r.detail,
@@ -631,19 +700,23 @@ class Report:
         }
 
     def to_junit(self) -> str:
-        suite = ET.Element("testsuite", name=f"tilenest-conformance[{self.implementation}]",
+        """JUnit XML whose test ids (classname ``tilenest-conformance.GROUP``,
+        name ``NAME[RULES]``) are those pytest's ``--junitxml`` writes for the
+        plugin's items, so that a CI history survives a switch between them."""
+        suite = ET.Element("testsuite", name=f"{SUITE_ID}[{self.implementation}]",
                            tests=str(len(self.results)), failures=str(self.failed),
-                           errors=str(self.errors), skipped=str(self.xfailed),
+                           errors=str(self.errors), skipped=str(self.xfailed + self.skipped),
                            time=f"{self.seconds:.3f}")
         for r in self.results:
-            tc = ET.SubElement(suite, "testcase", classname=f"conformance.{r.case.group}",
-                               name=r.case.name, time=f"{r.seconds:.4f}")
+            tc = ET.SubElement(suite, "testcase", classname=f"{SUITE_ID}.{r.case.group}",
+                               name=r.case.test_name, time=f"{r.seconds:.4f}")
             if r.status == "fail":
                 ET.SubElement(tc, "failure", message=r.detail[:500]).text = r.detail
             elif r.status == "error":
                 ET.SubElement(tc, "error", message=r.detail[:500]).text = r.detail
-            elif r.status == "xfail":
-                ET.SubElement(tc, "skipped", message=r.detail[:500])
+            elif r.status in ("xfail", "skip"):
+                kind = "pytest.xfail" if r.status == "xfail" else "pytest.skip"
+                ET.SubElement(tc, "skipped", type=kind, message=r.detail[:500])
             else:
                 ET.SubElement(tc, "system-out").text = r.detail
         root = ET.Element("testsuites")
@@ -688,16 +761,18 @@ def print_report(report: Report, verbose: bool = False, file: Any = None) -> Non
     for r in report.results:
         groups.setdefault(r.case.group, []).append(r)
     t = Table(title=f"tilenest conformance -- {report.implementation}", show_lines=False)
-    for col in ("group", "cases", "passed", "failed", "errors", "xfail", "rules"):
+    for col in ("group", "cases", "passed", "failed", "errors", "xfail", "skipped", "rules"):
         t.add_column(col, justify="right" if col not in ("group",) else "left")
     for g, rs in sorted(groups.items()):
         rules = {rule for r in rs for rule in r.case.rules}
         t.add_row(g, str(len(rs)), str(sum(r.status == "pass" for r in rs)),
                   str(sum(r.status == "fail" for r in rs)),
                   str(sum(r.status == "error" for r in rs)),
-                  str(sum(r.status == "xfail" for r in rs)), str(len(rules)))
+                  str(sum(r.status == "xfail" for r in rs)),
+                  str(sum(r.status == "skip" for r in rs)), str(len(rules)))
     t.add_row("total", str(len(report.results)), str(report.passed), str(report.failed),
-              str(report.errors), str(report.xfailed), str(len(report.rules())), style="bold")
+              str(report.errors), str(report.xfailed), str(report.skipped),
+              str(len(report.rules())), style="bold")
     con.print(t)
     shown = [r for r in report.results if verbose or r.status != "pass"]
     if shown:
@@ -705,11 +780,14 @@ def print_report(report: Report, verbose: bool = False, file: Any = None) -> Non
         for col in ("case", "rules", "expect", "result", "detail"):
             d.add_column(col, overflow="fold")
         for r in shown:
-            style = {"pass": "green", "fail": "red", "error": "yellow", "xfail": "blue"}[r.status]
+            style = {"pass": "green", "fail": "red", "error": "yellow", "xfail": "blue",
+                     "skip": "magenta"}[r.status]
             d.add_row(r.case.name, " ".join(r.case.rules), r.case.verdict,
                       f"[{style}]{r.status}[/{style}]", r.detail[:200])
         con.print(d)
     xf = f", {report.xfailed} expected failures (known gaps)" if report.xfailed else ""
+    if report.skipped:
+        xf += f", {report.skipped} skipped (unsupported by the implementation)"
     con.print(f"{report.passed}/{len(report.results)} passed in {report.seconds:.1f} s{xf}"
               + ("" if report.ok else f"; {report.failed} failed, {report.errors} errors"))
 
@@ -719,9 +797,12 @@ def main(suite: str | None = None, impl: str | None = None, select: Sequence[str
          as_json: bool = False, timeout: float = 120.0, keep: str | None = None,
          seed: int = 1, backend: str | None = None) -> int:
     """The ``tilenest conformance`` command; returns the exit status (0 when no
-    case fails; known gaps of the reference are expected failures)."""
+    case fails; known gaps of the reference are expected failures, cases the
+    implementation declares unsupported are skipped)."""
     if impl and backend:
         raise TilenestError("--impl and --backend exclude each other")
+    # the command is checked before anything runs: one usage error, not one per case
+    external = External(impl, timeout, Path(keep) if keep else None) if impl else None
     root = Path(suite) if suite else default_suite()
     cases = load_suite(root, select)
     if not cases:
@@ -730,8 +811,8 @@ def main(suite: str | None = None, impl: str | None = None, select: Sequence[str
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
     implementation: Any
-    if impl:
-        implementation = External(impl, timeout, Path(keep) if keep else None)
+    if external is not None:
+        implementation = external
     elif backend:
         implementation = Backend(backend)
     else:

@@ -3,26 +3,37 @@
 Two things, independent of each other:
 
 * ``pytest --tilenest-impl 'CMD {case} {inputs} {outputs}'`` adds one test item
-  per case of the conformance suite (``spec/conformance``). Each item runs the
-  implementation on its case through the runner of ``tilenest conformance
-  --impl`` (:mod:`tilenest.conformance`: the same file protocol, oracle and
-  judge) and
+  per case of the conformance suite (the one the package carries, or
+  ``--tilenest-suite DIR``). Each item runs the implementation on its case
+  through the runner of ``tilenest conformance --impl``
+  (:mod:`tilenest.conformance`: the same file protocol, oracle and judge) and
 
   - passes when the runner's judge passes the case,
   - **fails** with the oracle's verdict (the first element not admitted and its
     admitted range, or the error kind expected and received),
-  - is an **error** (in setup) when the implementation could not be run or its
-    outputs could not be read (exit status without ``error.json``, a timeout,
-    a missing command), or when the case itself is broken,
+  - is **skipped** with the implementation's reason when it answers
+    ``{"kind": "unsupported", "reason": ...}`` in ``error.json``,
+  - is an **error** (in setup) when the implementation's outputs could not be
+    judged (exit status without ``error.json``, a timeout, an unreadable
+    output), or when the case itself is broken,
   - is an expected failure where the case exposes a known gap of the reference
     that the implementation shares.
 
-  Items are named ``tilenest-conformance::GROUP::CASE[RULE,...]``; ``-k V-22``
-  selects the cases citing rule V-22 by substring (it also matches V-220 if the
-  spec had one); ``-k "[V-2]"`` selects rule V-2 alone, and ``-k values`` a spec
-  group. Every item carries the marker ``tilenest_conformance``. pytest's own
-  ``--junitxml``, ``-x``, ``-n`` (xdist) apply as to any item. Without the option
-  the plugin adds no item and runs nothing.
+  A command that cannot be split, lacks ``{case}`` or cannot be started is one
+  usage error (exit status 4) before anything runs.
+
+  Items are named ``tilenest-conformance::GROUP::CASE[RULE,...]`` and behave
+  as pytest's own: a node id on the command line selects them
+  (``tilenest-conformance``, ``...::memory``, ``...::memory::M05-zero-and-fill``
+  with or without its ``[RULES]``), ``--lf`` reruns the last failures, and a
+  command line naming only files or folders runs those alone (the suite joins a
+  run that names no path, or is named by node id). ``-k V-22`` selects the
+  cases citing rule V-22 by substring (it also matches V-220 if the spec had
+  one); ``-k "[V-2]"`` selects rule V-2 alone, and ``-k values`` a spec group.
+  Every item carries the marker ``tilenest_conformance``. pytest's own
+  ``--junitxml`` (with the same test ids as ``tilenest conformance --junit``),
+  ``-x``, ``-n`` (xdist) apply as to any item. Without the option the plugin
+  adds no item and runs nothing.
 
 * Fixtures for a project's own tests: ``tilenest_oracle`` (an :class:`Oracle`)
   and ``admitted`` (its :meth:`Oracle.admitted`), so a test can say::
@@ -41,7 +52,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +62,7 @@ import pytest
 from . import errors as ERR
 
 MARKER = "tilenest_conformance"
-ROOT_NAME = "tilenest-conformance"
+ROOT_NAME = "tilenest-conformance"  # tilenest.conformance.SUITE_ID, kept import-free here
 
 
 def _usage(message: str, hint: str) -> pytest.UsageError:
@@ -79,10 +90,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("tilenest", "tilenest conformance suite")
     g.addoption("--tilenest-impl", metavar="CMD", default=None,
                 help="run every conformance case on this implementation: a command with the "
-                     "placeholders {case} {inputs} {outputs} (spec/conformance/README.md)")
+                     "placeholders {case} {inputs} {outputs} (spec/conformance/README.md; "
+                     "in a 'sh -c' script they are shell-quoted)")
     g.addoption("--tilenest-suite", metavar="DIR", default=None,
-                help="the conformance suite folder (default: spec/conformance of the source "
-                     "tree tilenest belongs to)")
+                help="the conformance suite folder (default: the suite tilenest carries)")
     g.addoption("--tilenest-timeout", metavar="SECONDS", type=_seconds, default=120.0,
                 help="seconds the implementation may take per case (default 120)")
 
@@ -90,11 +101,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @dataclass
 class Run:
     """The conformance run of one pytest session: the implementation's command
-    template, the runner's driver for it and the suite's folder."""
+    template, the runner's driver for it, the suite's folder, and which of its
+    items join the session (all, those under the node ids in ``selectors``,
+    or none when the command line names only paths)."""
 
     template: str
     implementation: Any  # tilenest.conformance.External
     suite: Path
+    selectors: tuple[str, ...] = ()
+    included: bool = True
+
+
+def _is_suite_id(arg: str) -> bool:
+    return arg == ROOT_NAME or arg.startswith(ROOT_NAME + "::")
+
+
+def _selects(selector: str, nodeid: str) -> bool:
+    """Does a node id given on the command line name this item (itself, a
+    collector above it, or the item without its ``[RULES]``)?"""
+    return nodeid == selector or nodeid.startswith((selector + "::", selector + "["))
+
+
+def _take_selectors(config: pytest.Config) -> tuple[tuple[str, ...], bool]:
+    """The suite's node ids among the command line's arguments (removed from
+    ``config.args``, where pytest would look for them on disk) and whether the
+    suite joins the session: when node ids name it, or when the command line
+    names no path at all (pytest's default of testpaths or the current folder)."""
+    selectors = tuple(a for a in config.args if _is_suite_id(a))
+    explicit = config.args_source == pytest.Config.ArgsSource.ARGS
+    if selectors:
+        config.args[:] = [a for a in config.args if not _is_suite_id(a)]
+    return selectors, bool(selectors) or not explicit
 
 
 RUN = pytest.StashKey[Run]()
@@ -105,21 +142,27 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "(added by --tilenest-impl)")
     template = config.getoption("tilenest_impl")
     if template is None:
+        named = [a for a in config.args if _is_suite_id(a)]
+        if named:
+            raise _usage(f"{named[0]} names the tilenest conformance suite, which runs only "
+                         "on an implementation",
+                         "pass --tilenest-impl 'my-impl {case} {inputs} {outputs}'")
         return
     from . import conformance as C
 
     try:
-        impl = C.External(template, config.getoption("tilenest_timeout"))
+        impl = C.External(template, config.getoption("tilenest_timeout"),
+                          option="--tilenest-impl")
     except ERR.TilenestError as e:
-        hint = "e.g. --tilenest-impl 'my-impl {case} {inputs} {outputs}'"
-        raise _usage(e.message.replace("--impl", "--tilenest-impl"), hint) from e
+        raise _usage(e.message, e.hint or "") from e
     given = config.getoption("tilenest_suite")
     suite = Path(given) if given else C.default_suite()
     if not suite.is_dir():
         hint = ("pass --tilenest-suite DIR (a folder with cases/GROUP/NAME.json)" if given else
-                "this installation has no source tree beside it: pass --tilenest-suite DIR")
+                "this installation lacks its conformance suite: pass --tilenest-suite DIR")
         raise _usage(f"no conformance suite at {suite}", hint)
-    config.stash[RUN] = Run(template, impl, suite.resolve())
+    selectors, included = _take_selectors(config)
+    config.stash[RUN] = Run(template, impl, suite.resolve(), selectors, included)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -130,13 +173,29 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """Append the suite's items before ``-k``, ``-m`` and ``--deselect`` select
-    among all items (they are ordinary modifyitems hooks, run after this one)."""
+    """Append the suite's items before ``-k``, ``-m``, ``--deselect`` and
+    ``--lf`` select among all items (ordinary modifyitems hooks run after
+    this one; ``--lf``'s wrapper around them all)."""
     run = config.stash.get(RUN, None)
-    if run is None:
+    if run is None or not run.included:
         return
     root = Suite.from_parent(session, name=ROOT_NAME, path=run.suite, nodeid=ROOT_NAME)
-    items.extend(session.genitems(root))
+    items.extend(_selected(session.genitems(root), run.selectors))
+
+
+def _selected(found: Iterable[pytest.Item], selectors: tuple[str, ...]) -> list[pytest.Item]:
+    """The items the command line's node ids name (all without node ids); a
+    node id that names none is a usage error, as pytest's own are."""
+    found = list(found)
+    if not selectors:
+        return found
+    for sel in selectors:
+        if not any(_selects(sel, it.nodeid) for it in found):
+            groups = sorted({it.nodeid.split("::")[1] for it in found})
+            raise _usage(f"no conformance case has the node id {sel}",
+                         f"ids are {ROOT_NAME}::GROUP::CASE[RULES], GROUP one of "
+                         f"{', '.join(groups)}; --collect-only -q lists them")
+    return [it for it in found if any(_selects(sel, it.nodeid) for sel in selectors)]
 
 
 # ----------------------------------------------------------------------- collection
@@ -172,7 +231,9 @@ class Group(pytest.Collector):
         self.cases = cases
 
     def collect(self) -> list[pytest.Item]:
-        return [CaseItem.from_parent(self, name=f"{c.name}[{','.join(c.rules)}]", case=c)
+        # the id is given whole so that pytest reads "[RULES]" as the item's
+        # parameters, as in the ids that --lf and node-id arguments hold
+        return [CaseItem.from_parent(self, name=c.test_name, nodeid=c.node_id, case=c)
                 for c in self.cases]
 
 
@@ -195,11 +256,18 @@ class CaseItem(pytest.Item):
 
         from . import conformance as C
 
+        from .conformance_files import CannotStart
+
         run = self.config.stash[RUN]
         with np.errstate(all="ignore"):
             expected = C.oracle(self.case)
-            got = run.implementation.run(self.case)
+            try:
+                got = run.implementation.run(self.case)
+            except CannotStart as e:  # the same for every case: end the session once
+                pytest.exit(e.render(), returncode=pytest.ExitCode.USAGE_ERROR)
             status, detail = C.judge(self.case, expected, got)
+        if status == "skip":  # reported at the case's recipe, not at this line
+            raise pytest.skip.Exception(detail, _use_item_location=True)
         if status == "error":
             pytest.fail(self._explain(f"the case is broken: {detail}"), pytrace=False)
         if status == "fail" and got.harness is not None:
@@ -227,8 +295,8 @@ class CaseItem(pytest.Item):
                           f"  program: {c.program}", f"  recipe:  {c.recipe}",
                           f"  rerun keeping its files: {again}"])
 
-    def reportinfo(self) -> tuple[Path, int | None, str]:
-        return self.case.recipe, None, self.name
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.case.recipe, 0, self.name
 
 
 # ------------------------------------------------------------------------- fixtures
