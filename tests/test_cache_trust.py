@@ -119,7 +119,6 @@ def test_a_planted_llvm_object_entry_is_refused(cache, monkeypatch, bits):
 
 
 def test_an_entry_of_another_owner_is_refused(cache, monkeypatch):
-    root, _ = cache
     k = _axpb(4.5)
     k.compile(target="llvm")
     KC.MEMORY.clear()
@@ -182,7 +181,7 @@ def test_a_planted_emulator_manifest_never_loads_a_foreign_library(cache, tmp_pa
     assert manifests
     for path in (str(evil), "../../evil.so", evil.name):
         for m in manifests:
-            _reencode(m, lambda meta, parts: meta.__setitem__("artifact", path))
+            _reencode(m, lambda meta, parts, path=path: meta.__setitem__("artifact", path))
         em._STORES.clear()
         mod = em.build(ADD_ONE)  # a manifest naming anything but a build of its own: rebuilt
         assert mod.path.parent == folder and mod.path.name != "evil.so"
@@ -195,7 +194,6 @@ def test_a_planted_emulator_manifest_never_loads_a_foreign_library(cache, tmp_pa
 
 
 def test_a_damaged_emulator_build_is_rebuilt_not_loaded(cache):
-    root, _ = cache
     src = ADD_ONE.replace("1.0f", "5.0f")  # a library this process has not loaded
     kernels = em.parse_kernels(src)
 

@@ -193,7 +193,7 @@ def optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, level: int = 3) -> llv
 DISK = Store("llvm")
 #: the object code of tilenest's own runtime modules (the native worker
 #: loop), kept apart from the kernels' so each store counts one kind
-RUNTIME_DISK = Store("llvm-runtime")
+RUNTIME_DISK = Store("llvm-runtime", per_program=False)
 
 
 def pipeline_key(h: Host) -> list:
