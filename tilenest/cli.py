@@ -483,6 +483,37 @@ def cmd_campaign(a: argparse.Namespace) -> int:
     return 1 if rep["bugs"] else 0
 
 
+def cmd_cache(a: argparse.Namespace) -> int:
+    """``tilenest cache info|clear``: the persistent compile cache
+    (``tilenest.diskcache``): its folder, bound and contents, or emptied."""
+    from . import diskcache as DC
+
+    root = DC.cache_root()
+    if a.action == "clear":
+        n = DC.clear(root)
+        if a.json:
+            print(json.dumps({"root": None if root is None else str(root), "deleted": n}))
+        else:
+            print(f"deleted {n} files from {root}" if root is not None
+                  else "the cache is off (TILENEST_CACHE_DIR=off): nothing to clear")
+        return 0
+    info = DC.usage(root)
+    if a.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    if root is None:
+        print("the cache is off (TILENEST_CACHE_DIR=off)")
+        return 0
+    mib = lambda n: f"{n / (1 << 20):.1f} MiB"
+    bound = mib(info["max_bytes"]) if info["max_bytes"] else "none"
+    mode = "shared, read only" if info["shared_read_only"] else "private"
+    print(f"compile cache {root} ({mode}): {info['files']} files, {mib(info['bytes'])} "
+          f"of at most {bound} (TILENEST_CACHE_MAX)")
+    for name, (files, size) in sorted(info["folders"].items()):
+        print(f"  {name:<14} {files:>7} files {mib(size):>12}")
+    return 0
+
+
 def _schedule_options(s: argparse.ArgumentParser) -> None:
     """``--const`` and ``--set`` of the commands that compile."""
     s.add_argument("--const", action="append", metavar="NAME=VALUE", type=_const_arg,
@@ -737,6 +768,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "reorder_fold, drop_reduce_seed): a self-test of the campaign")
     s.add_argument("--json", action="store_true", help="print the report as JSON")
     s.set_defaults(fn=cmd_campaign)
+    s = sub.add_parser("cache", help="show or clear the persistent compile cache")
+    s.add_argument("action", choices=("info", "clear"),
+                   help="info: where it is, its bound and what each folder holds; "
+                        "clear: delete every entry")
+    s.add_argument("--json", action="store_true", help="print the information as JSON")
+    s.set_defaults(fn=cmd_cache)
     from . import bench
 
     s = sub.add_parser("bench", help="run the benchmarks (ratios to baselines timed in the "

@@ -22,6 +22,11 @@ A checker that needs costly set-up (a corpus, a compiler) names an
 initializer: it runs once in every process that runs items (the campaign's
 own when ``workers`` is 1, else each worker as it starts), never inside an
 item's time.
+
+A campaign's programs are compiled once and never again, so campaigns run
+in the persistent cache's no-store mode (``tilenest.diskcache.no_store``):
+they read the cache but keep no per-program entry in it (tilenest's own
+runtime is still kept), in their own process and in every worker.
 """
 
 from __future__ import annotations
@@ -125,6 +130,9 @@ def _init_guard(init: Callable[..., None] | None, args: tuple[Any, ...]) -> None
     break the pool, and every item would then be re-run alone and misreported
     as a dead worker; instead each item of this worker records it."""
     global _INIT_ERROR
+    from ..diskcache import set_no_store
+
+    set_no_store(True)  # a worker compiles one-off programs: nothing of them is kept
     if init is None:
         return
     try:
@@ -280,8 +288,10 @@ def run_campaign(name: str, check: Checker, count: int, seed: int, *,
     again in a worker that replaces a recycled or dead one); with one worker
     its exception propagates, in a pool every item of that worker is a
     ``crash`` naming it."""
+    from ..diskcache import no_store
+
     setup = _Setup(init, init_args)
-    with Journal(name, count, seed, state, progress) as j:
+    with no_store(), Journal(name, count, seed, state, progress) as j:
         if workers <= 1:
             if j.todo and init is not None:
                 init(*init_args)

@@ -4,7 +4,9 @@ This runs without a GPU and without a driver: NVRTC is a plain shared library.
 It is called through :mod:`ctypes` (no binding package, so nothing pulls CUDA
 parts of another version than the library found).
 
-Which NVRTC. The pip wheel ``nvidia-cuda-nvrtc`` (found through the installed
+Which NVRTC. The wheels are the ``cuda`` extra of tilenest (``pip install
+'tilenest[cuda]'``); without them and without a toolkit, a cuda compile is a
+``NotAvailableError`` naming that extra. The pip wheel ``nvidia-cuda-nvrtc`` (found through the installed
 ``nvidia`` namespace package, ``nvidia/cu<major>/lib``) is preferred; only if
 no wheel is installed is the toolkit's library taken, from ``$CUDA_HOME``,
 ``$CUDA_PATH`` or ``/usr/local/cuda``. :func:`nvrtc_library` says which one was
@@ -59,8 +61,12 @@ PTXAS_VERBOSE = "--ptxas-options=-v"
 PINNED_WHEELS = ("nvidia-cuda-nvrtc==13.0.88", "nvidia-cuda-runtime==13.0.96",
                  "nvidia-cuda-crt==13.0.88")
 
-_INSTALL_HINT = ("install the pinned wheels: pip install " + " ".join(PINNED_WHEELS)
-                 + " (or set CUDA_HOME to a CUDA toolkit that has lib64/libnvrtc.so)")
+#: the optional dependency group of tilenest that installs :data:`PINNED_WHEELS`
+EXTRA = "cuda"
+
+_INSTALL_HINT = (f"the NVRTC wheels are the '{EXTRA}' extra of tilenest: pip install "
+                 f"'tilenest[{EXTRA}]' (pinned: " + " ".join(PINNED_WHEELS)
+                 + "), or set CUDA_HOME to a CUDA toolkit that has lib64/libnvrtc.so")
 
 # Options a caller may not pass, because compile_cuda owns them: the target is
 # the `arch` argument and the rest is the numerical contract or the dialect.

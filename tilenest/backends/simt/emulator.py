@@ -23,15 +23,25 @@ annotated as synchronization), runs it in a subprocess on arrays passed
 through files, and returns the data races TSan reports, each with the lines
 of the generated source that race.
 
-Compiled artifacts live in a per-user cache directory keyed by a hash of the
-source, the launchers, the flags, the shim's text and the compiler's version;
-headers found on the include path are checked by content before a cached
-artifact is reused.
+Compiled artifacts live in the ``simt-emu`` folder of the persistent cache
+(``tilenest.diskcache``), keyed by a hash of the source, the launchers, the
+flags, the shim's text and the compiler's version. A build's manifest is a
+cache entry (digest-checked, refused when someone else could have written
+it) naming the library by a plain file name in the same folder, with the
+library's SHA-256: before a cached library is loaded, the headers it was
+built from are checked by content and the library itself against that
+digest (a damaged one is rebuilt, one another user could have written is
+refused). A build that cannot write to the cache (a full disk, a read-only
+folder) or runs in no-store mode is made in a private folder of the process
+instead, uncached; temporary files of a build that was killed are removed
+by the next build.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -46,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tilenest import diskcache as DC
 from tilenest.diskcache import atomic_write, cache_root
 from tilenest.errors import RuntimeSemanticError, Site, TilenestError
 
@@ -321,14 +332,41 @@ def cache_dir() -> Path:
         return Path(env)
     root = cache_root()
     if root is None:
-        global _PRIVATE
-        if _PRIVATE is None:
-            _PRIVATE = tempfile.TemporaryDirectory(prefix="tilenest-emu-")
-        return Path(_PRIVATE.name)
+        return _private_dir()
     return root / "simt-emu"
 
 
 _PRIVATE: tempfile.TemporaryDirectory | None = None
+_PRIVATE_LOCK = threading.Lock()
+
+
+def _private_dir() -> Path:
+    """A folder of this process's (``0700``, removed at exit): builds that are
+    not kept (cache off, no-store mode, a cache that cannot be written)."""
+    global _PRIVATE
+    with _PRIVATE_LOCK:
+        if _PRIVATE is None:
+            _PRIVATE = tempfile.TemporaryDirectory(prefix="tilenest-emu-")
+        return Path(_PRIVATE.name)
+
+
+#: a library or executable a manifest may name: a bare name in its own folder
+_ARTIFACT_RE = re.compile(r"[0-9a-f]{24}-[0-9a-f]{12}\.(so|tsan)")
+_STORES: dict[tuple[str, bool], DC.Store] = {}
+_CLEANED: set[str] = set()
+
+
+def _store(d: Path, per_program: bool = True) -> DC.Store:
+    """The manifest store of the build folder ``d``: under the cache root
+    its ``simt-emu`` store (the root is checked too), else ``d`` itself.
+    ``per_program=False``: the shim's precompiled form, kept in no-store mode."""
+    k = (str(d), per_program)
+    if k not in _STORES:
+        root = cache_root()
+        st = DC.Store(d.name, d.parent, per_program=per_program) if root is not None and \
+            d.parent == root else DC.Store("", d, per_program=per_program)
+        _STORES[k] = st
+    return _STORES[k]
 
 
 _version_lock = threading.Lock()
@@ -365,16 +403,29 @@ def _hash_file(p: str) -> str:
         return ""
 
 
-def _cached_artifact(manifest: Path) -> Path | None:
-    """The artifact a cache manifest names, if it and every header it was
-    built from are unchanged (by content)."""
-    try:
-        entry = json.loads(manifest.read_text())
-        deps, artifact = entry["deps"], manifest.parent / entry["artifact"]
-    except (OSError, ValueError, KeyError, TypeError):
+def _cached_artifact(d: Path, key: str) -> Path | None:
+    """The library (or TSan executable) the manifest ``key`` of folder ``d``
+    names, if every header it was built from is unchanged (by content) and
+    the file matches the manifest's digest; None otherwise (a manifest or
+    file that is damaged is discarded). Raises ``UnsafeCacheError`` for a
+    folder, manifest or file someone else could have written."""
+    store = _store(d)
+    got = store.get(key)
+    if got is None:
         return None
-    if not artifact.exists() or any(_hash_file(p) != h for p, h in deps.items()):
+    meta = got[0]
+    name, digest, deps = meta.get("artifact"), meta.get("sha256"), meta.get("deps")
+    if not (isinstance(name, str) and _ARTIFACT_RE.fullmatch(name) and isinstance(digest, str)
+            and isinstance(deps, dict)):
+        store.discard(key)  # not a manifest this code wrote: never followed
         return None
+    if any(_hash_file(str(p)) != h for p, h in deps.items()):
+        return None
+    artifact = d / name
+    if DC.sha256_file(artifact) != digest:
+        store.discard(key)  # missing, truncated or altered: rebuilt
+        return None
+    DC.touch(artifact)
     return artifact
 
 
@@ -386,30 +437,40 @@ def _read_depfile(path: Path, skip: set[str]) -> dict[str, str]:
 
 
 def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
-    """A copy of the shim in the cache folder ``d`` with its precompiled form
+    """A copy of the shim in the folder ``d`` with its precompiled form
     beside it (``<copy>.gch``, built once per shim text, flags and compiler):
     a build that ``-include``s the copy reads the parsed shim instead of
     parsing it again, about a third of the time of a typical kernel's build.
 
-    The compiler takes the ``.gch`` only where it was made with the build's
-    own options and falls back to the copy's text otherwise, so the result is
-    the same either way. A failed precompile is not an error: the copy alone
-    is returned (the build then reports any problem of the shim itself)."""
+    The copy and the ``.gch`` are used again only when the copy holds the
+    shim's text and the ``.gch`` the digest recorded when it was built (its
+    manifest is a cache entry); otherwise both are made again. The compiler
+    takes the ``.gch`` only where it was made with the build's own options
+    and falls back to the copy's text otherwise, so the result is the same
+    either way. A failed precompile is not an error: the copy alone is
+    returned (the build then reports any problem of the shim itself)."""
     key = hashlib.sha256(json.dumps([shim_text, list(flags), _compiler_version()])
                          .encode()).hexdigest()[:24]
     copy = d / f"shim-{key}.h"
     gch = d / f"shim-{key}.h.gch"
-    if gch.exists() and copy.exists():
+    store = _store(d, per_program=False)
+    got = store.get(f"shim-{key}")
+    if got is not None and DC.read_private(copy) == shim_text.encode() and \
+            DC.sha256_file(gch) == got[0].get("gch"):
         return copy
     atomic_write(copy, shim_text.encode())
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=gch.name + ".", suffix=".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        gch.unlink()  # an unverified one is never left where the compiler looks
+    fd, tmp = DC.temp_file(d, gch.name)
     os.close(fd)
     pch_flags = [f for f in flags if f not in ("-x", "c++", *_LIB_FLAGS[1:])]
     cmd = [_CXX, *pch_flags, "-x", "c++-header", "-I", str(SHIM_PATH.parent), str(copy),
            "-o", tmp]
     try:
         if subprocess.run(cmd, capture_output=True, check=False).returncode == 0:
+            digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
             os.replace(tmp, gch)
+            store.put(f"shim-{key}", {"gch": digest}, {})
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -418,7 +479,10 @@ def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
 
 def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Sequence[str],
              tsan: bool) -> Path:
-    """Compile ``source`` + launchers (cached); the path of the library or executable."""
+    """Compile ``source`` + launchers (cached); the path of the library or
+    executable. A build that cannot write its files where they are kept (a
+    full disk, an unwritable folder) is made again in the process's private
+    folder; if that fails too, an :class:`EmulatorBuildError` says why."""
     shim_text = SHIM_PATH.read_text()
     incs = [str(Path(d).resolve()) for d in include_dirs]
     flags = list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else list(_LIB_FLAGS))
@@ -426,16 +490,43 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     key = hashlib.sha256(json.dumps([full, flags, incs, shim_text, _compiler_version()])
                          .encode()).hexdigest()[:24]
     d = cache_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    manifest = d / f"{key}.json"
-    hit = _cached_artifact(manifest)
+    private = _private_dir()
+    try:
+        hit = _cached_artifact(d, key) if DC.secure_folder(d, False, cache_root()) else None
+        if hit is None and d != private:
+            hit = _cached_artifact(private, key)  # built uncached earlier in this process
+    except OSError:
+        hit = None
     if hit is not None:
         return hit
+    keep = d != private and (cache_root() is None or DC.writes_enabled())
+    if keep:
+        try:
+            return _build(d, key, full, flags, incs, shim_text, tsan)
+        except OSError:
+            pass  # a full disk or an unwritable cache: built uncached below
+    try:
+        return _build(private, key, full, flags, incs, shim_text, tsan)
+    except OSError as e:
+        raise EmulatorBuildError(f"the emulator cannot write its build files: {e}",
+                                 hint="free disk space in the temporary folder "
+                                      f"({tempfile.gettempdir()}) or set TMPDIR") from None
+
+
+def _build(d: Path, key: str, full: str, flags: list[str], incs: list[str], shim_text: str,
+           tsan: bool) -> Path:
+    """Build into folder ``d`` and record the manifest there (OSError when a
+    file cannot be written, :class:`EmulatorBuildError` when the source does
+    not compile)."""
+    DC.secure_folder(d, True, cache_root())
+    if str(d) not in _CLEANED:  # once per folder and process: a killed build's leftovers
+        _CLEANED.add(str(d))
+        DC.clean_stale(d)
     src_path = d / f"{key}.cu"
     atomic_write(src_path, full.encode())
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=key + ".", suffix=".tmp")
+    fd, tmp = DC.temp_file(d, key)
     os.close(fd)
-    depfile = Path(tmp + ".d")
+    depfile = Path(tmp[: -len(".tmp")] + ".d.tmp")
     shim = _precompiled_shim(d, shim_text, flags)
     cmd = [_CXX, *flags, "-include", str(shim), "-I", str(SHIM_PATH.parent)]
     for inc in incs:
@@ -444,6 +535,8 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
+            if "No space left on device" in proc.stderr:
+                raise OSError(errno.ENOSPC, "no space left on device", str(d))
             msg = proc.stderr.replace(str(src_path), "<generated>")
             raise EmulatorBuildError(
                 "the generated source does not compile as host C++ against the CUDA shim",
@@ -455,8 +548,12 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
         # an older build keeps it, and dlopen never mistakes one for the other.
         tag = hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12]
         out = d / (f"{key}-{tag}.tsan" if tsan else f"{key}-{tag}.so")
+        digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
         os.replace(tmp, out)
-        atomic_write(manifest, json.dumps({"artifact": out.name, "deps": deps}).encode())
+        store = _store(d)
+        if d == _private_dir():
+            store = _store(d, per_program=False)  # the process's own folder: always kept
+        store.put(key, {"artifact": out.name, "sha256": digest, "deps": deps}, {})
     finally:
         for p in (tmp, str(depfile)):
             if os.path.exists(p):
