@@ -107,11 +107,21 @@ def clear_cache(disk: bool = False) -> int:
     return n
 
 
-def parse(text: str, file: str | None = None) -> TileProgram:
-    """Parse TileIR text into a TileProgram."""
+def parse(text: str, file: str | None = None, kernel: str | None = None) -> TileProgram:
+    """The one kernel of TileIR text, as a verified TileProgram. A text of
+    several kernels (what ``tilenest show`` prints for a file of several) needs
+    ``kernel=NAME`` to pick one, or is read whole with :func:`parse_module`."""
     from .semantics.parser import parse_program
 
-    return parse_program(text, file)
+    return parse_program(text, file, kernel)
+
+
+def parse_module(text: str, file: str | None = None):  # type: ignore[no-untyped-def]
+    """Every kernel of TileIR text, in order, verified: a ``TileModule``
+    (iterate it, index it by position or kernel name, ``str()`` prints it)."""
+    from .semantics.parser import parse_module as _parse_module
+
+    return _parse_module(text, file)
 
 
 __all__ = [
@@ -124,7 +134,7 @@ __all__ = [
     "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
     "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
     "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "validate", "parse",
-    "clear_cache",
+    "parse_module", "clear_cache",
     *_fn_all,
 ]
 
