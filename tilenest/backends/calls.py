@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..semantics import arrays as A
-from ..errors import BoundsError, RuntimeSemanticError, TilenestError
+from ..errors import BoundsError, RuntimeSemanticError, TilenestError, user_site
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..lowering.schedule import stride_symbol
 from ..semantics import expr as E
@@ -57,7 +57,7 @@ class ArgumentBinder:
                            "innermost dimension is packed")
                     raise TilenestError(
                         f"argument '{v.name}' is not a C-contiguous aligned array; {why}",
-                        p.loc, A.packed_hint(g, a))
+                        user_site() or p.loc, A.packed_hint(g, a))
                 if st is not None:  # only a strided view runs a variant that reads strides
                     for d, x in enumerate(st[:-1]):
                         syms[stride_symbol(v.name, d)] = x
@@ -68,7 +68,8 @@ class ArgumentBinder:
                 try:
                     arr = np.array(constant(scalar_arg(a, v.name), t.dtype), dtype=t.dtype.np)
                 except (ValueError, TypeError) as e:
-                    raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
+                    raise TilenestError(f"argument '{v.name}': {e}", user_site() or p.loc) \
+                        from None
                 keep.append(arr)
         return keep, syms
 
@@ -104,7 +105,7 @@ class ArgumentBinder:
                         f"arguments '{args[j].name}' and '{args[i].name}' overlap in memory "
                         "without being the same array, and one of them is written; compiled "
                         "targets support aliased parameters only as one array",
-                        self.program.loc,
+                        user_site() or self.program.loc,
                         "pass the same array for both, separate copies, or run on the "
                         "interpreter (which accepts any overlap)")
                 parent[root(i)] = root(j)
