@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import sys
 import threading
 
 import numpy as np
@@ -113,3 +114,34 @@ def test_another_working_directory_names_the_file_from_there(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     after = K.kernel_site(k.fn)
     assert after.file == "kern_cwd.py" and after.line == before.line == 7
+
+
+def test_threads_capturing_different_kernels_build_their_own_programs(tmp_path):
+    """Capture state is per thread: eight threads capturing eight variants at
+    once get the programs a lone capture gives."""
+    f = tmp_path / "kern_many.py"
+    f.write_text(_SOURCE.format(pad=""))
+    k = _load(f).double
+    want = {c: str(k.specialize(c=float(c)).program) for c in range(8)}
+    fresh = [k.specialize(c=float(c)) for c in range(8)]
+    start = threading.Barrier(8)
+    got: dict[int, object] = {}
+
+    def work(c: int) -> None:
+        start.wait()
+        try:
+            got[c] = str(fresh[c].program)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            got[c] = e
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(8)]
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so that the captures interleave
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(before)
+    assert got == want

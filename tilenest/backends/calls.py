@@ -24,13 +24,22 @@ from ..lowering.schedule import stride_symbol
 from ..semantics import expr as E
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
+from ..tracebacks import api_boundary
 
 
 class ArgumentBinder:
-    """Argument checks shared by the compiled targets (see the module docstring)."""
+    """Argument checks shared by the compiled targets (see the module docstring).
+    A target's kernel class that defines ``__call__`` gets it as a public entry
+    point (``tracebacks.api_boundary``: short tracebacks for user errors)."""
 
     program: Any
     stored: set[str]
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        call = cls.__dict__.get("__call__")
+        if call is not None and not hasattr(call, "__wrapped__"):
+            cls.__call__ = api_boundary(call)  # type: ignore[method-assign]
 
     # -- binding ------------------------------------------------------------------
     def arguments(self, arrays: tuple) -> tuple:

@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import CaptureError, Site, TilenestError, TilenestWarning, user_site
+from ..tracebacks import api_boundary
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import TileProgram
@@ -398,6 +399,7 @@ class Kernel:
             check_constants(fn, self.consts, self.scope)
 
     @property
+    @api_boundary
     def program(self) -> TileProgram:
         """The captured TileProgram, captured on first use (once, whichever
         thread asks first). A capture that failed fails again with its own
@@ -431,12 +433,14 @@ class Kernel:
                     raise exc.with_traceback(tb)
             return self._program
 
+    @api_boundary
     def specialize(self, **consts: Any) -> "Kernel":
         """A variant with compile-time constants overridden (each must name a
         constant or symbolic parameter of the kernel and fit its type)."""
         check_constants(self.fn, consts, self.scope)
         return Kernel(self.fn, {**self.consts, **consts}, self.scope)
 
+    @api_boundary
     def ir(self) -> str:
         return str(self.program)
 
@@ -500,6 +504,7 @@ class Kernel:
                 variant = self._variants[key] = self.specialize(**consts)
         return variant, tuple(bound[n] for n in order), opts
 
+    @api_boundary
     def __call__(self, *arrays: Any, **kw: Any) -> Any:
         """Run on the reference interpreter: tensors and scalars by position or
         by name, compile-time constants by name (a specialized variant), and the
@@ -509,6 +514,7 @@ class Kernel:
         variant, args, opts = self.bind_arguments(arrays, kw)
         return interpret(variant, *args, **opts)
 
+    @api_boundary
     def compile(self, target: str = "llvm", **kw: Any) -> Any:
         """A compiled callable for ``target`` (``schedule=`` a Schedule, or schedule
         fields such as ``threads=``; for ``cuda`` also ``device='gpu'|'emulated'``);
