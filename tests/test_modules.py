@@ -108,3 +108,17 @@ def test_json_module_errors_name_the_kernel_path():
     with pytest.raises(ParseError, match="not a list") as e:
         jsonio.from_json_module([jsonio.to_json(tn.parse(k))])
     assert '"kernels"' in e.value.hint
+
+
+def test_a_conformance_case_of_two_kernels_is_refused_by_name(capsys, tmp_path):
+    """A case program is a module of one kernel (spec/conformance/README.md):
+    the runner's loader names the kernels of a file of several."""
+    from tilenest.conformance import load_program
+
+    f = tmp_path / "two.tile"
+    f.write_text(_show(capsys, str(TWO)))
+    with pytest.raises(ParseError, match=r"2 kernels \(@causal_attention, "):
+        load_program(f)
+    one = tmp_path / "one.tile"
+    one.write_text(str(tn.parse(f.read_text(), kernel="causal_attention")))
+    assert load_program(one).name == "causal_attention"
