@@ -141,10 +141,11 @@ def test_numpy_messages_are_unchanged(llvm):
     assert e.value.hint == "pass np.ascontiguousarray(x) (and copy results back if needed)"
 
 
-def test_a_wrong_dtype_through_dlpack_is_the_numpy_error():
-    with pytest.raises(TypeCheckError, match="argument 'x' has dtype float64, the kernel "
-                       "needs f32"):
+def test_a_wrong_dtype_through_dlpack_names_the_array_kind():
+    with pytest.raises(TypeCheckError, match="argument 'x' is a test_arrays.Exporter of dtype "
+                       "float64, the kernel needs f32") as e:
         scale(Exporter(X.astype(np.float64)), np.zeros(N, dtype=np.float32))
+    assert e.value.hint == "convert it: np.asarray(x, dtype=np.float32)"
 
 
 # -- torch ---------------------------------------------------------------------------------
@@ -191,9 +192,10 @@ def test_torch_errors_name_the_argument(llvm):
     torch = pytest.importorskip("torch")
     x = torch.from_numpy(X.copy())
     for run in (scale, llvm):
-        with pytest.raises(TypeCheckError, match="argument 'x' has dtype float64, the kernel "
-                           "needs f32"):
+        with pytest.raises(TypeCheckError, match="argument 'x' is a torch.Tensor of dtype "
+                           "torch.float64, the kernel needs f32") as e:
             run(x.double(), torch.zeros(N))
+        assert e.value.hint == "convert it: x.to(torch.float32)"  # torch's spelling
         with pytest.raises(TilenestError, match="argument 'y': its torch.Tensor cannot be "
                            "viewed as a host array") as e:
             run(x, torch.zeros(N, requires_grad=True))

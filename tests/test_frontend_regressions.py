@@ -33,6 +33,13 @@ def def_line(k: tn.Kernel) -> int:
     return marked_line(k, "def ")
 
 
+def call_line() -> int:
+    """The line marked ``# CALL`` in the calling test function."""
+    f = inspect.currentframe().f_back
+    src, first = inspect.getsourcelines(f.f_code)
+    return next(first + i for i, line in enumerate(src) if "# CALL" in line)
+
+
 def names_line(e: TilenestError, line: int) -> bool:
     return any(s.file == FILE and s.line == line for s in e.sites)
 
@@ -125,9 +132,9 @@ def test_a_negative_extent_is_a_located_capture_error():
 
 def test_specialize_rejects_a_name_that_is_no_parameter():
     with pytest.raises(TilenestError, match="no parameter 'NOT_A_PARAM'") as ei:
-        blocked.specialize(NOT_A_PARAM=1)
+        blocked.specialize(NOT_A_PARAM=1)  # CALL
     e = ei.value
-    assert "B, flag, scale" in e.hint and names_line(e, def_line(blocked)), e.render()
+    assert "B, flag, scale" in e.hint and names_line(e, call_line()), e.render()
     with pytest.raises(TilenestError, match="no parameter 'bogus'"):
         tn.kernel(bogus=1)(blocked.fn)
 
@@ -141,8 +148,8 @@ def test_specialize_rejects_a_name_that_is_no_parameter():
 ])
 def test_specialize_checks_the_value_type(consts, needle):
     with pytest.raises(TilenestError, match=needle) as ei:
-        blocked.specialize(**consts)
-    assert names_line(ei.value, def_line(blocked)), ei.value.render()
+        blocked.specialize(**consts)  # CALL
+    assert names_line(ei.value, call_line()), ei.value.render()
 
 
 def test_specialize_accepts_fitting_values():
@@ -183,9 +190,11 @@ def test_tensors_constants_and_symbols_by_keyword():
 ])
 def test_call_binding_errors(args, kw, needle):
     with pytest.raises(TilenestError) as ei:
-        scaled(*args, **kw)
+        scaled(*args, **kw)  # CALL
     e = ei.value
-    assert needle in e.message and names_line(e, def_line(scaled)), e.render()
+    # the user's line that made the call, not the kernel's def line
+    assert needle in e.message and names_line(e, call_line()), e.render()
+    assert not names_line(e, def_line(scaled))
 
 
 def test_params_must_be_integers():

@@ -12,6 +12,7 @@ The public DSL lives in this namespace (``import tilenest as tn``)::
 """
 
 from . import errors
+from .tracebacks import api_boundary
 from .frontend.dsl import (Axis, Index, Shape, Tile, assume, axis, bitcast, bounds, broadcast,
                            cast, cdiv, coord, dim, dims, exec, fold_left, fold_right, full,
                            gather, if_, index_tile, iota, ite, layout, map, matmul, mem, memory,
@@ -40,6 +41,7 @@ def _bound(program_or_kernel, arrays: tuple, kw: dict) -> tuple:
     return program_or_kernel, arrays, kw
 
 
+@api_boundary
 def interpret(program_or_kernel, *arrays, **kw):
     """Run a program on the reference interpreter (see ``tilenest.interpreter``)."""
     from .interpreter import interpret as _interpret
@@ -48,6 +50,7 @@ def interpret(program_or_kernel, *arrays, **kw):
     return _interpret(target, *args, **opts)
 
 
+@api_boundary
 def reference(program_or_kernel, *arrays, **kw):
     """The admitted outputs of a call (``Admitted`` objects with ``admits()``);
     ``trees=`` a compiled kernel's ``trees`` (the fixed trees it evaluates its
@@ -59,6 +62,7 @@ def reference(program_or_kernel, *arrays, **kw):
     return _reference(target, *args, trees=trees, **opts)
 
 
+@api_boundary
 def validate(kernel, target: str = "llvm", inputs=None, **kw):
     """Translation validation of ``kernel`` compiled for ``target`` against the
     reference (see ``tilenest.validation.validate``); returns a Report."""
@@ -67,6 +71,7 @@ def validate(kernel, target: str = "llvm", inputs=None, **kw):
     return _validate(kernel, target, inputs=inputs, **kw)
 
 
+@api_boundary
 def tune(kernel, *arrays, target: str = "cuda", **kw):
     """The fastest schedule of ``kernel`` for ``target`` among a search of
     schedule overrides: each candidate legal, validated against the oracle
@@ -107,11 +112,23 @@ def clear_cache(disk: bool = False) -> int:
     return n
 
 
-def parse(text: str, file: str | None = None) -> TileProgram:
-    """Parse TileIR text into a TileProgram."""
+@api_boundary
+def parse(text: str, file: str | None = None, kernel: str | None = None) -> TileProgram:
+    """The one kernel of TileIR text, as a verified TileProgram. A text of
+    several kernels (what ``tilenest show`` prints for a file of several) needs
+    ``kernel=NAME`` to pick one, or is read whole with :func:`parse_module`."""
     from .semantics.parser import parse_program
 
-    return parse_program(text, file)
+    return parse_program(text, file, kernel)
+
+
+@api_boundary
+def parse_module(text: str, file: str | None = None):  # type: ignore[no-untyped-def]
+    """Every kernel of TileIR text, in order, verified: a ``TileModule``
+    (iterate it, index it by position or kernel name, ``str()`` prints it)."""
+    from .semantics.parser import parse_module as _parse_module
+
+    return _parse_module(text, file)
 
 
 __all__ = [
@@ -124,7 +141,7 @@ __all__ = [
     "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
     "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
     "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "validate", "parse",
-    "clear_cache",
+    "parse_module", "clear_cache",
     *_fn_all,
 ]
 

@@ -159,20 +159,27 @@ def load_programs(path: str, kernel: str | None = None,
         raise TilenestError(f"--const sets compile-time constants of a Python kernel; {path} "
                             "is TileIR, whose constants are already bound",
                             hint="drop --const, or give the .py file")
-    from .semantics.loading import load_program_file
+    from .semantics.loading import load_module_file
 
-    return [(p.stem, load_program_file(p))]  # read, parsed and verified
+    module = load_module_file(p)  # read, parsed and verified
+    if kernel is not None:
+        return [(kernel, module.single(kernel, str(p)))]
+    if len(module) == 1:
+        return [(p.stem, module.kernels[0])]
+    return [(k.name, k) for k in module]
 
 
 def cmd_show(a: argparse.Namespace) -> int:
-    progs = load_programs(a.file, a.kernel)
-    if a.json:
-        from .semantics.jsonio import to_json
+    """The kernels as one TileIR module (text or JSON) that parses back."""
+    from .semantics.module import TileModule
 
-        out = [to_json(p) for _, p in progs]
-        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+    module = TileModule(tuple(p for _, p in load_programs(a.file, a.kernel)))
+    if a.json:
+        from .semantics.jsonio import to_json_module
+
+        print(json.dumps(to_json_module(module), indent=2))
     else:
-        print("\n\n".join(str(p) for _, p in progs))
+        print(str(module), end="")
     return 0
 
 

@@ -152,3 +152,55 @@ class InternalError(TilenestError):
     the user's input. The site is the innermost frame of tilenest that raised."""
 
     kind = "internal error"
+
+
+# ---------------------------------------------------------------------------
+# where the user called from
+
+_PACKAGE_DIR = __import__("os").path.dirname(__import__("os").path.abspath(__file__))
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Folders of the Python installation (its standard library and installed
+    packages): frames there are nobody's call site."""
+    import os
+    import sys
+    import sysconfig
+
+    dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            dirs.add(sysconfig.get_paths()[key])
+        except KeyError:
+            pass
+    return tuple(os.path.join(os.path.abspath(d), "") for d in dirs if d)
+
+
+def user_site(depth: int = 1) -> Site | None:
+    """The line of the user's code that called into tilenest: the innermost
+    frame of the running thread (from ``depth`` frames above this function)
+    that is neither tilenest's nor the Python installation's, with its file
+    relative to the working directory when it lies below it. None when every
+    frame is tilenest's or the installation's (the ``tilenest`` command, a
+    thread pool running a kernel directly): the caller then names another
+    site. Meant for error paths; it walks the stack."""
+    import os
+    import sys
+
+    own = os.path.join(_PACKAGE_DIR, "")
+    lib = _library_dirs()
+    f = sys._getframe(depth)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith("<frozen"):
+            path = os.path.abspath(name) if not name.startswith("<") else name
+            if not path.startswith(own) and not path.startswith(lib):
+                try:
+                    rel = os.path.relpath(path)
+                    if not rel.startswith("..") and not name.startswith("<"):
+                        path = rel
+                except (ValueError, OSError):
+                    pass
+                return Site(path, f.f_lineno)
+        f = f.f_back
+    return None

@@ -18,19 +18,28 @@ from typing import Any
 import numpy as np
 
 from ..semantics import arrays as A
-from ..errors import BoundsError, RuntimeSemanticError, TilenestError
+from ..errors import BoundsError, RuntimeSemanticError, TilenestError, user_site
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..lowering.schedule import stride_symbol
 from ..semantics import expr as E
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
+from ..tracebacks import api_boundary
 
 
 class ArgumentBinder:
-    """Argument checks shared by the compiled targets (see the module docstring)."""
+    """Argument checks shared by the compiled targets (see the module docstring).
+    A target's kernel class that defines ``__call__`` gets it as a public entry
+    point (``tracebacks.api_boundary``: short tracebacks for user errors)."""
 
     program: Any
     stored: set[str]
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        call = cls.__dict__.get("__call__")
+        if call is not None and not hasattr(call, "__wrapped__"):
+            cls.__call__ = api_boundary(call)  # type: ignore[method-assign]
 
     # -- binding ------------------------------------------------------------------
     def arguments(self, arrays: tuple) -> tuple:
@@ -57,7 +66,7 @@ class ArgumentBinder:
                            "innermost dimension is packed")
                     raise TilenestError(
                         f"argument '{v.name}' is not a C-contiguous aligned array; {why}",
-                        p.loc, A.packed_hint(g, a))
+                        user_site() or p.loc, A.packed_hint(g, a))
                 if st is not None:  # only a strided view runs a variant that reads strides
                     for d, x in enumerate(st[:-1]):
                         syms[stride_symbol(v.name, d)] = x
@@ -68,7 +77,8 @@ class ArgumentBinder:
                 try:
                     arr = np.array(constant(scalar_arg(a, v.name), t.dtype), dtype=t.dtype.np)
                 except (ValueError, TypeError) as e:
-                    raise TilenestError(f"argument '{v.name}': {e}", p.loc) from None
+                    raise TilenestError(f"argument '{v.name}': {e}", user_site() or p.loc) \
+                        from None
                 keep.append(arr)
         return keep, syms
 
@@ -104,7 +114,7 @@ class ArgumentBinder:
                         f"arguments '{args[j].name}' and '{args[i].name}' overlap in memory "
                         "without being the same array, and one of them is written; compiled "
                         "targets support aliased parameters only as one array",
-                        self.program.loc,
+                        user_site() or self.program.loc,
                         "pass the same array for both, separate copies, or run on the "
                         "interpreter (which accepts any overlap)")
                 parent[root(i)] = root(j)

@@ -6,6 +6,7 @@ outside a capture is a :class:`~tilenest.errors.CaptureError`.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,23 +65,32 @@ class CaptureContext:
             self.syms.append(name)
 
 
-_STACK: list[CaptureContext] = []
+class _Stacks(threading.local):
+    """The captures in progress, per thread: two threads capturing two kernels
+    at once each build their own program."""
+
+    def __init__(self) -> None:
+        self.stack: list[CaptureContext] = []
+
+
+_LOCAL = _Stacks()
 
 
 def ctx() -> CaptureContext:
-    if not _STACK:
+    stack = _LOCAL.stack
+    if not stack:
         raise CaptureError("tile operations can only be used while a @tn.kernel is captured",
                            hint="call them inside a function decorated with @tn.kernel")
-    return _STACK[-1]
+    return stack[-1]
 
 
 def active() -> bool:
-    return bool(_STACK)
+    return bool(_LOCAL.stack)
 
 
 def push(c: CaptureContext) -> None:
-    _STACK.append(c)
+    _LOCAL.stack.append(c)
 
 
 def pop() -> None:
-    _STACK.pop()
+    _LOCAL.stack.pop()

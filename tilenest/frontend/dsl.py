@@ -20,8 +20,8 @@ from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.maps import MemLayout, strided_layout
-from ..semantics.policies import (ASSUME, CHECKED, ZERO, Bounds, BoundsPolicy, ExecPolicy,
-                                  MmaPolicy, PipelinePolicy, ReductionPolicy)
+from ..semantics.policies import (ASSUME, CHECKED, EXEC_SCOPES, ZERO, Bounds, BoundsPolicy,
+                                  ExecPolicy, MmaPolicy, PipelinePolicy, ReductionPolicy)
 from ..semantics.space import Dim, DimFactor, DimOrigin, Space
 from ..semantics.types import MemoryType, StateType, TensorType, TileType
 from .builder import BValue
@@ -717,6 +717,10 @@ def mma(a: Tile, b: Tile, acc: Tile, allow_reassociation: bool = True,
         policy: MmaPolicy | None = None) -> Tile:
     """``acc[b,m,n] + sum_k conv(a[b,m,k]) * conv(b[b,k,n])``; roles by dim identity."""
     if policy is not None:
+        if not isinstance(policy, MmaPolicy):
+            raise CaptureError(f"mma(policy=...): {_what(policy)} is not an mma policy",
+                               hint="use tn.MmaPolicy(allow_reassociation=False), or "
+                                    "allow_reassociation=False")
         allow_reassociation = policy.allow_reassociation
     return _emit("mma", [a, b, acc], {"allow_reassociation": bool(allow_reassociation)})[0]
 
@@ -1081,9 +1085,14 @@ class _ExecNS:
     infer = ExecPolicy("infer")
 
     @staticmethod
-    def layout(fn: Callable[..., Any], scope: str | None = None) -> "ExecLayoutSpec":
-        """Constrain the child map: ``coord = fn(*raw_index)`` (a ParallelMap)."""
-        return ExecLayoutSpec(fn, scope)
+    def layout(fn: Callable[..., Any], scope: Any = None) -> "ExecLayoutSpec":
+        """Constrain the child map: ``coord = fn(*raw_index)`` (a ParallelMap),
+        optionally on a scope (a name or a ``tn.exec`` constant)."""
+        if not callable(fn):
+            raise CaptureError(f"tn.exec.layout(fn): {_what(fn)} is not a function",
+                               hint="pass a function of the raw indices, e.g. "
+                                    "tn.exec.layout(lambda i: i * 2)")
+        return ExecLayoutSpec(fn, _scope_name(scope))
 
 
 @dataclass(frozen=True)
@@ -1098,6 +1107,50 @@ unordered_tree = ReductionPolicy.unordered_tree
 ordered_tree = ReductionPolicy.ordered_tree
 fold_left = ReductionPolicy.fold_left
 fold_right = ReductionPolicy.fold_right
+
+_POLICY_NAMES = ", ".join(f"tn.{p.value}" for p in ReductionPolicy)
+
+
+def _what(v: Any) -> str:
+    return repr(v) if isinstance(v, (str, int, float, bool)) or v is None \
+        else f"a {type(v).__name__}"
+
+
+def as_reduction_policy(v: Any, where: str) -> ReductionPolicy:
+    """The reduction policy ``v`` denotes: a ``tn`` policy constant, or its
+    documented name as a string (``"fold_left"``). Anything else is a
+    CaptureError (located by the stager at the statement)."""
+    if isinstance(v, ReductionPolicy):
+        return v
+    if isinstance(v, str):
+        try:
+            return ReductionPolicy(v.removeprefix("tn."))
+        except ValueError:
+            pass
+    raise CaptureError(f"{where}: {_what(v)} is not a reduction policy",
+                       hint=f"use one of {_POLICY_NAMES} (or its name as a string, "
+                            "e.g. 'fold_left')")
+
+
+def as_exec(v: Any) -> ExecPolicy | ExecLayoutSpec | None:
+    """The execution constraint ``v`` denotes: None, a ``tn.exec`` constant or
+    ``tn.exec.layout(...)``, or a scope name as a string (``"warp"``)."""
+    if v is None or isinstance(v, (ExecPolicy, ExecLayoutSpec)):
+        return v
+    if isinstance(v, str) and v.removeprefix("tn.exec.") in EXEC_SCOPES:
+        return ExecPolicy(v.removeprefix("tn.exec."))
+    raise CaptureError(f"parallel(exec=...): {_what(v)} is not an execution scope",
+                       hint="use one of " + ", ".join(f"tn.exec.{x}" for x in EXEC_SCOPES)
+                            + " (or its name as a string, e.g. 'warp'), or tn.exec.layout(fn)")
+
+
+def _scope_name(scope: Any) -> str | None:
+    if scope is None:
+        return None
+    ex = as_exec(scope)
+    if not isinstance(ex, ExecPolicy):
+        raise CaptureError(f"tn.exec.layout(fn, scope=...): {_what(scope)} is not a scope name")
+    return ex.scope
 
 
 def pipeline_policy(window: int = 2, interval: int = 1) -> PipelinePolicy:
@@ -1236,26 +1289,32 @@ class ScopeHandle:
 def _parallel(domain: Any = None, exec: Any = None) -> RegionSpec:  # noqa: A002
     if domain is None:
         raise CaptureError("parallel() needs a domain shape")
-    if isinstance(exec, str):
-        exec = ExecPolicy(exec)
-    return RegionSpec("parallel", _as_shape(domain), None, exec=exec)
+    return RegionSpec("parallel", _as_shape(domain), None, exec=as_exec(exec))
 
 
 def _serial(domain: Any, order: str | None = None) -> RegionSpec:
-    if order not in (None, "forward", "reverse"):
-        raise CaptureError(f"unknown serial order {order!r}", hint="use None or 'reverse'")
+    if order is not None and (not isinstance(order, str) or order not in ("forward", "reverse")):
+        raise CaptureError(f"serial(order=...): {_what(order)} is not a serial order",
+                           hint="use 'forward' (the default, also None) or 'reverse'")
     return RegionSpec("serial", _as_shape(domain), None, order=order or "forward")
 
 
 def _pipeline(domain: Any, policy: PipelinePolicy | None = None) -> RegionSpec:
+    if policy is not None and not isinstance(policy, PipelinePolicy):
+        raise CaptureError(f"pipeline(policy=...): {_what(policy)} is not a pipeline policy",
+                           hint="use tn.pipeline_policy(window=2, interval=1), or leave it out")
     return RegionSpec("pipeline", _as_shape(domain), None, policy=policy or PipelinePolicy())
 
 
 def _reduce_region(domain: Any, contract: Any = None,
-                   policy: ReductionPolicy = ReductionPolicy.unordered_tree) -> RegionSpec:
-    if isinstance(contract, ReductionPolicy):
+                   policy: Any = ReductionPolicy.unordered_tree) -> RegionSpec:
+    if isinstance(contract, ReductionPolicy) or (
+            isinstance(contract, str) and contract.removeprefix("tn.") in
+            {p.value for p in ReductionPolicy}):
         contract, policy = None, contract
-    return RegionSpec("reduce", _as_shape(domain), None, policy=policy, contract=contract)
+    return RegionSpec("reduce", _as_shape(domain), None,
+                      policy=as_reduction_policy(policy, "reduce(policy=...)"),
+                      contract=contract)
 
 
 _REGION_CTORS: dict[str, Callable[..., RegionSpec]] = {

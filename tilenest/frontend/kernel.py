@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import sys
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import CaptureError, Site, TilenestError, TilenestWarning
+from ..errors import CaptureError, Site, TilenestError, TilenestWarning, user_site
+from ..tracebacks import api_boundary
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import TileProgram
@@ -269,40 +270,9 @@ def ast_FunctionDef() -> type:
     return ast.FunctionDef
 
 
-#: kernel_site's answers, by (code object, working directory, the source file's
-#: modification time and size): an edited file, or a file name relative to
-#: another directory, is looked up again
-_SITES: dict[tuple[Any, ...], Site] = {}
-
-
 def kernel_site(fn: Callable) -> Site:
     """``file:line`` of a kernel's ``def`` statement, as capture diagnostics
-    name it. Parsing the source takes milliseconds and every call of a kernel
-    needs the site, so it is kept per function and source file version."""
-    key = _source_key(fn)
-    site = _SITES.get(key) if key is not None else None
-    if site is None:
-        site = _parse_site(fn)
-        if key is not None:
-            _SITES[key] = site
-    return site
-
-
-def _source_key(fn: Callable) -> tuple[Any, ...] | None:
-    """What ``kernel_site(fn)`` depends on, or None when that cannot be told (no
-    code object, or no source file to look at)."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return None
-    try:
-        st = os.stat(code.co_filename)
-        cwd = os.getcwd()
-    except (OSError, ValueError):
-        return None
-    return (code, cwd, st.st_mtime_ns, st.st_size)
-
-
-def _parse_site(fn: Callable) -> Site:
+    name it (from the source parsed once per function, ``parse_function``)."""
     try:
         src = parse_function(fn)
         return Site(src.file, src.tree.body[0].lineno, 1)
@@ -310,6 +280,13 @@ def _parse_site(fn: Callable) -> Site:
         code = getattr(fn, "__code__", None)
         return Site(code.co_filename if code else "<unknown>",
                     code.co_firstlineno if code else 0)
+
+
+def call_site(fn: Callable) -> Site:
+    """Where a call of the kernel ``fn`` is written: the user's line
+    (:func:`~tilenest.errors.user_site`), else the kernel's ``def`` line (a
+    call made by the ``tilenest`` command or a thread pool)."""
+    return user_site() or kernel_site(fn)
 
 
 def _kinds(fn: Callable, scope: dict[str, Any], strict: bool = True
@@ -366,21 +343,21 @@ def check_constants(fn: Callable, consts: dict[str, Any], scope: dict[str, Any],
                     how: str = "specialize") -> None:
     """Reject compile-time constants that name no constant parameter of ``fn``, or
     whose value does not fit the parameter (its default's type; an integer for a
-    symbolic parameter). The error names the kernel's ``file:line``."""
+    symbolic parameter). The error names the line that passed the constant
+    (:func:`call_site`)."""
     kinds = _kinds(fn, scope, strict=False)
-    site = kernel_site(fn)
     consts_ok = sorted(n for n, (k, _) in kinds.items() if k in ("const", "sym"))
     listing = ", ".join(consts_ok) if consts_ok else "none"
     for name, value in consts.items():
         kind, default = kinds.get(name, (None, None))
         if kind is None:
             raise TilenestError(
-                f"{how}: kernel {fn.__name__} has no parameter '{name}'", site,
+                f"{how}: kernel {fn.__name__} has no parameter '{name}'", call_site(fn),
                 f"its compile-time parameters are: {listing}")
         if kind in ("tensor", "scalar"):
             raise TilenestError(
                 f"{how}: '{name}' is a {kind} argument of kernel {fn.__name__}, not a "
-                "compile-time constant", site,
+                "compile-time constant", call_site(fn),
                 f"pass it when calling the kernel; compile-time parameters: {listing}")
         if kind == "sym":
             import numbers
@@ -388,12 +365,12 @@ def check_constants(fn: Callable, consts: dict[str, Any], scope: dict[str, Any],
             if not isinstance(value, numbers.Integral) or isinstance(value, (bool, np.bool_)):
                 raise TilenestError(
                     f"{how}: symbolic parameter '{name}' of kernel {fn.__name__} needs an "
-                    f"integer, got {type(value).__name__} {value!r}", site)
+                    f"integer, got {type(value).__name__} {value!r}", call_site(fn))
         elif kind == "const" and not _const_type_ok(default, value):
             raise TilenestError(
                 f"{how}: constant '{name}' of kernel {fn.__name__} defaults to "
                 f"{type(default).__name__} {default!r}; got {type(value).__name__} {value!r}",
-                site, f"pass a value of type {type(default).__name__}")
+                call_site(fn), f"pass a value of type {type(default).__name__}")
 
 
 #: keyword options of the interpreter, passed through by a kernel call
@@ -412,27 +389,58 @@ class Kernel:
         self.scope = scope or {}
         functools.update_wrapper(self, fn)
         self._variants: dict[tuple, Kernel] = {}
+        self._program: TileProgram | None = None
+        #: the exception capture raised, with its traceback, raised again on each use
+        self._failure: tuple[BaseException, Any] | None = None
+        self._capture_lock = threading.Lock()
+        #: the parameters classified (``_kinds``), once per kernel: a call needs them
+        self._kinds: dict[str, tuple[str, Any]] | None = None
         if self.consts:
             check_constants(fn, self.consts, self.scope)
 
-    @functools.cached_property
+    @property
+    @api_boundary
     def program(self) -> TileProgram:
-        try:
-            return capture(self.fn, self.consts, self.scope)
-        except TilenestError as e:
-            if self.consts:
-                given = ", ".join(f"{k}={v!r}" for k, v in self.consts.items())
-                e.notes = e.notes + (f"this variant of {self.fn.__name__} has the "
-                                     f"compile-time constants {given}",)
-                e.args = (e.render(),)
-            raise
+        """The captured TileProgram, captured on first use (once, whichever
+        thread asks first). A capture that failed fails again with its own
+        error on every later use; an AttributeError escaping capture (a bug)
+        is re-raised as a RuntimeError, since an AttributeError out of this
+        property would read as "no attribute 'program'" to ``getattr``."""
+        prog = self._program
+        if prog is not None:
+            return prog
+        with self._capture_lock:
+            if self._program is None:
+                if self._failure is None:
+                    try:
+                        self._program = capture(self.fn, self.consts, self.scope)
+                    except TilenestError as e:
+                        if self.consts:
+                            given = ", ".join(f"{k}={v!r}" for k, v in self.consts.items())
+                            e.notes = e.notes + (f"this variant of {self.fn.__name__} has "
+                                                 f"the compile-time constants {given}",)
+                            e.args = (e.render(),)
+                        self._failure = (e, e.__traceback__)
+                    except AttributeError as e:
+                        err = RuntimeError(f"capturing kernel {self.fn.__name__} failed: "
+                                           f"AttributeError: {e}")
+                        err.__cause__ = e
+                        self._failure = (err, e.__traceback__)
+                    except Exception as e:  # noqa: BLE001 - kept and raised again below
+                        self._failure = (e, e.__traceback__)
+                if self._failure is not None:
+                    exc, tb = self._failure
+                    raise exc.with_traceback(tb)
+            return self._program
 
+    @api_boundary
     def specialize(self, **consts: Any) -> "Kernel":
         """A variant with compile-time constants overridden (each must name a
         constant or symbolic parameter of the kernel and fit its type)."""
         check_constants(self.fn, consts, self.scope)
         return Kernel(self.fn, {**self.consts, **consts}, self.scope)
 
+    @api_boundary
     def ir(self) -> str:
         return str(self.program)
 
@@ -442,8 +450,9 @@ class Kernel:
         compile-time constants select a specialization), the tensor and scalar
         arguments in signature order, and the interpreter options (a symbolic
         parameter given by keyword joins ``params``)."""
-        kinds = _kinds(self.fn, self.scope)
-        site = kernel_site(self.fn)
+        kinds = self._kinds
+        if kinds is None:
+            kinds = self._kinds = _kinds(self.fn, self.scope)
         name = self.fn.__name__
         order = [n for n, (k, _) in kinds.items() if k in ("tensor", "scalar")
                  and n not in self.consts]
@@ -452,20 +461,20 @@ class Kernel:
         if len(args) > len(order):
             raise TilenestError(
                 f"kernel {name} takes {len(order)} positional arguments "
-                f"({', '.join(order)}), got {len(args)}", site,
+                f"({', '.join(order)}), got {len(args)}", call_site(self.fn),
                 "compile-time constants are passed by keyword")
         bound: dict[str, Any] = dict(zip(order, args, strict=False))
         consts: dict[str, Any] = {}
         given = opts.get("params")
         if given is not None and not isinstance(given, dict):
             raise TilenestError(f"params of kernel {name} must be a dict of name -> integer, got "
-                                f"{type(given).__name__}", site)
+                                f"{type(given).__name__}", call_site(self.fn))
         params = dict(given or {})
         for k, v in rest.items():
             kind = kinds.get(k, (None, None))[0]
             if k in bound:
                 raise TilenestError(f"kernel {name} got argument '{k}' both by position "
-                                    "and by keyword", site)
+                                    "and by keyword", call_site(self.fn))
             if kind in ("tensor", "scalar") and k in order:
                 bound[k] = v
             elif kind == "const" or kind == "sym" and k in self.consts:
@@ -473,18 +482,18 @@ class Kernel:
             elif kind == "sym":
                 if k in params:
                     raise TilenestError(f"kernel {name} got parameter '{k}' both by keyword "
-                                        "and in params=", site)
+                                        "and in params=", call_site(self.fn))
                 params[k] = v
             else:
                 valid = order + sorted(n for n, (kd, _) in kinds.items()
                                        if kd in ("const", "sym")) + list(_RUN_OPTIONS)
-                raise TilenestError(f"kernel {name} has no argument '{k}'", site,
+                raise TilenestError(f"kernel {name} has no argument '{k}'", call_site(self.fn),
                                     f"its arguments are: {', '.join(valid)}")
         missing = [n for n in order if n not in bound]
         if missing:
             raise TilenestError(
                 f"kernel {name} is missing argument(s) {', '.join(repr(m) for m in missing)}",
-                site, f"it takes {', '.join(order)}")
+                call_site(self.fn), f"it takes {', '.join(order)}")
         if params or "params" in opts:
             opts["params"] = params
         variant = self
@@ -495,6 +504,7 @@ class Kernel:
                 variant = self._variants[key] = self.specialize(**consts)
         return variant, tuple(bound[n] for n in order), opts
 
+    @api_boundary
     def __call__(self, *arrays: Any, **kw: Any) -> Any:
         """Run on the reference interpreter: tensors and scalars by position or
         by name, compile-time constants by name (a specialized variant), and the
@@ -504,6 +514,7 @@ class Kernel:
         variant, args, opts = self.bind_arguments(arrays, kw)
         return interpret(variant, *args, **opts)
 
+    @api_boundary
     def compile(self, target: str = "llvm", **kw: Any) -> Any:
         """A compiled callable for ``target`` (``schedule=`` a Schedule, or schedule
         fields such as ``threads=``; for ``cuda`` also ``device='gpu'|'emulated'``);

@@ -71,12 +71,13 @@ def _reducer_of(r: Any) -> str:
 
 
 def reduce_expr(x: Tile, dims: Any, reducer: Any,
-                policy: ReductionPolicy = ReductionPolicy.unordered_tree) -> Tile:
+                policy: ReductionPolicy | str = ReductionPolicy.unordered_tree) -> Tile:
     """``reduce(x, dims, r)``: combine ``x`` over ``dims`` with builtin reducer ``r``;
     the result keeps the other dims. Shorthand for a reduce region whose seed is
     the reducer's identity and whose update is ``s = merge(s, x.at(h))``."""
     if dims is None:
         raise CaptureError("reduce(x, dims, reducer) needs the dims to reduce")
+    policy = dsl.as_reduction_policy(policy, "reduce(x, dims, reducer, policy=...)")
     dl = dsl._dims_arg([dims])
     name = _reducer_of(reducer)
     b = BUILTINS[name]
@@ -115,13 +116,14 @@ def _rename_dim(x: Tile, old: Dim, new: Dim) -> Tile:
 
 
 def scan(x: Tile, axis: Any, reducer: Any = "add",
-         policy: ReductionPolicy = ReductionPolicy.fold_left) -> Tile:
+         policy: ReductionPolicy | str = ReductionPolicy.fold_left) -> Tile:
     """Inclusive scan along ``axis``. ``fold_left``: each prefix is the strict left
     fold (a serial region carrying the running state); ``ordered_tree``: every
     prefix is an ordered-tree reduction of its leaves (regrouping allowed, order
     kept; quadratic work, which keeps the whole admitted set visible)."""
     name = _reducer_of(reducer)
     b = BUILTINS[name]
+    policy = dsl.as_reduction_policy(policy, "scan(policy=...)")
     d = _axis_dim(x, axis)
     n = x.type.space.extent_of(d)
     if policy is ReductionPolicy.fold_left:
@@ -157,7 +159,8 @@ def scan(x: Tile, axis: Any, reducer: Any = "add",
                        hint="use fold_left or ordered_tree (scan never permutes)")
 
 
-def cumsum(x: Tile, axis: Any, policy: ReductionPolicy = ReductionPolicy.fold_left) -> Tile:
+def cumsum(x: Tile, axis: Any, policy: ReductionPolicy | str = ReductionPolicy.fold_left
+           ) -> Tile:
     return scan(x, axis, "add", policy)
 
 

@@ -27,6 +27,7 @@ import builtins
 import inspect
 import os
 import textwrap
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -58,8 +59,39 @@ class Source:
     tree: ast.AST
 
 
+#: parse_function's answers, by (code object, its file, working directory): a function's
+#: source is read and parsed once, however many variants, calls and threads
+#: ask for it (the working directory is part of the key because the file name
+#: a Source carries is relative to it)
+_SOURCES: dict[tuple[Any, str, str], Source] = {}
+#: held while a source is read and parsed: ``ast.parse`` run by several threads
+#: at once has failed inside CPython (SystemError: AST constructor recursion
+#: depth mismatch), and one parse per function is all that is needed anyway
+_PARSE_LOCK = threading.Lock()
+
+
 def parse_function(fn: Callable) -> Source:
-    """Parse ``fn``'s source; line numbers are corrected to the file."""
+    """``fn``'s source, parsed once per function and working directory; line
+    numbers are corrected to the file. Safe to call from several threads."""
+    code = getattr(fn, "__code__", None)
+    try:
+        # code objects compare by content, not by file: the file is part of the key
+        key = (code, code.co_filename, os.getcwd()) if code is not None else None
+    except OSError:  # the working directory was deleted: nothing to key on
+        key = None
+    src = _SOURCES.get(key) if key is not None else None
+    if src is not None:
+        return src
+    with _PARSE_LOCK:
+        src = _SOURCES.get(key) if key is not None else None
+        if src is None:
+            src = _read_and_parse(fn)
+            if key is not None:
+                _SOURCES[key] = src
+    return src
+
+
+def _read_and_parse(fn: Callable) -> Source:
     try:
         src = inspect.getsource(fn)
         file = inspect.getsourcefile(fn) or "<unknown>"
@@ -71,7 +103,7 @@ def parse_function(fn: Callable) -> Source:
         rel = os.path.relpath(file)
         if not rel.startswith(".."):
             file = rel
-    except ValueError:
+    except (ValueError, OSError):  # another drive, or no working directory
         pass
     ded = textwrap.dedent(src)
     indent = len(src.splitlines()[0]) - len(ded.splitlines()[0])

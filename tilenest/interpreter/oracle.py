@@ -107,9 +107,11 @@ class Admitted:
                            "reassociating mma or a transcendental)", undetermined=True)
         c = np.asarray(candidate)
         if c.shape != self.value.shape:
-            return Verdict(False, None, f"shape {c.shape} differs from {self.value.shape}")
+            return Verdict(False, None, f"{self.name}: shape {c.shape} differs from "
+                                        f"{self.value.shape}")
         if c.dtype != self.value.dtype:
-            return Verdict(False, None, f"dtype {c.dtype} differs from {self.value.dtype}")
+            return Verdict(False, None, f"{self.name}: dtype {c.dtype} differs from "
+                                        f"{self.value.dtype}")
         exact = self.exact_mask
         bad = np.zeros(c.shape, dtype=bool)
         why = np.zeros(c.shape, dtype=np.int8)  # 1 bits, 2 nan, 3 range

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import Site, TilenestError
+from ..errors import Site, TilenestError, user_site
 
 #: DLPack device types (``DLDeviceType``) whose memory the host reads directly
 HOST_DEVICES = {1: "cpu", 3: "cuda_host", 11: "rocm_host"}
@@ -74,16 +74,31 @@ def is_immutable(a: Any) -> bool:
     return jax is not None and isinstance(a, jax.Array)
 
 
-def dlpack_device(a: Any) -> tuple[int, int] | None:
+def dlpack_device(a: Any, name: str = "the array") -> tuple[int, int] | None:
     """``(DLPack device type, device id)`` of an array that speaks DLPack,
-    ``None`` for other objects."""
+    ``None`` for other objects. An array that cannot say where it lives (a
+    torch tensor on the ``meta`` device, which has no data; a producer whose
+    device query fails or answers nonsense) is a TilenestError naming the
+    argument ``name``."""
     if isinstance(a, np.ndarray) or not hasattr(a, "__dlpack__"):
         return None
+    if getattr(a, "is_meta", False) is True:
+        raise TilenestError(
+            f"argument '{name}' is a {describe(a)} on the meta device, which holds no "
+            "elements", None,
+            "meta tensors carry only a shape and a dtype; pass a tensor with data, e.g. "
+            "torch.zeros_like(x, device='cpu')")
     dev = getattr(a, "__dlpack_device__", None)
     if dev is None:
         return (1, 0)  # a producer without a device query exports host memory
-    kind, ident = dev()
-    return int(kind), int(ident)
+    try:
+        kind, ident = dev()
+        return int(kind), int(ident)
+    except Exception as e:  # noqa: BLE001 - a foreign object's device query
+        raise TilenestError(
+            f"argument '{name}': its {describe(a)} does not say which device it lives on "
+            f"(__dlpack_device__ gave {type(e).__name__}: {e})", None,
+            _export_hint(a)) from None
 
 
 def device_name(dev: tuple[int, int]) -> str:
@@ -105,7 +120,7 @@ def host_view(a: Any, name: str, written: bool, site: Site | None = None) -> Any
                             f"pass {ARRAY_KINDS}")
     if written and is_immutable(a):
         raise _immutable_output(a, name, site)
-    dev = dlpack_device(a)
+    dev = dlpack_device(a, name)
     if dev is not None:
         if dev[0] not in HOST_DEVICES:
             raise TilenestError(
@@ -121,7 +136,12 @@ def host_view(a: Any, name: str, written: bool, site: Site | None = None) -> Any
         except TypeError:
             raise TilenestError(f"argument '{name}' must be an array, got {describe(a)}",
                                 site, f"pass {ARRAY_KINDS}") from None
-        view = np.asarray(mem)
+        try:
+            view = np.asarray(mem)
+        except Exception as e:  # noqa: BLE001 - a buffer format numpy cannot read
+            raise TilenestError(f"argument '{name}': the buffer of its {describe(a)} cannot "
+                                f"be viewed as an array ({type(e).__name__}: {e})", site,
+                                "pass a numpy array of the dtype the kernel takes") from None
     if is_immutable(a) and view.flags.writeable:
         view.flags.writeable = False
     return view
@@ -134,7 +154,7 @@ def cuda_view(a: Any, name: str, written: bool, site: Site | None = None) -> Any
     and the written ones back)."""
     if isinstance(a, np.ndarray):
         return a
-    dev = dlpack_device(a)
+    dev = dlpack_device(a, name)
     on_device = (dev is not None and dev[0] in CUDA_DEVICES) or (
         dev is None and hasattr(a, "__cuda_array_interface__"))
     if not on_device:
@@ -154,7 +174,7 @@ def cuda_view(a: Any, name: str, written: bool, site: Site | None = None) -> Any
         return a
     try:
         return cp.from_dlpack(a) if dev is not None else cp.asarray(a)
-    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever a producer's export raises
         raise TilenestError(f"argument '{name}': its {describe(a)} cannot be used in place "
                             f"({e})", site, _export_hint(a)) from None
 
@@ -177,23 +197,59 @@ def cuda_arguments(p: Any, args: Sequence[Any], written: Collection[str] | None 
 
 
 def _convert(p: Any, args: Sequence[Any], written: Collection[str] | None, view: Any) -> tuple:
+    """Each argument as ``view`` sees it; an error is reported at the user's
+    line that made the call (else the kernel's location)."""
     from .types import TensorType
 
     if len(args) != len(p.args):
         return tuple(args)  # the arity error is bind_call's, with its message
     out = []
-    for v, a in zip(p.args, args, strict=True):
-        if isinstance(a, np.ndarray):
-            out.append(a)
-        elif isinstance(v.type, TensorType):
-            if written is None:  # walked only for a call with other arrays
-                written = {op.operands[0].name for op in p.walk() if op.name == "tensor.store"}
-            out.append(view(a, v.name, v.name in written, p.loc))
-        elif dlpack_device(a) is not None:
-            out.append(host_view(a, v.name, False, p.loc))
-        else:
-            out.append(a)
+    try:
+        for v, a in zip(p.args, args, strict=True):
+            if isinstance(a, np.ndarray):
+                out.append(a)
+            elif isinstance(v.type, TensorType):
+                if written is None:  # walked only for a call with other arrays
+                    written = {op.operands[0].name for op in p.walk()
+                               if op.name == "tensor.store"}
+                x = view(a, v.name, v.name in written, None)
+                _check_dtype(a, x, v.name, v.type.dtype)
+                out.append(x)
+            elif dlpack_device(a, v.name) is not None:
+                out.append(host_view(a, v.name, False, None))
+            else:
+                out.append(a)
+    except TilenestError as e:
+        raise e.with_site(user_site() or p.loc) from None
     return tuple(out)
+
+
+def _check_dtype(original: Any, view: Any, name: str, want: Any) -> None:
+    """An array of another framework whose dtype is not the kernel's: refused
+    here, with the conversion spelled in that framework (numpy arrays get
+    ``bind_call``'s numpy spelling)."""
+    if view.dtype == want.np:
+        return
+    from ..errors import TypeCheckError
+
+    root = type(original).__module__.split(".")[0]
+    npname = np.dtype(want.np).name
+    if root == "torch":
+        how = f"{name}.to(torch.{npname})"
+    elif is_immutable(original):
+        how = f"{name}.astype(jnp.{npname})"
+    elif root == "cupy":
+        how = f"{name}.astype(cupy.{npname})"
+    else:
+        how = f"np.asarray({name}, dtype=np.{npname})"
+    raise TypeCheckError(f"argument '{name}' is a {describe(original)} of dtype "
+                         f"{_dtype_name(original, view)}, the kernel needs {want}", None,
+                         f"convert it: {how}")
+
+
+def _dtype_name(original: Any, view: Any) -> str:
+    dt = getattr(original, "dtype", None)
+    return str(dt) if dt is not None else str(view.dtype)
 
 
 def stand_in(a: Any) -> np.ndarray:
@@ -238,6 +294,25 @@ def span(a: np.ndarray) -> np.ndarray:
                                            writeable=bool(a.flags.writeable))
 
 
+def input_alias(a: np.ndarray) -> np.ndarray:
+    """``a`` itself when numpy lets it be written; else a writeable view of the
+    same memory (no copy), for handing a tensor the kernel only *reads* to a
+    launcher that types every pointer as mutable (the CUDA emulator refuses a
+    read-only array for a non-``const`` pointer). Only for packed arrays of
+    parameters the kernel never stores to: nothing may write through the alias
+    (it may be a jax array's buffer, or a broadcast's single row)."""
+    if a.flags.writeable:
+        return a
+    if not a.flags.c_contiguous:
+        raise ValueError("input_alias needs a C-contiguous array")
+    import ctypes
+
+    if a.nbytes == 0:
+        return np.zeros(a.shape, a.dtype)
+    buf = (ctypes.c_char * a.nbytes).from_address(address(a))
+    return np.frombuffer(memoryview(buf), dtype=a.dtype).reshape(a.shape)
+
+
 def address(a: Any) -> int:
     """The address of ``a``'s first element (host, or device for a cupy array)."""
     return int(a.ctypes.data) if isinstance(a, np.ndarray) else int(a.data.ptr)
@@ -271,6 +346,12 @@ def _from_dlpack(a: Any, name: str, site: Site | None) -> np.ndarray:
     """``np.from_dlpack(a)``, with the errors of a refused export as tilenest
     errors; a torch bfloat16 tensor is viewed through its bits (numpy's DLPack
     import has no bfloat16)."""
+    if _is_torch_neg(a):
+        # numpy's DLPack import drops torch's lazy negation: the view would hold
+        # the values un-negated
+        raise TilenestError(f"argument '{name}' is a negated view of a torch tensor (its neg "
+                            "bit is set), which cannot be viewed without a copy", site,
+                            "pass x.resolve_neg() (a tensor holding the negated values)")
     try:
         if _is_torch_bf16(a):
             import ml_dtypes
@@ -278,9 +359,15 @@ def _from_dlpack(a: Any, name: str, site: Site | None) -> np.ndarray:
 
             return np.from_dlpack(a.view(torch.int16)).view(ml_dtypes.bfloat16)
         return np.from_dlpack(a)
-    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever a producer's export raises
         raise TilenestError(f"argument '{name}': its {describe(a)} cannot be viewed as a host "
                             f"array ({e})", site, _export_hint(a)) from None
+
+
+def _is_torch_neg(a: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return (torch is not None and isinstance(a, torch.Tensor) and hasattr(a, "is_neg")
+            and bool(a.is_neg()))
 
 
 def _is_torch_bf16(a: Any) -> bool:

@@ -57,6 +57,7 @@ from .ioschema import (
 )
 from .ir import Block, FrozenDict, Operation, TileProgram, Value
 from .maps import Map, MemLayout
+from .module import TileModule
 from .policies import (
     EXEC_SCOPES,
     RESOURCES,
@@ -318,8 +319,10 @@ def _float_text() -> re.Pattern[str]:
 class Decoder:
     """Builds IR from JSON data, checking references; errors name the JSON path."""
 
-    def __init__(self, file: str | None = None):
+    def __init__(self, file: str | None = None, prefix: str = ""):
         self.file = file
+        #: where this program sits in its document (``kernels[1]`` in a module)
+        self.prefix = prefix
         self.syms: set[str] | None = None
         self.dims: list[Dim] = []
         self.reducers: set[str] = set()
@@ -328,7 +331,13 @@ class Decoder:
 
     def fail(self, path: str, message: str, hint: str | None = None) -> NoReturn:
         notes = (f"in {self.file}",) if self.file else ()
-        raise ParseError(f"{path}: {message}", (), hint=hint, notes=notes)
+        raise ParseError(f"{self.at(path)}: {message}", (), hint=hint, notes=notes)
+
+    def at(self, path: str) -> str:
+        """``path`` (relative to the program) as a path in the whole document."""
+        if not self.prefix:
+            return path
+        return self.prefix if path == "(root)" else f"{self.prefix}.{path}"
 
     # -- plain data -----------------------------------------------------
     def obj(self, d: Any, path: str, required: tuple[str, ...] = (),
@@ -687,7 +696,7 @@ class Decoder:
             scope.bind(v)
         loc = self.site(o["loc"], path + ".loc") if o.get("loc") is not None else None
         oid = len(self.sites)
-        self.sites[oid] = ReadSite(self.file, 0, 0, path)
+        self.sites[oid] = ReadSite(self.file, 0, 0, self.at(path))
         return Operation(name, tuple(operands), tuple(results), FrozenDict(attrs), regions, loc,
                          oid)
 
@@ -740,30 +749,73 @@ class Decoder:
         self.sites = {renumbered[k]: v for k, v in self.sites.items() if k in renumbered}
         from .verify import PROGRAM_SITE
 
-        self.sites[PROGRAM_SITE] = ReadSite(self.file, 0, 0, "(root)")
+        self.sites[PROGRAM_SITE] = ReadSite(self.file, 0, 0, self.at("(root)"))
         return p
 
 
-def _decode(d: Any, file: str | None) -> tuple[TileProgram, dict[int, Site]]:
-    dec = Decoder(file)
+def _decode(d: Any, file: str | None, prefix: str = ""
+            ) -> tuple[TileProgram, dict[int, Site]]:
+    dec = Decoder(file, prefix)
     try:
         return dec.program(d), dec.sites
     except RecursionError:
         raise ParseError("the JSON nests too deeply to read", ()) from None
 
 
-def from_json(d: Any, file: str | None = None) -> TileProgram:
-    """The program ``d`` encodes, verified; op ids in pre-order from 0. Raises
-    ParseError naming the JSON path of the first mistake, or the verifier's
-    error at the path of the op that breaks a static rule."""
+def _decode_module(d: Any, file: str | None) -> list[tuple[TileProgram, dict[int, Site]]]:
+    """Every program of a document: a module document ``{"schema", "kernels":
+    [program, ...]}`` (I-19), or one program document (a module of one)."""
+    if not (isinstance(d, dict) and "kernels" in d):
+        if isinstance(d, list):
+            Decoder(file).fail("(root)", "expected an object, not a list",
+                               hint='several kernels travel as {"schema": '
+                                    f'"{SCHEMA_VERSION}", "kernels": [program, ...]}}')
+        return [_decode(d, file)]
+    dec = Decoder(file)
+    o = dec.obj(d, "(root)", ("schema", "kernels"))
+    if o["schema"] != SCHEMA_VERSION:
+        dec.fail("schema", f"unsupported schema {json.dumps(o['schema'])}",
+                 hint=f"this reader understands \"{SCHEMA_VERSION}\"")
+    docs = dec.list_(o["kernels"], "kernels")
+    if not docs:
+        dec.fail("kernels", "a module holds at least one kernel")
+    out: list[tuple[TileProgram, dict[int, Site]]] = []
+    first: dict[str, str] = {}
+    for i, doc in enumerate(docs):
+        p, sites = _decode(doc, file, f"kernels[{i}]")
+        if p.name in first:
+            dec.fail(f"kernels[{i}].name", f"kernel '{p.name}' is defined twice",
+                     hint=f"kernel names of one module are distinct; the first is "
+                          f"{first[p.name]}")
+        first[p.name] = f"kernels[{i}]"
+        out.append((p, sites))
+    return out
+
+
+def _verified(p: TileProgram, sites: dict[int, Site]) -> TileProgram:
     from .verify import verify
 
-    p, sites = _decode(d, file)
     try:
         verify(p, sites)
     except RecursionError:
         raise ParseError("the program nests too deeply to verify", ()) from None
     return p
+
+
+def from_json(d: Any, file: str | None = None, kernel: str | None = None) -> TileProgram:
+    """The one program ``d`` encodes, verified; op ids in pre-order from 0.
+    ``d`` may be a module document (I-19): ``kernel`` then names the program
+    to read, and a module of several kernels read without it is a ParseError.
+    Raises ParseError naming the JSON path of the first mistake, or the
+    verifier's error at the path of the op that breaks a static rule."""
+    read = _decode_module(d, file)
+    chosen = TileModule(tuple(p for p, _ in read)).single(kernel, file)
+    return _verified(chosen, next(sites for q, sites in read if q is chosen))
+
+
+def from_json_module(d: Any, file: str | None = None) -> TileModule:
+    """Every program of a module document (or of one program document), verified."""
+    return TileModule(tuple(_verified(p, sites) for p, sites in _decode_module(d, file)))
 
 
 def from_json_unverified(d: Any, file: str | None = None) -> TileProgram:
@@ -772,6 +824,21 @@ def from_json_unverified(d: Any, file: str | None = None) -> TileProgram:
     not, which serves to test that pair. A document from outside is read with
     :func:`from_json`."""
     return _decode(d, file)[0]
+
+
+def to_json_module(m: TileModule) -> dict[str, Any]:
+    """A module as a JSON-ready dict: one kernel is its program document, as
+    :func:`to_json` writes it; several are ``{"schema", "kernels": [...]}``."""
+    if len(m) == 1:
+        return to_json(m.kernels[0])
+    return {"schema": SCHEMA_VERSION, "kernels": [to_json(p) for p in m]}
+
+
+def dumps_module(m: TileModule, indent: int | None = 1) -> str:
+    """``to_json_module(m)`` as JSON text, written as :func:`dumps` writes."""
+    out: list[str] = []
+    _write(to_json_module(m), indent, out)
+    return "".join(out)
 
 
 class _NotJson(ValueError):
@@ -793,12 +860,12 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
-def loads(text: str, file: str | None = None) -> TileProgram:
-    """``from_json`` of JSON text (verified). Malformed JSON is a ParseError at
-    its line:col, as are the liberties Python's reader takes: ``NaN`` and
-    ``Infinity`` literals, and a key given twice in one object."""
+def _json_text(text: str, file: str | None) -> Any:
+    """The JSON data of ``text``; malformed JSON is a ParseError at its line:col,
+    as are the liberties Python's reader takes: ``NaN`` and ``Infinity``
+    literals, and a key given twice in one object."""
     try:
-        d = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as e:
         raise ParseError(f"malformed JSON: {e.msg}", Site(file, e.lineno, e.colno)) from None
     except _NotJson as e:
@@ -806,4 +873,14 @@ def loads(text: str, file: str | None = None) -> TileProgram:
             from None
     except (ValueError, RecursionError) as e:  # e.g. an integer with too many digits
         raise ParseError(f"malformed JSON: {e}", Site(file, 1, 1)) from None
-    return from_json(d, file)
+
+
+def loads(text: str, file: str | None = None, kernel: str | None = None) -> TileProgram:
+    """``from_json`` of JSON text (verified); see :func:`_json_text` for what
+    malformed JSON gives."""
+    return from_json(_json_text(text, file), file, kernel)
+
+
+def loads_module(text: str, file: str | None = None) -> TileModule:
+    """``from_json_module`` of JSON text (verified)."""
+    return from_json_module(_json_text(text, file), file)

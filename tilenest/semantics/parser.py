@@ -11,6 +11,8 @@ program's reducers) while building the immutable IR. Any mistake raises
 :func:`parse_program` is the one way in: the program it returns has passed
 the verifier (:func:`~tilenest.semantics.verify.verify`), the same one a
 captured kernel passes, with each op's diagnostics placed at the op's line:col.
+A text may hold several kernels (a module); :func:`parse_module` reads them
+all, :func:`parse_program` the one a caller expects.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from .ioschema import (
 )
 from .ir import Block, FrozenDict, Operation, TileProgram, Value
 from .maps import MemLayout
+from .module import TileModule
 from .policies import RESOURCES
 from .reducers import CustomReducer
 from .space import Dim
@@ -349,23 +352,33 @@ class Reader(ValueReader):
 # entry points
 
 
-def _read(text: str, file: str | None) -> tuple[TileProgram, dict[int, Site]]:
+def _read_module(text: str, file: str | None
+                 ) -> list[tuple[TileProgram, dict[int, Site]]]:
+    """Every kernel of the text with its op sites, each read by a fresh
+    :class:`Reader` (a kernel's symbols, dims and reducers are its own)."""
     tree = _parse_tree(text, "start", file)
-    reader = Reader(file)
-    try:
-        return reader.read_kernel(tree.children[0]), reader.sites
-    except RecursionError:
-        raise ParseError("the text nests too deeply to read", Site(file, 1, 1)) from None
+    out: list[tuple[TileProgram, dict[int, Site]]] = []
+    seen: dict[str, Site] = {}
+    for kt in tree.children:
+        gtok = _tokens(kt, "GLOBAL")[0]
+        here = Site(file, *position(gtok))
+        first = seen.get(gtok.value)
+        if first is not None:
+            raise ParseError(f"kernel {gtok.value} is defined twice", here,
+                             hint=f"kernel names of one text are distinct; the first "
+                                  f"{gtok.value} is at {first}")
+        seen[gtok.value] = here
+        reader = Reader(file)
+        try:
+            out.append((reader.read_kernel(kt), reader.sites))
+        except RecursionError:
+            raise ParseError("the text nests too deeply to read", here) from None
+    return out
 
 
-def parse_program(text: str, file: str | None = None) -> TileProgram:
-    """The program written in ``text`` (see ``spec/interchange.md``), verified;
-    op ids are assigned in pre-order from 0. Raises ParseError at the first
-    mistake of the text, or the verifier's error (VerifyError, TypeCheckError,
-    ...) at the line:col of the op that breaks a static rule."""
+def _verified(p: TileProgram, sites: dict[int, Site], file: str | None) -> TileProgram:
     from .verify import verify
 
-    p, sites = _read(text, file)
     try:
         verify(p, sites)
     except RecursionError:
@@ -373,12 +386,40 @@ def parse_program(text: str, file: str | None = None) -> TileProgram:
     return p
 
 
+def parse_module(text: str, file: str | None = None) -> TileModule:
+    """Every kernel written in ``text``, in order, each verified (I-19): a
+    TileIR text is a module of one or more kernels. Raises ParseError at the
+    first mistake (a kernel name given twice included), or the verifier's
+    error at the line:col of the op that breaks a static rule."""
+    return TileModule(tuple(_verified(p, sites, file) for p, sites in _read_module(text, file)))
+
+
+def parse_program(text: str, file: str | None = None, kernel: str | None = None
+                  ) -> TileProgram:
+    """The one program written in ``text`` (see ``spec/interchange.md``),
+    verified; op ids are assigned in pre-order from 0. ``kernel`` picks one
+    kernel of a text of several by name; without it, a text of several
+    kernels is a ParseError (read those with :func:`parse_module`). Raises
+    ParseError at the first mistake of the text, or the verifier's error
+    (VerifyError, TypeCheckError, ...) at the line:col of the op that breaks
+    a static rule."""
+    read = _read_module(text, file)
+    chosen = TileModule(tuple(p for p, _ in read)).single(kernel, file)
+    return _verified(chosen, next(sites for q, sites in read if q is chosen), file)
+
+
 def read_program_unverified(text: str, file: str | None = None) -> TileProgram:
     """The syntax layer of :func:`parse_program` alone: references are checked,
     static rules are not. This is the exact inverse of ``print_program`` for
     every program, well typed or not, and serves to test that pair; a program
     from outside is read with :func:`parse_program`."""
-    return _read(text, file)[0]
+    return read_module_unverified(text, file).single(None, file)
+
+
+def read_module_unverified(text: str, file: str | None = None) -> TileModule:
+    """:func:`read_program_unverified` for a text of any number of kernels: the
+    inverse of ``print_module``."""
+    return TileModule(tuple(p for p, _ in _read_module(text, file)))
 
 
 def parse_expr(text: str, syms: set[str] | None = None) -> Expr:

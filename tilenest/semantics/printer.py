@@ -301,3 +301,9 @@ def print_program(p: TileProgram) -> str:
     if p.loc is not None:
         header2 += " " + print_loc(p.loc)
     return "\n".join([f"kernel @{p.name}({args})", header2 + " {", *inner, "}"]) + "\n"
+
+
+def print_module(m: Any) -> str:
+    """The kernels of a module as TileIR text, one blank line between kernels
+    (ends with a newline). A module of one kernel prints as that kernel."""
+    return "\n".join(print_program(p) for p in m)

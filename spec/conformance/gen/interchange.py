@@ -1,4 +1,4 @@
-"""Cases for spec/interchange.md (I-1 .. I-18): hand-written TileIR text and JSON.
+"""Cases for spec/interchange.md (I-1 .. I-19): hand-written TileIR text and JSON.
 
 Positive cases read, verify and run; negative cases must be rejected by the
 reader with a parse error."""
@@ -362,3 +362,21 @@ def _no_schema_body(d):  # type: ignore[no-untyped-def]
 text_case("I16-wrong-shape", "I-16", "an attribute of the wrong JSON shape is located by path",
           _json_of(i16_affine, _no_schema_body), [t("x", F, [9], normal(4)), out("y", F, [9])],
           "parse", json=True)
+
+
+# ---------------------------------------------------------------- I-19 modules
+
+
+def _module_of_one(text: str) -> str:
+    """A module document holding one program document (I-19)."""
+    return json.dumps({"schema": "tilenest.tileir/1", "kernels": [json.loads(text)]},
+                      indent=1) + "\n"
+
+
+text_case("I19-module-document-of-one", ("I-19", "I-16"),
+          "a JSON module document of one kernel reads as that kernel",
+          _module_of_one(_json_of(i16_affine)), [t("x", F, [9], normal(4)), out("y", F, [9])],
+          json=True)
+
+text_case("I19-kernel-defined-twice", "I-19", "kernel names of one module are distinct",
+          SCALE + "\n" + SCALE, SCALE_ARGS, "parse")

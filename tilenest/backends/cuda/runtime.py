@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ...semantics import arrays as A
-from ...errors import TilenestError
+from ...errors import TilenestError, user_site
 from ...semantics import expr as E
 from ...semantics.signature import order_arguments, stored_tensors
 from ..calls import ArgumentBinder, scratch_arrays, status_error
@@ -197,8 +197,8 @@ class CudaKernel(ArgumentBinder):
         for v, a in zip(p.args, arrays, strict=True):
             if hasattr(a, "__cuda_array_interface__"):
                 if not a.flags.c_contiguous:
-                    raise TilenestError(f"argument '{v.name}' is not C-contiguous", p.loc,
-                                        "pass cupy.ascontiguousarray(x)")
+                    raise TilenestError(f"argument '{v.name}' is not C-contiguous",
+                                        user_site() or p.loc, "pass cupy.ascontiguousarray(x)")
                 metas.append(A.stand_in(a))
                 dev.append(a)
             else:
@@ -319,7 +319,10 @@ class CudaKernel(ArgumentBinder):
                     self._emu = emulator.build(
                         self.source.text, {i.name: list(i.params) for i in self.source.kernels},
                         include_dirs=(prelude_dir(),))
-        args = self.launch_args(keep, symvals, status, lambda a: a)
+        # a read-only array reaching here is an input the kernel only reads (bind
+        # refused read-only outputs by name): the emulator types its pointer as
+        # mutable, so it is handed a writeable alias of the same memory
+        args = self.launch_args(keep, symvals, status, A.input_alias)
         args = [a if not isinstance(a, np.int64) else int(a) for a in args]
         self._emu.launch(info.name, (n, 1, 1), (info.threads, 1, 1), args, shared_bytes=smem,
                          policy=policy, seed=seed, poison=poison)
