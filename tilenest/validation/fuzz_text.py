@@ -113,8 +113,11 @@ def corpus(root: Path = ROOT) -> list[Seed]:
     from ..semantics.parser import read_program_unverified
     from ..semantics.printer import print_program
 
+    from ..conformance import default_suite
+
     seeds: list[Seed] = []
-    cases = root / "spec" / "conformance" / "cases"
+    # the installed suite (a wheel has no spec/ folder) unless another tree is named
+    cases = (default_suite() if root == ROOT else root / "spec" / "conformance") / "cases"
     for path in sorted(cases.rglob("*.tile")):
         text = path.read_text(encoding="utf-8")
         rel = str(path.relative_to(cases))
