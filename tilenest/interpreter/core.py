@@ -24,7 +24,7 @@ from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.signature import bind_call, stored_tensors
 from ..semantics.types import TensorType, TileType
-from .effects import Buffer, EffectLog
+from .effects import Buffer, EffectLog, overlaps_itself
 from .runtime import RV, IndexEnv
 
 Rule = Callable[["Interpreter", Operation], None]
@@ -227,8 +227,12 @@ class Interpreter:
         return syms
 
     def _alias(self) -> None:
-        """Arguments whose arrays overlap in memory share one effect-log buffer."""
+        """Arguments whose arrays overlap in memory share one effect-log buffer;
+        an argument whose elements overlap each other is addressed by byte."""
         ts = list(self.tensors.values())
+        for t in ts:
+            if overlaps_itself(t.array):
+                t.buffer.alias = (0, tuple(t.array.strides))
         for i, t in enumerate(ts):
             for u in ts[:i]:
                 if np.shares_memory(t.array, u.array):
@@ -252,9 +256,10 @@ class Interpreter:
         outs = self.opts.outputs if self.opts.outputs is not None else tuple(stored - loaded)
         for n in outs:
             t = self.tensors[n]
-            if any(o is not t and np.shares_memory(o.array, t.array)
-                   for o in self.tensors.values()):
-                continue  # aliased with another argument: its contents are an input
+            if t.buffer.alias is not None:
+                # aliased with another argument (its contents are an input), or
+                # with itself (one element has several coordinates)
+                continue
             t.array[...] = poison_value(t.array.dtype)
             t.written = np.zeros(t.array.shape, dtype=bool)
 

@@ -64,7 +64,11 @@ class Case:
     params: dict[str, int]
 
     def copy_args(self) -> list[Any]:
-        return [a.copy() if isinstance(a, np.ndarray) else a for a in self.args]
+        """Fresh copies of the arguments that keep their aliasing (arrays that
+        share memory with each other, or whose own elements do, stay so)."""
+        from ..interpreter import copy_arguments
+
+        return copy_arguments(tuple(self.args))
 
     @property
     def size(self) -> int:
