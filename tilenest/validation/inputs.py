@@ -11,13 +11,16 @@ stress what compiled code gets wrong:
   or a tile of constant extent ``t`` along it). For every tile ``t`` of ``N``
   the pool holds ``t - 1, t, t + 1``, ``2t + 1`` and ``3t + r`` with a ragged
   tail ``0 < r < t`` (at least three whole tiles, then a partial one); every
-  symbol also gets 0, 1 and small primes. The first cases *cover* these key
-  sizes (each tiled symbol at its multi-tile size, each symbol at 0 and at 1,
-  each tile's ``t +- 1``), the other symbols of a case drawn from the pool;
-  later cases sample the pool at random. Combinations are sampled, never the
-  full product, and a case's total element count stays under
-  :data:`MAX_ELEMENTS` (other symbols shrink first), so validation stays fast.
-  The kernel's assumptions are respected;
+  symbol also gets 0, 1 and small primes. The first cases aim at the *size
+  paths* (:mod:`tilenest.validation.sizes`: each tiled symbol at three tiles
+  and a ragged tail, each symbol at 0 and at 1, each tile's ``t +- 1``), the
+  other symbols of a case drawn from the pool; later cases sample the pool at
+  random. Combinations are sampled, never the full product, and a case's
+  total element count stays under :data:`MAX_ELEMENTS` (other symbols shrink
+  first), so validation stays fast. Every binding satisfies the kernel's
+  assumptions: where draws from the pools do not, one is solved for under
+  them (:class:`~tilenest.validation.sizes.SizeSolver`), on the wanted path,
+  near the draw and away from the bindings already used;
 * values -- floats are standard normal, with (in most cases) a sprinkling of
   special values: NaN, +-inf, +-0, subnormals, values near the dtype's
   largest finite magnitude, and large/small magnitudes; integers mix small
