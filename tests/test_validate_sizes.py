@@ -13,7 +13,7 @@ import numpy as np
 import tilenest as tn
 from tilenest import f32
 from tilenest.cli import main
-from tilenest.validation.inputs import generate
+from tilenest.validation.inputs import MAX_ELEMENTS, REQUIRED_ELEMENTS, generate
 from tilenest.validation.sizes import SizePath, SizeSolver
 
 
@@ -86,6 +86,28 @@ def gqa_decode(q: tn.Tensor[f32, "B HQ D"], k: tn.Tensor[f32, "B HK L D"],  # no
             acc = acc * alpha + tn.reduce(tn.broadcast(pr, vt) * vt, ld, tn.add)
             m = m_new
         o(tn.coord(z, hh, 0), tn.shape(1, 1, dh)).store(acc / den)
+
+
+@tn.kernel
+def square_blocks(x: tn.Tensor[f32, "D D"], y: tn.Tensor[f32, "D D"]):  # noqa: F821
+    """Doubles a square matrix in 1 x 128 tiles: three tiles and a tail of
+    each row need more elements than an ordinary case holds."""
+    (d, _) = x.shape
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(d, tn.cdiv(d, 128))):
+        o = tn.coord(p.index(0), p.index(1) * 128)
+        y(o, tn.shape(1, 128)).store(x[o, tn.shape(1, 128), tn.bounds.zero] * 2.0)
+
+
+@tn.kernel
+def cube_blocks(x: tn.Tensor[f32, "D D D"], y: tn.Tensor[f32, "D D D"]):  # noqa: F821
+    """Doubles a cube in 1 x 1 x 64 tiles: three tiles and a tail of each row
+    need millions of elements."""
+    (d, _, _) = x.shape
+    y = y.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(d, d, tn.cdiv(d, 64))):
+        o = tn.coord(p.index(0), p.index(1), p.index(2) * 64)
+        y(o, tn.shape(1, 1, 64)).store(x[o, tn.shape(1, 1, 64), tn.bounds.zero] * 2.0)
 
 
 def _multi(v: int, t: int) -> bool:
@@ -204,3 +226,15 @@ def test_cli_exits_nonzero_on_an_unreached_path_and_zero_when_accepted(tmp_path,
     assert rc == 0 and r["status"] == "ok"
     (u,) = r["unreached"]
     assert u["symbol"] == "D" and u["cause"] == "assumptions" and u["accepted"]
+
+
+def test_a_required_path_may_take_a_larger_case_and_is_reported_when_none_fits():
+    cases = generate(square_blocks.program, 6, seed=0)
+    big = [c.size for c in cases if _multi(c.syms["D"], 128)]
+    small = [c.size for c in cases if not _multi(c.syms["D"], 128)]
+    assert big and all(MAX_ELEMENTS < n <= REQUIRED_ELEMENTS for n in big), big
+    assert all(n <= MAX_ELEMENTS for n in small), small
+    rep = tn.validate(cube_blocks, cases=4, seed=0)
+    assert rep.status == "unreached" and not rep.ok, rep.summary()
+    (u,) = rep.unreached
+    assert u.cause == "budget" and str(REQUIRED_ELEMENTS) in u.why, rep.summary()

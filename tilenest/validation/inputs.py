@@ -17,7 +17,8 @@ stress what compiled code gets wrong:
   other symbols of a case drawn from the pool; later cases sample the pool at
   random. Combinations are sampled, never the full product, and a case's
   total element count stays under :data:`MAX_ELEMENTS` (other symbols shrink
-  first), so validation stays fast. Every binding satisfies the kernel's
+  first; :data:`REQUIRED_ELEMENTS` for a case on a required path), so
+  validation stays fast. Every binding satisfies the kernel's
   assumptions: where draws from the pools do not, one is solved for under
   them (:class:`~tilenest.validation.sizes.SizeSolver`), on the wanted path,
   near the draw and away from the bindings already used;
@@ -54,6 +55,10 @@ DEFAULT_LIMIT = 200
 
 #: the most elements (summed over tensor arguments) one generated case holds
 MAX_ELEMENTS = 1 << 18
+
+#: the most elements of a case on a required size path (three tiles and a
+#: ragged tail), which may be larger than an ordinary case rather than missed
+REQUIRED_ELEMENTS = 4 * MAX_ELEMENTS
 
 
 @dataclass
@@ -339,21 +344,28 @@ def bind(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[int]],
     agrees with ``fixed``: drawn from the pools first (the path's symbol at its
     preferred size when that is in its pool), and when no draw satisfies the
     kernel's assumptions, solved for under them (:class:`SizeSolver`, near a
-    draw and away from ``avoid``). None when the size space has no such
-    binding within the limit and the element budget."""
+    draw and away from ``avoid``). Within :data:`MAX_ELEMENTS`, or for a
+    required path :data:`REQUIRED_ELEMENTS` when nothing smaller takes it;
+    None when the size space has no such binding within the limit and the
+    budget."""
     want = dict(fixed or {})
     if path is not None and path.preferred in pools.get(path.sym, ()):
         want.setdefault(path.sym, path.preferred)
-    drawn = None
-    if path is None or path.sym in want:
-        drawn = _bind_syms(p, rng, pools, want, avoid=avoid)
-        if drawn is not None and path is not None and not path.holds(drawn):
-            drawn = None
-        if drawn is not None and drawn not in (avoid or ()):
-            return drawn
+    budgets = [MAX_ELEMENTS] + ([REQUIRED_ELEMENTS] if path is not None and path.required
+                                else [])
     solver = solver or SizeSolver(p, limit)
-    solved = solver.solve(path, _draw(p, rng, pools), avoid or (), MAX_ELEMENTS, fixed)
-    return solved if solved is not None else drawn
+    drawn = None
+    for budget in budgets:
+        if path is None or path.sym in want:
+            got = _bind_syms(p, rng, pools, want, budget, avoid=avoid)
+            if got is not None and (path is None or path.holds(got)):
+                if got not in (avoid or ()):
+                    return got
+                drawn = drawn or got
+        solved = solver.solve(path, _draw(p, rng, pools), avoid or (), budget, fixed)
+        if solved is not None:
+            return solved
+    return drawn
 
 
 def case_for(p: TileProgram, rng: np.random.Generator, syms: dict[str, int],

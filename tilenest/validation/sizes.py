@@ -161,6 +161,8 @@ class SizeSolver:
                   for x in a.type.shape if not isinstance(x, E.Const)]
         self.space = E.pand(*p.assumptions, *shapes,
                             *(E.cmp(">=", E.Sym(s), 0) for s in self.syms))
+        #: Z3 could not decide a query on this space: :meth:`solve` gives up at once
+        self.undecided = False
 
     def _capped(self) -> E.Pred:
         return E.pand(*(E.cmp("<=", E.Sym(s), self.cap) for s in self.syms))
@@ -197,8 +199,15 @@ class SizeSolver:
                          for used in avoid if used))
         nonzero = E.pand(*(E.cmp(">=", E.Sym(s), 1) for s in others))
         hard = E.pand(want, self._capped())
+        if self.undecided:
+            return None
         for soft in (E.pand(near, fresh, nonzero), E.pand(fresh, nonzero), nonzero, E.TRUE):
             status, point, _ = self._ask(E.pand(hard, soft))
+            if status == "unknown":
+                # Z3 times out on this space (nonlinear assumptions): stop asking,
+                # so that generation is not slowed by every later case
+                self.undecided = True
+                return None
             if point is None:
                 continue
             if budget is None or elements(self.p, point) <= budget:
@@ -206,7 +215,7 @@ class SizeSolver:
             # too many elements: pull the other symbols down, then try the next wish list
             for bound in (16, 2):
                 small = E.pand(*(E.cmp("<=", E.Sym(s), bound) for s in others))
-                status, point, _ = self._ask(E.pand(hard, soft, small))
+                point = self._ask(E.pand(hard, soft, small))[1]
                 if point is not None and elements(self.p, point) <= budget:
                     return point
         return None
@@ -222,6 +231,9 @@ class SizeSolver:
         if self.limit is not None and self._ask(E.pand(path.pred(), self._capped()))[0] != "sat":
             return Unreached(path, "limit", f"every such size is above the limit {self.limit}")
         if self.solve(path, {}, budget=budget) is None:
+            if self.undecided:
+                return Unreached(path, "solver", "Z3 could not decide whether a case on it "
+                                                 "fits the element budget")
             return Unreached(path, "budget", f"every such case holds more than {budget} "
                                              "elements")
         return Unreached(path, "cases", "no compared case took it (too few cases, or the "

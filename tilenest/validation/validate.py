@@ -55,7 +55,7 @@ from ..errors import (
     UninitializedReadError,
 )
 from ..semantics.ir import TileProgram
-from .inputs import MAX_ELEMENTS, Case, generate, tile_sizes, user_case
+from .inputs import REQUIRED_ELEMENTS, Case, generate, tile_sizes, user_case
 from .sizes import Unreached, unreached
 
 _INVALID = (RaceError, UninitializedReadError, ContractError)
@@ -344,7 +344,7 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
     missing: list[Unreached] = []
     if inputs is None and any(r.status in COMPARED for r in results):
         compared = [r.case.syms for r in results if r.status in COMPARED and r.case is not None]
-        missing = unreached(program, tile_sizes(program), compared, limit, MAX_ELEMENTS)
+        missing = unreached(program, tile_sizes(program), compared, limit, REQUIRED_ELEMENTS)
     return Report(program.name, target, results, csec, time.perf_counter() - t0,
                   describe_schedule(used), describe_reference_schedule(schedule),
                   missing, accept_unreached)
