@@ -12,9 +12,9 @@ kernels. Size paths no compared case took are listed under the verdict.
 
 Exit status, the worst over the kernels: 70 when compiling a kernel hit a bug
 of tilenest itself (an ``InternalError``); else 1 on any mismatch, any kernel with
-nothing compared or with an unaccepted unreached path, or any kernel refused for a reason other than a missing
-capability (an illegal program, a user error); else 3 when some kernel needs a
-capability this build lacks; else 0.
+nothing compared or with an unaccepted unreached path, or any kernel refused
+for a reason other than a missing capability (an illegal program, a user
+error); else 3 when some kernel needs a capability this build lacks; else 0.
 """
 
 from __future__ import annotations
