@@ -719,6 +719,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--limit", type=_int_at_least(1), default=None,
                    help="largest generated extent (default: three tiles and a ragged tail of "
                         "the kernel's largest tile, at least 200)")
+    s.add_argument("--accept-unreached", action="store_true",
+                   help="pass even when the kernel's assumptions keep a required size path "
+                        "(three tiles and a ragged tail) out of reach; the report still names it")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
     _schedule_options(s)

@@ -23,6 +23,7 @@ from ..semantics.signature import stored_tensors
 from ..errors import RuntimeSemanticError
 from . import memory, reductions, regions, values  # noqa: F401  (register rules)
 from . import shadow as S
+from .effects import overlaps_itself
 from .core import (BATCHED, CANONICAL, REVERSED, SCHEDULE_SPELLINGS, Interpreter, Options,
                    Schedule, parse_schedule, random)
 
@@ -115,8 +116,9 @@ class OrderOracle:
 
 
 def copy_arguments(arrays: tuple) -> list[Any]:
-    """Copies of the arguments that keep their aliasing: arrays sharing memory are
-    re-created as views of one copied buffer with the same offsets and strides."""
+    """Copies of the arguments that keep their aliasing: arrays sharing memory
+    (with another argument, or between their own elements) are re-created as
+    views of one copied buffer with the same offsets and strides."""
     roots: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     out: list[Any] = []
     for a in arrays:
@@ -126,8 +128,8 @@ def copy_arguments(arrays: tuple) -> list[Any]:
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
-        shared = any(np.shares_memory(a, b) for b in arrays
-                     if isinstance(b, np.ndarray) and b is not a)
+        shared = overlaps_itself(a) or any(np.shares_memory(a, b) for b in arrays
+                                           if isinstance(b, np.ndarray) and b is not a)
         if not shared:
             out.append(a.copy())
             continue

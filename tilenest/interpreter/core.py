@@ -8,9 +8,11 @@ and owns the state every rule shares.
 
 from __future__ import annotations
 
+import os
 import random as _random
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -22,7 +24,7 @@ from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.signature import bind_call, stored_tensors
 from ..semantics.types import TensorType, TileType
-from .effects import Buffer, EffectLog
+from .effects import Buffer, EffectLog, overlaps_itself
 from .runtime import RV, IndexEnv
 
 Rule = Callable[["Interpreter", Operation], None]
@@ -225,8 +227,12 @@ class Interpreter:
         return syms
 
     def _alias(self) -> None:
-        """Arguments whose arrays overlap in memory share one effect-log buffer."""
+        """Arguments whose arrays overlap in memory share one effect-log buffer;
+        an argument whose elements overlap each other is addressed by byte."""
         ts = list(self.tensors.values())
+        for t in ts:
+            if overlaps_itself(t.array):
+                t.buffer.alias = (0, tuple(t.array.strides))
         for i, t in enumerate(ts):
             for u in ts[:i]:
                 if np.shares_memory(t.array, u.array):
@@ -250,9 +256,10 @@ class Interpreter:
         outs = self.opts.outputs if self.opts.outputs is not None else tuple(stored - loaded)
         for n in outs:
             t = self.tensors[n]
-            if any(o is not t and np.shares_memory(o.array, t.array)
-                   for o in self.tensors.values()):
-                continue  # aliased with another argument: its contents are an input
+            if t.buffer.alias is not None:
+                # aliased with another argument (its contents are an input), or
+                # with itself (one element has several coordinates)
+                continue
             t.array[...] = poison_value(t.array.dtype)
             t.written = np.zeros(t.array.shape, dtype=bool)
 
@@ -358,23 +365,51 @@ class Interpreter:
             d[op.results[0].name] = np.bool_(any(bool(m) for m in tracked))
 
     @contextmanager
-    def progress(self, op: Operation, total: int) -> Iterator[Callable[..., None]]:
-        """A progress bar over the ``total`` iterations of region ``op`` when the
-        region is long (``PROGRESS_MIN`` iterations or more) and no enclosing
-        region shows one; its step function (a no-op otherwise, and whenever
-        ``tilenest.progress`` draws nothing: not a terminal, CI, switched off)."""
-        if total < PROGRESS_MIN or self._bar_open:
-            yield _no_step
-            return
+    def progress(self, op: Operation, total: int, what: str = ""
+                 ) -> Iterator[Callable[..., None]]:
+        """A progress bar over the ``total`` iterations of region ``op`` (``what``
+        says which pass over them, when not the run itself), for a region
+        that is long: ``PROGRESS_MIN`` iterations or more, or one whose first
+        iterations predict ``PROGRESS_AFTER`` seconds or more (the bar then
+        starts part way, at the iterations done). One region at a time shows
+        a bar; none is drawn where ``tilenest.progress`` draws nothing (not a
+        terminal, CI, switched off). Yields the region's step function, called
+        once per iteration (or ``advance=`` a batch of them)."""
         from .. import progress as _progress
 
-        where = f" at {op.loc}" if op.loc else ""
-        self._bar_open = True
-        try:
-            with _progress.bar(f"interpreting {op.name}{where}", total) as step:
-                yield step
-        finally:
-            self._bar_open = False
+        if total < 2 or self._bar_open or not _progress.enabled():
+            yield _no_step
+            return
+        loc = op.loc
+        where = f" at {os.path.basename(loc.file or '')}:{loc.line}" if loc else ""
+        title = f"interpreting {op.name}{where}{f', {what}' if what else ''}"
+        with ExitStack() as stack:
+            bar: list[Callable[..., None]] = []
+            done = 0
+            t0 = _now()
+
+            def open_bar() -> None:
+                self._bar_open = True
+                stack.callback(setattr, self, "_bar_open", False)
+                bar.append(stack.enter_context(_progress.bar(title, total)))
+
+            if total >= PROGRESS_MIN:
+                open_bar()
+
+            def step(label: str = "", advance: int = 1) -> None:
+                nonlocal done
+                if bar:
+                    bar[0](label, advance)
+                    return
+                done += advance
+                spent = _now() - t0
+                if self._bar_open or spent < PROGRESS_PROBE:
+                    return
+                if spent >= PROGRESS_AFTER or spent / max(done - 1, 1) * total >= PROGRESS_AFTER:
+                    open_bar()
+                    bar[0](label, done)
+
+            yield step
 
     def child_order(self, op: Operation, n: int) -> list[int]:
         if self.opts.orders is not None:
@@ -477,6 +512,14 @@ class Interpreter:
 
 #: iterations from which a region shows a progress bar (at a terminal)
 PROGRESS_MIN = 2000
+
+#: seconds a shorter region is predicted (or seen) to run from which it shows
+#: a bar too, and how long it runs before the prediction is made
+PROGRESS_AFTER = 2.0
+PROGRESS_PROBE = 0.25
+
+#: the clock the progress prediction reads
+_now = time.perf_counter
 
 
 def _no_step(label: str = "", advance: int = 1) -> None:

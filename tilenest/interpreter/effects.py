@@ -66,6 +66,31 @@ class Frame:
         return tuple(int(i) for i in np.unravel_index(lane, self.shape))
 
 
+def overlaps_itself(a: np.ndarray) -> bool:
+    """Do two distinct elements of ``a`` share bytes of storage (a stride of 0
+    along an axis of two or more elements, or strides that make rows
+    interleave, as ``np.lib.stride_tricks.as_strided`` can)?
+
+    Sorted by stride, each axis stepping past everything the smaller axes
+    span proves the elements disjoint; otherwise every element's byte range
+    is compared."""
+    if a.size < 2:
+        return False
+    span = a.itemsize
+    for step, n in sorted((abs(s), n) for s, n in zip(a.strides, a.shape, strict=True) if n > 1):
+        if step < span:
+            break
+        span = step * (n - 1) + span
+    else:
+        return False
+    addr = np.zeros((), dtype=np.int64)
+    for k, (s, n) in enumerate(zip(a.strides, a.shape, strict=True)):
+        addr = addr[..., None] + np.arange(n, dtype=np.int64) * s if k else \
+            np.arange(n, dtype=np.int64) * s
+    first = np.sort(addr.ravel())
+    return bool(np.any(np.diff(first) < a.itemsize))
+
+
 @dataclass
 class Buffer:
     """An addressable object: a tensor argument or a Memory allocation.
@@ -73,7 +98,10 @@ class Buffer:
     Arguments whose arrays share memory (aliases) share one ``key``; their
     accesses are then recorded by byte address (``alias`` = the array's byte
     offset from the common base, its byte strides), so that conflicts between
-    two names of one element are found."""
+    two names of one element are found. So are the accesses of an argument
+    whose own elements share storage (:func:`overlaps_itself`: offset 0 from
+    its own first element), so that two of its elements written by two
+    instances are one element written twice."""
 
     key: Any
     name: str

@@ -253,13 +253,15 @@ def _contributions(it: Interpreter, op: Operation, body: Block, seeds: list, poi
     states = [RV(np.broadcast_to(N.constant(i, o.type.dtype), s.a.shape), s.nb)
               for i, s, o in zip(idents, seeds, op.operands, strict=True)]
     out: list[list[RV]] = []
-    for pt in points:
-        _bind_point(it, op.attrs["vars"], pt)
-        pv = _pred_value(it, op)
-        if pv is True or bool(np.all(pv)):
-            out.append(it.block(body, states))
-        elif np.any(pv):
-            out.append(_run_masked(it, body, states, np.asarray(pv, dtype=bool)))
+    with it.progress(op, len(points), "each contribution") as step:
+        for pt in points:
+            step()
+            _bind_point(it, op.attrs["vars"], pt)
+            pv = _pred_value(it, op)
+            if pv is True or bool(np.all(pv)):
+                out.append(it.block(body, states))
+            elif np.any(pv):
+                out.append(_run_masked(it, body, states, np.asarray(pv, dtype=bool)))
     return out
 
 

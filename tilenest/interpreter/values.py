@@ -232,6 +232,18 @@ def _reindex(it: Interpreter, op: Operation) -> None:
     it.set(op.result, out)
 
 
+def _readable(a: np.ndarray, axis: int) -> np.ndarray:
+    """``a`` with one element appended along ``axis`` when that axis is
+    empty: an index tile over an empty axis has no valid index (every element
+    takes the fallback, spec V-19), but the masked read of index 0 must still
+    be a read of something."""
+    if a.shape[axis]:
+        return a
+    pad = list(a.shape)
+    pad[axis] = 1
+    return np.concatenate([a, np.zeros(pad, a.dtype)], axis=axis)
+
+
 @rule("gather")
 def _gather(it: Interpreter, op: Operation) -> None:
     x, idx = it.val(op.operands[0]), it.val(op.operands[1])
@@ -254,7 +266,7 @@ def _gather(it: Interpreter, op: Operation) -> None:
                                                          + (1,) * (r - p - 1)))
     valid = (iv >= 0) & (iv < n)
     coords[ax] = np.where(valid, iv, 0)
-    a = x.lift(nb)
+    a = _readable(x.lift(nb), nb + ax)
     got = gather_tile(a, nb, coords, r)
     fb = N.constant(op.attrs["fallback"], xt.dtype)
     vb = np.broadcast_to(valid, got.shape)
@@ -263,7 +275,8 @@ def _gather(it: Interpreter, op: Operation) -> None:
         if idx.lo is not None:
             out.with_bounds(*S.full_of(got.shape))
         else:
-            out.with_bounds(*(np.where(vb, gather_tile(x.lift(nb, b), nb, coords, r), f)
+            out.with_bounds(*(np.where(vb, gather_tile(_readable(x.lift(nb, b), nb + ax), nb,
+                                                       coords, r), f)
                               for b, f in zip(x.shadow(), S.point_of(fb), strict=True)))
     it.set(op.result, out)
 

@@ -11,13 +11,17 @@ stress what compiled code gets wrong:
   or a tile of constant extent ``t`` along it). For every tile ``t`` of ``N``
   the pool holds ``t - 1, t, t + 1``, ``2t + 1`` and ``3t + r`` with a ragged
   tail ``0 < r < t`` (at least three whole tiles, then a partial one); every
-  symbol also gets 0, 1 and small primes. The first cases *cover* these key
-  sizes (each tiled symbol at its multi-tile size, each symbol at 0 and at 1,
-  each tile's ``t +- 1``), the other symbols of a case drawn from the pool;
-  later cases sample the pool at random. Combinations are sampled, never the
-  full product, and a case's total element count stays under
-  :data:`MAX_ELEMENTS` (other symbols shrink first), so validation stays fast.
-  The kernel's assumptions are respected;
+  symbol also gets 0, 1 and small primes. The first cases aim at the *size
+  paths* (:mod:`tilenest.validation.sizes`: each tiled symbol at three tiles
+  and a ragged tail, each symbol at 0 and at 1, each tile's ``t +- 1``), the
+  other symbols of a case drawn from the pool; later cases sample the pool at
+  random. Combinations are sampled, never the full product, and a case's
+  total element count stays under :data:`MAX_ELEMENTS` (other symbols shrink
+  first; :data:`REQUIRED_ELEMENTS` for a case on a required path), so
+  validation stays fast. Every binding satisfies the kernel's
+  assumptions: where draws from the pools do not, one is solved for under
+  them (:class:`~tilenest.validation.sizes.SizeSolver`), on the wanted path,
+  near the draw and away from the bindings already used;
 * values -- floats are standard normal, with (in most cases) a sprinkling of
   special values: NaN, +-inf, +-0, subnormals, values near the dtype's
   largest finite magnitude, and large/small magnitudes; integers mix small
@@ -42,6 +46,7 @@ from ..semantics import expr as E
 from ..semantics.dtypes import DType
 from ..semantics.ir import TileProgram
 from ..semantics.types import TensorType
+from .sizes import SizePath, SizeSolver, elements, multi_tile_size, size_paths
 
 SMALL_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 37, 61, 97)
 
@@ -50,6 +55,10 @@ DEFAULT_LIMIT = 200
 
 #: the most elements (summed over tensor arguments) one generated case holds
 MAX_ELEMENTS = 1 << 18
+
+#: the most elements of a case on a required size path (three tiles and a
+#: ragged tail), which may be larger than an ordinary case rather than missed
+REQUIRED_ELEMENTS = 4 * MAX_ELEMENTS
 
 
 @dataclass
@@ -63,7 +72,11 @@ class Case:
     params: dict[str, int]
 
     def copy_args(self) -> list[Any]:
-        return [a.copy() if isinstance(a, np.ndarray) else a for a in self.args]
+        """Fresh copies of the arguments that keep their aliasing (arrays that
+        share memory with each other, or whose own elements do, stay so)."""
+        from ..interpreter import copy_arguments
+
+        return copy_arguments(tuple(self.args))
 
     @property
     def size(self) -> int:
@@ -200,11 +213,6 @@ def tile_sizes(p: TileProgram) -> dict[str, set[int]]:
     return out
 
 
-def multi_tile_size(t: int) -> int:
-    """Three whole tiles of ``t`` and a ragged tail ``0 < r < t``."""
-    return 3 * t + max(1, t // 3)
-
-
 def sym_pools(p: TileProgram, limit: int | None = None) -> dict[str, list[int]]:
     """The sizes each symbol may take (see the module docstring); with
     ``limit`` every size above it is dropped (0 and 1 stay)."""
@@ -230,29 +238,25 @@ def size_pool(p: TileProgram, limit: int | None = None) -> list[int]:
     return sorted(set().union(*pools.values())) if pools else [1]
 
 
-def coverage_targets(p: TileProgram, limit: int | None = None) -> list[dict[str, int]]:
-    """The key sizes the first cases must realize, most important first: each
-    tiled symbol at its multi-tile size (largest tile first), each symbol at 0
-    and at 1, each tile's ``t + 1`` and ``t - 1``."""
-    pools = sym_pools(p, limit)
-    tiles = tile_sizes(p)
-    out: list[dict[str, int]] = []
-
-    def add(s: str, v: int) -> None:
-        if v in pools.get(s, ()) and {s: v} not in out:
-            out.append({s: v})
-
-    for s in p.syms:
-        for t in sorted(tiles.get(s, ()), reverse=True):
-            add(s, multi_tile_size(t))
-    for v in (0, 1):
-        for s in p.syms:
-            add(s, v)
-    for s in p.syms:
-        for t in sorted(tiles.get(s, ()), reverse=True):
-            add(s, t + 1)
-            add(s, t - 1)
+def coverage_paths(p: TileProgram) -> list[SizePath]:
+    """The size paths the first cases aim at, most important first
+    (:func:`tilenest.validation.sizes.size_paths`), one per distinct size."""
+    seen: set[tuple[str, int]] = set()
+    out = []
+    for q in size_paths(tile_sizes(p), p.syms):
+        if (q.sym, q.preferred) not in seen:
+            seen.add((q.sym, q.preferred))
+            out.append(q)
     return out
+
+
+def coverage_targets(p: TileProgram, limit: int | None = None) -> list[dict[str, int]]:
+    """The key sizes of :func:`coverage_paths` that lie in the symbols' pools:
+    each tiled symbol at its multi-tile size (largest tile first), each symbol
+    at 0 and at 1, each tile's ``t + 1`` and ``t - 1``."""
+    pools = sym_pools(p, limit)
+    return [{q.sym: q.preferred} for q in coverage_paths(p)
+            if q.preferred in pools.get(q.sym, ())]
 
 
 def _floats(rng: np.random.Generator, shape: tuple, dt: np.dtype, special: float) -> np.ndarray:
@@ -293,18 +297,15 @@ def values(rng: np.random.Generator, shape: tuple, dt: DType, special: float) ->
     return _ints(rng, shape, npdt, special)
 
 
-def _elements(p: TileProgram, env: dict[E.Expr, int]) -> int:
-    """The number of elements of the tensor arguments under the binding ``env``."""
-    return sum(int(np.prod([int(E.evaluate(x, env)) for x in a.type.shape], dtype=np.int64))
-               for a in p.args if isinstance(a.type, TensorType))
-
-
 def _bind_syms(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[int]],
-               fixed: dict[str, int], budget: int = MAX_ELEMENTS) -> dict[str, int] | None:
-    """A binding that extends ``fixed``, satisfies the assumptions, gives every
-    tensor a non-negative shape and stays within ``budget`` elements; the free
-    symbols are drawn from their pools (never 0: only coverage targets are
-    empty), from ever smaller parts of them after repeated failures."""
+               fixed: dict[str, int], budget: int = MAX_ELEMENTS,
+               avoid: list[dict[str, int]] | None = None) -> dict[str, int] | None:
+    """A binding drawn at random that extends ``fixed``, satisfies the
+    assumptions, gives every tensor a non-negative shape and stays within
+    ``budget`` elements; the free symbols are drawn from their pools (never 0:
+    only coverage targets are empty), from ever smaller parts of them after
+    repeated failures. In the first half of the attempts a binding in
+    ``avoid`` (already used) counts as a failure."""
     for attempt in range(60):
         syms = dict(fixed)
         for s in p.syms:
@@ -312,28 +313,65 @@ def _bind_syms(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[i
                 cand = [x for x in pools.get(s, ()) if x >= 1] or [1]
                 cand = cand[:max(1, len(cand) >> (attempt // 15))]
                 syms[s] = int(cand[rng.integers(0, len(cand))])
+        if avoid and attempt < 30 and syms in avoid:
+            continue
         env: dict[E.Expr, int] = {E.Sym(k): v for k, v in syms.items()}
         if not all(E.evaluate(a, env) for a in p.assumptions):
             continue
         if not all(int(E.evaluate(x, env)) >= 0 for a in p.args
                    if isinstance(a.type, TensorType) for x in a.type.shape):
             continue
-        if _elements(p, env) <= budget:
+        if elements(p, syms) <= budget:
             return syms
     return None
 
 
-def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
-              pool: list[int] | dict[str, list[int]] | None = None,
-              fixed: dict[str, int] | None = None, limit: int | None = None) -> Case | None:
-    """One random case, or None when no binding satisfies the assumptions.
-    ``pool``: the sizes of every symbol (a list), or per symbol (a dict);
-    default :func:`sym_pools`."""
-    pools = sym_pools(p, limit) if pool is None else (
-        pool if isinstance(pool, dict) else {s: list(pool) for s in p.syms})
-    syms = _bind_syms(p, rng, pools, fixed or {})
-    if syms is None:
-        return None
+def _draw(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[int]]
+          ) -> dict[str, int]:
+    """One positive size per symbol from its pool: the solver's preferences."""
+    out = {}
+    for s in p.syms:
+        cand = [x for x in pools.get(s, ()) if x >= 1] or [1]
+        out[s] = int(cand[rng.integers(0, len(cand))])
+    return out
+
+
+def bind(p: TileProgram, rng: np.random.Generator, pools: dict[str, list[int]],
+         path: SizePath | None = None, avoid: list[dict[str, int]] | None = None,
+         limit: int | None = None, fixed: dict[str, int] | None = None,
+         solver: SizeSolver | None = None) -> dict[str, int] | None:
+    """A binding of every symbol on ``path`` (any binding when None) that
+    agrees with ``fixed``: drawn from the pools first (the path's symbol at its
+    preferred size when that is in its pool), and when no draw satisfies the
+    kernel's assumptions, solved for under them (:class:`SizeSolver`, near a
+    draw and away from ``avoid``). Within :data:`MAX_ELEMENTS`, or for a
+    required path :data:`REQUIRED_ELEMENTS` when nothing smaller takes it;
+    None when the size space has no such binding within the limit and the
+    budget."""
+    want = dict(fixed or {})
+    if path is not None and path.preferred in pools.get(path.sym, ()):
+        want.setdefault(path.sym, path.preferred)
+    budgets = [MAX_ELEMENTS] + ([REQUIRED_ELEMENTS] if path is not None and path.required
+                                else [])
+    solver = solver or SizeSolver(p, limit)
+    drawn = None
+    for budget in budgets:
+        if path is None or path.sym in want:
+            got = _bind_syms(p, rng, pools, want, budget, avoid=avoid)
+            if got is not None and (path is None or path.holds(got)):
+                if got not in (avoid or ()):
+                    return got
+                drawn = drawn or got
+        solved = solver.solve(path, _draw(p, rng, pools), avoid or (), budget, fixed)
+        if solved is not None:
+            return solved
+    return drawn
+
+
+def case_for(p: TileProgram, rng: np.random.Generator, syms: dict[str, int],
+             special: float = 0.02) -> Case:
+    """The case of the binding ``syms``: random argument values (see the
+    module docstring), outputs that are never read poisoned."""
     env: dict[E.Expr, int] = {E.Sym(k): v for k, v in syms.items()}
     stored = stored_tensors(p)
     loaded = {op.operands[0].name for op in p.walk() if op.name == "tensor.load"}
@@ -356,30 +394,43 @@ def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
     return Case(args, syms, f"{sizes}{' +special' if special else ''}", params)
 
 
+def make_case(p: TileProgram, rng: np.random.Generator, special: float = 0.02,
+              pool: list[int] | dict[str, list[int]] | None = None,
+              fixed: dict[str, int] | None = None, limit: int | None = None) -> Case | None:
+    """One random case, or None when no binding satisfies the assumptions.
+    ``pool``: the sizes of every symbol (a list), or per symbol (a dict);
+    default :func:`sym_pools`."""
+    pools = sym_pools(p, limit) if pool is None else (
+        pool if isinstance(pool, dict) else {s: list(pool) for s in p.syms})
+    syms = bind(p, rng, pools, None, None, limit, fixed)
+    return None if syms is None else case_for(p, rng, syms, special)
+
+
 def generate(p: TileProgram, n: int, seed: int = 0, limit: int | None = None) -> list[Case]:
     """Up to ``n`` cases: the first clean (no special values), then with
-    increasing density of special values. The first cases realize the
-    :func:`coverage_targets` (a target the assumptions exclude is passed
-    over), the rest sample :func:`sym_pools`. Fewer than ``n`` only when the
-    assumptions reject the bindings tried."""
+    increasing density of special values. After one case of ordinary sizes,
+    the cases aim at the :func:`coverage_paths` in order (a path the size
+    space excludes is passed over); the rest sample :func:`sym_pools`. Every
+    binding satisfies the kernel's assumptions, solved for when random draws
+    do not (:func:`bind`), and a binding is repeated only when no other one
+    is found. Fewer than ``n`` only when the assumptions reject every size."""
     rng = np.random.default_rng(seed)
     pools = sym_pools(p, limit)
-    targets = coverage_targets(p, limit)
+    paths: list[SizePath | None] = [None, *coverage_paths(p)]
+    solver = SizeSolver(p, limit)
     out: list[Case] = []
-    first = True
-    for _ in range(3 * n + len(targets)):
+    used: list[dict[str, int]] = []
+    for _ in range(3 * n + len(paths)):
         if len(out) >= n:
             break
         i = len(out)
         special = 0.0 if i % 3 == 0 else (0.02 if i % 3 == 1 else 0.2)
-        if first:  # one clean case of ordinary sizes before the edge cases
-            fixed: dict[str, int] = {}
-            first = False
-        else:
-            fixed = targets.pop(0) if targets else {}
-        c = make_case(p, rng, special, pools, fixed)
-        if c is not None:
-            out.append(c)
+        path = paths.pop(0) if paths else None
+        syms = bind(p, rng, pools, path, used, limit, solver=solver)
+        if syms is None:
+            continue
+        out.append(case_for(p, rng, syms, special))
+        used.append(syms)
     return out
 
 

@@ -4,14 +4,17 @@ element and why, and the kernel's TileIR).
 
 Every kernel of the file gets a verdict line: ``validated`` (with the number of
 cases compared, the sizes and the schedules), ``MISMATCH``, ``NOTHING
-COMPARED`` (no case could be compared: nothing was validated), or ``refused``
-with the compiler's reason; a refusal does not stop the other kernels.
+COMPARED`` (no case could be compared: nothing was validated), ``UNREACHED``
+(the kernel's assumptions keep a required size path, such as three tiles and
+a ragged tail, out of reach; ``--accept-unreached`` accepts that), or
+``refused`` with the compiler's reason; a refusal does not stop the other
+kernels. Size paths no compared case took are listed under the verdict.
 
 Exit status, the worst over the kernels: 70 when compiling a kernel hit a bug
 of tilenest itself (an ``InternalError``); else 1 on any mismatch, any kernel with
-nothing compared, or any kernel refused for a reason other than a missing
-capability (an illegal program, a user error); else 3 when some kernel needs a
-capability this build lacks; else 0.
+nothing compared or with an unaccepted unreached path, or any kernel refused
+for a reason other than a missing capability (an illegal program, a user
+error); else 3 when some kernel needs a capability this build lacks; else 0.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ def to_json(r: Report) -> dict:
         "cases": [{"case": c.index, "label": c.label, "status": c.status} for c in r.results],
         "schedules": {"compiled": r.compile_schedule, "reference": r.reference_schedule},
         "nothing_compared": r.why_nothing() or None,
+        "unreached": [{"symbol": u.path.sym, "path": u.path.text(), "cause": u.cause,
+                       "why": u.why, "blocking": u.blocking,
+                       "accepted": u.blocking and r.accept_unreached} for u in r.unreached],
         "mismatches": [{"case": m.index, "label": m.label, "output": m.output,
                         "element": list(m.element) if m.element else None,
                         "message": m.message} for m in r.mismatches],
@@ -64,10 +70,18 @@ def verdict_line(r: Report) -> str:
     elif r.status == "mismatch":
         head = (f"[red]MISMATCH[/red] {r.kernel}: {r.count('mismatch')} of {r.compared} "
                 "compared case(s)")
+    elif r.status == "unreached":
+        head = (f"[red]UNREACHED[/red] {r.kernel}: {r.compared} case(s) compared, but the "
+                "kernel's size space keeps a required path out of reach")
     else:
         head = f"[red]NOTHING COMPARED[/red] {r.kernel}: {r.why_nothing()}"
+    tail = "".join(f"\n  {line}" for line in r.unreached_lines())
+    if r.status == "unreached":
+        tail += ("\n  hint: the compiled kernel is untested on that path; when its callers "
+                 "never take it, accept the gap with --accept-unreached "
+                 "(tn.validate(..., accept_unreached=True))")
     return (f"{head}\n  sizes: {r.sizes_text()}\n  schedules: compiled {r.compile_schedule}; "
-            f"reference {r.reference_schedule}")
+            f"reference {r.reference_schedule}{tail}")
 
 
 def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int:
@@ -85,7 +99,8 @@ def run_cli(progs: list[tuple[str, Any]], a: Any, schedule_for: Callable) -> int
     for name, p in progs:
         try:
             r = validate(p, a.target, cases=a.cases, seed=a.seed, limit=a.limit,
-                         compile_schedule=schedule_for(a, p))
+                         compile_schedule=schedule_for(a, p),
+                         accept_unreached=getattr(a, "accept_unreached", False))
         except TilenestError as e:  # the compiler (or its legality gate) refuses it
             refused.append((name, e))
             order.append(("refused", (name, e)))

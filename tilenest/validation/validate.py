@@ -26,6 +26,16 @@ A run *compares* a case when its verdict is ``ok``, ``mismatch`` or
 assumptions reject every size tried, ``cases=0``, every case skipped) proves
 nothing: its :attr:`Report.status` is ``"nothing compared"`` and
 ``report.ok`` is False, as for a mismatch.
+
+With generated cases, the report also lists the required size paths
+(:mod:`tilenest.validation.sizes`: each tiled symbol at three tiles and a
+ragged tail) that no compared case took, and why. When the kernel's size
+space itself keeps one out of reach (its assumptions exclude it, every such
+case is over the element budget, or Z3 cannot decide) the status is
+``"unreached"`` and ``report.ok`` is False, unless the caller accepts it
+(``accept_unreached=True``, ``--accept-unreached``): the untested path is
+then named in the report, not hidden. A path above the caller's own
+``limit``, or one the cases were too few to reach, is listed as a note.
 """
 
 from __future__ import annotations
@@ -45,7 +55,8 @@ from ..errors import (
     UninitializedReadError,
 )
 from ..semantics.ir import TileProgram
-from .inputs import Case, generate, user_case
+from .inputs import REQUIRED_ELEMENTS, Case, generate, tile_sizes, user_case
+from .sizes import Unreached, unreached
 
 _INVALID = (RaceError, UninitializedReadError, ContractError)
 
@@ -82,6 +93,8 @@ class Report:
     seconds: float = 0.0
     compile_schedule: str = "default"
     reference_schedule: str = "batched"
+    unreached: list[Unreached] = field(default_factory=list)
+    accept_unreached: bool = False
 
     @property
     def compared(self) -> int:
@@ -91,10 +104,20 @@ class Report:
     @property
     def status(self) -> str:
         """``"mismatch"`` if any case mismatched, else ``"nothing compared"`` if
-        no case was compared, else ``"ok"``."""
+        no case was compared, else ``"unreached"`` if a required size path is
+        out of the kernel's reach and that was not accepted, else ``"ok"``."""
         if self.mismatches:
             return "mismatch"
-        return "ok" if self.compared else "nothing compared"
+        if not self.compared:
+            return "nothing compared"
+        if self.blocking_unreached and not self.accept_unreached:
+            return "unreached"
+        return "ok"
+
+    @property
+    def blocking_unreached(self) -> list[Unreached]:
+        """The unreached paths that fail a validation unless accepted."""
+        return [u for u in self.unreached if u.blocking]
 
     @property
     def ok(self) -> bool:
@@ -147,10 +170,22 @@ class Report:
         s += f"\n  sizes compared: {self.sizes_text()}"
         if self.status == "nothing compared":
             s += f"\n  nothing compared: {self.why_nothing()}"
+        s += "".join(f"\n  {line}" for line in self.unreached_lines())
         f = self.smallest_failure()
         if f is not None:
             s += f"\n  smallest failing case #{f.index} ({f.label}): {f.message}"
         return s
+
+    def unreached_lines(self) -> list[str]:
+        """One line per required size path no compared case took, tagged
+        ``not reached`` (fails the run), ``not reached (accepted)`` or
+        ``note: not reached`` (a limit of the caller's, or too few cases)."""
+        out = []
+        for u in self.unreached:
+            tag = ("not reached (accepted)" if self.accept_unreached else "not reached") \
+                if u.blocking else "note: not reached"
+            out.append(f"{tag}: {u.text()}")
+        return out
 
     def __bool__(self) -> bool:
         return self.ok
@@ -263,7 +298,7 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
              seed: int = 0, schedule: Any = None, compiled: Callable | None = None,
              params: dict[str, int] | None = None, limit: int | None = None,
              progress: Callable[[int, int], None] | None = None,
-             compile_schedule: Any = None) -> Report:
+             compile_schedule: Any = None, accept_unreached: bool = False) -> Report:
     """Validate the compiled ``kernel`` for ``target`` against the reference.
 
     ``inputs``: one argument list, or a list of them (outputs as given); when
@@ -274,7 +309,9 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
     a code-generation ``Schedule`` (then it is ``compile_schedule``).
     ``compiled`` replaces the compiled callable (used to validate a
     deliberately wrong lowering). Returns a :class:`Report`; ``report.ok`` is
-    False on any mismatch and when nothing was compared."""
+    False on any mismatch, when nothing was compared, and when the kernel's
+    assumptions keep a required size path out of reach unless
+    ``accept_unreached`` (module docstring)."""
     program: TileProgram = getattr(kernel, "program", kernel)
     if schedule is not None and _is_compile_schedule(schedule):
         if compile_schedule is not None:
@@ -304,8 +341,13 @@ def validate(kernel: Any, target: str = "llvm", inputs: Any = None, cases: int =
             step(c.label)
             if progress is not None:
                 progress(i + 1, len(todo))
+    missing: list[Unreached] = []
+    if inputs is None and any(r.status in COMPARED for r in results):
+        compared = [r.case.syms for r in results if r.status in COMPARED and r.case is not None]
+        missing = unreached(program, tile_sizes(program), compared, limit, REQUIRED_ELEMENTS)
     return Report(program.name, target, results, csec, time.perf_counter() - t0,
-                  describe_schedule(used), describe_reference_schedule(schedule))
+                  describe_schedule(used), describe_reference_schedule(schedule),
+                  missing, accept_unreached)
 
 
 def same_outputs(a: list, b: list) -> bool:
