@@ -4,6 +4,9 @@ data-dependent terms, over-approximations, and the audited ``assume``."""
 
 from __future__ import annotations
 
+import gc
+import os
+
 import pytest
 from mutations.cases import CASES
 
@@ -191,3 +194,23 @@ def test_isl_and_z3_agree_on_the_corpus():
         assert a.status == b.status, (name, o.kind, a.status, b.status, a.reason, b.reason)
         agree += 1
     assert decided >= 30
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+def test_isl_questions_keep_memory_flat():
+    """Each isl question that finds a point used to run in a fresh context,
+    which islpy never frees once it has sampled (about 2 KiB per question:
+    3 MiB over 1,500); the engine asks in one context per thread."""
+    f = Fm.conj(Fm.atom(i.ge(0)), Fm.atom(i.lt(N)), POS)
+
+    def rss_mib() -> float:
+        gc.collect()
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    for _ in range(200):  # warm up: allocator pools, the context itself
+        assert isl_engine.decide(f, ("N",), ("i",), (), 1.0).status == "point"
+    before = rss_mib()
+    for _ in range(1500):
+        isl_engine.decide(f, ("N",), ("i",), (), 1.0)
+    assert rss_mib() - before < 1.0

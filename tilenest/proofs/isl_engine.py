@@ -16,6 +16,7 @@ Budget: isl counts elementary operations; ``ops`` is set per query with
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -143,6 +144,20 @@ def to_isl(f: Fm.F, params: tuple[str, ...], vars_: tuple[str, ...],
     return f"{{ [{tup}] : {body} }}", order
 
 
+_LOCAL = threading.local()
+
+
+def _context(isl: Any) -> Any:
+    """This thread's isl context (a context may not be shared between
+    threads). One per thread, not one per question: a context that has
+    sampled a point is never freed by islpy, about 2 KiB each, so a fresh one
+    per question grew a long campaign's memory without bound."""
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is None:
+        ctx = _LOCAL.ctx = isl.Context()
+    return ctx
+
+
 def decide(f: Fm.F, params: tuple[str, ...], vars_: tuple[str, ...], data: tuple[str, ...],
            timeout: float) -> Answer:
     """Decide emptiness of the counterexample set ``f``."""
@@ -152,8 +167,9 @@ def decide(f: Fm.F, params: tuple[str, ...], vars_: tuple[str, ...], data: tuple
         text, order = to_isl(f, params, vars_, data)
     except NonAffine as e:
         return Answer("unknown", reason=f"non-affine term {e}")
-    ctx = isl.Context()
+    ctx = _context(isl)
     ctx.set_max_operations(max(MIN_OPS, int(timeout * OPS_PER_SECOND)))
+    ctx.reset_operations()
     try:
         s = isl.Set.read_from_str(ctx, text)
         if s.is_empty():
