@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..errors import NotAvailableError, TilenestError
+from ..errors import NotAvailableError, TilenestError, UsageError
 from . import codegen, compare, interpreter, proofs
 
 SCHEMA = "tilenest.bench/1"
@@ -154,7 +154,7 @@ def selected(suite: str, only: Sequence[str] | None) -> tuple[str, ...]:
     asked = [n for item in only for n in item.split(",") if n]
     bad = [n for n in asked if n not in names]
     if bad:
-        raise TilenestError(f"no benchmark named {', '.join(map(repr, bad))} in the {suite} "
+        raise UsageError(f"no benchmark named {', '.join(map(repr, bad))} in the {suite} "
                             "suite", hint="valid names: " + ", ".join(names))
     return tuple(n for n in names if n in asked)
 
@@ -238,9 +238,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.target == "cuda":
         if args.suite != "codegen":
-            raise TilenestError(f"--target cuda applies to the codegen suite, not {args.suite}")
+            raise UsageError(f"--target cuda applies to the codegen suite, not {args.suite}")
         if args.compare or args.save:
-            raise TilenestError("--compare and --save record the CPU suites; "
+            raise UsageError("--compare and --save record the CPU suites; "
                                 "benchmarks/cuda.py keeps its own records",
                                 hint="run --target cuda without --compare and --save")
         return _cuda(args)
@@ -321,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": e.to_json()}, indent=2))
         else:
             print(e.render(), file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, UsageError) else 1
 
 
 __all__ = ["SCHEMA", "SUITES", "add_arguments", "main", "run", "selected"]
