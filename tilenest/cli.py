@@ -431,7 +431,7 @@ def cmd_lower(a: argparse.Namespace) -> int:
 
     tgt = target(a.target)
     if a.emit not in tgt.stages():
-        raise UsageError(f"--emit {a.emit}: no stage '{a.emit}' for target {a.target}",
+        raise UsageError(f"--emit {a.emit}: unknown stage '{a.emit}' for target {a.target}",
                             hint="stages: " + ", ".join(tgt.stages()))
     progs = load_programs(a.file, a.kernel, dict(a.const or ()))
     texts = [(n, tgt.emit(p, a.emit, _schedule_for(a, p))) for n, p in progs]
@@ -937,10 +937,11 @@ def _check_cwd() -> None:
 def _run(argv: list[str], show_traceback: bool) -> int:
     """Parse and run one command; map every outcome to its exit status."""
     a: argparse.Namespace | None = None
-    parsing = True  # an error raised while the command line is read is a usage error
+    parsing = False  # an error raised while the command line is read is a usage error
     try:
         _check_cwd()
         ap = build_parser()
+        parsing = True
         a, extra = ap.parse_known_args(argv)
         if extra and a.cmd == "run" and not any(x.startswith("--") for x in extra):
             a.args = [*a.args, *extra]  # ``run FILE --kernel K ARG...``: ARGs after options

@@ -47,21 +47,22 @@ def _kind(mode: int) -> str:
 
 
 def regular_file(path: str | Path, what: str = "input file", hint: str | None = None,
-                 limit: int = MAX_FILE_BYTES) -> os.stat_result:
+                 limit: int = MAX_FILE_BYTES, prefix: str = "") -> os.stat_result:
     """The ``stat`` of ``path`` when it is a regular file of at most ``limit``
-    bytes; otherwise a UsageError naming ``path`` as the ``what``."""
+    bytes; otherwise a UsageError naming ``path`` as the ``what`` (its message
+    after ``prefix``, e.g. the argument the path was given for)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise UsageError(f"no such file: {path}", hint=hint) from None
+        raise UsageError(f"{prefix}no such file: {path}", hint=hint) from None
     except (OSError, ValueError) as e:  # ENAMETOOLONG, EACCES, ELOOP; ValueError: a NUL byte
         why = getattr(e, "strerror", None) or str(e)
-        raise UsageError(f"cannot read {what} {_short(path)}: {why}", hint=hint) from None
+        raise UsageError(f"{prefix}cannot read {what} {_short(path)}: {why}", hint=hint) from None
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"{path} is {_kind(st.st_mode)}, not a regular file",
+        raise UsageError(f"{prefix}{path} is {_kind(st.st_mode)}, not a regular file",
                          hint=hint or f"give the path of a regular file as the {what}")
     if st.st_size > limit:
-        raise UsageError(f"{path} has {st.st_size} bytes; a {what} is read only up to "
+        raise UsageError(f"{prefix}{path} has {st.st_size} bytes; a {what} is read only up to "
                          f"{limit} bytes", hint=hint)
     return st
 
@@ -136,7 +137,8 @@ def load_npy(path: str | Path, where: str) -> Any:
 
     hint = "write it with numpy.save"
     what = f"{where} (.npy file)"
-    size = regular_file(path, what, hint, limit=max_array_bytes() + 2**20).st_size
+    size = regular_file(path, what, hint, limit=max_array_bytes() + 2**20,
+                        prefix=f"{where}: ").st_size
     with _open_regular(path, what, hint) as f:
         try:
             version = npformat.read_magic(f)
