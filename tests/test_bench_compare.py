@@ -317,7 +317,7 @@ def test_compare_command_exit_status_and_report(fake_suite, tmp_path):
 
 
 def test_compare_with_a_bad_file_fails_before_running(fake_suite, tmp_path):
-    with pytest.raises(TilenestError, match="cannot read the benchmark file"):
+    with pytest.raises(TilenestError, match="no such file"):
         bench.run(_args("--compare", str(tmp_path / "none.json")))
     with pytest.raises(TilenestError, match="cannot write the benchmark record"):
         bench.run(_args("--only", "add", "--threads", "1", "--save",

@@ -312,8 +312,7 @@ def test_a_malformed_state_file_through_the_cli(tmp_path, capsys):
     assert rc == 1 and "corrupt record" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("field, says", [("block_threads=0", "a multiple of 32"),
-                                         ("block_threads=48", "a multiple of 32"),
+@pytest.mark.parametrize("field, says", [("block_threads=0", "a positive int"),
                                          ("threads=0", "a positive int"),
                                          ("vector_bits=7", "128, 256 or 512"),
                                          ("chunk=0", "a positive int"),
@@ -322,6 +321,11 @@ def test_a_malformed_state_file_through_the_cli(tmp_path, capsys):
 def test_schedule_fields_out_of_range_are_usage_errors(field, says, capsys):
     rc, _, err = _main(capsys, "lower", SOFTMAX, "--set", field)
     assert rc == 2 and f"--set {field}" in err and says in err
+
+
+def test_a_block_size_the_simt_form_cannot_run_is_refused_when_lowered(capsys):
+    rc, _, err = _main(capsys, "lower", SOFTMAX, "--target", "cuda", "--set", "block_threads=48")
+    assert rc == 2 and "block_threads=48" in err and "multiple of 32" in err
 
 
 def test_schedule_values_are_checked_wherever_a_schedule_is_made():

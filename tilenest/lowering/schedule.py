@@ -318,8 +318,9 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "threads": (_positive, "worker threads, a positive int"),
     "chunk": (_positive, "program ids per chunk, a positive int"),
     "vector_bits": (lambda v: v in (128, 256, 512), "the SIMD width in bits: 128, 256 or 512"),
-    "block_threads": (lambda v: 32 <= v <= 1024 and v % 32 == 0,
-                      "threads per program, a multiple of 32 in [32, 1024]"),
+    # (the SIMT lowering refuses one that is not a multiple of 32 in [32, 1024],
+    # as an illegal candidate of a tuning search)
+    "block_threads": (_positive, "threads per program, a positive int"),
     "vector_lanes": (lambda v: v in (1, 2, 4, 8), "elements per thread and step: 1, 2, 4 or 8"),
     "stages": (lambda v: 1 <= v <= 8, "versions of each produced tile, an int in [1, 8]"),
     "index_bits": (lambda v: v in (32, 64), "the width of index arithmetic, 32 or 64"),
