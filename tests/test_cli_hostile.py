@@ -98,7 +98,6 @@ def test_the_exit_code_table_is_the_one_the_module_documents():
     ["frobnicate"],                                   # an unknown subcommand
     ["lower", SOFTMAX, "--target", "tpu"],            # an unknown target
     ["validate", SOFTMAX, "--target", "tpu"],
-    ["conformance", "--target", "tpu"],
     ["check", SOFTMAX, "--target", "gpu"],
     ["check", SOFTMAX, "--transform", "split(1"],     # a malformed option value
     ["check", "no_such_kernel.py"],                   # a file that does not exist

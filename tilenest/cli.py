@@ -768,7 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--suite", type=_suite_dir_arg, help="suite folder (default: the source tree's spec/conformance)")
     s.add_argument("--impl", metavar="CMD",
                    help="external implementation: a command with {case} {inputs} {outputs}")
-    s.add_argument("--target", "--backend", dest="backend", metavar="TARGET", type=_target_arg,
+    s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
                    help="a compiled target instead of the interpreter (llvm, cuda)")
     s.add_argument("--case", action="append", default=[], metavar="PAT",
                    help="only cases whose name contains PAT, or that cite rule PAT (V-7, R)")
