@@ -75,7 +75,7 @@ def test_codegen_reports_every_benchmark(codegen_doc):
     for r in rows:
         assert "error" not in r, r
         _check_timing(r["tilenest"])
-        assert r["tilenest"]["samples"] == 2 and r["compile_s"] > 0
+        assert r["tilenest"]["samples"] >= 2 and r["compile_s"] > 0
         assert "numpy" in r["baselines"]
         for name, base in r["baselines"].items():
             _check_timing(base)
@@ -149,7 +149,7 @@ def test_bad_only_name_is_an_error_naming_the_valid_ones():
 def test_bad_only_name_on_the_command_line():
     r = subprocess.run([sys.executable, "-m", "tilenest.bench", "--only", "bogus"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, check=False)
-    assert r.returncode == 1 and r.stdout == ""
+    assert r.returncode == 2 and r.stdout == ""
     assert "bogus" in r.stderr and "gemm_strict" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -183,7 +183,7 @@ def test_timing_median_and_spread():
     assert t.spread == pytest.approx(1.0)
     calls: list[str] = []
     ts = timing.measure([lambda: calls.append("a"), lambda: calls.append("b")],
-                        timing.Method(samples=3, min_sample_s=0.0, min_calls=2))
+                        timing.Method(samples=3, min_sample_s=0.0, min_calls=2, max_extra=0))
     assert [x.samples for x in ts] == [3, 3] and all(x.calls == 2 for x in ts)
     # rounds alternate: a warm-up and two timed calls of one, then of the other
     assert calls[:6] == ["a"] * 3 + ["b"] * 3 and len(calls) == 18

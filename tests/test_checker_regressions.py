@@ -307,13 +307,13 @@ def test_cli_transform_specs_use_the_same_check(capsys):
         RP.validate_spec("split(1)")
     status = cli.main(["check", str(ROOT / "examples" / "gemm.py"), "--transform", "split(1)"])
     err = capsys.readouterr().err
-    assert status == 1 and "Traceback" not in err
+    assert status == 2 and "Traceback" not in err
     assert py.value.message in err and py.value.hint in err
     assert err.startswith("transform error: --transform 'split(1)'")
     status = cli.main(["check", str(ROOT / "examples" / "gemm.py"), "--transform",
                        "split(1, 0, two)"])
     err = capsys.readouterr().err
-    assert status == 1 and "argument 'factor' must be int | Expr, got 'two'" in err
+    assert status == 2 and "argument 'factor' must be int | Expr, got 'two'" in err
 
 
 def test_spec_booleans_and_good_steps():

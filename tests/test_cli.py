@@ -68,7 +68,7 @@ def test_every_subcommand_exists():
 
 def test_bench_with_an_unknown_benchmark_names_the_valid_ones():
     r = run("bench", "--only", "bogus")
-    assert r.returncode == 1 and "valid names" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "valid names" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_run_writes_outputs_and_reports_races(tmp_path):
@@ -97,7 +97,7 @@ def test_run_writes_outputs_and_reports_races(tmp_path):
 
 def test_missing_file():
     r = run("show", "nope.py")
-    assert r.returncode == 1 and "no such file" in r.stderr
+    assert r.returncode == 2 and "no such file" in r.stderr
 
 
 #: a kernel file holding the bf16 GEMM workload's kernel (tile constants bm, bn, bk)
@@ -134,7 +134,7 @@ def test_schedule_field_the_target_never_reads_is_refused(target, field, capsys)
                    "--emit", "loopir", "--set", field])
     err = capsys.readouterr().err
     name = field.partition("=")[0]
-    assert rc == 1 and f"{name} is not used by the {target} target" in err
+    assert rc == 2 and f"{name} is not used by the {target} target" in err
     assert "hint:" in err and "Traceback" not in err
 
 

@@ -287,7 +287,7 @@ def test_cli_lower_and_validate():
     assert r.returncode == 0 and "axpy_0:" in r.stdout
     r = subprocess.run(run + ["lower", str(ROOT / "examples" / "ragged.py"), "--emit", "ptx"],
                        capture_output=True, text=True)
-    assert r.returncode == 1 and "unknown stage" in r.stderr
+    assert r.returncode == 2 and "unknown stage" in r.stderr
     r = subprocess.run(run + ["validate", str(ROOT / "examples" / "softmax.py"), "--cases", "3",
                               "--seed", "2"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -12,7 +12,7 @@ import pytest
 
 import tilenest as tn
 from tilenest import f32
-from tilenest.proofs.obligation import PROVED, REFUTED
+from tilenest.proofs.obligation import EXIT_REFUTED, PROVED, REFUTED
 from tilenest.proofs.remap import TransformError
 from tilenest.proofs.report import check
 
@@ -237,7 +237,7 @@ def test_check_accepts_the_transform_spec():
     ok = check(pointwise, ["fuse_serial(0)"], timeout=5.0, include_program=False)
     assert ok.exit_status == 0 and any("fuse_serial" in s for s in ok.steps)
     bad = check(reads_ahead, ["fuse_serial(0)"], timeout=5.0, include_program=False)
-    assert bad.exit_status == 1
+    assert bad.exit_status == EXIT_REFUTED
     assert any(o.kind == "fusion.order" and o.status == REFUTED for o in bad.obligations)
 
 

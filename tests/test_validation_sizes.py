@@ -223,7 +223,7 @@ def test_cli_counts_that_compare_nothing_are_usage_errors(tmp_path, capsys, argv
     f.write_text(TWO_KERNELS)
     rc = main(["validate", str(f), "--kernel", "double", *argv])
     err = capsys.readouterr().err
-    assert rc == 1 and argv[0] in err and "Traceback" not in err
+    assert rc == 2 and argv[0] in err and "Traceback" not in err
 
 
 def test_a_tilenest_bug_while_compiling_is_exit_70_with_the_report_hint(capsys):

@@ -7,8 +7,8 @@ Subcommands::
     tilenest run FILE ...                         run a kernel on the reference interpreter
     tilenest check FILE [--transform SPEC ...] [--target cuda|metal|cpu] [--json]
                    [--timeout S] [--assume SEL]   discharge the proof obligations
-                   [--sarif FILE]                 (exit 0 all proved, 1 any refuted,
-                                                  2 any unknown and none refuted;
+                   [--sarif FILE]                 (exit 0 all proved, 5 any refuted,
+                                                  6 any unknown and none refuted;
                                                   FILE: the verdicts as SARIF 2.1.0)
     tilenest lower FILE --target llvm --emit E    print one stage (schedule|tileir|loopir|ir|opt|asm;
                                                   cuda: schedule|loopir|cuda|ptx|sass-resources)
@@ -19,14 +19,29 @@ Subcommands::
                    [--shard-size K] [--json]       processes or a Ray cluster; exit 1 on a bug)
     tilenest bench                                run benchmarks
 
-Exit status: 0 success; 1 a user's mistake (a bad option or argument, a file
-that cannot be read, bad IR text, an ill-typed kernel, a race, a refuted
-obligation, a validation mismatch or nothing validated); 2 ``check`` found an
-unknown verdict and no refutation; 3 a capability this build lacks; 70 an
-internal error of tilenest (a bug: please report it). A user's mistake prints
-the error with its sites and a hint, never a Python traceback; an internal
-error prints a short note, and the traceback only when ``TILENEST_DEBUG=1`` is
-set or ``--traceback`` is given before the subcommand.
+Exit status (every subcommand; no two meanings share a number):
+
+===  ======================================================================
+0    success
+1    the input or the result is wrong: bad IR text, an ill-typed kernel, a
+     kernel module that raises, a race, a validation mismatch or nothing
+     validated, a failed conformance case, a campaign that found a bug
+2    usage error: the command line names no valid invocation (an unknown
+     option, subcommand or target, a value out of range, a file that does not
+     exist or is not a regular file, an array too large to allocate)
+3    a capability this build or machine lacks
+4    ``bench --compare``: a benchmark's ratio regressed
+5    ``check``: some required obligation is refuted
+6    ``check``: some required obligation is unknown and none is refuted
+70   an internal error of tilenest (a bug: please report it)
+74   the output could not be written (standard output closed, a broken
+     pipe, a full device)
+130  interrupted (Ctrl-C)
+===  ======================================================================
+
+A user's mistake prints the error with its sites and a hint, never a Python
+traceback; an internal error prints a short note, and the traceback only when
+``TILENEST_DEBUG=1`` is set or ``--traceback`` is given before the subcommand.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from . import userfiles
 from .semantics.signature import stored_tensors
 from .errors import (
     InternalError,
@@ -52,10 +68,18 @@ from .errors import (
 )
 
 EXIT_USER_ERROR = 1
-EXIT_UNKNOWN = 2
+#: as argparse and pytest: the command line itself is wrong
+EXIT_USAGE = 2
 EXIT_NOT_AVAILABLE = 3
+#: ``bench --compare``: a ratio fell (tilenest.bench.compare.EXIT_REGRESSED)
+EXIT_REGRESSED = 4
+#: ``check``'s verdicts (tilenest.proofs.obligation.outcome)
+EXIT_REFUTED = 5  # == proofs.obligation.EXIT_REFUTED
+EXIT_UNKNOWN = 6  # == proofs.obligation.EXIT_UNKNOWN
 #: sysexits.h EX_SOFTWARE: an internal software error
 EXIT_INTERNAL = 70
+#: sysexits.h EX_IOERR: the output could not be written
+EXIT_IO = 74
 EXIT_INTERRUPTED = 130
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -102,15 +126,9 @@ def _user_code_error(e: BaseException, what: str) -> UserCodeError:
 
 def _exec_user_module(loader: Any, mod: Any, p: Path) -> None:
     """Import the user's kernel file; what its own code raises is a located
-    user error (tilenest diagnostics and Python syntax errors pass through)."""
-    if p.is_dir():
-        raise TilenestError(f"{p} is a directory, not a kernel file",
-                            hint="give a .py file that defines @tn.kernel functions")
-    try:
-        with open(p, "rb"):
-            pass
-    except OSError as e:
-        raise TilenestError(f"cannot read {p}: {e.strerror or e}") from None
+    user error (tilenest diagnostics and Python syntax errors pass through).
+    Whatever it raises counts, a ``BaseException`` subclass or ``SystemExit``
+    too; only Ctrl-C (``KeyboardInterrupt``) stops the command as such."""
     try:
         loader.exec_module(mod)
     except SyntaxError as e:
@@ -118,7 +136,9 @@ def _exec_user_module(loader: Any, mod: Any, p: Path) -> None:
         raise
     except TilenestError:
         raise
-    except (Exception, SystemExit) as e:  # noqa: BLE001 - whatever the user's module raises
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 - whatever the user's module raises
         if isinstance(e, ValueError) and "null bytes" in str(e):
             raise TilenestError(f"{p} is not Python source (it contains null bytes)",
                                 hint="give a .py kernel file, a .tile or a .json file") from None
@@ -131,8 +151,8 @@ def load_programs(path: str, kernel: str | None = None,
     ``consts`` overrides compile-time constants of the kernels of a ``.py``
     file (``Kernel.specialize``)."""
     p = Path(path)
-    if not p.exists():
-        raise TilenestError(f"no such file: {path}")
+    userfiles.regular_file(p, "kernel or IR file",
+                           hint="give a .py kernel file, a .tile or a .json file")
     if p.suffix == ".py":
         from .frontend.kernel import Kernel
 
@@ -148,7 +168,9 @@ def load_programs(path: str, kernel: str | None = None,
         if kernel is not None:
             kernels = [(n, k) for n, k in kernels if n == kernel]
             if not kernels:
-                raise TilenestError(f"{path} defines no kernel named '{kernel}'")
+                raise UsageError(f"--kernel {kernel}: {path} defines no kernel named "
+                                 f"'{kernel}'", hint="kernels: " + ", ".join(
+                                     n for n, k in vars(mod).items() if isinstance(k, Kernel)))
         if not kernels:
             raise TilenestError(f"{path} defines no @tn.kernel",
                                 hint="decorate a function with @tn.kernel")
@@ -191,7 +213,8 @@ def _parse_arg(spec: str, value: Any) -> Any:
     """A call argument from the command line: a ``.npy`` file, a number (for a
     scalar), or ``zeros:4x8`` / ``random:4x8[:seed]`` (dtype from the kernel's
     signature; an empty shape ``zeros:`` is a 0-d tensor). Anything else, or a
-    form that does not fit the parameter, is an error naming the parameter."""
+    form that does not fit the parameter, is a usage error naming the
+    parameter."""
     import numpy as np
 
     from .semantics.types import TensorType
@@ -201,40 +224,36 @@ def _parse_arg(spec: str, value: Any) -> Any:
     is_tensor = isinstance(t, TensorType)
     if spec.endswith(".npy"):
         if not is_tensor:
-            raise TilenestError(f"{where} is a scalar of {t.dtype}; {spec!r} is a tensor file",
+            raise UsageError(f"{where} is a scalar of {t.dtype}; {spec!r} is a tensor file",
                                 hint="give a number")
-        f = Path(spec)
-        if not f.is_file():
-            raise TilenestError(f"{where}: no such file: {spec}" if not f.exists() else
-                                f"{where}: {spec} is not a file", hint=_ARG_HINT)
-        try:
-            arr = np.load(f, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as e:
-            raise TilenestError(f"{where}: cannot read {spec} as a .npy array ({e})",
-                                hint="write it with numpy.save") from None
+        arr = userfiles.load_npy(spec, where)
         if not isinstance(arr, np.ndarray):
-            raise TilenestError(f"{where}: {spec} holds no single array", hint="use numpy.save")
+            raise UsageError(f"{where}: {spec} holds no single array", hint="use numpy.save")
         return arr
     kind, colon, rest = spec.partition(":")
     if colon and kind in ("zeros", "random"):
         if not is_tensor:
-            raise TilenestError(f"{where} is a scalar of {t.dtype}, not a tensor",
+            raise UsageError(f"{where} is a scalar of {t.dtype}, not a tensor",
                                 hint="give a number")
         shape_s, _, seed_s = rest.partition(":")
         if not _SHAPE.fullmatch(shape_s):
-            raise TilenestError(f"{where}: bad shape {shape_s!r} in {spec!r}",
+            raise UsageError(f"{where}: bad shape {shape_s!r} in {spec!r}",
                                 hint="a shape is non-negative integers joined by 'x', e.g. 4x8")
         shape = tuple(int(x) for x in shape_s.split("x")) if shape_s else ()
         if len(shape) != len(t.shape):
-            raise TilenestError(f"{where} has rank {len(t.shape)}; {spec!r} has rank "
+            raise UsageError(f"{where} has rank {len(t.shape)}; {spec!r} has rank "
                                 f"{len(shape)}", hint=_ARG_HINT)
+        # random draws 64-bit values before converting them
+        userfiles.check_array_size(f"{where} ({spec})", shape,
+                                   max(8, t.dtype.itemsize) if kind == "random"
+                                   else t.dtype.itemsize)
         if kind == "zeros":
             if seed_s:
-                raise TilenestError(f"{where}: zeros takes no seed ({spec!r})",
+                raise UsageError(f"{where}: zeros takes no seed ({spec!r})",
                                     hint="zeros:AxB, or random:AxB:SEED")
             return np.zeros(shape, dtype=t.dtype.np)
         if seed_s and not seed_s.isdigit():
-            raise TilenestError(f"{where}: the seed in {spec!r} is not a non-negative integer",
+            raise UsageError(f"{where}: the seed in {spec!r} is not a non-negative integer",
                                 hint="random:AxB:SEED, e.g. random:4x8:7")
         rng = np.random.default_rng(int(seed_s) if seed_s else 0)
         if t.dtype.is_float:
@@ -243,7 +262,7 @@ def _parse_arg(spec: str, value: Any) -> Any:
             return rng.random(shape) < 0.5
         return rng.integers(0, 10, shape).astype(t.dtype.np)
     if is_tensor:
-        raise TilenestError(f"cannot read {where} (a tensor of {t.dtype}) from {spec!r}",
+        raise UsageError(f"cannot read {where} (a tensor of {t.dtype}) from {spec!r}",
                             hint=_ARG_HINT)
     try:
         if t.dtype.is_bool:
@@ -254,7 +273,7 @@ def _parse_arg(spec: str, value: Any) -> Any:
             return float(spec)
         return int(spec, 0)
     except ValueError:
-        raise TilenestError(f"cannot read {where} (a scalar of {t.dtype}) from {spec!r}",
+        raise UsageError(f"cannot read {where} (a scalar of {t.dtype}) from {spec!r}",
                             hint="give a number of that type") from None
 
 
@@ -282,7 +301,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     progs = load_programs(a.file, a.kernel)
     if len(progs) != 1:
-        raise TilenestError(f"{a.file} defines {len(progs)} kernels; choose one with --kernel",
+        raise UsageError(f"{a.file} defines {len(progs)} kernels; choose one with --kernel",
                             hint="kernels: " + ", ".join(n for n, _ in progs))
     name, p = progs[0]
     if len(a.args) != len(p.args):
@@ -309,8 +328,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_check(a: argparse.Namespace) -> int:
     """``tilenest check``: exit 0 when every required obligation is proved (or
-    assumed), 1 when one is refuted (or on a user error), 2 when one is unknown
-    and none is refuted. ``--json`` follows spec/obligations.md. ``--sarif FILE``
+    assumed), 5 when one is refuted, 6 when one is unknown and none is refuted
+    (1 a user error in the input, 2 a usage error). ``--json`` follows spec/obligations.md. ``--sarif FILE``
     also writes the verdicts as a SARIF 2.1.0 log (:mod:`tilenest.sarif`); the
     printed report and the exit status are the same with or without it."""
     from .proofs.report import check
@@ -340,7 +359,8 @@ def cmd_check(a: argparse.Namespace) -> int:
         if not any(o.matches(sel) for r in reports for o in r.obligations):
             print(f"warning: --assume {sel!r} matched no obligation", file=sys.stderr)
     codes = [r.exit_status for r in reports]
-    status = 1 if 1 in codes else (2 if 2 in codes else 0)
+    status = EXIT_REFUTED if EXIT_REFUTED in codes else (
+        EXIT_UNKNOWN if EXIT_UNKNOWN in codes else 0)
     if a.sarif is not None:
         sarif.write(sarif.document(reports, a.file, exit_status=status), a.sarif)
     return status
@@ -389,6 +409,11 @@ def schedule_field_arg(text: str) -> tuple[str, Any]:
     if (want is int and isinstance(v, bool)) or not isinstance(v, want):
         kind = {int: "an integer", bool: "True or False", str: "a name"}[want]
         raise argparse.ArgumentTypeError(f"--set {text!r}: {name} takes {kind}, not {v!r}")
+    from .lowering.schedule import value_problem
+
+    why = value_problem(name, v)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"--set {why}")
     if name == "mma_unit":
         from .lowering.mma import MMA_UNITS
 
@@ -413,7 +438,7 @@ def cmd_lower(a: argparse.Namespace) -> int:
 
     tgt = target(a.target)
     if a.emit not in tgt.stages():
-        raise TilenestError(f"unknown stage '{a.emit}' for target {a.target}",
+        raise UsageError(f"--emit {a.emit}: unknown stage '{a.emit}' for target {a.target}",
                             hint="stages: " + ", ".join(tgt.stages()))
     progs = load_programs(a.file, a.kernel, dict(a.const or ()))
     texts = [(n, tgt.emit(p, a.emit, _schedule_for(a, p))) for n, p in progs]
@@ -531,6 +556,18 @@ def _schedule_options(s: argparse.ArgumentParser) -> None:
                         f"block_threads=512 (repeatable; fields: {', '.join(_settable())})")
 
 
+def _target_arg(text: str) -> str:
+    """A code generation target's name (``--target`` of lower and validate):
+    an unknown name is a usage error; a known target this machine cannot run
+    is reported later, when it is used (exit 3)."""
+    from .backends import TARGETS
+
+    if text not in TARGETS:
+        raise argparse.ArgumentTypeError(f"no code generation target {text!r} (targets: "
+                                         f"{', '.join(TARGETS)})")
+    return text
+
+
 def _int_at_least(lo: int) -> Callable[[str], int]:
     def conv(text: str) -> int:
         try:
@@ -544,6 +581,12 @@ def _int_at_least(lo: int) -> Callable[[str], int]:
     return conv
 
 
+#: the longest time limit an option takes: a week (the solvers count their
+#: budgets in 32-bit milliseconds, and the operating system's timers overflow
+#: on far larger ones)
+MAX_SECONDS = 7 * 24 * 3600.0
+
+
 def _positive_seconds(text: str) -> float:
     try:
         v = float(text)
@@ -551,7 +594,20 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not v > 0 or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text} seconds: give a finite time > 0")
+    if v > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text} seconds is longer than the longest time "
+                                         f"limit, {MAX_SECONDS:.0f} seconds (a week)")
     return v
+
+
+def _seconds_or_zero(text: str) -> float:
+    """A time limit that may be 0 (off)."""
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass
+    return _positive_seconds(text)
 
 
 def _schedule_arg(text: str) -> Any:
@@ -614,6 +670,22 @@ def _blocking_file(p: Path) -> Path | None:
     return None
 
 
+def _os_checked(check: Callable[[str], str]) -> Callable[[str], str]:
+    """An argparse type for a path whose checks ask the file system: a path
+    the system refuses to look at (too long, a loop of links) is a usage error
+    naming the option's value, not an exception escaping argparse."""
+    def conv(text: str) -> str:
+        try:
+            return check(text)
+        except (OSError, ValueError) as e:
+            why = getattr(e, "strerror", None) or str(e)
+            shown = text if len(text) <= 120 else f"{text[:60]}... ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"{shown}: {why}") from None
+    conv.__name__ = check.__name__
+    return conv
+
+
+@_os_checked
 def _out_dir_arg(text: str) -> str:
     p = Path(text)
     bad = _blocking_file(p)
@@ -622,6 +694,7 @@ def _out_dir_arg(text: str) -> str:
     return text
 
 
+@_os_checked
 def _out_file_arg(text: str) -> str:
     p = Path(text)
     if p.is_dir():
@@ -634,6 +707,7 @@ def _out_file_arg(text: str) -> str:
     return text
 
 
+@_os_checked
 def _suite_dir_arg(text: str) -> str:
     if not Path(text).is_dir():
         why = "not a directory" if Path(text).exists() else "no such directory"
@@ -643,8 +717,8 @@ def _suite_dir_arg(text: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad command line as a :class:`UsageError` (exit
-    status 1, like every user mistake) instead of exiting with status 2, which
-    ``tilenest check`` reserves for unknown verdicts."""
+    status 2, as argparse itself, printed like every other diagnostic and as
+    JSON under ``--json``)."""
 
     def error(self, message: str) -> Any:
         raise UsageError(f"{self.prog}: {message}", hint=f"see '{self.prog} --help'")
@@ -700,7 +774,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("lower", help="print the code a kernel lowers to (one stage)")
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
-    s.add_argument("--target", default="llvm", help="code generation target (llvm, cuda)")
+    s.add_argument("--target", default="llvm", type=_target_arg,
+                   help="code generation target (llvm, cuda)")
     s.add_argument("--emit", default="loopir",
                    help="stage: schedule | tileir | loopir | ir | opt | asm")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
@@ -712,7 +787,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "the reference (exit 1 on any mismatch)")
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
-    s.add_argument("--target", default="llvm", help="code generation target (llvm, cuda)")
+    s.add_argument("--target", default="llvm", type=_target_arg,
+                   help="code generation target (llvm, cuda)")
     s.add_argument("--cases", type=_int_at_least(1), default=20,
                    help="generated cases per kernel (default 20)")
     s.add_argument("--seed", type=_int_at_least(0), default=0)
@@ -771,7 +847,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generated cases per program (default 2)")
     s.add_argument("--time-limit", type=_positive_seconds, default=120.0,
                    help="processor seconds an item may take (default 120)")
-    s.add_argument("--shrink-secs", type=float, default=60.0,
+    s.add_argument("--shrink-secs", type=_seconds_or_zero, default=60.0,
                    help="processor seconds to shrink a failure, on its worker (0: off)")
     s.add_argument("--mutant", metavar="KIND",
                    help="compile llvm with a deliberate bug (flip_index, drop_tail_guard, "
@@ -793,7 +869,7 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _classify(e: Exception) -> TilenestError:
+def _classify(e: BaseException) -> TilenestError:
     """An exception no handler turned into a diagnostic: the user's when the
     innermost frame is the user's own code (or it is a recursion that runs
     through the user's code), otherwise an internal error of tilenest, located
@@ -843,13 +919,77 @@ def _report(e: TilenestError, a: argparse.Namespace | None) -> None:
         print(e.render(), file=sys.stderr)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit status (see the module docstring)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    show_traceback = os.environ.get("TILENEST_DEBUG", "") not in ("", "0")
-    a: argparse.Namespace | None = None
+class OutputError(Exception):
+    """Writing the command's output to standard output failed: ``cause`` is
+    the system's error, None when standard output is closed."""
+
+    def __init__(self, cause: OSError | None):
+        self.cause = cause
+        super().__init__(self.reason)
+
+    @property
+    def reason(self) -> str:
+        if self.cause is None:
+            return "standard output is closed"
+        if isinstance(self.cause, BrokenPipeError):
+            return "broken pipe (the reading end is closed)"
+        return self.cause.strerror or str(self.cause)
+
+
+class _GuardedOutput:
+    """Standard output for one command: a failed write or flush (a broken
+    pipe, a full device, a closed descriptor) becomes an :class:`OutputError`,
+    which :func:`main` reports as one line, so that no I/O failure is mistaken
+    for a bug of tilenest."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            raise OutputError(None)
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise OutputError(e) from None
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise OutputError(e) from None
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        if self._stream is None:
+            raise AttributeError(name)
+        return getattr(self._stream, name)
+
+
+def _check_cwd() -> None:
+    """A working directory that was deleted under the command is the user's
+    environment to fix, said before anything else fails on it."""
     try:
+        os.getcwd()
+    except OSError as e:
+        raise TilenestError(f"the working directory cannot be read ({e.strerror or e}): it "
+                            "was deleted or its permissions changed",
+                            hint="cd to an existing directory and run the command again"
+                            ) from None
+
+
+def _run(argv: list[str], show_traceback: bool) -> int:
+    """Parse and run one command; map every outcome to its exit status."""
+    a: argparse.Namespace | None = None
+    parsing = False  # an error raised while the command line is read is a usage error
+    try:
+        _check_cwd()
         ap = build_parser()
+        parsing = True
         a, extra = ap.parse_known_args(argv)
         if extra and a.cmd == "run" and not any(x.startswith("--") for x in extra):
             a.args = [*a.args, *extra]  # ``run FILE --kernel K ARG...``: ARGs after options
@@ -857,18 +997,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             opts = [x for x in extra if x.startswith("-")] or extra
             ap.error(f"unrecognized arguments: {' '.join(opts)}")
         show_traceback |= a.traceback
+        parsing = False
         status = a.fn(a)
         sys.stdout.flush()  # inside the try: a closed pipe is reported here
         return status
-    except BrokenPipeError:
-        _quiet_stdout()
-        return EXIT_USER_ERROR
+    except OutputError:
+        raise
     except NotAvailableError as e:
         _report(e, a)
         return EXIT_NOT_AVAILABLE
+    except UsageError as e:
+        _report(e, a)
+        return EXIT_USAGE
+    except InternalError as e:  # a bug that a subcommand already diagnosed as one
+        _report(e, a)
+        return EXIT_INTERNAL
     except TilenestError as e:
         _report(e, a)
-        return EXIT_USER_ERROR
+        return EXIT_USAGE if parsing else EXIT_USER_ERROR
     except SyntaxError as e:
         where = ":".join(str(x) for x in (e.filename or getattr(a, "file", None) or "<input>",
                                           e.lineno, e.offset) if x is not None)
@@ -877,7 +1023,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as e:  # noqa: BLE001 - the last line of defence, classified below
+    except SystemExit:  # --help, --version: argparse's own exit
+        raise
+    except BaseException as e:  # noqa: BLE001 - the last line of defence, classified below
         err = _classify(e)
         _report(err, a)
         if isinstance(err, UserCodeError):
@@ -885,6 +1033,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if show_traceback:
             traceback.print_exception(e, file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit status (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = os.environ.get("TILENEST_DEBUG", "") not in ("", "0")
+    saved = sys.stdout
+    sys.stdout = _GuardedOutput(saved)  # type: ignore[assignment]
+    try:
+        return _run(argv, show_traceback)
+    except OutputError as e:
+        _quiet_stdout()
+        print(f"error: cannot write the output: {e.reason}", file=sys.stderr)
+        return EXIT_IO
+    finally:
+        sys.stdout = saved
 
 
 if __name__ == "__main__":

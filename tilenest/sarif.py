@@ -17,12 +17,24 @@ required, ``unknown``               warning    not proved (the exit status is 2)
                                                ``external`` naming the selector: a person
                                                accepted it without proof; viewers hide it by
                                                default but keep it for audit
-evidence (``role = "evidence"``),   note       information only: it never decides the exit
-``refuted`` or ``unknown``                     status (e.g. a float law a policy permits)
+evidence (``role = "evidence"``)    (omitted)  information only: it never decides the exit
+                                               status (e.g. a float law a policy permits), so
+                                               it is no alert; a kernel that passes has no
+                                               result at all
 ``proved``                          (omitted)  nothing to act on; hundreds of passing rows
-                                               would bury the refutations. Their counts stay
-                                               in the run's ``properties.tilenest.summary``
+                                               would bury the refutations
 ==================================  =========  ===========================================
+
+The counts of every verdict, omitted ones included, stay in the run's
+``properties.tilenest.kernels[*].summary``.
+
+Rules: one ``reportingDescriptor`` per obligation kind checked, with the
+section of the obligation catalogue that states its formula. Its ``helpUri``
+is that section on the documentation site, whose root is
+``$TILENEST_DOCS_URL`` or else the ``Documentation`` URL of the installed
+package's metadata (``[project.urls]`` in ``pyproject.toml``); with neither,
+rules carry no ``helpUri`` (SARIF requires an absolute URI there) and their
+help text names the section.
 
 Locations: the obligation's first site is the result's location; further
 sites are ``relatedLocations``. A site in a file under the working directory
@@ -115,14 +127,44 @@ def rule(kind: str) -> dict[str, Any]:
                          f"spec/obligations.md {section} for the formula; '--assume "
                          f"{kind}' takes it as an axiom (reported, never counted as proved)."},
         "defaultConfiguration": {"level": "error"},
+        **({"helpUri": help_uri(section)} if docs_root() else {}),
     }
+
+
+def docs_root() -> str | None:
+    """The documentation site's root URL, ending in ``/`` (module docstring),
+    or None when none is configured."""
+    url = os.environ.get("TILENEST_DOCS_URL", "").strip()
+    if not url:
+        try:
+            from importlib.metadata import PackageNotFoundError, metadata
+
+            for entry in metadata("tilenest").get_all("Project-URL") or ():
+                label, _, value = entry.partition(",")
+                if label.strip().lower() in ("documentation", "docs"):
+                    url = value.strip()
+                    break
+        except PackageNotFoundError:
+            pass
+    if not url or "://" not in url:
+        return None
+    return url if url.endswith("/") else url + "/"
+
+
+def help_uri(section: str) -> str:
+    """The docs page of spec/obligations.md at ``section`` (``O-2`` ->
+    ``.../spec/obligations/#o-2``: the site's page of that file and the anchor
+    the site gives rule headings)."""
+    root = docs_root()
+    assert root is not None
+    return f"{root}spec/obligations/#{section.lower()}"
 
 
 def level(o: Obligation) -> str | None:
     """The result level of ``o`` (module docstring); None: not a result."""
-    if o.status == PROVED:
+    if o.status == PROVED or o.role != "required":
         return None
-    if o.status == ASSUMED or o.role != "required":
+    if o.status == ASSUMED:
         return "note"
     return "error" if o.status == REFUTED else "warning"
 

@@ -29,6 +29,21 @@ GPU benchmarks need CuPy and PyTorch with CUDA and live in the source tree:
 ``python benchmarks/cuda.py``; ``--target cuda`` runs that script when it is
 there and a GPU is present, and is an error saying so otherwise.
 
+Stability (:mod:`tilenest.bench.timing`): a function whose samples still
+vary by more than 10% (interquartile range over the median) is sampled
+further, up to as many rounds again; a row that stays that noisy is named in
+a warning on standard error after the table, since its ratios are uncertain.
+
+Width: the table fits the terminal (or ``$COLUMNS``; 140 columns when the
+output is not a terminal and ``COLUMNS`` is unset): cells wrap, and a narrow
+codegen table leaves out its compile-time and bandwidth columns, saying so.
+The ``±`` of a spread becomes ``+-`` where the output's encoding lacks it
+(``PYTHONIOENCODING=ascii``).
+
+Your own kernel: :func:`do_bench` times any callable (a compiled kernel on
+its arrays) against a baseline by the same method
+(:mod:`tilenest.bench.dobench`).
+
 The command-line entry points are :func:`add_arguments` and :func:`run`
 (``tilenest bench``), and :func:`main` (``python -m tilenest.bench``).
 """
@@ -47,8 +62,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import progress
-from ..errors import NotAvailableError, TilenestError
+from ..errors import NotAvailableError, TilenestError, UsageError
 from . import codegen, compare, interpreter, proofs
+from .dobench import BenchResult, do_bench
+from .timing import noisy
 
 SCHEMA = "tilenest.bench/1"
 #: suite -> (its module, what it measures)
@@ -154,7 +171,7 @@ def selected(suite: str, only: Sequence[str] | None) -> tuple[str, ...]:
     asked = [n for item in only for n in item.split(",") if n]
     bad = [n for n in asked if n not in names]
     if bad:
-        raise TilenestError(f"no benchmark named {', '.join(map(repr, bad))} in the {suite} "
+        raise UsageError(f"no benchmark named {', '.join(map(repr, bad))} in the {suite} "
                             "suite", hint="valid names: " + ", ".join(names))
     return tuple(n for n in names if n in asked)
 
@@ -238,9 +255,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.target == "cuda":
         if args.suite != "codegen":
-            raise TilenestError(f"--target cuda applies to the codegen suite, not {args.suite}")
+            raise UsageError(f"--target cuda applies to the codegen suite, not {args.suite}")
         if args.compare or args.save:
-            raise TilenestError("--compare and --save record the CPU suites; "
+            raise UsageError("--compare and --save record the CPU suites; "
                                 "benchmarks/cuda.py keeps its own records",
                                 hint="run --target cuda without --compare and --save")
         return _cuda(args)
@@ -257,12 +274,13 @@ def run(args: argparse.Namespace) -> int:
         doc.update(target=args.target, threads=threads,
                    shapes={n: [codegen.shape_label(s) for s in codegen.shapes(args.size, n)]
                            for n in names})
+        con = _console()
         total = codegen.planned(args.size, names) * len(threads)
         with progress.bar("bench codegen", total) as step:
             rows = codegen.run(threads, args.size, args.samples, names, step, args.min_calls,
                                args.min_sample_ms / 1e3)
         rows = doc["benchmarks"] = codegen.attach_bandwidth(rows)
-        shown = codegen.table(rows)
+        shown = codegen.table(rows, con.width)
     elif args.suite == "interpreter":
         with progress.bar("bench interpreter", len(names)) as step:
             rows = interpreter.run(args.size, args.samples, names, step)
@@ -283,17 +301,28 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc if result is None else {**doc, "comparison": result.to_json()},
                          indent=2))
     else:
-        from rich.console import Console
-
-        con = Console(width=None if sys.stdout.isatty() else 140)
+        con = _console()
         con.print(shown)
         if result is not None:
             con.print(compare.table(result, args.compare))
             for line in compare.summary(result, args.compare):
                 con.print(line, markup=False, highlight=False)
+    for w in noisy(rows):
+        print(f"warning: {w}", file=sys.stderr)
     if any("error" in r for r in rows):
         return 1
     return compare.EXIT_REGRESSED if result is not None and result.regressed else 0
+
+
+def _console() -> Any:
+    """The console the tables go to: the terminal's width, or ``$COLUMNS``,
+    or 140 columns when standard output is not a terminal."""
+    from rich.console import Console
+
+    cols = os.environ.get("COLUMNS", "")
+    if sys.stdout.isatty() or cols.isdigit():
+        return Console()  # rich reads COLUMNS itself
+    return Console(width=140)
 
 
 def _save(path: str, doc: dict[str, Any]) -> None:
@@ -321,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps({"error": e.to_json()}, indent=2))
         else:
             print(e.render(), file=sys.stderr)
-        return 1
+        return 2 if isinstance(e, UsageError) else 1
 
 
-__all__ = ["SCHEMA", "SUITES", "add_arguments", "main", "run", "selected"]
+__all__ = ["SCHEMA", "SUITES", "BenchResult", "add_arguments", "do_bench", "main", "run",
+           "selected"]

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TilenestError
-from .timing import Method, measure
+from .timing import Method, measure, plus_minus
 
 NAMES = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "row_sum", "global_sum",
          "gemm", "gemm_strict", "swiglu", "bmm_nt")
@@ -458,26 +458,54 @@ def attach_bandwidth(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def table(rows: list[dict[str, Any]]) -> Any:
-    """A rich Table of the rows: medians in ms with their spreads, ratios."""
+#: below this many columns the table leaves out the compile times, and below
+#: NARROWEST also the bandwidth column (``--json`` keeps both)
+NARROW = 110
+NARROWEST = 96
+
+
+def table(rows: list[dict[str, Any]], width: int | None = None) -> Any:
+    """A rich Table of the rows: medians in ms with their spreads, ratios.
+    ``width``: the columns it must fit (None: any); cells wrap at spaces, and a
+    narrow table drops the compile-time and then the bandwidth column, saying
+    so in its caption."""
     from rich.table import Table
 
+    pm = plus_minus()
     has_torch = any("torch" in r.get("baselines", {}) for r in rows)
-    t = Table(title="tilenest llvm vs numpy" + (" and torch" if has_torch else "")
-              + " (ratio = baseline time / tilenest time; median of samples, ± spread; "
-              "of ceiling = tilenest's bytes/s over the best of the ceiling row)")
     has_bw = any("ceiling" in r or "bandwidth" in r for r in rows)
+    show_compile = width is None or width >= NARROW
+    show_bw = has_bw and (width is None or width >= NARROWEST)
+    dropped = [c for c, shown in (("compile s", show_compile), ("of ceiling", show_bw or not has_bw))
+               if not shown]
+    t = Table(title="tilenest llvm vs numpy" + (" and torch" if has_torch else "")
+              + f" (ratio = baseline time / tilenest time; median of samples, {pm} spread"
+              + ("; of ceiling = tilenest's bytes/s over the best of the ceiling row"
+                 if show_bw else "") + ")",
+              caption=(f"{' and '.join(dropped)} left out at {width} columns; --json has "
+                       "every column") if dropped else None,
+              pad_edge=show_compile)  # narrow: no blank beside the outer borders
     cols = ["benchmark", "threads", "tilenest ms", "numpy ms", "ratio"]
     if has_torch:
         cols += ["torch ms", "ratio "]
-    if has_bw:
+    if show_bw:
         cols.append("of ceiling")
-    cols.append("compile s")
+    if show_compile:
+        cols.append("compile s")
+    # a cell wraps at its spaces, but no word of it is cut: a column is at
+    # least as wide as its longest word
+    longest = max((len(w) for r in rows for w in str(r.get("workload", "")).split()),
+                  default=9)
     for c in cols:
-        t.add_column(c, justify="left" if c == "benchmark" else "right", no_wrap=True)
+        t.add_column(c, justify="left" if c == "benchmark" else "right",
+                     no_wrap=c.startswith("ratio"),
+                     min_width=max(longest, 9) if c == "benchmark" else None)
+
+    # narrow: a time's spread goes on a line of its own
+    sep = " " if show_compile else "\n"
 
     def ms(tm: dict[str, Any] | None) -> str:
-        return "-" if tm is None else f"{tm['median_s'] * 1e3:.3f} ±{tm['spread']:.0%}"
+        return "-" if tm is None else f"{tm['median_s'] * 1e3:.3f}{sep}{pm}{tm['spread']:.0%}"
 
     for r in rows:
         if "error" in r:
@@ -489,9 +517,10 @@ def table(rows: list[dict[str, Any]]) -> Any:
         if has_torch:
             tt = r["baselines"].get("torch")
             cells += [ms(tt), f"{r['ratios']['torch']:.2f}x" if tt else "-"]
-        if has_bw:
+        if show_bw:
             cells.append(_bandwidth_cell(r))
-        cells.append(f"{r['compile_s']:.2f}")
+        if show_compile:
+            cells.append(f"{r['compile_s']:.2f}")
         t.add_row(*cells)
     return t
 

@@ -177,13 +177,11 @@ def load(path: str | Path, suite: str) -> dict[str, Any]:
 
     hint = ("FILE is what 'tilenest bench --json > FILE' or 'tilenest bench --save FILE' "
             "wrote")
+    from ..userfiles import read_bytes
+
+    data = read_bytes(path, "benchmark record", hint)  # a regular file, of bounded size
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise TilenestError(f"cannot read the benchmark file {path}: {e.strerror}",
-                            hint=hint) from None
-    try:
-        doc = json.loads(text)
+        doc = json.loads(data.decode("utf-8", errors="replace"))
     except json.JSONDecodeError as e:
         raise TilenestError(f"{path} is not JSON: {e.msg} (line {e.lineno}, column "
                             f"{e.colno})", hint=hint) from None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .timing import Method, measure
+from .timing import Method, measure, plus_minus
 
 NAMES = ("softmax", "rmsnorm", "gemm", "sum")
 #: per size: the row workloads' R (R x R), the GEMM's n (n^3, 64^3 tiles) and the
@@ -115,16 +115,18 @@ def table(rows: list[dict[str, Any]]) -> Any:
     """A rich Table: medians in ms with spreads; ratios numpy / interpreter."""
     from rich.table import Table
 
+    pm = plus_minus()
     t = Table(title="tilenest interpreter vs numpy (ratio = numpy time / interpreter time; "
-                    "median of samples, ± spread)")
+                    f"median of samples, {pm} spread)")
     for c in ("benchmark", "numpy ms", "interpreter ms", "ratio", "+checks ms", "ratio "):
-        t.add_column(c, justify="left" if c == "benchmark" else "right", no_wrap=True)
+        t.add_column(c, justify="left" if c == "benchmark" else "right",
+                     no_wrap=c.startswith("ratio"))
     for r in rows:
         if "error" in r:
             t.add_row(r["workload"], f"[red]{r['error']}[/red]", "", "", "", "")
             continue
         tm = [r["baselines"]["numpy"], r["tilenest"], r["checked"]]
-        a, b, c = (f"{x['median_s'] * 1e3:.2f} ±{x['spread']:.0%}" for x in tm)
+        a, b, c = (f"{x['median_s'] * 1e3:.2f} {pm}{x['spread']:.0%}" for x in tm)
         t.add_row(r["workload"], a, b, f"{r['ratios']['numpy']:.3f}x", c,
                   f"{r['ratios']['numpy_checked']:.3f}x")
     return t

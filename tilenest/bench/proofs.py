@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from .timing import Timing
+from .timing import Timing, plus_minus
 
 NAMES = ("gemm", "softmax", "depth")
 BUDGET_S = 2.0
@@ -127,15 +127,16 @@ def table(out: dict[str, Any]) -> Any:
     """A rich Table of the kernels and depths (median seconds, spread)."""
     from rich.table import Table
 
-    t = Table(title=f"tilenest check (median of samples, ± spread; warm-up "
+    pm = plus_minus()
+    t = Table(title=f"tilenest check (median of samples, {pm} spread; warm-up "
                     f"{out['warmup_s']:.2f} s excluded; budget {BUDGET_S} s per kernel)")
     for c in ("benchmark", "obligations", "seconds", "of budget", "vs depth 1", "exit"):
-        t.add_column(c, justify="left" if c == "benchmark" else "right", no_wrap=True)
+        t.add_column(c, justify="left" if c == "benchmark" else "right", no_wrap=False)
     for r in out["rows"]:
         tm = r["tilenest"]
         ratio = r.get("ratios", {}).get("depth1")
         t.add_row(r["workload"], str(r["obligations"]),
-                  f"{tm['median_s']:.3f} ±{tm['spread']:.0%}",
+                  f"{tm['median_s']:.3f} {pm}{tm['spread']:.0%}",
                   f"{tm['median_s'] / BUDGET_S:.1%}",
                   "-" if ratio is None else f"{ratio:.2f}x", str(r["exit_status"]))
     return t

@@ -128,6 +128,7 @@ gate discharges together with the program's race obligations
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -177,6 +178,16 @@ class Schedule:
     cache_hints: bool = False
     grid_blocks: int | None = None
     row_registers: int = 0
+
+    def __post_init__(self) -> None:
+        """Refuse a field value outside its range (:data:`VALUE_RULES`): a
+        zero ``block_threads`` or ``threads`` is an error, not a default."""
+        for name in VALUE_RULES:
+            why = value_problem(name, getattr(self, name))
+            if why is not None:
+                from ..errors import UsageError
+
+                raise UsageError(f"Schedule field {why}", hint="give a value in that range")
 
     def key(self) -> str:
         """The parts of the schedule that change generated code (cache key)."""
@@ -297,6 +308,40 @@ def settable_fields() -> dict[str, type]:
     return out
 
 
+def _positive(v: Any) -> bool:
+    return v >= 1
+
+
+#: the values a number field of :class:`Schedule` may take (``None`` is
+#: always allowed where the field's type allows it): (test, what it means)
+VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "threads": (_positive, "worker threads, a positive int"),
+    "chunk": (_positive, "program ids per chunk, a positive int"),
+    "vector_bits": (lambda v: v in (128, 256, 512), "the SIMD width in bits: 128, 256 or 512"),
+    # (the SIMT lowering refuses one that is not a multiple of 32 in [32, 1024],
+    # as an illegal candidate of a tuning search)
+    "block_threads": (_positive, "threads per program, a positive int"),
+    "vector_lanes": (lambda v: v in (1, 2, 4, 8), "elements per thread and step: 1, 2, 4 or 8"),
+    "stages": (lambda v: 1 <= v <= 8, "versions of each produced tile, an int in [1, 8]"),
+    "index_bits": (lambda v: v in (32, 64), "the width of index arithmetic, 32 or 64"),
+    "min_blocks": (_positive, "blocks per multiprocessor, a positive int"),
+    "grid_blocks": (_positive, "the most blocks a parallel phase launches, a positive int"),
+    "row_registers": (lambda v: 0 <= v <= 64, "row elements per thread kept in registers, an "
+                                              "int in [0, 64]"),
+}
+
+
+def value_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is out of range for the Schedule field ``name``
+    (:data:`VALUE_RULES`), or None (also for a value of another type, which
+    :func:`check_overrides` reports)."""
+    rule = VALUE_RULES.get(name)
+    if rule is None or value is None or isinstance(value, bool) or not isinstance(value, int):
+        return None
+    ok, meaning = rule
+    return None if ok(value) else f"{name}={value!r}: {meaning}"
+
+
 def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides`` after checking that each key is a :class:`Schedule`
     field and each value has its declared type where that is ``int``,
@@ -316,6 +361,9 @@ def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
             example = "True" if bool in allowed else "256" if int in allowed else "'auto'"
             raise UsageError(f"Schedule field '{k}' takes {names}, got {v!r}",
                              hint=f"e.g. {{'{k}': {example}}}")
+        why = value_problem(k, v)
+        if why is not None:  # never replaced by a default, never left to fail later
+            raise UsageError(f"Schedule field {why}", hint="give a value in that range")
     return overrides
 
 

@@ -340,12 +340,20 @@ def discharge(obs: Sequence[Obligation], timeout: float = DEFAULT_TIMEOUT,
     return list(obs)
 
 
+#: ``tilenest check``'s exit status for a refuted / an unknown verdict:
+#: numbers no other outcome of the command line uses (1 is a user error in
+#: the input, 2 a usage error; see tilenest.cli)
+EXIT_REFUTED = 5
+EXIT_UNKNOWN = 6
+
+
 def outcome(obs: Iterable[Obligation]) -> int:
-    """Exit status: 0 when every required obligation is proved or assumed, 1 when
-    one is refuted, 2 when one is unknown and none is refuted."""
+    """Exit status: 0 when every required obligation is proved or assumed,
+    :data:`EXIT_REFUTED` when one is refuted, :data:`EXIT_UNKNOWN` when one is
+    unknown and none is refuted."""
     req = [o for o in obs if o.role == "required"]
     if any(o.status == REFUTED for o in req):
-        return 1
+        return EXIT_REFUTED
     if any(o.status in (UNKNOWN, PENDING) for o in req):
-        return 2
+        return EXIT_UNKNOWN
     return 0

@@ -8,8 +8,9 @@ then of each transform in order (``split(1, 0, 2)``, ``bind(1:block, 2:warp)``,
 all under one per-query time budget; and returns a :class:`Report`.
 
 Exit status (:meth:`Report.exit_status`): ``0`` every required obligation is
-proved (or assumed by the user), ``1`` some required obligation is refuted,
-``2`` some is unknown and none is refuted. Evidence-only obligations (float
+proved (or assumed by the user), ``5`` some required obligation is refuted,
+``6`` some is unknown and none is refuted (numbers that no other outcome of
+the command line shares). Evidence-only obligations (float
 laws that a reduction permission makes unnecessary) are reported but never
 change the status. ``--json`` prints :meth:`Report.to_json` (schema
 ``tilenest.check/1``, documented in ``spec/obligations.md``).

@@ -4,13 +4,18 @@ A :class:`DType` is an exact storage/arithmetic format. Its meaning is the set o
 values of the corresponding numpy (or ``ml_dtypes``) type, with IEEE
 round-to-nearest-even for floating point and two's-complement wrap-around for
 integers. Changing the dtype never changes execution structure.
+
+``ml_dtypes`` (which holds ``bfloat16`` and takes most of a second to load)
+is imported the first time a bf16 value needs its numpy type, not when
+tilenest is imported.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
 
@@ -41,7 +46,7 @@ class DType:
     @property
     def np(self) -> np.dtype:
         """The numpy dtype holding exactly this format."""
-        return _NUMPY[self.name]
+        return _NUMPY.get(self.name) or _bfloat16()
 
     @property
     def itemsize(self) -> int:
@@ -81,17 +86,29 @@ _NUMPY: dict[str, np.dtype] = {
     "u32": np.dtype(np.uint32),
     "u64": np.dtype(np.uint64),
     "f16": np.dtype(np.float16),
-    "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32),
     "f64": np.dtype(np.float64),
 }
+
+
+
+def _bfloat16() -> np.dtype:
+    """numpy's dtype of ``ml_dtypes.bfloat16``, importing ml_dtypes on first use."""
+    import ml_dtypes
+
+    dt = np.dtype(ml_dtypes.bfloat16)
+    _NUMPY["bf16"] = dt
+    return dt
+
 
 #: The dtype of index arithmetic lifted into values (coordinates, iota).
 INDEX = i64
 
 
-def from_numpy(dt: np.dtype | type) -> DType:
+def from_numpy(dt: np.dtype | type | str) -> DType:
     """The DType whose storage is exactly ``dt``; raises KeyError for others."""
+    if "bf16" not in _NUMPY and ("ml_dtypes" in sys.modules or dt == "bfloat16"):
+        _bfloat16()  # a bfloat16 array exists only once ml_dtypes is loaded
     dt = np.dtype(dt)
     for name, d in _NUMPY.items():
         if d == dt:

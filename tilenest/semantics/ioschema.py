@@ -26,9 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-
-from lark import Lark
-from lark.lexer import PatternStr
+from typing import TYPE_CHECKING
 
 from ..errors import Site
 from . import expr as E
@@ -36,12 +34,18 @@ from .ir import Block, Operation, TileProgram, Value
 from .ops import REGISTRY, OpDef
 from .space import Dim
 
+if TYPE_CHECKING:
+    from lark import Lark
+
 SCHEMA_VERSION = "tilenest.tileir/1"
 
 
 @lru_cache(maxsize=1)
 def grammar() -> Lark:
-    """The LALR parser for ``tileir.lark`` (built once)."""
+    """The LALR parser for ``tileir.lark`` (built once; lark is imported here,
+    on the first parse, so that ``import tilenest`` does not load it)."""
+    from lark import Lark
+
     text = resources.files(__package__).joinpath("tileir.lark").read_text(encoding="utf-8")
     return Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True,
                 start=["start", "value", "type"])
@@ -73,6 +77,8 @@ def keywords() -> frozenset[str]:
     its literal tokens spelled like names (``kernel``, ``and``, ``in``, ...)
     that, written where an index expression starts, do not read as a symbol.
     (The lexer is contextual, so most keywords are still fine symbol names.)"""
+    from lark.lexer import PatternStr
+
     name = _terminal_regex("NAME")
     g = grammar()
     out = set()

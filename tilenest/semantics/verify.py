@@ -13,7 +13,8 @@ layouts injective and in range where decidable; (5) static semantics --
 ``anchor <= frontier`` for every op.
 
 Types are checked where their values are defined: a constant extent is
-non-negative, a memory layout's offset and size mention only the layout's own
+non-negative (so is one of a region's domain or any other index-set
+attribute), a memory layout's offset and size mention only the layout's own
 variables, program symbols and visible values, and every integer constant of a
 program (types, attributes, assumptions) lies in the signed 64-bit range, the
 index type of every backend (:data:`~tilenest.semantics.ioschema.INT_MAX`).
@@ -356,6 +357,12 @@ class _Verifier:
         allowed = vars_ if op.regions else vars_ | own
         for k, v in op.attrs.items():
             self.check_ints(op, v, f"attribute '{k}' of '{op.name}'")
+            if isinstance(v, IndexSet):  # a region's domain, as a type's space
+                for x in v.space.extents:
+                    if isinstance(x, E.Const) and x.value < 0:
+                        raise self.fail(op, f"the {k} of '{op.name}' has the negative extent "
+                                            f"{x.value}", "an extent counts elements and is "
+                                                          "at least 0")
             for leaf in _leaves(v):
                 if isinstance(leaf, E.Var) and leaf.name not in allowed:
                     raise self.fail(op, f"index variable ${leaf.name} in '{op.name}' "

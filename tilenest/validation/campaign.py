@@ -197,19 +197,33 @@ class CampaignState:
 
 def load_state(path: Path, name: str, seed: int, count: int) -> CampaignState:
     """Read a state file (or start one): it must belong to the same campaign
-    and seed, else resuming would mix two streams."""
+    and seed, else resuming would mix two streams.
+
+    The file is a regular file of JSON lines: a head object naming the
+    campaign and seed, then one record object per item with an integer ``i``
+    and a string ``status``. Anything else is a located error naming the line.
+    Records of items at or past ``count`` (a campaign resumed with a smaller
+    ``--count``: item ``i`` is the same in both) stay in the file but are not
+    this campaign's: they are not read, so the report never counts more items
+    than the campaign has. A last line cut short by a kill is skipped (that
+    item simply runs again)."""
+    from ..userfiles import read_bytes
+
     st = CampaignState(name, seed, count)
     if not path.exists():
         return st
-    with path.open() as f:
-        lines = f.read().splitlines()
+    hint = "pass a new --state path, or delete this file"
+    lines = read_bytes(path, "campaign state file", hint).decode(
+        "utf-8", errors="replace").splitlines()
     if not lines:
         return st
     try:
         head = json.loads(lines[0])
     except json.JSONDecodeError:
-        raise TilenestError(f"{path}:1: not a campaign state file",
-                            hint="pass a new --state path, or delete this file") from None
+        head = None
+    if not isinstance(head, dict) or "campaign" not in head:
+        raise TilenestError(f"{path}:1: not a campaign state file (its first line is not a "
+                            "head naming the campaign and seed)", hint=hint) from None
     if head.get("campaign") != name or head.get("seed") != seed:
         raise TilenestError(
             f"{path}: state of campaign {head.get('campaign')!r} seed {head.get('seed')}, "
@@ -222,9 +236,32 @@ def load_state(path: Path, name: str, seed: int, count: int) -> CampaignState:
             # a line cut short by a kill: the item is simply run again
             if ln == len(lines):
                 continue
-            raise TilenestError(f"{path}:{ln}: corrupt record") from None
-        st.records[int(rec["i"])] = rec
+            raise TilenestError(f"{path}:{ln}: corrupt record (not JSON)", hint=hint) from None
+        why = _record_problem(rec)
+        if why is not None:
+            raise TilenestError(f"{path}:{ln}: corrupt record ({why})", hint=hint)
+        if rec["i"] < count:
+            st.records[rec["i"]] = rec
     return st
+
+
+def _record_problem(rec: Any) -> str | None:
+    """Why ``rec`` is not an item record of a state file, or None."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    i = rec.get("i")
+    if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+        return f"its item index 'i' is {i!r}, not a non-negative integer"
+    if not isinstance(rec.get("status"), str):
+        return f"its 'status' is {rec.get('status')!r}, not a name"
+    targets = rec.get("targets")
+    if targets is not None and not (isinstance(targets, dict) and all(
+            isinstance(t, dict) and isinstance(t.get("status"), str) for t in targets.values())):
+        return "its 'targets' is not an object of per-target records with a 'status'"
+    for key in ("secs", "cpu_secs"):
+        if key in rec and (not isinstance(rec[key], (int, float)) or isinstance(rec[key], bool)):
+            return f"its {key!r} is {rec[key]!r}, not a number"
+    return None
 
 
 #: called after each record is kept: (the campaign so far, the new record)
