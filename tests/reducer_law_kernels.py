@@ -72,3 +72,16 @@ def unguarded_mean(x: tn.Tensor[f32, 1], out: tn.Tensor[f32, 1]):
     for r in tn.reduce(tn.shape(n), contract=red):
         c, m = unguarded_merge(c, m, 1.0, x[tn.coord(r.index()), tn.shape(1)])
     out(tn.coord(0), tn.shape(1)).store(m)
+
+
+@tn.kernel
+def max_abs(x: tn.Tensor[f32, 1], out: tn.Tensor[f32, 1]):
+    """The largest magnitude: merge max with identity 0, which is an identity
+    only on the states a reduction of magnitudes forms (>= 0), not on every
+    real state."""
+    (n,) = x.shape
+    red = tn.reducer("maxabs", identity=0.0, merge=tn.maximum, dtype=f32, commutative=True)
+    s = tn.zeros(f32, tn.shape(1), dims=x.dims())
+    for r in tn.reduce(tn.shape(n), contract=red, policy=tn.unordered_tree):
+        s = tn.maximum(s, tn.abs(x[tn.coord(r.index()), tn.shape(1)]))
+    out(tn.coord(0), tn.shape(1)).store(s)

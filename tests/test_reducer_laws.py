@@ -161,3 +161,17 @@ def test_unknown_is_never_proved():
     r = _reducer(K.logsumexp, "logsumexp")
     obs = discharge(RL.real_law_obligations(K.logsumexp.program, r, [], True, ()))
     assert obs and all(o.status == UNKNOWN for o in obs)
+
+
+def test_bounds_every_contribution_meets_are_invariant_candidates():
+    """max with identity 0 is not two-sided on negative states, but a
+    reduction of magnitudes forms none: the contribution max(0, |x|) >= 0
+    is inferred, the laws hold there, and the tree compiles and runs."""
+    r = _reducer(K.max_abs, "maxabs")
+    cands = RL.candidates(r, _uses(K.max_abs))
+    assert "s[0] >= 0" in {b.text() for b in cands}
+    assert [b.text() for b in RL.invariant(r, cands, 5.0)] == ["s[0] >= 0"]
+    x = np.array([3.0, -7.5, 2.0, -0.25], np.float32)
+    out = np.zeros(1, np.float32)
+    K.max_abs.compile(target="llvm")(x, out)
+    assert out[0] == 7.5

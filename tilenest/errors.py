@@ -181,17 +181,21 @@ def user_site(depth: int = 1) -> Site | None:
     frame of the running thread (from ``depth`` frames above this function)
     that is neither tilenest's nor the Python installation's, with its file
     relative to the working directory when it lies below it. None when every
-    frame is tilenest's or the installation's (the ``tilenest`` command, a
-    thread pool running a kernel directly): the caller then names another
-    site. Meant for error paths; it walks the stack."""
+    frame is tilenest's or the installation's, or when the call came
+    through the ``tilenest`` command (also when a program runs its ``main``
+    in-process), or from a thread pool running a kernel directly: the caller
+    then names another site. Meant for error paths; it walks the stack."""
     import os
     import sys
 
     own = os.path.join(_PACKAGE_DIR, "")
+    cli = os.path.join(_PACKAGE_DIR, "cli.py")
     lib = _library_dirs()
     f = sys._getframe(depth)
     while f is not None:
         name = f.f_code.co_filename
+        if f.f_code.co_name == "main" and os.path.abspath(name) == cli:
+            return None  # the command's user typed a command line, not a call
         if not name.startswith("<frozen"):
             path = os.path.abspath(name) if not name.startswith("<") else name
             if not path.startswith(own) and not path.startswith(lib):

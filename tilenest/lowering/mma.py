@@ -197,7 +197,7 @@ def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
     cols = ext_of[cdim] if cdim is not None else one
     tm, tn = simt_tile(rows, cols, lw.sched.block_threads or 1)
 
-    def cell_q(q: Index, ib: E.Expr, jb: E.Expr, r: int, c: int) -> Index:
+    def cell_q(q: Index, ib: E.Expr, jb: E.Expr, r: E.Expr | int, c: E.Expr | int) -> Index:
         qq = dict(q)
         if rdim is not None:
             qq[rdim] = ib * tm + r
@@ -212,9 +212,11 @@ def simt_contract(lw: Lowerer, roles: dict, ext_of: dict[Dim, E.Expr],
                     for c in range(tn):
                         update(cell_q(qk, ib, jb, r, c))
             _box(lw, red, ext_of, q, inner)
-            if clamp is not None:
-                clamp.around(lw, lambda settle: [settle(cell_q(q, ib, jb, r, c))
-                                                 for r in range(tm) for c in range(tn)])
+            if clamp is not None:  # loops, not unrolled: one access for the proofs
+                clamp.around(lw, lambda settle: _loop(
+                    lw, E.Const(0), E.Const(tm), "serial", lambda r: _loop(
+                        lw, E.Const(0), E.Const(tn), "serial",
+                        lambda c: settle(cell_q(q, ib, jb, r, c)))))
 
         _loop(lw, E.Const(0), rows // tm, "vector",
               lambda ib: _loop(lw, E.Const(0), cols // tn, "vector",

@@ -17,9 +17,12 @@ form: its identity ``e`` and the states reachable from contributions by
 merging. Write ``Dom(s) = (s = e) or I(s)`` where ``I`` is an *invariant*,
 inferred as a conjunction of bounds ``s_i >= c`` / ``s_i <= c``:
 
-* candidates come from every component ``i`` that is the same constant ``c``
-  in every contribution (the region's body applied to the identity, as the
-  interpreter computes contributions, spec R-6), e.g. Welford's count ``1``;
+* candidates are the bounds every contribution meets (the region's body
+  applied to the identity, as the interpreter computes contributions, spec
+  R-6): a component that is the same constant ``c`` in every contribution
+  gives ``>= c`` and ``<= c`` (Welford's count ``1``), any other the bounds
+  ``>= v`` / ``<= v`` for ``v`` its identity value or 0 that hold for every
+  input (a max of absolute values: ``>= 0``);
 * a candidate false at a seed that is a known constant other than ``e`` is
   dropped; a seed that is not a known constant drops every candidate;
 * the rest is made inductive (Houdini): while some ``a, b`` in ``Dom`` have a
@@ -184,11 +187,11 @@ def _reads(op: Operation) -> set[str]:
     return out
 
 
-def contribution_constants(r: CustomReducer, op: Operation) -> list[dict[int, Fraction]] | None:
-    """For each group of states of ``op`` under ``r``: the components that are
-    one constant in every contribution (the body applied to the identity, every
-    value that reads no state an arbitrary real). ``None`` when the body reads a
-    state through an op without a real meaning here."""
+def contributions(r: CustomReducer, op: Operation) -> tuple[Reals, list[list[tuple[Any, Any]]]] | None:
+    """For each group of states of ``op`` under ``r``: every contribution's
+    components as ``(term, defined)`` over Z3 reals (the body applied to the
+    identity, every value that reads no state an arbitrary real). ``None``
+    when the body reads a state through an op without a real meaning here."""
     name = f"@{r.name}"
     contracts = list(op.attrs["contracts"])
     body: Block = op.regions[0]
@@ -202,7 +205,7 @@ def contribution_constants(r: CustomReducer, op: Operation) -> list[dict[int, Fr
         else:
             i += 1
     alg = Reals()
-    out: list[dict[int, Fraction]] = []
+    out: list[list[tuple[Any, Any]]] = []
     try:
         for idx in groups:
             env: dict[str, tuple[Any, Any]] = {}
@@ -235,15 +238,42 @@ def contribution_constants(r: CustomReducer, op: Operation) -> list[dict[int, Fr
             y = body.terminator
             if y is None:
                 return None
-            consts: dict[int, Fraction] = {}
-            for c, j in enumerate(idx):
-                t, d = env[y.operands[j].name]
-                t, d = alg.z3.simplify(t), alg.z3.simplify(d)
-                if alg.z3.is_true(d) and alg.z3.is_rational_value(t):
-                    consts[c] = Fraction(t.as_fraction())
-            out.append(consts)
+            out.append([tuple(alg.z3.simplify(x) for x in env[y.operands[j].name])
+                        for j in idx])
     except (Undecidable, KeyError):
         return None
+    return alg, out
+
+
+def contribution_bounds(r: CustomReducer, op: Operation) -> list[set[Bound]] | None:
+    """For each group of states of ``op`` under ``r``: the bounds every
+    contribution meets -- a component that is one constant ``c`` gives
+    ``>= c`` and ``<= c`` (Welford's count 1); any other gives those of
+    ``>= v`` / ``<= v`` for ``v`` its identity value or 0 that hold for every
+    input (``|x| >= 0``, ``max(e, x) >= e``). ``None`` as for
+    :func:`contributions`."""
+    got = contributions(r, op)
+    if got is None:
+        return None
+    alg, groups = got
+    z3 = alg.z3
+    out: list[set[Bound]] = []
+    for comps in groups:
+        bounds: set[Bound] = set()
+        for c, (t, d) in enumerate(comps):
+            if z3.is_true(d) and z3.is_rational_value(t):
+                v = Fraction(t.as_fraction())
+                bounds |= {Bound(c, v, True), Bound(c, v, False)}
+                continue
+            for v in {Fraction(float(r.identity[c])), Fraction(0)}:
+                for lower in (True, False):
+                    s = z3.Solver()
+                    s.set("timeout", 500)
+                    bad = t < z3.RealVal(v) if lower else t > z3.RealVal(v)
+                    s.add(*alg.side, d, bad)
+                    if s.check() == z3.unsat:
+                        bounds.add(Bound(c, v, lower))
+        out.append(bounds)
     return out
 
 
@@ -282,15 +312,14 @@ def seed_constants(p: TileProgram, op: Operation, r: CustomReducer) -> list[list
 def candidates(r: CustomReducer, uses: Sequence[tuple[TileProgram, Operation]]) -> list[Bound]:
     """The candidate bounds of ``r`` over its reduce regions ``uses``: constant
     components of every contribution, kept where every seed allows them."""
-    common: dict[int, Fraction] | None = None
+    common: set[Bound] | None = None
     seeds: list[list[Fraction]] = []
     for p, op in uses:
-        cs = contribution_constants(r, op)
+        cs = contribution_bounds(r, op)
         if cs is None:
             return []
         for c in cs:
-            common = dict(c) if common is None else {i: v for i, v in common.items()
-                                                    if c.get(i) == v}
+            common = set(c) if common is None else common & c
         for s in seed_constants(p, op, r):
             if s is None:
                 return []
@@ -298,13 +327,9 @@ def candidates(r: CustomReducer, uses: Sequence[tuple[TileProgram, Operation]]) 
     if not common:
         return []
     ident = [Fraction(float(e)) for e in r.identity]
-    out: list[Bound] = []
-    for i, c in sorted(common.items()):
-        for lower in (True, False):
-            b = Bound(i, c, lower)
-            if all(s == ident or (s[i] >= c if lower else s[i] <= c) for s in seeds):
-                out.append(b)
-    return out
+    return [b for b in sorted(common, key=lambda b: (b.index, b.value, not b.lower))
+            if all(s == ident or (s[b.index] >= b.value if b.lower else s[b.index] <= b.value)
+                   for s in seeds)]
 
 
 # ---------------------------------------------------------------------------

@@ -78,19 +78,26 @@ def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
                         want_ptx=want_ptx, cache=cache)
 
 
-def gpu_obligations(k: Any) -> tuple[list, list]:
-    """The SIMT form's own obligations, discharged: ``(barriers, resources)``.
-    A refuted barrier-sufficiency obligation makes the lowering illegal. The
-    resource ones (shared-memory capacity, threads per block, grid size) hold
-    for all sizes or leave a *launch precondition* over the symbols, which
-    every call checks (``runtime.CudaKernel``) before it launches."""
-    from ...proofs import barriers, gpu
+def resource_obligations(k: Any) -> list:
+    """The SIMT form's resource obligations (shared-memory capacity, threads
+    per block, grid size), discharged: each holds for all sizes or leaves a
+    *launch precondition* over the symbols, which every call checks
+    (``runtime.CudaKernel``) before it launches. Cheap: asked before the
+    barrier proofs, so a schedule that fits no GPU is refused at once."""
+    from ...proofs import gpu
     from ...proofs.obligation import discharge
 
-    bar = barriers.check_barriers(k)
     res = [gpu.shared_capacity(k)] + list(gpu.thread_limits(k))
     discharge(res, timeout=2.0)
-    return bar, res
+    return res
+
+
+def barrier_obligations(k: Any) -> list:
+    """The SIMT form's barrier-sufficiency obligations, discharged; a refuted
+    one makes the lowering illegal."""
+    from ...proofs import barriers
+
+    return barriers.check_barriers(k)
 
 
 def coverage_obligations(maps: list) -> list:
@@ -190,9 +197,10 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     obs = legality(program, s)
     maps: list = []
     k, src = stage_source(program, s, maps)
-    bar, res = gpu_obligations(k)
+    res = _refuse_unlaunchable(resource_obligations(k), program)
+    bar = barrier_obligations(k)
     obs = obs + _refuse_refuted(bar + coverage_obligations(maps) + tree_obligations(program, maps)) \
-        + _refuse_unlaunchable(res, program)
+        + res
     built = _build(src, cache=cache)
     from ...proofs import gpu
 
