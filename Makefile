@@ -30,8 +30,18 @@ test-slow: $(STAMP)
 sanitize: $(STAMP)
 	$(BIN)/python tests/device_sanitizer.py
 
-# the docs site into site/ (spec/ pages and docstrings; warnings are errors)
-docs: $(STAMP)
+# the docs site into site/ (spec/ pages and docstrings; warnings are errors);
+# it needs tilenest and its `docs` extra only: a fresh .venv gets nothing else,
+# one made by `make test` gets the extra added
+DOCS_STAMP := $(VENV)/.docs-installed
+
+$(DOCS_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:

@@ -43,7 +43,38 @@ def _bound(program_or_kernel, arrays: tuple, kw: dict) -> tuple:
 
 @api_boundary
 def interpret(program_or_kernel, *arrays, **kw):
-    """Run a program on the reference interpreter (see ``tilenest.interpreter``)."""
+    """Run a kernel (or a TileProgram) on the reference interpreter; calling a
+    kernel, ``kernel(x, y)``, does the same. Tensors are the caller's arrays,
+    written in place; returns the tensors the program stores to (one array,
+    or a tuple in argument order).
+
+    A kernel takes its tensors and scalars by position or by name and its
+    compile-time constants by name (``interpret(gemm, a, b, c, bm=64)`` runs
+    the variant specialized for ``bm=64``); a TileProgram takes its arguments
+    by position. Keyword options:
+
+    * ``params`` -- a dict binding the symbolic parameters that no array
+      shape determines (a kernel also takes them by name);
+    * ``schedule`` -- the order of ``parallel`` children: ``None`` (all in
+      lockstep, the default), ``'canonical'``, ``'reversed'``,
+      ``tn.interpreter.random(seed)`` or ``'random:SEED'``, or
+      ``'exhaustive'`` (every order of every small region; a result that
+      depends on the order is an error). Any other value is an error;
+    * ``fast`` -- evaluate reassociating operations in BLAS or pairwise
+      order (a result the contract admits, not the canonical one);
+    * ``check_races`` (default True) -- log the effects of ``parallel``
+      children and raise ``RaceError`` on a conflict;
+    * ``poison`` -- fill the stored-only outputs (or those named in
+      ``outputs``) with NaN or a sentinel first and report a read of an
+      element nothing wrote;
+    * ``check_pipelines`` (default True) -- report a pipeline whose result
+      relies on an order its dependences do not give;
+    * ``batch`` (default True; taken for a TileProgram, not yet by a kernel's
+      call) -- evaluate the iterations of a ``reduce`` region together where
+      that is exactly equivalent (False: one by one, the same results, slower).
+
+    A mistake in the call (a dtype, a rank, an extent, an unknown keyword)
+    raises a ``TilenestError`` located at the caller's line."""
     from .interpreter import interpret as _interpret
 
     target, args, opts = _bound(program_or_kernel, arrays, kw)
@@ -52,9 +83,18 @@ def interpret(program_or_kernel, *arrays, **kw):
 
 @api_boundary
 def reference(program_or_kernel, *arrays, **kw):
-    """The admitted outputs of a call (``Admitted`` objects with ``admits()``);
-    ``trees=`` a compiled kernel's ``trees`` (the fixed trees it evaluates its
-    custom-contract reductions in) judges those reductions by that tree."""
+    """The admitted outputs of a call: for each tensor the program stores to,
+    an ``Admitted`` set (one, or a tuple in argument order) whose
+    ``admits(candidate)`` returns a ``Verdict``. The arrays passed are not
+    modified. Arguments bind as for ``interpret``.
+
+    Keyword options: ``params``, ``schedule`` (the order of the reference
+    run; every schedule admits the same set for a race-free program, and
+    ``'exhaustive'`` first checks that the result does not depend on the
+    order), ``poison``, ``outputs`` and ``batch`` as for ``interpret``;
+    ``trees`` -- a compiled kernel's ``trees`` (the fixed trees it evaluates
+    its custom-contract reductions in), so that those reductions are judged
+    by the tree the compiled code used."""
     from .interpreter import reference as _reference
 
     trees = kw.pop("trees", None)

@@ -101,20 +101,28 @@ class Transformed:
 
     def check(self, timeout: float = 5.0, assume: Sequence[str] = (),
               engine: str = "auto") -> Transformed:
+        """Discharge the pending obligations (each solver call bounded by
+        ``timeout`` seconds; ``assume`` names obligations to take as proved,
+        as ``tilenest check --assume`` does); returns this object."""
         discharge(self.obligations, timeout, engine, assume)
         return self
 
     @property
     def admitted(self) -> bool:
+        """Whether the candidate is usable: it was built and every required
+        obligation is proved or assumed (pending ones are checked first)."""
         if any(o.status == "pending" for o in self.obligations):
             self.check()
         return self.program is not None and outcome(self.obligations) == 0
 
     @property
     def result(self) -> TileProgram:
+        """The candidate when ``admitted``, else the source program."""
         return self.program if self.admitted and self.program is not None else self.source
 
     def verdicts(self) -> dict[str, str]:
+        """Each obligation kind with its status (``proved``, ``refuted``,
+        ``unknown``, ``assumed``, ``pending``)."""
         return {o.kind: o.status for o in self.obligations}
 
 

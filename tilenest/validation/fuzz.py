@@ -285,11 +285,17 @@ def _draw_step(ch: Chooser, s: Spec, tile: list, kind: str, out: list) -> None:
 
 
 def random_spec(seed: int) -> Spec:
+    """The random :class:`Spec` that ``seed`` draws (the generator of
+    :func:`specs`, driven by ``random.Random(seed)``): the same spec for the
+    same seed, on every machine."""
     return draw_spec(random_chooser(random.Random(seed)))
 
 
 def specs() -> Any:
-    """The hypothesis strategy of :class:`Spec` s."""
+    """A hypothesis strategy drawing :class:`Spec` objects: random
+    well-typed kernels with their compile schedules, shrinking towards
+    fewer steps and simpler choices. Use it with ``@given(specs())``;
+    :func:`check_spec` compiles and validates a drawn spec."""
     from hypothesis import strategies as st
 
     @st.composite
@@ -640,6 +646,10 @@ def build(s: Spec, name: str = "fz") -> Any:
 
 @dataclass
 class FuzzResult:
+    """The outcome of :func:`check_spec` on one spec: its ``status``, a
+    ``message`` saying why (for anything but ``ok``), the kernel's TileIR and
+    DSL source, and how many generated cases were compared and skipped."""
+
     spec: Spec
     status: str
     message: str = ""
