@@ -57,3 +57,24 @@ def test_interpret_and_reference_take_keywords_and_constants():
         tn.interpret(scale, x, y, z=1)
     with pytest.raises(TilenestError, match="missing argument"):
         tn.reference(scale, x)
+
+
+def test_interpret_takes_batch_for_a_kernel_too():
+    import numpy as np
+
+    import tilenest as tn
+    from tilenest import f32
+
+    @tn.kernel
+    def add_one(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"]):  # noqa: F821
+        (n,) = x.shape
+        y = y.with_dims(*x.dims())
+        for p in tn.parallel(tn.shape(tn.cdiv(n, 4))):
+            y(tn.coord(p.index() * 4), tn.shape(4)).store(
+                x[tn.coord(p.index() * 4), tn.shape(4), tn.bounds.zero] + 1.0)
+
+    x = np.arange(6, dtype=np.float32)
+    for batch in (True, False):
+        y = np.zeros(6, np.float32)
+        tn.interpret(add_one, x, y, batch=batch)
+        assert y.tolist() == (x + 1).tolist()

@@ -69,8 +69,7 @@ def interpret(program_or_kernel, *arrays, **kw):
       element nothing wrote;
     * ``check_pipelines`` (default True) -- report a pipeline whose result
       relies on an order its dependences do not give;
-    * ``batch`` (default True; taken for a TileProgram, not yet by a kernel's
-      call) -- evaluate the iterations of a ``reduce`` region together where
+    * ``batch`` (default True) -- evaluate the iterations of a ``reduce`` region together where
       that is exactly equivalent (False: one by one, the same results, slower).
 
     A mistake in the call (a dtype, a rank, an extent, an unknown keyword)

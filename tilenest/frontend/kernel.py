@@ -375,7 +375,7 @@ def check_constants(fn: Callable, consts: dict[str, Any], scope: dict[str, Any],
 
 #: keyword options of the interpreter, passed through by a kernel call
 _RUN_OPTIONS = ("params", "schedule", "fast", "check_races", "poison", "outputs",
-                "check_pipelines")
+                "check_pipelines", "batch")
 
 
 class Kernel:
