@@ -255,23 +255,31 @@ def _refuse(obs: list[Any]) -> None:
         "`tilenest check FILE` lists the program's obligations", notes)
 
 
-def _refuse_unproved_laws(obs: list[Any]) -> None:
-    """A reducer law a tree policy relies on that is neither proved nor assumed
-    stops the compile (compiled trees regroup without checking)."""
-    from ..proofs.obligation import ASSUMED, PROVED
-
-    rest = [o for o in obs if o.role == "required" and o.kind.startswith("reduction.law.")
-            and o.status not in (PROVED, ASSUMED)]
+def _refuse_unproved(rest: list[Any], why: str, error: type, hint: str) -> None:
+    """Stop the compile at the first of ``rest`` (required obligations neither
+    proved nor assumed): ``why`` says what compiled code would then get wrong;
+    the hint ends with the ``assume=`` selector that accepts it as an axiom."""
     if not rest:
         return
     ob = rest[0]
     site = str(ob.sites[0]) if ob.sites else ""
     sel = f"{ob.kind}@{site}" if site else ob.kind
-    raise ContractError(
+    raise error(
         f"{ob.title} -- not proved ({ob.kind}: {ob.status}"
-        + (f", {ob.reason}" if ob.reason else "") + "); a tree policy regroups "
-        "contributions, so the compile is refused", ob.sites,
-        _LAW_HINT + f"; if the law holds, take it as an axiom: compile(..., assume=({sel!r},))")
+        + (f", {ob.reason}" if ob.reason else "") + f"); {why}", ob.sites,
+        hint.format(assume=f"compile(..., assume=({sel!r},))"))
+
+
+def _refuse_unproved_laws(obs: list[Any]) -> None:
+    """A reducer law a tree policy relies on that is neither proved nor assumed
+    stops the compile (compiled trees regroup without checking)."""
+    from ..proofs.obligation import ASSUMED, PROVED
+
+    _refuse_unproved(
+        [o for o in obs if o.role == "required" and o.kind.startswith("reduction.law.")
+         and o.status not in (PROVED, ASSUMED)],
+        "a tree policy regroups contributions, so the compile is refused", ContractError,
+        _LAW_HINT + "; if the law holds, take it as an axiom: {assume}")
 
 
 _LAW_HINT = ("a tree policy needs an associative merge with a two-sided identity (and a "
@@ -283,18 +291,12 @@ def _refuse_unproved_layouts(obs: list[Any]) -> None:
     """A layout obligation that is neither proved nor assumed stops the compile."""
     from ..proofs.obligation import ASSUMED, PROVED
 
-    rest = [o for o in obs if o.role == "required" and o.status not in (PROVED, ASSUMED)]
-    if not rest:
-        return
-    ob = rest[0]
-    site = str(ob.sites[0]) if ob.sites else ""
-    sel = f"{ob.kind}@{site}" if site else ob.kind
-    raise TilenestError(
-        f"{ob.title} -- not proved ({ob.kind}: {ob.status}"
-        + (f", {ob.reason}" if ob.reason else "") + "); compiled code does not check "
-        "Memory offsets, so the compile is refused", ob.sites,
-        f"if the layout is one-to-one within its size for every call, take it as an axiom: "
-        f"compile(..., assume=({sel!r},)); `tilenest check FILE` shows the obligation")
+    _refuse_unproved(
+        [o for o in obs if o.role == "required" and o.status not in (PROVED, ASSUMED)],
+        "compiled code does not check Memory offsets, so the compile is refused",
+        TilenestError,
+        "if the layout is one-to-one within its size for every call, take it as an axiom: "
+        "{assume}; `tilenest check FILE` shows the obligation")
 
 
 _HINTS = {
