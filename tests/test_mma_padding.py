@@ -142,6 +142,9 @@ def test_reassociating_mma_is_clamped_and_admitted():
     want, got, ck = _run(kern, A, B, 9, 17, reassoc=True)
     assert _clamped(ck)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # the oracle's envelope on generated ragged sizes, the clamped build
+    rep = tn.validate(kern.specialize(reassoc=True), "llvm", cases=4, seed=0, compiled=ck)
+    assert rep.ok
 
 
 @pytest.mark.slow

@@ -93,8 +93,7 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
     ``clamp``, only the contraction points before the operands' padding."""
     fa, fb = list(roles["free_a"]), list(roles["free_b"])
     batch, red = list(roles["batch"]), list(roles["contraction"])
-    if clamp is not None:
-        full = ext_of
+    if clamp is not None:  # only the contraction dims' extents change
         ext_of = ext_of | clamp.extents
     if lw.sched.block_threads:
         simt_contract(lw, roles, ext_of, update, clamp)
@@ -104,7 +103,7 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
             _box(lw, red, ext_of, q, update)
             if clamp is not None:
                 clamp.around(lw, lambda settle: settle(q))
-        _box(lw, batch + fa, full if clamp else ext_of, {}, point)
+        _box(lw, batch + fa, ext_of, {}, point)
         return
     rows_blk, vecs = block_of(lw.sched, site)
     cols_blk = vecs * lanes(res.dtype, lw.sched.vector_bits or 128)
