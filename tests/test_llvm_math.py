@@ -314,3 +314,30 @@ def test_f32_exhaustive(op):
     print(f"{op}: 2^32 f32 inputs, max error {worst:.4f} ulp at x = {at!r}, "
           f"{bad} bad specials, {time.perf_counter() - t0:.0f} s")
     assert worst <= BOUND[op] and bad == 0, (op, worst, at, bad)
+
+
+def test_lane_wise_exp_is_the_scalar_exp_bit_for_bit():
+    """``exp`` on f32 in a vector loop (``MathLib.exp_f32_vec``: a common path
+    for steps whose every lane has ``2^k`` normal, the whole formula otherwise)
+    gives the scalar function's bits: the same inputs in rows of 1024 (vector
+    steps) and of 15 (scalar iterations only), over a grid of all binades,
+    every ``k`` boundary of the reduction (where a step leaves the common
+    path) and steps that mix common and rare lanes."""
+    f = np.float32
+    bits = np.arange(0, 1 << 32, 1021, dtype=np.uint64).astype(np.uint32).view(f)
+    ln2 = np.log(2.0)
+    ks = np.arange(-152, 131)
+    centres = ((ks + 0.5) * ln2).astype(f)  # where the rounded k steps
+    near = np.concatenate([(centres.view(np.uint32).astype(np.int64) + d).astype(np.uint32)
+                           for d in range(-8, 9)]).view(f)
+    mixed = np.tile(np.array([0.5, -87.4, 1.0, 88.5, np.nan, -2.0, np.inf, -np.inf], f), 64)
+    x = np.concatenate([bits, near, specials(), mixed])
+    x = x[: x.size - x.size % (COLS * 15)]
+    vec = np.empty_like(x.reshape(-1, COLS))
+    compiled("exp", "f32").compile()(x.reshape(-1, COLS), vec)
+    sca = np.empty_like(x.reshape(-1, 15))
+    compiled("exp", "f32").compile()(x.reshape(-1, 15), sca)
+    a, b = vec.reshape(-1).view(np.uint32), sca.reshape(-1).view(np.uint32)
+    differ = np.flatnonzero(a != b)
+    assert differ.size == 0, [(float(x[i]), float(vec.reshape(-1)[i]), float(sca.reshape(-1)[i]))
+                              for i in differ[:5]]

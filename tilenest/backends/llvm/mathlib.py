@@ -110,36 +110,46 @@ class MathLib:
         the result is ``0`` or ``+inf`` anyway; NaN is selected through.
         """
         fn, b = self._define("tn.exp.f32", F32, [F32])
+        if b is not None:
+            b.ret(_ExpF32(self, b, F32).full(fn.args[0]))
+        return fn
+
+    def exp_f32_vec(self, w: int) -> ir.Function:
+        """``<w x float> tn.exp.v<w>f32(<w x float>)``: :meth:`exp_f32` in every
+        lane, bit for bit, with the rare cases kept off the common path.
+
+        The common path is the scalar function's arithmetic without its range
+        handling: it applies when the rounded ``k`` of every lane lies in
+        ``[-126, 127]``, where ``2^k`` is a normal float and the scalar
+        function's clamps and selects all take their identity branch (its
+        clamp of ``x`` to ``[-104, 89]`` changes no ``x`` with such a ``k``).
+        ``k`` is read from the bits of the shifted product ``x log2e + 1.5 *
+        2^23`` (``0x4b400000 + k``), so one unsigned comparison per lane tells
+        whether a lane leaves the range (NaN and infinities do, their bits
+        being far from that constant). A step where some lane does runs the
+        whole scalar formula lane-wise instead.
+        """
+        vt = ir.VectorType(F32, w)
+        fn, b = self._define(f"tn.exp.v{w}f32", vt, [vt])
         if b is None:
             return fn
         x = fn.args[0]
-        c = lambda v: ir.Constant(F32, v)  # noqa: E731
-        fma = self.intrinsic("llvm.fma.f32", F32, [F32, F32, F32])
-        mx = self.intrinsic("llvm.maxnum.f32", F32, [F32, F32])
-        mn = self.intrinsic("llvm.minnum.f32", F32, [F32, F32])
-        xc = b.call(mn, [b.call(mx, [x, c(-104.0)]), c(89.0)])
-        shift = c(_ROUND_SHIFT_F32)
-        k = b.fsub(b.call(fma, [xc, c(_INV_LN2_F32), shift]), shift)
-        nk = b.fneg(k)
-        r1 = b.call(fma, [nk, c(_LN2_HI_F32), xc])
-        r = b.call(fma, [nk, c(_LN2_LO_F32), r1])
-        d = b.call(fma, [nk, c(_LN2_LO_F32), b.fsub(r1, r)])
-        q = _horner(b, fma, r, [c(v) for v in _EXPM1_Q_F32])
-        t = b.fadd(r, b.call(fma, [b.fmul(r, r), q, d]))
-        # (1 + t) 2^k = (1 + t') 2^k1 with k1 = k clamped to [-149, 127] (2^k1 is a
-        # float): t' = t when k = k1; (t - 1) / 2 for k = -150 (its rounding is far
-        # below 2^-149); for k = 128 the exact doubling below (the result is normal)
-        ki = b.fptosi(k, I32)
-        big = b.icmp_signed(">", ki, ir.Constant(I32, 127))
-        tiny = b.icmp_signed("<", ki, ir.Constant(I32, -149))
-        k1 = b.select(big, ir.Constant(I32, 127), b.select(tiny, ir.Constant(I32, -149), ki))
-        t = b.select(tiny, b.fmul(b.fsub(t, c(1.0)), c(0.5)), t)
-        normal = b.shl(b.add(k1, ir.Constant(I32, 127)), ir.Constant(I32, 23))
-        sub = b.shl(ir.Constant(I32, 1), b.add(k1, ir.Constant(I32, 149)))
-        s = b.bitcast(b.select(b.icmp_signed("<", k1, ir.Constant(I32, -126)), sub, normal), F32)
-        y = b.call(fma, [t, s, s])
-        y = b.select(big, b.fmul(y, c(2.0)), y)
-        b.ret(b.select(b.fcmp_unordered("uno", x, x), b.fadd(x, x), y))
+        e = _ExpF32(self, b, vt)
+        kshift = e.fma(x, e.c(_INV_LN2_F32), e.c(_ROUND_SHIFT_F32))
+        t = e.poly(x, b.fsub(kshift, e.c(_ROUND_SHIFT_F32)))
+        bits = b.bitcast(kshift, e.int_t)
+        # k + 126 = bits - 0x4b400000 + 126, in [0, 253] exactly when k is in range
+        off = b.sub(bits, e.i(0x4B400000 - 126))
+        out = b.icmp_unsigned(">", off, e.i(253))
+        anyout = b.call(self.intrinsic(f"llvm.vector.reduce.or.v{w}i1", ir.IntType(1),
+                                       [out.type]), [out])
+        common, rare = fn.append_basic_block("common"), fn.append_basic_block("rare")
+        b.cbranch(anyout, rare, common)
+        b.position_at_end(common)
+        s = b.bitcast(b.shl(b.sub(bits, e.i(0x4B400000 - 127)), e.i(23)), vt)
+        b.ret(e.fma(t, s, s))
+        b.position_at_end(rare)
+        b.ret(e.full(x))
         return fn
 
     def _define(self, name: str, ret: ir.Type, args: list[ir.Type]
@@ -165,6 +175,67 @@ class MathLib:
         if b is not None:
             b.ret(getattr(_Narrow(self, b), op)(fn.args[0]))
         return fn
+
+
+class _ExpF32:
+    """The arithmetic of :meth:`MathLib.exp_f32` on f32 scalars or vectors
+    (``ty``): constants are splat to ``ty`` and intrinsics overloaded on it."""
+
+    def __init__(self, lib: MathLib, b: ir.IRBuilder, ty: ir.Type):
+        self.lib, self.b, self.ty = lib, b, ty
+        w = ty.count if isinstance(ty, ir.VectorType) else None
+        self.int_t = I32 if w is None else ir.VectorType(I32, w)
+        self.sfx = "f32" if w is None else f"v{w}f32"
+
+    def c(self, v: float) -> ir.Constant:
+        return ir.Constant(self.ty, v) if self.ty is F32 else \
+            ir.Constant(self.ty, [v] * self.ty.count)
+
+    def i(self, v: int) -> ir.Constant:
+        return ir.Constant(self.int_t, v) if self.int_t is I32 else \
+            ir.Constant(self.int_t, [v] * self.int_t.count)
+
+    def call(self, name: str, *args: ir.Value) -> ir.Value:
+        fn = self.lib.intrinsic(f"llvm.{name}.{self.sfx}", self.ty, [self.ty] * len(args))
+        return self.b.call(fn, list(args))
+
+    def fma(self, a: ir.Value, x: ir.Value, y: ir.Value) -> ir.Value:
+        return self.call("fma", a, x, y)
+
+    def poly(self, xc: ir.Value, k: ir.Value) -> ir.Value:
+        """``t ~ e^(xc - k ln2) - 1`` for the integer-valued ``k`` (the
+        reduction and polynomial of :meth:`MathLib.exp_f32`)."""
+        b = self.b
+        nk = b.fneg(k)
+        r1 = self.fma(nk, self.c(_LN2_HI_F32), xc)
+        r = self.fma(nk, self.c(_LN2_LO_F32), r1)
+        d = self.fma(nk, self.c(_LN2_LO_F32), b.fsub(r1, r))
+        acc = self.c(_EXPM1_Q_F32[-1])
+        for cf in reversed(_EXPM1_Q_F32[:-1]):
+            acc = self.fma(acc, r, self.c(cf))
+        return b.fadd(r, self.fma(b.fmul(r, r), acc, d))
+
+    def full(self, x: ir.Value) -> ir.Value:
+        """e^x for every input, as :meth:`MathLib.exp_f32` states it."""
+        b, c, i = self.b, self.c, self.i
+        xc = self.call("minnum", self.call("maxnum", x, c(-104.0)), c(89.0))
+        shift = c(_ROUND_SHIFT_F32)
+        k = b.fsub(self.fma(xc, c(_INV_LN2_F32), shift), shift)
+        t = self.poly(xc, k)
+        # (1 + t) 2^k = (1 + t') 2^k1 with k1 = k clamped to [-149, 127] (2^k1 is a
+        # float): t' = t when k = k1; (t - 1) / 2 for k = -150 (its rounding is far
+        # below 2^-149); for k = 128 the exact doubling below (the result is normal)
+        ki = b.fptosi(k, self.int_t)
+        big = b.icmp_signed(">", ki, i(127))
+        tiny = b.icmp_signed("<", ki, i(-149))
+        k1 = b.select(big, i(127), b.select(tiny, i(-149), ki))
+        t = b.select(tiny, b.fmul(b.fsub(t, c(1.0)), c(0.5)), t)
+        normal = b.shl(b.add(k1, i(127)), i(23))
+        sub = b.shl(i(1), b.add(k1, i(149)))
+        s = b.bitcast(b.select(b.icmp_signed("<", k1, i(-126)), sub, normal), self.ty)
+        y = self.fma(t, s, s)
+        y = b.select(big, b.fmul(y, c(2.0)), y)
+        return b.select(b.fcmp_unordered("uno", x, x), b.fadd(x, x), y)
 
 
 class _Narrow:

@@ -43,7 +43,8 @@ from ...semantics import expr as E
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
-#: float unary ops that are one lane-wise instruction or intrinsic
+#: float unary ops that are one lane-wise instruction or intrinsic; ``exp`` on
+#: f32 is one call of the lane-wise function ``MathLib.exp_f32_vec`` as well
 _FLOAT_UN = frozenset({"neg", "abs", "sqrt", "floor", "ceil", "trunc", "round"})
 _CMP = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 _FLOAT_BIN = frozenset({"add", "sub", "mul", "div", "maximum", "minimum"}) | _CMP
@@ -127,7 +128,8 @@ class _Check:
             return x.dtype.name in ("f32", "f64") and all(self.expr(y) for y in (x.a, x.b, x.c))
         if isinstance(x, L.Un):
             dt = x.a.dtype
-            return (dt.name in ("f32", "f64") and x.op in _FLOAT_UN and x.dtype == dt
+            ops = _FLOAT_UN | ({"exp"} if dt.name == "f32" else frozenset())
+            return (dt.name in ("f32", "f64") and x.op in ops and x.dtype == dt
                     and self.data(dt) and self.expr(x.a))
         if isinstance(x, L.Bin):
             dt = x.a.dtype
@@ -283,6 +285,8 @@ class _Lanes:
             return b.call(fn, ops), varying
         if isinstance(x, L.Un):
             v, vr = self.value(x.a)
+            if x.op == "exp" and vr:
+                return b.call(g.math.exp_f32_vec(self.w), [v]), True
             return g.unary(x.op, v, x.a.dtype, x.dtype), vr
         if isinstance(x, L.Bin):
             (p, vp), (q, vq) = self.value(x.a), self.value(x.b)
