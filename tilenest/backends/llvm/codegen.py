@@ -47,6 +47,7 @@ from ...errors import NotAvailableError
 from ...lowering import loopir as L
 from ...semantics import dtypes as D
 from ...semantics import expr as E
+from . import prefetch as PF
 from . import softfloat as SF
 from .mathlib import MathLib
 from .vector import VectorLoops, suffix
@@ -97,6 +98,7 @@ class FnGen(VectorLoops):
             if b.name not in cg.may_alias:
                 self.fn.args[i].add_attribute("noalias")
         self.ptr = {b.name: self.fn.args[i] for i, b in enumerate(bufs)}
+        self.prefetches = PF.plan(ph, frozenset(b.name for b in self.k.globals))
         ns = len(bufs)
         self.syms = {s: self.fn.args[ns + i] for i, s in enumerate(self.k.syms)}
         lo, hi, status = self.fn.args[ns + len(self.k.syms):]

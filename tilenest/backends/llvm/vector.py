@@ -177,6 +177,7 @@ class VectorLoops:
     b: ir.IRBuilder
     math: Any
     cg: Any
+    prefetches: dict
 
     def vector_plan(self, var: L.LVar, body: tuple, kind: str, reverse: bool) -> int | None:
         if kind != "vector" or reverse:
@@ -196,8 +197,17 @@ class VectorLoops:
 
     def vector_body(self, var: L.LVar, body: tuple, w: int) -> None:
         ev = _Lanes(self, var, w)
+        for p in self.prefetches.get(var.name, ()):
+            self.prefetch(p.buf, self.idx(p.index))
         for s in body:
             ev.store(s)
+
+    def prefetch(self, buf: L.Buffer, index: ir.Value) -> None:
+        """A hint to bring ``buf[index]`` into the second-level cache (no
+        effect on meaning: see :mod:`.prefetch`)."""
+        fn = self.math.intrinsic("llvm.prefetch.p0", ir.VoidType(), [ir.PointerType(), I32, I32, I32])
+        self.b.call(fn, [self.addr(buf, index), ir.Constant(I32, 0), ir.Constant(I32, 2),
+                         ir.Constant(I32, 1)])
 
 
 class _Lanes:
