@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow sanitize docs lint clean
+.PHONY: demo test test-slow sanitize docs lint clean clang
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,34 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m tilenest.demo
 
+# clang-19 type-checks generated Metal (MSL) kernels against the
+# metal_stdlib shim (tilenest/backends/metal/check.py). Installed from the
+# distribution when missing and apt-get is usable as root or through
+# passwordless sudo (the package lists are refreshed only when they lack it);
+# otherwise one line says which tests skip. Silent when clang-19 is present.
+clang:
+	@command -v clang-19 >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; \
+	  else SUDO=no; fi; \
+	  if [ "$$SUDO" != no ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing clang-19 (apt-get) for the Metal type checks"; \
+	    log=$$( { apt-cache show clang-19 >/dev/null 2>&1 || $$SUDO apt-get update -qq; } 2>&1 \
+	      && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	         --no-install-recommends clang-19 2>&1 ) \
+	    || { printf '%s\n' "$$log" | tail -n 5; \
+	         echo "clang-19 could not be installed: the Metal type-check tests will skip"; }; \
+	  else \
+	    echo "clang-19 not found, and installing it needs apt-get as root or passwordless" \
+	         "sudo: the Metal type-check tests (tests/test_metal_shim.py) will skip"; \
+	  fi; }
+
 # the default suite on every core (test files kept whole on one worker, so
 # their module fixtures are built once)
-test: $(STAMP)
+test: $(STAMP) clang
 	$(BIN)/python -m pytest -n auto --dist loadfile
 
-test-slow: $(STAMP)
+test-slow: $(STAMP) clang
 	$(BIN)/python -m pytest -m slow
 
 # the device suite under compute-sanitizer (memcheck, racecheck, synccheck);

@@ -147,6 +147,13 @@ class UserCodeError(TilenestError):
     kind = "error in user code"
 
 
+class TargetCheckError(TilenestError):
+    """Generated target source (Metal Shading Language, ...) that a compiler
+    checking it rejects; the site is the line of the generated source."""
+
+    kind = "target check error"
+
+
 class InternalError(TilenestError):
     """An unexpected exception inside tilenest itself: a bug of tilenest, not of
     the user's input. The site is the innermost frame of tilenest that raised."""
