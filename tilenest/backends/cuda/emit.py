@@ -41,6 +41,9 @@ from ...lowering import loopir as L
 from ...lowering.simt import block_threads
 from ...semantics import dtypes as D
 from ...semantics import expr as E
+from ..simt import analysis as A
+from ..simt.analysis import LanePlan
+from ..simt.analysis import implies as _implies, in_place as _in_place  # noqa: F401  (names tests import)
 
 #: register types of each dtype
 REG = {"bool": "bool", "i8": "signed char", "i16": "short", "i32": "int", "i64": "long long",
@@ -48,35 +51,9 @@ REG = {"bool": "bool", "i8": "signed char", "i16": "short", "i32": "int", "i64":
        "u64": "unsigned long long", "f16": "tn_f16", "bf16": "tn_bf16", "f32": "float",
        "f64": "double"}
 
-_TRANSCENDENTAL = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "erf")
 #: full vector groups of a thread's strip-mined loop unrolled this many times
 #: (that many wide loads in flight per thread)
 UNROLL = 4
-
-
-@dataclass(frozen=True)
-class LanePlan:
-    """The widenable accesses of one lane loop (``Emitter.lane_plan``):
-    ``loop`` the ``for.vector v in [0, V)``, its lanes in bounds while
-    ``first + v < n``; ``stmts`` the guarded body; ``loads``/``stores`` map
-    each widened access to its index at ``v = 0``."""
-
-    loop: Any
-    V: int
-    first: E.Expr
-    n: E.Expr
-    stmts: tuple
-    loads: dict
-    stores: dict
-    #: tests that make the widened guarded loads' guards true for every lane
-    conds: tuple = ()
-
-    def accesses(self) -> list[tuple[Any, E.Expr]]:
-        return [*self.loads.items(), *self.stores.items()]
-
-    def group_bytes(self, node: Any) -> int:
-        """The alignment one ``V``-wide access of ``node`` needs (at most 16)."""
-        return min(16, max(1, node.buf.dtype.itemsize) * self.V)
 
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -185,7 +162,8 @@ class Emitter:
         #: L2 policy of each hinted global load (``id`` of the node -> the
         #: node and its prelude function) and whether global stores stream
         #: (``Schedule.cache_hints``, :func:`cache_hints`)
-        self.load_hints = cache_hints(k) if hints else {}
+        self.load_hints = {i: (x, f"tn_vload_{p}") for i, (x, p) in A.cache_hints(k).items()
+                           } if hints else {}
         self.stream_stores = hints
         #: blocks per multiprocessor the register allocation must allow
         #: (``Schedule.min_blocks``: ``__launch_bounds__``' second argument)
@@ -198,11 +176,9 @@ class Emitter:
         self.roots: list[E.Expr] = []
         self._depth = 0
         #: locals holding only index values (loop variables, index assignments)
-        defs, data = L.index_definitions(k)
-        self.index_locals = set(defs) - data
-        #: symbols that are tensor extents, and index locals never negative
-        self.extents = {x.name for p in k.params for x in p.shape if isinstance(x, E.Sym)}
-        self.nonneg_vars = _nonneg_vars(defs, data, self.extents)
+        #: and which symbols are tensor extents, which index locals never negative
+        self.facts = A.IndexFacts.of(k)
+        self.index_locals = self.facts.index_locals
         self.restrict = restrict
         self.aliased = aliased
         self.names = _Names()
@@ -220,7 +196,7 @@ class Emitter:
         #: the same plan
         self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
         #: divisors worth a reciprocal computed once (:func:`shared_divisors`)
-        self.shared_divisors = shared_divisors(k, restrict, aliased)
+        self.shared_divisors = A.shared_divisors(k, restrict, aliased)
         #: shared reads held in registers across the loop being emitted
         #: (:meth:`invariant_loads`): (buffer name, index) -> register
         self.invariant: dict[tuple[str, E.Expr], str] = {}
@@ -284,8 +260,8 @@ class Emitter:
         raise TypeError(f"cannot emit index expression {e!r}")
 
     def nonneg(self, e: E.Expr) -> bool:
-        """Whether ``e`` is never negative (:func:`_nonneg`)."""
-        return _nonneg(e, self.extents, self.nonneg_vars)
+        """Whether ``e`` is never negative (:meth:`analysis.IndexFacts.nonneg`)."""
+        return self.facts.nonneg(e)
 
     def pred(self, p: E.Pred) -> str:
         if isinstance(p, E.BoolConst):
@@ -321,7 +297,7 @@ class Emitter:
         if isinstance(x, L.Un):
             return self.unary(x.op, self.expr(x.a), x.a.dtype)
         if isinstance(x, L.Bin):
-            if _float_division(x) and x.b in self.shared_divisors:
+            if A.float_division(x) and x.b in self.shared_divisors:
                 dt = x.a.dtype
                 a, b = (self.wide(self.expr(y), dt) for y in (x.a, x.b))
                 if self.lanes_ok:
@@ -369,7 +345,7 @@ class Emitter:
             return f"{fn}({index})"
         period = lay.rows * lay.cols
         terms = list(index.terms) if isinstance(index, E.Add) else [index]
-        whole = [t for t in terms if _divisor(t) and _divisor(t) % period == 0]
+        whole = [t for t in terms if A.divisor(t) and A.divisor(t) % period == 0]
         rest = E.Const(0)
         for t in terms:
             if t not in whole:
@@ -449,7 +425,7 @@ class Emitter:
             if self.lanes_ok:
                 return self.narrow(f"tn_exp_f32_ok({w}, {self.lanes_ok})", dt)
             return self.narrow(f"tn_exp_f32({w})", dt)
-        if op in _TRANSCENDENTAL:
+        if op in A.TRANSCENDENTAL:
             return self.from_f64(f"{op}({self.to_f64(v, dt)})", dt)
         if op in ("sigmoid", "rsqrt"):
             return self.from_f64(f"tn_{op}({self.to_f64(v, dt)})", dt)
@@ -653,20 +629,7 @@ class Emitter:
         qualifies."""
         if not (self.in_thread and s.kind == "serial"):
             return False
-        plain = (L.For, L.If, L.Assign, L.Store, L.Check, L.Comment)
-        if any(not isinstance(t, plain) or (isinstance(t, L.Store) and t.mode)
-               for t in L.walk(s.body)):
-            return False
-        varying = {s.var.name} | set(L.assigned(s.body))
-        stored = {t.buf.name for t in L.walk(s.body) if isinstance(t, L.Store)}
-        found: dict = {}
-        for y in L.evaluated(s.body):
-            if (isinstance(y, L.Load) and y.buf.space == "shared" and y.guard is None
-                    and y.buf.layout is None
-                    and isinstance(y.index, L.IExpr) and not y.buf.dtype.is_bool
-                    and y.buf.name not in stored and not (L.names(y.index) & varying)
-                    and (y.buf.name, y.index.e) not in self.invariant):
-                found.setdefault((y.buf.name, y.index.e), y)
+        found = A.invariant_shared_reads(s, self.invariant)
         if not found:
             return False
         self.w(f"if ({self.idx(s.lo)} < {self.idx(s.hi)}) {{  // shared reads the loop "
@@ -767,144 +730,23 @@ class Emitter:
         self.w("}")
 
     def unrolled(self, s: L.For) -> bool:
-        """Whether loop ``s`` is emitted fully unrolled: a constant trip count
-        of at most 8 -- a ``vector`` loop, or a thread's own step loop (its
-        iterations then see constant offsets, and what does not depend on
-        them moves out of enclosing loops) -- or of at most 64 for a
-        ``vector`` loop indexing a thread's register array (``local``) by its
-        variable, which must stay constant for the array to stay in
-        registers."""
-        if not (isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)):
-            return False
-        n = s.hi.value - s.lo.value
-        if n <= 8 and (s.kind == "vector" or (self.in_thread and s.kind == "serial")):
-            return True
-        if s.kind != "vector" or n > 64:
-            return False
-        return _indexes_local(s)
+        """Whether loop ``s`` is emitted fully unrolled (:func:`analysis.unrolled`)."""
+        return A.unrolled(s, self.in_thread)
 
     def lane_plan(self, s: L.For) -> "LanePlan | None":
-        """:meth:`_lane_plan` of ``s``, computed once per loop. A lane loop
-        indexing a thread's register row (``local``) has a plan even with
+        """:func:`analysis.lane_plan` of ``s``, computed once per loop. A lane
+        loop indexing a thread's register row (``local``) has a plan even with
         nothing to widen: its full groups run their lanes without the
         per-element bounds test (and group their common-case calls)."""
         got = self._plans.get(id(s))
         if got is None or got[0] is not s:
-            got = (s, self._lane_plan(s, bounds_only=_indexes_local(s)))
+            got = (s, A.lane_plan(s, bounds_only=A.indexes_local(s)))
             self._plans[id(s)] = got
         return got[1]
 
-    def _lane_plan(self, s: L.For, bounds_only: bool = False) -> "LanePlan | None":
-        """The vector accesses of a thread's ``V`` consecutive elements, or None.
-
-        ``s`` must be ``for.vector v in [0, V): if l < n: body`` with ``l = l0
-        + v`` (as ``simt.py`` distributes). Every unguarded load or store of the
-        top-level body whose index is ``e0 + v`` in a global or shared buffer
-        can become one ``V``-wide access when the whole group is in bounds
-        (``l0 + V <= n``) and each address is aligned to the group's size.
-        Buffers the body both loads and stores keep scalar accesses (the
-        lanes' order matters for them), except one updated in place
-        (:func:`_in_place`). None when the loop has another shape or nothing
-        to widen, unless ``bounds_only``: then a plan with nothing widened, whose
-        full group runs its lanes without the bounds test."""
-        if not (isinstance(s.lo, E.Const) and s.lo.value == 0 and isinstance(s.hi, E.Const)
-                and s.hi.value in (2, 4, 8) and len(s.body) == 1
-                and isinstance(s.body[0], L.If) and not s.body[0].orelse
-                and isinstance(s.body[0].cond, L.IPred)):
-            return None
-        V = int(s.hi.value)
-        cond = s.body[0].cond.p
-        if not (isinstance(cond, E.Cmp) and cond.op == "<"):
-            return None
-        stmts = s.body[0].then
-        v = E.Var(s.var.name)
-        sub: dict = {}
-        for st in stmts:
-            if isinstance(st, L.Assign) and isinstance(st.value, L.IExpr):
-                sub[E.Var(st.var.name)] = E.subst(st.value.e, sub)
-
-        def at(e: E.Expr, k: int) -> E.Expr:
-            return E.subst(E.subst(e, sub), {v: k})
-
-        def unit(e: E.Expr) -> bool:
-            e0 = at(e, 0)
-            return all(E.add(at(e, k), E.mul(-1, e0)) == E.Const(k) for k in range(1, V))
-
-        if not unit(cond.a):
-            return None
-
-        def affine(e: E.Expr) -> bool:
-            d = E.add(at(e, 1), E.mul(-1, at(e, 0)))
-            return isinstance(d, E.Const) and all(
-                E.add(at(e, k), E.mul(-1, at(e, 0))) == E.Const(k * d.value) for k in range(2, V))
-
-        def convex(g: Any) -> list[E.Pred] | None:
-            """A load guard whose truth over the lanes is an interval (a
-            conjunction of comparisons of affine sides): true for the whole
-            group when true at its first and last lane -- those two tests."""
-            if not isinstance(g, L.IPred):
-                return None
-            items = g.p.items if isinstance(g.p, E.PAnd) else (g.p,)
-            if not all(isinstance(c, E.Cmp) and affine(c.a) and affine(c.b) for c in items):
-                return None
-            return [E.subst(E.subst(g.p, sub), {v: 0}), E.subst(E.subst(g.p, sub), {v: V - 1})]
-
-        touched_w = {st.buf.name for st in L.walk(stmts) if isinstance(st, L.Store)}
-        # a buffer read only at the element its one top-level store writes
-        # (updated in place): each lane reads and then writes its own
-        # element, so all of a group's loads may precede all its stores
-        in_place = {n for n in touched_w if _in_place(stmts, n)}
-        loads: dict = {}
-        conds: list[E.Pred] = []
-        for st in stmts:  # top level only: these run for every lane of a full group
-            for x in L.stmt_exprs(st):
-                for y in L.subexprs(x):
-                    if not (isinstance(y, L.Load) and isinstance(y.index, L.IExpr)
-                            and y.buf.space in ("global", "shared")
-                            and (y.buf.name not in touched_w or y.buf.name in in_place)
-                            and unit(y.index.e)
-                            and self.contiguous(y.buf, V)):
-                        continue
-                    ends = [] if y.guard is None else convex(y.guard)
-                    if ends is not None and y not in loads:
-                        loads[y] = at(y.index.e, 0)
-                        conds += [c for c in ends if c not in conds]
-        read = {y.buf.name for y in L.evaluated(stmts) if isinstance(y, L.Load)}
-        stores: dict = {}
-        for st in stmts:
-            if (isinstance(st, L.Store) and st.guard is None and isinstance(st.index, L.IExpr)
-                    and st.buf.space in ("global", "shared")
-                    and (st.buf.name not in read or st.buf.name in in_place)
-                    and unit(st.index.e) and self.contiguous(st.buf, V)
-                    and sum(isinstance(o, L.Store) and o.buf.name == st.buf.name
-                            for o in L.walk(stmts)) == 1):
-                stores[st] = at(st.index.e, 0)
-        if not loads and not stores and not bounds_only:
-            return None
-        return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds))
-
     def needed(self, conds: "tuple[E.Pred, ...] | list[E.Pred]") -> list[E.Pred]:
-        """The conjuncts of ``conds`` a run-time test must check: each once,
-        not ``e >= 0`` (or ``0 <= e``) for an ``e`` never negative
-        (:meth:`nonneg`), and not ``a < b`` where another conjunct is
-        ``a + c < b`` (or ``<=``) with a constant ``c >= 0``, which implies
-        it (a group's first and last element against one bound)."""
-        out: list[E.Pred] = []
-        for c in conds:
-            for p in (c.items if isinstance(c, E.PAnd) else (c,)):
-                trivial = isinstance(p, E.Cmp) and (
-                    (p.op == ">=" and p.b == E.Const(0) and self.nonneg(p.a))
-                    or (p.op == "<=" and p.a == E.Const(0) and self.nonneg(p.b)))
-                if not trivial and p not in out:
-                    out.append(p)
-        return [p for p in out if not any(q is not p and _implies(q, p) for q in out)]
-
-    @staticmethod
-    def contiguous(b: L.Buffer, V: int) -> bool:
-        """Whether ``V`` logically consecutive elements of ``b`` starting at a
-        multiple of ``V`` are physically consecutive: always without a
-        layout; under ``Swizzle128`` when they fit one 16-byte chunk."""
-        return b.layout is None or V * max(1, b.dtype.itemsize) <= 16
+        """The conjuncts of ``conds`` a run-time test must check (:func:`analysis.needed`)."""
+        return A.needed(conds, self.facts)
 
     def aligned(self, plan: "LanePlan", at: dict | None = None) -> list[str]:
         """Run-time tests that every widened access of ``plan`` is aligned to
@@ -916,14 +758,14 @@ class Emitter:
         """``(test, invariant)`` for every widened access of ``plan`` (group
         start indices substituted by ``at``): where the index is a sum of
         terms each a multiple of the group's elements given only symbol
-        divisibilities (:func:`_divisible`), the tests are those and the base
+        divisibilities (:func:`analysis.divisible`), the tests are those and the base
         pointer's alignment (none for shared memory, whose buffers start at
         16-byte offsets of an aligned block), all invariant in the loops;
         otherwise the address itself (not invariant)."""
         out: list[tuple[str, bool]] = []
         for node, e0 in plan.accesses():
             e, gb, b = E.subst(e0, at or {}), plan.group_bytes(node), node.buf
-            conds = _divisible(e, gb // max(1, b.dtype.itemsize)) if gb <= 16 else None
+            conds = A.divisible(e, gb // max(1, b.dtype.itemsize)) if gb <= 16 else None
             if conds is None:
                 out.append((f"tn_aligned(&{self.elem(b, e)}, {gb})", False))
                 continue
@@ -975,7 +817,7 @@ class Emitter:
             return False
         lane = s.body[0]
         plan = self.lane_plan(lane)
-        if plan is None or _transcendental(plan):
+        if plan is None or A.transcendental(plan):
             return False
         v, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
         ok = self.names(f"all.{lane.var.name}", "tn")
@@ -1079,8 +921,8 @@ class Emitter:
         it reads from memory is unchanged in between (the body stores
         nothing). Either way the group's values are those of the whole
         functions (``tn_prelude.cuh``, guarded lane groups)."""
-        carried = _carried_locals(body)
-        if not (carried is not None and any(_has_common_case(y, self.shared_divisors)
+        carried = A.carried_locals(body)
+        if not (carried is not None and any(A.has_common_case(y, self.shared_divisors)
                                             for y in L.evaluated(body, nested=False))):
             self.w("#pragma unroll")
             self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
@@ -1121,32 +963,9 @@ class Emitter:
         thread touches them until the next barrier (the barrier-sufficiency
         obligation), and the body has no barrier, so the loop computes the
         same values. False (nothing emitted) when nothing qualifies."""
-        if not (self.in_thread and s.kind in ("serial", "vector")
-                and all(isinstance(t, (L.Store, L.Assign)) for t in s.body)):
+        if not (self.in_thread and s.kind in ("serial", "vector")):
             return False
-        varying = {s.var.name} | set(L.assigned(s.body))
-        acc: dict[str, list] = {}
-        blocked: set[str] = set()
-        for t in s.body:
-            nodes = [y for y in L.evaluated((t,), nested=False) if isinstance(y, L.Load)]
-            if isinstance(t, L.Store):
-                nodes.append(t)
-            for y in nodes:
-                ok = (y.guard is None and isinstance(y.index, L.IExpr)
-                      and not y.buf.dtype.is_bool
-                      and not (L.names(y.index) & varying))
-                if ok:
-                    acc.setdefault(y.buf.name, []).append(y)
-                else:
-                    blocked.add(y.buf.name)
-        chosen: dict = {}
-        for name, ys in acc.items():
-            if name in blocked or not any(isinstance(y, L.Store) for y in ys):
-                continue
-            idx = list(dict.fromkeys(y.index.e for y in ys))
-            if all(isinstance(d := E.add(a, E.mul(-1, b)), E.Const) and d.value != 0
-                   for i, a in enumerate(idx) for b in idx[i + 1:]):
-                chosen[name] = (ys[0].buf, idx)
+        chosen = A.promotable(s)
         if not chosen:
             return False
         regs: dict = {}
@@ -1196,7 +1015,7 @@ class Emitter:
         if not (self.in_thread and s.kind == "serial" and not s.reverse and len(s.body) == 1
                 and isinstance(s.body[0], L.For) and s.body[0].kind == "vector"):
             return False
-        if _indexes_local(s):  # its steps must stay unrolled: registers at constant indices
+        if A.indexes_local(s):  # its steps must stay unrolled: registers at constant indices
             return False
         plan = self.lane_plan(s.body[0])
         if plan is None or plan.conds:
@@ -1205,24 +1024,14 @@ class Emitter:
         # formula): not unrolled (their copies -- wide, tail, misaligned --
         # unrolled cost NVRTC minutes), but still split, so the full groups
         # take no per-group test
-        heavy = _transcendental(plan)
-        r = E.Var(s.var.name)
-
-        def stride(e: E.Expr) -> E.Expr:
-            return E.add(E.subst(e, {r: 1}), E.mul(-1, E.subst(e, {r: 0})))
-
-        c = stride(plan.first)
-        if not (isinstance(c, E.Const) and c.value > 0
-                and E.add(E.subst(plan.first, {r: 2}), E.mul(-2, c)) == E.subst(plan.first, {r: 0})):
+        heavy = A.transcendental(plan)
+        c = A.strip_stride(s, plan)
+        if c is None:
             return False
-        for node, e0 in plan.accesses():
-            k = stride(e0)
-            if not (isinstance(k, E.Const) and (k.value * node.buf.dtype.itemsize)
-                    % plan.group_bytes(node) == 0):
-                return False
+        r = E.Var(s.var.name)
         rn, lo, hi = self.names(s.var.name), self.idx(s.lo), self.idx(s.hi)
         a0 = E.subst(plan.first, {r: 0})
-        full = E.add(E.floordiv(E.add(plan.n, E.add(E.mul(-1, a0), -plan.V)), c.value), 1)
+        full = E.add(E.floordiv(E.add(plan.n, E.add(E.mul(-1, a0), -plan.V)), c), 1)
         nf = self.names(f"nf.{rn}", "tn")
         # a loop from a later step (the rest after a thread's register steps)
         # is often empty: one test before its bounds are computed
@@ -1396,47 +1205,8 @@ class Emitter:
         self.w(f"  {reg} = {at};" if load else f"  {at} = {reg};")
 
     def resident_plan(self, s: L.For) -> "tuple[L.For, L.WarpMma] | None":
-        """A program-level serial loop whose only access to a ``WarpMma``'s
-        accumulator is that ``WarpMma``, standing in a thread loop of the
-        loop's body in the shape the SIMT form gives one warp tile per warp
-        (``for.thread t: for r in [0, 1): if c: index assigns; WarpMma``) with
-        nothing in that path depending on the loop: ``(thread loop, WarpMma)``,
-        else None. Each lane then owns the same accumulator elements in every
-        iteration and no other statement of the loop touches them, so they
-        may stay in the lane's registers for the whole loop."""
-        if self.in_thread or s.kind not in ("serial", "vector"):
-            return None
-        found = [(t, w) for t in s.body if isinstance(t, L.For) and t.kind == "thread"
-                 for w in L.walk(t.body) if isinstance(w, L.WarpMma)]
-        mmas = [w for w in L.walk(s.body) if isinstance(w, L.WarpMma)]
-        if len(found) != 1 or len(mmas) != 1 or found[0][1].lane is None or \
-                found[0][1].c.lane_cols or found[0][1].group > 1:
-            return None
-        t, w = found[0]
-        if not (len(t.body) == 1 and isinstance(t.body[0], L.For) and t.body[0].hi == E.Const(1)
-                and t.body[0].lo == E.Const(0) and len(t.body[0].body) == 1
-                and isinstance(t.body[0].body[0], L.If) and not t.body[0].body[0].orelse):
-            return None
-        r, br = t.body[0], t.body[0].body[0]
-        if br.then[-1] is not w or not all(isinstance(x, L.Assign) for x in br.then[:-1]):
-            return None
-        local = {t.var.name, r.var.name} | {x.var.name for x in br.then[:-1]}
-        # the accumulator's cells must not move (the operands' offsets may)
-        reads = L.names(br.cond) | {n for x in br.then[:-1] for n in L.names(x.value)}
-        reads |= L.names(L.IExpr(w.c.offset)) | L.names(L.IExpr(w.lane))
-        if (reads - local) & (set(L.assigned(s.body)) | {s.var.name}):
-            return None
-        c = w.c.buf.name
-        if c in (w.a.buf.name, w.b.buf.name):
-            return None
-        for st in L.walk(s.body):
-            touched = [y.buf.name for y in L.evaluated((st,), nested=False)
-                       if isinstance(y, L.Load)]
-            if isinstance(st, L.Store):
-                touched.append(st.buf.name)
-            if c in touched:
-                return None
-        return t, w
+        """:func:`analysis.resident_mma` of a program-level loop ``s``."""
+        return None if self.in_thread else A.resident_mma(s)
 
     def resident_loop(self, s: L.For) -> bool:
         """:meth:`resident_plan`'s loop with the accumulator fragments in
@@ -1614,269 +1384,6 @@ def wgmma_wrapper(dt: str, n: int) -> list[str]:
         "#endif",
         "",
     ]
-
-
-def _divisor(e: E.Expr) -> int:
-    """A number that divides the value of ``e`` for every value of its
-    leaves (0: ``e`` is 0)."""
-    if isinstance(e, E.Const):
-        return abs(int(e.value))
-    if isinstance(e, E.Add):
-        return math.gcd(*(_divisor(t) for t in e.terms))
-    if isinstance(e, E.Mul):
-        return math.prod(_divisor(f) for f in e.factors)
-    if isinstance(e, E.Mod) and isinstance(e.b, E.Const):
-        return math.gcd(_divisor(e.a), abs(int(e.b.value)))
-    return 1
-
-
-def _in_place(stmts: tuple, name: str) -> bool:
-    """Whether buffer ``name`` is stored by exactly one statement, at the top
-    level of ``stmts``, and read only by that store's value, at its element
-    (no guard): each lane reads its element before it writes it, and nothing
-    reads it after."""
-    sts = [s for s in L.walk(stmts) if isinstance(s, L.Store) and s.buf.name == name]
-    if len(sts) != 1 or sts[0] not in stmts or sts[0].guard is not None:
-        return False
-    st = sts[0]
-    mine = [y for y in L.subexprs(st.value) if isinstance(y, L.Load) and y.buf.name == name]
-    every = [y for y in L.evaluated(stmts) if isinstance(y, L.Load) and y.buf.name == name]
-    return len(mine) == len(every) and all(y.index == st.index and y.guard is None
-                                           for y in mine)
-
-
-def _implies(q: E.Pred, p: E.Pred) -> bool:
-    """Whether ``q`` implies ``p`` because both bound one expression from
-    above by the same ``b``: ``p`` is ``a < b`` (``a <= b``) and ``q`` is
-    ``a + c < b`` (``a + c <= b``, or ``<`` against ``<=``) for a constant
-    ``c``; ``c > 0``, or ``c = 0`` with ``q`` the strict one (so two equal
-    conjuncts never remove each other)."""
-    if not (isinstance(q, E.Cmp) and isinstance(p, E.Cmp) and q.b == p.b
-            and q.op in ("<", "<=") and p.op in ("<", "<=")):
-        return False
-    d = E.add(q.a, E.mul(-1, p.a))
-    if not isinstance(d, E.Const):
-        return False
-    c = int(d.value)
-    # q: a + c < b gives a < b - c; p needs a < b (or a <= b)
-    return c > 0 or (c == 0 and q.op == "<" and p.op == "<=")
-
-
-def _divisible(e: E.Expr, m: int) -> list[tuple[E.Sym, int]] | None:
-    """Conditions ``(S, d)``, "``S`` is a multiple of ``d``", under which ``e``
-    is a multiple of ``m``: each term of the sum ``e`` is, statically
-    (:func:`_divisor`) or because a symbol factor of it is a multiple of what
-    its other factors leave; None when a term has neither."""
-    conds: list[tuple[E.Sym, int]] = []
-    for t in (e.terms if isinstance(e, E.Add) else (e,)):
-        d = _divisor(t)
-        if d % m == 0:
-            continue
-        fs = t.factors if isinstance(t, E.Mul) else (t,)
-        syms = [f for f in fs if isinstance(f, E.Sym)]
-        if not syms:
-            return None
-        rest = math.prod(_divisor(f) for f in fs if f is not syms[0])
-        conds.append((syms[0], m // math.gcd(m, rest)))
-    return list(dict.fromkeys(conds))
-
-
-def _nonneg(e: E.Expr, extents: set[str], vars_: set[str]) -> bool:
-    """Whether ``e`` is never negative: constants, tensor extents and the
-    variables of ``vars_`` are not, and neither are sums, products, floor
-    quotients, minima of such, maxima with one, and remainders by a positive
-    constant."""
-    if isinstance(e, E.Const):
-        return e.value >= 0
-    if isinstance(e, E.Sym):
-        return e.name in extents
-    if isinstance(e, E.Var):
-        return e.name in vars_
-    if isinstance(e, E.Add):
-        return all(_nonneg(t, extents, vars_) for t in e.terms)
-    if isinstance(e, E.Mul):
-        return all(_nonneg(f, extents, vars_) for f in e.factors)
-    if isinstance(e, E.Mod):
-        return (isinstance(e.b, E.Const) and e.b.value > 0) or (
-            _nonneg(e.a, extents, vars_) and _nonneg(e.b, extents, vars_))
-    if isinstance(e, E.FloorDiv):
-        return _nonneg(e.a, extents, vars_) and _nonneg(e.b, extents, vars_)
-    if isinstance(e, E.MinMax):
-        f = all if e.op == "min" else any
-        return f(_nonneg(x, extents, vars_) for x in (e.a, e.b))
-    return False
-
-
-def _indexes_local(s: L.For) -> bool:
-    """Whether ``s``'s body indexes a thread's register array (a ``local``
-    buffer) by ``s``'s variable: the loop must then be unrolled whole, so that
-    every index is a constant and the array stays in registers."""
-    x = E.Var(s.var.name)
-    nodes = [y for y in L.evaluated(s.body) if isinstance(y, L.Load)]
-    nodes += [st for st in L.walk(s.body) if isinstance(st, L.Store)]
-    return any(y.buf.space == "local" and isinstance(y.index, L.IExpr)
-               and x in E.leaves(y.index.e) for y in nodes)
-
-
-def _transcendental(plan: "LanePlan") -> bool:
-    """Whether a lane group computes a transcendental (a libm call in double,
-    or the exp formula): bound by its arithmetic, not its accesses."""
-    return any(isinstance(y, L.Un) and y.op in _TRANSCENDENTAL
-               for y in L.evaluated(plan.stmts, nested=False))
-
-
-def shared_divisors(k: L.Kernel, restrict: bool = True,
-                    aliased: frozenset[str] = frozenset()) -> frozenset:
-    """Divisors of float divisions (f32, f16, bf16: computed in float) that
-    keep their value over the iterations of the innermost loop around every
-    division they divide: emitted as ``tn_fdiv_by(a, tn_fdiv_prep(b))``, the
-    IEEE quotient from a reciprocal of ``b`` (L-6), whose preparation the CUDA
-    compiler computes once per loop since it depends on ``b`` alone. The
-    choice is one of speed only: ``tn_fdiv_by`` is the IEEE division for
-    every divisor. A divisor counts as invariant in a ``serial`` or
-    ``vector`` loop when the loop assigns none of the locals it reads and,
-    where it reads memory, stores to no buffer that may be one it reads (the
-    same buffer; with ``restrict`` off or both among ``aliased``, any other
-    parameter too) and holds no barrier and no tensor-core step; a division
-    directly under a thread, parallel or while loop (one iteration per thread,
-    or unknown) does not count."""
-    params = {p.name for p in k.params}
-
-    def may_alias(a: str, b: str) -> bool:
-        if a == b:
-            return True
-        both = a in params and b in params
-        return both and (not restrict or (a in aliased and b in aliased))
-
-    known: dict[int, _LoopFacts] = {}  # by id: every loop lives as long as k
-
-    def facts(loop: L.For) -> _LoopFacts:
-        if id(loop) not in known:
-            known[id(loop)] = _LoopFacts(loop)
-        return known[id(loop)]
-
-    good: set = set()
-    bad: set = set()
-    for ph in k.phases:
-        for s, path in L.walk_paths(ph.body):
-            divs = [y for x in L.stmt_exprs(s) for y in L.subexprs(x) if _float_division(y)]
-            if not divs:
-                continue
-            loops = [p for p in path if isinstance(p, (L.For, L.While))]
-            loop = loops[-1] if loops else None
-            for d in divs:
-                ok = (isinstance(loop, L.For) and loop.kind in ("serial", "vector")
-                      and _invariant(d.b, facts(loop), may_alias))
-                (good if ok else bad).add(d.b)
-    return frozenset(good - bad)
-
-
-def _carried_locals(body: tuple) -> "list[L.LVar] | None":
-    """The locals a straight-line body of assignments, run repeatedly, reads
-    before it assigns them (in an earlier run: an accumulator), in order of
-    first assignment; None when the body has another statement. Stores to a
-    thread's register array (``local``) count as assignments when the body
-    reads no register array it stores to (a second run then writes the same
-    elements again, from the same inputs)."""
-    stored = {st.buf.name for st in body if isinstance(st, L.Store)}
-    if not all(isinstance(st, L.Assign) or (isinstance(st, L.Store) and st.buf.space == "local"
-                                            and st.guard is None and not st.mode)
-               for st in body):
-        return None
-    if any(isinstance(y, L.Load) and y.buf.name in stored for y in L.evaluated(body)):
-        return None
-    out: dict[str, L.LVar] = {}
-    seen: set[str] = set()
-    for st in body:
-        seen |= {y.var.name for x in L.stmt_exprs(st) for y in L.subexprs(x)
-                 if isinstance(y, L.Ref)}
-        if isinstance(st, L.Assign) and st.var.name in seen:
-            out.setdefault(st.var.name, st.var)
-    return list(out.values())
-
-
-def _has_common_case(x: Any, shared: "set | frozenset") -> bool:
-    """Whether expression node ``x`` is emitted as a function with a common
-    case (:meth:`Emitter.guarded_lanes`): ``exp`` in float arithmetic, a
-    float division by a shared divisor."""
-    if isinstance(x, L.Un):
-        return x.op == "exp" and x.a.dtype.is_float and x.a.dtype.name != "f64"
-    return _float_division(x) and x.b in shared
-
-
-def _float_division(x: Any) -> bool:
-    """Whether ``x`` is a division computed in float (f32, f16, bf16)."""
-    return (isinstance(x, L.Bin) and x.op == "div" and x.a.dtype.is_float
-            and x.a.dtype.name != "f64")
-
-
-class _LoopFacts:
-    """What :func:`_invariant` asks of a loop, gathered once: the locals it
-    assigns (its variable included), the buffers it stores, and whether it
-    holds a barrier or a tensor-core step."""
-
-    def __init__(self, loop: L.For):
-        inner = list(L.walk(loop.body))
-        self.assigned = set(L.assigned(loop.body)) | {loop.var.name}
-        self.stored = {st.buf.name for st in inner if isinstance(st, L.Store)}
-        self.syncs = any(isinstance(st, (L.Barrier, L.WarpMma)) for st in inner)
-
-
-def _invariant(x: Any, loop: _LoopFacts, may_alias: Callable[[str, str], bool]) -> bool:
-    """Whether expression ``x`` has the same value in every iteration of the
-    loop ``loop`` describes (conservatively: see :func:`shared_divisors`;
-    ``may_alias(a, b)``: whether buffers ``a`` and ``b`` may share memory)."""
-    if L.names(x) & loop.assigned:
-        return False
-    reads = {y.buf.name for y in L.subexprs(x) if isinstance(y, L.Load)}
-    return not reads or not (loop.syncs or any(may_alias(r, w) for r in reads
-                                               for w in loop.stored))
-
-
-def _nonneg_vars(defs: dict[str, list[tuple]], data: set[str], extents: set[str]) -> set[str]:
-    """Index locals (``defs`` of :func:`loopir.index_definitions`, less the
-    ``data`` ones) that are never negative: program ids, loop variables from
-    a non-negative start, and variables every assignment of which is
-    non-negative given the others (the least fixed point: a variable defined
-    from itself is not included)."""
-    out: set[str] = set()
-    grew = True
-    while grew:
-        grew = False
-        for v, ds in defs.items():
-            if v not in out and v not in data and all(_nonneg(d[1], extents, out) for d in ds):
-                out.add(v)
-                grew = True
-    return out
-
-
-def cache_hints(k: L.Kernel) -> dict[int, tuple[Any, str]]:
-    """The L2 policy of the global loads of ``k`` (``Schedule.cache_hints``):
-    ``id`` of a :class:`~tilenest.lowering.loopir.Load` node -> (the node,
-    the prelude function that loads a wide group with that policy).
-
-    A tensor read at more than one site of the program, in program order
-    (phases in order, statements in pre-order): every site but the last
-    keeps the lines in the L2 (``tn_vload_keep``, ``evict_last``) for a site
-    that reads them again, the last site streams (``tn_vload_last``: no later
-    use); a tensor read at one site keeps the default. A hint changes
-    which lines the L2 evicts first, never a value, so a site order that is
-    not the execution order (loops around several sites) costs at most
-    speed."""
-    sites: dict[str, list] = {}
-    for ph in k.phases:
-        for x in L.evaluated(ph.body):
-            if isinstance(x, L.Load) and x.buf.space == "global":
-                group = sites.setdefault(x.buf.name, [])
-                if all(y is not x for y in group):
-                    group.append(x)
-    out: dict[int, tuple[Any, str]] = {}
-    for group in sites.values():
-        if len(group) > 1:
-            for x in group[:-1]:
-                out[id(x)] = (x, "tn_vload_keep")
-            out[id(group[-1])] = (group[-1], "tn_vload_last")
-    return out
 
 
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),
