@@ -1,0 +1,84 @@
+"""The SIMT emitter core (``backends/simt/emitter.py``): rule-table dispatch,
+spelling from the dialect table, and NVIDIA's rules kept out of the core."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+import tilenest as tn
+from tilenest.backends.cuda.dialect import CUDA
+from tilenest.backends.cuda.emit import emit_cuda
+from tilenest.backends.cuda.rules import CudaEmitter
+from tilenest.backends.simt.emitter import Emitter
+from tilenest.errors import NotAvailableError
+from tilenest.lowering import default_schedule, fragments, lower_verified
+from tilenest.lowering import loopir as L
+from tilenest.workloads import WORKLOADS
+
+
+def _lowered(name: str, sched: dict, **over):  # type: ignore[no-untyped-def]
+    kern = WORKLOADS[name].kernel(tn.bf16, sched)
+    return lower_verified(kern.program, default_schedule(kern.program, "cuda", **over))
+
+
+def test_spelling_comes_from_the_dialect():
+    """The same kernel in a dialect with other builtins and barrier words is
+    the CUDA text with those words replaced, and none of CUDA's remain."""
+    k = _lowered("softmax", {"rp": 1})
+    other = replace(CUDA, name="toy", thread_id="tid()", block_id="bid()",
+                    barriers={"block": "block_sync();", "warp": "lane_sync();"},
+                    shuffle="toy_shuffle_{mode}({value}, {lane}, {width})",
+                    kernel_head="kernel void {name}(", include='#include "toy.h"')
+    cuda = Emitter(k, CUDA).source().text
+    toy = Emitter(k, other).source().text
+    for word in ("threadIdx.x", "blockIdx.x", "__syncthreads", "__global__", "tn_shfl_"):
+        assert word in cuda and word not in toy
+    assert "tid()" in toy and "block_sync();" in toy and "toy_shuffle_" in toy
+    assert cuda == emit_cuda(k).text  # the core in CUDA's table is CUDA's text
+
+
+def test_missing_rule_names_node_and_dialect():
+    """A loop-IR node without a rule is refused with the node's class and
+    the dialect's name."""
+
+    @dataclass(frozen=True)
+    class Mystery:
+        pass
+
+    k = _lowered("softmax", {"rp": 1})
+    ph = k.phases[0]
+    bad = replace(k, phases=(replace(ph, body=(*ph.body, Mystery())),))
+    with pytest.raises(NotAvailableError, match="Mystery has no cuda lowering"):
+        Emitter(bad, CUDA).source()
+
+
+def test_tensor_cores_are_cuda_rules_only():
+    """The core alone refuses a lanes' warp mma; the CUDA rules emit
+    ``mma.sync`` fragments for it."""
+    k = _lowered("gemm", {"bm": 64, "bn": 16, "bk": 32, "loop": "pipeline"}, mma_unit="tensor")
+    with pytest.raises(NotAvailableError, match="warp mma has no cuda lowering"):
+        Emitter(k, CUDA).source()
+    assert "tn_mma_bf16(" in CudaEmitter(k).source().text
+    assert CudaEmitter.STMT_RULES[L.WarpMma] != Emitter.STMT_RULES[L.WarpMma]
+
+
+def test_warp_size_comes_from_the_dialect():
+    """The warpgroup accumulator's row of a lane divides by the dialect's
+    lane width (32 on CUDA: ``>> 5`` and ``& 31``)."""
+
+    def text(ws: int) -> str:
+        em = CudaEmitter(k)
+        em.d = replace(CUDA, warp_size=ws)
+        return em.source().text
+
+    old = fragments.MAX_CELLS
+    fragments.MAX_CELLS = 0  # the accumulator in shared memory: copied per lane
+    try:
+        k = _lowered("gemm", {"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"},
+                     mma_unit="wgmma", stages=3)
+    finally:
+        fragments.MAX_CELLS = old
+    assert "_l >> 5) + ((" in text(32) and "& 31) >> 2)" in text(32)
+    assert "_l >> 4) + ((" in text(16) and "& 15) >> 2)" in text(16)

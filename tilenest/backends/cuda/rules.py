@@ -1,0 +1,332 @@
+"""NVIDIA's extension rules of the SIMT emitter core: tensor cores (``mma.sync``
+with ``ldmatrix``, Hopper's ``wgmma``), asynchronous copies (``cp.async``) and
+L2 cache policies.
+
+:class:`CudaEmitter` is the core :class:`~..simt.emitter.Emitter` in the
+:data:`~.dialect.CUDA` spelling, with these rules added: the ``WarpMma``
+statement rule for the lanes' form, the loop form keeping tensor-core
+accumulators resident in registers, and the hooks the core calls at fixed
+points (waits before a block barrier, direct shared-memory copies of a wide
+group, hinted wide loads and streaming stores, the shared-window addresses a
+phase needs, the ``wgmma`` wrappers a source needs). Everything here is an
+instruction other SIMT targets lack; what they share stays in the core.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ...errors import NotAvailableError
+from ...lowering import loopir as L
+from ...semantics import expr as E
+from ..simt import analysis as A
+from ..simt.analysis import LanePlan
+from ..simt.emitter import Emitter
+from .dialect import CUDA
+
+
+class CudaEmitter(Emitter):
+    """CUDA C++ for one SIMT-form loop-IR kernel: the core's rules in the CUDA
+    spelling plus NVIDIA's (see the module docstring)."""
+
+    LOOP_FORMS: ClassVar[tuple[str, ...]] = (*Emitter.LOOP_FORMS, "resident_loop")
+
+    def __init__(self, k: L.Kernel, **kw: Any):
+        super().__init__(k, CUDA, **kw)
+        #: WarpMma tag -> what to emit of it ("load", "steps", "store"; else whole)
+        self.mma_mode: dict[str, str] = {}
+        #: whether some store may be an asynchronous copy (waited for at barriers)
+        self.has_async = any(isinstance(s, L.Store) and s.mode == "async"
+                             for ph in k.phases for s in L.walk(ph.body))
+        #: whether a warpgroup mma (wgmma) reads shared memory
+        self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
+                                 for ph in k.phases for s in L.walk(ph.body))
+        #: (operand dtype, n) of each wgmma instruction wrapper the source needs
+        self.wgmma_shapes: set[tuple[str, int]] = set()
+        #: shared buffers whose 32-bit base address the phase being emitted
+        #: uses (:meth:`saddr`); declared at the phase's start (:meth:`phase_decls`)
+        self.shared_bases: set[str] = set()
+
+    # -- hooks ------------------------------------------------------------------------------
+    def barrier_waits(self, s: L.Barrier) -> list[str]:
+        """Before a block barrier: the ``cp.async`` groups and overlapped
+        ``wgmma`` groups the barrier's ``keep`` / ``mma_keep`` say must be
+        complete."""
+        out = []
+        if self.has_async:  # the copies since the last barrier form a group;
+            # all but the newest `keep` groups complete before it (Barrier.keep)
+            out.append(f"tn_cp_async_commit(); tn_cp_async_wait<{s.keep}>();")
+        if self.has_group_mma:
+            # overlapped warpgroup mmas: all but the mma_keep newest
+            # groups complete here (Barrier.mma_keep); shared memory
+            # written by this thread (stores, completed copies) is read
+            # next by the tensor cores' async proxy
+            out.append(f"tn_wgmma_wait<{s.mma_keep}>(); tn_fence_proxy_async();")
+        return out
+
+    def group_copies(self, plan: LanePlan) -> dict:
+        """The asynchronous stores of a wide group that copy a widened load
+        unchanged: one ``cp.async`` each."""
+        V = plan.V
+        # an asynchronous store of a widened load unchanged: one cp.async
+        # per group, the data never passing through registers
+        # (cp.async moves 4, 8 or 16 bytes; a narrower group is stored at once,
+        # which an asynchronous store permits)
+        direct = {st: st.value for st in plan.stores if st.mode == "async"
+                  and isinstance(st.value, L.Load) and st.value in plan.loads
+                  and st.value.buf.dtype == st.buf.dtype
+                  and max(1, st.buf.dtype.itemsize) * V in (4, 8, 16, 32)}
+        for st, ld in direct.items():
+            nbytes = max(1, st.buf.dtype.itemsize) * V
+            self.w(f"tn_cp_async<{nbytes}>({self.saddr(st.buf, plan.stores[st])}, "
+                   f"&{self.elem(ld.buf, plan.loads[ld])});")
+        return direct
+
+    def wide_load_fn(self, node: L.Load) -> str:
+        """A hinted global load (:func:`analysis.cache_hints`) keeps its lines
+        in the L2 (``tn_vload_keep``) or streams them (``tn_vload_last``)."""
+        hint = self.load_hints.get(id(node))
+        return f"tn_vload_{hint[1]}" if hint is not None else self.d.vload
+
+    def wide_store_fn(self, node: L.Store) -> str:
+        """Global stores stream past the L2 under ``Schedule.cache_hints``."""
+        if self.stream_stores and node.buf.space == "global":
+            return "tn_vstore_stream"
+        return self.d.vstore
+
+    def phase_decls(self, layout: list) -> list[str]:
+        """The shared-window base of each buffer the phase addresses as such
+        (``cp.async`` destinations, ``wgmma`` operands), converted once."""
+        out = [f"const unsigned {self.buf(b)}_s = tn_smem_addr({self.buf(b)});"
+               for b, _ in layout if b.name in self.shared_bases]
+        self.shared_bases = set()
+        return out
+
+    def preamble(self) -> list[str]:
+        """The ``wgmma`` instruction wrappers of the shapes the source uses."""
+        return [line for dt, n in sorted(self.wgmma_shapes) for line in wgmma_wrapper(dt, n)]
+
+    # -- tensor cores -----------------------------------------------------------------------
+    def resident_plan(self, s: L.For) -> "tuple[L.For, L.WarpMma] | None":
+        """:func:`analysis.resident_mma` of a program-level loop ``s``."""
+        return None if self.in_thread else A.resident_mma(s)
+
+    def resident_loop(self, s: L.For) -> bool:
+        """:meth:`resident_plan`'s loop with the accumulator fragments in
+        registers: loaded once before the loop, only the ``mma`` steps inside,
+        stored once after it. False (nothing emitted) for any other loop."""
+        plan = self.resident_plan(s)
+        if plan is None:
+            return False
+        t, w = plan
+        u = self.names(w.tag, "mma")
+        self.w(f"float {u}_d[{w.m // 16}][{w.n // 8}][4];  // resident across the loop")
+        for mode in ("load", None, "store"):
+            self.mma_mode[w.tag] = mode or "steps"
+            if mode is None:
+                self.plain_loop(s)
+            else:
+                self.stmt(t)
+        del self.mma_mode[w.tag]
+        return True
+
+    def tensor_mma(self, s: L.WarpMma) -> None:
+        """A ``WarpMma`` on the tensor cores: the lane's accumulator fragments
+        (``m/16 x n/8`` blocks of 4 floats, the ``mma.m16n8k16`` layout) are
+        loaded into registers, then per 16-deep step every block of ``a`` and
+        pair of blocks of ``b`` comes from shared memory by ``ldmatrix.x4``
+        (transposed where the buffer is contiguous along the other axis than
+        the fragment's register pairs) and each 16 x 8 block is one
+        ``mma.sync``; the fragments are stored back at the end. Inside a loop
+        that keeps them resident (:meth:`resident_loop`) only the steps are
+        emitted, or only the load or the store. The lone-thread form (no
+        lane) is its reference loop nest."""
+        if s.lane is None or not self.in_thread:
+            self.mma_stmt(s)  # the core rule: its reference loop nest
+            return
+        if s.group > 1:
+            self.group_mma(s)
+            return
+        mode = self.mma_mode.get(s.tag, "whole")
+        MT, NT, KS = s.m // 16, s.n // 8, s.k // 16
+        fn = "tn_mma_bf16" if s.a.buf.dtype.name == "bf16" else "tn_mma_f16"
+        u = self.names(s.tag, "mma")
+        self.w(f"{{  // warp_mma {s.m}x{s.n}x{s.k} ({mode}): {s.c} += {s.a} * {s.b}")
+        self.ind += 1
+        self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
+        self.w(f"const int {u}_g = {u}_l >> 2, {u}_q = {u}_l & 3, {u}_r = {u}_l & 7, "
+               f"{u}_bi = ({u}_l >> 3) & 1, {u}_bj = {u}_l >> 4;")
+        self.w(f"const {self.it} {u}_oa = {self.idx(s.a.offset)}, {u}_ob = "
+               f"{self.idx(s.b.offset)}, {u}_oc = {self.idx(s.c.offset)};")
+        self.w(f"(void){u}_g; (void){u}_q; (void){u}_r; (void){u}_bi; (void){u}_bj; "
+               f"(void){u}_oa; (void){u}_ob; (void){u}_oc;")
+        frag = bool(s.c.lane_cols)  # the accumulator is the lane's own registers
+        if mode == "whole" and not frag:
+            self.w(f"float {u}_d[{MT}][{NT}][4];")
+        if mode in ("whole", "load") and not frag:
+            self.mma_cells(s, u, load=True)
+        if mode in ("whole", "steps"):
+            self.w(self.d.unroll)
+            self.w(f"for (int {u}_k = 0; {u}_k < {KS}; ++{u}_k) {{")
+            self.ind += 1
+            self.w(f"unsigned {u}_fa[{MT}][4], {u}_fb[{NT}][2], {u}_t[4];")
+            for p in range(MT):
+                self.w(self.ldsm(s.a, u, f"{u}_fa[{p}]", f"{16 * p}", f"16 * {u}_k", pair="j")
+                       + ";")
+            for q2 in range(NT // 2):
+                self.w(self.ldsm(s.b, u, f"{u}_t", f"16 * {u}_k", f"{16 * q2}", pair="i") + ";")
+                for r, (q, h) in enumerate(((2 * q2, 0), (2 * q2, 1), (2 * q2 + 1, 0),
+                                            (2 * q2 + 1, 1))):
+                    self.w(f"{u}_fb[{q}][{h}] = {u}_t[{r}];")
+            for p in range(MT):
+                for q in range(NT):
+                    d = (f"&{self.buf(s.c.buf)}[{u}_oc + {4 * (p * NT + q)}]" if frag
+                         else f"{u}_d[{p}][{q}]")
+                    self.w(f"{fn}({d}, {u}_fa[{p}], {u}_fb[{q}]);")
+            self.ind -= 1
+            self.w("}")
+        if mode in ("whole", "store") and not frag:
+            self.mma_cells(s, u, load=False)
+        self.ind -= 1
+        self.w("}")
+
+    def group_mma(self, s: L.WarpMma) -> None:
+        """A warpgroup ``WarpMma`` (``group = 4``) on Hopper's tensor cores:
+        per 16-deep step one ``wgmma.mma_async`` m64n``n``k16 reading both
+        operands from shared memory through matrix descriptors, committed as
+        one group; then a wait for all of them, so the statement is complete
+        (its shared reads too) when it ends -- unless it is overlapped
+        (``WarpMma.overlap``), when the block barriers' waits complete it
+        (``tn_wgmma_wait<mma_keep>`` before each ``__syncthreads``).
+
+        Descriptors (PTX ISA, "matrix descriptor"; 128-byte swizzle mode): ``a``
+        is K-major -- 8-row groups 1024 bytes apart (the stride offset), a
+        16-deep step 32 bytes further in its 128-byte panel row, the next panel
+        ``rows x 128`` bytes on; ``b`` is MN-major (``imm-trans-b = 1``) -- its
+        64-column panels ``rows x 128`` bytes apart (the leading offset), 8-row
+        groups 1024 bytes apart, a step ``16 x 128`` bytes on. Both tiles start
+        at a 1024-byte atom (rows a multiple of 8, columns of a panel; the
+        lowering's tiles do) of a 1024-byte aligned buffer. The accumulator
+        is the thread's ``n/2`` registers in the instruction's order
+        (``loopir.lane_cell``): the lane fragment itself, or a copy of the
+        thread's cells of ``c``."""
+        la, lb = s.a.buf.layout, s.b.buf.layout
+        if la is None or lb is None or s.m != 64:
+            raise NotAvailableError("a warpgroup mma needs 64-row tiles of swizzled shared "
+                                    "operands", hint="use mma_unit='tensor'")
+        dt = s.a.buf.dtype.name
+        self.wgmma_shapes.add((dt, s.n))
+        u = self.names(s.tag, "mma")
+        isz = max(1, s.a.buf.dtype.itemsize)
+        frag = bool(s.c.lane_cols)
+        self.w(f"{{  // group_mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
+        self.ind += 1
+        self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
+        # one descriptor per operand; a later 16-deep step adds its byte
+        # offset / 16 to the address field (tn_wgmma_desc_at)
+        self.w(f"const tn_u64 {u}_a = tn_wgmma_desc({self.saddr(s.a.buf, s.a.offset)}, 16u, "
+               f"1024u), {u}_b = tn_wgmma_desc({self.saddr(s.b.buf, s.b.offset)}, "
+               f"{lb.rows * 128}u, 1024u);")
+        if frag:
+            d = f"&{self.buf(s.c.buf)}[{self.idx(s.c.offset)}]"
+        else:
+            d = f"{u}_d"
+            self.w(f"const {self.it} {u}_oc = {self.idx(s.c.offset)};")
+            self.w(f"float {u}_d[{s.n // 2}];")
+            self.group_cells(s, u, load=True)
+        self.w("tn_wgmma_fence();")
+        for j in range(s.k // 16):
+            k0 = 16 * j
+            ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
+            bo = k0 * 128
+            self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
+                   f"tn_wgmma_desc_at({u}_b, {bo}u));")
+        # an overlapped mma completes at a later barrier (Barrier.mma_keep)
+        self.w("tn_wgmma_commit();" if s.overlap else "tn_wgmma_commit(); tn_wgmma_wait<0>();")
+        if not frag:
+            self.group_cells(s, u, load=False)
+        self.ind -= 1
+        self.w("}")
+
+    def group_cells(self, s: L.WarpMma, u: str, load: bool) -> None:
+        """Copy the thread's accumulator cells between ``c`` and the
+        registers ``u_d`` of a warpgroup mma (``load``: into the registers)."""
+        c = s.c
+        for x, n in (("q", s.n // 8), ("h", 2), ("e", 2)):
+            self.w(self.d.unroll)
+            self.w(f"for (int {u}_{x} = 0; {u}_{x} < {n}; ++{u}_{x})")
+        ws = self.d.warp_size  # each warp of the group holds 16 rows
+        row = f"(16 * ({u}_l >> {ws.bit_length() - 1}) + (({u}_l & {ws - 1}) >> 2) + 8 * {u}_h)"
+        col = f"(8 * {u}_q + 2 * ({u}_l & 3) + {u}_e)"
+        at = self.elem(c.buf, f"{u}_oc + {row} * {c.si}{self.sfx} + {col} * {c.sj}{self.sfx}")
+        reg = f"{u}_d[4 * {u}_q + 2 * {u}_h + {u}_e]"
+        self.w(f"  {reg} = {at};" if load else f"  {at} = {reg};")
+
+    def mma_cells(self, s: L.WarpMma, u: str, load: bool) -> None:
+        """Copy the lane's accumulator elements between ``c`` and its
+        fragment registers ``u_d`` (``load``: into the registers)."""
+        c, cb = s.c, self.buf(s.c.buf)
+        for x, n in (("p", s.m // 16), ("n", s.n // 8), ("h", 2), ("e", 2)):
+            self.w(self.d.unroll)
+            self.w(f"for (int {u}_{x} = 0; {u}_{x} < {n}; ++{u}_{x})")
+        at = (f"{cb}[{u}_oc + (16 * {u}_p + {u}_g + 8 * {u}_h) * {c.si}{self.sfx} + "
+              f"(8 * {u}_n + 2 * {u}_q + {u}_e) * {c.sj}{self.sfx}]")
+        reg = f"{u}_d[{u}_p][{u}_n][2 * {u}_h + {u}_e]"
+        self.w(f"  {reg} = {at};" if load else f"  {at} = {reg};")
+
+    def ldsm(self, f: L.Frag, u: str, regs: str, i0: str, j0: str, pair: str) -> str:
+        """The ``ldmatrix.x4`` call loading the four 8 x 8 blocks ``(bi, bj)``
+        of the 16 x 16 block of ``f`` at ``(i0, j0)`` (lane ``8 (2 bj + bi) +
+        r`` gives row ``r`` of its block along ``f``'s strided axis), so that
+        register ``2 bj + bi`` holds pairs along axis ``pair``."""
+        contiguous = "j" if f.sj == 1 else "i"
+        di = f"8 * {u}_bi" + (f" + {u}_r" if contiguous == "j" else "")
+        dj = f"8 * {u}_bj" + (f" + {u}_r" if contiguous == "i" else "")
+        fn = "tn_ldsm_x4" if contiguous == pair else "tn_ldsm_x4_t"
+        off = f"{u}_o{'a' if pair == 'j' else 'b'}"
+        at = (f"{off} + ({i0} + {di}) * {f.si}{self.sfx} + ({j0} + {dj}) * {f.sj}{self.sfx}")
+        return f"{fn}({regs}, {self.buf(f.buf)} + ({at}))"
+
+    def saddr(self, b: L.Buffer, index: "str | E.Expr") -> str:
+        """The 32-bit shared-window address of logical element ``index`` of
+        the shared buffer ``b``: its base address (taken once per kernel,
+        :meth:`phase`) plus the byte offset of its physical position. The
+        same address as ``tn_smem_addr(&elem)``, without converting a generic
+        pointer at every use."""
+        self.shared_bases.add(b.name)
+        isz = max(1, b.dtype.itemsize)
+        return f"({self.buf(b)}_s + {isz}u * (unsigned)({self.position(b, index)}))"
+
+
+
+CudaEmitter.STMT_RULES = {**Emitter.STMT_RULES, L.WarpMma: "tensor_mma"}
+
+
+def wgmma_wrapper(dt: str, n: int) -> list[str]:
+    """The source lines defining ``tn_wgmma_<dt>_n<n>(d, desc_a, desc_b)``:
+    ``d += a * b`` for a 64 x ``n`` x 16 step of a warpgroup, ``d`` the
+    thread's ``n/2`` accumulator registers, ``a`` K-major and ``b`` MN-major
+    (transposed) in shared memory. On the device one ``wgmma.mma_async``
+    (asynchronous: ``tn_wgmma_commit``/``tn_wgmma_wait0`` complete it); in the
+    emulator a collective of each warp computing its 16 rows
+    (``tn_cuda_shim.h``)."""
+    name = f"tn_wgmma_{dt}_n{n}"
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    bf = "true" if dt == "bf16" else "false"
+    return [
+        "#ifdef TN_EMULATE",
+        f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {bf}, {n}, (d), (da), (db))",
+        "#else",
+        f"TN_FN void {name}(float* d, tn_u64 da, tn_u64 db) {{",
+        '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"',
+        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} "',
+        f'               "{{{outs}}}, "',
+        f'               "%{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"',
+        f"               : {cons}",
+        '               : "l"(da), "l"(db), "r"(1));',
+        "}",
+        "#endif",
+        "",
+    ]
