@@ -276,8 +276,8 @@ def compiler(name: str) -> Target:
     for an unknown name or a target without code generation."""
     t = TARGETS.get(name)
     if t is None or not t.compiles:
-        what = "no code generation for target" + (" yet" if t is not None else "")
-        raise NotAvailableError(f"{what} '{name}'",
+        what = f"no code generation for target '{name}'" + (" yet" if t is not None else "")
+        raise NotAvailableError(what,
                                 hint="targets that compile: " + ", ".join(compiling()))
     return t
 
