@@ -392,9 +392,13 @@ def resident_blocks(run: Run, ck: Any, sizes: dict[str, int]) -> int:
     """Blocks of ``ck``'s launches that the device holds at once: the
     multiprocessors times the blocks one of them holds, the least that the
     threads (2048), registers (65536, allocated per warp in units of 256),
-    shared memory (228 KiB, 1 KiB reserved per block) and the 32-block limit
+    shared memory (the cuda profile's per multiprocessor, less its reservation
+    per block) and the 32-block limit
     allow (the Hopper limits; the launch's dynamic shared bytes at these
     sizes)."""
+    from tilenest.targets import profile
+
+    gpu = profile("cuda")
     sms = run.torch.cuda.get_device_properties(0).multi_processor_count
     per_sm = 32
     for info, _, smem in ck.launches(sizes, check=False):
@@ -402,7 +406,8 @@ def resident_blocks(run: Run, ck: Any, sizes: dict[str, int]) -> int:
         warps = -(-info.threads // 32)
         per_warp = -(-regs * 32 // 256) * 256
         per_sm = min(per_sm, 2048 // info.threads, 65536 // (per_warp * warps),
-                     (228 * 1024) // (smem + ck.resources[info.name].shared_bytes + 1024))
+                     gpu.sm_shared_bytes // (smem + ck.resources[info.name].shared_bytes
+                                             + gpu.reserved_shared_bytes))
     return max(1, per_sm) * sms
 
 

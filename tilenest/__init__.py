@@ -116,15 +116,21 @@ def tune(kernel, *arrays, target: str = "cuda", **kw):
     schedule overrides: each candidate legal, validated against the oracle
     on generated calls, and timed on the GPU on copies of this call's arrays
     (see ``tilenest.backends.cuda.tune``); returns a report whose
-    ``compiled`` is the chosen kernel. Only ``cuda`` is tuned."""
-    if target != "cuda":
+    ``compiled`` is the chosen kernel. A target is tuned when its registry
+    row names a tuner (``tilenest.targets``: ``cuda``)."""
+    import importlib
+
+    from . import targets as _targets
+
+    row = _targets.TARGETS.get(target)
+    if row is None or row.tuner is None:
         from .errors import NotAvailableError
 
+        tuned = [n for n, t in _targets.TARGETS.items() if t.tuner is not None]
         raise NotAvailableError(f"no tuner for target '{target}'",
-                                hint="tune(kernel, *arrays, target='cuda')")
-    from .backends.cuda.tune import tune as _tune
-
-    return _tune(kernel, *arrays, **kw)
+                                hint=f"tune(kernel, *arrays, target='{tuned[0]}')" if tuned
+                                else "no target has a tuner")
+    return importlib.import_module(row.tuner).tune(kernel, *arrays, **kw)
 
 
 def clear_cache(disk: bool = False) -> int:

@@ -559,13 +559,23 @@ def _schedule_options(s: argparse.ArgumentParser) -> None:
 def _target_arg(text: str) -> str:
     """A code generation target's name (``--target`` of lower and validate):
     an unknown name is a usage error; a known target this machine cannot run
-    is reported later, when it is used (exit 3)."""
-    from .backends import TARGETS
+    is reported later, when it is used (exit 3). The targets are the rows of
+    the target registry with code generation (``tilenest.targets``); a row
+    without it is named as such."""
+    from .targets import TARGETS, compiling
 
-    if text not in TARGETS:
-        raise argparse.ArgumentTypeError(f"no code generation target {text!r} (targets: "
-                                         f"{', '.join(TARGETS)})")
+    if text not in compiling():
+        what = "has no code generation yet" if text in TARGETS else "is not a target"
+        raise argparse.ArgumentTypeError(f"no code generation target {text!r}: it {what} "
+                                         f"(targets: {', '.join(compiling())})")
     return text
+
+
+def _compiling_help() -> str:
+    """``llvm, cuda``: the targets with code generation, for help texts."""
+    from .targets import compiling
+
+    return ", ".join(compiling())
 
 
 def _int_at_least(lo: int) -> Callable[[str], int]:
@@ -756,8 +766,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a transform applied in order, e.g. 'split(1, 0, 2)', 'tile(1, [2, 2])', "
                         "'bind(1:block, 2:warp)', 'fuse_phases(1)', 'place_reduction(0, 4)'")
-    s.add_argument("--target", choices=("cuda", "metal", "cpu"),
-                   help="bind the (transformed) nest to this target's scopes")
+    from .targets import catalogue_names
+
+    s.add_argument("--target", choices=catalogue_names(),
+                   help="bind the (transformed) nest to this target's scopes (its binding "
+                        "catalogue; cpu is the llvm target's)")
     s.add_argument("--json", action="store_true", help="machine-readable report "
                    "(schema tilenest.check/1)")
     s.add_argument("--timeout", type=_positive_seconds, default=5.0, help="seconds per query (default 5)")
@@ -775,7 +788,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
     s.add_argument("--target", default="llvm", type=_target_arg,
-                   help="code generation target (llvm, cuda)")
+                   help=f"code generation target ({_compiling_help()})")
     s.add_argument("--emit", default="loopir",
                    help="stage: schedule | tileir | loopir | ir | opt | asm")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
@@ -788,7 +801,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
     s.add_argument("--kernel", help="only this kernel of a .py file")
     s.add_argument("--target", default="llvm", type=_target_arg,
-                   help="code generation target (llvm, cuda)")
+                   help=f"code generation target ({_compiling_help()})")
     s.add_argument("--cases", type=_int_at_least(1), default=20,
                    help="generated cases per kernel (default 20)")
     s.add_argument("--seed", type=_int_at_least(0), default=0)
@@ -811,7 +824,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="external implementation: a command with {case} {inputs} {outputs} "
                         "(shell-quoted inside an 'sh -c' script; spec/conformance/README.md)")
     s.add_argument("--target", "--backend", dest="backend", metavar="TARGET",
-                   help="a compiled target instead of the interpreter (llvm, cuda)")
+                   help=f"a compiled target instead of the interpreter ({_compiling_help()})")
     s.add_argument("--case", action="append", default=[], metavar="PAT",
                    help="only cases whose name contains PAT, or that cite rule PAT (V-7, R)")
     s.add_argument("--json-report", metavar="PATH", type=_out_file_arg, help="write the JSON report here")
@@ -835,7 +848,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON-lines state file: resumed if it exists, every item recorded")
     s.add_argument("--targets", metavar="T[:K],...",
                    help="fuzz targets, e.g. llvm,cuda:50 (cuda, on the emulated device, on "
-                        "every 50th program); default llvm")
+                        f"every 50th program); default llvm; targets: {_compiling_help()}")
     s.add_argument("--workers", type=_int_at_least(1), default=1,
                    help="worker processes, or the CPUs of a local Ray cluster (default 1)")
     s.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",

@@ -401,11 +401,11 @@ class Backend:
     program whose race obligations are refuted, before it runs."""
 
     def __init__(self, target: str):
-        from .backends import TARGETS
+        from .targets import compiling
 
-        if target not in TARGETS:
+        if target not in compiling():
             raise TilenestError(f"no conformance driver for backend '{target}'",
-                                hint="backends: " + ", ".join(TARGETS))
+                                hint="backends: " + ", ".join(compiling()))
         self.name = target
 
     def run(self, case: Case) -> Outcome:

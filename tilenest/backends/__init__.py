@@ -1,50 +1,21 @@
-"""Code-generation targets: one registry row per backend.
+"""Code-generation targets: the backends of the rows of the target registry.
 
-Each target names how to compile a program for it (``compile``: program,
-schedule -> a callable kernel with ``obligations`` and ``compile_seconds``)
-and how to print its stages (``emit``, ``STAGES``). ``Kernel.compile``,
-``tn.validate``, ``tilenest lower / validate / conformance`` and the
-benchmarks all look targets up here, so a backend is a row and a folder.
+The registry itself is :mod:`tilenest.targets` (one row per target: its
+device profile, default schedule fields, binding catalogue and the module
+path of its backend). This package holds the backends those rows name, and
+:func:`target`, the lookup ``Kernel.compile``, ``tn.validate``, ``tilenest
+lower / validate / conformance`` and the benchmarks use: a backend is a row
+and a folder.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import NotAvailableError
+from ..targets import TARGETS, Target, compiler, compiling
 
-
-@dataclass(frozen=True)
-class Target:
-    """A registry row: the backend's module (with ``compile_program``,
-    ``emit`` and ``STAGES``) and a one-line description."""
-
-    name: str
-    module: str
-    about: str
-
-    def load(self) -> Any:
-        return importlib.import_module(self.module)
-
-    def compile(self, program: Any, schedule: Any = None, **kw: Any) -> Any:
-        return self.load().compile_program(program, schedule, **kw)
-
-    def emit(self, program: Any, stage: str, schedule: Any = None) -> str:
-        return self.load().emit(program, stage, schedule)
-
-    def stages(self) -> tuple[str, ...]:
-        return tuple(self.load().STAGES)
-
-
-TARGETS: dict[str, Target] = {
-    "llvm": Target("llvm", "tilenest.backends.llvm", "the host CPU through LLVM (JIT)"),
-    "cuda": Target("cuda", "tilenest.backends.cuda",
-                   "NVIDIA GPUs (sm_90a) through CUDA C++ and NVRTC; on a GPU, or on the "
-                   "host emulator"),
-}
+__all__ = ["TARGETS", "Target", "compiling", "stage_text", "target"]
 
 
 def stage_text(target_name: str, stages: Any, program: Any, stage: str,
@@ -61,9 +32,6 @@ def stage_text(target_name: str, stages: Any, program: Any, stage: str,
 
 
 def target(name: str) -> Target:
-    """The registry row of target ``name`` (an error naming the targets otherwise)."""
-    t = TARGETS.get(name)
-    if t is None:
-        raise NotAvailableError(f"no code generation for target '{name}'",
-                                hint="targets: " + ", ".join(TARGETS))
-    return t
+    """The registry row of target ``name`` when it compiles (an error naming
+    the targets that do otherwise)."""
+    return compiler(name)

@@ -71,9 +71,18 @@ SCHEMA = "tilenest.bench/1"
 #: suite -> (its module, what it measures)
 SUITES: dict[str, Any] = {"codegen": codegen, "interpreter": interpreter, "proofs": proofs}
 SIZES = ("small", "medium", "large")
-TARGETS = ("llvm", "cuda")
-#: the GPU benchmark script of a source checkout
-CUDA_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda.py"
+#: the source checkout whose ``benchmarks/`` holds the device benchmark scripts
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def targets() -> tuple[str, ...]:
+    """The ``--target`` choices: the target the in-process codegen suite
+    compiles for, then every target whose registry row names a benchmark
+    script (``tilenest.targets``)."""
+    from ..targets import TARGETS
+
+    return (codegen.TARGET,) + tuple(n for n, t in TARGETS.items()
+                                     if t.compiles and t.bench_script and n != codegen.TARGET)
 CUDA_HINT = ("GPU benchmarks run from a source checkout on a machine with an NVIDIA GPU, "
              "CuPy and PyTorch: python benchmarks/cuda.py [--quick] [--only NAME ...]")
 
@@ -123,9 +132,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", choices=tuple(SUITES), default="codegen",
                         help="codegen: compiled kernels vs numpy/torch (default); interpreter: "
                              "the reference interpreter vs numpy; proofs: the checker")
-    parser.add_argument("--target", choices=TARGETS, default="llvm",
-                        help="code generation target of the codegen suite (default llvm); "
-                             "cuda runs benchmarks/cuda.py of a source checkout, on a GPU")
+    from ..targets import row
+
+    scripts = "; ".join(f"{n} runs {row(n).bench_script} of a source checkout, on its device"
+                        for n in targets()[1:])
+    parser.add_argument("--target", choices=targets(), default=codegen.TARGET,
+                        help=f"code generation target of the codegen suite (default "
+                             f"{codegen.TARGET}); {scripts}")
     parser.add_argument("--only", nargs="+", metavar="NAME", default=None,
                         help="only these benchmarks of the suite (names or NAME,NAME); "
                              "codegen: " + " ".join(codegen.NAMES) + "; interpreter: "
@@ -225,22 +238,32 @@ def _environment() -> dict[str, Any]:
     return env
 
 
-def _cuda(args: argparse.Namespace) -> int:
-    """``--target cuda``: run the source tree's GPU benchmark, or say why not."""
-    from ..backends.cuda.runtime import gpu_available
+def _script(args: argparse.Namespace) -> int:
+    """``--target T`` of a device target: run the benchmark script its
+    registry row names (from the source tree), or say why not."""
+    from ..targets import row
 
-    if not gpu_available():
-        raise NotAvailableError("GPU benchmarks need an NVIDIA GPU; none is available here",
-                                hint=CUDA_HINT)
-    if not CUDA_SCRIPT.exists():
-        raise NotAvailableError("the GPU benchmarks are not installed with the package",
-                                hint=CUDA_HINT)
-    cmd = [sys.executable, str(CUDA_SCRIPT), "--samples", str(args.samples)]
+    tgt = row(args.target)
+    assert tgt.bench_script is not None
+    if not tgt.load().device_available():
+        raise NotAvailableError(f"{args.target} benchmarks need its device; none is available "
+                                "here", hint=CUDA_HINT)
+    script = ROOT / tgt.bench_script
+    if not script.exists():
+        raise NotAvailableError(f"the {args.target} benchmarks are not installed with the "
+                                "package", hint=CUDA_HINT)
+    cmd = [sys.executable, str(script), "--samples", str(args.samples)]
     if args.size != "large":
         cmd.append("--quick")
     if args.only:
         cmd += ["--only", *[n for item in args.only for n in item.split(",") if n]]
     return subprocess.run(cmd, check=False).returncode
+
+
+def _script_of(target: str) -> str:
+    from ..targets import row
+
+    return row(target).bench_script or ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -253,14 +276,16 @@ def run(args: argparse.Namespace) -> int:
                        selected("codegen", args.only), codegen.emit_line, args.min_calls,
                        args.min_sample_ms / 1e3)
         return 0
-    if args.target == "cuda":
+    if args.target != codegen.TARGET:
+        script = _script_of(args.target)
         if args.suite != "codegen":
-            raise UsageError(f"--target cuda applies to the codegen suite, not {args.suite}")
+            raise UsageError(f"--target {args.target} applies to the codegen suite, not "
+                             f"{args.suite}")
         if args.compare or args.save:
             raise UsageError("--compare and --save record the CPU suites; "
-                                "benchmarks/cuda.py keeps its own records",
-                                hint="run --target cuda without --compare and --save")
-        return _cuda(args)
+                             f"{script} keeps its own records",
+                             hint=f"run --target {args.target} without --compare and --save")
+        return _script(args)
     recorded = compare.load(args.compare, args.suite) if args.compare else None
     names = selected(args.suite, args.only)
     doc: dict[str, Any] = {"schema": SCHEMA, "suite": args.suite, "size": args.size,

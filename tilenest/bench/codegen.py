@@ -86,6 +86,9 @@ SIZES: dict[str, dict[str, Any]] = {
 #: seconds to pause before each sample when BLAS runs several threads: its
 #: workers keep spinning a while after a call (OpenBLAS about 0.1 s)
 SETTLE_S = 0.25
+#: the target whose kernels this suite compiles and times (in this process,
+#: on the host's cores: the ``threads`` schedule field)
+TARGET = "llvm"
 #: a sample lasts at least this long (seconds)
 MIN_SAMPLE_S = 0.05
 #: worker output lines carrying a result start with this
@@ -359,7 +362,7 @@ def worker(threads: int, size: str, samples: int, only: tuple[str, ...],
         if c.bytes is not None:
             row["bytes"] = c.bytes
         t0 = time.perf_counter()
-        ck = c.kernel.compile(threads=threads)
+        ck = c.kernel.compile(TARGET, threads=threads)
         row["compile_s"] = time.perf_counter() - t0
 
         def call(ck: Any = ck, c: Case = c) -> None:

@@ -34,7 +34,7 @@ from ..semantics.types import TensorType, TileType
 from . import loopir as L
 from .facts import Facts, conjuncts, residual, split_range, upper_bounds
 from .handles import BufH, Handle, Index, LazyH, TensorH, VarH, linear
-from .schedule import LAZY_OPS, Schedule, default_schedule, storage_plan
+from .schedule import LAZY_OPS, Schedule, default_schedule, storage_plan, target_row
 
 Rule = Callable[["Lowerer", Operation], None]
 RULES: dict[str, Rule] = {}
@@ -127,6 +127,8 @@ class Lowerer:
         self.prog = prog
         self.sched = schedule
         self.target = schedule.target
+        #: the target's device profile (its registry row's, tilenest.targets)
+        self.profile = target_row(schedule.target).profile
         self.plan = storage_plan(prog, schedule)
         self.env: dict[str, Any] = {}
         self.ivars: dict[str, E.Expr] = {}
@@ -395,13 +397,14 @@ class Lowerer:
         return L.Swizzle128(rows, cols, h.dtype.itemsize)
 
     def operand_pitch(self, h: Handle, base: str) -> E.Expr | None:
-        """The padded row pitch of the shared copy of an ``mma`` operand on
-        ``cuda`` (None: dense). Tensor-core fragments are read eight rows of
+        """The padded row pitch of the shared copy of an ``mma`` operand on a
+        target whose tensor cores take ``mma.sync`` fragments (``cuda``; None:
+        dense). Tensor-core fragments are read eight rows of
         16 bytes at a time; rows an even number of 16-byte units apart fall
         on the same shared-memory banks (an 8-way conflict at 128 bytes), so
         such rows get 16 bytes of padding (an odd number of units: the eight
         rows hit distinct banks)."""
-        if not (self.target == "cuda" and self.sched.block_threads and base in self.mma_only
+        if not ("mma.sync" in self.profile.tensor_cores and self.sched.block_threads and base in self.mma_only
                 and h.rank >= 2 and isinstance(h.extents[-1], E.Const)) or \
                 self.operand_layout(h, base) is not None:
             return None

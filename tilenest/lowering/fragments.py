@@ -43,9 +43,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..semantics import expr as E
+from ..targets import SIMT_LANES
 from . import loopir as L
 
-WARP = 32
+WARP = SIMT_LANES
 #: the most accumulator elements a thread keeps in registers
 MAX_CELLS = 128
 _ids = itertools.count()

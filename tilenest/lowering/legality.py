@@ -12,9 +12,11 @@ program is lowered, :func:`legality` states and discharges
   ``noninterference.pipeline`` (P-7: pipeline iterations that may be in flight
   together and that no carried value orders never conflict);
 * the obligations of the schedule's own decisions: the binding of each
-  ``parallel`` the schedule runs on cores to the ``core`` scope of the CPU
-  catalogue (``binding.*``, T-6) -- for ``cuda``, of each top-level
-  ``parallel`` to the ``block`` scope of the CUDA catalogue -- and for every tree-policy ``reduce`` the
+  ``parallel`` the schedule runs on cores to the ``core`` scope of the
+  target's binding catalogue (its registry row's, ``tilenest.targets``;
+  ``binding.*``, T-6) -- on a SIMT target (``profile.simt``: ``cuda``), of
+  each top-level ``parallel`` to the ``block`` scope -- and for every
+  tree-policy ``reduce`` the
   lowering may regroup (schedule entry ``auto``) the permission of its policy
   (``reduction.permission``) and the exact laws of its built-in merge
   (``reduction.law.*``; float ``add``/``mul`` regrouping rests on the policy's
@@ -109,19 +111,22 @@ def schedule_obligations(program: TileProgram, schedule: Any) -> list[Any]:
     from ..proofs.obligation import PROVED, Obligation
     from ..semantics.reducers import BUILTINS
 
+    from .schedule import target_row
+
     m = Model(program)
     out: list[Any] = []
-    if schedule.target == "cuda":
+    row = target_row(schedule.target)
+    if row.profile.simt:
         # each instance of a top-level parallel is one block of the grid
         blocks = {op.attrs["level"]: "block" for op in program.walk()
                   if op.name == "parallel" and op.attrs["level"] == 1}
         if blocks:
-            out += BD.binding_obligations(m, BD.CUDA, blocks)
+            out += BD.binding_obligations(m, row.catalogue, blocks)
     else:
         cores = {op.attrs["level"]: "core" for op in program.walk() if op.name == "parallel"
                  and schedule.binding(op.oid, op.attrs["level"]) == "cores"}
         if cores:
-            out += BD.binding_obligations(m, BD.CPU, cores)
+            out += BD.binding_obligations(m, row.catalogue, cores)
     customs: dict[str, tuple[list, list[bool]]] = {}
     for op in program.walk():
         if op.name != "reduce":

@@ -38,8 +38,9 @@ those the program admits:
   like ``bounds.checked`` (M-7 allows compiled code to skip them).
 * ``block_threads`` -- threads per program for the SIMT form
   (``lowering/simt.py``; a multiple of 32): each program is run
-  cooperatively by that many threads. The ``cuda`` target always uses it
-  (default 256); on ``llvm`` it is off by default (``None``), and setting it
+  cooperatively by that many threads. A SIMT target (``cuda``) always uses
+  it (default: its registry row's, ``tilenest.targets``); on ``llvm`` it is
+  off by default (``None``), and setting it
   runs the same SIMT form serialized (``lowering/serialize.py``), so the CPU
   also executes and validates the GPU lowering.
 * ``vector_lanes`` -- in the SIMT form, consecutive elements each thread
@@ -132,12 +133,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import targets as T
 from ..semantics.signature import stored_tensors
 from ..errors import NotAvailableError, TilenestError
 from ..semantics.ir import Operation, TileProgram
 from ..semantics.ops.values import ELEMENTWISE
-
-TARGETS = ("llvm", "cuda")
 
 #: ops whose result is a view of its operand (free to recompute)
 VIEW_OPS = frozenset({"const", "index", "broadcast", "reindex", "permute", "per", "reshape"})
@@ -276,11 +276,21 @@ def default_lanes(program: TileProgram) -> int:
     return max(1, min(8, 16 // widest))
 
 
-#: fields of :class:`Schedule` that a target never reads: overriding one is
-#: refused (it would change nothing), not ignored
-UNUSED_FIELDS = {"cuda": ("threads", "chunk"),
-                 "llvm": ("index_bits", "min_blocks", "cache_hints", "grid_blocks",
-                          "row_registers")}
+def target_row(target: str) -> T.Target:
+    """The registry row of ``target`` (:mod:`tilenest.targets`): an error
+    naming the targets for an unknown one."""
+    got = T.TARGETS.get(target)
+    if got is None:
+        raise NotAvailableError(f"no lowering for target '{target}'",
+                                hint=f"available targets: {', '.join(T.TARGETS)}")
+    return got
+
+
+def unused_fields(target: str) -> tuple[str, ...]:
+    """The fields of :class:`Schedule` that ``target`` never reads (its row's
+    ``unused``): overriding one is refused (it would change nothing), not
+    ignored."""
+    return target_row(target).unused
 
 
 def _field_types() -> dict[str, set[type]]:
@@ -370,27 +380,47 @@ def check_overrides(overrides: dict[str, Any]) -> dict[str, Any]:
 def default_schedule(program: TileProgram, target: str = "llvm", **overrides: Any) -> Schedule:
     """The automatic schedule of ``program`` for ``target`` (overrides applied
     after :func:`check_overrides`; one the target never reads,
-    :data:`UNUSED_FIELDS`, is an error)."""
-    if target not in TARGETS:
-        raise NotAvailableError(f"no lowering for target '{target}'",
-                                hint=f"available targets: {', '.join(TARGETS)}")
+    :func:`unused_fields`, is an error).
+
+    The target's registry row decides: on a SIMT target (``profile.simt``)
+    every program runs as a block of threads, each thread taking
+    :func:`default_lanes` elements per step; otherwise programs run on the
+    host's cores (one worker per core) with its SIMD width and the
+    ``mma`` register block for it. The row's ``defaults`` are then set
+    (e.g. ``block_threads``), and the overrides last."""
+    row = target_row(target)
     check_overrides(overrides)
-    unused = [f for f in UNUSED_FIELDS.get(target, ()) if f in overrides]
+    unused = [f for f in row.unused if f in overrides]
     if unused:
         from ..errors import UsageError
 
         raise UsageError(f"schedule field {unused[0]} is not used by the {target} target "
                          "(setting it would change nothing)",
                          hint=f"the {target} target never reads "
-                              f"{', '.join(UNUSED_FIELDS[target])}; drop the setting")
-    if target == "cuda":
-        s = Schedule(target=target, threads=None, vector_bits=None, block_threads=256,
-                     vector_lanes=default_lanes(program), stages=2)
-        return replace(s, **overrides) if overrides else s
-    bits = overrides.get("vector_bits") or host_vector_bits()
-    s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,
-                 mma_block=default_mma_block(bits))
+                              f"{', '.join(row.unused)}; drop the setting")
+    if row.profile.simt:
+        s = Schedule(target=target, threads=None, vector_bits=None,
+                     vector_lanes=default_lanes(program), **row.defaults)
+    else:
+        bits = overrides.get("vector_bits") or host_vector_bits()
+        s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,
+                     mma_block=default_mma_block(bits), **row.defaults)
     return replace(s, **overrides) if overrides else s
+
+
+def for_target(program: TileProgram, schedule: Schedule | None, target: str) -> Schedule:
+    """The schedule a backend of ``target`` compiles with: ``schedule``, or
+    :func:`default_schedule` when none is given. A given schedule made for
+    another target takes ``target``'s name, and on a SIMT target one without
+    ``block_threads`` takes the row's default (a SIMT target always runs the
+    SIMT form); its other fields stay as given."""
+    s = schedule or default_schedule(program, target)
+    simt = target_row(target).profile.simt
+    if s.target != target or (simt and not s.block_threads):
+        threads = s.block_threads or (target_row(target).defaults.get("block_threads")
+                                      if simt else None)
+        s = s.with_(target=target, block_threads=threads)
+    return s
 
 
 def apply_transforms(program: TileProgram, schedule: Schedule) -> tuple[TileProgram, list]:
@@ -498,7 +528,8 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
     A ``tensor.load`` is inlined only when its effective count is one (a
     broadcast re-read from memory counts once), it reads a tensor the program
     never stores to (the read is then a snapshot wherever it happens), and its
-    bounds are ``zero``/``fill``/``assume``. For ``cuda`` a load used a few
+    bounds are ``zero``/``fill``/``assume``. On a SIMT target (``profile.simt``
+    of the schedule's target, e.g. ``cuda``) a load used a few
     times is re-read (from the L2 cache) and the cheap elementwise ops of
     :data:`GPU_RECOMPUTE` are recomputed at each use, rather than kept in
     shared memory (with ``schedule.stage_loads`` such a load is kept, in shared
@@ -507,7 +538,7 @@ memory, as on the CPU). Rank-0 results are kept in scalar
     users-first (reverse program order)."""
     uses, stage_of = _uses(program)
     ops = list(program.walk())
-    gpu = schedule is not None and schedule.target == "cuda"
+    gpu = schedule is not None and target_row(schedule.target).profile.simt
     loads = {o.results[0].name for o in ops if o.name == "tensor.load"}
     stored = (schedule or Schedule()).written(program)
     fixed = dict(schedule.storage) if schedule is not None else {}

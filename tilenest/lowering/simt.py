@@ -54,12 +54,14 @@ from typing import Any
 from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..errors import NotAvailableError, UsageError
+from ..targets import SIMT_LANES, SIMT_MAX_THREADS
 from ..proofs import taskmap as TM
 from . import fragments
 from . import loopir as L
 from . import simt_trees as trees
 
-WARP = 32
+#: lanes of a warp (the SIMT rows of tilenest.targets share this width)
+WARP = SIMT_LANES
 _ids = itertools.count()
 
 #: the identity of each merge a thread's partial starts from
@@ -565,9 +567,10 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
     distributed loop; see the module docstring. Every distributed loop
     appends ``(W, V, n)`` to ``maps``: its task map is :func:`distribution`,
     which must cover ``[0, n)`` exactly (``TaskMap.coverage``)."""
-    if threads % WARP or not 0 < threads <= 1024:
+    if threads % WARP or not 0 < threads <= SIMT_MAX_THREADS:
         raise UsageError(f"block_threads={threads}: threads per program must be a multiple of "
-                         f"{WARP} in [32, 1024]", hint="e.g. Schedule(block_threads=256)")
+                         f"{WARP} in [{WARP}, {SIMT_MAX_THREADS}]",
+                         hint="e.g. Schedule(block_threads=256)")
     if lanes not in (1, 2, 4, 8):
         raise UsageError(f"vector_lanes={lanes}: consecutive elements per thread must be 1, 2, "
                          "4 or 8", hint="e.g. Schedule(vector_lanes=4)")

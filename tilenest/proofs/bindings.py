@@ -1,7 +1,8 @@
 """Execution bindings ``beta`` and their obligations (``tile/execution.md``,
 binding sections; ``spec/transforms.md`` T-6).
 
-A :class:`Target` is a catalogue: its execution scopes, their **containment
+A :class:`Target` is a catalogue (:class:`tilenest.targets.Catalogue`, one per
+row of the target registry): its execution scopes, their **containment
 partial order** (given by covering pairs, closed transitively; never by the
 order of names), aliases (``subgroup = warp``, Metal's ``threadgroup = block``
 and ``simdgroup = warp``) and resource limits (most instances of a scope per
@@ -29,10 +30,12 @@ Obligations, for bound levels ``j`` (nearest bound ancestor) and ``k``:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
+from .. import targets as T
+from ..errors import NotAvailableError
 from ..semantics import expr as E
+from ..targets import Catalogue
 from ..semantics.ir import FrozenDict, TileProgram
 from ..semantics.maps import Map
 from ..semantics.policies import EXEC_SCOPES, ExecPolicy
@@ -44,64 +47,30 @@ from .remap import Transformed, TransformError, program_of
 from .transforms import transform_entry
 
 
-@dataclass(frozen=True)
-class Target:
-    """A target's execution-scope catalogue."""
-
-    name: str
-    scopes: tuple[str, ...]
-    covers: frozenset[tuple[str, str]]
-    limits: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    aliases: Mapping[str, str] = field(default_factory=dict)
-    auto: tuple[str, ...] = ()
-
-    def canon(self, s: str) -> str | None:
-        s = self.aliases.get(s, s)
-        return s if s in self.scopes else None
-
-    def contains(self, a: str, b: str) -> bool:
-        """``a`` strictly contains ``b`` (transitive closure of the covers)."""
-        todo, seen = [a], set()
-        while todo:
-            x = todo.pop()
-            for p, c in self.covers:
-                if p == x and c not in seen:
-                    if c == b:
-                        return True
-                    seen.add(c)
-                    todo.append(c)
-        return False
-
-    @staticmethod
-    def custom(name: str, scopes: tuple[str, ...], covers: list[tuple[str, str]],
-               limits: Mapping[tuple[str, str], int] | None = None,
-               auto: tuple[str, ...] = ()) -> Target:
-        """A custom catalogue, e.g. an accelerator with incomparable engines."""
-        return Target(name, tuple(scopes), frozenset(covers), dict(limits or {}), {}, auto)
+#: a binding catalogue (the class lives in the target registry, beside the
+#: rows whose catalogues these are)
+Target = Catalogue
+CUDA = T.CUDA_CATALOGUE
+METAL = T.METAL_CATALOGUE
+CPU = T.CPU_CATALOGUE
 
 
-CUDA = Target("cuda", ("cluster", "block", "warp", "thread"),
-              frozenset({("cluster", "block"), ("block", "warp"), ("warp", "thread")}),
-              {("cluster", "block"): 8, ("block", "warp"): 32, ("warp", "thread"): 32,
-               ("block", "thread"): 1024},
-              {"subgroup": "warp"}, ("block", "warp", "thread"))
-METAL = Target("metal", ("block", "warp", "thread"),
-               frozenset({("block", "warp"), ("warp", "thread")}),
-               {("block", "warp"): 32, ("warp", "thread"): 32, ("block", "thread"): 1024},
-               {"threadgroup": "block", "simdgroup": "warp", "subgroup": "warp"},
-               ("block", "warp", "thread"))
-CPU = Target("cpu", ("core", "vector"), frozenset({("core", "vector")}),
-             {("core", "vector"): 16}, {}, ("core", "vector"))
-TARGETS = {t.name: t for t in (CUDA, METAL, CPU)}
+def catalogues() -> tuple[str, ...]:
+    """The names :func:`target` accepts: every registered target's, and its
+    catalogue's own where that differs (``cpu``, the ``llvm`` row's)."""
+    return T.catalogue_names()
 
 
-def target(t: str | Target) -> Target:
-    if isinstance(t, Target):
+def target(t: str | Catalogue) -> Catalogue:
+    """The catalogue ``t`` names (a registry row's, :mod:`tilenest.targets`),
+    or ``t`` itself; an unknown name is a :class:`TransformError`."""
+    if isinstance(t, Catalogue):
         return t
-    if t not in TARGETS:
-        raise TransformError(f"unknown target '{t}'", hint="use cuda, metal, cpu or a "
-                             "tilenest.proofs.bindings.Target")
-    return TARGETS[t]
+    try:
+        return T.catalogue(t)
+    except NotAvailableError:
+        raise TransformError(f"unknown target '{t}'", hint=f"use {', '.join(catalogues())} or "
+                             "a tilenest.proofs.bindings.Target") from None
 
 
 def assignment(m: Model, tgt: Target, scopes: Mapping[int, str] | None, auto: bool

@@ -1,13 +1,15 @@
 """GPU resource obligations of a loop-IR kernel in SIMT form, with the launch
-preconditions a runtime checks per call.
+preconditions a runtime checks per call. The limits are a target's device
+profile (``tilenest.targets``, :func:`resource_obligations`).
 
 * ``shared.capacity``: the ``shared`` buffers of one block fit::
 
       forall syms >= 0:  sum_b roundup(size_b * itemsize_b, align)  <=  limit
 
 * ``binding.limit`` (threads): per phase, the threads per block ``W`` (the
-  widest thread loop) satisfy ``1 <= W <= max_threads and W % 32 == 0``;
-* ``binding.limit`` (grid): per phase, ``prod(extents) <= 2**31 - 1`` programs
+  widest thread loop) satisfy ``1 <= W <= max_threads and W % lanes == 0``
+  (``lanes``: the warp or simdgroup width);
+* ``binding.limit`` (grid): per phase, ``prod(extents) <= max_grid`` programs
   for all symbol values;
 * ``index.width``: every index value the generated code computes (each
   index expression and every subexpression of it) fits a 32-bit ``int``
@@ -16,7 +18,7 @@ preconditions a runtime checks per call.
   in 32 bits; a call whose sizes break it runs a 64-bit variant;
 * ``binding.registers``: per phase, with ``regs`` the registers per thread
   that ``ptxas`` reports for the phase's entry, ``roundup(regs, unit) * W <=
-  65536`` (``unit = 1`` by default; the hardware allocates per warp in units
+  per_block`` (``unit = 1`` by default; the hardware allocates per warp in units
   of 256 registers, i.e. ``unit = 8`` per thread).
 
 A claim over symbolic sizes is often true only for some sizes (a row buffer
@@ -36,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import targets as T
 from ..errors import TilenestError
 from ..semantics import expr as E
 from . import formula as Fm
@@ -46,16 +49,19 @@ LIMIT = "binding.limit"
 REGISTERS = "binding.registers"
 INDEX = "index.width"
 
-#: shared memory per block on sm_90 (227 KiB of opt-in dynamic shared memory)
-SHARED_LIMIT = 232448
-MAX_THREADS = 1024
-MAX_GRID = 2**31 - 1
-REGISTERS_PER_BLOCK = 65536
+#: the default limits: the ``cuda`` row's device profile (``tilenest.targets``;
+#: :func:`resource_obligations` takes any target's): shared memory per block
+#: (sm_90's opt-in dynamic shared memory), threads per block, blocks per
+#: launch, registers per block
+SHARED_LIMIT = T.CUDA.profile.shared_bytes
+MAX_THREADS = T.CUDA.profile.max_threads
+MAX_GRID = T.CUDA.profile.max_grid
+REGISTERS_PER_BLOCK = T.CUDA.profile.registers_per_block
 #: the largest index magnitude 32-bit index code may meet: ``2**31 - 1`` less
 #: ``2**20`` for the small offsets code generation adds to bounded expressions
 #: (vector widths, fragment offsets within shared memory)
 INDEX_LIMIT = 2**31 - 2**20
-WARP = 32
+WARP = T.CUDA.profile.lanes
 
 
 class LaunchError(TilenestError):
@@ -173,19 +179,27 @@ def _threads_of(ph: Any) -> list[E.Expr]:
     return [s.hi for s in L.walk(ph.body) if isinstance(s, L.For) and s.kind == "thread"]
 
 
+def resource_obligations(kernel: Any, profile: T.Profile) -> list[Obligation]:
+    """The shared-capacity and thread/grid obligations of ``kernel`` against
+    a target's device profile (undischarged): shared bytes per block, threads
+    per block (a multiple of its lane width) and blocks per launch."""
+    return [shared_capacity(kernel, profile.shared_bytes)] + thread_limits(
+        kernel, profile.max_threads, profile.max_grid, profile.lanes)
+
+
 def thread_limits(kernel: Any, max_threads: int = MAX_THREADS,
-                  max_grid: int = MAX_GRID) -> list[Obligation]:
-    """``binding.limit`` per phase: threads per block and grid size (module
-    docstring). A phase without thread loops (one thread per block) has
-    no thread obligation."""
+                  max_grid: int = MAX_GRID, lanes: int = WARP) -> list[Obligation]:
+    """``binding.limit`` per phase: threads per block (a multiple of the lane
+    width ``lanes``) and grid size (module docstring). A phase without
+    thread loops (one thread per block) has no thread obligation."""
     out = []
     for ph in kernel.phases:
         ws = list(dict.fromkeys(_threads_of(ph)))
         for w in ws:
-            ok = E.pand(w.ge(1), w.le(max_threads), E.mod(w, WARP).eq(0))
+            ok = E.pand(w.ge(1), w.le(max_threads), E.mod(w, lanes).eq(0))
             out.append(_symbolic(
                 LIMIT, f"{ph.name}: {E.to_str(w)} threads per block (1..{max_threads}, a "
-                f"multiple of {WARP})", ok, f"{ph.name}: threads per block",
+                f"multiple of {lanes})", ok, f"{ph.name}: threads per block",
                 lambda pt, w=w: [(f"{E.evaluate(w, {E.Sym(k): v for k, v in pt.items()})} "
                                  "threads per block")]))
         n: E.Expr = E.Const(1)

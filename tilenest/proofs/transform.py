@@ -24,7 +24,7 @@ Whole-program check: :func:`check` (what ``tilenest check`` runs).
 
 from __future__ import annotations
 
-from .bindings import CPU, CUDA, METAL, TARGETS, Target, bind
+from .bindings import CPU, CUDA, METAL, Target, bind, catalogues
 from .obligation import Obligation, discharge
 from .phases import fuse_phases, schedule_pipeline
 from .reductions import place_reduction
@@ -48,7 +48,6 @@ __all__ = [
                          "CPU",
                          "CUDA",
                          "METAL",
-                         "TARGETS",
                          "NewLevel",
                          "Obligation",
                          "Remap",
@@ -58,6 +57,7 @@ __all__ = [
                          "Transformed",
                          "apply",
                          "bind",
+                         "catalogues",
                          "check",
                          "coalesce",
                          "compose",

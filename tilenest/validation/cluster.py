@@ -301,8 +301,8 @@ def make_campaign(kind: str, targets: str | None = None, cases: int = 2,
         from . import fuzz
 
         plan = fuzz.parse_targets(targets or "llvm")
-        if any(t == "cuda" for t, _ in plan):
-            _require_emulator()
+        for t, _ in plan:
+            _require_host_run(t)
         if mutant is not None:
             from .mutants import MUTATIONS
 
@@ -331,22 +331,16 @@ def make_campaign(kind: str, targets: str | None = None, cases: int = 2,
     raise TilenestError(f"no campaign kind '{kind}'", hint="kinds: " + ", ".join(KINDS))
 
 
-def _require_emulator() -> None:
-    """The cuda fuzz target runs on the emulated device: NVRTC and a host C++
-    compiler, checked before any item so that a missing toolchain is one
-    error, not every program ``unsupported``."""
-    import shutil
+def _require_host_run(target: str) -> None:
+    """Check, before any item, that ``target`` can run here the way the
+    fuzzer runs it (its backend's ``require_host_run``, where it has one:
+    ``cuda`` on the emulated device needs NVRTC and a host C++ compiler), so
+    that a missing toolchain is one error, not every program ``unsupported``."""
+    from ..targets import compiler
 
-    from ..backends.cuda.nvrtc import nvrtc_available
-
-    cxx = os.environ.get("TILENEST_CXX", "g++")
-    missing = [w for w, ok in (("NVRTC", nvrtc_available()), (cxx, shutil.which(cxx)))
-               if not ok]
-    if missing:
-        raise NotAvailableError(f"the cuda target needs {' and '.join(missing)}, which this "
-                                "machine lacks", hint="install the NVRTC wheels of "
-                                "pyproject.toml and g++ (or set TILENEST_CXX), or fuzz "
-                                "--targets llvm")
+    check = getattr(compiler(target).load(), "require_host_run", None)
+    if check is not None:
+        check()
 
 
 def run(c: Campaign, count: int, seed: int, *, state: Path | None = None, workers: int = 1,

@@ -142,17 +142,22 @@ SCHEDULES = ("default", "v128", "v256", "v512", "materialize", "inline", "sequen
 
 def schedule_for(spec: Spec, program: Any, target: str = "llvm") -> Any:
     """The :class:`~tilenest.lowering.Schedule` that ``spec.sched`` names for
-    ``target``. On ``cuda`` the base is the SIMT form with :data:`CUDA_THREADS`
-    threads per program, and the SIMD widths (an LLVM notion) leave it as is."""
+    ``target``. On a SIMT target (its profile's ``simt``: ``cuda``) the base
+    is the SIMT form with one warp per program (the profile's ``lanes``, the
+    fewest threads the form allows, so that the fuzzer's small tiles still
+    spread over several rounds per thread), and the SIMD widths (a CPU
+    notion) leave it as is."""
     from ..lowering import default_schedule, storage_plan
+    from ..targets import profile
 
-    if target == "cuda":
-        s = default_schedule(program, "cuda", block_threads=CUDA_THREADS)
+    simt = profile(target).simt
+    if simt:
+        s = default_schedule(program, target, block_threads=profile(target).lanes)
     else:
-        s = default_schedule(program)
+        s = default_schedule(program, target)
     v = spec.sched
     if v in ("v128", "v256", "v512"):
-        return s if target == "cuda" else s.with_(vector_bits=int(v[1:]))
+        return s if simt else s.with_(vector_bits=int(v[1:]))
     if v in ("materialize", "inline"):
         return s.with_(storage=tuple((n, v) for n in sorted(storage_plan(program, s))))
     if v == "sequential":
@@ -164,11 +169,14 @@ def schedule_for(spec: Spec, program: Any, target: str = "llvm") -> Any:
     return s
 
 
-#: threads per program of the cuda schedules: the fewest the SIMT form allows,
-#: so that the fuzzer's small tiles still spread over several rounds per thread
-CUDA_THREADS = 32
-#: targets :func:`check_spec` compiles for
-TARGETS = ("llvm", "cuda")
+
+
+def fuzz_targets() -> tuple[str, ...]:
+    """The targets :func:`check_spec` compiles for: every registered target
+    with code generation (``tilenest.targets``)."""
+    from ..targets import compiling
+
+    return compiling()
 
 
 class Chooser:
@@ -662,7 +670,8 @@ class FuzzResult:
 
 def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None,
                target: str = "llvm") -> FuzzResult:
-    """Compile the spec's kernel for ``target`` (:data:`TARGETS`; ``cuda`` runs
+    """Compile the spec's kernel for ``target`` (:func:`fuzz_targets`; a target
+    with a device runs here as its row's ``host_run`` options say: ``cuda``
     on the host emulator, whose successive calls rotate the thread
     interleaving and the shared-memory poison) and validate it on ``cases``
     generated cases.
@@ -674,9 +683,9 @@ def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None,
     from ..errors import NotAvailableError, TilenestError
     from .validate import validate
 
-    if target not in TARGETS:
+    if target not in fuzz_targets():
         raise TilenestError(f"the fuzzer has no target '{target}'",
-                            hint="targets: " + ", ".join(TARGETS))
+                            hint="targets: " + ", ".join(fuzz_targets()))
     src = render(s)
     try:
         k = build(s)
@@ -689,16 +698,13 @@ def check_spec(s: Spec, cases: int = 2, seed: int = 0, compile_fn: Any = None,
     try:
         if compile_fn is not None:
             compiled = compile_fn(prog)
-        elif target == "cuda":
-            from ..backends.cuda import compile_program as compile_cuda
-
-            compiled = compile_cuda(prog, schedule_for(s, prog, "cuda"), cache=False,
-                                    device="emulated")
         else:
-            # uncached: a long campaign would otherwise keep every JIT'd kernel alive
-            from ..backends.llvm import compile_program
+            # uncached: a long campaign would otherwise keep every kernel alive
+            from ..targets import compiler
 
-            compiled = compile_program(prog, schedule_for(s, prog), cache=False)
+            row = compiler(target)
+            compiled = row.compile(prog, schedule_for(s, prog, target), cache=False,
+                                   **row.host_run)
         rep = validate(prog, cases=cases, seed=seed, limit=40, compiled=compiled)
     except NotAvailableError as e:
         return FuzzResult(s, "unsupported", e.message, text, src)
@@ -746,16 +752,16 @@ Plan = tuple[tuple[str, int], ...]
 
 def parse_targets(text: str) -> Plan:
     """``llvm,cuda:50`` -> ``(("llvm", 1), ("cuda", 50))``: targets of
-    :data:`TARGETS`, each optionally ``:K`` (every K-th item only). The first
+    :func:`fuzz_targets`, each optionally ``:K`` (every K-th item only). The first
     must run on every item, so that each item has a verdict."""
     from ..errors import TilenestError
 
     plan: list[tuple[str, int]] = []
     for part in text.split(","):
         name, _, every = part.strip().partition(":")
-        if name not in TARGETS:
+        if name not in fuzz_targets():
             raise TilenestError(f"--targets {text!r}: no fuzz target '{name}'",
-                                hint="targets: " + ", ".join(TARGETS) +
+                                hint="targets: " + ", ".join(fuzz_targets()) +
                                      " (e.g. llvm,cuda:50: cuda on every 50th program)")
         if every and (not every.isdigit() or int(every) < 1):
             raise TilenestError(f"--targets {text!r}: '{part}' is not TARGET or TARGET:K "
@@ -808,7 +814,9 @@ def _compile_with_mutant(s: Spec, mutant: str) -> Callable[[Any], Any]:
 
 
 def _on_target(s: Spec, cases: int, seed: int, target: str, mutant: str | None) -> FuzzResult:
-    fn = _compile_with_mutant(s, mutant) if mutant and target == "llvm" else None
+    from .mutants import TARGET as MUTATED
+
+    fn = _compile_with_mutant(s, mutant) if mutant and target == MUTATED else None
     return check_spec(s, cases, seed, compile_fn=fn, target=target)
 
 

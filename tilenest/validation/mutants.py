@@ -29,6 +29,10 @@ from ..errors import RuntimeSemanticError
 from ..lowering import loopir as L
 from ..semantics import expr as E
 
+#: the target whose backend :func:`compile_mutant` builds with (the mutated
+#: loop IR runs through the LLVM JIT)
+TARGET = "llvm"
+
 MUTATIONS = ("flip_index", "drop_tail_guard", "reorder_fold", "drop_reduce_seed")
 
 

@@ -33,7 +33,8 @@ import time
 from typing import Any, Callable
 
 from ...errors import TilenestError
-from ...lowering import Schedule, default_schedule, lower_verified, print_kernel
+from ...lowering import Schedule, lower_verified, print_kernel
+from ...lowering.schedule import for_target
 from ...lowering.legality import legality, summary
 from ...semantics import expr as E
 from ...semantics.ir import TileProgram
@@ -44,7 +45,7 @@ from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
 
 __all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "gpu_available",
-           "clear_cache"]
+           "clear_cache", "device_available", "require_host_run"]
 
 VERSION = "cuda-backend-1"
 ARCH = "sm_90a"
@@ -56,10 +57,36 @@ def prelude_dir() -> str:
 
 
 def _schedule(program: TileProgram, schedule: Schedule | None) -> Schedule:
-    s = schedule or default_schedule(program, "cuda")
-    if s.target != "cuda" or not s.block_threads:
-        s = s.with_(target="cuda", block_threads=s.block_threads or 256)
-    return s
+    """The schedule to compile with: the given one made a ``cuda`` schedule,
+    or the row's default (``lowering.schedule.for_target``)."""
+    return for_target(program, schedule, "cuda")
+
+
+def device_available() -> bool:
+    """Whether a CUDA GPU can be used here (``runtime.gpu_available``, looked
+    up at each call)."""
+    from . import runtime
+
+    return runtime.gpu_available()
+
+
+def require_host_run() -> None:
+    """Raise :class:`~tilenest.errors.NotAvailableError` unless this machine
+    can run cuda kernels on the emulated device (the ``host_run`` of the
+    registry row): NVRTC and a host C++ compiler."""
+    import shutil
+
+    from ...errors import NotAvailableError
+    from .nvrtc import nvrtc_available
+
+    cxx = os.environ.get("TILENEST_CXX", "g++")
+    missing = [w for w, ok in (("NVRTC", nvrtc_available()), (cxx, shutil.which(cxx)))
+               if not ok]
+    if missing:
+        raise NotAvailableError(f"the cuda target needs {' and '.join(missing)}, which this "
+                                "machine lacks", hint="install the NVRTC wheels of "
+                                "pyproject.toml and g++ (or set TILENEST_CXX), or fuzz "
+                                "--targets llvm")
 
 
 def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
@@ -78,16 +105,18 @@ def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
                         want_ptx=want_ptx, cache=cache)
 
 
-def resource_obligations(k: Any) -> list:
+def resource_obligations(k: Any, target: str = "cuda") -> list:
     """The SIMT form's resource obligations (shared-memory capacity, threads
-    per block, grid size), discharged: each holds for all sizes or leaves a
-    *launch precondition* over the symbols, which every call checks
-    (``runtime.CudaKernel``) before it launches. Cheap: asked before the
-    barrier proofs, so a schedule that fits no GPU is refused at once."""
+    per block, grid size) against ``target``'s device profile, discharged:
+    each holds for all sizes or leaves a *launch precondition* over the
+    symbols, which every call checks (``runtime.CudaKernel``) before it
+    launches. Cheap: asked before the barrier proofs, so a schedule that fits
+    no GPU is refused at once."""
     from ...proofs import gpu
     from ...proofs.obligation import discharge
+    from ...targets import profile
 
-    res = [gpu.shared_capacity(k)] + list(gpu.thread_limits(k))
+    res = gpu.resource_obligations(k, profile(target))
     discharge(res, timeout=2.0)
     return res
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from tilenest.errors import TilenestError
+from tilenest.targets import CUDA
 
 #: ``e_machine`` of an NVIDIA CUDA ELF (cubin).
 EM_CUDA = 190
@@ -48,7 +49,7 @@ _COMPAT_ARCH_SPECIFIC = 9
 
 #: Shared memory at the start of every kernel's shared section that the system
 #: reserves on sm_90 and later (cudaDevAttrReservedSharedMemoryPerBlock).
-RESERVED_SHARED_BYTES = 1024
+RESERVED_SHARED_BYTES = CUDA.profile.reserved_shared_bytes
 
 # NVIDIA note types: the tool that produced the cubin, and the CUDA target.
 _NOTE_TKINFO = 2000

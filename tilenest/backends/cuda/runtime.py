@@ -37,11 +37,16 @@ from ...errors import TilenestError, user_site
 from ...semantics import expr as E
 from ...semantics.signature import order_arguments, stored_tensors
 from ..calls import ArgumentBinder, scratch_arrays, status_error
+from ...targets import CUDA as _CUDA_ROW
+
+_CUDA = _CUDA_ROW.profile
 
 #: most blocks of a 1-D grid
 MAX_BLOCKS = 2**31 - 1
-#: the dynamic shared memory a Hopper block may opt in to (227 KiB)
-MAX_SHARED = 232448
+#: the dynamic shared memory a Hopper block may opt in to, and what it gets
+#: without the opt-in (the cuda row's profile, tilenest.targets)
+MAX_SHARED = _CUDA.shared_bytes
+STATIC_SHARED = _CUDA.static_shared_bytes
 
 _EMU_LOCK = threading.Lock()
 
@@ -334,7 +339,7 @@ class CudaKernel(ArgumentBinder):
         if self._mod is None:
             self._mod = _load_cubin(self.cubin, [i.name for i in self.source.kernels])
         fn = self._mod[info.name]
-        if smem > 48 * 1024:
+        if smem > STATIC_SHARED:
             fn.max_dynamic_shared_size_bytes = smem
         dev: list = []
         back: list = []
@@ -395,7 +400,7 @@ class BoundLaunch:
         self.steps = []
         for info, n, smem in plan:
             fn = ck._mod[info.name]
-            if smem > 48 * 1024:
+            if smem > STATIC_SHARED:
                 fn.max_dynamic_shared_size_bytes = smem
             self.steps.append((fn, n, info.threads, smem))
         self.args = tuple(args)
