@@ -152,3 +152,17 @@ def test_dialects_are_found_by_name():
     assert dialect("cuda") is CUDA and dialect(CUDA) is CUDA
     with pytest.raises(UsageError, match="dialects: cuda"):
         dialect("fortran")
+
+
+def test_a_changed_runtime_core_is_a_new_build(toy, tmp_path, monkeypatch, no_nvrtc):
+    """The build key and the precompiled header's key cover the runtime
+    core's text, not only the dialect header's: a precompiled shim that
+    outlived a change of ``tn_runtime.h`` would be read in place of it."""
+    monkeypatch.setenv("TILENEST_EMU_CACHE", str(tmp_path / "cache"))
+    first = em.build(TOY_SOURCE, dialect=toy).path
+    assert em.build(TOY_SOURCE, dialect=toy).path == first  # cached
+    changed = tmp_path / "tn_runtime.h"
+    changed.write_text(em.RUNTIME_PATH.read_text() + "\n/* changed */\n")
+    monkeypatch.setattr(em, "RUNTIME_PATH", changed)
+    assert em.build(TOY_SOURCE, dialect=toy).path != first
+    assert len(list((tmp_path / "cache").glob("shim-*.h"))) == 2

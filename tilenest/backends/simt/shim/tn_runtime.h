@@ -66,7 +66,7 @@
 #endif
 
 
-/* Standard headers first: the CUDA qualifier macros below (__noinline__ in
+/* Standard headers first: a dialect's qualifier macros (CUDA's __noinline__ in
  * particular) would break libstdc++ headers included after them. */
 #include <algorithm>
 #include <array>
