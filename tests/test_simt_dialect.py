@@ -67,7 +67,7 @@ TOY_LIMITS = Limits(lanes=8, max_threads=32, max_block=(32, 1, 1), shared_bytes=
 def toy(tmp_path) -> Dialect:
     header = tmp_path / "tn_toy_shim.h"
     header.write_text(TOY_HEADER)
-    return Dialect(name="toy", title="Toy", header=header, std="c++14",
+    return Dialect(name="toy", title="Toy", language="Toy C++", header=header, std="c++14",
                    defines=("TN_EMULATE=1",), kernel_marker="toy_kernel", limits=TOY_LIMITS,
                    entry="toy::{name}", hints={1: "toy: every thread meets the barrier"})
 
@@ -166,3 +166,9 @@ def test_a_changed_runtime_core_is_a_new_build(toy, tmp_path, monkeypatch, no_nv
     monkeypatch.setattr(em, "RUNTIME_PATH", changed)
     assert em.build(TOY_SOURCE, dialect=toy).path != first
     assert len(list((tmp_path / "cache").glob("shim-*.h"))) == 2
+
+
+def test_a_build_error_names_the_dialect(toy, no_nvrtc):
+    with pytest.raises(em.EmulatorBuildError, match="against the Toy shim") as info:
+        em.build("toy_kernel void broken(int* a) { a[0] = toy_undefined; }\n", dialect=toy)
+    assert "not valid Toy C++" in (info.value.hint or "")

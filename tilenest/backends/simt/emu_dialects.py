@@ -71,18 +71,21 @@ class Limits:
 class Dialect:
     """One language the emulator runs.
 
-    ``header``: the thin header ``-include``d before the source (it includes
+    ``name``: the dialect's key (and the file name of its sites,
+    ``<name:kernel>``); ``title`` and ``language``: how messages name the
+    dialect and its source language; ``header``: the thin header ``-include``d before the source (it includes
     ``tn_runtime.h``, found on the include path); ``std``: the C++ standard
     of ``-std=``; ``defines``: ``NAME=VALUE`` macros of every build;
     ``kernel_marker``: the word that starts a kernel definition
     (``__global__``); ``entry``: the function a kernel's launcher calls, a
     format of the kernel's ``name``; ``include_dirs``: folders searched for
-    the source's includes before the caller's; ``limits``: the profile a
+    the source's includes after the caller's; ``limits``: the profile a
     launch uses when the caller names none; ``hints``: the hint of each
     runtime error code, in the language's words."""
 
     name: str
     title: str
+    language: str
     header: Path
     std: str
     defines: tuple[str, ...]
@@ -105,6 +108,7 @@ class Dialect:
 CUDA = Dialect(
     name="cuda",
     title="CUDA",
+    language="CUDA C++",
     header=SHIM_DIR / "tn_cuda_shim.h",
     std="c++17",
     defines=("TN_EMULATE=1",),

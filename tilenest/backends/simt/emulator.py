@@ -242,8 +242,6 @@ def _param(ctype: str, kernel: str) -> _Param:
 
 
 # ----------------------------------------------------------------- the source
-
-
 def _strip_comments(src: str) -> str:
     src = re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), src, flags=re.DOTALL)
     return re.sub(r"//[^\n]*", "", src)
@@ -503,7 +501,7 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     the process's private folder; if that fails too, an
     :class:`EmulatorBuildError` says why."""
     shim_text, shim_id = _shim_texts(dia)
-    incs = [str(Path(d).resolve()) for d in (*dia.include_dirs, *include_dirs)]
+    incs = [str(Path(d).resolve()) for d in (*include_dirs, *dia.include_dirs)]
     flags = list(dia.flags()) + list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else
                                                      list(_LIB_FLAGS))
     full = source + ("\n" if not source.endswith("\n") else "") + _launchers(kernels, tsan, dia)
@@ -562,7 +560,7 @@ def _build(d: Path, key: str, full: str, flags: list[str], incs: list[str],
                 f"the generated source does not compile as host C++ against the {dia.title} "
                 "shim",
                 hint="the emitter used a construct the shim does not provide, or the source "
-                     f"is not valid {dia.title}",
+                     f"is not valid {dia.language}",
                 notes=tuple(msg.strip().splitlines()[:40]))
         deps = _read_depfile(depfile, {str(src_path), tmp, str(copy), str(copy) + ".gch"})
         # The artifact's name carries its headers' hash: a process that loaded
@@ -751,7 +749,7 @@ def build(source: str, kernels: Mapping[str, Sequence[str]] | None = None, *,
     ``["float*", "const float*", "long long", "int*"]``); ``None`` reads them
     from the kernel definitions in the source (CUDA's ``__global__``).
     ``include_dirs`` are searched for the source's includes (the dialect's
-    prelude), after the dialect's own folders (the portable prelude's).
+    prelude), before the dialect's own folders (the portable prelude's).
     ``tsan=True`` is for :func:`run_tsan` only (a TSan build cannot be loaded
     into this process)."""
     dia = _dialect(dialect)
