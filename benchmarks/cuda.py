@@ -763,7 +763,7 @@ def _hand_softmax(run: Run, dtn: str, sets: list[dict[str, Any]], outs: list[Any
     is a reference for what the generated kernel could reach; ``hand
     ex2.approx`` does not (its exp is ``__expf``) and shows what the faithful
     exp costs. Each is checked like a baseline before it is timed."""
-    from tilenest.backends.cuda import ARCH, prelude_dir
+    from tilenest.backends.cuda import ARCH, prelude_dirs
     from tilenest.backends.cuda.nvrtc import compile_cuda
     from tilenest.backends.cuda.runtime import _load_cubin
 
@@ -771,7 +771,7 @@ def _hand_softmax(run: Run, dtn: str, sets: list[dict[str, Any]], outs: list[Any
     src = hand_source()
     out: dict[str, tuple[list[Any], dict[str, Any]]] = {}
     try:
-        built = compile_cuda(src, HAND_SOURCE.name, arch=ARCH, include_dirs=(prelude_dir(),))
+        built = compile_cuda(src, HAND_SOURCE.name, arch=ARCH, include_dirs=prelude_dirs())
         names = {k: f"hand_softmax_{dtn}{suf}" for k, (suf, _) in HAND_VARIANTS.items()}
         mod = _load_cubin(built.cubin, list(names.values()))
     except Exception as e:  # noqa: BLE001 - reported, the run goes on

@@ -108,11 +108,11 @@ def test_hand_softmax_compiles_for_the_gpu_at_the_benchmark_size(bench):
     softmax_rows.cu, checked against the oracle in tests/test_hand_softmax.py)
     compiles with NVRTC at the benchmark's size, every entry without spills and
     within the registers its block size leaves a thread."""
-    from tilenest.backends.cuda import ARCH, prelude_dir
+    from tilenest.backends.cuda import ARCH, prelude_dirs
     from tilenest.backends.cuda.nvrtc import compile_cuda
 
     built = compile_cuda(bench.hand_source(), bench.HAND_SOURCE.name, arch=ARCH,
-                         include_dirs=(prelude_dir(),))
+                         include_dirs=prelude_dirs())
     want = {f"hand_softmax_{d}{suf}" for d in ("f32", "bf16")
             for suf, _ in bench.HAND_VARIANTS.values()}
     assert set(built.resources) == want

@@ -176,10 +176,10 @@ def _device_function(src: str, name: str, tmp_path: Path):  # type: ignore[no-un
     include the prelude), compiled by NVRTC and loaded by CuPy."""
     import cupy as cp
 
-    from tilenest.backends.cuda import ARCH, prelude_dir
+    from tilenest.backends.cuda import ARCH, prelude_dirs
     from tilenest.backends.cuda.nvrtc import compile_cuda
 
-    built = compile_cuda(src, f"{name}.cu", arch=ARCH, include_dirs=(prelude_dir(),), cache=False)
+    built = compile_cuda(src, f"{name}.cu", arch=ARCH, include_dirs=prelude_dirs(), cache=False)
     path = tmp_path / f"{name}.cubin"
     path.write_bytes(built.cubin)
     return cp.RawModule(path=str(path)).get_function(name)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tilenest as tn
-from tilenest.backends.cuda import ARCH, prelude_dir
+from tilenest.backends.cuda import ARCH, prelude_dir, prelude_dirs
 from tilenest.backends.cuda.nvrtc import compile_cuda
 from tilenest.backends.simt import emulator as E
 from tilenest.workloads.base import normal, sentinel
@@ -79,5 +79,5 @@ def test_approximate_variant_computes_the_same_softmax(module, dtn):
 
 def test_wrong_column_count_is_refused_at_compile_time():
     with pytest.raises(Exception, match="whole 16-byte groups"):
-        compile_cuda(_source(1000, 256), SOURCE.name, arch=ARCH, include_dirs=(prelude_dir(),),
+        compile_cuda(_source(1000, 256), SOURCE.name, arch=ARCH, include_dirs=prelude_dirs(),
                      cache=False)

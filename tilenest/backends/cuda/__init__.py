@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ...errors import TilenestError
@@ -44,16 +45,33 @@ from ...semantics.trees import BlockTree
 from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
 
-__all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "gpu_available",
-           "clear_cache", "device_available", "require_host_run"]
+__all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "prelude_dirs",
+           "prelude_files", "gpu_available", "clear_cache", "device_available",
+           "require_host_run"]
 
 VERSION = "cuda-backend-1"
 ARCH = "sm_90a"
 
 
 def prelude_dir() -> str:
-    """The include directory of ``tn_prelude.cuh``."""
+    """The folder of ``tn_prelude.cuh``, CUDA's own prelude; it includes the
+    portable ``tn_scalar.h`` of ``backends/simt/prelude``, so a compile
+    searches both folders (:func:`prelude_dirs`)."""
     return os.path.join(os.path.dirname(__file__), "prelude")
+
+
+def prelude_dirs() -> tuple[str, ...]:
+    """The include path of a generated CUDA source: CUDA's prelude folder,
+    then the portable SIMT prelude's (``backends/simt/prelude``)."""
+    from ..simt import prelude_dir as simt_prelude_dir
+
+    return (prelude_dir(), simt_prelude_dir())
+
+
+def prelude_files() -> tuple[str, ...]:
+    """Every header of the include path (:func:`prelude_dirs`), in order."""
+    return tuple(str(f) for d in prelude_dirs() for f in sorted(Path(d).iterdir())
+                 if f.suffix in (".h", ".cuh"))
 
 
 def _schedule(program: TileProgram, schedule: Schedule | None) -> Schedule:
@@ -101,7 +119,7 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
 def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
     from .nvrtc import compile_cuda
 
-    return compile_cuda(src.text, "tilenest.cu", arch=ARCH, include_dirs=(prelude_dir(),),
+    return compile_cuda(src.text, "tilenest.cu", arch=ARCH, include_dirs=prelude_dirs(),
                         want_ptx=want_ptx, cache=cache)
 
 

@@ -319,11 +319,11 @@ class CudaKernel(ArgumentBinder):
         if self._emu is None:
             with _EMU_LOCK:
                 if self._emu is None:
-                    from . import prelude_dir
+                    from . import prelude_dirs
 
                     self._emu = emulator.build(
                         self.source.text, {i.name: list(i.params) for i in self.source.kernels},
-                        include_dirs=(prelude_dir(),))
+                        include_dirs=prelude_dirs())
         # a read-only array reaching here is an input the kernel only reads (bind
         # refused read-only outputs by name): the emulator types its pointer as
         # mutable, so it is handed a writeable alias of the same memory

@@ -366,11 +366,11 @@ _NAME = re.compile(r"\b(?:v|b|tn)_\w+")
 def _prelude_names() -> frozenset[str]:
     """Every identifier of the prelude headers that a generated name could
     be mistaken for."""
-    from . import prelude_dir
+    from . import prelude_files
 
     out: set[str] = set()
-    for f in Path(prelude_dir()).glob("*.cuh"):
-        out |= set(_NAME.findall(f.read_text()))
+    for f in prelude_files():
+        out |= set(_NAME.findall(Path(f).read_text()))
     return frozenset(out)
 
 

@@ -1,10 +1,16 @@
-"""Host emulator for generated CUDA C++: the source itself, compiled as host C++.
+"""Host emulator for generated SIMT source: the source itself, compiled as host C++.
 
-A generated CUDA source is compiled by the host C++ compiler against
-``shim/tn_cuda_shim.h`` (``g++ -x c++ -std=c++17 -DTN_EMULATE -include shim``)
-into a shared library, one launcher per kernel; a launch runs every GPU thread
-of a block as a fiber. What the emulator guarantees (the shim's header comment
-states it in full):
+A generated source of a :class:`~tilenest.backends.simt.emu_dialects.Dialect`
+(CUDA C++ today) is compiled by the host C++ compiler against the dialect's
+thin header over the runtime core ``shim/tn_runtime.h`` (for CUDA
+``g++ -x c++ -std=c++17 -DTN_EMULATE -include shim/tn_cuda_shim.h``) into a
+shared library, one launcher per kernel; a launch runs every GPU thread of a
+block as a fiber, under the target profile's
+:class:`~tilenest.backends.simt.emu_dialects.Limits` (lanes per warp, threads
+per block, shared memory), which the runtime receives with every launch.
+Nothing here compiles for a GPU: a dialect emulates without its vendor's
+compiler. What the emulator guarantees (the runtime's header comment states
+it in full):
 
 * threads switch only at barriers and warp collectives, and at each switch
   point the *interleaving policy* (:data:`POLICIES`) picks who runs next, so
@@ -25,7 +31,8 @@ of the generated source that race.
 
 Compiled artifacts live in the ``simt-emu`` folder of the persistent cache
 (``tilenest.diskcache``), keyed by a hash of the source, the launchers, the
-flags, the shim's text and the compiler's version. A build's manifest is a
+flags, the texts of the dialect's header and the runtime core, and the
+compiler's version. A build's manifest is a
 cache entry (digest-checked, refused when someone else could have written
 it) naming the library by a plain file name in the same folder, with the
 library's SHA-256: before a cached library is loaded, the headers it was
@@ -60,8 +67,14 @@ from tilenest import diskcache as DC
 from tilenest.diskcache import atomic_write, cache_root
 from tilenest.errors import RuntimeSemanticError, Site, TilenestError
 
+from .emu_dialects import CUDA, RUNTIME_PATH, SHIM_DIR, Dialect, Limits
+from .emu_dialects import dialect as _dialect
+
 __all__ = [
     "BLOCK_ORDERS",
+    "CUDA",
+    "Dialect",
+    "Limits",
     "POISONS",
     "POLICIES",
     "SHIM_PATH",
@@ -91,14 +104,15 @@ POISONS = ("nan", "big", "bytes")
 #: Order of blocks: ``in_order`` (x fastest) or a ``shuffle`` by the seed.
 BLOCK_ORDERS = ("in_order", "shuffle")
 
-SHIM_PATH = Path(__file__).with_name("shim") / "tn_cuda_shim.h"
-SMEM_CAPACITY = 228 * 1024
+#: the CUDA dialect's thin header, and its profile's shared-memory bytes
+SHIM_PATH = CUDA.header
+SMEM_CAPACITY = CUDA.limits.shared_bytes
 DEFAULT_STACK = 64 * 1024
 
 _CXX = os.environ.get("TILENEST_CXX", "g++")
-_BASE_FLAGS = ("-x", "c++", "-std=c++17", "-O1", "-fno-strict-aliasing",
-               "-ffp-contract=off", "-fvisibility=hidden", "-fno-gnu-unique", "-pthread",
-               "-DTN_EMULATE=1")
+#: the options of every build (the dialect adds its language's: Dialect.flags)
+_BASE_FLAGS = ("-O1", "-fno-strict-aliasing", "-ffp-contract=off", "-fvisibility=hidden",
+               "-fno-gnu-unique", "-pthread")
 _LIB_FLAGS = ("-fPIC", "-shared")
 #: a TSan build carries debug lines: its reports name the generated source's lines
 _TSAN_FLAGS = ("-g", "-fsanitize=thread", "-fno-omit-frame-pointer", "-DTN_EMU_RUNNER=1")
@@ -113,22 +127,6 @@ _ERROR_KINDS = {
     7: "bad launch",
     8: "arithmetic fault",
     9: "warp collective lane exited",
-}
-_HINTS = {
-    1: "every thread of the block must reach the same __syncthreads(); hoist the barrier out "
-       "of the thread-dependent branch or early return",
-    2: "a warp collective's mask must name exactly the lanes that call it, each lane included; "
-       "with all 32 lanes participating use 0xffffffff",
-    3: "a barrier or collective waits for a thread that waits elsewhere; make all threads meet "
-       "the same synchronization in the same order",
-    4: "raise stack_size= in the launch, or move large per-thread arrays to shared memory",
-    5: "an index runs outside its buffer, an argument pointer is wrong, or a vector access "
-       "is not aligned to its size (CUDA faults on a misaligned address)",
-    6: "the kernel executed __trap()",
-    7: "check grid, block, shared_bytes and stack_size against CUDA's limits",
-    8: "an integer division by zero (or INT_MIN / -1) in the kernel",
-    9: "every lane named in a collective's mask must call it; narrow the mask to the lanes "
-       "that reach the call",
 }
 
 
@@ -171,7 +169,9 @@ class _Cfg(ctypes.Structure):
                 ("shared_bytes", ctypes.c_uint64), ("stack_bytes", ctypes.c_uint64),
                 ("seed", ctypes.c_uint64), ("policy", ctypes.c_int32),
                 ("poison", ctypes.c_int32), ("block_order", ctypes.c_int32),
-                ("flags", ctypes.c_int32)]
+                ("flags", ctypes.c_int32), ("lanes", ctypes.c_uint32),
+                ("max_threads", ctypes.c_uint32), ("max_block", ctypes.c_uint32 * 3),
+                ("reserved", ctypes.c_uint32), ("max_shared", ctypes.c_uint64)]
 
 
 class _Err(ctypes.Structure):
@@ -242,9 +242,6 @@ def _param(ctype: str, kernel: str) -> _Param:
 
 
 # ----------------------------------------------------------------- the source
-_KERNEL_RE = re.compile(r"__global__\b(?P<head>[^;{}()]*?)\b(?P<name>[A-Za-z_]\w*)\s*\(")
-
-
 def _strip_comments(src: str) -> str:
     src = re.sub(r"/\*.*?\*/", lambda m: " " * len(m.group(0)), src, flags=re.DOTALL)
     return re.sub(r"//[^\n]*", "", src)
@@ -253,12 +250,13 @@ def _strip_comments(src: str) -> str:
 _TYPE_WORDS = {"int", "char", "short", "long", "float", "double", "unsigned", "signed", "bool"}
 
 
-def parse_kernels(source: str) -> dict[str, list[str]]:
-    """The ``__global__`` functions defined in ``source``: name -> parameter C
-    types (parameter names and ``__launch_bounds__`` removed), in order."""
+def parse_kernels(source: str, dialect: Dialect = CUDA) -> dict[str, list[str]]:
+    """The kernels defined in ``source`` (CUDA's ``__global__`` functions, or
+    the ``dialect``'s kernel marker): name -> parameter C types (parameter
+    names and ``__launch_bounds__`` removed), in order."""
     text = re.sub(r"__(launch_bounds|cluster_dims)__\s*\([^()]*\)", " ", _strip_comments(source))
     out: dict[str, list[str]] = {}
-    for m in _KERNEL_RE.finditer(text):
+    for m in dialect.kernel_pattern().finditer(text):
         name = m.group("name")
         depth, i = 1, m.end()
         while i < len(text) and depth:
@@ -298,9 +296,10 @@ def _split_params(text: str) -> list[str]:
     return parts
 
 
-def _launchers(kernels: Mapping[str, Sequence[str]], runner: bool) -> str:
-    """The host launcher of each kernel: a thunk unpacking ``void**`` and an
-    exported ``tn_emu_launch_NAME``; with ``runner`` also the executable's main."""
+def _launchers(kernels: Mapping[str, Sequence[str]], runner: bool, dialect: Dialect) -> str:
+    """The host launcher of each kernel: a thunk unpacking ``void**`` into a
+    call of the dialect's entry function of the kernel and an exported
+    ``tn_emu_launch_NAME``; with ``runner`` also the executable's main."""
     lines = ['#line 1 "tn_emu_launchers"']
     for name, params in kernels.items():
         if not re.fullmatch(r"[A-Za-z_]\w*", name):
@@ -308,7 +307,8 @@ def _launchers(kernels: Mapping[str, Sequence[str]], runner: bool) -> str:
         for i, t in enumerate(params):
             lines.append(f"typedef {t} tn_emu_{name}_p{i};")
         call = ", ".join(f"*(tn_emu_{name}_p{i} *)a[{i}]" for i in range(len(params)))
-        lines.append(f"static void tn_emu_thunk_{name}(void **a) {{ (void)a; {name}({call}); }}")
+        entry = dialect.entry.format(name=name)
+        lines.append(f"static void tn_emu_thunk_{name}(void **a) {{ (void)a; {entry}({call}); }}")
         lines.append(
             f'extern "C" __attribute__((visibility("default"))) int tn_emu_launch_{name}'
             f"(void **a, const tn_emu_cfg *c, tn_emu_err *e) "
@@ -436,9 +436,26 @@ def _read_depfile(path: Path, skip: set[str]) -> dict[str, str]:
     return {f: _hash_file(f) for f in files}
 
 
-def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
-    """A copy of the shim in the folder ``d`` with its precompiled form
-    beside it (``<copy>.gch``, built once per shim text, flags and compiler):
+def _shim_texts(dia: Dialect) -> tuple[str, str]:
+    """The dialect's header text, and what identifies the shim a build
+    includes: that text and the runtime core's (the header includes it)."""
+    header = dia.header.read_text()
+    return header, json.dumps([header, RUNTIME_PATH.read_text()])
+
+
+def _shim_includes(dia: Dialect) -> list[str]:
+    """``-I`` options for the shim: the runtime core's folder, and the
+    dialect header's own where it lives elsewhere."""
+    dirs = [str(SHIM_DIR)] + ([str(dia.header.parent)] if dia.header.parent != SHIM_DIR else [])
+    return [x for d in dirs for x in ("-I", d)]
+
+
+def _precompiled_shim(d: Path, shim_text: str, shim_id: str, flags: Sequence[str],
+                      dia: Dialect) -> Path:
+    """A copy of the dialect's header (``shim_text``) in the folder ``d``
+    with its precompiled form beside it (``<copy>.gch``, built once per
+    ``shim_id`` -- the header's and the runtime core's texts -- flags and
+    compiler):
     a build that ``-include``s the copy reads the parsed shim instead of
     parsing it again, about a third of the time of a typical kernel's build.
 
@@ -449,7 +466,7 @@ def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
     and falls back to the copy's text otherwise, so the result is the same
     either way. A failed precompile is not an error: the copy alone is
     returned (the build then reports any problem of the shim itself)."""
-    key = hashlib.sha256(json.dumps([shim_text, list(flags), _compiler_version()])
+    key = hashlib.sha256(json.dumps([shim_id, list(flags), _compiler_version()])
                          .encode()).hexdigest()[:24]
     copy = d / f"shim-{key}.h"
     gch = d / f"shim-{key}.h.gch"
@@ -464,8 +481,7 @@ def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
     fd, tmp = DC.temp_file(d, gch.name)
     os.close(fd)
     pch_flags = [f for f in flags if f not in ("-x", "c++", *_LIB_FLAGS[1:])]
-    cmd = [_CXX, *pch_flags, "-x", "c++-header", "-I", str(SHIM_PATH.parent), str(copy),
-           "-o", tmp]
+    cmd = [_CXX, *pch_flags, "-x", "c++-header", *_shim_includes(dia), str(copy), "-o", tmp]
     try:
         if subprocess.run(cmd, capture_output=True, check=False).returncode == 0:
             digest = hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
@@ -478,16 +494,18 @@ def _precompiled_shim(d: Path, shim_text: str, flags: Sequence[str]) -> Path:
 
 
 def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Sequence[str],
-             tsan: bool) -> Path:
-    """Compile ``source`` + launchers (cached); the path of the library or
-    executable. A build that cannot write its files where they are kept (a
-    full disk, an unwritable folder) is made again in the process's private
-    folder; if that fails too, an :class:`EmulatorBuildError` says why."""
-    shim_text = SHIM_PATH.read_text()
-    incs = [str(Path(d).resolve()) for d in include_dirs]
-    flags = list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else list(_LIB_FLAGS))
-    full = source + ("\n" if not source.endswith("\n") else "") + _launchers(kernels, tsan)
-    key = hashlib.sha256(json.dumps([full, flags, incs, shim_text, _compiler_version()])
+             tsan: bool, dia: Dialect = CUDA) -> Path:
+    """Compile ``source`` + launchers of the dialect ``dia`` (cached); the
+    path of the library or executable. A build that cannot write its files
+    where they are kept (a full disk, an unwritable folder) is made again in
+    the process's private folder; if that fails too, an
+    :class:`EmulatorBuildError` says why."""
+    shim_text, shim_id = _shim_texts(dia)
+    incs = [str(Path(d).resolve()) for d in (*include_dirs, *dia.include_dirs)]
+    flags = list(dia.flags()) + list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else
+                                                     list(_LIB_FLAGS))
+    full = source + ("\n" if not source.endswith("\n") else "") + _launchers(kernels, tsan, dia)
+    key = hashlib.sha256(json.dumps([full, flags, incs, shim_id, _compiler_version()])
                          .encode()).hexdigest()[:24]
     d = cache_dir()
     private = _private_dir()
@@ -502,19 +520,19 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     keep = d != private and (cache_root() is None or DC.writes_enabled())
     if keep:
         try:
-            return _build(d, key, full, flags, incs, shim_text, tsan)
+            return _build(d, key, full, flags, incs, (shim_text, shim_id), tsan, dia)
         except OSError:
             pass  # a full disk or an unwritable cache: built uncached below
     try:
-        return _build(private, key, full, flags, incs, shim_text, tsan)
+        return _build(private, key, full, flags, incs, (shim_text, shim_id), tsan, dia)
     except OSError as e:
         raise EmulatorBuildError(f"the emulator cannot write its build files: {e}",
                                  hint="free disk space in the temporary folder "
                                       f"({tempfile.gettempdir()}) or set TMPDIR") from None
 
 
-def _build(d: Path, key: str, full: str, flags: list[str], incs: list[str], shim_text: str,
-           tsan: bool) -> Path:
+def _build(d: Path, key: str, full: str, flags: list[str], incs: list[str],
+           shim: tuple[str, str], tsan: bool, dia: Dialect) -> Path:
     """Build into folder ``d`` and record the manifest there (OSError when a
     file cannot be written, :class:`EmulatorBuildError` when the source does
     not compile)."""
@@ -527,8 +545,8 @@ def _build(d: Path, key: str, full: str, flags: list[str], incs: list[str], shim
     fd, tmp = DC.temp_file(d, key)
     os.close(fd)
     depfile = Path(tmp[: -len(".tmp")] + ".d.tmp")
-    shim = _precompiled_shim(d, shim_text, flags)
-    cmd = [_CXX, *flags, "-include", str(shim), "-I", str(SHIM_PATH.parent)]
+    copy = _precompiled_shim(d, shim[0], shim[1], flags, dia)
+    cmd = [_CXX, *flags, "-include", str(copy), *_shim_includes(dia)]
     for inc in incs:
         cmd += ["-I", inc]
     cmd += ["-MD", "-MF", str(depfile), str(src_path), "-o", tmp]
@@ -539,11 +557,12 @@ def _build(d: Path, key: str, full: str, flags: list[str], incs: list[str], shim
                 raise OSError(errno.ENOSPC, "no space left on device", str(d))
             msg = proc.stderr.replace(str(src_path), "<generated>")
             raise EmulatorBuildError(
-                "the generated source does not compile as host C++ against the CUDA shim",
+                f"the generated source does not compile as host C++ against the {dia.title} "
+                "shim",
                 hint="the emitter used a construct the shim does not provide, or the source "
-                     "is not valid CUDA C++",
+                     f"is not valid {dia.language}",
                 notes=tuple(msg.strip().splitlines()[:40]))
-        deps = _read_depfile(depfile, {str(src_path), tmp, str(shim), str(shim) + ".gch"})
+        deps = _read_depfile(depfile, {str(src_path), tmp, str(copy), str(copy) + ".gch"})
         # The artifact's name carries its headers' hash: a process that loaded
         # an older build keeps it, and dlopen never mistakes one for the other.
         tag = hashlib.sha256(json.dumps(deps, sort_keys=True).encode()).hexdigest()[:12]
@@ -579,12 +598,17 @@ def _choice(value: str, options: tuple[str, ...], what: str) -> int:
 
 
 def _make_cfg(grid, block, shared_bytes: int, policy: str, seed: int, poison: str,
-              block_order: str, stack_size: int) -> _Cfg:
+              block_order: str, stack_size: int, limits: Limits) -> _Cfg:
+    """One launch's configuration, with the profile's ``limits`` the runtime checks it by."""
     cfg = _Cfg()
     cfg.grid[:] = _dim3(grid, "grid")
     cfg.block[:] = _dim3(block, "block")
-    if not 0 <= shared_bytes <= SMEM_CAPACITY:
-        raise LaunchError(f"shared_bytes={shared_bytes} is outside 0..{SMEM_CAPACITY}")
+    if not 0 <= shared_bytes <= limits.shared_bytes:
+        raise LaunchError(f"shared_bytes={shared_bytes} is outside 0..{limits.shared_bytes}")
+    cfg.lanes = limits.lanes
+    cfg.max_threads = limits.max_threads
+    cfg.max_block[:] = limits.max_block
+    cfg.max_shared = limits.shared_bytes
     cfg.shared_bytes = shared_bytes
     cfg.stack_bytes = stack_size
     cfg.seed = seed & (2**64 - 1)
@@ -625,7 +649,7 @@ def _scalar(kernel: str, i: int, p: _Param, v):
     return p.scalar(iv)
 
 
-def _raise_for(err: _Err, kernel: str) -> None:
+def _raise_for(err: _Err, kernel: str, dia: Dialect = CUDA) -> None:
     code = int(err.code)
     if code == 0:
         return
@@ -636,19 +660,22 @@ def _raise_for(err: _Err, kernel: str) -> None:
     raise EmulatorError(
         f"{_ERROR_KINDS.get(code, 'error')} in kernel {kernel}, block {block}, thread {thread}: "
         f"{message}",
-        Site(f"<cuda:{kernel}>", line) if line > 0 else (), _HINTS.get(code),
+        Site(f"<{dia.name}:{kernel}>", line) if line > 0 else (), dia.hints.get(code),
         code=code, kernel=kernel, block=block, thread=thread, line=line)  # type: ignore[arg-type]
 
 
 @dataclass
 class EmuModule:
     """A compiled emulator library: its kernels (name -> parameter C types)
-    and a launcher for each. Launches of one module run one at a time."""
+    and a launcher for each, its dialect, and the profile limits its launches
+    run under. Launches of one module run one at a time."""
 
     path: Path
     kernels: dict[str, list[str]]
     _lib: ctypes.CDLL = field(repr=False)
     _params: dict[str, list[_Param]] = field(repr=False, default_factory=dict)
+    dialect: Dialect = CUDA
+    limits: Limits = CUDA.limits
     _lock: threading.Lock = field(repr=False, default_factory=threading.Lock)
 
     def state_address(self) -> int:
@@ -692,39 +719,47 @@ class EmuModule:
                 slot = _scalar(name, i, p, a)
             keep.append((a, slot))
             argv[i] = ctypes.cast(ctypes.pointer(slot), ctypes.c_void_p)
-        cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size)
+        cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size,
+                        self.limits)
         err = _Err()
         fn = _LAUNCH_PROTO(("tn_emu_launch_" + name, self._lib))
         with self._lock:
             fn(argv, ctypes.byref(cfg), ctypes.byref(err))
         del keep
-        _raise_for(err, name)
+        _raise_for(err, name, self.dialect)
 
 
-def _resolve_kernels(source: str, kernels) -> dict[str, list[str]]:
-    ks = {k: list(v) for k, v in (kernels if kernels is not None else parse_kernels(source)).items()}
+def _resolve_kernels(source: str, kernels, dia: Dialect) -> dict[str, list[str]]:
+    ks = {k: list(v) for k, v in
+          (kernels if kernels is not None else parse_kernels(source, dia)).items()}
     if not ks:
-        raise LaunchError("the source defines no __global__ kernel",
+        raise LaunchError(f"the source defines no {dia.kernel_marker} kernel",
                           hint="pass kernels={name: [param C types]}")
     return ks
 
 
 def build(source: str, kernels: Mapping[str, Sequence[str]] | None = None, *,
-          include_dirs: Sequence[str | os.PathLike] = (), tsan: bool = False) -> EmuModule:
-    """Compile a generated CUDA source for the host emulator.
+          include_dirs: Sequence[str | os.PathLike] = (), tsan: bool = False,
+          dialect: Dialect | str = CUDA, limits: Limits | None = None) -> EmuModule:
+    """Compile a generated source of ``dialect`` (CUDA by default) for the
+    host emulator; its launches run under the profile ``limits`` (default:
+    the dialect's).
 
     ``kernels`` maps each kernel to launch to its parameter C types (e.g.
     ``["float*", "const float*", "long long", "int*"]``); ``None`` reads them
-    from the ``__global__`` definitions in the source. ``include_dirs`` are
-    searched for the source's includes (the prelude). ``tsan=True`` is for
-    :func:`run_tsan` only (a TSan build cannot be loaded into this process)."""
+    from the kernel definitions in the source (CUDA's ``__global__``).
+    ``include_dirs`` are searched for the source's includes (the dialect's
+    prelude), before the dialect's own folders (the portable prelude's).
+    ``tsan=True`` is for :func:`run_tsan` only (a TSan build cannot be loaded
+    into this process)."""
+    dia = _dialect(dialect)
     if tsan:
         raise LaunchError("a ThreadSanitizer build runs in a subprocess", hint="use run_tsan()")
-    ks = _resolve_kernels(source, kernels)
+    ks = _resolve_kernels(source, kernels, dia)
     params = {k: [_param(t, k) for t in v] for k, v in ks.items()}
-    path = _compile(source, ks, [str(d) for d in include_dirs], tsan=False)
+    path = _compile(source, ks, [str(d) for d in include_dirs], tsan=False, dia=dia)
     lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
-    return EmuModule(path, ks, lib, params)
+    return EmuModule(path, ks, lib, params, dia, limits or dia.limits)
 
 
 # ------------------------------------------------------------------------ TSan
@@ -821,8 +856,10 @@ def run_tsan(source: str, name: str, grid, block, args: Sequence, *,
              include_dirs: Sequence[str | os.PathLike] = (), shared_bytes: int = 0,
              policy: str = "in_order", seed: int = 0, poison: str = "nan",
              block_order: str = "in_order", stack_size: int = DEFAULT_STACK,
-             timeout: float = 120.0) -> TsanReport:
-    """Run one launch under ThreadSanitizer in a subprocess and report its races.
+             timeout: float = 120.0, dialect: Dialect | str = CUDA,
+             limits: Limits | None = None) -> TsanReport:
+    """Run one launch under ThreadSanitizer in a subprocess and report its races
+    (``dialect`` and ``limits`` as for :func:`build`).
 
     Arrays in ``args`` go to the subprocess through files and come back in
     place (as with :meth:`EmuModule.launch`). An emulator error in the run is
@@ -830,20 +867,25 @@ def run_tsan(source: str, name: str, grid, block, args: Sequence, *,
     if not tsan_available():
         raise LaunchError("the host compiler has no ThreadSanitizer runtime (libtsan)",
                           hint="install libtsan for the compiler (e.g. the gcc libtsan package)")
-    ks = _resolve_kernels(source, kernels)
+    dia = _dialect(dialect)
+    lim = limits or dia.limits
+    ks = _resolve_kernels(source, kernels, dia)
     if name not in ks:
         raise LaunchError(f"no kernel {name!r} in the source", hint="kernels: " + ", ".join(ks))
     params = [_param(t, name) for t in ks[name]]
     if len(args) != len(params):
         raise LaunchError(f"kernel {name} takes {len(params)} arguments, got {len(args)}")
-    cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size)
-    exe = _compile(source, ks, [str(d) for d in include_dirs], tsan=True)
+    cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size,
+                    lim)
+    exe = _compile(source, ks, [str(d) for d in include_dirs], tsan=True, dia=dia)
     work = Path(tempfile.mkdtemp(prefix="tn-tsan-"))
     try:
         lines = [f"kernel {name}", "grid {} {} {}".format(*cfg.grid),
                  "block {} {} {}".format(*cfg.block), f"shared {cfg.shared_bytes}",
                  f"stack {cfg.stack_bytes}", f"seed {cfg.seed}", f"policy {cfg.policy}",
-                 f"poison {cfg.poison}", f"order {cfg.block_order}"]
+                 f"poison {cfg.poison}", f"order {cfg.block_order}", f"lanes {cfg.lanes}",
+                 f"threads {cfg.max_threads}", "blockmax {} {} {}".format(*cfg.max_block),
+                 f"smem {cfg.max_shared}"]
         arrays: list[tuple[np.ndarray, Path]] = []
         for i, (p, a) in enumerate(zip(params, args, strict=True)):
             if p.pointer:
@@ -887,7 +929,7 @@ def run_tsan(source: str, name: str, grid, block, args: Sequence, *,
         err.message = msg.strip().encode()[:2047]
         error = None
         try:
-            _raise_for(err, name)
+            _raise_for(err, name, dia)
         except EmulatorError as e:
             error = e
         races = parse_tsan_output(proc.stderr, exe.name.split("-")[0] + ".cu")

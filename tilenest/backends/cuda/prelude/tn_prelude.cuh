@@ -3,55 +3,50 @@
 // Every function here is the meaning of one loop-IR operation as
 // semantics/numerics.py defines it (IEEE round-to-nearest per operation,
 // integers wrapping, saturating float-to-int casts, numpy's floor division
-// and modulo, NaN-propagating maximum/minimum). The same text compiles for
-// the device (NVRTC, sm_90a) and, with TN_EMULATE defined and the emulator's
-// shim header included first, as host C++; only the few spots that need a
-// device instruction differ, each behind one #ifdef.
+// and modulo, NaN-propagating maximum/minimum). The float and integer part
+// that CUDA shares with the other SIMT dialects is the portable header
+// tn_scalar.h (backends/simt/prelude, on the include path beside this
+// folder); this file defines what that header asks of a dialect, then adds
+// CUDA's own: f64, bit casts, the status word's atomics, warp shuffles,
+// vector accesses, tensor cores and asynchronous copies.
 //
-// 16-bit floats are stored as their bits (tn_f16 / tn_bf16) and computed in
-// float: a binary op widens both operands exactly, computes in float (exact
-// enough: float has more than 2p+2 bits for p = 11 and 8, so rounding the
-// float result once more is the correctly rounded 16-bit result) and rounds
-// once to nearest-even.
+// The same text compiles for the device (NVRTC, sm_90a) and, with
+// TN_EMULATE defined and the emulator's shim header included first, as host
+// C++; only the few spots that need a device instruction differ, each behind
+// one #ifdef.
 #pragma once
 
-typedef signed char tn_i8;
-typedef short tn_i16;
-typedef int tn_i32;
 typedef long long tn_i64;
-typedef unsigned char tn_u8;
-typedef unsigned short tn_u16;
-typedef unsigned int tn_u32;
 typedef unsigned long long tn_u64;
 
-struct tn_f16 { unsigned short bits; };
-struct tn_bf16 { unsigned short bits; };
-
 #define TN_FN static __device__ __forceinline__
+#define TN_THREAD
+#define TN_STATUS int*
 
 // ---------------------------------------------------------------------------
-// bits
+// what the portable header needs: bits, the status word, and the double
+// overloads its float templates name (declared before it, see tn_scalar.h)
 
 TN_FN unsigned tn_fbits(float x) { return __float_as_uint(x); }
 TN_FN float tn_bitsf(unsigned b) { return __uint_as_float(b); }
 TN_FN unsigned long long tn_dbits(double x) { return (unsigned long long)__double_as_longlong(x); }
 TN_FN double tn_bitsd(unsigned long long b) { return __longlong_as_double((long long)b); }
-TN_FN bool tn_isnan(float x) { return x != x; }
 TN_FN bool tn_isnan(double x) { return x != x; }
-TN_FN bool tn_signbit(float x) { return (tn_fbits(x) >> 31) != 0; }
 TN_FN bool tn_signbit(double x) { return (tn_dbits(x) >> 63) != 0; }
-TN_FN float tn_copysign(float m, float s) { return tn_bitsf((tn_fbits(m) & 0x7fffffffu) | (tn_fbits(s) & 0x80000000u)); }
 TN_FN double tn_copysign(double m, double s) {
   return tn_bitsd((tn_dbits(m) & 0x7fffffffffffffffull) | (tn_dbits(s) & 0x8000000000000000ull));
 }
-
-TN_FN bool tn_isinf(float x) { return (tn_fbits(x) & 0x7fffffffu) == 0x7f800000u; }
 TN_FN bool tn_isinf(double x) { return (tn_dbits(x) & 0x7fffffffffffffffull) == 0x7ff0000000000000ull; }
-TN_FN bool tn_isfinite(float x) { return (tn_fbits(x) & 0x7f800000u) != 0x7f800000u; }
 TN_FN bool tn_isfinite(double x) { return (tn_dbits(x) & 0x7ff0000000000000ull) != 0x7ff0000000000000ull; }
+TN_FN double tn_quiet(double x) { return tn_bitsd(tn_dbits(x) | 0x0008000000000000ull); }
 
-// a select whose arms are both evaluated (a function's arguments are)
-template <typename T> TN_FN T tn_select(bool c, T a, T b) { return c ? a : b; }
+// the first error of a program wins (0: none yet)
+TN_FN void tn_fail(int* status, int code) { atomicCAS(status, 0, code); }
+
+#include "tn_scalar.h"
+
+// ---------------------------------------------------------------------------
+// bits
 
 // the bits of one register type read as another of the same width
 template <typename D, typename S> TN_FN D tn_bitcast(S s) {
@@ -64,8 +59,6 @@ template <typename D, typename S> TN_FN D tn_bitcast(S s) {
 // ---------------------------------------------------------------------------
 // 16-bit floats
 
-TN_FN float tn_widen(tn_bf16 x) { return tn_bitsf((unsigned)x.bits << 16); }
-
 #ifndef TN_EMULATE
 TN_FN float tn_widen(tn_f16 h) {  // exact, subnormals included
   float f;
@@ -73,49 +66,14 @@ TN_FN float tn_widen(tn_f16 h) {  // exact, subnormals included
   return f;
 }
 #else
-TN_FN float tn_widen(tn_f16 h) {
-  unsigned s = (unsigned)(h.bits & 0x8000u) << 16, e = (h.bits >> 10) & 0x1f, m = h.bits & 0x3ffu;
-  if (e == 0x1f) return tn_bitsf(s | 0x7f800000u | (m << 13));
-  if (e != 0) return tn_bitsf(s | ((e + 112u) << 23) | (m << 13));
-  // subnormal or zero: m * 2^-24, exact in float
-  float v = (float)m * 5.9604644775390625e-08f;
-  return tn_bitsf(s | tn_fbits(v));
-}
+TN_FN float tn_widen(tn_f16 h) { return tn_widen_f16_soft(h); }
 #endif
 
-TN_FN tn_bf16 tn_to_bf16(float x) {
-  unsigned b = tn_fbits(x);
-  tn_bf16 r;
-  if (tn_isnan(x)) { r.bits = (unsigned short)((b >> 16) | 0x40u); return r; }
-  unsigned lsb = (b >> 16) & 1u;
-  r.bits = (unsigned short)((b + 0x7fffu + lsb) >> 16);
-  return r;
-}
-
-TN_FN tn_f16 tn_to_f16(float x) {
-  unsigned b = tn_fbits(x), s = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
-  tn_f16 r;
-  if (a > 0x7f800000u) { r.bits = (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu)); return r; }
-  if (a >= 0x477ff000u) { r.bits = (unsigned short)(s | 0x7c00u); return r; }  // rounds to inf
-  if (a >= 0x38800000u) {  // normal half
-    unsigned m = a + 0xfffu + ((a >> 13) & 1u) - (112u << 23);
-    r.bits = (unsigned short)(s | (m >> 13));
-    return r;
-  }
-  // subnormal half (or zero): round |x| * 2^24 to an integer, nearest-even
-  float v = tn_bitsf(a) * 16777216.0f;  // exact: a power-of-two scale
-  float f = (float)(unsigned)v;
-  float d = v - f;
-  unsigned q = (unsigned)f;
-  if (d > 0.5f || (d == 0.5f && (q & 1u))) q += 1u;
-  r.bits = (unsigned short)(s | q);
-  return r;
-}
-
 // On the device one conversion instruction each (sm_80 and later): cvt.rn
-// rounds to nearest-even exactly as the integer code above, subnormal results
-// included (no .ftz); a NaN becomes the canonical NaN of the format (a NaN's
-// sign and payload are not part of the contract, spec/values.md V-14).
+// rounds to nearest-even exactly as the integer code of tn_to_bf16 /
+// tn_to_f16, subnormal results included (no .ftz); a NaN becomes the
+// canonical NaN of the format (a NaN's sign and payload are not part of the
+// contract, spec/values.md V-14).
 #ifdef TN_EMULATE
 TN_FN tn_bf16 tn_narrow_bf16(float x) { return tn_to_bf16(x); }
 TN_FN tn_f16 tn_narrow_f16(float x) { return tn_to_f16(x); }
@@ -151,130 +109,12 @@ TN_FN tn_bf16 tn_round_bf16(double d) { return tn_to_bf16(tn_f64_to_f32_odd(d));
 TN_FN double tn_round_f64(double d) { return d; }
 
 // ---------------------------------------------------------------------------
-// integer arithmetic (wrapping, as two's complement)
+// float arithmetic in f64, and CUDA's instructions for the float forms
 
-template <typename T> struct tn_unsigned_of { typedef T type; };
-template <> struct tn_unsigned_of<signed char> { typedef unsigned char type; };
-template <> struct tn_unsigned_of<short> { typedef unsigned short type; };
-template <> struct tn_unsigned_of<int> { typedef unsigned int type; };
-template <> struct tn_unsigned_of<long long> { typedef unsigned long long type; };
-
-template <typename T> TN_FN T tn_iadd(T a, T b) {
-  typedef typename tn_unsigned_of<T>::type U; return (T)(U)((U)a + (U)b);
-}
-template <typename T> TN_FN T tn_isub(T a, T b) {
-  typedef typename tn_unsigned_of<T>::type U; return (T)(U)((U)a - (U)b);
-}
-template <typename T> TN_FN T tn_imul(T a, T b) {
-  typedef typename tn_unsigned_of<T>::type U;
-  return (T)(U)((unsigned long long)(U)a * (unsigned long long)(U)b);
-}
-template <typename T> TN_FN T tn_ineg(T a) { return tn_isub<T>((T)0, a); }
-template <typename T> TN_FN T tn_iabs(T a) { return a < (T)0 ? tn_ineg<T>(a) : a; }
-
-// the first error of a program wins (0: none yet)
-TN_FN void tn_fail(int* status, int code) { atomicCAS(status, 0, code); }
-
-#define TN_DIV_ZERO 1000001
-#define TN_NEG_SHIFT 1000002
-
-template <typename T> TN_FN T tn_idiv(T a, T b, int* st) {  // C division (toward zero)
-  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
-  if ((T)-1 < (T)0 && b == (T)-1) return tn_ineg<T>(a);
-  return (T)(a / b);
-}
-template <typename T> TN_FN T tn_irem(T a, T b, int* st) {
-  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
-  if ((T)-1 < (T)0 && b == (T)-1) return (T)0;
-  return (T)(a % b);
-}
-template <typename T> TN_FN T tn_ifloordiv(T a, T b, int* st) {  // Python's //
-  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
-  if ((T)-1 < (T)0 && b == (T)-1) return tn_ineg<T>(a);
-  T q = (T)(a / b), r = (T)(a % b);
-  if (r != (T)0 && ((r < (T)0) != (b < (T)0))) q = (T)(q - 1);
-  return q;
-}
-template <typename T> TN_FN T tn_imod(T a, T b, int* st) {  // Python's %
-  if (b == (T)0) { tn_fail(st, TN_DIV_ZERO); return (T)0; }
-  if ((T)-1 < (T)0 && b == (T)-1) return (T)0;
-  T r = (T)(a % b);
-  if (r != (T)0 && ((r < (T)0) != (b < (T)0))) r = (T)(r + b);
-  return r;
-}
-template <typename T> TN_FN T tn_ishl(T a, T b, int* st) {
-  if ((T)-1 < (T)0 && b < (T)0) { tn_fail(st, TN_NEG_SHIFT); return (T)0; }
-  typedef typename tn_unsigned_of<T>::type U;
-  if ((unsigned long long)b >= sizeof(T) * 8) return (T)0;
-  return (T)(U)((U)a << (int)b);
-}
-template <typename T> TN_FN T tn_ishr(T a, T b, int* st) {
-  if ((T)-1 < (T)0 && b < (T)0) { tn_fail(st, TN_NEG_SHIFT); return (T)0; }
-  if ((unsigned long long)b >= sizeof(T) * 8) return (T)-1 < (T)0 ? (T)(a < (T)0 ? -1 : 0) : (T)0;
-  return (T)(a >> (int)b);
-}
-template <typename T> TN_FN T tn_imax(T a, T b) { return a > b ? a : b; }
-template <typename T> TN_FN T tn_imin(T a, T b) { return a < b ? a : b; }
-
-// index arithmetic: Python floor division and modulo on 64-bit values
-// x clamped to [lo, max(lo, hi)]
-TN_FN long long tn_clamp(long long x, long long lo, long long hi) {
-  return x < lo ? lo : (x > hi ? (hi > lo ? hi : lo) : x);
-}
-TN_FN long long tn_xfloordiv(long long a, long long b) {
-  if (b == 0) return 0;
-  if (b == -1) return -a;
-  long long q = a / b, r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-}
-TN_FN long long tn_xmod(long long a, long long b) {
-  if (b == 0 || b == -1) return 0;
-  long long r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-TN_FN long long tn_xmin(long long a, long long b) { return a < b ? a : b; }
-TN_FN long long tn_xmax(long long a, long long b) { return a > b ? a : b; }
-// the same in 32 bits, for code whose index values are proved to fit an int
-// (the index.width obligation); the overloads are chosen by the operands' type
-TN_FN int tn_clamp(int x, int lo, int hi) {
-  return x < lo ? lo : (x > hi ? (hi > lo ? hi : lo) : x);
-}
-TN_FN int tn_xfloordiv(int a, int b) {
-  if (b == 0) return 0;
-  if (b == -1) return -a;
-  int q = a / b, r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;
-}
-TN_FN int tn_xmod(int a, int b) {
-  if (b == 0 || b == -1) return 0;
-  int r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-TN_FN int tn_xmin(int a, int b) { return a < b ? a : b; }
-TN_FN int tn_xmax(int a, int b) { return a > b ? a : b; }
-
-// ---------------------------------------------------------------------------
-// float arithmetic (the wide type: float for f16/bf16/f32, double for f64)
-
-template <typename F> TN_FN F tn_quiet(F x);
-template <> __device__ __forceinline__ float tn_quiet<float>(float x) { return tn_bitsf(tn_fbits(x) | 0x00400000u); }
-template <> __device__ __forceinline__ double tn_quiet<double>(double x) {
-  return tn_bitsd(tn_dbits(x) | 0x0008000000000000ull);
-}
-
-// numpy's maximum / minimum: NaN propagates (the first NaN operand, quieted);
-// equal operands differ at most in a zero's sign: max takes +0, min -0
-template <typename F> TN_FN F tn_fextreme(F a, F b, bool is_max) {
-  if (tn_isnan(a)) return tn_quiet<F>(a);
-  if (tn_isnan(b)) return tn_quiet<F>(b);
-  bool pick_a = is_max ? (a > b) : (a < b);
-  if (a == b) pick_a = tn_signbit(a) != is_max;
-  return pick_a ? a : b;
-}
 #ifndef TN_EMULATE
-// the same on the device in one instruction: max.NaN / min.NaN are IEEE
-// 754-2019 maximum / minimum (+0 above -0; a NaN operand gives the canonical
-// NaN, whose sign and payload the contract leaves open)
+// numpy's maximum / minimum on the device in one instruction: max.NaN /
+// min.NaN are IEEE 754-2019 maximum / minimum (+0 above -0; a NaN operand
+// gives the canonical NaN, whose sign and payload the contract leaves open)
 template <> __device__ __forceinline__ float tn_fextreme<float>(float a, float b, bool is_max) {
   float r;
   if (is_max)
@@ -285,142 +125,12 @@ template <> __device__ __forceinline__ float tn_fextreme<float>(float a, float b
 }
 #endif
 
-// numpy's floor_divide / remainder on floats (npy_divmod)
-template <typename F> TN_FN F tn_ffloordiv(F a, F d) {
-  F mod = fmod(a, d);
-  if (d == (F)0) return a / d;
-  F div = (a - mod) / d;
-  if (mod != (F)0 && ((d < (F)0) != (mod < (F)0))) div = div - (F)1;
-  if (div != (F)0) {
-    F fl = floor(div);
-    if (div - fl > (F)0.5) fl = fl + (F)1;
-    return fl;
-  }
-  return tn_copysign((F)0, a / d);
-}
-template <typename F> TN_FN F tn_fmod(F a, F d) {
-  F mod = fmod(a, d);
-  if (d == (F)0) return mod;
-  if (mod != (F)0) {
-    if ((d < (F)0) != (mod < (F)0)) mod = mod + d;
-    return mod;
-  }
-  return tn_copysign((F)0, d);
-}
-TN_FN float tn_frem(float a, float b) { return fmodf(a, b); }
 TN_FN double tn_frem(double a, double b) { return fmod(a, b); }
-
-// IEEE division by a divisor shared by many dividends (a row's sum, say).
-// tn_fdiv_prep computes, once, y = RN(1/b) and the range of |a| for which
-//   q0 = RN(a y), r = fma(-b, q0, a), q = fma(r, y, q0)
-// is RN(a / b); tn_fdiv_by uses it, and a / b outside that range.
-// Why: scaled to a, b in [1, 2) (a = A 2^ea, b = B 2^eb), every step is the
-// same computation on A and B times a power of two as long as nothing leaves
-// the normal range: y needs eb <= 125; q0 and q, near 2^(ea - eb), need
-// ea - eb in [-125, 126]; r, zero or a nonzero multiple of 2^(ea - 47),
-// needs ea >= -79 to be zero or normal. On A and B the formula was compared
-// with IEEE division for all 2^23 x 2^23 significand pairs on an H200
-// (identical; spec/lowering.md L-6). Zeros, NaNs, infinities and subnormals of either
-// operand fall outside the range (lo = +inf for such a b).
-struct tn_fdivisor { float b, y, lo, hi; };
-TN_FN tn_fdivisor tn_fdiv_prep(float b) {
-  int e = (int)((tn_fbits(b) >> 23) & 0xffu) - 127;  // b's exponent when normal
-  if (e < -126 || e > 125) return {b, 0.0f, tn_bitsf(0x7f800000u), 0.0f};
-  int lo = e - 125 > -79 ? e - 125 : -79;              // lo <= ea
-  int hi = e + 127 < 128 ? e + 127 : 128;              // ea < hi
-  return {b, 1.0f / b, tn_bitsf((unsigned)(lo + 127) << 23),
-          hi == 128 ? tn_bitsf(0x7f800000u) : tn_bitsf((unsigned)(hi + 127) << 23)};
-}
-// the short form, right when tn_fdiv_in(a, d)
-TN_FN float tn_fdiv_short(float a, tn_fdivisor d) {
-  float q0 = a * d.y;
-  return fmaf(fmaf(-d.b, q0, a), d.y, q0);
-}
-TN_FN bool tn_fdiv_in(float a, tn_fdivisor d) {
-  float m = fabsf(a);
-  return m >= d.lo && m < d.hi;
-}
-TN_FN float tn_fdiv_by(float a, tn_fdivisor d) {
-  return tn_fdiv_in(a, d) ? tn_fdiv_short(a, d) : a / d.b;
-}
-
-TN_FN float tn_roundeven(float x) { return rintf(x); }
 TN_FN double tn_roundeven(double x) { return rint(x); }
 
 // transcendentals: evaluated in double (CUDA's double functions are within
 // 2 ulp of double; rounded once to a narrow dtype that is within 1 ulp, and
 // within the 4 ulp f64 bound as they are)
-// e^x in float arithmetic, below 1 ulp: the LLVM backend's exp_f32 (see
-// backends/llvm/mathlib.py for the error analysis), step for step, so the two
-// targets agree bitwise. Reduction x = k ln2 + r with a 16-bit head of ln2
-// (exact with one fma) and the tail's rounding error recovered by a second
-// fma; e^r - 1 = r + (d + r^2 q(r)), q of degree 4; one final rounding of
-// (1 + t) 2^k by fma, subnormal results included.
-// the polynomial part of tn_exp_f32: t with e^x ~ (1 + t) 2^k, for the
-// reduction x = k ln2 + r of x at k = rint(x / ln2) (k given as a float)
-TN_FN float tn_exp_f32_t(float x, float k) {
-  float nk = -k;
-  float r1 = fmaf(nk, 0x1.62e4p-1f, x);
-  float r = fmaf(nk, 0x1.7f7d1cp-20f, r1);
-  float d = fmaf(nk, 0x1.7f7d1cp-20f, r1 - r);
-  float q = 0x1.6a23bcp-10f;
-  q = fmaf(q, r, 0x1.123a2ap-7f);
-  q = fmaf(q, r, 0x1.5558f4p-5f);
-  q = fmaf(q, r, 0x1.55549p-3f);
-  q = fmaf(q, r, 0x1.fffffcp-2f);
-  return r + fmaf(r * r, q, d);
-}
-// k = rint(x log2e), the exact product of x and the float log2e rounded to an
-// integer (ties to even) by one fma with the shift 1.5 * 2^23 (right for
-// |x log2e| < 2^22); the sum's bits are 0x4b400000 + k.
-TN_FN float tn_exp_f32_shifted(float x) { return fmaf(x, 0x1.715476p+0f, 0x1.8p23f); }
-// tn_exp_f32's common case, |x| <= 87 (tn_exp_f32_in; the caller tests it): no clamp
-// applies, x is not NaN and 2^k is a normal power of two (|k| <= 126). The
-// shifted sum's bits moved left by 23 are k << 23 mod 2^32, the exponent field
-// of 2^k less the bias: no conversion instruction.
-TN_FN bool tn_exp_f32_in(float x) { return fabsf(x) <= 87.0f; }
-TN_FN float tn_exp_f32_near(float x) {
-  float s = tn_exp_f32_shifted(x);
-  float k = s - 0x1.8p23f;
-  float sn = tn_bitsf((tn_fbits(s) << 23) + 0x3f800000u);
-  return fmaf(tn_exp_f32_t(x, k), sn, sn);
-}
-TN_FN float tn_exp_f32(float x) {
-  // the common case first (tn_exp_f32_near)
-  if (tn_exp_f32_in(x)) return tn_exp_f32_near(x);
-  float xc = fminf(fmaxf(x, -104.0f), 89.0f);
-  float k = tn_exp_f32_shifted(xc) - 0x1.8p23f;
-  float t = tn_exp_f32_t(xc, k);
-  int ki = (int)k;
-  if ((unsigned)(ki + 126) <= 253u) {  // 87 < |x| with 2^k still normal
-    float sn = tn_bitsf((unsigned)(ki + 127) << 23);
-    return fmaf(t, sn, sn);
-  }
-  bool big = ki > 127, tiny = ki < -149;
-  int k1 = big ? 127 : (tiny ? -149 : ki);
-  if (tiny) t = (t - 1.0f) * 0.5f;
-  unsigned bits = k1 < -126 ? (1u << (unsigned)(k1 + 149)) : ((unsigned)(k1 + 127) << 23);
-  float sc = tn_bitsf(bits);
-  float y = fmaf(t, sc, sc);
-  if (big) y = y * 2.0f;
-  return tn_isnan(x) ? x + x : y;
-}
-
-// Guarded lane groups (the emitter's Emitter.guarded_lanes): the lanes of a
-// group are computed with the common cases alone, each call folding whether
-// its input was inside its common case into ok (no branch per lane); when ok
-// ends false the group is computed again with the whole functions. Where ok
-// stays true every call was inside its common case, where the whole function
-// gives the same value: the group's values are the whole functions' either way.
-TN_FN float tn_exp_f32_ok(float x, bool& ok) {
-  ok = ok & tn_exp_f32_in(x);
-  return tn_exp_f32_near(x);
-}
-TN_FN float tn_fdiv_by_ok(float a, tn_fdivisor d, bool& ok) {
-  ok = ok & tn_fdiv_in(a, d);
-  return tn_fdiv_short(a, d);
-}
-
 TN_FN double tn_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 TN_FN double tn_rsqrt(double x) { return 1.0 / sqrt(x); }
 
@@ -475,17 +185,6 @@ TN_SHFL(double)
   TN_FN T tn_shfl_xor(unsigned m, T v, int l, int w) { return PUT(tn_shfl_xor(m, (U)GET(v), l, w)); } \
   TN_FN T tn_shfl_up(unsigned m, T v, int l, int w) { return PUT(tn_shfl_up(m, (U)GET(v), l, w)); }   \
   TN_FN T tn_shfl_down(unsigned m, T v, int l, int w) { return PUT(tn_shfl_down(m, (U)GET(v), l, w)); }
-TN_FN tn_f16 tn_mk_f16(int b) { tn_f16 r; r.bits = (unsigned short)b; return r; }
-TN_FN tn_bf16 tn_mk_bf16(int b) { tn_bf16 r; r.bits = (unsigned short)b; return r; }
-TN_FN int tn_get16(tn_f16 v) { return v.bits; }
-TN_FN int tn_get16(tn_bf16 v) { return v.bits; }
-TN_FN bool tn_mk_bool(int b) { return b != 0; }
-TN_FN int tn_getb(bool v) { return v ? 1 : 0; }
-TN_FN signed char tn_mk_i8(int b) { return (signed char)b; }
-TN_FN unsigned char tn_mk_u8(int b) { return (unsigned char)b; }
-TN_FN short tn_mk_i16(int b) { return (short)b; }
-TN_FN unsigned short tn_mk_u16(int b) { return (unsigned short)b; }
-TN_FN int tn_geti(int v) { return v; }
 TN_SHFL_VIA(tn_f16, int, tn_get16, tn_mk_f16)
 TN_SHFL_VIA(tn_bf16, int, tn_get16, tn_mk_bf16)
 TN_SHFL_VIA(bool, int, tn_getb, tn_mk_bool)
@@ -494,8 +193,6 @@ TN_SHFL_VIA(unsigned char, int, tn_geti, tn_mk_u8)
 TN_SHFL_VIA(short, int, tn_geti, tn_mk_i16)
 TN_SHFL_VIA(unsigned short, int, tn_geti, tn_mk_u16)
 #undef TN_SHFL_VIA
-
-TN_FN long long tn_align16(long long n) { return (n + 15) / 16 * 16; }
 
 // ---------------------------------------------------------------------------
 // vector accesses: V consecutive elements at an address aligned to their

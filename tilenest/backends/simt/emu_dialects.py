@@ -1,0 +1,148 @@
+"""The emulator's dialects: what it needs to know of one SIMT language.
+
+The emulator (:mod:`tilenest.backends.simt.emulator`) compiles a generated
+source as host C++ against the runtime core ``shim/tn_runtime.h`` and one
+thin header per language. A :class:`Dialect` names that header, the
+compiler options the language needs (its C++ standard, its macros), how a
+kernel definition is recognised in the source, which function the launcher
+of a kernel calls, and the hints of its error messages (in its spelling). A
+launch runs under a target profile's :class:`Limits`, which the runtime
+receives with every launch; a dialect carries the profile the emulator uses
+when the caller names none.
+
+CUDA is the one dialect today (:data:`CUDA`); a new language is a new
+:class:`Dialect` row and a thin header, with no change to the runtime.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tilenest.errors import UsageError
+
+__all__ = ["CUDA", "DIALECTS", "RUNTIME_PATH", "SHIM_DIR", "Dialect", "Limits", "dialect"]
+
+#: the folder of the runtime core and the dialects' thin headers
+SHIM_DIR = Path(__file__).with_name("shim")
+#: the dialect-free runtime core every thin header includes
+RUNTIME_PATH = SHIM_DIR / "tn_runtime.h"
+#: the portable scalar prelude's folder, on every dialect's include path
+_PRELUDE_DIR = Path(__file__).with_name("prelude")
+#: the shared-memory storage the runtime has (TN_EMU_SMEM_STORAGE): no profile exceeds it
+SMEM_STORAGE = 228 * 1024
+#: the widest warp the runtime emulates (a collective's mask is 32 bits)
+MAX_LANES = 32
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A target profile's limits that a launch must respect: ``lanes``
+    threads per warp (CUDA) or simdgroup (Metal), at most ``max_threads``
+    threads per block with each extent within ``max_block``, at most
+    ``shared_bytes`` bytes of dynamic shared (threadgroup) memory."""
+
+    lanes: int
+    max_threads: int
+    max_block: tuple[int, int, int]
+    shared_bytes: int
+
+    def __post_init__(self) -> None:
+        ok = (isinstance(self.lanes, int) and 1 <= self.lanes <= MAX_LANES
+              and self.lanes & (self.lanes - 1) == 0)
+        if not ok:
+            raise UsageError(f"emulator limits: lanes={self.lanes!r} is not a power of two in "
+                             f"1..{MAX_LANES}",
+                             hint="a collective's lane mask is 32 bits wide")
+        if self.max_threads < 1 or len(self.max_block) != 3 or min(self.max_block) < 1:
+            raise UsageError(f"emulator limits: max_threads={self.max_threads} and "
+                             f"max_block={self.max_block} must be positive",
+                             hint="max_block is the (x, y, z) bound of a block's extents")
+        if not 0 <= self.shared_bytes <= SMEM_STORAGE:
+            raise UsageError(f"emulator limits: shared_bytes={self.shared_bytes} is outside "
+                             f"0..{SMEM_STORAGE}",
+                             hint="the emulator's shared-memory storage is "
+                                  f"{SMEM_STORAGE // 1024} KiB")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One language the emulator runs.
+
+    ``name``: the dialect's key (and the file name of its sites,
+    ``<name:kernel>``); ``title`` and ``language``: how messages name the
+    dialect and its source language; ``header``: the thin header ``-include``d before the source (it includes
+    ``tn_runtime.h``, found on the include path); ``std``: the C++ standard
+    of ``-std=``; ``defines``: ``NAME=VALUE`` macros of every build;
+    ``kernel_marker``: the word that starts a kernel definition
+    (``__global__``); ``entry``: the function a kernel's launcher calls, a
+    format of the kernel's ``name``; ``include_dirs``: folders searched for
+    the source's includes after the caller's; ``limits``: the profile a
+    launch uses when the caller names none; ``hints``: the hint of each
+    runtime error code, in the language's words."""
+
+    name: str
+    title: str
+    language: str
+    header: Path
+    std: str
+    defines: tuple[str, ...]
+    kernel_marker: str
+    limits: Limits
+    entry: str = "{name}"
+    include_dirs: tuple[Path, ...] = (_PRELUDE_DIR,)
+    hints: Mapping[int, str] = field(default_factory=dict)
+
+    def flags(self) -> tuple[str, ...]:
+        """The compiler options of the language: source kind, standard, macros."""
+        return ("-x", "c++", f"-std={self.std}", *(f"-D{d}" for d in self.defines))
+
+    def kernel_pattern(self) -> re.Pattern[str]:
+        """A kernel definition's start: the marker, then up to the name and ``(``."""
+        return re.compile(re.escape(self.kernel_marker) +
+                          r"\b(?P<head>[^;{}()]*?)\b(?P<name>[A-Za-z_]\w*)\s*\(")
+
+
+CUDA = Dialect(
+    name="cuda",
+    title="CUDA",
+    language="CUDA C++",
+    header=SHIM_DIR / "tn_cuda_shim.h",
+    std="c++17",
+    defines=("TN_EMULATE=1",),
+    kernel_marker="__global__",
+    # an H200's: 32-lane warps, 1024 threads (z at most 64), the 228 KiB window
+    limits=Limits(lanes=32, max_threads=1024, max_block=(1024, 1024, 64),
+                  shared_bytes=228 * 1024),
+    hints={
+        1: "every thread of the block must reach the same __syncthreads(); hoist the barrier "
+           "out of the thread-dependent branch or early return",
+        2: "a warp collective's mask must name exactly the lanes that call it, each lane "
+           "included; with all 32 lanes participating use 0xffffffff",
+        3: "a barrier or collective waits for a thread that waits elsewhere; make all threads "
+           "meet the same synchronization in the same order",
+        4: "raise stack_size= in the launch, or move large per-thread arrays to shared memory",
+        5: "an index runs outside its buffer, an argument pointer is wrong, or a vector access "
+           "is not aligned to its size (CUDA faults on a misaligned address)",
+        6: "the kernel executed __trap()",
+        7: "check grid, block, shared_bytes and stack_size against CUDA's limits",
+        8: "an integer division by zero (or INT_MIN / -1) in the kernel",
+        9: "every lane named in a collective's mask must call it; narrow the mask to the lanes "
+           "that reach the call",
+    },
+)
+
+#: every dialect by name
+DIALECTS: dict[str, Dialect] = {CUDA.name: CUDA}
+
+
+def dialect(d: Dialect | str) -> Dialect:
+    """``d`` itself, or the registered dialect of that name."""
+    if isinstance(d, Dialect):
+        return d
+    if d not in DIALECTS:
+        raise UsageError(f"the emulator has no dialect '{d}'",
+                         hint="dialects: " + ", ".join(DIALECTS))
+    return DIALECTS[d]
