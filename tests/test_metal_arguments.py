@@ -6,6 +6,7 @@ launch geometry limits, and the runtime's refusal off macOS."""
 from __future__ import annotations
 
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -189,3 +190,22 @@ def test_launch_geometry_refusals(programs, threads, smem, words):
     for w in ["k_p1", *words]:
         assert w in e.value.message
     assert e.value.hint
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="off macOS only")
+def test_the_runtime_refuses_off_macos_with_a_hint():
+    from tilenest.backends.metal import runtime
+
+    with pytest.raises(NotAvailableError, match="needs macOS") as e:
+        runtime.MetalDevice("kernel void k() {}")
+    assert e.value.hint and "emulated" in e.value.hint and "tilenest[metal]" in e.value.hint
+
+
+def test_the_runtime_names_the_missing_pyobjc_package(monkeypatch):
+    from tilenest.backends.metal import runtime
+
+    monkeypatch.setattr(runtime.sys, "platform", "darwin")
+    monkeypatch.setitem(sys.modules, "Metal", None)  # an import of it fails
+    with pytest.raises(NotAvailableError, match="pyobjc-framework-Metal") as e:
+        runtime.metal_module()
+    assert e.value.hint and "tilenest[metal]" in e.value.hint
