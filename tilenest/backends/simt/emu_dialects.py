@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tilenest.errors import UsageError
+from tilenest.targets import profile
 
 __all__ = ["CUDA", "DIALECTS", "RUNTIME_PATH", "SHIM_DIR", "Dialect", "Limits", "dialect"]
 
@@ -113,9 +114,11 @@ CUDA = Dialect(
     std="c++17",
     defines=("TN_EMULATE=1",),
     kernel_marker="__global__",
-    # an H200's: 32-lane warps, 1024 threads (z at most 64), the 228 KiB window
-    limits=Limits(lanes=32, max_threads=1024, max_block=(1024, 1024, 64),
-                  shared_bytes=228 * 1024),
+    # the cuda row's profile (an H200: 32-lane warps, 1024 threads, the 228 KiB
+    # shared window of a multiprocessor); CUDA itself caps a block's z at 64
+    limits=Limits(lanes=profile("cuda").lanes, max_threads=profile("cuda").max_threads,
+                  max_block=(profile("cuda").max_threads, profile("cuda").max_threads, 64),
+                  shared_bytes=profile("cuda").sm_shared_bytes),
     hints={
         1: "every thread of the block must reach the same __syncthreads(); hoist the barrier "
            "out of the thread-dependent branch or early return",
