@@ -44,6 +44,7 @@ import numpy as np
 
 from ...errors import NotAvailableError, TilenestError
 from ...semantics.dtypes import DType
+from ...targets import profile
 
 #: Metal's scalar types a struct member can have: (size, alignment) in bytes
 MSL_SCALARS: dict[str, tuple[int, int]] = {
@@ -66,12 +67,12 @@ _NP_OF: dict[str, str] = {
     "float": "<f4",
 }
 
-#: most threads in one threadgroup (every Apple GPU)
-MAX_THREADS = 1024
-#: most threadgroup memory one threadgroup can have, in bytes
-MAX_THREADGROUP_MEMORY = 32 * 1024
-#: most threadgroups in one dimension of a grid (Metal's positions are 32-bit)
-MAX_THREADGROUPS = 2**32 - 1
+#: most threads in one threadgroup, most threadgroup memory one threadgroup can
+#: have (bytes), most threadgroups in one dimension of a grid: the metal row's
+#: profile (``tilenest/targets.py``)
+MAX_THREADS = profile("metal").max_threads
+MAX_THREADGROUP_MEMORY = profile("metal").shared_bytes
+MAX_THREADGROUPS = profile("metal").max_grid
 
 #: the name of the status word parameter, and of the struct parameter
 STATUS = "tn_status"
