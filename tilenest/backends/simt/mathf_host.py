@@ -52,10 +52,10 @@ def source() -> str:
     lines = ["#include <cmath>", "#include <cstring>",
              "#define TN_FN static inline",
              "#define TN_FMA(a, b, c) std::fmaf((a), (b), (c))",
-             "static inline unsigned tn_host_as_uint(float x) "
-             "{ unsigned u; std::memcpy(&u, &x, 4); return u; }",
-             "static inline float tn_host_as_float(unsigned u) "
-             "{ float x; std::memcpy(&x, &u, 4); return x; }",
+             ("static inline unsigned tn_host_as_uint(float x) "
+              "{ unsigned u; std::memcpy(&u, &x, 4); return u; }"),
+             ("static inline float tn_host_as_float(unsigned u) "
+              "{ float x; std::memcpy(&x, &u, 4); return x; }"),
              "#define TN_AS_UINT(x) tn_host_as_uint(x)",
              "#define TN_AS_FLOAT(u) tn_host_as_float(u)",
              "#define double tnf_double_is_not_allowed_here",
@@ -88,17 +88,20 @@ def source() -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(folder: Path) -> Path:
+def build(folder: Path, extra: tuple[str, ...] = ()) -> Path:
     """Compile :func:`source` into ``folder`` (named by a hash of the source,
-    the header and the flags, so a changed header is rebuilt); returns the path."""
+    the header and the flags, so a changed header is rebuilt); returns the path.
+    ``extra`` flags are added (the benchmark's ``-march=native``, so that
+    ``std::fmaf`` is one instruction rather than a library call)."""
     src = source()
-    key = hashlib.sha256((src + HEADER.read_text() + " ".join(FLAGS)).encode()).hexdigest()[:16]
+    flags = (*FLAGS, *extra)
+    key = hashlib.sha256((src + HEADER.read_text() + " ".join(flags)).encode()).hexdigest()[:16]
     lib = Path(folder) / f"tn_mathf_{key}.so"
     if not lib.exists():
         cpp = Path(folder) / f"tn_mathf_{key}.cpp"
         cpp.write_text(src)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([_CXX, *FLAGS, str(cpp), "-o", str(tmp), "-lm"], check=True,
+        subprocess.run([_CXX, *flags, str(cpp), "-o", str(tmp), "-lm"], check=True,
                        capture_output=True, text=True)
         os.replace(tmp, lib)
     return lib

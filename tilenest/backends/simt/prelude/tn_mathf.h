@@ -340,10 +340,11 @@ TN_FN float tnf_log1p(float x) {
   tnf_dfk L = tnf_log_core(u.hi);
   float dh = u.lo / u.hi;                       // d/u as dh + dl
   float dl = TN_FMA(-dh, u.hi, u.lo) / u.hi;
-  float corr = dh + TN_FMA(-0.5f * dh, dh, dl);  // log(1 + d/u) to 2^-48
   float kf = (float)L.k;
   tnf_df s = tnf_two_sum(kf * 0.69314575f, L.hi);
-  return s.hi + (s.lo + (L.lo + (kf * 1.4286068e-06f + corr)));
+  tnf_df c = tnf_two_sum(s.hi, dh);  // log(1 + d/u) = dh + (dl - dh^2/2) to 2^-48
+  float lo = (s.lo + c.lo) + (L.lo + (kf * 1.4286068e-06f + TN_FMA(-0.5f * dh, dh, dl)));
+  return c.hi + lo;
 }
 
 // ---------------------------------------------------------------------------
@@ -606,8 +607,8 @@ TN_FN float tnf_atan2(float y, float x) {
 }
 
 // ---------------------------------------------------------------------------
-// erf: x P(x^2) below 1 (the first two Taylor terms in double-float), and
-// 1 - e^(-x^2) G(x) on [1, 4) with G ~ erfc(x) e^(x^2) fitted on four pieces
+// erf: x P(x^2) below 3/4 (the first two Taylor terms in double-float), and
+// 1 - e^(-x^2) G(x) on [3/4, 4) with G ~ erfc(x) e^(x^2) fitted on five pieces
 // (G = g0 + t R(t), t = x - the piece's middle); 1 from 4 on
 
 TN_FN float tnf_erf(float x) {
@@ -620,7 +621,7 @@ TN_FN float tnf_erf(float x) {
     float X = a * 1.8446744e+19f;
     tnf_df p = tnf_two_prod(X, 1.1283792f);
     v = tnf_scale(p.hi, p.lo + X * -5.8635383e-08f, -64);
-  } else if (a < 1.0f) {
+  } else if (a < 0.75f) {
     tnf_df z = tnf_two_prod(a, a);
     float t = z.hi - 0.5f;
     float r = 1.1704147e-06f;
@@ -638,7 +639,11 @@ TN_FN float tnf_erf(float x) {
     v = y.hi + (y.lo + a * pl);
   } else {
     float m, g0, g1, c[8];
-    if (a < 1.5f) {
+    if (a < 1.0f) {
+      m = 0.875f; g0 = 0.46431157f; g1 = 1.3273547e-08f;
+      c[0] = -0.3158339f; c[1] = 0.18795693f; c[2] = -0.1009144f; c[3] = 0.049828418f;
+      c[4] = -0.022925565f; c[5] = 0.009922662f; c[6] = -0.004090522f; c[7] = 0.001598865f;
+    } else if (a < 1.5f) {
       m = 1.25f; g0 = 0.36782292f; g1 = 1.1368355e-09f;
       c[0] = -0.20882188f; c[1] = 0.10679557f; c[2] = -0.05021829f; c[3] = 0.022011375f;
       c[4] = -0.0090805385f; c[5] = 0.0035526417f; c[6] = -0.0013489339f; c[7] = 0.0004825039f;
