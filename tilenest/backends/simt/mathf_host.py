@@ -38,7 +38,7 @@ INTS = {"i8": ("signed char", np.int8), "i16": ("short", np.int16), "i32": ("int
         "u64": ("unsigned long long", np.uint64)}
 _CXX = os.environ.get("TILENEST_CXX", "g++")
 FLAGS = ("-x", "c++", "-std=c++14", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC",
-         "-shared", "-Wall", "-Wextra", "-Werror", "-Wdouble-promotion", "-Wfloat-conversion")
+         "-shared", "-Wall", "-Wextra", "-pedantic", "-Werror", "-Wdouble-promotion", "-Wfloat-conversion")
 
 #: the double-based formulation of each function (today's CUDA prelude)
 _DOUBLE = {"exp": "exp(d)", "exp2": "exp2(d)", "expm1": "expm1(d)", "log": "log(d)",

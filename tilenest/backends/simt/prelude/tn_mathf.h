@@ -27,7 +27,9 @@
 //   TN_FN            the function qualifiers (CUDA: static __device__
 //                    __forceinline__; MSL and host: static inline),
 //   TN_FMA(a, b, c)  a fused multiply-add of floats (one rounding),
-//   TN_AS_UINT(x), TN_AS_FLOAT(u)  float <-> uint bit casts.
+//   TN_AS_UINT(x), TN_AS_FLOAT(u)  float <-> uint bit casts,
+// and may define TN_MATHF_U64 / TN_MATHF_I64, the 64-bit integer types
+// (default unsigned long long / long long; MSL: ulong / long).
 // The code relies on IEEE round-to-nearest float arithmetic with subnormals
 // (no fast math, no flush to zero, no contraction of a*b+c into an fma);
 // division is used only where an approximate quotient is corrected by an fma.
@@ -35,6 +37,14 @@
 // Names start with tnf_; the struct tnf_df is an unevaluated sum hi + lo
 // (a double-float), tnf_dfk one with a power of two: (hi + lo) 2^k.
 #pragma once
+
+// 64-bit integers: MSL spells them ulong / long; the includer may say so
+#ifndef TN_MATHF_U64
+#define TN_MATHF_U64 unsigned long long
+#define TN_MATHF_I64 long long
+#endif
+typedef TN_MATHF_U64 tnf_u64;
+typedef TN_MATHF_I64 tnf_i64;
 
 struct tnf_df {
   float hi, lo;
@@ -459,7 +469,7 @@ TN_FN tnf_dfk tnf_trig_reduce(float x) {
     return o;
   }
   unsigned b = TN_AS_UINT(a);
-  unsigned long long m = (b & 0x7fffffu) | 0x800000u;
+  tnf_u64 m = (b & 0x7fffffu) | 0x800000u;
   int s = (int)(b >> 23) - 150;  // a = m 2^s
   // bits j0 .. j0 + 95 of 2/pi, j0 = s - 1: a (2/pi) mod 4 = m W 2^-94 mod 4
   int pos = s - 1 + 63;  // the padded bit position of j0
@@ -467,16 +477,16 @@ TN_FN tnf_dfk tnf_trig_reduce(float x) {
   unsigned w0 = tnf_2opi_word(w), w1 = tnf_2opi_word(w + 1), w2 = tnf_2opi_word(w + 2),
            w3 = tnf_2opi_word(w + 3);
   unsigned a0 = tnf_shl_or(w0, w1, o), a1 = tnf_shl_or(w1, w2, o), a2 = tnf_shl_or(w2, w3, o);
-  unsigned long long p0 = m * a2, p1 = m * a1, p2 = m * a0;
-  unsigned long long t1 = p1 + (p0 >> 32);
-  unsigned long long t2 = p2 + (t1 >> 32);  // product bits 64 .. 119
-  unsigned long long lo64 = (t1 << 32) | (p0 & 0xffffffffull);
-  int q = (int)((t2 >> 30) & 3ull);
+  tnf_u64 p0 = m * a2, p1 = m * a1, p2 = m * a0;
+  tnf_u64 t1 = p1 + (p0 >> 32);
+  tnf_u64 t2 = p2 + (t1 >> 32);  // product bits 64 .. 119
+  tnf_u64 lo64 = (t1 << 32) | (p0 & (tnf_u64)0xffffffffu);
+  int q = (int)((t2 >> 30) & (tnf_u64)3u);
   // the fraction, bits 93 .. 0, in four chunks of 24, 24, 24 and 22 bits
-  int c0 = (int)((t2 >> 6) & 0xffffffull);
-  int c1 = (int)(((t2 << 18) | (lo64 >> 46)) & 0xffffffull);
-  int c2 = (int)((lo64 >> 22) & 0xffffffull);
-  int c3 = (int)(lo64 & 0x3fffffull);
+  int c0 = (int)((t2 >> 6) & (tnf_u64)0xffffffu);
+  int c1 = (int)(((t2 << 18) | (lo64 >> 46)) & (tnf_u64)0xffffffu);
+  int c2 = (int)((lo64 >> 22) & (tnf_u64)0xffffffu);
+  int c3 = (int)(lo64 & (tnf_u64)0x3fffffu);
   if ((c0 & 0x800000) != 0) {  // fraction >= 1/2: r = fraction - 1
     q = (q + 1) & 3;
     c0 -= 0x1000000;
@@ -489,15 +499,21 @@ TN_FN tnf_dfk tnf_trig_reduce(float x) {
   tnf_dfk out = {y.hi, y.lo, q};
   return out;
 }
-// sin(yh + yl), |y| <= pi/4 (Taylor to y^13)
+// sin(yh + yl), |y| <= pi/4 (Taylor to y^11): y - y^3/6 in double-float
+// (two-products), y^5 (1/5! - ...) in float
 TN_FN float tnf_sin_poly(float yh, float yl) {
-  float z = yh * yh;
-  float p = -2.5052108e-08f;                // -1/11!
-  p = TN_FMA(p, z, 2.7557319e-06f);         // 1/9!
-  p = TN_FMA(p, z, -0.0001984127f);        // -1/7!
-  p = TN_FMA(p, z, 0.008333334f);          // 1/5!
-  p = TN_FMA(p, z, -0.16666667f);         // -1/3!
-  return yh + TN_FMA(yh * z, p, TN_FMA(-0.5f * z, yl, yl));
+  tnf_df z = tnf_two_prod(yh, yh);
+  float p = -2.5052108e-08f;              // -1/11!
+  p = TN_FMA(p, z.hi, 2.7557319e-06f);    // 1/9!
+  p = TN_FMA(p, z.hi, -1.984127e-04f);    // -1/7!
+  p = TN_FMA(p, z.hi, 0.008333334f);      // 1/5!
+  tnf_df y3 = tnf_two_prod(yh, z.hi);
+  y3.lo = y3.lo + yh * z.lo;
+  tnf_df t = tnf_two_prod(y3.hi, -0.16666667f);  // -1/6 = -0.16666667f + 4.967054e-09f
+  t.lo = t.lo + (y3.hi * 4.967054e-09f + y3.lo * -0.16666667f);
+  float rest = (y3.hi * z.hi) * p;
+  tnf_df s = tnf_two_sum(yh, t.hi);
+  return s.hi + (s.lo + (t.lo + (rest + TN_FMA(-0.5f * z.hi, yl, yl))));
 }
 // cos(yh + yl), |y| <= pi/4: 1 - y^2/2 in double-float, Taylor to y^14
 TN_FN float tnf_cos_poly(float yh, float yl) {
@@ -532,17 +548,24 @@ TN_FN float tnf_cos(float x) {
 // atan2: one of atan(a/b), pi/4 + atan((a-b)/(a+b)), pi/2 - atan(b/a) with
 // the argument within tan(pi/8) of 0, quadrants added in double-float
 
-// atan(u) - u as a float correction for u = uh + ul, |u| <= 0.415
+// atan(u) as hi + lo for u = uh + ul, |u| <= 0.415: u - u^3/3 in
+// double-float (two-products), u^5 P2(u^2) in float (P2 a degree-4 fit of
+// (atan(u)/u - 1 + u^2/3) / u^4, error below 2^-26 of P2's size)
 TN_FN tnf_df tnf_atan_small(float uh, float ul) {
-  float z = uh * uh;
-  float t = z - 0.086f;
-  float p = 0.05049229f;
-  p = TN_FMA(p, t, -0.06454196f);
-  p = TN_FMA(p, t, 0.084778175f);
-  p = TN_FMA(p, t, -0.117783576f);
-  p = TN_FMA(p, t, 0.17768192f);
-  p = TN_FMA(p, t, -0.31712386f);
-  tnf_df r = {uh, TN_FMA(-z, ul, ul) + (uh * z) * p};
+  tnf_df z = tnf_two_prod(uh, uh);
+  float t = z.hi - 0.086f;
+  float p = 0.054161564f;
+  p = TN_FMA(p, t, -0.06911956f);
+  p = TN_FMA(p, t, 0.090688534f);
+  p = TN_FMA(p, t, -0.12558338f);
+  p = TN_FMA(p, t, 0.18848215f);
+  tnf_df u3 = tnf_two_prod(uh, z.hi);
+  u3.lo = u3.lo + uh * z.lo;
+  tnf_df c = tnf_two_prod(u3.hi, -0.33333334f);  // -1/3 = -0.33333334f + 9.934108e-09f
+  c.lo = c.lo + (u3.hi * 9.934108e-09f + u3.lo * -0.33333334f);
+  float rest = (u3.hi * z.hi) * p;
+  tnf_df s = tnf_two_sum(uh, c.hi);
+  tnf_df r = {s.hi, s.lo + (c.lo + (rest + TN_FMA(-z.hi, ul, ul)))};
   return r;
 }
 // (nh + nl) / (dh + dl) as a double-float
@@ -568,7 +591,8 @@ TN_FN float tnf_atan2(float y, float x) {
     else v = a == tnf_inf() ? pio2 : (xneg ? pi : 0.0f);
   } else if (a < b * 1.4901161e-08f) {
     // atan(a/b) = a/b to 2^-52; pi - a/b rounds to pi
-    v = xneg ? pi : a / b;
+    tnf_df u = tnf_div_df(a, 0.0f, b, 0.0f);
+    v = xneg ? pi : u.hi + u.lo;
   } else {
     if (a > 1.8446744e+19f || b > 1.8446744e+19f) {
       a *= 5.421011e-20f;
@@ -689,32 +713,32 @@ template <typename T> TN_FN T tnf_f2i(float x, T lo, T hi) {
   unsigned b = TN_AS_UINT(x);
   int e = (int)((b >> 23) & 0xffu) - 127;
   if (e < 0) return (T)0;
-  unsigned long long m = (b & 0x7fffffu) | 0x800000u;
-  unsigned long long mag = e >= 23 ? m << (e - 23) : m >> (23 - e);
-  return (b >> 31) != 0u ? (T)(0ull - mag) : (T)mag;
+  tnf_u64 m = (b & 0x7fffffu) | 0x800000u;
+  tnf_u64 mag = e >= 23 ? m << (e - 23) : m >> (23 - e);
+  return (b >> 31) != 0u ? (T)((tnf_u64)0u - mag) : (T)mag;
 }
 
 // the unsigned 64-bit m as a float: nearest even, or to odd at 24 bits
-TN_FN float tnf_u64_to_f32(unsigned long long m, bool odd) {
-  if (m == 0ull) return 0.0f;
+TN_FN float tnf_u64_to_f32(tnf_u64 m, bool odd) {
+  if (m == (tnf_u64)0u) return 0.0f;
   int n = 0;
-  if ((m >> 32) == 0ull) { m <<= 32; n += 32; }
-  if ((m >> 48) == 0ull) { m <<= 16; n += 16; }
-  if ((m >> 56) == 0ull) { m <<= 8; n += 8; }
-  if ((m >> 60) == 0ull) { m <<= 4; n += 4; }
-  if ((m >> 62) == 0ull) { m <<= 2; n += 2; }
-  if ((m >> 63) == 0ull) { m <<= 1; n += 1; }
+  if ((m >> 32) == (tnf_u64)0u) { m <<= 32; n += 32; }
+  if ((m >> 48) == (tnf_u64)0u) { m <<= 16; n += 16; }
+  if ((m >> 56) == (tnf_u64)0u) { m <<= 8; n += 8; }
+  if ((m >> 60) == (tnf_u64)0u) { m <<= 4; n += 4; }
+  if ((m >> 62) == (tnf_u64)0u) { m <<= 2; n += 2; }
+  if ((m >> 63) == (tnf_u64)0u) { m <<= 1; n += 1; }
   unsigned mant = (unsigned)(m >> 40);  // 24 bits, leading one included
-  unsigned long long rest = m & 0xffffffffffull, half = 0x8000000000ull;
+  tnf_u64 rest = m & (tnf_u64)0xffffffffffu, half = (tnf_u64)0x8000000000u;
   if (odd) {
-    if (rest != 0ull) mant |= 1u;
+    if (rest != (tnf_u64)0u) mant |= 1u;
   } else if (rest > half || (rest == half && (mant & 1u) != 0u)) {
     mant += 1u;  // 2^24 carries into the exponent below
   }
   return TN_AS_FLOAT(((unsigned)(63 - n + 127) << 23) + (mant - 0x800000u));
 }
-TN_FN float tnf_i64_to_f32(long long v, bool odd) {
+TN_FN float tnf_i64_to_f32(tnf_i64 v, bool odd) {
   bool neg = v < 0;
-  float r = tnf_u64_to_f32(neg ? 0ull - (unsigned long long)v : (unsigned long long)v, odd);
+  float r = tnf_u64_to_f32(neg ? (tnf_u64)0u - (tnf_u64)v : (tnf_u64)v, odd);
   return neg ? -r : r;
 }
