@@ -33,9 +33,11 @@ from tilenest.backends.simt import mathf_host as M
 from tilenest.semantics import numerics as N
 from tilenest.semantics.dtypes import parse
 
-#: the largest error (ulp of the result dtype) each function may show here:
-#: the contract is 1 ulp; the measured maxima are in spec/lowering.md
-BOUND = 0.999
+#: the largest f32 error (ulp) each function may show here, the measured
+#: maximum (spec/lowering.md) rounded up: the contract is 1 ulp
+BOUND_F32 = {op: 0.6 for op in (*M.UNARY, *M.BINARY)} | {"exp": 0.9, "erf": 0.65}
+#: on f16/bf16 the f32 value rounded once more: within 0.5 + 0.9 * 2^-13 ulp
+BOUND_16 = 0.51
 F32 = parse("f32")
 
 
@@ -98,7 +100,7 @@ def test_sixteen_bit_exhaustive(mf, op, dt):
     y = narrow(mf.unary(op, x.astype(np.float32)), dt)
     err = ulp_error(y, ref_unary(op, x, dt), dt)
     w = worst(err, x, y)
-    assert w[0] <= BOUND, (op, dt, w)
+    assert w[0] <= BOUND_16 < N.ulp_bound(op, parse(dt)), (op, dt, w)
     sp = np.isnan(y) | np.isinf(y) | (y == 0)
     want = narrow(ref_unary(op, x, dt).astype(np.float32), dt)
     # the reference's f32 rounding is exact here: 16-bit results are far from its ties
@@ -116,7 +118,7 @@ def test_f32_special_values_bitwise(mf, op):
     with np.errstate(all="ignore"):
         want = ref.astype(np.float32)
     err = ulp_error(y, ref, "f32")
-    assert err.max() <= BOUND, (op, worst(err, x, y))
+    assert err.max() <= BOUND_F32[op] < N.ulp_bound(op, F32), (op, worst(err, x, y))
     special = np.isnan(want) | np.isinf(want) | (want == 0) | np.isnan(y) | np.isinf(y) | (y == 0)
     bad = special & ~same_bits(y, want)
     assert not bad.any(), (op, x[bad], y[bad], want[bad])
@@ -133,7 +135,7 @@ def test_f32_dense(mf, op):
     w = worst(err, x, y)
     print(f"{op}: {x.size} f32 inputs, max {w[0]:.4f} ulp at x = {w[1]!r}; header "
           f"{t1 - t0:.2f} s, reference {time.perf_counter() - t1:.2f} s")
-    assert w[0] <= BOUND, (op, w)
+    assert w[0] <= BOUND_F32[op], (op, w)
 
 
 def test_trig_huge_arguments(mf):
@@ -146,7 +148,7 @@ def test_trig_huge_arguments(mf):
     for op in ("sin", "cos"):
         y = mf.unary(op, x)
         err = ulp_error(y, ref_unary(op, x), "f32")
-        assert err.max() <= BOUND, (op, worst(err, x, y))
+        assert err.max() <= BOUND_F32[op], (op, worst(err, x, y))
 
 
 def test_trig_near_multiples_of_half_pi(mf):
@@ -158,7 +160,7 @@ def test_trig_near_multiples_of_half_pi(mf):
     for op in ("sin", "cos"):
         y = mf.unary(op, x)
         err = ulp_error(y, ref_unary(op, x), "f32")
-        assert err.max() <= BOUND, (op, worst(err, x, y))
+        assert err.max() <= BOUND_F32[op], (op, worst(err, x, y))
 
 
 @pytest.mark.slow
@@ -176,7 +178,7 @@ def test_f32_exhaustive(mf, op):
             top = (float(err[i]), float(x[i]))
     print(f"{op}: 2^32 f32 inputs, max {top[0]:.4f} ulp at x = {top[1]!r}, "
           f"{time.perf_counter() - t0:.0f} s")
-    assert top[0] <= BOUND, (op, top)
+    assert top[0] <= BOUND_F32[op], (op, top)
 
 
 # ---------------------------------------------------------------------------
@@ -220,7 +222,7 @@ def test_binary_special_grid_bitwise(mf, op):
     with np.errstate(all="ignore"):
         want = ref.astype(np.float32)
     err = ulp_error(y, ref, "f32")
-    assert err.max() <= BOUND, (op, worst(err, a, b, y))
+    assert err.max() <= BOUND_F32[op], (op, worst(err, a, b, y))
     special = np.isnan(want) | np.isinf(want) | (want == 0) | np.isnan(y) | np.isinf(y) | (y == 0)
     bad = special & ~same_bits(y, want)
     assert not bad.any(), (op, a[bad], b[bad], y[bad], want[bad])
@@ -241,7 +243,7 @@ def test_binary_f32_dense(mf, op):
     w = worst(err, a, b, y)
     print(f"{op}: {a.size} f32 pairs, max {w[0]:.4f} ulp at {w[1]!r}, {w[2]!r}; "
           f"header {t1 - t0:.2f} s")
-    assert w[0] <= BOUND, (op, w)
+    assert w[0] <= BOUND_F32[op], (op, w)
 
 
 def test_pow_exact_cases(mf):
@@ -281,7 +283,7 @@ def test_binary_sixteen_bit(mf, op, dt):
         y = narrow(mf.binary(op, a.astype(np.float32), b.astype(np.float32)), dt)
     err = ulp_error(y, ref_binary(op, a, b, dt), dt)
     w = worst(err, a, b, y)
-    assert w[0] <= BOUND, (op, dt, w)
+    assert w[0] <= BOUND_16, (op, dt, w)
 
 
 # ---------------------------------------------------------------------------

@@ -32,7 +32,8 @@
 // (default unsigned long long / long long; MSL: ulong / long).
 // The code relies on IEEE round-to-nearest float arithmetic with subnormals
 // (no fast math, no flush to zero, no contraction of a*b+c into an fma);
-// division is used only where an approximate quotient is corrected by an fma.
+// division is used only where an approximate quotient is corrected by an fma
+// residual, so it need not be correctly rounded.
 //
 // Names start with tnf_; the struct tnf_df is an unevaluated sum hi + lo
 // (a double-float), tnf_dfk one with a power of two: (hi + lo) 2^k.
@@ -568,6 +569,17 @@ TN_FN tnf_df tnf_atan_small(float uh, float ul) {
   tnf_df r = {s.hi, s.lo + (c.lo + (rest + TN_FMA(-z.hi, ul, ul)))};
   return r;
 }
+// x = m 2^k, m in [1, 2), for x > 0 finite (subnormals too): {m, 0, k}
+TN_FN tnf_dfk tnf_split(float x) {
+  int e = 0;
+  if (x < 1.17549435e-38f) {
+    x = x * 16777216.0f;
+    e = -24;
+  }
+  unsigned b = TN_AS_UINT(x);
+  tnf_dfk o = {TN_AS_FLOAT((b & 0x7fffffu) | 0x3f800000u), 0.0f, (int)(b >> 23) - 127 + e};
+  return o;
+}
 // (nh + nl) / (dh + dl) as a double-float
 TN_FN tnf_df tnf_div_df(float nh, float nl, float dh, float dl) {
   float q = nh / dh;
@@ -590,9 +602,11 @@ TN_FN float tnf_atan2(float y, float x) {
     if (a == b) v = xneg ? 2.3561945f : pio4;
     else v = a == tnf_inf() ? pio2 : (xneg ? pi : 0.0f);
   } else if (a < b * 1.4901161e-08f) {
-    // atan(a/b) = a/b to 2^-52; pi - a/b rounds to pi
-    tnf_df u = tnf_div_df(a, 0.0f, b, 0.0f);
-    v = xneg ? pi : u.hi + u.lo;
+    // atan(a/b) = a/b to 2^-52, the quotient of the significands scaled
+    // once (subnormal results too); pi - a/b rounds to pi
+    tnf_dfk sa = tnf_split(a), sb = tnf_split(b);
+    tnf_df u = tnf_div_df(sa.hi, 0.0f, sb.hi, 0.0f);
+    v = xneg ? pi : tnf_scale(u.hi, u.lo, sa.k - sb.k);
   } else {
     if (a > 1.8446744e+19f || b > 1.8446744e+19f) {
       a *= 5.421011e-20f;
