@@ -401,3 +401,14 @@ def test_header_is_strict_cxx14_for_clang():
                            "-"],
                           input=src, text=True, capture_output=True, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_exp_is_bitwise_the_llvm_exp(mf):
+    """``tnf_exp`` is the LLVM backend's (and the CUDA prelude's) f32 ``exp``
+    formula step for step: the same bits on random inputs and the specials."""
+    from test_llvm_math import run
+
+    x = dense_f32(1 << 20, seed=21)
+    with np.errstate(all="ignore"):
+        want = run("exp", "f32", x)
+    assert same_bits(mf.unary("exp", x), want).all()
