@@ -47,8 +47,11 @@ _DOUBLE = {"exp": "exp(d)", "exp2": "exp2(d)", "expm1": "expm1(d)", "log": "log(
            "rsqrt": "1.0 / sqrt(d)"}
 
 
-def source() -> str:
-    """The C++ translation unit: the header (double poisoned) and array loops."""
+def source(div_off: bool = False) -> str:
+    """The C++ translation unit: the header (double poisoned) and array loops.
+    With ``div_off``, the header's divisions (``TN_DIV``) return a quotient one
+    ulp away from the correctly rounded one (up or down by the operands' low
+    bits), as a division that is not correctly rounded may."""
     lines = ["#include <cmath>", "#include <cstring>",
              "#define TN_FN static inline",
              "#define TN_FMA(a, b, c) std::fmaf((a), (b), (c))",
@@ -58,6 +61,7 @@ def source() -> str:
               "{ float x; std::memcpy(&x, &u, 4); return x; }"),
              "#define TN_AS_UINT(x) tn_host_as_uint(x)",
              "#define TN_AS_FLOAT(u) tn_host_as_float(u)",
+             *(_DIV_OFF if div_off else ()),
              "#define double tnf_double_is_not_allowed_here",
              f'#include "{HEADER}"',
              "#undef double",
@@ -88,12 +92,20 @@ def source() -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(folder: Path, extra: tuple[str, ...] = ()) -> Path:
+_DIV_OFF = ("static inline float tn_host_div_off(float a, float b) {",
+            "  float q = a / b; unsigned u = tn_host_as_uint(q);",
+            "  if ((u & 0x7fffffffu) == 0u || (u & 0x7f800000u) == 0x7f800000u) return q;",
+            "  return tn_host_as_float((tn_host_as_uint(a) ^ tn_host_as_uint(b)) & 1u ? u + 1u : u - 1u);",
+            "}",
+            "#define TN_DIV(a, b) tn_host_div_off((a), (b))")
+
+
+def build(folder: Path, extra: tuple[str, ...] = (), div_off: bool = False) -> Path:
     """Compile :func:`source` into ``folder`` (named by a hash of the source,
     the header and the flags, so a changed header is rebuilt); returns the path.
     ``extra`` flags are added (the benchmark's ``-march=native``, so that
     ``std::fmaf`` is one instruction rather than a library call)."""
-    src = source()
+    src = source(div_off)
     flags = (*FLAGS, *extra)
     key = hashlib.sha256((src + HEADER.read_text() + " ".join(flags)).encode()).hexdigest()[:16]
     lib = Path(folder) / f"tn_mathf_{key}.so"

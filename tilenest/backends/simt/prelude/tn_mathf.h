@@ -29,15 +29,22 @@
 //   TN_FMA(a, b, c)  a fused multiply-add of floats (one rounding),
 //   TN_AS_UINT(x), TN_AS_FLOAT(u)  float <-> uint bit casts,
 // and may define TN_MATHF_U64 / TN_MATHF_I64, the 64-bit integer types
-// (default unsigned long long / long long; MSL: ulong / long).
+// (default unsigned long long / long long; MSL: ulong / long), and TN_DIV.
 // The code relies on IEEE round-to-nearest float arithmetic with subnormals
 // (no fast math, no flush to zero, no contraction of a*b+c into an fma);
-// division is used only where an approximate quotient is corrected by an fma
-// residual, so it need not be correctly rounded.
+// division (TN_DIV) is used only where an approximate quotient is corrected
+// by an fma residual, so it need not be correctly rounded (tested with a
+// division that is one ulp off).
 //
 // Names start with tnf_; the struct tnf_df is an unevaluated sum hi + lo
 // (a double-float), tnf_dfk one with a power of two: (hi + lo) 2^k.
 #pragma once
+
+// float division; the includer may substitute its own (it need not be
+// correctly rounded: every quotient here is corrected by an fma residual)
+#ifndef TN_DIV
+#define TN_DIV(a, b) ((a) / (b))
+#endif
 
 // 64-bit integers: MSL spells them ulong / long; the includer may say so
 #ifndef TN_MATHF_U64
@@ -227,7 +234,7 @@ TN_FN float tnf_sigmoid(float x) {
     float s = tnf_pow2(e.k);
     tnf_df den = tnf_fast_two_sum(1.0f, h.hi * s);
     den.lo = den.lo + h.lo * s;
-    float q = 1.0f / den.hi;
+    float q = TN_DIV(1.0f, den.hi);
     float res = TN_FMA(-q, den.hi, 1.0f) - q * den.lo;
     return TN_FMA(q, res, q);
   }
@@ -241,9 +248,9 @@ TN_FN float tnf_sigmoid(float x) {
     den = tnf_fast_two_sum(1.0f, h.hi * s);
     den.lo = den.lo + h.lo * s;
   }
-  float q = h.hi / den.hi;
+  float q = TN_DIV(h.hi, den.hi);
   float res = (TN_FMA(-q, den.hi, h.hi) + h.lo) - q * den.lo;
-  return tnf_scale(q, res / den.hi, e.k);
+  return tnf_scale(q, TN_DIV(res, den.hi), e.k);
 }
 
 // tanh |x| = E / (E + 2), E = e^(2|x|) - 1 as a double-float
@@ -262,9 +269,9 @@ TN_FN float tnf_tanh(float x) {
   }
   tnf_df den = tnf_two_sum(E.hi, 2.0f);
   den.lo = den.lo + E.lo;
-  float q = E.hi / den.hi;
+  float q = TN_DIV(E.hi, den.hi);
   float res = (TN_FMA(-q, den.hi, E.hi) + E.lo) - q * den.lo;
-  return tnf_copysign(q + res / den.hi, x);
+  return tnf_copysign(q + TN_DIV(res, den.hi), x);
 }
 
 // ---------------------------------------------------------------------------
@@ -286,8 +293,8 @@ TN_FN tnf_dfk tnf_log_core(float x) {
   k += eb;
   float f = m - 1.0f;
   tnf_df u = tnf_fast_two_sum(2.0f, f);
-  float sh = f / u.hi;
-  float sl = (TN_FMA(-sh, u.hi, f) - sh * u.lo) / u.hi;
+  float sh = TN_DIV(f, u.hi);
+  float sl = TN_DIV(TN_FMA(-sh, u.hi, f) - sh * u.lo, u.hi);
   tnf_df z = tnf_two_prod(sh, sh);
   tnf_df a = tnf_two_prod(sh, z.hi);                                  // sh^3
   float small = a.lo + (sh * z.lo + 3.0f * z.hi * sl);                 // s^3 - a.hi
@@ -349,8 +356,8 @@ TN_FN float tnf_log1p(float x) {
   if (x == tnf_inf()) return x;
   tnf_df u = tnf_two_sum(1.0f, x);
   tnf_dfk L = tnf_log_core(u.hi);
-  float dh = u.lo / u.hi;                       // d/u as dh + dl
-  float dl = TN_FMA(-dh, u.hi, u.lo) / u.hi;
+  float dh = TN_DIV(u.lo, u.hi);                 // d/u as dh + dl
+  float dl = TN_DIV(TN_FMA(-dh, u.hi, u.lo), u.hi);
   float kf = (float)L.k;
   tnf_df s = tnf_two_sum(kf * 0.69314575f, L.hi);
   tnf_df c = tnf_two_sum(s.hi, dh);  // log(1 + d/u) = dh + (dl - dh^2/2) to 2^-48
@@ -582,9 +589,9 @@ TN_FN tnf_dfk tnf_split(float x) {
 }
 // (nh + nl) / (dh + dl) as a double-float
 TN_FN tnf_df tnf_div_df(float nh, float nl, float dh, float dl) {
-  float q = nh / dh;
+  float q = TN_DIV(nh, dh);
   float r = (TN_FMA(-q, dh, nh) + nl) - q * dl;
-  tnf_df o = {q, r / dh};
+  tnf_df o = {q, TN_DIV(r, dh)};
   return o;
 }
 
