@@ -1,11 +1,14 @@
 // tilenest float-only math: the narrow-dtype transcendentals and the exact
 // float <-> integer conversions of the loop IR, with no double anywhere.
 //
-// Meaning. For f32 every function here is within 1 ulp of the exact value
-// (spec/values.md V-14; the measured maxima are in spec/lowering.md), for
-// every f32 input: |result - y| < ulp(y), y the exact value and ulp(y) the
-// f32 spacing in the binade of |y| (the subnormal spacing below the normal
+// Meaning. For f32 every function here is meant to be within 1 ulp of the
+// exact value for every input (spec/values.md V-14): |result - y| < ulp(y),
+// y the interpreter's value before its final rounding and ulp(y) the f32
+// spacing in the binade of |y| (the subnormal spacing below the normal
 // range); NaN, infinities and the sign of zero are the reference's exactly.
+// The error analysis is per function below; the maxima measured on dense
+// samples and on every input of each function's hardest range are in
+// spec/lowering.md (tests/test_mathf.py; -m slow checks all 2^32 inputs).
 // An f16/bf16 function is the f32 function on the widened argument, rounded
 // once to the narrow dtype: with e < 1 the f32 error in f32 ulps, the narrow
 // result is within 0.5 + e 2^-13 (f16) or 0.5 + e 2^-16 (bf16) of its own
@@ -14,7 +17,8 @@
 // different binades the narrow rounding lands on the power of two between
 // them, closer to y than the f32 value). The one exception would be the
 // overflow threshold (an exact value just below it whose f32 value reaches
-// it); the exhaustive 16-bit tests show no such input.
+// it); the exhaustive 16-bit tests show no such input for the unary
+// functions (pow and atan2 are sampled).
 //
 // Conversions are exact: float -> integer truncates toward zero and
 // saturates (NaN -> 0), 64-bit integers -> float round to nearest even; the
