@@ -32,10 +32,10 @@ UNARY = ("exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "erf", "sigmoid
          "cos", "rsqrt")
 BINARY = ("pow", "atan2")
 #: integer dtypes of the float -> integer conversions: (C type, numpy dtype)
-INTS = {"i8": ("signed char", np.int8), "i16": ("short", np.int16), "i32": ("int", np.int32),
-        "i64": ("long long", np.int64), "u8": ("unsigned char", np.uint8),
-        "u16": ("unsigned short", np.uint16), "u32": ("unsigned", np.uint32),
-        "u64": ("unsigned long long", np.uint64)}
+INTS: dict[str, tuple[str, type[np.integer]]] = {"i8": ("signed char", np.int8), "i16": ("short", np.int16), "i32": ("int", np.int32),
+    "i64": ("long long", np.int64), "u8": ("unsigned char", np.uint8),
+    "u16": ("unsigned short", np.uint16), "u32": ("unsigned", np.uint32),
+    "u64": ("unsigned long long", np.uint64)}
 _CXX = os.environ.get("TILENEST_CXX", "g++")
 FLAGS = ("-x", "c++", "-std=c++14", "-O2", "-ffp-contract=off", "-fno-fast-math", "-fPIC",
          "-shared", "-Wall", "-Wextra", "-pedantic", "-Werror", "-Wdouble-promotion", "-Wfloat-conversion")

@@ -109,7 +109,7 @@ TN_FN float tnf_scale(float h, float l, int k) {
   tnf_df n = tnf_fast_two_sum(h, l);  // |l| <= ulp(h) / 2 from here
   int eh = (int)((TN_AS_UINT(n.hi) >> 23) & 0xffu) - 127;
   float sc = tnf_pow2(-eh);
-  h = n.hi * sc;  // in [1, 2]
+  h = n.hi * sc;  // in [1, 2)
   l = n.lo * sc;
   k += eh;
   if (k > 128) return tnf_inf();
@@ -297,8 +297,9 @@ TN_FN tnf_dfk tnf_log_core(float x) {
   k += eb;
   float f = m - 1.0f;
   tnf_df u = tnf_fast_two_sum(2.0f, f);
-  float sh = TN_DIV(f, u.hi);
-  float sl = TN_DIV(TN_FMA(-sh, u.hi, f) - sh * u.lo, u.hi);
+  float rcp = TN_DIV(1.0f, u.hi);  // one division: s = sh + sl from its residual
+  float sh = f * rcp;
+  float sl = (TN_FMA(-sh, u.hi, f) - sh * u.lo) * rcp;
   tnf_df z = tnf_two_prod(sh, sh);
   tnf_df a = tnf_two_prod(sh, z.hi);                                  // sh^3
   float small = a.lo + (sh * z.lo + 3.0f * z.hi * sl);                 // s^3 - a.hi
