@@ -431,3 +431,33 @@ def test_division_need_not_be_correctly_rounded(tmp_path):
         with np.errstate(all="ignore"):
             err = ulp_error(off.binary(op, a, b), ref_binary(op, a, b), "f32")
         assert err.max() <= BOUND_F32[op], (op, worst(err, a, b))
+
+
+def test_header_is_cuda_device_code_without_f64():
+    """The header compiles as CUDA device code (NVRTC, ``--std=c++14``, the
+    contract's options), every function called from a kernel, and the PTX has
+    no f64 instruction or register."""
+    import re
+
+    from tilenest.backends.cuda import nvrtc
+
+    if not nvrtc.nvrtc_available():
+        pytest.skip("NVRTC is not available")
+    calls = [f"y[{i}] = tnf_{f}(x);" for i, f in enumerate(M.UNARY)]
+    calls += [f"y[{len(M.UNARY) + i}] = tnf_{f}(x, y[0]);" for i, f in enumerate(M.BINARY)]
+    calls += ["z[0] = tnf_f2i<long long>(x, -9223372036854775807ll - 1, 9223372036854775807ll);",
+              "z[1] = (long long)tnf_f2i<unsigned char>(x, 0, 255);",
+              "y[20] = tnf_i64_to_f32(z[0], true) + tnf_u64_to_f32((unsigned long long)z[1], false);"]
+    src = "\n".join([
+        "#define TN_FN static __device__ __forceinline__",
+        "#define TN_FMA(a, b, c) fmaf((a), (b), (c))",
+        "#define TN_AS_UINT(x) __float_as_uint(x)", "#define TN_AS_FLOAT(u) __uint_as_float(u)",
+        M.HEADER.read_text(),
+        'extern "C" __global__ void k(const float* xs, float* y, long long* z) {',
+        "  float x = xs[threadIdx.x];", *calls, "}", ""])
+    raw = nvrtc.compile_program(src, "tn_mathf.cu", ["--gpu-architecture=compute_90a",
+                                                     "--std=c++14", "--fmad=false",
+                                                     "--ftz=false", "--prec-div=true"])
+    assert raw.status == 0, raw.log[-3000:]
+    assert raw.ptx is not None and ".entry k(" in raw.ptx
+    assert not re.search(r"\.f64\b|%fd\d", raw.ptx), "an f64 instruction in the PTX"
