@@ -461,3 +461,28 @@ def test_header_is_cuda_device_code_without_f64():
     assert raw.status == 0, raw.log[-3000:]
     assert raw.ptx is not None and ".entry k(" in raw.ptx
     assert not re.search(r"\.f64\b|%fd\d", raw.ptx), "an f64 instruction in the PTX"
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_pow_sixteen_bit_overflow_threshold(mf, dt):
+    """Where the f32 value rounded once more could cross the 16-bit overflow
+    threshold (the exact power just below the midpoint between the largest
+    finite value and the next power of two): for every 16-bit base, the 16
+    exponents of the dtype nearest the one whose power is that midpoint."""
+    np16 = parse(dt).np
+    fin = np.finfo(np16) if dt == "f16" else None
+    big = float(fin.max) if fin is not None else float(np.float32(3.3895314e38))
+    ulp_top = 2.0 ** (int(np.floor(np.log2(big))) - (10 if dt == "f16" else 7))
+    mid = big + ulp_top / 2
+    x = np.arange(1 << 16, dtype=np.uint16).view(np16).astype(np.float64)
+    x = x[np.isfinite(x) & (x > 0) & (x != 1)]
+    ystar = np.log(mid) / np.log(x)
+    cand = ystar.astype(np16)
+    bits = cand.view(np.uint16).astype(np.int32)
+    a = np.repeat(x.astype(np16), 16)
+    b = (bits[:, None] + np.arange(-8, 8)[None, :]).reshape(-1)
+    b = (b & 0xFFFF).astype(np.uint16).view(np16)
+    with np.errstate(all="ignore"):
+        y = narrow(mf.binary("pow", a.astype(np.float32), b.astype(np.float32)), dt)
+    err = ulp_error(y, ref_binary("pow", a, b, dt), dt)
+    assert err.max() <= BOUND_16, (dt, worst(err, a, b, y))

@@ -18,7 +18,7 @@
 // them, closer to y than the f32 value). The one exception would be the
 // overflow threshold (an exact value just below it whose f32 value reaches
 // it); the exhaustive 16-bit tests show no such input for the unary
-// functions (pow and atan2 are sampled).
+// functions, nor for pow at the 16-bit exponents nearest the threshold.
 //
 // Conversions are exact: float -> integer truncates toward zero and
 // saturates (NaN -> 0), 64-bit integers -> float round to nearest even; the
