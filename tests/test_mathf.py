@@ -96,6 +96,8 @@ def same_bits(y: np.ndarray, want: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("dt", ["f16", "bf16"])
 @pytest.mark.parametrize("op", M.UNARY)
 def test_sixteen_bit_exhaustive(mf, op, dt):
+    """Every f16 / bf16 input: the f32 function rounded once more is within
+    BOUND_16, and NaN, infinities and signed zeros are the reference's."""
     x = np.arange(1 << 16, dtype=np.uint16).view(parse(dt).np)
     y = narrow(mf.unary(op, x.astype(np.float32)), dt)
     err = ulp_error(y, ref_unary(op, x, dt), dt)
@@ -109,9 +111,9 @@ def test_sixteen_bit_exhaustive(mf, op, dt):
 
 @pytest.mark.parametrize("op", M.UNARY)
 def test_f32_special_values_bitwise(mf, op):
-    """Specials give the correctly rounded result bit for bit, except where the
-    exact value is not a float: those are within the bound, and NaN, the
-    infinities and the sign of zero still match."""
+    """Special values are within the bound, and where the result or the
+    reference is NaN, infinite or zero the two are equal bit for bit (the
+    sign of zero included)."""
     x = specials()
     y = mf.unary(op, x)
     ref = ref_unary(op, x)
@@ -152,8 +154,8 @@ def test_trig_huge_arguments(mf):
 
 
 def test_trig_near_multiples_of_half_pi(mf):
-    """The floats nearest to k pi/2 (k up to 2^24, and k pi/2 scaled into
-    every binade): the reduced argument is tiny, so every bit counts."""
+    """The floats nearest to k pi/2 (k = 257 j up to about 2^24) and their
+    neighbours: the reduced argument is tiny, so every bit counts."""
     k = np.arange(1, 1 << 16, dtype=np.float64) * 257
     c = (k * (np.pi / 2)).astype(np.float32)
     x = np.concatenate([c, np.nextafter(c, np.float32(np.inf)), np.nextafter(c, np.float32(0))])
