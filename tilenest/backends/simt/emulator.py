@@ -1,7 +1,7 @@
 """Host emulator for generated SIMT source: the source itself, compiled as host C++.
 
 A generated source of a :class:`~tilenest.backends.simt.emu_dialects.Dialect`
-(CUDA C++ today) is compiled by the host C++ compiler against the dialect's
+(CUDA C++, or the Metal Shading Language) is compiled by the host C++ compiler against the dialect's
 thin header over the runtime core ``shim/tn_runtime.h`` (for CUDA
 ``g++ -x c++ -std=c++17 -DTN_EMULATE -include shim/tn_cuda_shim.h``) into a
 shared library, one launcher per kernel; a launch runs every GPU thread of a
@@ -702,7 +702,7 @@ def _spread(kernel: str, params: Sequence[_Param], args: Sequence) -> list:
     if len(args) != len(wanted):
         raise LaunchError(f"kernel {kernel} takes {len(wanted)} arguments, got {len(args)}")
     it = iter(args)
-    out = []
+    out: list = []
     for p in params:
         if not p.argument:
             out.append(None)
