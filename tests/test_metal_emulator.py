@@ -263,6 +263,19 @@ def test_launches_beyond_the_metal_profile_are_refused(no_nvrtc):
         mod.launch("rowsum", 1, 64, args[:3])
 
 
+def test_a_threadgroup_variable_is_refused_not_made_private(no_nvrtc):
+    src = """kernel void tile(device float* b_out [[buffer(0)]],
+    uint t [[thread_position_in_threadgroup]]) {
+  threadgroup float cache[64];
+  cache[t] = 1.0f;
+  b_out[t] = cache[63 - t];
+}
+"""
+    with pytest.raises(em.EmulatorBuildError, match="threadgroup float cache") as info:
+        em.build(src, dialect="metal")
+    assert info.value.sites[0].line == 3 and "[[threadgroup(0)]]" in (info.value.hint or "")
+
+
 def test_a_later_prelude_is_found_on_the_include_path(tmp_path, no_nvrtc):
     """A source that includes the emitter's prelude finds it through
     ``include_dirs``, after the shim (which it may build on)."""

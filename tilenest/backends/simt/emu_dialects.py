@@ -87,7 +87,23 @@ class Dialect:
     format of the kernel's ``name``; ``include_dirs``: folders searched for
     the source's includes after the caller's; ``limits``: the profile a
     launch uses when the caller names none; ``hints``: the hint of each
-    runtime error code, in the language's words."""
+    runtime error code, in the language's words.
+
+    Parameters, for languages that pass more than arguments:
+    ``builtins`` maps a parameter attribute (``[[NAME]]``, as written
+    between the brackets without spaces) to the C++ expression the launcher
+    passes for it in the running thread (``{type}`` names the parameter's
+    type); such a parameter is no launch argument. ``address_spaces`` are the
+    words of a parameter type that name memory, not type (left out when the
+    emulator reads the type), ``read_only`` those of them whose memory the
+    kernel cannot write, and ``type_names`` maps the language's type names
+    to the C names the emulator checks arrays and scalars by.
+    ``strip_attributes``: the source's ``[[...]]`` attributes are blanked
+    before it is compiled (same length, so lines and columns stay): Metal's
+    attribute arguments use words the shim defines as macros
+    (``[[threadgroup(0)]]``), and the launcher has read them already.
+    ``refused`` maps a pattern of source text the emulator cannot run
+    faithfully to the hint of the error it raises for it."""
 
     name: str
     title: str
@@ -105,6 +121,7 @@ class Dialect:
     read_only: tuple[str, ...] = ()
     type_names: Mapping[str, str] = field(default_factory=dict)
     strip_attributes: bool = False
+    refused: Mapping[str, str] = field(default_factory=dict)
 
     def flags(self) -> tuple[str, ...]:
         """The compiler options of the language: source kind, standard, macros."""
@@ -115,6 +132,14 @@ class Dialect:
         if not self.strip_attributes:
             return source
         return _ATTRIBUTE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+
+    def refusals(self, source: str) -> list[tuple[int, str, str]]:
+        """``(line, text, hint)`` of each construct of ``source`` this dialect refuses."""
+        out = []
+        for pattern, hint in self.refused.items():
+            for m in re.finditer(pattern, source):
+                out.append((source.count("\n", 0, m.start()) + 1, m.group(0), hint))
+        return sorted(out)
 
     def kernel_pattern(self) -> re.Pattern[str]:
         """A kernel definition's start: the marker, then up to the name and ``(``."""
@@ -183,6 +208,11 @@ METAL = Dialect(
     address_spaces=("device", "constant", "threadgroup", "thread"),
     read_only=("constant",),
     strip_attributes=True,
+    # a threadgroup variable declared in a kernel would be each thread's own
+    # on the host (the address-space word is empty there): never silently
+    refused={r"\bthreadgroup\s+(?:const\s+)?[A-Za-z_][\w:]*\s+[A-Za-z_]\w*\s*[\[;=]":
+             "the emulator shares threadgroup memory through the kernel's "
+             "[[threadgroup(0)]] parameter only; declare no threadgroup variables"},
     type_names={"uint": "unsigned int", "uchar": "unsigned char", "ushort": "unsigned short",
                 "char": "signed char", "long": "long long", "ulong": "unsigned long long",
                 "atomic_int": "int", "atomic_uint": "unsigned int", "half": "half",

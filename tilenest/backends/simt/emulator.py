@@ -548,6 +548,11 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     incs = [str(Path(d).resolve()) for d in (*include_dirs, *dia.include_dirs)]
     flags = list(dia.flags()) + list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else
                                                      list(_LIB_FLAGS))
+    bad = dia.refusals(_strip_comments(source))
+    if bad:
+        line, text, hint = bad[0]
+        raise EmulatorBuildError(f"the {dia.title} emulator cannot run '{text.strip()}'",
+                                 Site(f"<{dia.name}>", line), hint)
     source = dia.prepare(source)
     full = source + ("\n" if not source.endswith("\n") else "") + _launchers(kernels, tsan, dia)
     key = hashlib.sha256(json.dumps([full, flags, incs, shim_id, _compiler_version()])
