@@ -307,3 +307,35 @@ def test_tsan_reports_the_dropped_barrier_race(no_nvrtc):
     assert report.races and report.error is None
     write, read = _line(bad, "part[tn_simd] = s"), _line(bad, "t += part[w]")
     assert any(r.space == "shared" and set(r.lines) == {write, read} for r in report.races)
+
+
+def test_the_portable_prelude_runs_under_the_metal_shim(no_nvrtc):
+    """``tn_scalar.h`` (the scalar semantics both dialects share) compiles
+    against the Metal shim as C++14 with Metal's spellings of its hooks."""
+    src = r"""#define TN_FN static inline
+#define TN_THREAD thread
+#define TN_STATUS device atomic_int*
+typedef long tn_i64;
+typedef ulong tn_u64;
+TN_FN unsigned tn_fbits(float x) { return as_type<uint>(x); }
+TN_FN float tn_bitsf(unsigned x) { return as_type<float>(x); }
+TN_FN void tn_fail(TN_STATUS st, int code) {
+  int z = 0;
+  atomic_compare_exchange_weak_explicit(st, &z, code, memory_order_relaxed, memory_order_relaxed);
+}
+#include "tn_scalar.h"
+using namespace metal;
+kernel void narrow(device float* b_out [[buffer(0)]], device atomic_int* tn_status [[buffer(1)]],
+    uint t [[thread_position_in_threadgroup]]) {
+  b_out[t] = tn_widen(tn_to_bf16((float)t / 3.0f));
+  if (t == 3) tn_fail(tn_status, 5);
+  if (t == 4) tn_fail(tn_status, 6);
+}
+"""
+    mod = em.build(src, dialect="metal")
+    out, status = np.zeros(16, np.float32), np.zeros(1, np.int32)
+    mod.launch("narrow", 1, 16, [out, status])
+    bits = (np.arange(16, dtype=np.float32) / np.float32(3)).view(np.uint32)
+    bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+    np.testing.assert_array_equal(out, bf16.view(np.float32))
+    assert status[0] == 5  # the first failure is kept
