@@ -10,7 +10,10 @@ launch runs under a target profile's :class:`Limits`, which the runtime
 receives with every launch; a dialect carries the profile the emulator uses
 when the caller names none.
 
-CUDA is the one dialect today (:data:`CUDA`); a new language is a new
+Two dialects are registered: :data:`CUDA` and :data:`METAL` (the Metal
+Shading Language, whose kernels take their built-in values -- thread and
+threadgroup positions, the threadgroup memory -- as attributed parameters
+that the launcher fills per thread). A new language is a new
 :class:`Dialect` row and a thin header, with no change to the runtime.
 """
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from tilenest.errors import UsageError
 from tilenest.targets import profile
 
-__all__ = ["CUDA", "DIALECTS", "RUNTIME_PATH", "SHIM_DIR", "Dialect", "Limits", "dialect"]
+__all__ = ["CUDA", "DIALECTS", "METAL", "RUNTIME_PATH", "SHIM_DIR", "Dialect", "Limits", "dialect"]
 
 #: the folder of the runtime core and the dialects' thin headers
 SHIM_DIR = Path(__file__).with_name("shim")
@@ -34,6 +37,8 @@ RUNTIME_PATH = SHIM_DIR / "tn_runtime.h"
 _PRELUDE_DIR = Path(__file__).with_name("prelude")
 #: the shared-memory storage the runtime has (TN_EMU_SMEM_STORAGE): no profile exceeds it
 SMEM_STORAGE = 228 * 1024
+#: a C++ attribute, ``[[...]]``
+_ATTRIBUTE = re.compile(r"\[\[[^\[\]]*\]\]")
 #: the widest warp the runtime emulates (a collective's mask is 32 bits)
 MAX_LANES = 32
 
@@ -82,7 +87,23 @@ class Dialect:
     format of the kernel's ``name``; ``include_dirs``: folders searched for
     the source's includes after the caller's; ``limits``: the profile a
     launch uses when the caller names none; ``hints``: the hint of each
-    runtime error code, in the language's words."""
+    runtime error code, in the language's words.
+
+    Parameters, for languages that pass more than arguments:
+    ``builtins`` maps a parameter attribute (``[[NAME]]``, as written
+    between the brackets without spaces) to the C++ expression the launcher
+    passes for it in the running thread (``{type}`` names the parameter's
+    type); such a parameter is no launch argument. ``address_spaces`` are the
+    words of a parameter type that name memory, not type (left out when the
+    emulator reads the type), ``read_only`` those of them whose memory the
+    kernel cannot write, and ``type_names`` maps the language's type names
+    to the C names the emulator checks arrays and scalars by.
+    ``strip_attributes``: the source's ``[[...]]`` attributes are blanked
+    before it is compiled (same length, so lines and columns stay): Metal's
+    attribute arguments use words the shim defines as macros
+    (``[[threadgroup(0)]]``), and the launcher has read them already.
+    ``refused`` maps a pattern of source text the emulator cannot run
+    faithfully to the hint of the error it raises for it."""
 
     name: str
     title: str
@@ -95,14 +116,34 @@ class Dialect:
     entry: str = "{name}"
     include_dirs: tuple[Path, ...] = (_PRELUDE_DIR,)
     hints: Mapping[int, str] = field(default_factory=dict)
+    builtins: Mapping[str, str] = field(default_factory=dict)
+    address_spaces: tuple[str, ...] = ()
+    read_only: tuple[str, ...] = ()
+    type_names: Mapping[str, str] = field(default_factory=dict)
+    strip_attributes: bool = False
+    refused: Mapping[str, str] = field(default_factory=dict)
 
     def flags(self) -> tuple[str, ...]:
         """The compiler options of the language: source kind, standard, macros."""
         return ("-x", "c++", f"-std={self.std}", *(f"-D{d}" for d in self.defines))
 
+    def prepare(self, source: str) -> str:
+        """The text the host compiler sees of a ``source`` of this dialect."""
+        if not self.strip_attributes:
+            return source
+        return _ATTRIBUTE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+
+    def refusals(self, source: str) -> list[tuple[int, str, str]]:
+        """``(line, text, hint)`` of each construct of ``source`` this dialect refuses."""
+        out = []
+        for pattern, hint in self.refused.items():
+            for m in re.finditer(pattern, source):
+                out.append((source.count("\n", 0, m.start()) + 1, m.group(0), hint))
+        return sorted(out)
+
     def kernel_pattern(self) -> re.Pattern[str]:
         """A kernel definition's start: the marker, then up to the name and ``(``."""
-        return re.compile(re.escape(self.kernel_marker) +
+        return re.compile(r"(?<![\w])" + re.escape(self.kernel_marker) +
                           r"\b(?P<head>[^;{}()]*?)\b(?P<name>[A-Za-z_]\w*)\s*\(")
 
 
@@ -137,8 +178,66 @@ CUDA = Dialect(
     },
 )
 
+#: the Metal profile of the metal row (32-lane simdgroups, 1024 threads, 32 KiB)
+_METAL_PROFILE = profile("metal")
+
+METAL = Dialect(
+    name="metal",
+    title="Metal",
+    language="Metal Shading Language (C++14)",
+    header=SHIM_DIR / "tn_metal_shim.h",
+    std="c++14",
+    defines=("TN_EMULATE=1",),
+    kernel_marker="kernel",
+    limits=Limits(lanes=_METAL_PROFILE.lanes, max_threads=_METAL_PROFILE.max_threads,
+                  max_block=(_METAL_PROFILE.max_threads,) * 3,
+                  shared_bytes=_METAL_PROFILE.shared_bytes),
+    builtins={
+        "threadgroup_position_in_grid": "tn_emu::msl_value<{type}>(tn_emu::msl_threadgroup_position())",
+        "thread_position_in_threadgroup": "tn_emu::msl_value<{type}>(tn_emu::msl_thread_position())",
+        "threads_per_threadgroup": "tn_emu::msl_value<{type}>(tn_emu::msl_threads_per_threadgroup())",
+        "threadgroups_per_grid": "tn_emu::msl_value<{type}>(tn_emu::msl_threadgroups_per_grid())",
+        "thread_position_in_grid": "tn_emu::msl_value<{type}>(tn_emu::msl_thread_position_in_grid())",
+        "thread_index_in_threadgroup": "tn_emu::msl_value<{type}>(tn_emu::msl_thread_index())",
+        "thread_index_in_simdgroup": "tn_emu::msl_value<{type}>(tn_emu::msl_lane())",
+        "simdgroup_index_in_threadgroup": "tn_emu::msl_value<{type}>(tn_emu::msl_simdgroup())",
+        "threads_per_simdgroup": "tn_emu::msl_value<{type}>(tn_emu::msl_simd_size())",
+        # the one threadgroup memory argument: the block's poisoned storage
+        "threadgroup(0)": "({type})(void *)tn_smem",
+    },
+    address_spaces=("device", "constant", "threadgroup", "thread"),
+    read_only=("constant",),
+    strip_attributes=True,
+    # a threadgroup variable declared in a kernel would be each thread's own
+    # on the host (the address-space word is empty there): never silently
+    refused={r"\bthreadgroup\s+(?:const\s+)?[A-Za-z_][\w:]*\s+[A-Za-z_]\w*\s*[\[;=]":
+             "the emulator shares threadgroup memory through the kernel's "
+             "[[threadgroup(0)]] parameter only; declare no threadgroup variables"},
+    type_names={"uint": "unsigned int", "uchar": "unsigned char", "ushort": "unsigned short",
+                "char": "signed char", "long": "long long", "ulong": "unsigned long long",
+                "atomic_int": "int", "atomic_uint": "unsigned int", "half": "half",
+                "bfloat": "bfloat"},
+    hints={
+        1: "every thread of the threadgroup must reach the same threadgroup_barrier(); hoist "
+           "the barrier out of the thread-dependent branch or early return",
+        2: "every lane of the simdgroup must call the same simdgroup function with values of "
+           "one type (Metal's simd_* functions take no lane mask)",
+        3: "a barrier or simdgroup function waits for a thread that waits elsewhere; make all "
+           "threads meet the same synchronization in the same order",
+        4: "raise stack_size= in the launch, or move large per-thread arrays to threadgroup "
+           "memory",
+        5: "an index runs outside its buffer or an argument buffer is wrong",
+        6: "the kernel trapped",
+        7: "check the threadgroups, threads per threadgroup and threadgroup memory against "
+           "the metal profile's limits",
+        8: "an integer division by zero (or INT_MIN / -1) in the kernel",
+        9: "every lane of the simdgroup must call a simd_* function: a lane that returned "
+           "early may not leave the others waiting in it",
+    },
+)
+
 #: every dialect by name
-DIALECTS: dict[str, Dialect] = {CUDA.name: CUDA}
+DIALECTS: dict[str, Dialect] = {CUDA.name: CUDA, METAL.name: METAL}
 
 
 def dialect(d: Dialect | str) -> Dialect:

@@ -1,7 +1,7 @@
 """Host emulator for generated SIMT source: the source itself, compiled as host C++.
 
 A generated source of a :class:`~tilenest.backends.simt.emu_dialects.Dialect`
-(CUDA C++ today) is compiled by the host C++ compiler against the dialect's
+(CUDA C++, or the Metal Shading Language) is compiled by the host C++ compiler against the dialect's
 thin header over the runtime core ``shim/tn_runtime.h`` (for CUDA
 ``g++ -x c++ -std=c++17 -DTN_EMULATE -include shim/tn_cuda_shim.h``) into a
 shared library, one launcher per kernel; a launch runs every GPU thread of a
@@ -205,6 +205,7 @@ _POINTEES: dict[str, np.dtype] = {
         "unsigned char": np.uint8, "int8_t": np.int8, "uint8_t": np.uint8,
         "int16_t": np.int16, "uint16_t": np.uint16, "int32_t": np.int32,
         "uint32_t": np.uint32, "int64_t": np.int64, "uint64_t": np.uint64, "bool": np.bool_,
+        "half": np.float16, "bfloat": np.uint16,
     }.items()
 }
 _QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
@@ -217,23 +218,51 @@ def _norm(t: str) -> str:
 @dataclass(frozen=True)
 class _Param:
     """One kernel parameter: its C type text, whether it is a pointer, and the
-    ctypes scalar type or the dtype an array must have (None: any dtype)."""
+    ctypes scalar type or the dtype an array must have (None: any dtype).
+    ``reference``: a reference parameter (Metal's ``constant S&``), passed
+    an array whose bytes it refers to; ``builtin``: the C++ expression the
+    launcher passes for a built-in parameter (no launch argument)."""
 
     ctype: str
     pointer: bool
     scalar: type | None
     dtype: np.dtype | None
     const: bool
+    reference: bool = False
+    builtin: str | None = None
+
+    @property
+    def argument(self) -> bool:
+        """Whether the caller passes this parameter (a built-in it does not)."""
+        return self.builtin is None
 
 
-def _param(ctype: str, kernel: str) -> _Param:
-    text = _norm(ctype)
+#: a parameter attribute: ``[[buffer(0)]]``, ``[[thread_position_in_threadgroup]]``
+_ATTRIBUTE = re.compile(r"\[\[\s*([^\[\]]*?)\s*\]\]")
+
+
+def _base_type(text: str, dia: Dialect) -> str:
+    """The type named by ``text`` without qualifiers and address spaces, in C's names."""
+    words = [w for w in _QUALIFIERS.sub(" ", text).split() if w not in dia.address_spaces]
+    base = " ".join(words)
+    return dia.type_names.get(base, base)
+
+
+def _param(ctype: str, kernel: str, dia: Dialect = CUDA) -> _Param:
+    attrs = ["".join(a.split()) for a in _ATTRIBUTE.findall(ctype)]
+    text = _norm(_ATTRIBUTE.sub(" ", ctype))
+    for a in attrs:
+        if a in dia.builtins:
+            return _Param(ctype, False, None, None, True, builtin=dia.builtins[a])
+    words = set(text.replace("&", " ").split())
+    read_only = bool(words & ({"const"} | set(dia.read_only)))
     if "*" in text:
         head = text[: text.index("*")]
-        const = bool(re.search(r"\bconst\b", head))
-        base = " ".join(_QUALIFIERS.sub(" ", head).split())
-        return _Param(ctype, True, None, _POINTEES.get(base), const)
-    base = " ".join(_QUALIFIERS.sub(" ", text).split())
+        read_only = bool(set(head.split()) & ({"const"} | set(dia.read_only)))
+        return _Param(ctype, True, None, _POINTEES.get(_base_type(head, dia)), read_only)
+    if text.endswith("&"):
+        return _Param(ctype, True, None, None, read_only, reference=True)
+    base = _base_type(text, dia)
     if base not in _SCALARS:
         raise LaunchError(f"kernel {kernel}: parameter type {ctype!r} is not a pointer or a "
                           f"scalar the emulator knows",
@@ -250,10 +279,14 @@ def _strip_comments(src: str) -> str:
 _TYPE_WORDS = {"int", "char", "short", "long", "float", "double", "unsigned", "signed", "bool"}
 
 
-def parse_kernels(source: str, dialect: Dialect = CUDA) -> dict[str, list[str]]:
+def parse_kernels(source: str, dialect: Dialect | str = CUDA) -> dict[str, list[str]]:
     """The kernels defined in ``source`` (CUDA's ``__global__`` functions, or
     the ``dialect``'s kernel marker): name -> parameter C types (parameter
-    names and ``__launch_bounds__`` removed), in order."""
+    names and ``__launch_bounds__`` removed), in order. A parameter whose
+    attribute is one of the dialect's built-ins keeps it (``uint3
+    [[thread_position_in_threadgroup]]``); other attributes (Metal's
+    ``[[buffer(n)]]``) are dropped."""
+    dialect = _dialect(dialect)
     text = re.sub(r"__(launch_bounds|cluster_dims)__\s*\([^()]*\)", " ", _strip_comments(source))
     out: dict[str, list[str]] = {}
     for m in dialect.kernel_pattern().finditer(text):
@@ -272,10 +305,13 @@ def parse_kernels(source: str, dialect: Dialect = CUDA) -> dict[str, list[str]]:
             if not p or p == "void":
                 continue
             p = re.sub(r"\s*=.*$", "", p)
+            attrs = ["".join(a.split()) for a in _ATTRIBUTE.findall(p)]
+            keep = [a for a in attrs if a in dialect.builtins]
+            p = _ATTRIBUTE.sub(" ", p).strip()
             m2 = re.match(r"^(.*?)([A-Za-z_]\w*)\s*$", p)
             if m2 and m2.group(1).strip() and m2.group(2) not in _TYPE_WORDS:
                 p = m2.group(1)
-            params.append(_norm(p))
+            params.append(_norm(p) + "".join(f" [[{a}]]" for a in keep))
         out[name] = params
     return out
 
@@ -304,11 +340,19 @@ def _launchers(kernels: Mapping[str, Sequence[str]], runner: bool, dialect: Dial
     for name, params in kernels.items():
         if not re.fullmatch(r"[A-Za-z_]\w*", name):
             raise LaunchError(f"kernel name {name!r} is not a C identifier")
+        call = []
         for i, t in enumerate(params):
-            lines.append(f"typedef {t} tn_emu_{name}_p{i};")
-        call = ", ".join(f"*(tn_emu_{name}_p{i} *)a[{i}]" for i in range(len(params)))
+            p = _param(t, name, dialect)
+            lines.append(f"typedef {_ATTRIBUTE.sub(' ', t).strip()} tn_emu_{name}_p{i};")
+            if p.builtin is not None:
+                call.append(p.builtin.format(type=f"tn_emu_{name}_p{i}"))
+            elif p.reference:
+                call.append(f"*(std::remove_reference<tn_emu_{name}_p{i}>::type *)"
+                            f"*(void **)a[{i}]")
+            else:
+                call.append(f"*(tn_emu_{name}_p{i} *)a[{i}]")
         entry = dialect.entry.format(name=name)
-        lines.append(f"static void tn_emu_thunk_{name}(void **a) {{ (void)a; {entry}({call}); }}")
+        lines.append(f"static void tn_emu_thunk_{name}(void **a) {{ (void)a; {entry}({', '.join(call)}); }}")
         lines.append(
             f'extern "C" __attribute__((visibility("default"))) int tn_emu_launch_{name}'
             f"(void **a, const tn_emu_cfg *c, tn_emu_err *e) "
@@ -504,6 +548,12 @@ def _compile(source: str, kernels: Mapping[str, Sequence[str]], include_dirs: Se
     incs = [str(Path(d).resolve()) for d in (*include_dirs, *dia.include_dirs)]
     flags = list(dia.flags()) + list(_BASE_FLAGS) + (list(_TSAN_FLAGS) if tsan else
                                                      list(_LIB_FLAGS))
+    bad = dia.refusals(_strip_comments(source))
+    if bad:
+        line, text, hint = bad[0]
+        raise EmulatorBuildError(f"the {dia.title} emulator cannot run '{text.strip()}'",
+                                 Site(f"<{dia.name}>", line), hint)
+    source = dia.prepare(source)
     full = source + ("\n" if not source.endswith("\n") else "") + _launchers(kernels, tsan, dia)
     key = hashlib.sha256(json.dumps([full, flags, incs, shim_id, _compiler_version()])
                          .encode()).hexdigest()[:24]
@@ -649,6 +699,26 @@ def _scalar(kernel: str, i: int, p: _Param, v):
     return p.scalar(iv)
 
 
+def _spread(kernel: str, params: Sequence[_Param], args: Sequence) -> list:
+    """The caller's ``args`` in the slots of the kernel's ``params``: each
+    parameter the caller passes takes the next argument (``bytes`` for a
+    reference parameter become a byte array), a built-in one ``None``."""
+    wanted = [p for p in params if p.argument]
+    if len(args) != len(wanted):
+        raise LaunchError(f"kernel {kernel} takes {len(wanted)} arguments, got {len(args)}")
+    it = iter(args)
+    out: list = []
+    for p in params:
+        if not p.argument:
+            out.append(None)
+            continue
+        a = next(it)
+        if p.reference and isinstance(a, (bytes, bytearray)):
+            a = np.frombuffer(bytes(a), np.uint8)
+        out.append(a)
+    return out
+
+
 def _raise_for(err: _Err, kernel: str, dia: Dialect = CUDA) -> None:
     code = int(err.code)
     if code == 0:
@@ -701,12 +771,13 @@ class EmuModule:
             raise LaunchError(f"no kernel {name!r} in this module",
                               hint="kernels: " + ", ".join(self.kernels))
         params = self._params[name]
-        if len(args) != len(params):
-            raise LaunchError(f"kernel {name} takes {len(params)} arguments, got {len(args)}")
+        args = _spread(name, params, args)
         keep: list = []
         argv = (ctypes.c_void_p * max(1, len(params)))()
         for i, (p, a) in enumerate(zip(params, args, strict=True)):
-            if p.pointer:
+            if p.builtin is not None:
+                slot = ctypes.c_void_p(0)  # the launcher passes it
+            elif p.pointer:
                 if a is None:
                     slot = ctypes.c_void_p(0)
                 elif isinstance(a, np.ndarray):
@@ -756,7 +827,7 @@ def build(source: str, kernels: Mapping[str, Sequence[str]] | None = None, *,
     if tsan:
         raise LaunchError("a ThreadSanitizer build runs in a subprocess", hint="use run_tsan()")
     ks = _resolve_kernels(source, kernels, dia)
-    params = {k: [_param(t, k) for t in v] for k, v in ks.items()}
+    params = {k: [_param(t, k, dia) for t in v] for k, v in ks.items()}
     path = _compile(source, ks, [str(d) for d in include_dirs], tsan=False, dia=dia)
     lib = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
     return EmuModule(path, ks, lib, params, dia, limits or dia.limits)
@@ -872,9 +943,8 @@ def run_tsan(source: str, name: str, grid, block, args: Sequence, *,
     ks = _resolve_kernels(source, kernels, dia)
     if name not in ks:
         raise LaunchError(f"no kernel {name!r} in the source", hint="kernels: " + ", ".join(ks))
-    params = [_param(t, name) for t in ks[name]]
-    if len(args) != len(params):
-        raise LaunchError(f"kernel {name} takes {len(params)} arguments, got {len(args)}")
+    params = [_param(t, name, dia) for t in ks[name]]
+    args = _spread(name, params, args)
     cfg = _make_cfg(grid, block, shared_bytes, policy, seed, poison, block_order, stack_size,
                     lim)
     exe = _compile(source, ks, [str(d) for d in include_dirs], tsan=True, dia=dia)
@@ -888,7 +958,7 @@ def run_tsan(source: str, name: str, grid, block, args: Sequence, *,
                  f"smem {cfg.max_shared}"]
         arrays: list[tuple[np.ndarray, Path]] = []
         for i, (p, a) in enumerate(zip(params, args, strict=True)):
-            if p.pointer:
+            if p.pointer or p.builtin is not None:
                 if a is None:
                     lines.append("null")
                     continue
