@@ -18,3 +18,27 @@ if "TILENEST_EMU_CACHE" not in os.environ:
 
     os.environ["TILENEST_EMU_CACHE"] = str(cache_dir())
 os.environ["TILENEST_CACHE_DIR"] = "off"
+
+
+import types  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def no_nvrtc(monkeypatch):
+    """NVRTC unusable: its module raises on any use, whether imported before or after."""
+    from tilenest.backends.cuda import nvrtc
+
+    def boom(*a, **k):
+        raise AssertionError("NVRTC was used")
+
+    for name in ("compile_cuda", "compile_program", "nvrtc_library", "find_nvrtc",
+                 "nvrtc_available", "toolchain_identity"):
+        monkeypatch.setattr(nvrtc, name, boom)
+
+    class Exploding(types.ModuleType):
+        def __getattr__(self, name):
+            raise AssertionError(f"NVRTC was used ({name})")
+
+    monkeypatch.setitem(sys.modules, "tilenest.backends.cuda.nvrtc", Exploding("nvrtc"))

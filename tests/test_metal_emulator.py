@@ -14,7 +14,6 @@ its simdgroup in a ``simd_sum``, a launch beyond the metal profile.
 from __future__ import annotations
 
 import re
-import sys
 import types
 
 import numpy as np
@@ -79,25 +78,6 @@ BARRIER = "threadgroup_barrier(mem_flags::mem_threadgroup);"
 
 def rowsum_source(barrier: str = BARRIER) -> str:
     return ROWSUM.format(struct=STRUCT, params=PARAMS, builtins=BUILTINS, barrier=barrier)
-
-
-@pytest.fixture
-def no_nvrtc(monkeypatch):
-    """NVRTC unusable: its module raises on any use, whether imported before or after."""
-    from tilenest.backends.cuda import nvrtc
-
-    def boom(*a, **k):
-        raise AssertionError("NVRTC was used")
-
-    for name in ("compile_cuda", "compile_program", "nvrtc_library", "find_nvrtc",
-                 "nvrtc_available", "toolchain_identity"):
-        monkeypatch.setattr(nvrtc, name, boom)
-
-    class Exploding(types.ModuleType):
-        def __getattr__(self, name):
-            raise AssertionError(f"NVRTC was used ({name})")
-
-    monkeypatch.setitem(sys.modules, "tilenest.backends.cuda.nvrtc", Exploding("nvrtc"))
 
 
 def _rows(rows: int = 3, n: int = 100) -> np.ndarray:

@@ -11,8 +11,6 @@ lanes, and a launch beyond the profile is refused.
 
 from __future__ import annotations
 
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -70,25 +68,6 @@ def toy(tmp_path) -> Dialect:
     return Dialect(name="toy", title="Toy", language="Toy C++", header=header, std="c++14",
                    defines=("TN_EMULATE=1",), kernel_marker="toy_kernel", limits=TOY_LIMITS,
                    entry="toy::{name}", hints={1: "toy: every thread meets the barrier"})
-
-
-@pytest.fixture
-def no_nvrtc(monkeypatch):
-    """NVRTC unusable: its module raises on any use, whether imported before or after."""
-    from tilenest.backends.cuda import nvrtc
-
-    def boom(*a, **k):
-        raise AssertionError("NVRTC was used")
-
-    for name in ("compile_cuda", "compile_program", "nvrtc_library", "find_nvrtc",
-                 "nvrtc_available", "toolchain_identity"):
-        monkeypatch.setattr(nvrtc, name, boom)
-
-    class Exploding(types.ModuleType):
-        def __getattr__(self, name):
-            raise AssertionError(f"NVRTC was used ({name})")
-
-    monkeypatch.setitem(sys.modules, "tilenest.backends.cuda.nvrtc", Exploding("nvrtc"))
 
 
 def _expected(values: np.ndarray, lanes: int) -> np.ndarray:
