@@ -222,8 +222,8 @@ CUDA = Target(
     bench_script="benchmarks/cuda.py",
     tuner="tilenest.backends.cuda.tune")
 METAL = Target(
-    "metal", "Apple GPUs through the Metal Shading Language (planned: no code generation "
-             "yet; its binding catalogue is checked)",
+    "metal", "Apple GPUs through the Metal Shading Language (MSL emitted and type-checked "
+             "here; it runs on a Mac)",
     # Apple GPUs: 32 KiB of threadgroup memory, 1,024 threads per threadgroup,
     # no double
     Profile(simt=True, lanes=SIMT_LANES, max_threads=SIMT_MAX_THREADS,
@@ -231,7 +231,8 @@ METAL = Target(
             max_grid=2**32 - 1, tensor_cores=("simdgroup_matrix",)),
     METAL_CATALOGUE,
     defaults=_frozen(block_threads=256),
-    unused=("threads", "chunk"))
+    unused=("threads", "chunk"),
+    module="tilenest.backends.metal")
 
 #: the registry: target name -> row, in the order targets are listed
 TARGETS: dict[str, Target] = {t.name: t for t in (LLVM, CUDA, METAL)}
