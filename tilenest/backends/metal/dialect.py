@@ -22,11 +22,11 @@ from ...errors import NotAvailableError
 from ...semantics import dtypes as D
 from ..simt.dialect import Dialect
 
-#: register types of each dtype (16-bit floats are the prelude's bit structs,
+#: register types of each dtype (16-bit floats are Metal's half and bfloat,
 #: computed in float; f64 has none)
 REG = {"bool": "bool", "i8": "char", "i16": "short", "i32": "int", "i64": "long",
-       "u8": "uchar", "u16": "ushort", "u32": "uint", "u64": "ulong", "f16": "tn_f16",
-       "bf16": "tn_bf16", "f32": "float"}
+       "u8": "uchar", "u16": "ushort", "u32": "uint", "u64": "ulong", "f16": "half",
+       "bf16": "bfloat", "f32": "float"}
 
 #: the barrier's memory: what threadgroup_barrier / simdgroup_barrier order
 #: (threadgroup memory and device memory, as CUDA's block barrier does)
@@ -45,7 +45,7 @@ def no_f64(what: str) -> NotAvailableError:
 def _float_literal(v: float, dt: D.DType) -> str:
     """An f32 literal in the shortest decimal that reads back as the same
     float (C++14 has no hexadecimal float literals), a non-finite one by its
-    bits; 16-bit floats by their bits (the prelude's ``tn_mk_*``)."""
+    bits; 16-bit floats by their bits (the prelude's ``tn_half`` / ``tn_bfloat``)."""
     if dt.name == "f64":
         raise no_f64("the constant " + repr(v))
     if dt.name == "f32":
@@ -56,7 +56,7 @@ def _float_literal(v: float, dt: D.DType) -> str:
         return f"tn_bitsf({int(np.array(x).view(np.uint32)):#x}u)"
     npdt = np.float16 if dt.name == "f16" else ml_dtypes.bfloat16
     bits = np.array(v, dtype=npdt).view(np.uint16).item()
-    return f"tn_mk_{dt.name}({bits:#x})"
+    return f"tn_{REG[dt.name]}({bits:#x})"
 
 
 def literal(value: Any, dt: D.DType) -> str:

@@ -7,8 +7,8 @@ without it.
 of :mod:`.arguments` (tensors, one ``constant`` struct of scalars and
 symbols, the status word), then ``tn_smem`` when the phase uses shared
 memory, then the five position builtins (:data:`BUILTINS`). The symbols and
-scalars are read from the struct at the function's start; the 16-bit float
-tensors are re-pointed at the prelude's bit structs (same bytes). Narrow
+scalars are read from the struct at the function's start. 16-bit floats are
+Metal's ``half`` and ``bfloat``, computed in float. Narrow
 transcendentals, ``pow``, ``atan2`` and the conversions between floats and
 64-bit integers call the float-only functions of ``tn_mathf.h``; a value or
 operation of dtype f64 is refused. Lane collectives are ``simd_shuffle_xor``
@@ -101,11 +101,8 @@ class MetalEmitter(Emitter):
         for b in k.globals:
             if b.space == "scalar":
                 self.names(b.name, "tn_s")
-            elif b.dtype.name in ("f16", "bf16"):
-                self.names(b.name, "tn_h")  # the bit-struct view of the half tensor
             else:
-                t = self._tensor_of[b.name]
-                self.names.map[b.name] = t.name
+                self.names.map[b.name] = self._tensor_of[b.name].name
 
     # -- the function's head ---------------------------------------------------------
     def params(self) -> list[tuple[str, str]]:
@@ -130,8 +127,8 @@ class MetalEmitter(Emitter):
         return super().phase(ph, layout, total)
 
     def phase_head(self, ph: L.Phase) -> list[str]:
-        """The symbols and scalars read from the struct, the half tensors
-        re-pointed at the prelude's bit structs."""
+        """The symbols and scalars read from the struct (a scalar as a
+        one-element array, as the loop IR reads it)."""
         out = []
         for s in self.k.syms:
             m = self.args.member("symbol", s)
@@ -141,16 +138,9 @@ class MetalEmitter(Emitter):
             if b.space == "scalar":
                 m = self.args.member("scalar", b.name)
                 v = f"{ARG.ARGS}.{m.name}"
-                if b.dtype.name in ("f16", "bf16"):
-                    v = f"tn_mk_{b.dtype.name}(as_type<ushort>({v}))"
-                elif b.dtype.is_bool:
+                if b.dtype.is_bool:
                     v = f"(uchar)({v} ? 1 : 0)"
                 out.append(f"const {self.d.mem(b.dtype)} {self.buf(b)}[1] = {{{v}}};")
-            elif b.dtype.name in ("f16", "bf16"):
-                t = self._tensor_of[b.name]
-                q = "device" if t.written else "const device"
-                out.append(f"{q} {self.d.reg(b.dtype)}* const {self.buf(b)} = "
-                           f"({q} {self.d.reg(b.dtype)}*){t.name};")
         return out
 
     def source(self) -> Any:
@@ -173,9 +163,20 @@ class MetalEmitter(Emitter):
     def to_f64(self, v: str, dt: D.DType) -> str:
         raise no_f64("a conversion through f64")
 
+    def wide(self, v: str, dt: D.DType) -> str:
+        """``v`` widened exactly to float (a lane of a pack too: Metal's
+        packs hold the elements themselves)."""
+        return f"tn_widen({v})" if dt.name in ("f16", "bf16") else v
+
     def float_unary(self, op: str, v: str, dt: D.DType) -> str:
         if dt.name == "f64":
             raise no_f64(f"op '{op}'")
+        if dt.name in ("f16", "bf16") and op in ("neg", "abs", "signbit"):
+            bits = f"tn_hbits({v})"
+            if op == "signbit":
+                return f"(({bits} >> 15) != 0u)"
+            t = self.d.reg(dt)
+            return f"tn_{t}({bits} ^ 0x8000u)" if op == "neg" else f"tn_{t}({bits} & 0x7fffu)"
         if op in MATHF_UNARY:
             return self.narrow(f"tnf_{op}({self.wide(v, dt)})", dt)
         return super().float_unary(op, v, dt)

@@ -51,37 +51,25 @@ TN_FN void tn_fail(device atomic_int* status, int code) {
 #include "tn_mathf.h"
 
 // ---------------------------------------------------------------------------
-// 16-bit floats (stored as their bits, computed in float)
+// 16-bit floats: Metal's own half and bfloat hold them (same bits as the
+// portable tn_f16 / tn_bf16, which CUDA uses); arithmetic is in float
 
-// exact: every half is a float (subnormals included)
-TN_FN float tn_widen(tn_f16 h) { return (float)as_type<half>(h.bits); }
+TN_FN half tn_half(uint b) { return as_type<half>((ushort)b); }
+TN_FN bfloat tn_bfloat(uint b) { return as_type<bfloat>((ushort)b); }
+TN_FN uint tn_hbits(half v) { return (uint)as_type<ushort>(v); }
+TN_FN uint tn_hbits(bfloat v) { return (uint)as_type<ushort>(v); }
+// exact: every half and every bfloat is a float (subnormals included)
+TN_FN float tn_widen(half h) { return (float)h; }
+TN_FN float tn_widen(bfloat b) { return as_type<float>(tn_hbits(b) << 16); }
 // one rounding to nearest-even, by the integer code of tn_scalar.h (exact
 // for subnormal results whatever the device's conversion does)
-TN_FN tn_f16 tn_narrow_f16(float x) { return tn_to_f16(x); }
-TN_FN tn_bf16 tn_narrow_bf16(float x) { return tn_to_bf16(x); }
+TN_FN half tn_narrow_f16(float x) { return tn_half(tn_to_f16(x).bits); }
+TN_FN bfloat tn_narrow_bf16(float x) { return tn_bfloat(tn_to_bf16(x).bits); }
 
 // ---------------------------------------------------------------------------
-// bit casts: the bits of one register type read as another of the same
-// width (as_type, with the 16-bit float structs read through their bits)
+// bit casts: the bits of one register type read as another of the same width
 
-template <typename T> struct tn_bitrep {
-  typedef T type;
-  static T get(T v) { return v; }
-  static T put(T v) { return v; }
-};
-template <> struct tn_bitrep<tn_f16> {
-  typedef ushort type;
-  static ushort get(tn_f16 v) { return v.bits; }
-  static tn_f16 put(ushort b) { return tn_mk_f16(b); }
-};
-template <> struct tn_bitrep<tn_bf16> {
-  typedef ushort type;
-  static ushort get(tn_bf16 v) { return v.bits; }
-  static tn_bf16 put(ushort b) { return tn_mk_bf16(b); }
-};
-template <typename D, typename S> TN_FN D tn_bitcast(S s) {
-  return tn_bitrep<D>::put(as_type<typename tn_bitrep<D>::type>(tn_bitrep<S>::get(s)));
-}
+template <typename D, typename S> TN_FN D tn_bitcast(S s) { return as_type<D>(s); }
 
 // ---------------------------------------------------------------------------
 // lane collectives: v from lane (this lane ^ l) of the simdgroup. Every lane
@@ -104,8 +92,8 @@ TN_FN ulong tn_simd_xor(ulong v, int l) {
   return ((ulong)hi << 32) | (ulong)lo;
 }
 TN_FN long tn_simd_xor(long v, int l) { return (long)tn_simd_xor((ulong)v, l); }
-TN_FN tn_f16 tn_simd_xor(tn_f16 v, int l) { return tn_mk_f16(simd_shuffle_xor(v.bits, (ushort)l)); }
-TN_FN tn_bf16 tn_simd_xor(tn_bf16 v, int l) { return tn_mk_bf16(simd_shuffle_xor(v.bits, (ushort)l)); }
+TN_FN half tn_simd_xor(half v, int l) { return simd_shuffle_xor(v, (ushort)l); }
+TN_FN bfloat tn_simd_xor(bfloat v, int l) { return tn_bfloat(simd_shuffle_xor((ushort)tn_hbits(v), (ushort)l)); }
 TN_FN bool tn_simd_xor(bool v, int l) { return simd_shuffle_xor((uchar)(v ? 1 : 0), (ushort)l) != 0; }
 
 // ---------------------------------------------------------------------------
@@ -131,10 +119,6 @@ TN_VMEM(device)
 TN_VMEM(threadgroup)
 TN_VMEM(thread)
 #undef TN_VMEM
-
-// lane i of a pack (CUDA reads 16-bit lanes from their 32-bit word; here the
-// element itself)
-template <typename T, int V> TN_FN T tn_lane(thread const tn_pack<T, V>& p, int i) { return p.e[i]; }
 
 // whether x is a multiple of m > 0 (for either sign of x)
 TN_FN bool tn_multiple(long x, long m) { return x % m == 0; }
