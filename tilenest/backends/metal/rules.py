@@ -30,7 +30,6 @@ from ...errors import NotAvailableError
 from ...lowering import loopir as L
 from ...semantics import dtypes as D
 from ...semantics import expr as E
-from ..simt import analysis as A
 from ..simt.emitter import Emitter
 from . import arguments as ARG
 from .dialect import LANES, METAL, no_f64
