@@ -148,6 +148,10 @@ class Target:
     #: the module whose ``tune`` searches the target's schedules on its
     #: device (``tn.tune``; None: the target has no tuner)
     tuner: str | None = None
+    #: whether its compiled kernels run (on the device, or here as
+    #: ``host_run`` says); False: code generation and proofs only, so the
+    #: fuzzer does not draw it
+    runs: bool = True
 
     @property
     def compiles(self) -> bool:
@@ -232,7 +236,8 @@ METAL = Target(
     METAL_CATALOGUE,
     defaults=_frozen(block_threads=256),
     unused=("threads", "chunk"),
-    module="tilenest.backends.metal")
+    module="tilenest.backends.metal",
+    runs=False)
 
 #: the registry: target name -> row, in the order targets are listed
 TARGETS: dict[str, Target] = {t.name: t for t in (LLVM, CUDA, METAL)}

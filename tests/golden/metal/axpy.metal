@@ -13,44 +13,44 @@ kernel void axpy_axpy_0(
   const int S_N = (int)S_N_w;
   int v_pid_1;
   int v_p_2;
-  int v_t_t16284;
-  int v_r_t16285;
-  int v_v_t16286;
+  int v_t_t0;
+  int v_r_t1;
+  int v_v_t2;
   int v_i_3;
   v_pid_1 = (int)tn_tgpos.x;
   v_p_2 = ((int)v_pid_1);
-  v_t_t16284 = (int)tn_tpos.x;  // thread loop over [0, 256)
+  v_t_t0 = (int)tn_tpos.x;  // thread loop over [0, 256)
   {
     {
-      const int tn_nf_v_r_t16285 = tn_clamp((tn_xfloordiv(((-4 * ((int)v_t_t16284)) + (-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + -4), 1024) + 1), 0, tn_xfloordiv(((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + 1023), 1024));
-      if (tn_aligned(&b_x[((128 * ((int)v_p_2)) + (4 * ((int)v_t_t16284)) + tn_xmax((-128 * ((int)v_p_2)), 0))], 16) && tn_aligned(&b_y[((128 * ((int)v_p_2)) + (4 * ((int)v_t_t16284)) + tn_xmax((-128 * ((int)v_p_2)), 0))], 16) && tn_aligned(&b_out[((128 * ((int)v_p_2)) + (4 * ((int)v_t_t16284)) + tn_xmax((-128 * ((int)v_p_2)), 0))], 16)) {  // full groups: 4 lanes, vector accesses
+      const int tn_nf_v_r_t1 = tn_clamp((tn_xfloordiv(((-4 * ((int)v_t_t0)) + (-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + -4), 1024) + 1), 0, tn_xfloordiv(((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + 1023), 1024));
+      if (tn_aligned(&b_x[((128 * ((int)v_p_2)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))], 16) && tn_aligned(&b_y[((128 * ((int)v_p_2)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))], 16) && tn_aligned(&b_out[((128 * ((int)v_p_2)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))], 16)) {  // full groups: 4 lanes, vector accesses
         #pragma unroll 4
-        for (v_r_t16285 = 0; v_r_t16285 < tn_nf_v_r_t16285; ++v_r_t16285) {
-          const tn_pack<float, 4> tn_vq_0_v_v_t16286 = tn_vload<float, 4>(&b_x[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + tn_xmax((-128 * ((int)v_p_2)), 0))]);
-          const tn_pack<float, 4> tn_vq_1_v_v_t16286 = tn_vload<float, 4>(&b_y[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + tn_xmax((-128 * ((int)v_p_2)), 0))]);
-          tn_pack<float, 4> tn_vs_0_v_v_t16286;
+        for (v_r_t1 = 0; v_r_t1 < tn_nf_v_r_t1; ++v_r_t1) {
+          const tn_pack<float, 4> tn_vq_0_v_v_t2 = tn_vload<float, 4>(&b_x[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))]);
+          const tn_pack<float, 4> tn_vq_1_v_v_t2 = tn_vload<float, 4>(&b_y[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))]);
+          tn_pack<float, 4> tn_vs_0_v_v_t2;
           #pragma unroll
-          for (v_v_t16286 = 0; v_v_t16286 < 4; ++v_v_t16286) {
-            v_i_3 = ((1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + ((int)v_v_t16286) + tn_xmax((-128 * ((int)v_p_2)), 0));
-            tn_vs_0_v_v_t16286.e[v_v_t16286] = ((tn_s_a[0] * tn_vq_0_v_v_t16286.e[v_v_t16286]) + tn_vq_1_v_v_t16286.e[v_v_t16286]);
+          for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
+            v_i_3 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2) + tn_xmax((-128 * ((int)v_p_2)), 0));
+            tn_vs_0_v_v_t2.e[v_v_t2] = ((tn_s_a[0] * tn_vq_0_v_v_t2.e[v_v_t2]) + tn_vq_1_v_v_t2.e[v_v_t2]);
           }
-          tn_vstore<float, 4>(&b_out[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + tn_xmax((-128 * ((int)v_p_2)), 0))], tn_vs_0_v_v_t16286);
+          tn_vstore<float, 4>(&b_out[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))], tn_vs_0_v_v_t2);
         }
-        for (v_r_t16285 = tn_nf_v_r_t16285; v_r_t16285 < tn_xfloordiv(((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + 1023), 1024); ++v_r_t16285) {
+        for (v_r_t1 = tn_nf_v_r_t1; v_r_t1 < tn_xfloordiv(((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + 1023), 1024); ++v_r_t1) {
           #pragma unroll
-          for (v_v_t16286 = 0; v_v_t16286 < 4; ++v_v_t16286) {
-            if ((((1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + ((int)v_v_t16286)) < ((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128)))) {
-              v_i_3 = ((1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + ((int)v_v_t16286) + tn_xmax((-128 * ((int)v_p_2)), 0));
+          for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
+            if ((((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2)) < ((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128)))) {
+              v_i_3 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2) + tn_xmax((-128 * ((int)v_p_2)), 0));
               b_out[(((int)v_i_3) + (128 * ((int)v_p_2)))] = ((tn_s_a[0] * b_x[(((int)v_i_3) + (128 * ((int)v_p_2)))]) + b_y[(((int)v_i_3) + (128 * ((int)v_p_2)))]);
             }
           }
         }
       } else {
-        for (v_r_t16285 = 0; v_r_t16285 < tn_xfloordiv(((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + 1023), 1024); ++v_r_t16285) {
+        for (v_r_t1 = 0; v_r_t1 < tn_xfloordiv(((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128) + 1023), 1024); ++v_r_t1) {
           #pragma unroll
-          for (v_v_t16286 = 0; v_v_t16286 < 4; ++v_v_t16286) {
-            if ((((1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + ((int)v_v_t16286)) < ((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128)))) {
-              v_i_3 = ((1024 * ((int)v_r_t16285)) + (4 * ((int)v_t_t16284)) + ((int)v_v_t16286) + tn_xmax((-128 * ((int)v_p_2)), 0));
+          for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
+            if ((((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2)) < ((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128)))) {
+              v_i_3 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2) + tn_xmax((-128 * ((int)v_p_2)), 0));
               b_out[(((int)v_i_3) + (128 * ((int)v_p_2)))] = ((tn_s_a[0] * b_x[(((int)v_i_3) + (128 * ((int)v_p_2)))]) + b_y[(((int)v_i_3) + (128 * ((int)v_p_2)))]);
             }
           }

@@ -16,9 +16,9 @@ kernel void scale_rows_scale_rows_0(
   int v_blk_2;
   int v_w_3;
   int v_i_4;
-  int v_t_t16296;
-  int v_r_t16297;
-  int v_v_t16298;
+  int v_t_t0;
+  int v_r_t1;
+  int v_v_t2;
   int v_i_5;
   v_pid_1 = (int)tn_tgpos.x;
   v_blk_2 = ((int)v_pid_1);
@@ -26,37 +26,37 @@ kernel void scale_rows_scale_rows_0(
     threadgroup_barrier(mem_flags::mem_threadgroup | mem_flags::mem_device);
     for (v_i_4 = 0; v_i_4 < 1; ++v_i_4) {
       if (((((4 * ((int)v_blk_2)) + ((int)v_i_4) + ((int)v_w_3)) >= 0) && (((4 * ((int)v_blk_2)) + ((int)v_i_4) + ((int)v_w_3)) < S_R))) {
-        v_t_t16296 = (int)tn_tpos.x;  // thread loop over [0, 256)
+        v_t_t0 = (int)tn_tpos.x;  // thread loop over [0, 256)
         {
           {
-            const int tn_nf_v_r_t16297 = tn_clamp((tn_xfloordiv(((-4 * ((int)v_t_t16296)) + S_C + -4), 1024) + 1), 0, ((int)((uint)(S_C + 1023) / 1024u)));
+            const int tn_nf_v_r_t1 = tn_clamp((tn_xfloordiv(((-4 * ((int)v_t_t0)) + S_C + -4), 1024) + 1), 0, ((int)((uint)(S_C + 1023) / 1024u)));
             if (tn_aligned(b_x, 16) && tn_multiple(S_C, 4) && tn_aligned(b_y, 16)) {  // full groups: 4 lanes, vector accesses
               #pragma unroll 4
-              for (v_r_t16297 = 0; v_r_t16297 < tn_nf_v_r_t16297; ++v_r_t16297) {
-                const tn_pack<float, 4> tn_vq_0_v_v_t16298 = tn_vload<float, 4>(&b_x[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + (1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + (((int)v_w_3) * S_C))]);
-                tn_pack<float, 4> tn_vs_0_v_v_t16298;
+              for (v_r_t1 = 0; v_r_t1 < tn_nf_v_r_t1; ++v_r_t1) {
+                const tn_pack<float, 4> tn_vq_0_v_v_t2 = tn_vload<float, 4>(&b_x[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + (1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + (((int)v_w_3) * S_C))]);
+                tn_pack<float, 4> tn_vs_0_v_v_t2;
                 #pragma unroll
-                for (v_v_t16298 = 0; v_v_t16298 < 4; ++v_v_t16298) {
-                  v_i_5 = ((1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + ((int)v_v_t16298));
-                  tn_vs_0_v_v_t16298.e[v_v_t16298] = ((tn_vq_0_v_v_t16298.e[v_v_t16298] * 2.0f) + 1.0f);
+                for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
+                  v_i_5 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2));
+                  tn_vs_0_v_v_t2.e[v_v_t2] = ((tn_vq_0_v_v_t2.e[v_v_t2] * 2.0f) + 1.0f);
                 }
-                tn_vstore<float, 4>(&b_y[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + (1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + (((int)v_w_3) * S_C))], tn_vs_0_v_v_t16298);
+                tn_vstore<float, 4>(&b_y[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + (1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + (((int)v_w_3) * S_C))], tn_vs_0_v_v_t2);
               }
-              for (v_r_t16297 = tn_nf_v_r_t16297; v_r_t16297 < ((int)((uint)(S_C + 1023) / 1024u)); ++v_r_t16297) {
+              for (v_r_t1 = tn_nf_v_r_t1; v_r_t1 < ((int)((uint)(S_C + 1023) / 1024u)); ++v_r_t1) {
                 #pragma unroll
-                for (v_v_t16298 = 0; v_v_t16298 < 4; ++v_v_t16298) {
-                  if ((((1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + ((int)v_v_t16298)) < S_C)) {
-                    v_i_5 = ((1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + ((int)v_v_t16298));
+                for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
+                  if ((((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2)) < S_C)) {
+                    v_i_5 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2));
                     b_y[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + ((int)v_i_5) + (((int)v_w_3) * S_C))] = ((b_x[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + ((int)v_i_5) + (((int)v_w_3) * S_C))] * 2.0f) + 1.0f);
                   }
                 }
               }
             } else {
-              for (v_r_t16297 = 0; v_r_t16297 < ((int)((uint)(S_C + 1023) / 1024u)); ++v_r_t16297) {
+              for (v_r_t1 = 0; v_r_t1 < ((int)((uint)(S_C + 1023) / 1024u)); ++v_r_t1) {
                 #pragma unroll
-                for (v_v_t16298 = 0; v_v_t16298 < 4; ++v_v_t16298) {
-                  if ((((1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + ((int)v_v_t16298)) < S_C)) {
-                    v_i_5 = ((1024 * ((int)v_r_t16297)) + (4 * ((int)v_t_t16296)) + ((int)v_v_t16298));
+                for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
+                  if ((((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2)) < S_C)) {
+                    v_i_5 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2));
                     b_y[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + ((int)v_i_5) + (((int)v_w_3) * S_C))] = ((b_x[((4 * (((int)v_blk_2) * S_C)) + (((int)v_i_4) * S_C) + ((int)v_i_5) + (((int)v_w_3) * S_C))] * 2.0f) + 1.0f);
                   }
                 }

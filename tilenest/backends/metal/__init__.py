@@ -70,6 +70,10 @@ class MetalKernel:
         self.device = device
         self.obligations = obligations
         self.precondition = precondition
+        #: seconds the compile took (proofs, lowering, emission)
+        self.compile_seconds = 0.0
+        #: where it came from (nothing is cached on metal)
+        self.cached: str | None = None
 
     @property
     def text(self) -> str:
@@ -110,6 +114,9 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     from ...proofs import gpu
     from ...proofs.obligation import REFUTED
 
+    import time
+
+    t0 = time.perf_counter()
     s = _schedule(program, schedule)
     if overrides:
         s = s.with_(**overrides)
@@ -139,7 +146,9 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     obs = obs + more + res
     if not isinstance(src.index, str | None):
         obs.append(src.index)
-    return MetalKernel(program, k, s, src, dev, obs, gpu.launch_precondition(res))
+    mk = MetalKernel(program, k, s, src, dev, obs, gpu.launch_precondition(res))
+    mk.compile_seconds = time.perf_counter() - t0
+    return mk
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:
