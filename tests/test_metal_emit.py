@@ -26,7 +26,7 @@ import sys
 import pytest
 
 import tilenest as tn
-from tilenest import f32, f64
+from tilenest import f16, f32, f64, i64
 from tilenest.backends import metal
 from tilenest.backends.metal.check import check_msl, clang_available
 from tilenest.backends.metal.emit import standalone
@@ -236,6 +236,35 @@ def test_narrow_transcendentals_use_float_math() -> None:
     w = WORKLOADS["gelu"]
     src = _msl(w.kernel(D.f16, None, w.size("small")).program)
     assert "tnf_tanh(" in src and "double" not in src
+
+
+@tn.kernel
+def conversions(x: tn.Tensor[f16, "N"], y: tn.Tensor[f16, "N"], z: tn.Tensor[f16, "N"],
+                w: tn.Tensor[i64, "N"], *, block=64):
+    (n,) = x.shape
+    y = y.with_dims(x.dim(0))
+    z = z.with_dims(x.dim(0))
+    w = w.with_dims(x.dim(0))
+    for p in tn.parallel(tn.shape(tn.cdiv(n, block))):
+        o = tn.coord(p.index() * block)
+        a = x[o, tn.shape(block)]
+        k = a.astype(i64)
+        w(o, tn.shape(block)).store(k)
+        y(o, tn.shape(block)).store(tn.pow(a, a) + tn.atan2(a, a) + k.astype(f16))
+        z(o, tn.shape(block)).store(-tn.abs(a))
+
+
+@needs_clang
+def test_f16_math_and_conversions_stay_in_float() -> None:
+    """pow, atan2, f16 -> i64 and i64 -> f16 call the float-only functions
+    (the i64 -> f16 one through the round-to-odd float, then one rounding);
+    f16 negation and abs flip bits; the MSL type-checks."""
+    src = _msl(conversions.program)
+    check_msl(standalone(src))
+    assert "tnf_pow(tn_widen(" in src and "tnf_atan2(tn_widen(" in src
+    assert "tnf_f2i<long>(tn_widen(" in src
+    assert re.search(r"tn_narrow_f16\(tnf_i64_to_f32\(\(long\)\(.*\), true\)\)", src)
+    assert "tn_half(tn_hbits(" in src and "0x8000u" in src and "0x7fffu" in src
 
 
 @pytest.mark.parametrize("change", [{"mask": 0xFFFF}, {"width": 64}],
