@@ -251,20 +251,22 @@ def conversions(x: tn.Tensor[f16, "N"], y: tn.Tensor[f16, "N"], z: tn.Tensor[f16
         k = a.astype(i64)
         w(o, tn.shape(block)).store(k)
         y(o, tn.shape(block)).store(tn.pow(a, a) + tn.atan2(a, a) + k.astype(f16))
-        z(o, tn.shape(block)).store(-tn.abs(a))
+        z(o, tn.shape(block)).store(-tn.abs(a) + tn.sqrt(a) + tn.round(a))
 
 
 @needs_clang
 def test_f16_math_and_conversions_stay_in_float() -> None:
     """pow, atan2, f16 -> i64 and i64 -> f16 call the float-only functions
     (the i64 -> f16 one through the round-to-odd float, then one rounding);
-    f16 negation and abs flip bits; the MSL type-checks."""
+    f16 negation and abs flip bits; sqrt and round are Metal's overloaded
+    float functions (not C's sqrtf / rintf); the MSL type-checks."""
     src = _msl(conversions.program)
     check_msl(standalone(src))
     assert "tnf_pow(tn_widen(" in src and "tnf_atan2(tn_widen(" in src
     assert "tnf_f2i<long>(tn_widen(" in src
     assert re.search(r"tn_narrow_f16\(tnf_i64_to_f32\(\(long\)\(.*\), true\)\)", src)
     assert "tn_half(tn_hbits(" in src and "0x8000u" in src and "0x7fffu" in src
+    assert "sqrt(tn_widen(" in src and "rint(tn_widen(" in src and "sqrtf" not in src
 
 
 @pytest.mark.parametrize("change", [{"mask": 0xFFFF}, {"width": 64}],
