@@ -324,3 +324,14 @@ def test_standalone_inlines_the_prelude_chain() -> None:
     text = standalone(_msl(_axpy()))
     assert not re.search(r'^\s*#\s*include\s+"', text, re.M)
     assert "#include <metal_stdlib>" in text and "tnf_exp(" in text and "TN_SCALAR_H" in text
+
+
+def test_nvidia_tensor_core_mma_refused_with_the_simt_hint() -> None:
+    """gemm with mma_unit='tensor' asks for NVIDIA's warp mma fragments,
+    which Metal lacks: refused, pointing at the exact SIMT loop nest (the
+    default on metal, which type-checks above)."""
+    w = WORKLOADS["gemm"]
+    p = w.kernel(D.f16, None, w.size("small")).program
+    with pytest.raises(NotAvailableError, match="warp mma has no metal lowering") as e:
+        metal.emit(p, "msl", default_schedule(p, "metal", mma_unit="tensor"))
+    assert "mma_unit='simt'" in str(e.value)
