@@ -335,3 +335,14 @@ def test_nvidia_tensor_core_mma_refused_with_the_simt_hint() -> None:
     with pytest.raises(NotAvailableError, match="warp mma has no metal lowering") as e:
         metal.emit(p, "msl", default_schedule(p, "metal", mma_unit="tensor"))
     assert "mma_unit='simt'" in str(e.value)
+
+
+def test_capped_grid_refused_and_threadgroup_flags() -> None:
+    """A capped grid needs the grid size, which is not among the builtins:
+    refused. Each kernel's info says whether it binds threadgroup memory."""
+    p = _softmax()
+    with pytest.raises(NotAvailableError, match="grid_blocks"):
+        metal.emit(p, "msl", default_schedule(p, "metal", grid_blocks=4))
+    _, sm = metal.stage_source(p, default_schedule(p, "metal"))
+    _, ax = metal.stage_source(_axpy(), default_schedule(_axpy(), "metal"))
+    assert all(i.threadgroup for i in sm.kernels) and not any(i.threadgroup for i in ax.kernels)
