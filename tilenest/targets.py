@@ -148,6 +148,10 @@ class Target:
     #: the module whose ``tune`` searches the target's schedules on its
     #: device (``tn.tune``; None: the target has no tuner)
     tuner: str | None = None
+    #: whether its compiled kernels run (on the device, or here as
+    #: ``host_run`` says); False: code generation and proofs only, so the
+    #: fuzzer does not draw it
+    runs: bool = True
 
     @property
     def compiles(self) -> bool:
@@ -222,8 +226,8 @@ CUDA = Target(
     bench_script="benchmarks/cuda.py",
     tuner="tilenest.backends.cuda.tune")
 METAL = Target(
-    "metal", "Apple GPUs through the Metal Shading Language (planned: no code generation "
-             "yet; its binding catalogue is checked)",
+    "metal", "Apple GPUs through the Metal Shading Language (MSL emitted and type-checked "
+             "here; it runs on a Mac)",
     # Apple GPUs: 32 KiB of threadgroup memory, 1,024 threads per threadgroup,
     # no double
     Profile(simt=True, lanes=SIMT_LANES, max_threads=SIMT_MAX_THREADS,
@@ -231,7 +235,9 @@ METAL = Target(
             max_grid=2**32 - 1, tensor_cores=("simdgroup_matrix",)),
     METAL_CATALOGUE,
     defaults=_frozen(block_threads=256),
-    unused=("threads", "chunk"))
+    unused=("threads", "chunk"),
+    module="tilenest.backends.metal",
+    runs=False)
 
 #: the registry: target name -> row, in the order targets are listed
 TARGETS: dict[str, Target] = {t.name: t for t in (LLVM, CUDA, METAL)}

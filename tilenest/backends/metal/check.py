@@ -40,6 +40,10 @@ SHOWN = 3
 _DIAG = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|"
                    r"warning|note): (?P<msg>.*)$")
 _LOCAL_THREADGROUP = re.compile(r"^(\s*)(threadgroup\b)")
+#: the ``[[threadgroup(n)]]`` attribute of a threadgroup-memory parameter: the
+#: shim's ``threadgroup`` macro would expand inside it, so clang sees another
+#: (unknown, ignored) attribute name
+_THREADGROUP_ATTR = re.compile(r"\[\[\s*threadgroup\s*\(")
 
 
 def shim_dir() -> str:
@@ -60,13 +64,16 @@ def clang_available() -> bool:
 def prepare(source: str) -> str:
     """``source`` as clang checks it: each ``threadgroup`` declaration that
     starts a line inside a function body (brace depth > 0, the statement
-    ending on that line) gets ``static``; every line keeps its number."""
+    ending on that line) gets ``static``, and the ``[[threadgroup(n)]]``
+    attribute is renamed ``[[tn_threadgroup(n)]]`` (out of the shim's
+    ``threadgroup`` macro); every line keeps its number."""
     out, depth = [], 0
     for line in source.split("\n"):
         code = line.split("//", 1)[0]
         m = _LOCAL_THREADGROUP.match(code)
         if m and depth > 0 and code.rstrip().endswith(";"):
             line = m.group(1) + "static " + line[m.end(1):]
+        line = _THREADGROUP_ATTR.sub("[[tn_threadgroup(", line)
         depth += code.count("{") - code.count("}")
         out.append(line)
     return "\n".join(out)

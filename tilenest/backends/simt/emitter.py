@@ -390,8 +390,7 @@ class Emitter:
         if op in ("isnan", "isinf", "isfinite"):
             return f"tn_{op}({w})"
         if op in ("sqrt", "floor", "ceil", "trunc", "round"):
-            fn = {"round": "rint"}.get(op, op) + ("" if n == "f64" else "f")
-            return self.narrow(f"{fn}({w})", dt)
+            return self.narrow(f"{self.d.math_fn(op, n == 'f64')}({w})", dt)
         if op == "exp" and n != "f64":  # float arithmetic, as the llvm target
             if self.lanes_ok:
                 return self.narrow(f"tn_exp_f32_ok({w}, {self.lanes_ok})", dt)
@@ -1073,6 +1072,20 @@ class Emitter:
         offsets)."""
         return []
 
+    def phase_head(self, ph: L.Phase) -> list[str]:
+        """Statements opening phase ``ph``'s function, before anything the
+        core declares (a dialect that passes the symbols otherwise than as
+        parameters defines them here)."""
+        return []
+
+    def phase_layout(self, ph: L.Phase, layout: list) -> list:
+        """The shared buffers (with their offsets) phase ``ph`` declares."""
+        return layout
+
+    def param_list(self, ph: L.Phase, params: list[tuple[str, str]]) -> str:
+        """The text of phase ``ph``'s parameter list (without parentheses)."""
+        return ", ".join(f"{t} {n}" for t, n in params)
+
     def preamble(self) -> list[str]:
         """Definitions before the first function that the emitted functions
         turned out to need."""
@@ -1108,15 +1121,19 @@ class Emitter:
         bounds = (d.launch_bounds_min.format(threads=W, min_blocks=self.min_blocks)
                   if self.min_blocks else d.launch_bounds.format(threads=W))
         self.w(d.kernel_head.format(bounds=bounds, name=name))
-        self.w("    " + ", ".join(f"{t} {n}" for t, n in params) + ") {")
+        self.w("    " + self.param_list(ph, params) + ") {")
         self.ind += 1
+        for line in self.phase_head(ph):
+            self.w(line)
+        layout = self.phase_layout(ph, layout)
         it32 = d.index_types[32][0]
         if self.narrow_index:
             for s in self.k.syms:
                 S = self.names(s, "S")
                 self.w(f"const {it32} {S} = ({it32}){S}_w;")
         if layout:
-            self.w(d.shared_array)
+            if d.shared_array:
+                self.w(d.shared_array)
             base = "tn_smem"
             if any(b.layout is not None for b, _ in layout):
                 # swizzled tiles need a 1024-byte aligned base (the allocation
