@@ -237,7 +237,7 @@ METAL = Target(
     defaults=_frozen(block_threads=256),
     unused=("threads", "chunk"),
     module="tilenest.backends.metal",
-    runs=False)
+    host_run=_frozen(device="emulated"))
 
 #: the registry: target name -> row, in the order targets are listed
 TARGETS: dict[str, Target] = {t.name: t for t in (LLVM, CUDA, METAL)}

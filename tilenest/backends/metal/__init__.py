@@ -14,9 +14,12 @@ legal for the ``metal`` row (its binding catalogue: each top-level
 obligations against the row's profile (coverage, barrier sufficiency,
 reduction trees, and the threadgroup-memory and thread limits, which may
 leave a launch precondition) and emits the source. The kernel it returns
-runs nowhere yet on this machine: calling it raises
+runs on ``device``: ``"emulated"`` (the default off macOS) runs the MSL on
+the host emulator (:mod:`.emulated`: the SIMT emulator's ``metal`` dialect,
+no NVRTC, every thread interleaving policy); ``"gpu"`` (the default on
+macOS) is not wired to a call yet -- calling it raises
 :class:`~tilenest.errors.NotAvailableError` (off macOS, the runtime's
-refusal; ``device="emulated"``, until the Metal emulator is wired in).
+refusal).
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from ...errors import NotAvailableError, TilenestError
 from ...lowering import Schedule, lower_verified, print_kernel
 from ...lowering.legality import legality, summary
 from ...lowering.schedule import for_target
+from ...lowering.simt_trees import TreePlacement
 from ...semantics.ir import TileProgram
-from ...semantics.signature import stored_tensors
+from ...semantics import expr as E
+from ...semantics.signature import order_arguments, stored_tensors
+from ..calls import ArgumentBinder, scratch_arrays
 from .emit import MetalSource, emit_msl, standalone
 from .nodouble import refuse_f64
 
@@ -55,48 +61,125 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
     return k, src
 
 
-class MetalKernel:
+class MetalKernel(ArgumentBinder):
     """A compiled Metal kernel: the program, its SIMT-form kernel, schedule,
     MSL source and every obligation discharged, and ``precondition``, the
-    launch precondition left by the resource limits. Calling it runs it on
-    ``device`` -- which this machine cannot do yet (see the module docstring)."""
+    launch precondition left by the resource limits. Call it like the
+    interpreter (arrays written in place; returns the tensors it stores to).
+    On ``device="emulated"`` the MSL runs on the host emulator
+    (:mod:`.emulated`); on ``"gpu"`` it needs a Mac (see the module docstring)."""
 
     def __init__(self, program: TileProgram, kernel: Any, schedule: Schedule,
                  source: MetalSource, device: str, obligations: list, precondition: Any):
+        from ..kernelcache import CallFacts
+
         self.program = program
         self.kernel = kernel
+        #: what a call needs of the loop IR
+        self.facts = CallFacts.of(kernel)
         self.schedule = schedule
         self.source = source
         self.device = device
         self.obligations = obligations
         self.precondition = precondition
+        self.stored = stored_tensors(program)
+        #: reduce op id -> the fixed tree the kernel evaluates that
+        #: custom-contract reduction in (validation passes it to the reference)
+        self.trees: dict = {}
+        #: the precondition of 32-bit index code (None: nothing to check per call)
+        self.index_precondition: Any = None
         #: seconds the compile took (proofs, lowering, emission)
         self.compile_seconds = 0.0
         #: where it came from (nothing is cached on metal)
         self.cached: str | None = None
+        self._emu: Any = None
+        self._calls = 0
 
     @property
     def text(self) -> str:
         """The one-string source Metal's runtime compiles (:func:`standalone`)."""
         return standalone(self.source.text)
 
+    @property
+    def interleavings(self) -> tuple[dict, ...] | None:
+        """On the emulator: the keyword arguments of one call under each
+        thread interleaving policy (each with another poison); ``None`` on a GPU."""
+        if self.device != "emulated":
+            return None
+        from ..simt.emulator import POISONS, POLICIES
+
+        return tuple({"policy": p, "poison": POISONS[i % len(POISONS)], "seed": i}
+                     for i, p in enumerate(POLICIES))
+
     def __repr__(self) -> str:
         return f"<MetalKernel {self.program.name} on {self.device}>"
 
-    def __call__(self, *arrays: Any, params: dict[str, int] | None = None) -> Any:
-        if self.device == "emulated":
-            return run_emulated(self, arrays, params)
-        from .runtime import metal_module
+    def variant(self, aliases: tuple[tuple[str, ...], ...], strided: tuple[str, ...] = (),
+                index_bits: int | None = None) -> "MetalKernel":
+        """This kernel compiled for a call whose parameters alias as ``aliases``,
+        whose ``strided`` parameters are strided views, with ``index_bits`` of
+        index arithmetic (default: this kernel's)."""
+        s = self.schedule.with_(aliases=aliases, strided=strided,
+                                index_bits=index_bits or self.schedule.index_bits)
+        return compile_program(self.program, s, device=self.device)
 
-        metal_module()  # off macOS: the runtime's NotAvailableError
-        raise NotAvailableError("calling a compiled Metal kernel on a Mac is not wired yet",
-                                hint="run MetalKernel.text with runtime.MetalDevice")
+    def index_fits(self, syms: dict[str, int]) -> bool:
+        """Whether the 32-bit index arithmetic is exact for these sizes."""
+        pc = self.index_precondition
+        return pc is None or pc.holds({s: int(syms[s]) for s in self.facts.syms})
 
+    def launches(self, syms: dict[str, int]) -> list[tuple[Any, int, int]]:
+        """``(kernel info, threadgroups, threadgroup memory bytes)`` of every
+        dispatch of a call with these symbol values, in order (phases with no
+        programs left out), after checking the launch precondition."""
+        k = self.facts
+        if self.precondition is not None:
+            self.precondition.check({s: int(syms[s]) for s in k.syms})
+        env = {E.Sym(s): int(syms[s]) for s in k.syms}
+        out = []
+        for info in self.source.kernels:
+            n = int(E.evaluate(info.programs, env))
+            if n <= 0:
+                continue
+            if info.grid_cap is not None:  # grid-stride threadgroups
+                n = min(n, info.grid_cap)
+            out.append((info, n, int(E.evaluate(info.shared_bytes, env))))
+        return out
 
-def run_emulated(kernel: MetalKernel, arrays: tuple, params: dict[str, int] | None) -> Any:
-    """Run ``kernel`` on the emulated Metal device (the hook the emulator fills)."""
-    raise NotAvailableError("the Metal emulator is not wired yet",
-                            hint="compile for the cuda target (device='emulated') or llvm")
+    def __call__(self, *arrays: Any, params: dict[str, int] | None = None,
+                 policy: str | None = None, seed: int | None = None, poison: str | None = None,
+                 **named: Any) -> Any:
+        """Run the kernel. On the emulator, ``policy``/``seed``/``poison`` pick
+        the interleaving and the poison; left out, successive calls rotate
+        through every policy and poison (call ``n``: policy ``n mod 4``,
+        poison ``n mod 3``, seed ``n``)."""
+        if self.device != "emulated":
+            from .runtime import metal_module
+
+            metal_module()  # off macOS: the runtime's NotAvailableError
+            raise NotAvailableError("calling a compiled Metal kernel on a Mac is not wired yet",
+                                    hint="run MetalKernel.text with runtime.MetalDevice")
+        from ..simt.emulator import POISONS, POLICIES
+        from . import emulated
+
+        n = self._calls
+        self._calls += 1
+        policy = policy or POLICIES[n % len(POLICIES)]
+        poison = poison or POISONS[n % len(POISONS)]
+        seed = n if seed is None else seed
+        arrays, params = order_arguments(self.program, arrays, named, params)
+        keep, syms = self.bind(arrays, params)
+        groups, strided = self.aliases(keep), self.strided(keep)
+        fits = self.index_fits(syms)
+        if groups != self.schedule.aliases or strided != self.schedule.strided or not fits:
+            return self.variant(groups, strided, None if fits else 64)(
+                *arrays, params=params, policy=policy, seed=seed, poison=poison)
+        keep = keep + scratch_arrays(self.facts, len(keep), syms)
+        emulated.run(self, keep, {s: int(syms[s]) for s in self.facts.syms}, policy, seed,
+                     poison)
+        outs = [a for v, a in zip(self.program.args, arrays, strict=True)
+                if v.name in self.stored]
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def compile_program(program: TileProgram, schedule: Schedule | None = None,
@@ -147,8 +230,19 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     if not isinstance(src.index, str | None):
         obs.append(src.index)
     mk = MetalKernel(program, k, s, src, dev, obs, gpu.launch_precondition(res))
+    mk.trees = {m.oid: m.tree for m in maps if isinstance(m, TreePlacement)}
+    mk.index_precondition = _index_precondition(src)
     mk.compile_seconds = time.perf_counter() - t0
     return mk
+
+
+def _index_precondition(src: MetalSource) -> Any:
+    """What a call of ``src`` must check for its index width (None: nothing)."""
+    from ...proofs.obligation import PROVED
+
+    if src.index_bits == 64 or src.index.status == PROVED:
+        return None
+    return src.index.witness["precondition"]
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:

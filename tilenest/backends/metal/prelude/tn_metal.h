@@ -116,8 +116,12 @@ template <typename T, int V> struct tn_pack { T e[V]; };
   }                                                                                 \
   template <typename T> TN_FN bool tn_aligned(const SPACE T*, ulong) { return true; }
 TN_VMEM(device)
+#ifndef TN_EMULATE
+// on the host emulator the address-space words are empty, so the three
+// overloads would be one function defined three times: one serves all
 TN_VMEM(threadgroup)
 TN_VMEM(thread)
+#endif
 #undef TN_VMEM
 
 // whether x is a multiple of m > 0 (for either sign of x)
