@@ -265,7 +265,7 @@ def test_target_plans():
     assert fuzz.plan_name(fuzz.parse_targets("llvm")) == "fuzz-llvm"  # the fuzz module's name
     assert fuzz.plan_name((("llvm", 1), ("cuda", 5)), 3, "flip_index") == \
         "fuzz-llvm+cuda:5-cases3-mutant:flip_index"
-    for bad, why in (("metal", "no fuzz target"), ("cuda:5,llvm", "every program"),
+    for bad, why in (("nope", "no fuzz target"), ("cuda:5,llvm", "every program"),
                      ("llvm,cuda:0", "TARGET:K"), ("llvm,llvm", "twice"),
                      ("llvm,cuda:x", "TARGET:K")):
         with pytest.raises(TilenestError, match=why):

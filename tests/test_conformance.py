@@ -141,7 +141,7 @@ def test_cli_json_output_and_user_errors(tmp_path):
     for args, msg, status in ((("--suite", str(tmp_path / "nope")), "no conformance suite", 2),
                               (("--case", "Q-99"), "no conformance case matches", 1),
                               (("--impl", "echo hello"), "no {case} placeholder", 2),
-                              (("--target", "metal"), "no conformance driver", 1)):
+                              (("--target", "nope"), "no conformance driver", 1)):
         r = cli(*args)
         assert r.returncode == status and msg in r.stderr, (args, r.stderr)
         assert "Traceback" not in r.stderr

@@ -189,5 +189,7 @@ def test_padded_reports_writes_outside_the_arrays():
 def test_public_entry_point():
     rep = tn.validate(example("ragged"), "llvm", cases=2)
     assert rep.ok and rep.target == "llvm"
+    rep = tn.validate(example("ragged"), "metal", cases=1)  # the emulated device
+    assert rep.ok and rep.target == "metal"
     with pytest.raises(tn.errors.NotAvailableError):
-        tn.validate(example("ragged"), "metal", cases=1)
+        tn.validate(example("ragged"), "nope", cases=1)

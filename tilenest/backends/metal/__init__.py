@@ -38,10 +38,25 @@ from ..calls import ArgumentBinder, scratch_arrays
 from .emit import MetalSource, emit_msl, standalone
 from .nodouble import refuse_f64
 
-__all__ = ["compile_program", "emit", "STAGES", "MetalKernel", "stage_source", "standalone"]
+__all__ = ["compile_program", "emit", "STAGES", "MetalKernel", "require_host_run",
+           "stage_source", "standalone"]
 
 #: the devices a Metal kernel can be asked to run on
 DEVICES = ("gpu", "emulated")
+
+
+def require_host_run() -> None:
+    """Raise :class:`~tilenest.errors.NotAvailableError` unless this machine
+    can run metal kernels on the emulated device (the registry row's
+    ``host_run``): a host C++ compiler (no GPU toolkit is needed)."""
+    import os
+    import shutil
+
+    cxx = os.environ.get("TILENEST_CXX", "g++")
+    if not shutil.which(cxx):
+        raise NotAvailableError(f"the metal target's emulated device needs {cxx}, which this "
+                                "machine lacks", hint="install g++ (or set TILENEST_CXX), or "
+                                "fuzz --targets llvm")
 
 
 def _schedule(program: TileProgram, schedule: Schedule | None) -> Schedule:

@@ -59,7 +59,8 @@ def module(kernel: Any) -> Any:
 def arguments(lay: Any, facts: Any, keep: list, syms: dict[str, int],
               status: np.ndarray) -> list:
     """The launch arguments of every phase function, in the order of the
-    argument contract: one array per tensor (bool elements as bytes, a
+    argument contract: one array per tensor (bool elements as bytes, bf16
+    elements as their 16-bit patterns, a
     strided view as the memory from its first element on, a read-only
     input as a writeable alias of the same memory), the constant struct's
     bytes, the status word."""
@@ -71,6 +72,8 @@ def arguments(lay: Any, facts: Any, keep: list, syms: dict[str, int],
             a = A.span(a)
         if a.dtype == np.bool_:
             a = a.view(np.uint8)
+        elif t.elem == "bfloat":  # the emulator's bfloat is its bits
+            a = a.view(np.uint16)
         out.append(A.input_alias(a))
     # a runtime scalar is bound as a one-element array at its argument position
     where = {b.name: b.arg for b in facts.globals if b.space == "scalar"}
