@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,7 +98,7 @@ def test_a_failing_check_raises_the_error_of_its_site() -> None:
     assert y.tolist() == [0, 1, 2, 3]
     with pytest.raises(BoundsError, match="bounds.assume promise") as e:
         k(np.arange(3, dtype=np.float32), y)
-    line = next(i for i, t in enumerate(open(__file__).read().splitlines(), 1)
+    line = next(i for i, t in enumerate(Path(__file__).read_text().splitlines(), 1)
                 if "# the promise" in t)
     assert any(s.line == line for s in e.value.sites), e.value.sites
 

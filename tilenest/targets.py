@@ -226,8 +226,8 @@ CUDA = Target(
     bench_script="benchmarks/cuda.py",
     tuner="tilenest.backends.cuda.tune")
 METAL = Target(
-    "metal", "Apple GPUs through the Metal Shading Language (MSL emitted and type-checked "
-             "here; it runs on a Mac)",
+    "metal", "Apple GPUs through the Metal Shading Language; here, the MSL on the host "
+             "emulator",
     # Apple GPUs: 32 KiB of threadgroup memory, 1,024 threads per threadgroup,
     # no double
     Profile(simt=True, lanes=SIMT_LANES, max_threads=SIMT_MAX_THREADS,

@@ -130,7 +130,7 @@ class MetalKernel(ArgumentBinder):
         return f"<MetalKernel {self.program.name} on {self.device}>"
 
     def variant(self, aliases: tuple[tuple[str, ...], ...], strided: tuple[str, ...] = (),
-                index_bits: int | None = None) -> "MetalKernel":
+                index_bits: int | None = None) -> MetalKernel:
         """This kernel compiled for a call whose parameters alias as ``aliases``,
         whose ``strided`` parameters are strided views, with ``index_bits`` of
         index arithmetic (default: this kernel's)."""
@@ -150,7 +150,7 @@ class MetalKernel(ArgumentBinder):
         k = self.facts
         if self.precondition is not None:
             self.precondition.check({s: int(syms[s]) for s in k.syms})
-        env = {E.Sym(s): int(syms[s]) for s in k.syms}
+        env: dict[E.Expr, Any] = {E.Sym(s): int(syms[s]) for s in k.syms}
         out = []
         for info in self.source.kernels:
             n = int(E.evaluate(info.programs, env))
