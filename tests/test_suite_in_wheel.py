@@ -61,3 +61,15 @@ def test_tilenest_from_the_wheel_finds_its_suite(wheel, tmp_path):
     assert Path(where) == site / "tilenest" / "conformance_suite"
     recipes = [p for p in CASES.rglob("*.json") if not p.name.endswith(".tileir.json")]
     assert int(count) == len(recipes)
+
+
+def test_the_wheel_carries_every_header_the_backends_read(wheel):
+    """Every prelude, shim and stdlib stand-in under ``tilenest/backends`` (the
+    files NVRTC, the emulator, clang and a Metal runtime include) is in the
+    wheel: a generated source includes them by name at compile time."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    backends = ROOT / "tilenest" / "backends"
+    headers = {f"tilenest/{p.relative_to(ROOT / 'tilenest').as_posix()}"
+               for p in backends.rglob("*") if p.is_file()
+               and (p.suffix in (".h", ".cuh") or p.name == "metal_stdlib")}
+    assert len(headers) >= 8 and headers <= names, sorted(headers - names)
