@@ -186,6 +186,35 @@ def test_an_item_knows_its_remaining_processor_time():
     assert st.records[0]["left"] == float("inf")
 
 
+_SIGNAL_ELSEWHERE = """
+import signal, sys, threading
+from tilenest.validation.campaign import run_item
+# the item's thread blocks the timer's signal, so the kernel hands it to the
+# other thread, parked without the interpreter lock (as a native worker is)
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGPROF])
+if sys.argv[1] == "lost":  # the timer's signal never arrives at all
+    signal.setitimer = lambda which, secs: None
+def forever(seed, i):
+    while True:
+        pass
+print(run_item(forever, 0, 0, 0.3)["status"])
+"""
+
+
+@pytest.mark.parametrize("how", ["elsewhere", "lost"])
+def test_a_hang_stops_when_its_signal_reaches_another_thread(how):
+    """A spinning item stops at its limit even when the timer's signal is
+    delivered to a thread other than the one running it (CPython 3.11 then
+    leaves it pending while the main thread spins) or does not arrive."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _SIGNAL_ELSEWHERE, how], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "timeout", r.stdout + r.stderr
+
+
 def per_target_checker(seed: int, i: int) -> dict:
     """llvm on every item, cuda on even ones; item 3 mismatches on llvm."""
     targets = {"llvm": {"status": "mismatch" if i == 3 else "ok"}}

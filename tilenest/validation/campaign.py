@@ -34,7 +34,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import _thread
 import signal
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -81,7 +83,37 @@ def remaining_cpu() -> float:
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
-    raise _ItemTimeout()
+    if _DEADLINE is not None:  # a signal handled after its item ended is dropped
+        raise _ItemTimeout()
+
+
+class _Watchdog:
+    """A thread beside one time-limited item. Each time it wakes it takes the
+    interpreter lock, which makes the main thread stop at its next bytecode
+    and run the handlers of signals marked pending, wherever they were
+    delivered; and once the process's processor time is past the item's
+    deadline by ``grace`` seconds without the timer's signal having acted, it
+    raises the signal in the main thread itself."""
+
+    def __init__(self, deadline: float, limit: float) -> None:
+        self._deadline = deadline
+        self._grace = max(0.25, limit / 2)
+        self._period = min(0.05, limit / 4)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="tilenest-item-watchdog",
+                                        daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        late = False
+        while not self._done.wait(self._period):
+            if not late and time.process_time() > self._deadline + self._grace:
+                late = True
+                _thread.interrupt_main(signal.SIGPROF)
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, Any]:
@@ -92,15 +124,24 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
     scheduling as slow programs. (Checked code that blocks without computing
     is not stopped by it; the checkers here only compute.) The record keeps
     both clocks: ``secs`` (wall) and ``cpu_secs`` (this process's processor
-    time)."""
+    time).
+
+    The kernel delivers the timer's signal to any thread of the process that
+    does not block it: a native thread (an OpenBLAS or compiled-code worker)
+    as often as the one running the item. CPython before 3.12 then only marks
+    the signal pending and does not interrupt the main thread's loop, so an
+    item spinning in pure Python would never see it; a :class:`_Watchdog`
+    thread runs beside every limited item to make the main thread act on it
+    (and raises the timeout itself should the timer's signal be lost)."""
     global _DEADLINE
     t0 = time.perf_counter()
     c0 = time.process_time()
     use_alarm = time_limit > 0 and hasattr(signal, "SIGPROF")
     if use_alarm:
         old = signal.signal(signal.SIGPROF, _on_alarm)
-        signal.setitimer(signal.ITIMER_PROF, time_limit)
         _DEADLINE = c0 + time_limit
+        watchdog = _Watchdog(_DEADLINE, time_limit)
+        signal.setitimer(signal.ITIMER_PROF, time_limit)
     try:
         rec = dict(check(seed, i))
     except _ItemTimeout:
@@ -113,8 +154,9 @@ def run_item(check: Checker, seed: int, i: int, time_limit: float) -> dict[str, 
     finally:
         if use_alarm:
             signal.setitimer(signal.ITIMER_PROF, 0)
-            signal.signal(signal.SIGPROF, old)
             _DEADLINE = None
+            watchdog.stop()
+            signal.signal(signal.SIGPROF, old)
     rec["i"] = i
     rec["secs"] = round(time.perf_counter() - t0, 4)
     rec["cpu_secs"] = round(time.process_time() - c0, 4)
