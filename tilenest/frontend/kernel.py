@@ -516,9 +516,9 @@ class Kernel:
 
     @api_boundary
     def compile(self, target: str = "llvm", **kw: Any) -> Any:
-        """A compiled callable for ``target`` (``schedule=`` a Schedule, or schedule
-        fields such as ``threads=``; for ``cuda`` also ``device='gpu'|'emulated'``);
-        called like the kernel, on numpy arrays."""
+        """A compiled callable for ``target`` (``schedule=`` a Schedule, or
+        schedule fields such as ``threads=``; for ``cuda`` and ``metal`` also
+        ``device="gpu"|"emulated"``); called like the kernel, on numpy arrays."""
         from ..backends import target as lookup
 
         return lookup(target).compile(self.program, **kw)

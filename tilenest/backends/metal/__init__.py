@@ -17,9 +17,8 @@ leave a launch precondition) and emits the source. The kernel it returns
 runs on ``device``: ``"emulated"`` (the default off macOS) runs the MSL on
 the host emulator (:mod:`.emulated`: the SIMT emulator's ``metal`` dialect,
 no NVRTC, every thread interleaving policy); ``"gpu"`` (the default on
-macOS) is not wired to a call yet -- calling it raises
-:class:`~tilenest.errors.NotAvailableError` (off macOS, the runtime's
-refusal).
+macOS) runs it through Metal's runtime (:mod:`.runtime`, pyobjc; off macOS
+a call raises the runtime's :class:`~tilenest.errors.NotAvailableError`).
 """
 
 from __future__ import annotations
@@ -108,6 +107,8 @@ class MetalKernel(ArgumentBinder):
         #: where it came from (nothing is cached on metal)
         self.cached: str | None = None
         self._emu: Any = None
+        #: on ``device="gpu"``: the runtime's compiled library (made on the first call)
+        self._gpu: Any = None
         self._calls = 0
 
     @property
@@ -167,16 +168,15 @@ class MetalKernel(ArgumentBinder):
         """Run the kernel. On the emulator, ``policy``/``seed``/``poison`` pick
         the interleaving and the poison; left out, successive calls rotate
         through every policy and poison (call ``n``: policy ``n mod 4``,
-        poison ``n mod 3``, seed ``n``)."""
-        if self.device != "emulated":
-            from .runtime import metal_module
-
-            metal_module()  # off macOS: the runtime's NotAvailableError
-            raise NotAvailableError("calling a compiled Metal kernel on a Mac is not wired yet",
-                                    hint="run MetalKernel.text with runtime.MetalDevice")
+        poison ``n mod 3``, seed ``n``). On ``device="gpu"`` the call runs
+        through :func:`.runtime.run` and takes none of the three."""
         from ..simt.emulator import POISONS, POLICIES
-        from . import emulated
+        from . import emulated, runtime
 
+        gpu = self.device != "emulated"
+        if gpu and (policy, seed, poison) != (None, None, None):
+            raise TilenestError("policy, seed and poison choose an emulated run",
+                                hint="leave them out on device='gpu'")
         n = self._calls
         self._calls += 1
         policy = policy or POLICIES[n % len(POLICIES)]
@@ -187,11 +187,16 @@ class MetalKernel(ArgumentBinder):
         groups, strided = self.aliases(keep), self.strided(keep)
         fits = self.index_fits(syms)
         if groups != self.schedule.aliases or strided != self.schedule.strided or not fits:
-            return self.variant(groups, strided, None if fits else 64)(
-                *arrays, params=params, policy=policy, seed=seed, poison=poison)
+            v = self.variant(groups, strided, None if fits else 64)
+            if gpu:
+                return v(*arrays, params=params)
+            return v(*arrays, params=params, policy=policy, seed=seed, poison=poison)
         keep = keep + scratch_arrays(self.facts, len(keep), syms)
-        emulated.run(self, keep, {s: int(syms[s]) for s in self.facts.syms}, policy, seed,
-                     poison)
+        values = {s: int(syms[s]) for s in self.facts.syms}
+        if gpu:
+            runtime.run(self, keep, values)
+        else:
+            emulated.run(self, keep, values, policy, seed, poison)
         outs = [a for v, a in zip(self.program.args, arrays, strict=True)
                 if v.name in self.stored]
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -205,6 +205,31 @@ class ArgumentLayout:
         return rec.tobytes()
 
 
+def bind(lay: ArgumentLayout, facts: Any, keep: list) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """One call's values for the layout, on every device alike: an array per
+    tensor, in layout order, over the caller's memory (bool elements as
+    bytes, bf16 elements as their 16-bit patterns, a strided view as the
+    memory from its first element on, a read-only input as a writeable alias
+    of the same memory), and each runtime scalar argument's value by name
+    (bound, in ``keep``, as a one-element array at its argument position)."""
+    from ...semantics import arrays as A
+
+    tensors: list[np.ndarray] = []
+    for t in lay.tensors:
+        a = keep[t.arg]
+        a = a.reshape(-1) if a.ndim == 0 else a
+        if not a.flags.c_contiguous:
+            a = A.span(a)
+        if a.dtype == np.bool_:
+            a = a.view(np.uint8)
+        elif t.elem == "bfloat":
+            a = a.view(np.uint16)
+        tensors.append(A.input_alias(a))
+    where = {b.name: b.arg for b in facts.globals if b.space == "scalar"}
+    scalars = {name: keep[where[name]].reshape(-1)[0].item() for name, _ in lay.scalar_dtypes}
+    return tensors, scalars
+
+
 def _ident(prefix: str, name: str, taken: set[str]) -> str:
     """A fresh C identifier for ``name`` (``prefix`` keeps it clear of Metal's keywords)."""
     base = prefix + re.sub(r"[^0-9A-Za-z_]", "_", name)

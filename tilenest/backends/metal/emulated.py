@@ -24,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from ...semantics import arrays as A
 from ..calls import status_error
-from .arguments import launch_geometry
+from .arguments import bind, launch_geometry
 
 _LOCK = threading.Lock()
 
@@ -59,28 +58,10 @@ def module(kernel: Any) -> Any:
 def arguments(lay: Any, facts: Any, keep: list, syms: dict[str, int],
               status: np.ndarray) -> list:
     """The launch arguments of every phase function, in the order of the
-    argument contract: one array per tensor (bool elements as bytes, bf16
-    elements as their 16-bit patterns, a
-    strided view as the memory from its first element on, a read-only
-    input as a writeable alias of the same memory), the constant struct's
-    bytes, the status word."""
-    out: list = []
-    for t in lay.tensors:
-        a = keep[t.arg]
-        a = a.reshape(-1) if a.ndim == 0 else a
-        if not a.flags.c_contiguous:
-            a = A.span(a)
-        if a.dtype == np.bool_:
-            a = a.view(np.uint8)
-        elif t.elem == "bfloat":  # the emulator's bfloat is its bits
-            a = a.view(np.uint16)
-        out.append(A.input_alias(a))
-    # a runtime scalar is bound as a one-element array at its argument position
-    where = {b.name: b.arg for b in facts.globals if b.space == "scalar"}
-    scalars = {name: keep[where[name]].reshape(-1)[0].item() for name, _ in lay.scalar_dtypes}
-    out.append(np.frombuffer(lay.pack(scalars, syms), dtype=np.uint8).copy())
-    out.append(status)
-    return out
+    argument contract: the arrays of :func:`~.arguments.bind`, the constant
+    struct's bytes, the status word."""
+    tensors, scalars = bind(lay, facts, keep)
+    return [*tensors, np.frombuffer(lay.pack(scalars, syms), dtype=np.uint8).copy(), status]
 
 
 def run(kernel: Any, keep: list, syms: dict[str, int], policy: str, seed: int,

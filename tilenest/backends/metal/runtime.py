@@ -2,35 +2,46 @@
 
 :class:`MetalDevice` compiles an MSL source with fast math off (Metal's
 default is on; tilenest's numerical contract needs IEEE results), and
-:meth:`MetalDevice.dispatch` runs one phase function over numpy arrays with
-the parameters of ``arguments.py``: one shared-storage buffer per tensor
-(a copy of the array; written arrays are copied back after the run), the
-constant struct from :meth:`ArgumentLayout.pack`, the status word, and the
-dispatch size of :func:`launch_geometry`. A nonzero status raises the error
-it encodes (``calls.status_error``).
+:meth:`MetalDevice.run` runs a call's phase functions in order, in one
+command buffer, with the parameters of ``arguments.py``: one shared-storage
+buffer per tensor (a copy of the array; written arrays are copied back after
+the last phase), the constant struct from :meth:`ArgumentLayout.pack`, a
+status word per phase, and the dispatch sizes of :func:`launch_geometry`.
+:func:`run` is what calling a ``device="gpu"`` kernel does; a nonzero status
+raises the error it encodes (``calls.status_error``).
 
 ``Metal`` is imported only inside these functions and only on macOS
 (``sys.platform == "darwin"``); elsewhere asking for a device raises
 :class:`~tilenest.errors.NotAvailableError` with a hint. Nothing here has
 run on this project's machines (there is no Mac): the argument layout,
-geometry and MSL text it relies on are tested without one.
+geometry and MSL text it relies on are tested without one, and this module's
+calls into the framework are exercised against a stand-in ``Metal`` module
+whose dispatches run the same source on the emulator
+(``tests/test_metal_runtime.py``).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...errors import NotAvailableError, TilenestError
-from .arguments import ArgumentLayout, launch_geometry
+from ..calls import status_error
+from .arguments import ArgumentLayout, bind, launch_geometry
+
+
+def on_macos() -> bool:
+    """Whether this process runs on macOS, the one system with Metal."""
+    return sys.platform == "darwin"
 
 
 def metal_module() -> Any:
     """pyobjc's ``Metal`` module; NotAvailableError off macOS or without pyobjc."""
-    if sys.platform != "darwin":
+    if not on_macos():
         raise NotAvailableError(f"running Metal kernels needs macOS (this is {sys.platform})",
                                 hint="validate here on the emulator (device='emulated'), "
                                      "or run on a Mac with `pip install tilenest[metal]`")
@@ -61,6 +72,9 @@ class MetalDevice:
         self.library = lib
         self.queue = self.device.newCommandQueue()
         self._pipelines: dict[str, Any] = {}
+        #: the GPU's own time for the last :meth:`run`'s command buffer (all
+        #: its dispatches; no buffer copies), in seconds
+        self.gpu_seconds = 0.0
 
     def pipeline(self, name: str) -> Any:
         """The compute pipeline state of the kernel function ``name`` (cached)."""
@@ -80,43 +94,84 @@ class MetalDevice:
         return self.device.newBufferWithBytes_length_options_(
             raw, len(raw), self.metal.MTLResourceStorageModeShared)
 
-    def dispatch(self, name: str, lay: ArgumentLayout, arrays: Sequence[np.ndarray],
-                 scalars: Mapping[str, Any], symbols: Mapping[str, int], programs: int,
-                 threads: int, threadgroup_bytes: int) -> int:
-        """Run kernel function ``name`` once: ``arrays`` are the layout's
-        tensors in order (written ones are updated in place), ``scalars`` and
-        ``symbols`` fill the constant struct. Returns the status word."""
-        grid, group = launch_geometry(name, programs, threads, threadgroup_bytes)
-        if grid[0] == 0:
-            return 0
+    def run(self, lay: ArgumentLayout, tensors: Sequence[np.ndarray], written: Sequence[bool],
+            struct: bytes, dispatches: Sequence[Dispatch]) -> tuple[int, int]:
+        """Run ``dispatches`` in order in one command buffer over one set of
+        buffers: ``tensors`` are the layout's arrays (one shared buffer each,
+        a copy; those marked ``written`` are copied back when all have run),
+        ``struct`` the constant buffer's bytes; each dispatch has its own
+        status word. Returns ``(i, status)`` of the first dispatch whose
+        status is nonzero, else ``(-1, 0)``."""
         M = self.metal
-        pipe = self.pipeline(name)
-        if threads > pipe.maxTotalThreadsPerThreadgroup():
-            raise TilenestError(f"{name}: {threads} threads per program; this pipeline "
-                                f"allows {pipe.maxTotalThreadsPerThreadgroup()}",
-                                hint="use fewer threads per program")
-        bufs = [self._buffer(a.view(np.uint8) if a.dtype == np.bool_ else a) for a in arrays]
-        status = self._buffer(np.zeros(1, dtype=np.int32))
-        raw = lay.pack(scalars, symbols)
+        bufs = [self._buffer(a) for a in tensors]
+        statuses = []
         cmd = self.queue.commandBuffer()
-        enc = cmd.computeCommandEncoder()
-        enc.setComputePipelineState_(pipe)
-        for t, b in zip(lay.tensors, bufs, strict=True):
-            enc.setBuffer_offset_atIndex_(b, 0, t.index)
-        enc.setBytes_length_atIndex_(raw, len(raw), lay.struct_index)
-        enc.setBuffer_offset_atIndex_(status, 0, lay.status_index)
-        if threadgroup_bytes:
-            enc.setThreadgroupMemoryLength_atIndex_((threadgroup_bytes + 15) // 16 * 16, 0)
-        enc.dispatchThreadgroups_threadsPerThreadgroup_(M.MTLSizeMake(*grid), M.MTLSizeMake(*group))
-        enc.endEncoding()
+        for d in dispatches:
+            pipe = self.pipeline(d.name)
+            if d.threads > pipe.maxTotalThreadsPerThreadgroup():
+                raise TilenestError(f"{d.name}: {d.threads} threads per program; this pipeline "
+                                    f"allows {pipe.maxTotalThreadsPerThreadgroup()}",
+                                    hint="use fewer threads per program")
+            grid, group = launch_geometry(d.name, d.programs, d.threads, d.threadgroup_bytes)
+            status = self._buffer(np.zeros(1, dtype=np.int32))
+            statuses.append(status)
+            if grid[0] == 0:
+                continue
+            enc = cmd.computeCommandEncoder()
+            enc.setComputePipelineState_(pipe)
+            for t, b in zip(lay.tensors, bufs, strict=True):
+                enc.setBuffer_offset_atIndex_(b, 0, t.index)
+            enc.setBytes_length_atIndex_(struct, len(struct), lay.struct_index)
+            enc.setBuffer_offset_atIndex_(status, 0, lay.status_index)
+            if d.threadgroup_bytes:
+                enc.setThreadgroupMemoryLength_atIndex_((d.threadgroup_bytes + 15) // 16 * 16, 0)
+            enc.dispatchThreadgroups_threadsPerThreadgroup_(M.MTLSizeMake(*grid),
+                                                            M.MTLSizeMake(*group))
+            enc.endEncoding()
         cmd.commit()
         cmd.waitUntilCompleted()
         if cmd.error() is not None:
-            raise TilenestError(f"{name}: the Metal dispatch failed: {cmd.error()}")
-        for t, a, b in zip(lay.tensors, arrays, bufs, strict=True):
-            if t.written and a.size:
+            raise TilenestError(f"the Metal dispatch failed: {cmd.error()}",
+                                hint="a kernel that faults on the GPU: validate it on the "
+                                     "emulator (device='emulated') to find the access")
+        self.gpu_seconds = float(cmd.GPUEndTime() - cmd.GPUStartTime())
+        for a, b, w in zip(tensors, bufs, written, strict=True):
+            if w and a.size:
                 a.reshape(-1).view(np.uint8)[...] = _contents(b, a.nbytes)
-        return int(_contents(status, 4).view(np.int32)[0])
+        for i, st in enumerate(statuses):
+            code = int(_contents(st, 4).view(np.int32)[0])
+            if code:
+                return i, code
+        return -1, 0
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One phase function's dispatch: ``programs`` threadgroups of
+    ``threads`` threads with ``threadgroup_bytes`` of threadgroup memory."""
+
+    name: str
+    programs: int
+    threads: int
+    threadgroup_bytes: int
+
+
+def run(kernel: Any, keep: list, syms: dict[str, int]) -> None:
+    """Run every phase of ``kernel`` (a :class:`~tilenest.backends.metal.MetalKernel`
+    on ``device="gpu"``) on the Mac's GPU for one bound call (``keep``: the
+    bound arguments with the scratch buffers appended; ``syms``: every
+    symbol's value); the library is compiled on the first call. A nonzero
+    status word raises the error it encodes."""
+    if kernel._gpu is None:
+        kernel._gpu = MetalDevice(kernel.text)
+    lay = kernel.source.args
+    tensors, scalars = bind(lay, kernel.facts, keep)
+    written = [t.written for t in lay.tensors]
+    ds = [Dispatch(info.name, n, info.threads, smem if info.threadgroup else 0)
+          for info, n, smem in kernel.launches(syms)]
+    i, code = kernel._gpu.run(lay, tensors, written, lay.pack(scalars, syms), ds)
+    if code:
+        raise status_error(kernel.program, kernel.facts, code)
 
 
 def _contents(buf: Any, n: int) -> np.ndarray:

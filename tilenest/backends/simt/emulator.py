@@ -760,6 +760,12 @@ class EmuModule:
         fn.restype = ctypes.c_void_p
         return int(fn())
 
+    def argument_dtypes(self, name: str) -> list[np.dtype | None]:
+        """Per launch argument of kernel ``name`` (built-in parameters have
+        none), the dtype an array passed there must have; None for a scalar
+        or a pointer that takes any dtype."""
+        return [p.dtype for p in self._params[name] if p.argument]
+
     def launch(self, name: str, grid, block, args: Sequence, *, shared_bytes: int = 0,
                policy: str = "in_order", seed: int = 0, poison: str = "nan",
                block_order: str = "in_order", stack_size: int = DEFAULT_STACK) -> None:
