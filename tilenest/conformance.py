@@ -49,7 +49,7 @@ from . import conformance_files as F
 from . import errors as ERR
 from . import progress as _progress
 from .conformance_files import SCHEMA
-from .errors import TilenestError
+from .errors import NotAvailableError, TilenestError
 
 #: the root of the suite's test ids: ``tilenest-conformance::GROUP::NAME[RULES]``
 #: in the pytest plugin, classname ``tilenest-conformance.GROUP`` in JUnit XML
@@ -415,6 +415,12 @@ class Backend:
         try:
             prog = load_program(case.program)
             ck = target(self.name).compile(prog, None, check_assumes=True)
+        except NotAvailableError as e:
+            why = self.lacks(prog)
+            if why is not None:
+                return Outcome(unsupported=f"{why}: {_first(e.render())}"
+                               + (f" at {e.sites[0]}" if e.sites else ""))
+            return Outcome(error=error_kind(e), message=e.render())
         except TilenestError as e:
             return Outcome(error=error_kind(e), message=e.render())
         except Exception as e:  # noqa: BLE001 - a crash is an outcome like any other
@@ -430,6 +436,18 @@ class Backend:
                     f"the outcome differs between thread interleavings ({runs[0]} and {how}): "
                     "the generated code races"))
         return first
+
+    def lacks(self, prog: Any) -> str | None:
+        """Why this target cannot run ``prog`` at all, from its registry row
+        (a device without f64 and a program holding f64 values), else None.
+        A refusal for such a reason makes the case unsupported here (``skip``,
+        counted and shown with the refusal's site), not failed; any other
+        refusal is judged like every error."""
+        from .targets import profile
+
+        if not profile(self.name).f64 and prog.first_use_of("f64") is not None:
+            return f"the {self.name} target has no f64"
+        return None
 
     @staticmethod
     def _once(case: Case, ck: Any, how: dict) -> Outcome:

@@ -21,6 +21,7 @@ from functools import cached_property
 from typing import Any, Iterator, Mapping
 
 from ..errors import Site
+from .dtypes import DType
 from .expr import Pred
 from .space import Dim
 from .types import MemoryType, TensorType, TileType, Type
@@ -106,6 +107,16 @@ class Operation:
     regions: tuple[Block, ...] = ()
     loc: Site | None = None
     oid: int = field(default=-1, compare=False)
+    #: where a reader found this op in a TileIR text or JSON document (not
+    #: part of equality, not printed): the site of its errors when it has no
+    #: ``loc`` of its own (:attr:`site`)
+    read_at: Site | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def site(self) -> Site | None:
+        """Where an error about this op points: its ``loc`` (the user's
+        source line), else where it was read."""
+        return self.loc if self.loc is not None else self.read_at
 
     def attr(self, key: str, default: Any = None) -> Any:
         return self.attrs.get(key, default)
@@ -119,7 +130,7 @@ class Operation:
     def replace(self, **kw: Any) -> "Operation":
         d: dict[str, Any] = dict(name=self.name, operands=self.operands, results=self.results,
                                  attrs=self.attrs, regions=self.regions, loc=self.loc,
-                                 oid=self.oid)
+                                 oid=self.oid, read_at=self.read_at)
         d.update(kw)
         return Operation(**d)
 
@@ -164,10 +175,41 @@ class TileProgram:
     body: Block
     reducers: tuple[Any, ...] = ()
     loc: Site | None = None
+    #: where a reader found the kernel (not part of equality, not printed)
+    read_at: Site | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def site(self) -> Site | None:
+        """Where an error about the whole kernel points: its ``loc``, else
+        where it was read."""
+        return self.loc if self.loc is not None else self.read_at
 
     # -- traversal ------------------------------------------------------
     def walk(self) -> Iterator[Operation]:
         return self.body.walk()
+
+    def first_use_of(self, dtype: str) -> tuple[str, str, Site | None] | None:
+        """The first place this program holds a value of the dtype named
+        ``dtype`` -- an argument (the kernel's site), then an op's result,
+        operand or attribute (the op's site) -- as ``(what, detail, site)``
+        for a message (``"argument 'w' of kernel k"``, ``""``; or ``"op
+        'cast'"``, ``"value %v"``); None when there is none."""
+        def has(x: Any) -> bool:
+            if isinstance(x, (tuple, list)):
+                return any(has(y) for y in x)
+            dt = x if isinstance(x, DType) else getattr(x, "dtype", None)
+            return isinstance(dt, DType) and dt.name == dtype
+
+        for a in self.args:
+            if has(a.type):
+                return f"argument '{a.name}' of kernel {self.name}", "", self.site
+        for op in self.walk():
+            vals = [v for v in (*op.results, *op.operands) if has(v.type)]
+            attrs = [k for k, v in op.attrs.items() if has(v)]
+            if vals or attrs:
+                detail = f"value %{vals[0].name}" if vals else f"attribute '{attrs[0]}'"
+                return f"op '{op.name}'", detail, op.site or self.site
+        return None
 
     @cached_property
     def ops_by_id(self) -> dict[int, Operation]:

@@ -747,10 +747,10 @@ class Decoder:
         p = number_ops(TileProgram(self.name(o["name"], "name", "global"), args, syms, assume,
                                    tuple(self.dims), body, reducers, loc), renumbered)
         self.sites = {renumbered[k]: v for k, v in self.sites.items() if k in renumbered}
-        from .verify import PROGRAM_SITE
+        from .verify import PROGRAM_SITE, remember_sites
 
         self.sites[PROGRAM_SITE] = ReadSite(self.file, 0, 0, self.at("(root)"))
-        return p
+        return remember_sites(p, self.sites)
 
 
 def _decode(d: Any, file: str | None, prefix: str = ""

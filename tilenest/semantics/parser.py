@@ -186,10 +186,10 @@ class Reader(ValueReader):
         renumbered: dict[int, int] = {}
         p = number_ops(p, renumbered)
         self.sites = {renumbered[k]: v for k, v in self.sites.items() if k in renumbered}
-        from .verify import PROGRAM_SITE
+        from .verify import PROGRAM_SITE, remember_sites
 
         self.sites[PROGRAM_SITE] = ReadSite(self.file, *position(gtok))
-        return p
+        return remember_sites(p, self.sites)
 
     def read_dimtable(self, t: PTree) -> None:
         for decl in _trees(t, "dimdecl"):

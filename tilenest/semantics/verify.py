@@ -77,6 +77,24 @@ def verify(p: TileProgram, sites: Mapping[int, Site] | None = None) -> None:
                               op.loc)
 
 
+def remember_sites(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
+    """``p`` with each op's and the kernel's ``read_at`` set to where a reader
+    found it (``sites`` by op id, :data:`PROGRAM_SITE` for the kernel); the
+    program is otherwise unchanged (equal, printed the same)."""
+    def block(b: Block) -> Block:
+        return Block(b.args, tuple(op_(o) for o in b.ops))
+
+    def op_(o: Operation) -> Operation:
+        return o.replace(read_at=sites.get(o.oid, o.read_at),
+                         regions=tuple(block(r) for r in o.regions))
+
+    reducers = tuple(dataclasses.replace(r, merge=block(r.merge),
+                                         lift=None if r.lift is None else block(r.lift))
+                     for r in p.reducers)
+    return dataclasses.replace(p, body=block(p.body), reducers=reducers,
+                               read_at=sites.get(PROGRAM_SITE, p.read_at))
+
+
 def located(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
     """``p`` with each op's ``loc`` replaced by ``sites[oid]`` (where it was read),
     keeping its own ``loc`` as the site's ``origin``; op ids are kept."""
