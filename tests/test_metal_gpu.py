@@ -45,3 +45,29 @@ def test_a_softmax_on_the_gpu_is_admitted_by_the_interpreter() -> None:
     ref = tn.reference(k, x, np.zeros_like(x))
     v = ref.admits(y)
     assert v, v.reason
+
+
+def test_f32_subnormals_are_kept_on_the_gpu() -> None:
+    """The numerical contract keeps subnormal f32 inputs and results (no
+    flush to zero); with fast math off an Apple GPU must give numpy's bits
+    for products and quotients that land in or start from the subnormal
+    range."""
+    import tilenest as tn
+    from tilenest import f32
+
+    @tn.kernel
+    def scale(x: tn.Tensor[f32, "N"], y: tn.Tensor[f32, "N"], z: tn.Tensor[f32, "N"]):
+        (n,) = x.shape
+        for p in tn.parallel(tn.shape(n // 64)):
+            o = tn.coord(p.index() * 64)
+            v = x[o, tn.shape(64)]
+            y(o, tn.shape(64)).store(v * 0.25)
+            z(o, tn.shape(64)).store(v / 3.0)
+
+    tiny = np.float32(2.0 ** -126)
+    x = (tiny * np.linspace(-8, 8, 256)).astype(np.float32)
+    x[:64] = np.frombuffer(np.arange(1, 65, dtype=np.uint32).tobytes(), np.float32)
+    ck = scale.compile(target="metal")
+    y, z = ck(x, np.zeros_like(x), np.zeros_like(x))
+    assert y.tobytes() == (x * np.float32(0.25)).tobytes(), "f32 subnormal products differ"
+    assert z.tobytes() == (x / np.float32(3.0)).tobytes(), "f32 subnormal quotients differ"

@@ -57,6 +57,30 @@ class _Options:
         self.fast_math = on
 
 
+class _Options15(_Options):
+    """Compile options of the macOS 15 SDK: a math mode instead of the flag."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode, self.functions = "fast", "fast"
+
+    def setMathMode_(self, mode: str) -> None:
+        self.mode = mode
+
+    def setMathFloatingPointFunctions_(self, f: str) -> None:
+        self.functions = f
+
+
+def test_fast_math_is_off_under_both_sdks() -> None:
+    fake = types.SimpleNamespace(MTLMathModeSafe="safe",
+                                 MTLMathFloatingPointFunctionsPrecise="precise")
+    old, new = _Options(), _Options15()
+    runtime.safe_math(fake, old)
+    runtime.safe_math(fake, new)
+    assert old.fast_math is False
+    assert (new.mode, new.functions) == ("safe", "precise")
+
+
 class _Function:
     def __init__(self, library: _Library, name: str):
         self.library, self.name = library, name

@@ -53,6 +53,17 @@ def metal_module() -> Any:
     return Metal
 
 
+def safe_math(Metal: Any, opts: Any) -> None:
+    """Turn fast math off in compile options ``opts``: ``mathMode`` safe and
+    precise math functions where the SDK has them (macOS 15 and later),
+    else ``fastMathEnabled = NO`` (the property they replace)."""
+    if hasattr(opts, "setMathMode_"):
+        opts.setMathMode_(Metal.MTLMathModeSafe)
+        opts.setMathFloatingPointFunctions_(Metal.MTLMathFloatingPointFunctionsPrecise)
+    else:
+        opts.setFastMathEnabled_(False)
+
+
 class MetalDevice:
     """The system's default Metal device and a library compiled for it."""
 
@@ -63,7 +74,7 @@ class MetalDevice:
         if self.device is None:
             raise NotAvailableError("this Mac reports no Metal device")
         opts = Metal.MTLCompileOptions.alloc().init()
-        opts.setFastMathEnabled_(False)  # MTLMathModeSafe: IEEE results
+        safe_math(Metal, opts)
         lib, err = self.device.newLibraryWithSource_options_error_(source, opts, None)
         if lib is None:
             raise TilenestError(f"Metal's compiler rejected the source: {err}",
