@@ -299,8 +299,9 @@ def test_emulator_choices_are_refused_on_the_gpu(gpu: _Device) -> None:
 @pytest.mark.skipif(sys.platform == "darwin", reason="off macOS only")
 def test_a_gpu_kernel_off_macos_is_refused_when_called() -> None:
     k = metal.compile_program(_head.program, device="gpu")
-    with pytest.raises(NotAvailableError, match="needs macOS"):
+    with pytest.raises(NotAvailableError, match="needs macOS") as e:
         k(np.arange(4, dtype=np.float32), np.zeros(4, np.float32))
+    assert [os.path.basename(s.file) for s in e.value.sites] == ["test_metal_runtime.py"]
 
 
 def _metal_benchmark():

@@ -174,7 +174,10 @@ def run(kernel: Any, keep: list, syms: dict[str, int]) -> None:
     symbol's value); the library is compiled on the first call. A nonzero
     status word raises the error it encodes."""
     if kernel._gpu is None:
-        kernel._gpu = MetalDevice(kernel.text)
+        try:
+            kernel._gpu = MetalDevice(kernel.text)
+        except NotAvailableError as e:  # off macOS, no pyobjc: point at the kernel
+            raise e.with_site(kernel.program.site) from None
     lay = kernel.source.args
     tensors, scalars = bind(lay, kernel.facts, keep)
     written = [t.written for t in lay.tensors]
