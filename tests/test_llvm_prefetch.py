@@ -40,7 +40,7 @@ def test_softmax_prefetches_the_next_row_in_its_last_pass_over_x():
     assert p.buf.name == "x"
     # the exp pass is the last loop reading x: the prefetch sits there
     loops = [s for s in _walk(ph.body) if getattr(s, "kind", None) == "vector"]
-    reading = [f for f in loops if "x" in {ld.buf.name for ld in PF._loads(f.body)}]
+    reading = [f for f in loops if "x" in {ld.buf.name for ld in PF.loads(f.body)}]
     assert reading[-1].var.name == var and len(reading) == 2
     # and it addresses row pid + 1 at the same column
     (held,) = [s.var.name for s in ph.body if getattr(s, "var", None) is not None

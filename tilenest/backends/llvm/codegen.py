@@ -36,6 +36,8 @@ not to overflow 64 bits (the interpreter computes them exactly).
 
 from __future__ import annotations
 
+import platform
+
 import math
 from typing import Any
 
@@ -48,6 +50,7 @@ from ...lowering import loopir as L
 from ...semantics import dtypes as D
 from ...semantics import expr as E
 from . import prefetch as PF
+from . import streaming as ST
 from . import softfloat as SF
 from .mathlib import MathLib
 from .vector import VectorLoops, suffix
@@ -99,6 +102,8 @@ class FnGen(VectorLoops):
                 self.fn.args[i].add_attribute("noalias")
         self.ptr = {b.name: self.fn.args[i] for i, b in enumerate(bufs)}
         self.prefetches = PF.plan(ph, frozenset(b.name for b in self.k.globals))
+        self.streams = ST.plan(self.k, ph) if cg.x86 else {}
+        self.streamed = False
         ns = len(bufs)
         self.syms = {s: self.fn.args[ns + i] for i, s in enumerate(self.k.syms)}
         lo, hi, status = self.fn.args[ns + len(self.k.syms):]
@@ -110,6 +115,8 @@ class FnGen(VectorLoops):
         start = self.fn.append_basic_block("start")
         self.b.position_at_end(start)
         self.loop(ph.pid, lo, hi, ph.body, "parallel", False)
+        if self.streamed:  # streaming stores are weakly ordered: fence them
+            self.b.call(self.math.intrinsic("llvm.x86.sse.sfence", ir.VoidType(), []), [])
         self.b.ret_void()
         self.alloca_builder.position_at_end(self.entry)
         self.alloca_builder.branch(start)
@@ -655,6 +662,8 @@ class Codegen:
         self.module = ir.Module(name=k.name)
         self.math = MathLib(self.module)
         self.vector_bits = vector_bits
+        #: code for an x86 host: streaming stores and their fence exist (:mod:`.streaming`)
+        self.x86 = platform.machine().lower() in ("x86_64", "amd64")
         self.entries: list[str] = []
         for ph in k.phases:
             body = FnGen(self, ph).fn

@@ -52,7 +52,7 @@ def plan(ph: L.Phase, arguments: frozenset[str]) -> dict[str, tuple[Prefetch, ..
                 if s.kind == "vector" and not s.reverse:
                     x = E.Var(s.var.name)
                     read = set()
-                    for ld in _loads(s.body):
+                    for ld in loads(s.body):
                         p = _moved(ld, x, ids, arguments)
                         if p is not None:
                             last[ld.buf.name] = (s.var.name, p)
@@ -91,7 +91,7 @@ def _moved(ld: L.Load, x: E.Var, ids: set, arguments: frozenset[str]) -> Prefetc
     return Prefetch(ld.buf, E.subst(e, {v: E.add(v, 1)}))
 
 
-def _loads(x: Any) -> list[L.Load]:
+def loads(x: Any) -> list[L.Load]:
     """Every load in the statements or expression ``x`` (not in nested loops:
     those are visited as loops of their own)."""
     out: list[L.Load] = []

@@ -178,6 +178,11 @@ class VectorLoops:
     math: Any
     cg: Any
     prefetches: dict
+    #: loop-variable name -> the argument whose stores may stream (``streaming.Stream``)
+    streams: dict
+    #: whether some loop of this body has a streaming form (the body then
+    #: ends with a store fence)
+    streamed: bool = False
 
     def vector_plan(self, var: L.LVar, body: tuple, kind: str, reverse: bool) -> int | None:
         if kind != "vector" or reverse:
@@ -186,17 +191,58 @@ class VectorLoops:
 
     def vector_loop(self, var: L.LVar, lo: ir.Value, hi: ir.Value, body: tuple, w: int) -> None:
         """``for var in [lo, hi)`` as steps of ``w`` iterations in vector
-        code, then the rest (fewer than ``w``) as scalar iterations."""
+        code, then the rest (fewer than ``w``) as scalar iterations. A loop
+        whose stores may stream (:mod:`.streaming`) has a second form chosen
+        at run time."""
+        plan = self.streams.get(var.name)
+        if plan is None:
+            self.steps(var, lo, hi, body, w)
+            return
+        buf = plan.buf
+        from .codegen import mem_type
+        from .streaming import MIN_BYTES
+
+        b = self.b
+        st = next(s for s in body if isinstance(s, L.Store) and s.buf.name == buf.name)
+        elem = max(1, buf.dtype.bits // 8)
+        vbytes = w * elem
+        b.store(lo, self.var(var))  # the store's address at the first iteration
+        at = b.ptrtoint(b.gep(self.ptr[buf.name], [self.idx(st.index.e)], inbounds=True,
+                              source_etype=mem_type(buf.dtype)), I64)
+        size = b.mul(self.idx(plan.elements), ir.Constant(I64, elem))
+        big = b.icmp_signed(">=", size, ir.Constant(I64, MIN_BYTES))
+        whole = b.icmp_unsigned("==", b.and_(at, ir.Constant(I64, elem - 1)),
+                                ir.Constant(I64, 0))
+        with b.if_else(b.and_(big, whole)) as (stream, plain):
+            with stream:
+                # scalar iterations up to the first vector-aligned address
+                head = b.lshr(b.and_(b.sub(ir.Constant(I64, 0), at),
+                                     ir.Constant(I64, vbytes - 1)),
+                              ir.Constant(I64, elem.bit_length() - 1))
+                n = b.sub(hi, lo)
+                n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
+                first = b.add(lo, b.select(b.icmp_signed("<", head, n), head, n))
+                self.scalar_loop(var, lo, first, body, False)
+                self.steps(var, first, hi, body, w, stream=buf.name)
+                self.streamed = True
+            with plain:
+                self.steps(var, lo, hi, body, w)
+
+    def steps(self, var: L.LVar, lo: ir.Value, hi: ir.Value, body: tuple, w: int,
+              stream: str | None = None) -> None:
+        """Vector steps of ``w`` iterations from ``lo``, then the scalar
+        rest; with ``stream``, that buffer's stores are aligned streaming
+        stores (the caller made its first address vector-aligned)."""
         b = self.b
         n = b.sub(hi, lo)
         n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
         full = b.mul(b.sdiv(n, ir.Constant(I64, w)), ir.Constant(I64, w), flags=("nsw",))
         mid = b.add(lo, full, flags=("nsw",))
-        self.counted_loop(var, lo, mid, w, lambda: self.vector_body(var, body, w))
+        self.counted_loop(var, lo, mid, w, lambda: self.vector_body(var, body, w, stream))
         self.scalar_loop(var, mid, hi, body, False)
 
-    def vector_body(self, var: L.LVar, body: tuple, w: int) -> None:
-        ev = _Lanes(self, var, w)
+    def vector_body(self, var: L.LVar, body: tuple, w: int, stream: str | None = None) -> None:
+        ev = _Lanes(self, var, w, stream)
         for p in self.prefetches.get(var.name, ()):
             self.prefetch(p.buf, self.idx(p.index))
         for s in body:
@@ -214,10 +260,12 @@ class _Lanes:
     """Evaluates one vector step: the loop variable's slot holds the first
     lane's iteration; ``value(x)`` is ``(llvm value, varying)``."""
 
-    def __init__(self, gen: Any, var: L.LVar, w: int):
+    def __init__(self, gen: Any, var: L.LVar, w: int, stream: str | None = None):
         self.g, self.b, self.w = gen, gen.b, w
         self.x = E.Var(var.name)
         self.name = var.name
+        #: the buffer whose (vector-aligned) stores are streaming stores
+        self.stream = stream
 
     # -- helpers --------------------------------------------------------------
     def vec(self, t: ir.Type) -> ir.VectorType:
@@ -392,6 +440,10 @@ class _Lanes:
         ptr = self.address(s.buf, s.index)
         align = max(1, s.buf.dtype.bits // 8)
         if s.guard is None:
+            if s.buf.name == self.stream:
+                inst = b.store(val, ptr, align=align * self.w)
+                inst.set_metadata("nontemporal", g.cg.module.add_metadata([ir.Constant(I32, 1)]))
+                return
             b.store(val, ptr, align=align)
             return
         mask = self.lanes(*self.value(s.guard))
