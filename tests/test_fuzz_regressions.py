@@ -22,6 +22,19 @@ def test_memory_declared_inside_if_branch_captures():
     assert r.status == "ok", r.message
 
 
+@pytest.mark.parametrize("dtype", ["i32", "f32"])
+@pytest.mark.parametrize("policy", ["unordered_tree", "ordered_tree"])
+def test_the_maxabs_reducer_is_a_legal_tree_reduction_for_every_dtype(dtype, policy):
+    """The generator's ``maxabs`` reducer (merge ``max``, lift ``abs``) under a
+    tree policy. With identity 0 on i32 the checker rightly refutes the
+    identity law (``abs`` wraps at the minimum, a reachable state below 0),
+    so every such draw was reported as a failure of the compiled code; the
+    identity is now the least state."""
+    s = Spec(dtype, 1, (1,), False, False, [("cred", 0, "maxabs", policy)])
+    r = check_spec(s, cases=2)
+    assert r.status == "ok", r.message
+
+
 def _region_in_branch():
     @tn.kernel
     def k(x: tn.Tensor[tn.f32, 1], y: tn.Tensor[tn.f32, 1]):

@@ -534,7 +534,11 @@ def _step_lines(st: tuple, s: Spec, h: str, tile: list, org: list, shp: str) -> 
         _, axis, form, pol = st
         zero = _lit(0, dt)
         if form == "maxabs":
-            return [(f"cr = tn.reducer('fz_maxabs', identity={zero}, merge=lambda a, b: "
+            # the identity is the least state: 0 for floats (abs is never
+            # below it), the dtype's minimum for integers, where abs wraps at
+            # the minimum and the least state is that minimum itself
+            least = zero if s.is_float else _lit(-(1 << (int(dt[1:]) - 1)), dt)
+            return [(f"cr = tn.reducer('fz_maxabs', identity={least}, merge=lambda a, b: "
                     f"tn.maximum(a, b), lift=lambda a: tn.abs(a), dtype=tn.{dt})"),
                     _seed(s, tile, axis, "sc", 0),
                     (f"for rc in {h}.reduce(t.domain(t.dim({axis})), contract=cr, "
