@@ -50,6 +50,25 @@ def test_an_output_the_phase_reads_back_does_not_stream():
     assert _plan(_accumulate) == {}
 
 
+def test_an_output_that_may_alias_an_input_does_not_stream():
+    prog = kernels()["add"].program
+    k = stage_serial(lower_verified(prog, default_schedule(prog, "llvm")))
+    (ph,) = k.phases
+    assert ST.plan(k, ph, frozenset({"x", "y"})) == {}
+    assert set(s.buf.name for s in ST.plan(k, ph, frozenset({"x", "z"})).values()) == {"y"}
+
+
+def test_in_place_softmax_streams_nothing_and_is_right(stream_everything):
+    """``x`` passed as both input and output: the aliased variant reads the
+    row it writes, so its stores stay ordinary."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 300)).astype(np.float32)
+    want = np.exp(x - x.max(1, keepdims=True))
+    want = want / want.sum(1, keepdims=True)
+    kernels()["softmax"].compile(cache=False)(x, x)
+    np.testing.assert_allclose(x, want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("level, width", [("x86-64-v3", "%ymm"), ("x86-64-v4", "%zmm")])
 def test_the_output_loop_is_packed_streaming_stores_and_the_body_fences(level, width):
     """The streaming form of RMSNorm's output loop stores with ``vmovntps``

@@ -102,7 +102,7 @@ class FnGen(VectorLoops):
                 self.fn.args[i].add_attribute("noalias")
         self.ptr = {b.name: self.fn.args[i] for i, b in enumerate(bufs)}
         self.prefetches = PF.plan(ph, frozenset(b.name for b in self.k.globals))
-        self.streams = ST.plan(self.k, ph) if cg.x86 else {}
+        self.streams = ST.plan(self.k, ph, cg.may_alias) if cg.x86 else {}
         self.streamed = False
         ns = len(bufs)
         self.syms = {s: self.fn.args[ns + i] for i, s in enumerate(self.k.syms)}

@@ -51,10 +51,14 @@ class Stream:
     elements: E.Expr
 
 
-def plan(k: L.Kernel, ph: L.Phase) -> dict[str, Stream]:
+def plan(k: L.Kernel, ph: L.Phase, may_alias: frozenset[str] = frozenset()
+         ) -> dict[str, Stream]:
     """Loop-variable name -> the argument whose stores in that
-    ``for.vector`` loop may stream (see the module docstring)."""
-    arguments = {b.name: b for b in k.globals if b.space == "global" and b.arg >= 0}
+    ``for.vector`` loop may stream (see the module docstring). An argument
+    in ``may_alias`` (a call passed memory it shares with another) never
+    streams: the phase may read it under the other name."""
+    arguments = {b.name: b for b in k.globals
+                 if b.space == "global" and b.arg >= 0 and b.name not in may_alias}
     loaded = {ld.buf.name for s in L.walk(ph.body) for ld in loads(s)}
     out: dict[str, L.Buffer] = {}
     for s in L.walk(ph.body):
