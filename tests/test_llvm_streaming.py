@@ -85,6 +85,13 @@ def test_the_output_loop_is_packed_streaming_stores_and_the_body_fences(level, w
                 if any(i.startswith("vmovnt") for i in lp)]
 
 
+@pytest.mark.parametrize("name", ["softmax", "layernorm", "add", "copy"])
+def test_every_row_kernel_has_a_streaming_output_loop(name):
+    asm = assembly(kernels()[name], "x86-64-v4")
+    assert any(any(i.startswith("vmovntps") and "%zmm" in i for i in lp) for lp in loops(asm))
+    assert "sfence" in asm
+
+
 @pytest.fixture
 def stream_everything(monkeypatch):
     """Every call streams where the plan allows (no size threshold)."""
