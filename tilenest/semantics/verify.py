@@ -77,30 +77,33 @@ def verify(p: TileProgram, sites: Mapping[int, Site] | None = None) -> None:
                               op.loc)
 
 
-def remember_sites(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
-    """``p`` with each op's and the kernel's ``read_at`` set to where a reader
-    found it (``sites`` by op id, :data:`PROGRAM_SITE` for the kernel); the
-    program is otherwise unchanged (equal, printed the same)."""
+def _each_op(p: TileProgram, fn: Any, **kernel: Any) -> TileProgram:
+    """``p`` with ``fn(op)`` (keyword changes of ``Operation.replace``) applied
+    to every op of its body and of its reducers' blocks, nested ones
+    included, and ``kernel`` applied to the program itself."""
     def block(b: Block) -> Block:
         return Block(b.args, tuple(op_(o) for o in b.ops))
 
     def op_(o: Operation) -> Operation:
-        return o.replace(read_at=sites.get(o.oid, o.read_at),
-                         regions=tuple(block(r) for r in o.regions))
+        return o.replace(regions=tuple(block(r) for r in o.regions), **fn(o))
 
     reducers = tuple(dataclasses.replace(r, merge=block(r.merge),
                                          lift=None if r.lift is None else block(r.lift))
                      for r in p.reducers)
-    return dataclasses.replace(p, body=block(p.body), reducers=reducers,
-                               read_at=sites.get(PROGRAM_SITE, p.read_at))
+    return dataclasses.replace(p, body=block(p.body), reducers=reducers, **kernel)
+
+
+def remember_sites(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
+    """``p`` with each op's and the kernel's ``read_at`` set to where a reader
+    found it (``sites`` by op id, :data:`PROGRAM_SITE` for the kernel); the
+    program is otherwise unchanged (equal, printed the same)."""
+    return _each_op(p, lambda o: {"read_at": sites.get(o.oid, o.read_at)},
+                    read_at=sites.get(PROGRAM_SITE, p.read_at))
 
 
 def located(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
     """``p`` with each op's ``loc`` replaced by ``sites[oid]`` (where it was read),
     keeping its own ``loc`` as the site's ``origin``; op ids are kept."""
-    def block(b: Block) -> Block:
-        return Block(b.args, tuple(op_(o) for o in b.ops))
-
     def at(key: int, own: Site | None) -> Site | None:
         site = sites.get(key)
         if site is None:
@@ -109,14 +112,7 @@ def located(p: TileProgram, sites: Mapping[int, Site]) -> TileProgram:
             return dataclasses.replace(site, origin=own)
         return site
 
-    def op_(o: Operation) -> Operation:
-        return o.replace(loc=at(o.oid, o.loc), regions=tuple(block(r) for r in o.regions))
-
-    reducers = tuple(dataclasses.replace(r, merge=block(r.merge),
-                                         lift=None if r.lift is None else block(r.lift))
-                     for r in p.reducers)
-    return dataclasses.replace(p, body=block(p.body), reducers=reducers,
-                               loc=at(PROGRAM_SITE, p.loc))
+    return _each_op(p, lambda o: {"loc": at(o.oid, o.loc)}, loc=at(PROGRAM_SITE, p.loc))
 
 
 def _constants(x: Any) -> list[int]:

@@ -36,9 +36,8 @@ not to overflow 64 bits (the interpreter computes them exactly).
 
 from __future__ import annotations
 
-import platform
-
 import math
+import platform
 from typing import Any
 
 import ml_dtypes

@@ -60,7 +60,7 @@ def plan(k: L.Kernel, ph: L.Phase, may_alias: frozenset[str] = frozenset()
     arguments = {b.name: b for b in k.globals
                  if b.space == "global" and b.arg >= 0 and b.name not in may_alias}
     loaded = {ld.buf.name for s in L.walk(ph.body) for ld in loads(s)}
-    out: dict[str, L.Buffer] = {}
+    out: dict[str, Stream] = {}
     for s in L.walk(ph.body):
         if not (isinstance(s, L.For) and s.kind == "vector" and not s.reverse):
             continue

@@ -308,3 +308,28 @@ def launch_geometry(phase: str, programs: int, threads: int, threadgroup_bytes: 
         raise TilenestError(f"{phase}: {programs} programs exceed Metal's grid limit "
                             f"{MAX_THREADGROUPS}", site, "split the top-level parallel domain")
     return (max(0, programs), 1, 1), (threads, 1, 1)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One phase function's dispatch, on every device alike: ``grid``
+    threadgroups of ``group`` threads (:func:`launch_geometry`) with
+    ``threadgroup_bytes`` of threadgroup memory."""
+
+    name: str
+    grid: tuple[int, int, int]
+    group: tuple[int, int, int]
+    threadgroup_bytes: int
+
+
+def dispatches(kernel: Any, syms: Mapping[str, int]) -> list[Dispatch]:
+    """The dispatches of one call of ``kernel`` (a ``MetalKernel``) with these
+    symbol values, in phase order (phases with no programs left out; a
+    phase without shared buffers gets no threadgroup memory), each checked
+    against the metal profile at the kernel's site."""
+    out = []
+    for info, n, smem in kernel.launches(syms):
+        smem = smem if info.threadgroup else 0
+        grid, group = launch_geometry(info.name, n, info.threads, smem, kernel.program.site)
+        out.append(Dispatch(info.name, grid, group, smem))
+    return out

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..calls import status_error
-from .arguments import bind, launch_geometry
+from .arguments import bind, dispatches
 
 _LOCK = threading.Lock()
 
@@ -71,13 +71,10 @@ def run(kernel: Any, keep: list, syms: dict[str, int], policy: str, seed: int,
     scratch buffers appended; ``syms``: every symbol's value)."""
     mod = module(kernel)
     lay = kernel.source.args
-    for info, n, smem in kernel.launches(syms):
+    for d in dispatches(kernel, syms):
         status = np.zeros(1, dtype=np.int32)
         args = arguments(lay, kernel.facts, keep, syms, status)
-        if not info.threadgroup:
-            smem = 0
-        grid, group = launch_geometry(info.name, n, info.threads, smem, kernel.program.loc)
-        mod.launch(info.name, grid, group, args, shared_bytes=smem, policy=policy, seed=seed,
-                   poison=poison)
+        mod.launch(d.name, d.grid, d.group, args, shared_bytes=d.threadgroup_bytes,
+                   policy=policy, seed=seed, poison=poison)
         if status[0]:
             raise status_error(kernel.program, kernel.facts, int(status[0]))

@@ -6,7 +6,7 @@ default is on; tilenest's numerical contract needs IEEE results), and
 command buffer, with the parameters of ``arguments.py``: one shared-storage
 buffer per tensor (a copy of the array; written arrays are copied back after
 the last phase), the constant struct from :meth:`ArgumentLayout.pack`, a
-status word per phase, and the dispatch sizes of :func:`launch_geometry`.
+status word per phase, and the dispatches of :func:`.arguments.dispatches`.
 :func:`run` is what calling a ``device="gpu"`` kernel does; a nonzero status
 raises the error it encodes (``calls.status_error``).
 
@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ...errors import NotAvailableError, TilenestError
 from ..calls import status_error
-from .arguments import ArgumentLayout, bind, launch_geometry
+from .arguments import ArgumentLayout, Dispatch, bind, dispatches
 
 
 def on_macos() -> bool:
@@ -105,29 +104,25 @@ class MetalDevice:
         return self.device.newBufferWithBytes_length_options_(
             raw, len(raw), self.metal.MTLResourceStorageModeShared)
 
-    def run(self, lay: ArgumentLayout, tensors: Sequence[np.ndarray], written: Sequence[bool],
-            struct: bytes, dispatches: Sequence[Dispatch]) -> tuple[int, int]:
+    def run(self, lay: ArgumentLayout, tensors: Sequence[np.ndarray], struct: bytes,
+            dispatches: Sequence[Dispatch]) -> int:
         """Run ``dispatches`` in order in one command buffer over one set of
         buffers: ``tensors`` are the layout's arrays (one shared buffer each,
-        a copy; those marked ``written`` are copied back when all have run),
-        ``struct`` the constant buffer's bytes; each dispatch has its own
-        status word. Returns ``(i, status)`` of the first dispatch whose
-        status is nonzero, else ``(-1, 0)``."""
+        a copy; the ones the kernel writes are copied back when all have
+        run), ``struct`` the constant buffer's bytes; each dispatch has its
+        own status word. Returns the first nonzero status, else 0."""
         M = self.metal
         bufs = [self._buffer(a) for a in tensors]
         statuses = []
         cmd = self.queue.commandBuffer()
         for d in dispatches:
             pipe = self.pipeline(d.name)
-            if d.threads > pipe.maxTotalThreadsPerThreadgroup():
-                raise TilenestError(f"{d.name}: {d.threads} threads per program; this pipeline "
-                                    f"allows {pipe.maxTotalThreadsPerThreadgroup()}",
+            if d.group[0] > pipe.maxTotalThreadsPerThreadgroup():
+                raise TilenestError(f"{d.name}: {d.group[0]} threads per program; this "
+                                    f"pipeline allows {pipe.maxTotalThreadsPerThreadgroup()}",
                                     hint="use fewer threads per program")
-            grid, group = launch_geometry(d.name, d.programs, d.threads, d.threadgroup_bytes)
             status = self._buffer(np.zeros(1, dtype=np.int32))
             statuses.append(status)
-            if grid[0] == 0:
-                continue
             enc = cmd.computeCommandEncoder()
             enc.setComputePipelineState_(pipe)
             for t, b in zip(lay.tensors, bufs, strict=True):
@@ -136,8 +131,8 @@ class MetalDevice:
             enc.setBuffer_offset_atIndex_(status, 0, lay.status_index)
             if d.threadgroup_bytes:
                 enc.setThreadgroupMemoryLength_atIndex_((d.threadgroup_bytes + 15) // 16 * 16, 0)
-            enc.dispatchThreadgroups_threadsPerThreadgroup_(M.MTLSizeMake(*grid),
-                                                            M.MTLSizeMake(*group))
+            enc.dispatchThreadgroups_threadsPerThreadgroup_(M.MTLSizeMake(*d.grid),
+                                                            M.MTLSizeMake(*d.group))
             enc.endEncoding()
         cmd.commit()
         cmd.waitUntilCompleted()
@@ -146,25 +141,11 @@ class MetalDevice:
                                 hint="a kernel that faults on the GPU: validate it on the "
                                      "emulator (device='emulated') to find the access")
         self.gpu_seconds = float(cmd.GPUEndTime() - cmd.GPUStartTime())
-        for a, b, w in zip(tensors, bufs, written, strict=True):
-            if w and a.size:
+        for t, a, b in zip(lay.tensors, tensors, bufs, strict=True):
+            if t.written and a.size:
                 a.reshape(-1).view(np.uint8)[...] = _contents(b, a.nbytes)
-        for i, st in enumerate(statuses):
-            code = int(_contents(st, 4).view(np.int32)[0])
-            if code:
-                return i, code
-        return -1, 0
-
-
-@dataclass(frozen=True)
-class Dispatch:
-    """One phase function's dispatch: ``programs`` threadgroups of
-    ``threads`` threads with ``threadgroup_bytes`` of threadgroup memory."""
-
-    name: str
-    programs: int
-    threads: int
-    threadgroup_bytes: int
+        codes = (int(_contents(st, 4).view(np.int32)[0]) for st in statuses)
+        return next((c for c in codes if c), 0)
 
 
 def run(kernel: Any, keep: list, syms: dict[str, int]) -> None:
@@ -180,10 +161,7 @@ def run(kernel: Any, keep: list, syms: dict[str, int]) -> None:
             raise e.with_site(kernel.program.site) from None
     lay = kernel.source.args
     tensors, scalars = bind(lay, kernel.facts, keep)
-    written = [t.written for t in lay.tensors]
-    ds = [Dispatch(info.name, n, info.threads, smem if info.threadgroup else 0)
-          for info, n, smem in kernel.launches(syms)]
-    i, code = kernel._gpu.run(lay, tensors, written, lay.pack(scalars, syms), ds)
+    code = kernel._gpu.run(lay, tensors, lay.pack(scalars, syms), dispatches(kernel, syms))
     if code:
         raise status_error(kernel.program, kernel.facts, code)
 
