@@ -83,10 +83,31 @@ def test_every_chunk_runs_once_on_at_most_the_threads_asked(nworkers, chunk):
 
 def test_chunking_bounds_the_chunk_count():
     assert workers.chunking(10, 1, None) == (10, 1)
-    assert workers.chunking(10, 2, None) == (2, 5)
+    assert workers.chunking(10, 2, None) == (1, 10)
     assert workers.chunking(10, 2, 3) == (3, 4)
     step, count = workers.chunking(10 * workers.MAX_CHUNKS + 3, 4, 1)
     assert count <= workers.MAX_CHUNKS and step * count >= 10 * workers.MAX_CHUNKS + 3
+
+
+def test_makespan_counts_the_ids_of_the_busiest_worker():
+    assert workers.makespan(20, 3, 2) == 11       # chunks 3 3 3 3 3 3 2: 3+3+3+2
+    assert workers.makespan(20, 2, 2) == 10
+    assert workers.makespan(10, 2, 2) == 6        # chunks 2 2 2 2 2: 2+2+2
+    assert workers.makespan(7, 3, 2) == 4         # chunks 3 3 1: 3+1
+    assert workers.makespan(9, 3, 3) == 3
+
+
+@pytest.mark.parametrize("n", [1, 3, 7, 10, 20, 35, 96, 1000, 4096, 10**7])
+@pytest.mark.parametrize("nworkers", [2, 3, 4])
+def test_chunks_load_no_worker_past_its_share(n, nworkers):
+    """The automatic chunks give the busiest worker at most 1/32 more ids
+    than an even split does (20 GEMM tiles on two workers: ten each, where
+    chunks of three gave one worker eleven)."""
+    step, count = workers.chunking(n, nworkers, None)
+    share = -(-n // nworkers)
+    assert workers.makespan(n, step, nworkers) <= share + share // workers.TOLERANCE
+    assert step <= max(1, -(-n // (nworkers * workers.CHUNKS_PER_WORKER)))
+    assert workers.chunking(20, 2, None) == (2, 10)
 
 
 @pytest.mark.parametrize("nworkers", [1, 2, 3, 4])

@@ -67,15 +67,45 @@ MAX_THREADS = 4 * max(2, os.cpu_count() or 1)
 
 def chunking(n: int, workers: int, chunk: int | None) -> tuple[int, int]:
     """``(step, count)``: ``[0, n)`` cut into ``count`` contiguous chunks of
-    ``step`` ids (the last one possibly shorter)."""
+    ``step`` ids (the last one possibly shorter).
+
+    Without a schedule's ``chunk``, the step is the largest one up to
+    ``n / (workers * CHUNKS_PER_WORKER)`` whose chunks, taken in turn by
+    equally fast workers, load no worker with more than ``1 / TOLERANCE``
+    over an even share of the ids (:func:`makespan`); failing that, the one
+    that loads the busiest worker least. So 20 GEMM tiles on two workers are
+    cut into ten chunks of two (ten tiles each), not seven of three (eleven
+    and nine)."""
     if chunk:
         step = chunk
     elif workers > 1:
-        step = max(1, -(-n // (workers * CHUNKS_PER_WORKER)))
+        most = max(1, -(-n // (workers * CHUNKS_PER_WORKER)))
+        share = -(-n // workers)
+        tried = range(most, max(0, most - _STEP_CANDIDATES), -1)
+        step = next((s for s in tried if makespan(n, s, workers) <= share + share // TOLERANCE),
+                    min(tried, key=lambda s: (makespan(n, s, workers), -s)))
     else:
         step = max(1, n)
     step = max(step, -(-n // MAX_CHUNKS))
     return step, -(-n // step)
+
+
+#: how many chunk steps below the largest one :func:`chunking` tries
+_STEP_CANDIDATES = 64
+#: the busiest worker's ids may exceed an even share by ``1 / TOLERANCE``
+TOLERANCE = 32
+
+
+def makespan(n: int, step: int, workers: int) -> int:
+    """The most ids one of ``workers`` equally fast workers runs when
+    ``[0, n)`` is cut into chunks of ``step`` and each worker takes the next
+    chunk as it finishes one (chunk ``i`` goes to worker ``i % workers``)."""
+    count = -(-n // step)
+    rounds = -(-count // workers)
+    last = n - (count - 1) * step
+    if workers > 1 and count % workers == 1:
+        return (rounds - 1) * step + last
+    return rounds * step
 
 
 def chunks(n: int, workers: int, chunk: int | None) -> list[tuple[int, int]]:
