@@ -42,12 +42,9 @@ import numpy as np
 import pytest
 
 from tilenest import f32
-from tilenest.backends import cuda
 from tilenest.backends.simt.emulator import POISONS, POLICIES
-from tilenest.lowering import default_schedule
-from workload_checks import assert_validates
+from workload_checks import assert_validates, emulated_runs, judge_emulated, runs_for
 from tilenest.workloads import WORKLOADS
-from tilenest.workloads.base import Result
 
 #: sizes judged by default; ``medium`` runs under -m slow; ``large`` never here
 _BIG = ("medium", "large")
@@ -95,48 +92,8 @@ DEFAULT = [c for c in SMALL if c[0] not in WORKLOADS_SLOW and (
            or (c[1] != "small" and c[2] == f32 and (c[0], c[1]) not in VARIANTS_SLOW))]
 
 
-def _copy(a):  # type: ignore[no-untyped-def]
-    return a.copy() if isinstance(a, np.ndarray) else a
-
-
-def runs_for(i: int) -> list[tuple[str, str, int]]:
-    """The two ``(policy, poison, seed)`` runs of case ``i``: different
-    policies and different poisons, rotating with ``i`` so that consecutive
-    cases together use every policy and every poison."""
-    return [(POLICIES[i % 4], POISONS[i % 3], 2 * i + 1),
-            (POLICIES[(i + 2) % 4], POISONS[(i + 1) % 3], 2 * i + 2)]
-
-
-def compile_emulated(wl, size, dtype, schedule=None, gpu=None):  # type: ignore[no-untyped-def]
-    """The kernel of ``wl`` for ``size``/``dtype`` and its emulated CUDA build
-    (``gpu``: further ``Schedule`` overrides)."""
-    sched = dict(wl.schedules[0] if schedule is None else schedule)
-    k = wl.kernel(dtype, sched, wl.size(size))
-    s = default_schedule(k.program, "cuda", **{"block_threads": THREADS, **(gpu or {})})
-    return sched, k, cuda.compile_program(k.program, s, device="emulated")
-
-
-def emulated_runs(wl, size, dtype, i: int, schedule=None, gpu=None) -> list[tuple[str, Result]]:  # type: ignore[no-untyped-def]
-    """Run the emulated build of ``wl`` on its seeded arguments once per run
-    of :func:`runs_for`; each labelled with its policy and poison."""
-    sched, k, ck = compile_emulated(wl, size, dtype, schedule, gpu)
-    sz = wl.size(size)
-    args = wl.args(sz, dtype)
-    out = []
-    for policy, poison, seed in runs_for(i):
-        work = {n: _copy(a) for n, a in args.items()}
-        ck(*work.values(), policy=policy, poison=poison, seed=seed)
-        out.append((f"{policy}/{poison}",
-                    Result(wl, sz, dtype, sched, k, args, {n: work[n] for n in wl.outputs})))
-    return out
-
-
-
-
 def _judge(name: str, size: str, dt, i: int, schedule=None, gpu=None) -> None:  # type: ignore[no-untyped-def]
-    adm = None
-    for label, r in emulated_runs(WORKLOADS[name], size, dt, i, schedule, gpu):
-        adm = assert_validates(r, label, adm)
+    judge_emulated("cuda", name, size, dt, i, schedule, {"block_threads": THREADS, **(gpu or {})})
 
 
 @pytest.mark.parametrize("i,name,size,dt", [
@@ -292,7 +249,8 @@ def test_default_run_covers_every_workload_dtype_policy_and_poison():
 def test_emulated_run_really_uses_the_generated_source():
     """A wrong emulated output is caught: corrupt one element of an emulated
     softmax result and both judges must reject it."""
-    (label, r), _ = emulated_runs(WORKLOADS["softmax"], "small", f32, 0)
+    (label, r), _ = emulated_runs("cuda", WORKLOADS["softmax"], "small", f32, 0,
+                                  gpu={"block_threads": THREADS})
     assert_validates(r, label)
     out = next(iter(r.outputs))
     r.outputs[out].flat[4] += np.float32(0.125) * (1 + abs(r.outputs[out].flat[4]))

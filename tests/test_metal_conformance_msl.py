@@ -5,7 +5,7 @@ Each case program is either emitted for ``metal`` and accepted by
 expects (the case is about that error), or, for an admitted program that
 computes in f64, with Metal's located f64 refusal. Running the cases on the
 emulated device is ``tilenest conformance --target metal``
-(``test_metal_emulated.py``, marked ``slow``).
+(``test_metal_emulated.py``).
 """
 
 from __future__ import annotations

@@ -31,9 +31,12 @@ from tilenest.targets import row
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "examples", "*.py")))
-#: examples validated only under -m slow (the attention example takes minutes
-#: on the emulator); every other one in the default suite
-SLOW = {"causal_attention.py"}
+#: examples validated by default with fewer generated cases and smaller
+#: threadgroups: the attention example's 20 cases at its 256 threads per
+#: threadgroup take some 90 s on the emulator (every thread of a threadgroup
+#: meets every barrier of every key block); 4 cases at 64 threads take 11 s.
+#: Under -m slow they validate with the CLI's defaults.
+QUICK = {"causal_attention.py": ("--cases", "4", "--set", "block_threads=64")}
 
 
 def _cli(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -45,13 +48,22 @@ def _program(example: str, name: str) -> tn.TileProgram:
     return dict(load_programs(os.path.join(ROOT, "examples", example)))[name]
 
 
-@pytest.mark.parametrize("example", [
-    pytest.param(e, marks=pytest.mark.slow) if e in SLOW else e for e in EXAMPLES])
-def test_every_example_validates_on_metal(example: str) -> None:
-    r = _cli("validate", f"examples/{example}", "--target", "metal")
+def _validate_example(example: str, *extra: str) -> None:
+    r = _cli("validate", f"examples/{example}", "--target", "metal", *extra)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "validated" in r.stdout and "target='metal'" in r.stdout
     assert not [ln for ln in r.stdout.splitlines() if ln.startswith(("refused", "MISMATCH"))]
+
+
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_every_example_validates_on_metal(example: str) -> None:
+    _validate_example(example, *QUICK.get(example, ()))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", sorted(QUICK))
+def test_the_quick_examples_validate_with_the_defaults_on_metal(example: str) -> None:
+    _validate_example(example)
 
 
 def test_the_default_device_off_macos_is_the_emulator() -> None:
@@ -181,7 +193,6 @@ def test_a_refusal_in_a_text_program_names_the_op_line(tmp_path) -> None:
     assert [(s.file, s.line) for s in e.value.sites] == [("w.tile", 4)], e.value.sites
 
 
-@pytest.mark.slow
 def test_conformance_on_metal() -> None:
     """The conformance suite on the emulated Metal device: every case passes
     except those whose programs hold f64 values, which the metal row cannot
