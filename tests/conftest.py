@@ -25,6 +25,16 @@ import types  # noqa: E402
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def fresh_proof_answers():
+    """Each test decides its own proofs: the process's remembered engine
+    answers (``obligation._RECENT``) start empty, so a test that replaces an
+    engine sees it called."""
+    from tilenest.proofs import obligation
+
+    obligation._RECENT.clear()
+
+
 @pytest.fixture
 def no_nvrtc(monkeypatch):
     """NVRTC unusable: its module raises on any use, whether imported before or after."""

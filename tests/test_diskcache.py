@@ -221,6 +221,7 @@ def test_proof_answers_are_kept_and_counterexamples_rechecked(tmp_path, monkeypa
     real_isl = isl_engine.decide
     monkeypatch.setattr(isl_engine, "decide", lambda *a, **k: calls.append(1) or real_isl(*a, **k))
     second = obligations()
+    O._RECENT.clear()  # as in a new process: only the disk remembers
     O.discharge(second)
     assert calls == [] and O.PROOFS.stats.hits >= 2
     assert [o.status for o in second] == [O.REFUTED, O.PROVED]

@@ -216,3 +216,21 @@ def test_isl_questions_keep_memory_flat():
     for _ in range(1500):
         isl_engine.decide(f, ("N",), ("i",), (), 1.0)
     assert rss_mib() - before < 1.0
+
+
+def test_a_repeated_formula_is_decided_once_per_process(monkeypatch):
+    """With the disk store off, obligations stating the same formula (the
+    unrolled stores of a micro-tile) ask the engine once; each still gets
+    its verdict and its own copy of the counterexample."""
+    from tilenest.proofs import obligation as O
+
+    monkeypatch.setattr(O.PROOFS, "folder", lambda: None)
+    calls = []
+    real = isl_engine.decide
+    monkeypatch.setattr(isl_engine, "decide", lambda *a, **k: calls.append(1) or real(*a, **k))
+    obs = discharge([Obligation("t", "t", claim=split_cover(N // 4)) for _ in range(3)]
+                    + [Obligation("t", "t", claim=split_cover(E.cdiv(N, 4))) for _ in range(3)])
+    assert [o.status for o in obs] == [REFUTED] * 3 + [PROVED] * 3
+    assert len(calls) == 2
+    assert obs[0].counterexample == obs[1].counterexample
+    assert obs[0].counterexample is not obs[1].counterexample

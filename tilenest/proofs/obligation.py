@@ -32,6 +32,7 @@ read off the rewritten IR, ``policy`` for reduction permissions.
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import math
@@ -197,26 +198,47 @@ def _engine_versions() -> tuple[str, str]:
     return z3.get_version_string(), str(getattr(islpy, "__version__", ""))
 
 
+#: definite engine answers of this process by key (:func:`_answer`), the
+#: most recent :data:`RECENT_ANSWERS` of them; with the disk store off too,
+#: a compile whose obligations repeat one formula (the unrolled stores of a
+#: GEMM micro-tile) asks the engine once
+_RECENT: collections.OrderedDict[str, Any] = collections.OrderedDict()
+RECENT_ANSWERS = 8192
+
+
 def _answer(engine: Any, cs: Any, params: Any, vars_: Any, data: Any, timeout: float) -> Any:
     """``engine.decide(cs, params, vars_, data, timeout)``, with definite
-    answers (proved, or a counterexample) kept in :data:`PROOFS` by the
-    formula's exact structure (its ``repr``), the variable lists and both
-    engines' versions. An ``unknown`` is never kept (a larger budget may
-    decide it); a counterexample read back is re-checked by evaluating the
-    claim like a fresh one (:func:`_decide`)."""
-    if PROOFS.folder() is None:
-        return engine.decide(cs, params, vars_, data, timeout)
+    answers (proved, or a counterexample) kept by the formula's exact
+    structure (its ``repr``), the variable lists and both engines' versions:
+    in this process (:data:`_RECENT`) and in :data:`PROOFS` on disk. An
+    ``unknown`` is never kept (a larger budget may decide it); a
+    counterexample read back is re-checked by evaluating the claim like a
+    fresh one (:func:`_decide`)."""
     name = engine.__name__.rsplit(".", 1)[-1]
     key = key_of(["proof", name, repr(cs), list(params), list(vars_), list(data),
                   *_engine_versions()])
-    got = PROOFS.get(key)
-    if got is not None:
-        m = got[0]
-        return engine.Answer(m["status"], m["point"], m["reason"])
+    m = _RECENT.get(key)
+    if m is None and PROOFS.folder() is not None:
+        got = PROOFS.get(key)
+        m = got[0] if got is not None else None
+    if m is not None:
+        _remember(key, m)
+        point = dict(m["point"]) if isinstance(m["point"], dict) else m["point"]
+        return engine.Answer(m["status"], point, m["reason"])
     a = engine.decide(cs, params, vars_, data, timeout)
     if a.status in _DEFINITE[name]:
-        PROOFS.put(key, {"status": a.status, "point": a.point, "reason": a.reason}, {})
+        m = {"status": a.status, "point": a.point, "reason": a.reason}
+        _remember(key, m)
+        if PROOFS.folder() is not None:
+            PROOFS.put(key, m, {})
     return a
+
+
+def _remember(key: str, answer: dict) -> None:
+    _RECENT[key] = answer
+    _RECENT.move_to_end(key)
+    while len(_RECENT) > RECENT_ANSWERS:
+        _RECENT.popitem(last=False)
 
 
 def _decide(ob: Obligation, timeout: float, engine: str) -> None:
