@@ -319,3 +319,71 @@ kernel void narrow(device float* b_out [[buffer(0)]], device atomic_int* tn_stat
     bf16 = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
     np.testing.assert_array_equal(out, bf16.view(np.float32))
     assert status[0] == 5  # the first failure is kept
+
+
+#: one simdgroup: C = A[:, 8:16] @ B^T + C (B half, loaded transposed), and
+#: P = A[:, 8:16] @ B^T without an accumulator, through simdgroup matrices
+MATRICES = """using namespace metal;
+kernel void mm(device float* b_out [[buffer(0)]], const device float* b_a [[buffer(1)]],
+    const device half* b_b [[buffer(2)]], const device float* b_c [[buffer(3)]],
+    uint tn_lane [[thread_index_in_simdgroup]]) {
+  simdgroup_float8x8 a;
+  simdgroup_half8x8 b;
+  simdgroup_float8x8 c;
+  simdgroup_load(a, b_a + {offset}, 16, ulong2(8, 0));
+  simdgroup_load(b, b_b, 8, ulong2(0, 0), true);
+  simdgroup_load(c, b_c);
+  simdgroup_multiply_accumulate(c, a, b, c);
+  simdgroup_store(c, b_out, 8);
+  simdgroup_float8x8 p;
+  simdgroup_multiply(p, a, b);
+  simdgroup_store(p, b_out + 64, 8);
+}
+"""
+
+
+def _matrix_operands():  # type: ignore[no-untyped-def]
+    # small integers: every order of summation gives the same float
+    rng = np.random.default_rng(0)
+    return (rng.integers(-4, 5, (8, 16)).astype(np.float32),
+            rng.integers(-4, 5, (8, 8)).astype(np.float16),
+            rng.integers(-4, 5, (8, 8)).astype(np.float32))
+
+
+def test_simdgroup_matrices_load_multiply_and_store(no_nvrtc):
+    """Origins, row strides, a transposed load, a half operand into a float
+    accumulator, with and without accumulation, under every policy: the
+    same product as numpy's; the source also type-checks as MSL."""
+    src = MATRICES.replace("{offset}", "0")
+    mod = em.build(src, dialect="metal")
+    a, b, c = _matrix_operands()
+    want = a[:, 8:] @ b.T.astype(np.float32)
+    for policy in em.POLICIES:
+        out = np.zeros(128, np.float32)
+        mod.launch("mm", 1, 32, [out, a, b, c], policy=policy, seed=3)
+        np.testing.assert_array_equal(out[:64].reshape(8, 8), want + c)
+        np.testing.assert_array_equal(out[64:].reshape(8, 8), want)
+    from tilenest.backends.metal import check
+    if check.clang_available():
+        check.check_msl("#include <metal_stdlib>\n" + src)
+
+
+def test_a_lane_loading_other_memory_is_an_error(no_nvrtc):
+    """Every lane must name the same matrix: a lane-dependent address is
+    refused at the load's line."""
+    src = MATRICES.replace("{offset}", "(tn_lane == 5 ? 1 : 0)")
+    mod = em.build(src, dialect="metal")
+    a, b, c = _matrix_operands()
+    with pytest.raises(em.EmulatorError, match="simdgroup_load.*lane 5") as info:
+        mod.launch("mm", 1, 32, [np.zeros(128, np.float32), a, b, c])
+    assert info.value.line == _line(src, "simdgroup_load(a")
+
+
+def test_a_lane_that_leaves_a_matrix_product_is_an_error(no_nvrtc):
+    src = MATRICES.replace("  simdgroup_multiply_accumulate",
+                           "  if (tn_lane == 3) return;\n  simdgroup_multiply_accumulate")
+    src = src.replace("{offset}", "0")
+    mod = em.build(src, dialect="metal")
+    a, b, c = _matrix_operands()
+    with pytest.raises(em.EmulatorError, match="simdgroup_multiply_accumulate"):
+        mod.launch("mm", 1, 32, [np.zeros(128, np.float32), a, b, c])

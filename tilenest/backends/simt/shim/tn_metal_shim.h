@@ -30,6 +30,21 @@
  * combination rounded in the value's own type; floating min and max ignore
  * a NaN operand (fmin / fmax).
  *
+ * Simdgroup matrices (8x8). Metal leaves each lane's share of a matrix
+ * unspecified and reaches a matrix only through whole-simdgroup calls, so
+ * here every lane holds the whole matrix (row-major); a default-constructed
+ * one holds poison. simdgroup_load, simdgroup_store, simdgroup_multiply and
+ * simdgroup_multiply_accumulate are rendezvous like the simdgroup functions,
+ * and every lane must pass the same address, row stride, origin and
+ * transpose flag (else an error names the line). A load reads memory once
+ * for the simdgroup and a store writes it once, from one lane's copy after
+ * checking that every lane holds the same matrix. The product is
+ *     d[r][c] = c[r][c] + a[r][0] * b[0][c] + ... + a[r][7] * b[7][c]
+ * summed left to right, each product and each sum rounded in d's element
+ * type (a and b widened to it first); simdgroup_multiply starts from the
+ * first product. Metal does not promise that order: tilenest uses these
+ * only for an `mma` whose policy admits any order.
+ *
  * 16-bit floats: `half` is the compiler's _Float16 (computed in float and
  * rounded once, as on the device); `bfloat` is stored as its bits and
  * converts to and from float with round-to-nearest-even.
@@ -43,7 +58,8 @@
     "simdgroup_barrier", "simd_shuffle", "simd_shuffle_up", "simd_shuffle_down",             \
     "simd_shuffle_xor", "simd_ballot", "simd_any", "simd_all", "simd_sum", "simd_min",       \
     "simd_max", "simd_and", "simd_or", "simd_xor",                                           \
-    "simd_sum", "simd_product", "simd_min", "simd_max"
+    "simd_sum", "simd_product", "simd_min", "simd_max", "simdgroup_load", "simdgroup_store",  \
+    "simdgroup_multiply_accumulate", "simdgroup_multiply"
 #define TN_EMU_EXT_OP msl_reduce_op
 
 #include "tn_runtime.h"
@@ -153,6 +169,8 @@ static inline mem_flags operator|(mem_flags a, mem_flags b) {
 }
 enum memory_order { memory_order_relaxed, memory_order_seq_cst };
 
+template <class T, int Cols, int Rows> struct simdgroup_matrix;
+
 namespace tn_emu {
 
 /* ------------------------------------------------------------ built-in values
@@ -192,7 +210,8 @@ static inline unsigned simd_mask() {
     return n >= 32 ? 0xffffffffu : (1u << n) - 1u;
 }
 
-enum MslOp { OP_SIMD_SUM = OP_EXT, OP_SIMD_PRODUCT, OP_SIMD_MIN, OP_SIMD_MAX };
+enum MslOp { OP_SIMD_SUM = OP_EXT, OP_SIMD_PRODUCT, OP_SIMD_MIN, OP_SIMD_MAX,
+             OP_MATRIX_LOAD, OP_MATRIX_STORE, OP_MATRIX_MAC, OP_MATRIX_MUL };
 
 /* A lane's operand of a reduction: its value, where the result goes, and the
  * function that combines the simdgroup's values (one per type and op). */
@@ -257,6 +276,132 @@ template <class T> static inline T msl_shuffle(int op, int line, T v, unsigned a
     return from_bits<T>(collective(op, line, simd_mask(), S.lanes, (int)arg, to_bits(v)));
 }
 
+/* ------------------------------------------------------- simdgroup matrices */
+/* The poison a fresh matrix element holds (the launch's poison kind). */
+template <class T> static inline T msl_poison_value() {
+    T v;
+    if (S.cfg.poison == 2) memset(&v, 0xa5, sizeof v);
+    else v = (T)(S.cfg.poison == 0 ? NAN : 65504.0f);
+    return v;
+}
+
+/* A lane's part in a matrix call: the memory operand and the matrices. */
+struct MslMat {
+    int line;
+    const void *addr;
+    unsigned long stride, col0, row0;
+    bool transpose;
+    void *d;
+    const void *a, *b, *c;
+};
+
+static inline const MslMat &msl_mat(Fiber *warp, int k) {
+    return *(const MslMat *)((MslRed *)(uintptr_t)warp[k].val)->value;
+}
+
+/* Every lane names the same memory the same way. */
+static inline void msl_same_memory(Fiber *warp, int wsize, const char *name) {
+    const MslMat &m0 = msl_mat(warp, 0);
+    for (int k = 1; k < wsize; ++k) {
+        const MslMat &m = msl_mat(warp, k);
+        if (m.addr != m0.addr || m.stride != m0.stride || m.col0 != m0.col0 ||
+            m.row0 != m0.row0 || m.transpose != m0.transpose)
+            fail(TN_EMU_COLLECTIVE_MISMATCH, m0.line, "%s at line %d: lane %d passes another "
+                 "address, row stride, origin or transpose flag than lane 0", name, m0.line, k);
+    }
+}
+
+/* Element (r, c) of a matrix at `m`'s memory operand. */
+static inline unsigned long msl_at(const MslMat &m, int r, int c) {
+    return m.transpose ? (m.row0 + c) * m.stride + m.col0 + r : (m.row0 + r) * m.stride + m.col0 + c;
+}
+
+template <class T, int C, int R> static void msl_matrix_load_all(Fiber *warp, int wsize) {
+    msl_same_memory(warp, wsize, "simdgroup_load");
+    const MslMat &m0 = msl_mat(warp, 0);
+    const T *src = (const T *)m0.addr;
+    simdgroup_matrix<T, C, R> got;
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) got.e[r][c] = src[msl_at(m0, r, c)];
+    for (int k = 0; k < wsize; ++k) *(simdgroup_matrix<T, C, R> *)msl_mat(warp, k).d = got;
+}
+
+template <class T, int C, int R> static void msl_matrix_store_all(Fiber *warp, int wsize) {
+    msl_same_memory(warp, wsize, "simdgroup_store");
+    const MslMat &m0 = msl_mat(warp, 0);
+    const simdgroup_matrix<T, C, R> &v = *(const simdgroup_matrix<T, C, R> *)m0.a;
+    for (int k = 1; k < wsize; ++k)
+        if (memcmp(msl_mat(warp, k).a, &v, sizeof v) != 0)
+            fail(TN_EMU_COLLECTIVE_MISMATCH, m0.line, "simdgroup_store at line %d: lane %d "
+                 "holds another matrix than lane 0", m0.line, k);
+    T *dst = (T *)m0.addr;
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) dst[msl_at(m0, r, c)] = v.e[r][c];
+}
+
+/* d = a * b (+ c): each lane's own operands (see the header comment). */
+template <class TD, class TA, class TB, class TC, int K, int R, int C, bool ACC>
+static void msl_matrix_product_all(Fiber *warp, int wsize) {
+    for (int k = 0; k < wsize; ++k) {
+        const MslMat &m = msl_mat(warp, k);
+        const simdgroup_matrix<TA, K, R> &a = *(const simdgroup_matrix<TA, K, R> *)m.a;
+        const simdgroup_matrix<TB, C, K> &b = *(const simdgroup_matrix<TB, C, K> *)m.b;
+        simdgroup_matrix<TD, C, R> out;
+        for (int r = 0; r < R; ++r)
+            for (int c = 0; c < C; ++c) {
+                TD acc = ACC ? (TD)((const simdgroup_matrix<TC, C, R> *)m.c)->e[r][c]
+                             : (TD)((TD)a.e[r][0] * (TD)b.e[0][c]);
+                for (int i = ACC ? 0 : 1; i < K; ++i) {
+                    const TD p = (TD)((TD)a.e[r][i] * (TD)b.e[i][c]);
+                    acc = (TD)(acc + p);
+                }
+                out.e[r][c] = acc;
+            }
+        *(simdgroup_matrix<TD, C, R> *)m.d = out;
+    }
+}
+
+template <class T, int C, int R>
+static inline void msl_matrix_load(int line, simdgroup_matrix<T, C, R> &d, const T *src,
+                                   unsigned long elements_per_row = C,
+                                   ulong2 matrix_origin = ulong2(0ul),
+                                   bool transpose_matrix = false) {
+    MslMat m{line, src, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix,
+             &d, nullptr, nullptr, nullptr};
+    MslRed r{&m, nullptr, &msl_matrix_load_all<T, C, R>};
+    collective(OP_MATRIX_LOAD, line, simd_mask(), S.lanes, 0, (uint64_t)(uintptr_t)&r);
+}
+
+template <class T, int C, int R>
+static inline void msl_matrix_store(int line, const simdgroup_matrix<T, C, R> &a, T *dst,
+                                    unsigned long elements_per_row = C,
+                                    ulong2 matrix_origin = ulong2(0ul),
+                                    bool transpose_matrix = false) {
+    MslMat m{line, dst, elements_per_row, matrix_origin.x, matrix_origin.y, transpose_matrix,
+             nullptr, &a, nullptr, nullptr};
+    MslRed r{&m, nullptr, &msl_matrix_store_all<T, C, R>};
+    collective(OP_MATRIX_STORE, line, simd_mask(), S.lanes, 0, (uint64_t)(uintptr_t)&r);
+}
+
+template <class TD, class TA, class TB, class TC, int K, int R, int C>
+static inline void msl_matrix_mac(int line, simdgroup_matrix<TD, C, R> &d,
+                                  const simdgroup_matrix<TA, K, R> &a,
+                                  const simdgroup_matrix<TB, C, K> &b,
+                                  const simdgroup_matrix<TC, C, R> &c) {
+    MslMat m{line, nullptr, 0, 0, 0, false, &d, &a, &b, &c};
+    MslRed r{&m, nullptr, &msl_matrix_product_all<TD, TA, TB, TC, K, R, C, true>};
+    collective(OP_MATRIX_MAC, line, simd_mask(), S.lanes, 0, (uint64_t)(uintptr_t)&r);
+}
+
+template <class TD, class TA, class TB, int K, int R, int C>
+static inline void msl_matrix_mul(int line, simdgroup_matrix<TD, C, R> &d,
+                                  const simdgroup_matrix<TA, K, R> &a,
+                                  const simdgroup_matrix<TB, C, K> &b) {
+    MslMat m{line, nullptr, 0, 0, 0, false, &d, &a, &b, nullptr};
+    MslRed r{&m, nullptr, &msl_matrix_product_all<TD, TA, TB, TD, K, R, C, false>};
+    collective(OP_MATRIX_MUL, line, simd_mask(), S.lanes, 0, (uint64_t)(uintptr_t)&r);
+}
+
 static inline void msl_threadgroup_barrier(int line, mem_flags) { syncthreads_impl(line, 0); }
 static inline void msl_simdgroup_barrier(int line, mem_flags) {
     collective(OP_SYNCWARP, line, simd_mask(), S.lanes, 0, 0);
@@ -287,6 +432,34 @@ static inline unsigned long long msl_ballot(int line, bool p) {
 #define simd_all(p) tn_emu::msl_all(__LINE__, p)
 #define simd_any(p) tn_emu::msl_any(__LINE__, p)
 #define simd_ballot(p) tn_emu::msl_ballot(__LINE__, p)
+#define simdgroup_load(...) tn_emu::msl_matrix_load(__LINE__, __VA_ARGS__)
+#define simdgroup_store(...) tn_emu::msl_matrix_store(__LINE__, __VA_ARGS__)
+#define simdgroup_multiply_accumulate(d, a, b, c) tn_emu::msl_matrix_mac(__LINE__, d, a, b, c)
+#define simdgroup_multiply(d, a, b) tn_emu::msl_matrix_mul(__LINE__, d, a, b)
+
+/* ---------------------------------------------------------------- simdgroup matrices */
+template <class T, int Cols, int Rows> struct simdgroup_matrix {
+    static_assert(Cols == 8 && Rows == 8, "Metal's simdgroup matrices are 8x8");
+    T e[Rows][Cols]; /* the whole matrix, row-major, in every lane */
+    simdgroup_matrix() {
+        for (int r = 0; r < Rows; ++r)
+            for (int c = 0; c < Cols; ++c) e[r][c] = tn_emu::msl_poison_value<T>();
+    }
+    explicit simdgroup_matrix(T diagonal) {
+        for (int r = 0; r < Rows; ++r)
+            for (int c = 0; c < Cols; ++c) e[r][c] = r == c ? diagonal : (T)0.0f;
+    }
+};
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+template <class T, int Cols, int Rows>
+static inline simdgroup_matrix<T, Cols, Rows> make_filled_simdgroup_matrix(T value) {
+    simdgroup_matrix<T, Cols, Rows> m;
+    for (int r = 0; r < Rows; ++r)
+        for (int c = 0; c < Cols; ++c) m.e[r][c] = value;
+    return m;
+}
 
 /* ---------------------------------------------------------------- atomics
  * Relaxed host atomics on the word (TSan sees them as atomic, without
@@ -358,6 +531,11 @@ using ::atomic_store_explicit;
 using ::atomic_exchange_explicit;
 using ::atomic_compare_exchange_weak_explicit;
 using ::atomic_fetch_add_explicit;
+using ::simdgroup_matrix;
+using ::simdgroup_half8x8;
+using ::simdgroup_bfloat8x8;
+using ::simdgroup_float8x8;
+using ::make_filled_simdgroup_matrix;
 #define TN_MSL_F1(F)                                                                         \
     template <class T> static inline T F(T x) { return (T)::F##f((float)x); }
 #define TN_MSL_F2(F)                                                                         \
