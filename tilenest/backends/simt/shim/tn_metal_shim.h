@@ -277,11 +277,13 @@ template <class T> static inline T msl_shuffle(int op, int line, T v, unsigned a
 }
 
 /* ------------------------------------------------------- simdgroup matrices */
-/* The poison a fresh matrix element holds (the launch's poison kind). */
+/* The poison a fresh matrix element holds, of the launch's kind: NaN, the
+ * large finite value (float: its largest; 16-bit: 65504), or bytes 0xa5. */
 template <class T> static inline T msl_poison_value() {
     T v;
     if (S.cfg.poison == 2) memset(&v, 0xa5, sizeof v);
-    else v = (T)(S.cfg.poison == 0 ? NAN : 65504.0f);
+    else if (S.cfg.poison == 0) v = (T)NAN;
+    else v = (T)(sizeof(T) == 4 ? 3.4028234663852886e38f : 65504.0f);
     return v;
 }
 
