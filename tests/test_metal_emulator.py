@@ -387,3 +387,17 @@ def test_a_lane_that_leaves_a_matrix_product_is_an_error(no_nvrtc):
     a, b, c = _matrix_operands()
     with pytest.raises(em.EmulatorError, match="simdgroup_multiply_accumulate"):
         mod.launch("mm", 1, 32, [np.zeros(128, np.float32), a, b, c])
+
+
+@pytest.mark.parametrize("poison,bits", [("nan", 0x7FC00000), ("big", 0x7F7FFFFF),
+                                         ("bytes", 0xA5A5A5A5)])
+def test_a_fresh_simdgroup_matrix_holds_the_poison(no_nvrtc, poison, bits):
+    src = """using namespace metal;
+kernel void fresh(device float* b_out [[buffer(0)]]) {
+  simdgroup_float8x8 m;
+  simdgroup_store(m, b_out);
+}
+"""
+    out = np.zeros(64, np.float32)
+    em.build(src, dialect="metal").launch("fresh", 1, 32, [out], poison=poison)
+    assert set(out.view(np.uint32).tolist()) == {bits}

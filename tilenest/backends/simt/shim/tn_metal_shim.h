@@ -277,7 +277,7 @@ template <class T> static inline T msl_shuffle(int op, int line, T v, unsigned a
 }
 
 /* ------------------------------------------------------- simdgroup matrices */
-/* The poison a fresh matrix element holds, of the launch's kind: NaN, the
+/* The poison a fresh matrix element holds, of the launch's kind: NaN, a
  * large finite value (float: its largest; 16-bit: 65504), or bytes 0xa5. */
 template <class T> static inline T msl_poison_value() {
     T v;
