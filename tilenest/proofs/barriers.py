@@ -803,14 +803,41 @@ def coordinates(ea: E.Expr, eb: E.Expr, ga: list[E.Pred], gb: list[E.Pred],
     return [(ea, eb)]
 
 
+@dataclass(frozen=True)
+class _Sided:
+    """One access as side ``tag`` of a pair: its variables renamed
+    (``ren``), its thread (``th``: the renamed thread variable, a fresh one
+    for a program-level load, ``0`` for a program-level store) and the facts
+    that bound them (:func:`_facts`)."""
+
+    ren: dict[str, str]
+    th: E.Expr
+    facts: Fm.F
+
+
+#: the sides of the current phase's accesses, by ``(id(access), tag)``: an
+#: access meets many others, its side is the same each time
+_SIDES: dict[tuple[int, str], tuple[Any, _Sided]] = {}
+
+
+def _sided(acc: _Access, tag: str, pid: str) -> _Sided:
+    key = (id(acc), tag)
+    hit = _SIDES.get(key)
+    if hit is not None and hit[0] is acc:
+        return hit[1]
+    ren, _ = _side(acc, tag, pid)
+    t = E.Var(ren[acc.thread]) if acc.thread else (
+        E.Var(f"thread#{tag}") if not acc.store else None)
+    th: E.Expr = t if t is not None else E.Const(0)
+    got = _Sided(ren, th, _facts(acc, ren, th))
+    _SIDES[key] = (acc, got)
+    return got
+
+
 def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obligation:
     pid = ph.pid.name
-    ren_a, _ = _side(a, "1", pid)
-    ren_b, _ = _side(b, "2", pid)
-    t1 = E.Var(ren_a[a.thread]) if a.thread else (E.Var("thread#1") if not a.store else None)
-    t2 = E.Var(ren_b[b.thread]) if b.thread else (E.Var("thread#2") if not b.store else None)
-    th1: E.Expr = t1 if t1 is not None else E.Const(0)
-    th2: E.Expr = t2 if t2 is not None else E.Const(0)
+    sa, sb = _sided(a, "1", pid), _sided(b, "2", pid)
+    ren_a, ren_b, th1, th2 = sa.ren, sb.ren, sa.th, sb.th
     loops_a = {lp.key: lp for lp in a.loops}
     # an asynchronous store is unordered with its own thread's accesses too
     own_thread = bool(a.lag or b.lag or a.asynchronous or b.asynchronous)
@@ -839,7 +866,7 @@ def _pair(k: Any, ph: Any, a: _Access, b: _Access, scen: list[_Scenario]) -> Obl
         Fm.atom(E.rename(x, ren_a).eq(E.rename(y, ren_b)))
         for x, y in coordinates(a.index, b.index, a.guards + _ranges(a), b.guards + _ranges(b),
                                 _nonneg_vars(ph, a), _nonneg_vars(ph, b))))
-    body = Fm.conj(_facts(a, ren_a, th1), _facts(b, ren_b, th2), Fm.disj(*alts),
+    body = Fm.conj(sa.facts, sb.facts, Fm.disj(*alts),
                    Fm.TRUE if own_thread else Fm.atom(th1.ne(th2)), same)
     hyp = Fm.conj(_program(ph, Fm.free_vars(body)), body)
     syms = sorted(Fm.syms(hyp))
@@ -894,6 +921,7 @@ def barrier_obligations(kernel: Any, threads: int | None = None) -> list[Obligat
     loop). See the module docstring for the formula."""
     L = _L()
     _MEMO.clear()
+    _SIDES.clear()
     out: list[Obligation] = []
     for ph in kernel.phases:
         ws = [int(s.hi.value) for s in L.walk(ph.body)
