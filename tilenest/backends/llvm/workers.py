@@ -83,7 +83,7 @@ def chunking(n: int, workers: int, chunk: int | None) -> tuple[int, int]:
         share = -(-n // workers)
         tried = range(most, max(0, most - _STEP_CANDIDATES), -1)
         step = next((s for s in tried if makespan(n, s, workers) <= share + share // TOLERANCE),
-                    min(tried, key=lambda s: (makespan(n, s, workers), -s)))
+                    None) or min(tried, key=lambda s: (makespan(n, s, workers), -s))
     else:
         step = max(1, n)
     step = max(step, -(-n // MAX_CHUNKS))
