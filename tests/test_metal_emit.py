@@ -328,13 +328,26 @@ def test_standalone_inlines_the_prelude_chain() -> None:
 
 
 def test_nvidia_tensor_core_mma_refused_with_the_simt_hint() -> None:
-    """gemm with mma_unit='tensor' asks for NVIDIA's warp mma fragments,
-    which Metal lacks: refused, pointing at the exact SIMT loop nest (the
-    default on metal, which type-checks above)."""
+    """A tile in NVIDIA's fragment layout (a warp mma that is not opaque)
+    has no Metal spelling: refused, pointing at the other units. With
+    mma_unit='tensor' the metal lowering itself makes simdgroup tiles
+    (tests/test_metal_simdgroup.py)."""
+    from dataclasses import replace
+
+    from tilenest.backends.metal.emit import emit_msl
+    from tilenest.lowering import lower_verified
+    from tilenest.lowering import loopir as L
+    from tilenest.semantics.signature import stored_tensors
+
     w = WORKLOADS["gemm"]
     p = w.kernel(D.f16, None, w.size("small")).program
-    with pytest.raises(NotAvailableError, match="warp mma has no metal lowering") as e:
-        metal.emit(p, "msl", default_schedule(p, "metal", mma_unit="tensor"))
+    k = lower_verified(p, default_schedule(p, "metal", mma_unit="tensor"))
+    assert any(isinstance(s, L.WarpMma) and s.opaque for ph in k.phases for s in L.walk(ph.body))
+    nv = replace(k, phases=tuple(replace(ph, body=L.map_stmts(
+        ph.body, lambda x: None, lambda s: (replace(s, opaque=False),)
+        if isinstance(s, L.WarpMma) else None)) for ph in k.phases))
+    with pytest.raises(NotAvailableError, match="fragment layout has no metal lowering") as e:
+        emit_msl(nv, stored_tensors(p), 64)
     assert "mma_unit='simt'" in str(e.value)
 
 

@@ -113,6 +113,8 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
     stmts = list(L.walk(body))
     mmas = [s for s in stmts if isinstance(s, L.WarpMma)]
     for w in mmas:
+        if w.opaque:  # its lanes' shares are unspecified: the tile stays in memory
+            continue
         X = w.c.buf
         if sum(m.c.buf.name == X.name for m in mmas) != 1 or X.name in (w.a.buf.name,
                                                                         w.b.buf.name):

@@ -513,6 +513,8 @@ def lane_cell(lane: E.Expr, p: E.Expr, q: E.Expr, h: E.Expr, e: E.Expr,
 
 #: the tensor-core instruction shape of :class:`WarpMma` (rows, cols, depth)
 MMA_SHAPE = (16, 8, 16)
+#: the shape of an opaque :class:`WarpMma` (``opaque``: 8 x 8 simdgroup matrices)
+OPAQUE_SHAPE = (8, 8, 8)
 
 
 @dataclass(frozen=True)
@@ -544,6 +546,17 @@ class WarpMma:
     layout, one 16-row block per warp. Its operands are read straight from
     shared memory, which must hold them in the :class:`Swizzle128`
     arrangement (``a`` row-major ``m x k``, ``b`` row-major ``k x n``).
+
+    With ``opaque`` (Metal's ``simdgroup_matrix``; ``group = 1``) the lanes'
+    shares of the tile are unspecified: the collective reads ``a``, ``b`` and
+    ``c`` and writes ``c`` from memory in whole 8 x 8 blocks
+    (:data:`OPAQUE_SHAPE`), any lane touching any element. Its meaning for
+    the analyses is that lane 0 makes every accumulator access (reads and
+    writes every element of ``c``; every lane may read all of ``a`` and
+    ``b``): any other thread's access to ``c`` is then ordered against it by
+    a barrier, and the backend orders the lanes of the simdgroup among
+    themselves around the statement (a simdgroup barrier before and after),
+    so that no lane's own accesses race with the hidden ones.
     """
 
     a: Frag
@@ -561,6 +574,13 @@ class WarpMma:
     #: (``Barrier.mma_keep``), and until then nothing but overlapped mmas of
     #: the same accumulator may touch that accumulator (``verify.py``)
     overlap: bool = False
+    #: the lanes' shares are unspecified (simdgroup matrices; see above)
+    opaque: bool = False
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """The instruction shape the tile's sides are multiples of."""
+        return OPAQUE_SHAPE if self.opaque else MMA_SHAPE
 
     @property
     def threads(self) -> int:
@@ -592,8 +612,9 @@ class WarpMma:
     def cells(self, body: Any) -> tuple["Stmt", ...]:
         """``body(i, j)`` inside loops over the accumulator elements this
         statement's executor owns: with ``lane``, that lane's
-        (:meth:`lane_cells`); without, every element."""
-        if self.lane is None:
+        (:meth:`lane_cells`; for an opaque tile every element, in lane 0
+        alone); without, every element."""
+        if self.lane is None or self.opaque:
             iv, jv = LVar(f"{self.tag}.i", INDEX), LVar(f"{self.tag}.j", INDEX)
             loops, i, j = [(iv, self.m), (jv, self.n)], E.Var(iv.name), E.Var(jv.name)
         else:
@@ -601,6 +622,8 @@ class WarpMma:
         out = tuple(body(i, j))
         for v, n in reversed(loops):
             out = (For(v, E.Const(0), E.Const(n), out),)
+        if self.opaque and self.lane is not None:
+            out = (If(IPred(E.cmp("==", self.lane, E.Const(0))), out, ()),)
         return out
 
     def reference(self) -> tuple["Stmt", ...]:
@@ -799,7 +822,8 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
                        f"{expr_str(s.value)}, width={s.width}, mask={s.mask:#x})")
         elif isinstance(s, WarpMma):
             who = f", lane [{E.to_str(s.lane)}]" if s.lane is not None else ""
-            op = "warp_mma" if s.group == 1 else "group_mma" + (".overlap" if s.overlap else "")
+            op = ("warp_mma" + (".opaque" if s.opaque else "") if s.group == 1
+                  else "group_mma" + (".overlap" if s.overlap else ""))
             out.append(f"{pad}{op}.{s.m}x{s.n}x{s.k} {s.c} += {s.a} * {s.b}{who}")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")

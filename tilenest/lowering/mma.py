@@ -234,16 +234,22 @@ MMA_UNITS = ("auto", "tensor", "wgmma", "simt")
 GROUP_TILE_N = (256, 128, 64)
 
 
-def warp_tile(rows: int, cols: int, warps: int) -> tuple[int, int]:
+def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32, 64)
+              ) -> tuple[int, int]:
     """The warp tile ``(wm, wn)`` of an output of ``rows x cols`` on
-    ``warps`` warps: sides in ``{16, 32, 64}`` dividing the output, the largest
-    area that still gives every warp a tile (the smallest, 16 x 16, when none
-    does), the squarer one among equals (fewest fragment loads per ``mma``)."""
-    sides = [x for x in (16, 32, 64) if x <= WARP_TILE]
+    ``warps`` warps: sides in ``sides`` dividing the output, the largest
+    area that still gives every warp a tile (the smallest when none does),
+    the squarer one among equals (fewest fragment loads per ``mma``)."""
+    sides = tuple(x for x in sides if x <= WARP_TILE)
     cands = [(wm, wn) for wm in sides for wn in sides if rows % wm == 0 and cols % wn == 0]
     full = [c for c in cands if (rows // c[0]) * (cols // c[1]) >= warps]
     pool = full or [min(cands, key=lambda c: c[0] * c[1])]
     return max(pool, key=lambda c: (c[0] * c[1], -abs(c[0] - c[1]), c[0]))
+
+
+#: the simdgroup tile sides tried on Metal (8 x 8 matrices; at most 16 live
+#: accumulator matrices per simdgroup)
+SIMDGROUP_SIDES = (8, 16, 32)
 
 
 def _stride(h: BufH, d: Dim) -> E.Expr:
@@ -254,19 +260,34 @@ def _stride(h: BufH, d: Dim) -> E.Expr:
 
 def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
                 ext_of: dict[Dim, E.Expr]) -> str | tuple:
-    """Whether this ``mma`` runs on tensor cores: the reason it does not (a
-    string), or ``(m, n, k, wm, wn, strides)``. It qualifies when the schedule
-    is SIMT, the ``mma`` reassociates, ``a`` and ``b`` are f16 (or bf16)
-    tiles in dense program buffers with an f32 accumulator, there is one dim
-    of each role and no batch dim, the extents are constants (rows and
-    contraction multiples of 16, columns of 16) and every fragment row is
-    16-byte aligned (strides multiples of 8 elements)."""
+    """Whether this ``mma`` runs on the target's matrix unit
+    (``Profile.tensor_cores``): the reason it does not (a string), or ``(m,
+    n, k, wm, wn, strides, group, opaque)``. It qualifies when the schedule
+    is SIMT, the ``mma`` reassociates, there is one dim of each role and no
+    batch dim, ``a`` and ``b`` are dense program buffers, the extents and
+    strides are constants, and the unit takes the types and the shape:
+
+    * ``mma.sync`` / ``wgmma`` (NVIDIA): f16 (or bf16) operands into f32,
+      rows and contraction multiples of 16, columns of 16, every fragment row
+      16-byte aligned (strides multiples of 8 elements);
+    * ``simdgroup_matrix`` (Metal): f16 or f32 operands into f32 (bfloat
+      matrices need MSL 3.1, which the target does not assume), every side a
+      multiple of 8, each of ``a``, ``b`` and the accumulator contiguous
+      along one of its two axes (the other is the row stride of the 8 x 8
+      loads and stores)."""
     at, bt, ct = (o.type for o in op.operands)
     if not lw.sched.block_threads:
         return "the schedule is not SIMT (block_threads unset)"
     if not op.attrs["allow_reassociation"]:
         return "the mma does not allow reassociation (tensor cores regroup the sum)"
-    if at.dtype != bt.dtype or at.dtype.name not in ("f16", "bf16") or ct.dtype != D.f32:
+    simdgroup = "simdgroup_matrix" in lw.profile.tensor_cores
+    if simdgroup:
+        if at.dtype != bt.dtype or at.dtype.name not in ("f16", "f32") or ct.dtype != D.f32:
+            why = (" (bfloat simdgroup matrices need MSL 3.1, which the metal target does "
+                   "not assume)" if D.bf16 in (at.dtype, bt.dtype) else "")
+            return (f"operands {at.dtype} x {bt.dtype} into {ct.dtype}: simdgroup matrices "
+                    f"take f16 or f32 into f32{why}")
+    elif at.dtype != bt.dtype or at.dtype.name not in ("f16", "bf16") or ct.dtype != D.f32:
         return (f"operands {at.dtype} x {bt.dtype} into {ct.dtype}: tensor cores take f16 or "
                 "bf16 into f32")
     fa, fb, red = list(roles["free_a"]), list(roles["free_b"]), list(roles["contraction"])
@@ -278,14 +299,25 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     if not all(isinstance(x, E.Const) for x in (m, n, k)):
         return "symbolic tile extents"
     M, N, K = m.value, n.value, k.value
-    if M % 16 or N % 16 or K % 16:
-        return f"tile {M}x{N}x{K}: rows, columns and contraction must be multiples of 16"
+    side = 8 if simdgroup else 16
+    if M % side or N % side or K % side:
+        return (f"tile {M}x{N}x{K}: rows, columns and contraction must be multiples of "
+                f"{side}")
     strides = []
     for h, (di, dj) in ((a, (fa[0], red[0])), (b, (red[0], fb[0])), (res, (fa[0], fb[0]))):
         si, sj = _stride(h, di), _stride(h, dj)
         if not (isinstance(si, E.Const) and isinstance(sj, E.Const)):
             return "an operand has symbolic strides"
         strides.append((si.value, sj.value))
+    if simdgroup:
+        for (si, sj), what in zip(strides, ("a", "b", "the accumulator")):
+            if 1 not in (si, sj):
+                return (f"{what} has strides ({si}, {sj}): simdgroup matrices are loaded "
+                        "and stored along a contiguous axis")
+        if lw.sched.mma_unit == "wgmma":
+            return "the target's matrix unit is simdgroup_matrix, not wgmma"
+        wm, wn = warp_tile(M, N, lw.sched.block_threads // 32, SIMDGROUP_SIDES)
+        return M, N, K, wm, wn, strides, 1, True
     for si, sj in strides[:2]:
         if 1 not in (si, sj) or max(si, sj) % 8:
             return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of 8 "
@@ -293,7 +325,7 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     if lw.sched.mma_unit == "wgmma":
         return _group_plan(lw, a, b, M, N, K, strides)
     wm, wn = warp_tile(M, N, lw.sched.block_threads // 32)
-    return M, N, K, wm, wn, strides, 1
+    return M, N, K, wm, wn, strides, 1, False
 
 
 def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
@@ -308,7 +340,7 @@ def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
 def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
                 strides: list) -> str | tuple:
     """The ``wgmma`` plan (``mma_unit="wgmma"``): the reason it does not
-    apply, or ``(M, N, K, 64, wn, strides, 4)``. Both operands must be shared
+    apply, or ``(M, N, K, 64, wn, strides, 4, False)``. Both operands must be shared
     tiles in the :class:`~tilenest.lowering.loopir.Swizzle128` arrangement
     (row-major ``M x K`` and ``K x N``: given to ``mma``-only tiles of
     suitable extents by ``Lowerer.operand_layout``), ``M`` a multiple of 64
@@ -326,7 +358,7 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
                     f"layout (rows a multiple of 8, columns a multiple of "
                     f"{128 // max(1, h.dtype.itemsize)}, read only by this mma)")
     wm, wn = group_tile(M, N, W // 128)
-    return M, N, K, wm, wn, strides, 4
+    return M, N, K, wm, wn, strides, 4, False
 
 
 def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
@@ -335,10 +367,13 @@ def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
     the ``wm x wn`` warp (or warpgroup) tiles of the output, each one
     ``WarpMma`` over the whole contraction (the SIMT form gives each tile to
     one warp, or one warpgroup)."""
-    M, N, K, wm, wn, ((sam, sak), (sbk, sbn), (scm, scn)), group = plan
+    M, N, K, wm, wn, ((sam, sak), (sbk, sbn), (scm, scn)), group, opaque = plan
     fa, fb, red = roles["free_a"][0], roles["free_b"][0], roles["contraction"][0]
     tag = lw.fresh("wm", L.INDEX).name
-    if group == 1:
+    if opaque:
+        lw.emit(L.Comment(f"mma on simdgroup matrices: {M}x{N}x{K} in {wm}x{wn} simdgroup "
+                          f"tiles of 8x8x8 ({a.dtype} -> f32)"))
+    elif group == 1:
         lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warp tiles of "
                           f"m16n8k16 ({a.dtype} -> f32)"))
     else:
@@ -351,7 +386,7 @@ def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
         fr_a = L.Frag(a.buf, a.offset({fa: i0, red: zero}), sam, sak)
         fr_b = L.Frag(b.buf, b.offset({red: zero, fb: j0}), sbk, sbn)
         fr_c = L.Frag(res.buf, res.offset({fa: i0, fb: j0}), scm, scn)
-        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag, group=group))
+        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag, group=group, opaque=opaque))
 
     _loop(lw, E.Const(0), E.Const(M // wm), "vector",
           lambda ib: _loop(lw, E.Const(0), E.Const(N // wn), "vector",

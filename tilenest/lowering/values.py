@@ -300,7 +300,7 @@ def _mma_unit(lw: Lowerer, op: Operation, a: Any, b: Any, res: BufH, roles: dict
     if unit not in MMA_UNITS:
         raise TilenestError(f"schedule field mma_unit={unit!r} is not one of "
                             f"{', '.join(MMA_UNITS)}", op.loc, "mma_unit='auto'")
-    if unit == "simt" or (unit == "auto" and "mma.sync" not in lw.profile.tensor_cores):
+    if unit == "simt" or (unit == "auto" and not lw.profile.tensor_cores):
         return None
     plan = tensor_plan(lw, op, a, b, res, roles, ext_of)
     if isinstance(plan, str):

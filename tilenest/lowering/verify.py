@@ -27,7 +27,10 @@ well formed, so that a backend may translate it without further checks:
    buffer of a collective, with the tile's columns; a warpgroup collective
    (``group = 4``, ``wgmma``) has 64 rows, at most 256 columns and row-major
    operands in ``Swizzle128`` buffers; only such a collective on a lane-fragment
-   accumulator may be overlapped (``overlap``: completed at a later barrier).
+   accumulator may be overlapped (``overlap``: completed at a later barrier);
+   an opaque one (simdgroup matrices) is one warp's, a multiple of
+   ``OPAQUE_SHAPE``, reads two f16 or two f32 operands (bf16 too) into
+   f32, with every matrix in memory contiguous along one axis.
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -217,13 +220,18 @@ class _Checker:
         what = f"warp_mma {s.tag}"
         if s.lane is not None and not threads:
             raise self.fail("a warp_mma collective outside a thread loop", what)
-        M, N, K = L.MMA_SHAPE
+        M, N, K = s.shape
         if s.m <= 0 or s.n <= 0 or s.k <= 0 or s.m % M or s.n % N or s.k % K:
             raise self.fail(f"warp_mma tile {s.m}x{s.n}x{s.k} is not a multiple of "
                             f"{M}x{N}x{K}", what)
-        if s.a.buf.dtype != s.b.buf.dtype or s.a.buf.dtype.name not in ("f16", "bf16"):
-            raise self.fail(f"warp_mma operands {s.a.buf.dtype} x {s.b.buf.dtype}: both f16 or "
-                            "both bf16", what)
+        kinds = ("f16", "bf16", "f32") if s.opaque else ("f16", "bf16")
+        if s.a.buf.dtype != s.b.buf.dtype or s.a.buf.dtype.name not in kinds:
+            raise self.fail(f"warp_mma operands {s.a.buf.dtype} x {s.b.buf.dtype}: both of one "
+                            f"of {', '.join(kinds)}", what)
+        if s.opaque and (s.group != 1 or s.overlap or s.c.lane_cols or any(
+                1 not in (f.si, f.sj) for f in (s.a, s.b, s.c))):
+            raise self.fail("an opaque warp_mma is one warp's, not overlapped, with every "
+                            "matrix in memory contiguous along one axis", what)
         if s.c.buf.dtype != D.f32:
             raise self.fail(f"warp_mma accumulates into {s.c.buf.dtype}, not f32", what)
         for f in (s.a, s.b, s.c):

@@ -15,8 +15,10 @@ operation of dtype f64 is refused. Lane collectives are ``simd_shuffle_xor``
 over a full simdgroup: a shuffle of another mode, a partial lane mask, a
 lane offset not below the group's width, or a threadgroup that is not whole
 simdgroups is refused (Metal's collectives take no mask: there is nothing
-exact to write). The matrix-unit steps run as the core's reference loop
-nest (their lanes' form is refused, with the hint to use the SIMT form).
+exact to write). A matrix-unit step of a simdgroup (an opaque ``WarpMma``)
+is written with 8 x 8 simdgroup matrices (:meth:`MetalEmitter.simdgroup_mma`);
+its lone-thread form is the core's reference loop nest, and a tile in
+NVIDIA's fragment layout is refused.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ...semantics import dtypes as D
 from ...semantics import expr as E
 from ..simt.emitter import Emitter
 from . import arguments as ARG
-from .dialect import LANES, METAL, no_f64
+from .dialect import LANES, MEM_FLAGS, METAL, no_f64
 
 #: the position builtins every phase function takes, in this order (name,
 #: type, Metal attribute)
@@ -257,3 +259,76 @@ class MetalEmitter(Emitter):
     def lane_reduce(self, s: L.LaneReduce) -> None:
         self._full_simdgroups("a lane reduction", "xor", s.mask, s.width, max(1, s.width // 2))
         super().lane_reduce(s)
+
+    # -- simdgroup matrices ----------------------------------------------------------
+    def simdgroup_mma(self, s: L.WarpMma) -> None:
+        """An opaque ``WarpMma`` of one simdgroup: its ``m/8 x n/8``
+        accumulator matrices are loaded from ``c`` into ``simdgroup_matrix``
+        registers, then for each 8-deep step the ``m/8`` matrices of ``a``
+        and ``n/8`` of ``b`` are loaded and every accumulator takes one
+        ``simdgroup_multiply_accumulate``; the accumulators are stored back
+        at the end. Every address is the same in all lanes. A simdgroup
+        barrier before and after orders the lanes' own accesses against
+        the hidden ones (``WarpMma.opaque``)."""
+        if s.lane is None or not self.in_thread:
+            self.mma_stmt(s)  # the core rule: its reference loop nest
+            return
+        if not s.opaque or s.group != 1:
+            raise NotAvailableError(f"a {s.m}x{s.n}x{s.k} tensor-core tile in NVIDIA's fragment "
+                                    "layout has no metal lowering",
+                                    hint="use mma_unit='auto' (simdgroup matrices) or "
+                                         "mma_unit='simt'")
+        for f in (s.a, s.b, s.c):
+            if f.buf.space not in ("shared", "global"):
+                raise NotAvailableError(f"a simdgroup matrix of the thread-private buffer "
+                                        f"{f.buf.name} (they load from threadgroup or device "
+                                        "memory)", hint="use mma_unit='simt'")
+        MT, NT, KS = s.m // 8, s.n // 8, s.k // 8
+        u = self.names(s.tag, "mma")
+        mat = "simdgroup_matrix<{}, 8, 8>"
+        fence = f"simdgroup_barrier({MEM_FLAGS});"
+        self.w(f"{{  // simdgroup mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
+        self.ind += 1
+        self.w(fence)
+        self.w(f"const {self.it} {u}_oa = {self.idx(s.a.offset)}, {u}_ob = "
+               f"{self.idx(s.b.offset)}, {u}_oc = {self.idx(s.c.offset)};")
+        self.w(f"{mat.format(self.d.reg(s.c.buf.dtype))} {u}_c[{MT}][{NT}];")
+        cells = [(p, q) for p in range(MT) for q in range(NT)]
+        for p, q in cells:
+            self.w(self.matrix_io("load", f"{u}_c[{p}][{q}]", s.c, f"{u}_oc", str(8 * p),
+                                  str(8 * q)))
+        self.w(self.d.unroll)
+        self.w(f"for (int {u}_k = 0; {u}_k < {KS}; ++{u}_k) {{")
+        self.ind += 1
+        self.w(f"{mat.format(self.d.reg(s.a.buf.dtype))} {u}_a[{MT}];")
+        self.w(f"{mat.format(self.d.reg(s.b.buf.dtype))} {u}_b[{NT}];")
+        for p in range(MT):
+            self.w(self.matrix_io("load", f"{u}_a[{p}]", s.a, f"{u}_oa", str(8 * p),
+                                  f"8 * {u}_k"))
+        for q in range(NT):
+            self.w(self.matrix_io("load", f"{u}_b[{q}]", s.b, f"{u}_ob", f"8 * {u}_k",
+                                  str(8 * q)))
+        for p, q in cells:
+            c = f"{u}_c[{p}][{q}]"
+            self.w(f"simdgroup_multiply_accumulate({c}, {u}_a[{p}], {u}_b[{q}], {c});")
+        self.ind -= 1
+        self.w("}")
+        for p, q in cells:
+            self.w(self.matrix_io("store", f"{u}_c[{p}][{q}]", s.c, f"{u}_oc", str(8 * p),
+                                  str(8 * q)))
+        self.w(fence)
+        self.ind -= 1
+        self.w("}")
+
+    def matrix_io(self, what: str, mat: str, f: L.Frag, base: str, i0: str, j0: str) -> str:
+        """``simdgroup_<what>`` of matrix ``mat`` and the 8 x 8 block of
+        ``f`` at ``(i0, j0)``: rows along ``f``'s strided axis, or with the
+        transpose flag where ``f`` is contiguous along its first axis."""
+        at = f"{base} + ({i0}) * {f.si}{self.sfx} + ({j0}) * {f.sj}{self.sfx}"
+        ptr = f"{self.buf(f.buf)} + ({at})"
+        if f.sj == 1:
+            return f"simdgroup_{what}({mat}, {ptr}, {f.si}ul);"
+        return f"simdgroup_{what}({mat}, {ptr}, {f.sj}ul, ulong2(0, 0), true);"
+
+
+MetalEmitter.STMT_RULES = {**Emitter.STMT_RULES, L.WarpMma: "simdgroup_mma"}
