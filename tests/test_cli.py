@@ -145,3 +145,17 @@ def test_const_on_tileir_is_an_error(tmp_path, capsys):
     rc = cli.main(["lower", str(f), "--const", "rp=2"])
     err = capsys.readouterr().err
     assert rc == 1 and "--const" in err and "TileIR" in err
+
+
+def test_validate_takes_several_files():
+    """`tilenest validate examples/*.py` validates the kernels of every file;
+    `--kernel` picks that kernel from the files that define it."""
+    r = run("validate", "examples/softmax.py", "examples/rmsnorm.py", "--cases", "2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "validated row_softmax" in r.stdout and "validated rmsnorm" in r.stdout
+    r = run("validate", "examples/softmax.py", "examples/rmsnorm.py", "--cases", "2",
+            "--kernel", "rmsnorm")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "validated rmsnorm" in r.stdout and "row_softmax" not in r.stdout
+    r = run("validate", "examples/softmax.py", "examples/rmsnorm.py", "--kernel", "nope")
+    assert r.returncode == 2 and "none of the 2 files defines it" in r.stderr

@@ -12,7 +12,7 @@ Subcommands::
                                                   FILE: the verdicts as SARIF 2.1.0)
     tilenest lower FILE --target llvm --emit E    print one stage (schedule|tileir|loopir|ir|opt|asm;
                                                   cuda: schedule|loopir|cuda|ptx|sass-resources)
-    tilenest validate FILE --target llvm          translation validation
+    tilenest validate FILE.. --target llvm        translation validation
     tilenest conformance                          run the conformance suite
     tilenest campaign fuzz|text --count N --seed S [--state FILE] [--targets llvm,cuda:K]
                    [--workers W] [--ray [ADDRESS]]   a seeded, resumable fuzz campaign (local
@@ -449,13 +449,32 @@ def cmd_lower(a: argparse.Namespace) -> int:
     return 0
 
 
+def _programs_of_files(paths: list[str], kernel: str | None,
+                       consts: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The kernels of every file in ``paths``, in order (:func:`load_programs`);
+    with ``kernel``, that kernel of each file defining it, at least one."""
+    if len(paths) == 1:
+        return load_programs(paths[0], kernel, consts)
+    out: list[tuple[str, Any]] = []
+    for path in paths:
+        try:
+            out += load_programs(path, kernel, consts)
+        except UsageError:
+            if kernel is None:
+                raise
+    if not out:
+        raise UsageError(f"--kernel {kernel}: none of the {len(paths)} files defines it",
+                         hint="name a kernel one of the files defines")
+    return out
+
+
 def cmd_validate(a: argparse.Namespace) -> int:
-    """``tilenest validate``: exit 0 when every kernel of the file compared some
-    case and every compared case is admitted; 1 on a mismatch, a kernel with
-    nothing compared or refused (3 if only for a missing capability)."""
+    """``tilenest validate``: exit 0 when every kernel of the files compared
+    some case and every compared case is admitted; 1 on a mismatch, a kernel
+    with nothing compared or refused (3 if only for a missing capability)."""
     from .validation.report import run_cli
 
-    progs = load_programs(a.file, a.kernel, dict(a.const or ()))
+    progs = _programs_of_files(a.file, a.kernel, dict(a.const or ()))
     if not a.json:
         from .backends import target
 
@@ -798,8 +817,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_lower)
     s = sub.add_parser("validate", help="translation validation of a compiled kernel against "
                        "the reference (exit 1 on any mismatch)")
-    s.add_argument("file", help="kernel file (.py) or TileIR (.tile/.json)")
-    s.add_argument("--kernel", help="only this kernel of a .py file")
+    s.add_argument("file", nargs="+",
+                   help="kernel files (.py) or TileIR (.tile/.json), e.g. examples/*.py")
+    s.add_argument("--kernel", help="only this kernel of each .py file that defines it")
     s.add_argument("--target", default="llvm", type=_target_arg,
                    help=f"code generation target ({_compiling_help()})")
     s.add_argument("--cases", type=_int_at_least(1), default=20,
