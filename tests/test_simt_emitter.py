@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import pytest
 
 import tilenest as tn
@@ -82,3 +83,21 @@ def test_warp_size_comes_from_the_dialect():
         fragments.MAX_CELLS = old
     assert "_l >> 5) + ((" in text(32) and "& 31) >> 2)" in text(32)
     assert "_l >> 4) + ((" in text(16) and "& 15) >> 2)" in text(16)
+
+
+@tn.kernel
+def same_names(S: tn.Tensor[tn.f32, "T S"], T: tn.Tensor[tn.f32, "T S"]):
+    """Tensors named like their dims: ``S`` of shape ``T x S`` and the
+    reverse (the identifiers of the size symbols and of the tensors must
+    not collide)."""
+    nt, ns = S.shape
+    for p in tn.parallel(tn.shape(nt)):
+        row = S[tn.coord(p.index(), 0), tn.shape(1, ns)]
+        T(tn.coord(p.index(), 0), tn.shape(1, ns)).store(row * 2.0 + tn.cast(ns, tn.f32))
+
+
+@pytest.mark.parametrize("target", ["cuda", "metal", "llvm"])
+def test_tensors_named_like_their_dims(target):
+    x = np.arange(35, dtype=np.float32).reshape(5, 7)
+    rep = tn.validate(same_names, target, inputs=[x, np.zeros_like(x)])
+    assert rep.ok and rep.count("ok") == 1, rep

@@ -252,6 +252,33 @@ def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32
 SIMDGROUP_SIDES = (8, 16, 32)
 
 
+@dataclass(frozen=True)
+class TensorPlan:
+    """How an ``mma`` runs on the matrix unit (:func:`tensor_plan`): an ``m x
+    n x k`` product over the dims ``(fa, fb, red)`` (the one free dim of each
+    operand and the contraction dim that are not of extent 1) in ``wm x wn``
+    tiles of ``group`` warps (``opaque``: simdgroup matrices), once for
+    every point of the ``batch`` dims (constant extents, a loop each); every
+    other dim has extent 1 and stays at 0. ``strides``: the element strides
+    ``(row, column)`` of ``a`` (``fa``, ``red``), ``b`` (``red``, ``fb``)
+    and the accumulator (``fa``, ``fb``)."""
+
+    m: int
+    n: int
+    k: int
+    wm: int
+    wn: int
+    strides: tuple[tuple[int, int], ...]
+    group: int
+    opaque: bool
+    dims: tuple[Dim, Dim, Dim]
+    batch: tuple[tuple[Dim, int], ...] = ()
+
+
+def _unit(x: E.Expr) -> bool:
+    return isinstance(x, E.Const) and x.value == 1
+
+
 def _stride(h: BufH, d: Dim) -> E.Expr:
     """The element stride of dim ``d`` in dense buffer ``h``."""
     zero = {x: E.Const(0) for x in h.dims}
@@ -259,12 +286,13 @@ def _stride(h: BufH, d: Dim) -> E.Expr:
 
 
 def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
-                ext_of: dict[Dim, E.Expr]) -> str | tuple:
+                ext_of: dict[Dim, E.Expr]) -> "str | TensorPlan":
     """Whether this ``mma`` runs on the target's matrix unit
-    (``Profile.tensor_cores``): the reason it does not (a string), or ``(m,
-    n, k, wm, wn, strides, group, opaque)``. It qualifies when the schedule
-    is SIMT, the ``mma`` reassociates, there is one dim of each role and no
-    batch dim, ``a`` and ``b`` are dense program buffers, the extents and
+    (``Profile.tensor_cores``): the reason it does not (a string), or its
+    :class:`TensorPlan`. It qualifies when the schedule is SIMT, the ``mma``
+    reassociates, dims of extent 1 aside there is one free dim in each
+    operand and one contraction dim, the batch dims (looped) have constant
+    extents, ``a`` and ``b`` are dense program buffers, the extents and
     strides are constants, and the unit takes the types and the shape:
 
     * ``mma.sync`` / ``wgmma`` (NVIDIA): f16 (or bf16) operands into f32,
@@ -290,14 +318,21 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     elif at.dtype != bt.dtype or at.dtype.name not in ("f16", "bf16") or ct.dtype != D.f32:
         return (f"operands {at.dtype} x {bt.dtype} into {ct.dtype}: tensor cores take f16 or "
                 "bf16 into f32")
-    fa, fb, red = list(roles["free_a"]), list(roles["free_b"]), list(roles["contraction"])
-    if roles["batch"] or len(fa) != 1 or len(fb) != 1 or len(red) != 1:
-        return "tensor cores need one free dim in each operand, one contraction dim, no batch"
+    fa, fb, red = ([d for d in roles[r] if not _unit(ext_of[d])]
+                   for r in ("free_a", "free_b", "contraction"))
+    if len(fa) != 1 or len(fb) != 1 or len(red) != 1:
+        return ("tensor cores need one free dim in each operand and one contraction dim "
+                "(besides dims of extent 1)")
+    batch = [d for d in roles["batch"] if not _unit(ext_of[d])]
+    if not all(isinstance(ext_of[d], E.Const) for d in batch):
+        return "a batch dim of symbolic extent"
     if not all(isinstance(h, BufH) for h in (a, b)):
         return "an operand is not materialized in a program buffer"
     m, n, k = (ext_of[d] for d in (fa[0], fb[0], red[0]))
     if not all(isinstance(x, E.Const) for x in (m, n, k)):
         return "symbolic tile extents"
+    dims = (fa[0], fb[0], red[0])
+    looped = tuple((d, ext_of[d].value) for d in batch)
     M, N, K = m.value, n.value, k.value
     side = 8 if simdgroup else 16
     if M % side or N % side or K % side:
@@ -317,15 +352,17 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
         if lw.sched.mma_unit == "wgmma":
             return "the target's matrix unit is simdgroup_matrix, not wgmma"
         wm, wn = warp_tile(M, N, lw.sched.block_threads // 32, SIMDGROUP_SIDES)
-        return M, N, K, wm, wn, strides, 1, True
+        return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, True, dims, looped)
     for si, sj in strides[:2]:
         if 1 not in (si, sj) or max(si, sj) % 8:
             return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of 8 "
                     "(16-byte fragment rows)")
     if lw.sched.mma_unit == "wgmma":
-        return _group_plan(lw, a, b, M, N, K, strides)
+        if looped or any(h.rank != 2 for h in (a, b)):
+            return "wgmma takes 2-d operand tiles (no batch dims, no dims of extent 1)"
+        return _group_plan(lw, a, b, M, N, K, strides, dims)
     wm, wn = warp_tile(M, N, lw.sched.block_threads // 32)
-    return M, N, K, wm, wn, strides, 1, False
+    return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, False, dims, looped)
 
 
 def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
@@ -338,9 +375,9 @@ def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
 
 
 def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
-                strides: list) -> str | tuple:
+                strides: list, dims: tuple) -> "str | TensorPlan":
     """The ``wgmma`` plan (``mma_unit="wgmma"``): the reason it does not
-    apply, or ``(M, N, K, 64, wn, strides, 4, False)``. Both operands must be shared
+    apply, or the plan of ``64 x wn`` tiles of 4 warps. Both operands must be shared
     tiles in the :class:`~tilenest.lowering.loopir.Swizzle128` arrangement
     (row-major ``M x K`` and ``K x N``: given to ``mma``-only tiles of
     suitable extents by ``Lowerer.operand_layout``), ``M`` a multiple of 64
@@ -358,39 +395,55 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
                     f"layout (rows a multiple of 8, columns a multiple of "
                     f"{128 // max(1, h.dtype.itemsize)}, read only by this mma)")
     wm, wn = group_tile(M, N, W // 128)
-    return M, N, K, wm, wn, strides, 4, False
+    return TensorPlan(M, N, K, wm, wn, tuple(strides), 4, False, dims)
 
 
-def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, roles: dict,
-                    plan: tuple) -> None:
-    """The tensor-core nest of ``mma``: ``for.vector ib: for.vector jb:`` over
-    the ``wm x wn`` warp (or warpgroup) tiles of the output, each one
-    ``WarpMma`` over the whole contraction (the SIMT form gives each tile to
-    one warp, or one warpgroup)."""
-    M, N, K, wm, wn, ((sam, sak), (sbk, sbn), (scm, scn)), group, opaque = plan
-    fa, fb, red = roles["free_a"][0], roles["free_b"][0], roles["contraction"][0]
+def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, plan: TensorPlan) -> None:
+    """The tensor-core nest of ``mma``: ``for.vector`` loops over the batch
+    points, then ``for.vector ib: for.vector jb:`` over the ``wm x wn`` warp
+    (or warpgroup) tiles of the output, each one ``WarpMma`` over the whole
+    contraction (the SIMT form gives each iteration of the nest to one warp,
+    or one warpgroup). Dims of extent 1 stay at 0."""
+    M, N, K, wm, wn = plan.m, plan.n, plan.k, plan.wm, plan.wn
+    (sam, sak), (sbk, sbn), (scm, scn) = plan.strides
+    fa, fb, red = plan.dims
+    group, opaque = plan.group, plan.opaque
     tag = lw.fresh("wm", L.INDEX).name
+    over = "".join(f" for each of {n}" for _, n in plan.batch)
     if opaque:
-        lw.emit(L.Comment(f"mma on simdgroup matrices: {M}x{N}x{K} in {wm}x{wn} simdgroup "
-                          f"tiles of 8x8x8 ({a.dtype} -> f32)"))
+        lw.emit(L.Comment(f"mma on simdgroup matrices: {M}x{N}x{K}{over} in {wm}x{wn} "
+                          f"simdgroup tiles of 8x8x8 ({a.dtype} -> f32)"))
     elif group == 1:
-        lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warp tiles of "
+        lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K}{over} in {wm}x{wn} warp tiles of "
                           f"m16n8k16 ({a.dtype} -> f32)"))
     else:
         lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warpgroup tiles of "
                           f"wgmma m64n{wn}k16 ({a.dtype} -> f32, operands in shared memory)"))
 
-    def tile(ib: E.Expr, jb: E.Expr) -> None:
+    def at(h: BufH, q: Index) -> E.Expr:
+        """The offset of ``h``'s element at ``q``, its other dims at 0."""
+        return h.offset({d: q.get(d, E.Const(0)) for d in h.dims})
+
+    def tile(q: Index, ib: E.Expr, jb: E.Expr) -> None:
         i0, j0 = E.mul(ib, wm), E.mul(jb, wn)
-        zero = E.Const(0)
-        fr_a = L.Frag(a.buf, a.offset({fa: i0, red: zero}), sam, sak)
-        fr_b = L.Frag(b.buf, b.offset({red: zero, fb: j0}), sbk, sbn)
-        fr_c = L.Frag(res.buf, res.offset({fa: i0, fb: j0}), scm, scn)
+        fr_a = L.Frag(a.buf, at(a, q | {fa: i0}), sam, sak)
+        fr_b = L.Frag(b.buf, at(b, q | {fb: j0}), sbk, sbn)
+        fr_c = L.Frag(res.buf, at(res, q | {fa: i0, fb: j0}), scm, scn)
         lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag, group=group, opaque=opaque))
 
-    _loop(lw, E.Const(0), E.Const(M // wm), "vector",
-          lambda ib: _loop(lw, E.Const(0), E.Const(N // wn), "vector",
-                           lambda jb: tile(ib, jb)))
+    def tiles(q: Index) -> None:
+        _loop(lw, E.Const(0), E.Const(M // wm), "vector",
+              lambda ib: _loop(lw, E.Const(0), E.Const(N // wn), "vector",
+                               lambda jb: tile(q, ib, jb)))
+
+    def points(q: Index, rest: tuple) -> None:
+        if not rest:
+            tiles(q)
+            return
+        (d, n), more = rest[0], rest[1:]
+        _loop(lw, E.Const(0), E.Const(n), "vector", lambda v: points(q | {d: v}, more))
+
+    points({}, plan.batch)
 
 
 def _blocks(lw: Lowerer, n: E.Expr, size: int,

@@ -30,7 +30,7 @@ from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, union_reads
-from .mma import MMA_UNITS, Clamp, contract, tensor_contract, tensor_plan
+from .mma import MMA_UNITS, Clamp, TensorPlan, contract, tensor_contract, tensor_plan
 
 
 def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Expr:
@@ -249,8 +249,8 @@ def _mma(lw: Lowerer, op: Operation) -> None:
         lw.emit(L.Store(res.buf, off, L.Bin("add", L.Load(res.buf, off), constant(0, dt), dt)))
 
     plan = _mma_unit(lw, op, a, b, res, roles, ext_of)
-    if isinstance(plan, tuple):
-        tensor_contract(lw, a, b, res, roles, plan)
+    if isinstance(plan, TensorPlan):
+        tensor_contract(lw, a, b, res, plan)
     else:
         clamp = _padding_clamp(lw, op, a, b, roles, ext_of)
         contract(lw, res, roles, ext_of, update, op.loc,

@@ -133,7 +133,7 @@ class MetalEmitter(Emitter):
         out = []
         for s in self.k.syms:
             m = self.args.member("symbol", s)
-            out.append(f"const long {self.names(s, 'S')}{'_w' if self.narrow_index else ''} = "
+            out.append(f"const long {self.names.sym(s)}{'_w' if self.narrow_index else ''} = "
                        f"{ARG.ARGS}.{m.name};")
         for b in sorted(self.k.globals, key=lambda b: b.arg):
             if b.space == "scalar":

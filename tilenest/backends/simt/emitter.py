@@ -93,22 +93,30 @@ class Source:
 
 
 class _Names:
-    """C identifiers for loop-IR names (which contain '.', '%'...)."""
+    """C identifiers for loop-IR names (which contain '.', '%'...). Buffers,
+    locals and loop variables share one namespace of loop-IR names; the
+    kernel's size symbols are another (a tensor and a dim may both be
+    called ``S``): :meth:`sym` names those."""
 
     def __init__(self) -> None:
-        self.map: dict[str, str] = {}
+        self.map: dict[Any, str] = {}
         self.used: set[str] = set()
 
-    def __call__(self, name: str, stem: str = "v") -> str:
-        got = self.map.get(name)
+    def __call__(self, name: str, stem: str = "v", key: Any = None) -> str:
+        key = name if key is None else key
+        got = self.map.get(key)
         if got is None:
             base = f"{stem}_" + re.sub(r"[^0-9A-Za-z_]", "_", name)
             got, n = base, 1
             while got in self.used:
                 got, n = f"{base}_{n}", n + 1
-            self.map[name] = got
+            self.map[key] = got
             self.used.add(got)
         return got
+
+    def sym(self, name: str) -> str:
+        """The identifier of size symbol ``name``."""
+        return self(name, "S", ("symbol", name))
 
 
 class Emitter:
@@ -202,7 +210,7 @@ class Emitter:
         if isinstance(e, E.Const):
             return f"{int(e.value)}{self.sfx}"
         if isinstance(e, E.Sym):
-            return self.names(e.name, "S")
+            return self.names.sym(e.name)
         if isinstance(e, (E.Var, E.Val)):
             return f"(({self.it}){self.names(e.name)})"
         if isinstance(e, E.Add):
@@ -1103,7 +1111,7 @@ class Emitter:
                 r = self.d.restrict if self.restrict and b.name not in self.aliased else ""
                 out.append((f"{sp['global']}{self.d.mem(b.dtype)}*{r}", self.buf(b)))
         for s in self.k.syms:  # 64-bit in the ABI; narrowed in the body (phase)
-            out.append((self.d.sym_param, self.names(s, "S") + ("_w" if self.narrow_index else "")))
+            out.append((self.d.sym_param, self.names.sym(s) + ("_w" if self.narrow_index else "")))
         out.append((self.d.status_param, "tn_status"))
         return out
 
@@ -1129,7 +1137,7 @@ class Emitter:
         it32 = d.index_types[32][0]
         if self.narrow_index:
             for s in self.k.syms:
-                S = self.names(s, "S")
+                S = self.names.sym(s)
                 self.w(f"const {it32} {S} = ({it32}){S}_w;")
         if layout:
             if d.shared_array:
