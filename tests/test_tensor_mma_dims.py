@@ -120,3 +120,20 @@ def test_two_free_dims_still_refused_with_the_reason():
 
     with pytest.raises(TilenestError, match="one free dim in each operand"):
         _mmas(outer_heads, "cuda", mma_unit="tensor")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("hb,dh", [(1, 64), (2, 32), (1, 128)])
+def test_attention_scores_validate_on_gpu(hb, dh):
+    """On the GPU: every tile of every head of a ragged problem, against
+    the interpreter."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = scores(tn.bf16).specialize(hb=hb, dh=dh, bq=64, bk=64)
+    sched = default_schedule(kern.program, "cuda", mma_unit="tensor")
+    ck = cuda.compile_program(kern.program, sched, device="gpu")
+    q, k, s0 = _inputs(tn.bf16, B=2, H=4, T=301, S=259, D=dh - 3)
+    s = s0.copy()
+    ck(q, k, s)
+    v = tn.reference(kern, q, k, s0.copy()).admits(s)
+    assert v.ok, str(v)
