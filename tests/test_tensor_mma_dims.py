@@ -137,3 +137,45 @@ def test_attention_scores_validate_on_gpu(hb, dh):
     ck(q, k, s)
     v = tn.reference(kern, q, k, s0.copy()).admits(s)
     assert v.ok, str(v)
+
+
+@tn.kernel
+def weighted_values(X: tn.Tensor[tn.f32, "T S"], V: tn.Tensor[tn.bf16, "S E"],
+                    O: tn.Tensor[tn.f32, "T E"], *, bt=32, bs=32, be=32):
+    """O = cast(exp(X), bf16) @ V: the probabilities of attention's ``P V``
+    are computed in f32 and rounded to bf16 as the program says; the value
+    tile is passed as a permuted view (its dims reordered), an operand that
+    no buffer holds until the mma needs one."""
+    nt, ns = X.shape
+    ne = V.shape[1]
+    t, s = X.dims()
+    e = O.dim(1)
+    V = V.with_dims(s, e)
+    O = O.with_dims(t, e)
+    for nest in tn.parallel(tn.shape(tn.cdiv(nt, bt), tn.cdiv(ne, be))):
+        i, j = nest.index(0), nest.index(1)
+        acc = tn.zeros(tn.f32, tn.shape(bt, be), dims=(t, e))
+        for kb in nest.serial(tn.shape(tn.cdiv(ns, bs))):
+            x = X[tn.coord(i * bt, kb.index() * bs), tn.shape(bt, bs), tn.bounds.zero]
+            v = V[tn.coord(kb.index() * bs, j * be), tn.shape(bs, be), tn.bounds.zero]
+            acc = tn.mma(tn.cast(tn.exp(x), tn.bf16), tn.permute(v, (1, 0)), acc,
+                         allow_reassociation=True)
+        O(tn.coord(i * bt, j * be), tn.shape(bt, be)).store(acc)
+
+
+def test_an_operand_view_is_evaluated_into_a_buffer_for_tensor_cores():
+    k, mmas = _mmas(weighted_values, "cuda", mma_unit="tensor")
+    assert mmas and "mma on tensor cores: 32x32x32" in print_kernel(k)
+    sched = default_schedule(weighted_values.program, "cuda", block_threads=128,
+                             mma_unit="tensor")
+    ck = cuda.compile_program(weighted_values.program, sched, device="emulated")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((50, 70)).astype(np.float32)
+    v = rng.standard_normal((70, 40)).astype(tn.bf16.np)
+    o0 = np.zeros((50, 40), np.float32)
+    oracle = tn.reference(weighted_values, x, v, o0.copy())
+    for policy, poison in (("in_order", "nan"), ("random", "big")):
+        o = o0.copy()
+        ck(x, v, o, policy=policy, poison=poison, seed=1)
+        verdict = oracle.admits(o)
+        assert verdict.ok, f"{policy}/{poison}: {verdict}"

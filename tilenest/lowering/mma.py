@@ -259,9 +259,10 @@ class TensorPlan:
     operand and the contraction dim that are not of extent 1) in ``wm x wn``
     tiles of ``group`` warps (``opaque``: simdgroup matrices), once for
     every point of the ``batch`` dims (constant extents, a loop each); every
-    other dim has extent 1 and stays at 0. ``strides``: the element strides
-    ``(row, column)`` of ``a`` (``fa``, ``red``), ``b`` (``red``, ``fb``)
-    and the accumulator (``fa``, ``fb``)."""
+    other dim has extent 1 and stays at 0. ``a`` and ``b``: the operands'
+    buffers; ``strides``: the element strides ``(row, column)`` of ``a``
+    (``fa``, ``red``), ``b`` (``red``, ``fb``) and the accumulator (``fa``,
+    ``fb``)."""
 
     m: int
     n: int
@@ -272,6 +273,8 @@ class TensorPlan:
     group: int
     opaque: bool
     dims: tuple[Dim, Dim, Dim]
+    a: BufH
+    b: BufH
     batch: tuple[tuple[Dim, int], ...] = ()
 
 
@@ -292,8 +295,9 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     :class:`TensorPlan`. It qualifies when the schedule is SIMT, the ``mma``
     reassociates, dims of extent 1 aside there is one free dim in each
     operand and one contraction dim, the batch dims (looped) have constant
-    extents, ``a`` and ``b`` are dense program buffers, the extents and
-    strides are constants, and the unit takes the types and the shape:
+    extents, the extents and strides are constants, and the unit takes the
+    types and the shape (an operand not yet in a program buffer is evaluated
+    into one):
 
     * ``mma.sync`` / ``wgmma`` (NVIDIA): f16 (or bf16) operands into f32,
       rows and contraction multiples of 16, columns of 16, every fragment row
@@ -326,8 +330,6 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     batch = [d for d in roles["batch"] if not _unit(ext_of[d])]
     if not all(isinstance(ext_of[d], E.Const) for d in batch):
         return "a batch dim of symbolic extent"
-    if not all(isinstance(h, BufH) for h in (a, b)):
-        return "an operand is not materialized in a program buffer"
     m, n, k = (ext_of[d] for d in (fa[0], fb[0], red[0]))
     if not all(isinstance(x, E.Const) for x in (m, n, k)):
         return "symbolic tile extents"
@@ -338,6 +340,10 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     if M % side or N % side or K % side:
         return (f"tile {M}x{N}x{K}: rows, columns and contraction must be multiples of "
                 f"{side}")
+    # the unit reads its operands from memory: a value not yet in a buffer (a
+    # cast, an elementwise result) is evaluated into a program buffer first
+    a, b = (h if isinstance(h, BufH) else lw.materialize(h, o.name)
+            for h, o in zip((a, b), op.operands[:2]))
     strides = []
     for h, (di, dj) in ((a, (fa[0], red[0])), (b, (red[0], fb[0])), (res, (fa[0], fb[0]))):
         si, sj = _stride(h, di), _stride(h, dj)
@@ -352,7 +358,7 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
         if lw.sched.mma_unit == "wgmma":
             return "the target's matrix unit is simdgroup_matrix, not wgmma"
         wm, wn = warp_tile(M, N, lw.sched.block_threads // 32, SIMDGROUP_SIDES)
-        return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, True, dims, looped)
+        return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, True, dims, a, b, looped)
     for si, sj in strides[:2]:
         if 1 not in (si, sj) or max(si, sj) % 8:
             return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of 8 "
@@ -362,7 +368,7 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
             return "wgmma takes 2-d operand tiles (no batch dims, no dims of extent 1)"
         return _group_plan(lw, a, b, M, N, K, strides, dims)
     wm, wn = warp_tile(M, N, lw.sched.block_threads // 32)
-    return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, False, dims, looped)
+    return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, False, dims, a, b, looped)
 
 
 def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
@@ -395,16 +401,17 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
                     f"layout (rows a multiple of 8, columns a multiple of "
                     f"{128 // max(1, h.dtype.itemsize)}, read only by this mma)")
     wm, wn = group_tile(M, N, W // 128)
-    return TensorPlan(M, N, K, wm, wn, tuple(strides), 4, False, dims)
+    return TensorPlan(M, N, K, wm, wn, tuple(strides), 4, False, dims, a, b)
 
 
-def tensor_contract(lw: Lowerer, a: BufH, b: BufH, res: BufH, plan: TensorPlan) -> None:
+def tensor_contract(lw: Lowerer, res: BufH, plan: TensorPlan) -> None:
     """The tensor-core nest of ``mma``: ``for.vector`` loops over the batch
     points, then ``for.vector ib: for.vector jb:`` over the ``wm x wn`` warp
     (or warpgroup) tiles of the output, each one ``WarpMma`` over the whole
     contraction (the SIMT form gives each iteration of the nest to one warp,
     or one warpgroup). Dims of extent 1 stay at 0."""
     M, N, K, wm, wn = plan.m, plan.n, plan.k, plan.wm, plan.wn
+    a, b = plan.a, plan.b
     (sam, sak), (sbk, sbn), (scm, scn) = plan.strides
     fa, fb, red = plan.dims
     group, opaque = plan.group, plan.opaque

@@ -250,7 +250,7 @@ def _mma(lw: Lowerer, op: Operation) -> None:
 
     plan = _mma_unit(lw, op, a, b, res, roles, ext_of)
     if isinstance(plan, TensorPlan):
-        tensor_contract(lw, a, b, res, plan)
+        tensor_contract(lw, res, plan)
     else:
         clamp = _padding_clamp(lw, op, a, b, roles, ext_of)
         contract(lw, res, roles, ext_of, update, op.loc,
