@@ -179,3 +179,96 @@ def test_an_operand_view_is_evaluated_into_a_buffer_for_tensor_cores():
         ck(x, v, o, policy=policy, poison=poison, seed=1)
         verdict = oracle.admits(o)
         assert verdict.ok, f"{policy}/{poison}: {verdict}"
+
+
+def flash_attention(dt):  # type: ignore[no-untyped-def]
+    @tn.kernel
+    def flash(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
+              v: tn.Tensor[dt, "B HK K D"], o: tn.Tensor[dt, "B HQ Q D"],
+              scale: tn.Scalar[tn.f32], *, bq=32, bk=32, dh=32, causal=True):
+        """Attention as written for speed: 16-bit operands into f32 scores,
+        the probabilities rounded to the operand type for ``P V``, an online
+        softmax, GQA (query head h reads key head h // (HQ / HK)), and with
+        ``causal`` a key loop that stops at the last block a query block sees
+        (a trip count that varies between programs)."""
+        nb, hq, nq, _ = q.shape
+        hk, nk = k.shape[1], k.shape[2]
+        b, h, qd, d = q.dims()
+        kd = k.dim(2)
+        k = k.with_dims(b, h, kd, d)
+        v = v.with_dims(b, h, kd, d)
+        o = o.with_dims(b, h, qd, d)
+        group = hq // hk
+        for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
+            z, hh, qb = p.index(0), p.index(1), p.index(2)
+            kvh = hh // group
+            qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
+            m = tn.full(tn.f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
+            den = tn.zeros(tn.f32, tn.shape(1, 1, bq), dims=(b, h, qd))
+            acc = tn.zeros(tn.f32, tn.shape(1, 1, bq, dh), dims=(b, h, qd, d))
+            last = tn.minimum(nk, qb * bq + bq + nk - nq) if causal else nk
+            for kb in p.serial(tn.shape(tn.cdiv(last, bk))):
+                at = tn.coord(z, kvh, kb.index() * bk, 0)
+                kt = k[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
+                vt = v[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
+                s = tn.mma(qt, kt, tn.zeros(tn.f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
+                           allow_reassociation=True) * scale
+                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
+                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
+                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
+                s = tn.ite((kpos <= qpos) & (kpos < nk), s, -np.inf)
+                m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
+                alpha = tn.exp(m - m_new)
+                pr = tn.exp(s - m_new)
+                den = den * alpha + tn.reduce(pr, kd, tn.add)
+                acc = acc * alpha + tn.mma(
+                    tn.cast(pr, dt), vt, tn.zeros(tn.f32, tn.shape(1, 1, bq, dh),
+                                                  dims=(b, h, qd, d)), allow_reassociation=True)
+                m = m_new
+            o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh)).store(tn.cast(acc / den, dt))
+
+    return flash
+
+
+def _attention_inputs(dt, B=1, HQ=4, HK=2, Q=45, K=70, D=29):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(Q * K + D)
+    q = rng.standard_normal((B, HQ, Q, D)).astype(dt.np)
+    k = rng.standard_normal((B, HK, K, D)).astype(dt.np)
+    v = rng.standard_normal((B, HK, K, D)).astype(dt.np)
+    return q, k, v, np.zeros((B, HQ, Q, D), dt.np), np.float32(1 / np.sqrt(D))
+
+
+@pytest.mark.parametrize("target,dt", [("cuda", tn.bf16), ("metal", tn.f16)])
+def test_flash_attention_runs_both_products_on_the_matrix_unit(target, dt):
+    """Both products of the attention kernel above (bf16 operands, unit
+    batch and head dims, K stored [keys, D], P computed in f32 and cast)
+    reach the matrix unit, and the generated source validates on the
+    emulator for ragged GQA shapes with the causal trip count."""
+    kern = flash_attention(dt)
+    k, mmas = _mmas(kern, target, mma_unit="tensor")
+    assert len(mmas) == 2
+    if target == "cuda":
+        ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                                 block_threads=128),
+                                  device="emulated")
+    else:
+        ck = metal.compile_program(kern.program, None, device="emulated")
+    q, kk, v, o0, sc = _attention_inputs(dt)
+    o = o0.copy()
+    ck(q, kk, v, o, sc)
+    verdict = tn.reference(kern, q, kk, v, o0.copy(), sc).admits(o)
+    assert verdict.ok, str(verdict)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_attention_validates_on_gpu(causal):
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = flash_attention(tn.bf16).specialize(bq=64, bk=64, dh=64, causal=causal)
+    ck = cuda.compile_program(kern.program, None, device="gpu")
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, B=1, HQ=4, HK=2, Q=100, K=150, D=61)
+    o = o0.copy()
+    ck(q, kk, v, o, sc)
+    verdict = tn.reference(kern, q, kk, v, o0.copy(), sc).admits(o)
+    assert verdict.ok, str(verdict)
