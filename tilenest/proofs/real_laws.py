@@ -41,7 +41,6 @@ over all real states. The laws are then::
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -49,7 +48,7 @@ from typing import Any
 
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.reducers import CustomReducer
-from .z3_engine import Answer
+from .z3_engine import Answer, limit
 
 #: scalar ops with a meaning over the reals (names as in ``semantics/ops/values``)
 _ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
@@ -268,7 +267,7 @@ def contribution_bounds(r: CustomReducer, op: Operation) -> list[set[Bound]] | N
             for v in {Fraction(float(r.identity[c])), Fraction(0)}:
                 for lower in (True, False):
                     s = z3.Solver()
-                    s.set("timeout", 500)
+                    limit(s, 0.5)
                     bad = t < z3.RealVal(v) if lower else t > z3.RealVal(v)
                     s.add(*alg.side, d, bad)
                     if s.check() == z3.unsat:
@@ -372,7 +371,7 @@ def invariant(r: CustomReducer, cands: Sequence[Bound], timeout: float) -> list[
         a, b = _state(alg, "a", k), _state(alg, "b", k)
         out = merge_fn(alg, r)(a, b)
         s = z3.Solver()
-        s.set("timeout", max(1, int(timeout * 1000)))
+        limit(s, timeout)
         s.add(*alg.side, _in_dom(alg, [t for t, _ in a], e, inv),
               _in_dom(alg, [t for t, _ in b], e, inv))
         s.add(z3.And([d for _, d in out]))
@@ -405,11 +404,11 @@ def decide_law(law: str, r: CustomReducer, inv: Sequence[Bound], timeout: float)
     cases = list(itertools.product((True, False), repeat=len(names))) if inv else [
         (False,) * len(names)]
     cases.sort(key=lambda c: -sum(c))  # most identities first
-    deadline = time.perf_counter() + timeout
+    left_s = timeout  # the budget not yet given out
     reasons: list[str] = []
     for i, ids in enumerate(cases):
-        left_s = deadline - time.perf_counter()
         share = left_s if i == len(cases) - 1 else max(0.05, left_s / (len(cases) - i) / 2)
+        left_s = max(0.0, left_s - share)
         a = _decide_case(law, r, inv, dict(zip(names, ids, strict=True)), share)
         if a.status == "sat":
             return a
@@ -444,7 +443,7 @@ def _decide_case(law: str, r: CustomReducer, inv: Sequence[Bound], is_ident: dic
     dl = z3.And([d for _, d in left])
     dr = z3.And([d for _, d in right])
     s = z3.Solver()
-    s.set("timeout", max(1, int(timeout * 1000)))
+    limit(s, timeout)
     s.add(*alg.side)
     for n, v in xs.items():
         if not is_ident[n]:
