@@ -272,3 +272,22 @@ def test_flash_attention_validates_on_gpu(causal):
     ck(q, kk, v, o, sc)
     verdict = tn.reference(kern, q, kk, v, o0.copy(), sc).admits(o)
     assert verdict.ok, str(verdict)
+
+
+def test_row_reductions_of_a_score_tile_fold_one_row_per_thread():
+    """The row max and row sum of a 64 x 64 score tile fold each row in one
+    thread (64 folds side by side, no barrier between rows), where they used
+    to run as 64 block reductions one after another with two barriers each;
+    a whole-row reduction of a row kernel keeps the block tree."""
+    kern = flash_attention(tn.bf16).specialize(bq=64, bk=64, dh=64)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=256))
+    (loop,) = [s for ph in k.phases for s in ph.body if isinstance(s, L.For)
+               and s.kind == "serial"]
+    inner = list(L.walk(loop.body))
+    assert not any(isinstance(s, L.LaneReduce) for s in inner)
+    assert sum(1 for s in inner if L.is_block_barrier(s)) <= 8
+    from tilenest.workloads import WORKLOADS
+
+    row = WORKLOADS["softmax"].kernel(tn.f32, {"rp": 1})
+    kr = lower_verified(row.program, default_schedule(row.program, "cuda"))
+    assert any(isinstance(s, L.LaneReduce) for ph in kr.phases for s in L.walk(ph.body))

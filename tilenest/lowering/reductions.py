@@ -213,7 +213,8 @@ def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int],
     ext = lw.extents(t0)
     body: Block = op.regions[0]
     results = [lw.new_storage(r.type, r.name) for r in op.results]
-    kind = "vector" if granted else "serial"
+    rows = tree is None and _threads_per_point(lw, op, ext)
+    kind = "vector" if granted and not rows else "serial"
 
     def element(q: Index) -> None:
         accs = [lw.fresh(f"acc_{r.name}", r.type.dtype) for r in op.results]
@@ -268,10 +269,40 @@ def _per_element(lw: Lowerer, op: Operation, reverse: bool, granted: set[int],
                 assert isinstance(r, BufH)
                 lw.emit(L.Store(r.buf, L.IExpr(r.offset(q)), L.Ref(a)))
 
-    lw.nest(t0.dims, ext, element, kind="serial")
+    lw.nest(t0.dims, ext, element, kind="vector" if rows else "serial")
     for r, h in zip(op.results, results, strict=True):
         lw.env[r.name] = h
         lw.def_depth[r.name] = lw.depth
+
+
+#: the most contributions one thread folds alone in :func:`_threads_per_point`
+POINT_FOLD = 256
+
+
+def _threads_per_point(lw: Lowerer, op: Operation, kept: tuple[E.Expr, ...]) -> bool:
+    """Whether a SIMT schedule folds each kept point of reduce ``op`` in one
+    thread (the kept points a ``vector`` nest, the SIMT form gives one to
+    each thread; each folds its contributions in source order, the
+    reference order, admitted under every policy) instead of folding the
+    points one after another with the whole block on each. Chosen when the
+    kept points are many (at least a quarter of the block, at least a warp)
+    and each has few contributions (at most :data:`POINT_FOLD`): a row
+    reduction of an attention score tile (64 rows of 64 keys) is then 64
+    threads folding in parallel rather than 64 block reductions with two
+    barriers each."""
+    W = lw.sched.block_threads
+    if not W or not kept or not all(isinstance(x, E.Const) for x in kept):
+        return False
+    points = 1
+    for x in kept:
+        points *= x.value
+    n = 1
+    for x in op.attrs["domain"].space.extents:
+        x = lw.ix(x)
+        if not isinstance(x, E.Const):
+            return False
+        n *= x.value
+    return points >= max(32, W // 4) and n <= POINT_FOLD
 
 
 def _tile_level(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -> None:
