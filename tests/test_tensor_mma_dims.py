@@ -221,9 +221,7 @@ def flash_attention(dt):  # type: ignore[no-untyped-def]
                 alpha = tn.exp(m - m_new)
                 pr = tn.exp(s - m_new)
                 den = den * alpha + tn.reduce(pr, kd, tn.add)
-                acc = acc * alpha + tn.mma(
-                    tn.cast(pr, dt), vt, tn.zeros(tn.f32, tn.shape(1, 1, bq, dh),
-                                                  dims=(b, h, qd, d)), allow_reassociation=True)
+                acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
                 m = m_new
             o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh)).store(tn.cast(acc / den, dt))
 
