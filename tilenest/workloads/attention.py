@@ -98,6 +98,66 @@ def attention_kernel(dt):  # type: ignore[no-untyped-def]
     return attention
 
 
+@functools.cache
+def flash_kernel(dt):  # type: ignore[no-untyped-def]
+    """Attention as written for speed: ``dt`` operands straight into a
+    reassociating ``mma`` (f32 scores), an online softmax in f32, the
+    probabilities rounded to ``dt`` for ``P V`` accumulated into the rescaled
+    accumulator, and with ``causal`` a key loop that stops at the last block
+    a query block sees. ``dh`` and ``dv`` are the head dims of the tiles
+    (constants, so that the products can run on a matrix unit); a call with
+    a larger ``D`` or ``DV`` violates the kernel's assumption."""
+    @tn.kernel
+    def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
+                        v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
+                        scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True):
+        nb, hq, nq, ndh = q.shape
+        hk, nk = k.shape[1], k.shape[2]
+        ndv = v.shape[3]
+        tn.assume(ndh <= dh)
+        tn.assume(ndv <= dv)
+        b, h, qd, d = q.dims()
+        kd = k.dim(2)
+        e = v.dim(3)
+        k = k.with_dims(b, h, kd, d)
+        v = v.with_dims(b, h, kd, e)
+        o = o.with_dims(b, h, qd, e)
+        group = hq // hk
+        for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
+            z, hh, qb = p.index(0), p.index(1), p.index(2)
+            kvh = hh // group
+            qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
+            m = tn.full(f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
+            den = tn.zeros(f32, tn.shape(1, 1, bq), dims=(b, h, qd))
+            acc = tn.zeros(f32, tn.shape(1, 1, bq, dv), dims=(b, h, qd, e))
+            last = tn.minimum(nk, qb * bq + bq + nk - nq) if causal else nk
+            for kb in p.serial(tn.shape(tn.cdiv(last, bk))):
+                at = tn.coord(z, kvh, kb.index() * bk, 0)
+                kt = k[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
+                vt = v[at, tn.shape(1, 1, bk, dv), tn.bounds.zero]
+                s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
+                           allow_reassociation=True) * scale
+                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
+                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
+                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
+                seen = (kpos <= qpos) & (kpos < nk) if causal else kpos < nk
+                s = tn.ite(seen, s, -np.inf)
+                m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
+                alpha = tn.exp(m - m_new)
+                pr = tn.exp(s - m_new)
+                den = den * alpha + tn.reduce(pr, kd, tn.add)
+                acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
+                m = m_new
+            o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dv)).store(tn.cast(acc / den, dt))
+
+    return flash_attention
+
+
+def _head_tiles(s):  # type: ignore[no-untyped-def]
+    """The head-dim tiles of a size: D and DV rounded up to 16."""
+    return {"dh": -(-s["D"] // 16) * 16, "dv": -(-s["DV"] // 16) * 16}
+
+
 def _args(rng, s, dt):  # type: ignore[no-untyped-def]
     nb, hq, hk, nq, nk, dh, dv = (s[x] for x in ("B", "HQ", "HK", "Q", "K", "D", "DV"))
     return {"q": normal(rng, (nb, hq, nq, dh), dt), "k": normal(rng, (nb, hk, nk, dh), dt),
@@ -105,7 +165,10 @@ def _args(rng, s, dt):  # type: ignore[no-untyped-def]
             "scale": np.float32(1.0 / np.sqrt(dh))}
 
 
-def _formula(a, s, dt):  # type: ignore[no-untyped-def]
+def _formula(a, s, dt, fast=False):  # type: ignore[no-untyped-def]
+    """The FP64 formula and its bound (module docstring); ``fast``: the
+    kernel of :func:`flash_kernel` (products regrouped with faithful
+    additions, P rounded to ``dt`` before ``P V``)."""
     u = B.unit(B.D.f32)
     nb, hq, hk, nq, nk = (s[x] for x in ("B", "HQ", "HK", "Q", "K"))
     heads = np.arange(hq) // (hq // hk)
@@ -127,10 +190,13 @@ def _formula(a, s, dt):  # type: ignore[no-untyped-def]
     t = nk
     de = (1 + 2 * u) * np.exp(u * rng_) - 1
     dl = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(nk, B.D.f32)) - 1
-    da = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(nk + 1, B.D.f32)) - 1
+    terms = 2 * (nk + 1) if fast else nk + 1  # a faithful addition counts as two nearest
+    da = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(terms, B.D.f32)) - 1
     wv = np.exp(2 * sigma) * np.einsum("bhqk,bhkd->bhqd", w, np.abs(vv))
     ostar = np.abs(out) + pert
     rec = (da * wv + ostar * dl) / (1 - dl)
+    if fast:  # each probability rounded once to dt before P V
+        rec = rec + B.unit(dt) * wv * (1 + da) / (1 - dl)
     err = pert + rec + u * (ostar + rec) + B.eta(B.D.f32)
     err = err + B.SLACK64 * nk * (np.abs(out) + wv)
     return {"o": B.cast(B.Approx(out, err, B.D.f32), dt)}
@@ -157,4 +223,11 @@ WORKLOADS = [
                     prefill=(2, 2, 2, 19, 19, 8, 8), medium=(2, 4, 4, 1, 301, 16, 16),
                     large=(2, 8, 8, 256, 256, 64, 64)),
              (_SCHEDULES[0], _SCHEDULES[1], _SCHEDULES[3])),
+    Workload("flash_attention", "attention",
+             "causal GQA attention written for speed: 16-bit products, P cast, causal trip count",
+             flash_kernel, _args, functools.partial(_formula, fast=True),
+             _sizes(small=(1, 4, 2, 5, 9, 4, 4), gqa=(2, 4, 2, 19, 37, 8, 8),
+                    decode=(2, 4, 1, 1, 41, 16, 16), medium=(1, 4, 2, 40, 70, 29, 29),
+                    large=(2, 16, 4, 512, 512, 128, 128)),
+             ({"bq": 16, "bk": 16}, {"bq": 32, "bk": 16}), size_consts=_head_tiles),
 ]
