@@ -19,6 +19,7 @@ from tilenest.backends import cuda, metal
 from tilenest.errors import TilenestError
 from tilenest.lowering import default_schedule, lower_verified, print_kernel
 from tilenest.lowering import loopir as L
+from tilenest.workloads.attention import flash_kernel
 
 
 def scores(dt):  # type: ignore[no-untyped-def]
@@ -181,51 +182,15 @@ def test_an_operand_view_is_evaluated_into_a_buffer_for_tensor_cores():
         assert verdict.ok, f"{policy}/{poison}: {verdict}"
 
 
-def flash_attention(dt):  # type: ignore[no-untyped-def]
-    @tn.kernel
-    def flash(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
-              v: tn.Tensor[dt, "B HK K D"], o: tn.Tensor[dt, "B HQ Q D"],
-              scale: tn.Scalar[tn.f32], *, bq=32, bk=32, dh=32, causal=True):
-        """Attention as written for speed: 16-bit operands into f32 scores,
-        the probabilities rounded to the operand type for ``P V``, an online
-        softmax, GQA (query head h reads key head h // (HQ / HK)), and with
-        ``causal`` a key loop that stops at the last block a query block sees
-        (a trip count that varies between programs)."""
-        nb, hq, nq, _ = q.shape
-        hk, nk = k.shape[1], k.shape[2]
-        b, h, qd, d = q.dims()
-        kd = k.dim(2)
-        k = k.with_dims(b, h, kd, d)
-        v = v.with_dims(b, h, kd, d)
-        o = o.with_dims(b, h, qd, d)
-        group = hq // hk
-        for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
-            z, hh, qb = p.index(0), p.index(1), p.index(2)
-            kvh = hh // group
-            qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
-            m = tn.full(tn.f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
-            den = tn.zeros(tn.f32, tn.shape(1, 1, bq), dims=(b, h, qd))
-            acc = tn.zeros(tn.f32, tn.shape(1, 1, bq, dh), dims=(b, h, qd, d))
-            last = tn.minimum(nk, qb * bq + bq + nk - nq) if causal else nk
-            for kb in p.serial(tn.shape(tn.cdiv(last, bk))):
-                at = tn.coord(z, kvh, kb.index() * bk, 0)
-                kt = k[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
-                vt = v[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
-                s = tn.mma(qt, kt, tn.zeros(tn.f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
-                           allow_reassociation=True) * scale
-                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
-                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
-                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
-                s = tn.ite((kpos <= qpos) & (kpos < nk), s, -np.inf)
-                m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
-                alpha = tn.exp(m - m_new)
-                pr = tn.exp(s - m_new)
-                den = den * alpha + tn.reduce(pr, kd, tn.add)
-                acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
-                m = m_new
-            o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh)).store(tn.cast(acc / den, dt))
-
-    return flash
+def flash_attention(dt, **consts):  # type: ignore[no-untyped-def]
+    """The workload library's attention written for speed
+    (``workloads/attention.flash_kernel``: 16-bit operands into f32 scores,
+    an online softmax, the probabilities rounded to the operand type for
+    ``P V`` accumulated into the rescaled accumulator, GQA, and with
+    ``causal`` a key loop that stops at the last block a query block sees),
+    with 32 x 32 tiles and 32-wide head dims unless ``consts`` says
+    otherwise."""
+    return flash_kernel(dt).specialize(**{"bq": 32, "bk": 32, "dh": 32, "dv": 32, **consts})
 
 
 def _attention_inputs(dt, B=1, HQ=4, HK=2, Q=45, K=70, D=29):  # type: ignore[no-untyped-def]
@@ -263,7 +228,7 @@ def test_flash_attention_runs_both_products_on_the_matrix_unit(target, dt):
 def test_flash_attention_validates_on_gpu(causal):
     if not cuda.gpu_available():
         pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
-    kern = flash_attention(tn.bf16).specialize(bq=64, bk=64, dh=64, causal=causal)
+    kern = flash_attention(tn.bf16, bq=64, bk=64, dh=64, dv=64, causal=causal)
     ck = cuda.compile_program(kern.program, None, device="gpu")
     q, kk, v, o0, sc = _attention_inputs(tn.bf16, B=1, HQ=4, HK=2, Q=100, K=150, D=61)
     o = o0.copy()
@@ -277,7 +242,7 @@ def test_row_reductions_of_a_score_tile_fold_one_row_per_thread():
     thread (64 folds side by side, no barrier between rows), where they used
     to run as 64 block reductions one after another with two barriers each;
     a whole-row reduction of a row kernel keeps the block tree."""
-    kern = flash_attention(tn.bf16).specialize(bq=64, bk=64, dh=64)
+    kern = flash_attention(tn.bf16, bq=64, bk=64, dh=64, dv=64)
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=256))
     (loop,) = [s for ph in k.phases for s in ph.body if isinstance(s, L.For)
                and s.kind == "serial"]
