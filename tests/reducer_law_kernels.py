@@ -85,3 +85,61 @@ def max_abs(x: tn.Tensor[f32, 1], out: tn.Tensor[f32, 1]):
     for r in tn.reduce(tn.shape(n), contract=red, policy=tn.unordered_tree):
         s = tn.maximum(s, tn.abs(x[tn.coord(r.index()), tn.shape(1)]))
     out(tn.coord(0), tn.shape(1)).store(s)
+
+
+NEG_INF = float("-inf")
+
+
+def softmax_merge(ma, la, aa, mb, lb, ab):
+    """Merge two online-softmax states (running max, sum of exp(x - max),
+    exp-weighted sum of values). A side whose max is -inf (an empty state)
+    weighs 0, so merging two empty states stays empty instead of NaN."""
+    m = tn.maximum(ma, mb)
+    wa = tn.ite(ma > NEG_INF, tn.exp(ma - m), 0.0)
+    wb = tn.ite(mb > NEG_INF, tn.exp(mb - m), 0.0)
+    return m, la * wa + lb * wb, aa * wa + ab * wb
+
+
+def unguarded_softmax_merge(ma, la, aa, mb, lb, ab):
+    """The merge without the empty-state guard: exp(-inf - -inf) is NaN."""
+    m = tn.maximum(ma, mb)
+    wa, wb = tn.exp(ma - m), tn.exp(mb - m)
+    return m, la * wa + lb * wb, aa * wa + ab * wb
+
+
+def unscaled_softmax_merge(ma, la, aa, mb, lb, ab):
+    """A wrong merge: the second state is not rescaled to the new max."""
+    m = tn.maximum(ma, mb)
+    wa = tn.ite(ma > NEG_INF, tn.exp(ma - m), 0.0)
+    return m, la * wa + lb, aa * wa + ab
+
+
+def _softmax_average(name, merge):
+    """Per row, sum_j softmax(x)_j v_j as one tree reduction of online-softmax
+    states."""
+
+    @tn.kernel
+    def average(x: tn.Tensor[f32, "R N"], v: tn.Tensor[f32, "R N"], out: tn.Tensor[f32, "R"]):
+        rows, n = x.shape
+        v = v.with_dims(*x.dims())
+        out = out.with_dims(x.dim(0))
+        osm = tn.reducer(name, identity=(NEG_INF, 0.0, 0.0), merge=merge, dtype=(f32, f32, f32))
+        for p in tn.parallel(tn.shape(rows)):
+            m = tn.full(f32, tn.shape(1), NEG_INF, dims=(x.dim(0),))
+            s = tn.zeros(f32, tn.shape(1), dims=(x.dim(0),))
+            a = tn.zeros(f32, tn.shape(1), dims=(x.dim(0),))
+            xr = x[tn.coord(p.index(), 0), tn.shape(1, n)]
+            vr = v[tn.coord(p.index(), 0), tn.shape(1, n)]
+            for r in p.reduce(xr.domain(xr.dim(1)), contract=osm, policy=tn.unordered_tree):
+                m, s, a = merge(m, s, a, xr.at(r), 1.0, vr.at(r))
+            out(tn.coord(p.index()), tn.shape(1)).store(a / s)
+
+    return average
+
+
+#: the online-softmax merge, guarded: lawful, with identity (-inf, 0, 0)
+softmax_average = _softmax_average("online_softmax", softmax_merge)
+#: unguarded: merging two empty states is NaN, so the identity law fails
+unguarded_softmax_average = _softmax_average("online_softmax_unguarded", unguarded_softmax_merge)
+#: not rescaling the second state: not associative
+unscaled_softmax_average = _softmax_average("online_softmax_unscaled", unscaled_softmax_merge)

@@ -175,3 +175,98 @@ def test_bounds_every_contribution_meets_are_invariant_candidates():
     out = np.zeros(1, np.float32)
     K.max_abs.compile(target="llvm")(x, out)
     assert out[0] == 7.5
+
+
+# -- the merge of online-softmax states: exp through its laws, -inf identity --
+
+SOFTMAX = "online_softmax"
+
+
+def _law_answers(kernel):
+    r = kernel.program.reducers[0]
+    return {law: RL.decide_law(law, r, [], 5.0) for law in ("assoc", "comm", "ident")}
+
+
+def test_online_softmax_merge_laws_are_proved_by_check():
+    got = subprocess.run([sys.executable, "-m", "tilenest.cli", "check", "--json", "--kernel",
+                          "softmax_average", "tests/reducer_law_kernels.py"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stdout + got.stderr
+    laws = [o for o in json.loads(got.stdout)["obligations"]
+            if o["kind"].startswith("reduction.law.") and o["role"] == "required"]
+    assert sorted(o["kind"] for o in laws) == sorted(LAWS)
+    assert all(o["verdict"] == "proved" and o["engine"] == "z3 (reals)" for o in laws)
+    assert all("identity (-inf, 0.0, 0.0)" in o["title"] for o in laws)
+
+
+def _mp_merge(merge, a, b):
+    """``merge`` of the kernels' file evaluated at 60 digits with the real exp."""
+    import mpmath
+
+    ma, la, aa = a
+    mb, lb, ab = b
+    m = max(ma, mb)
+    guarded = merge is not K.unguarded_softmax_merge
+
+    def w(x):
+        return mpmath.mpf(0) if guarded and x == -mpmath.inf else mpmath.exp(x - m)
+
+    if merge is K.unscaled_softmax_merge:
+        return m, la * w(ma) + lb, aa * w(ma) + ab
+    return m, la * w(ma) + lb * w(mb), aa * w(ma) + ab * w(mb)
+
+
+def test_a_merge_that_does_not_rescale_is_refuted_with_a_genuine_counterexample():
+    import mpmath
+
+    mpmath.mp.dps = 60
+    a = _law_answers(K.unscaled_softmax_average)
+    assert a["ident"].status == "unsat"
+    for law in ("assoc", "comm"):
+        assert a[law].status == "sat"
+    pt = a["assoc"].point
+    x, y, z = (tuple(mpmath.mpf(v) for v in pt[n]) for n in "abc")
+    f = K.unscaled_softmax_merge
+    lhs, rhs = _mp_merge(f, _mp_merge(f, x, y), z), _mp_merge(f, x, _mp_merge(f, y, z))
+    assert max(abs(p - q) for p, q in zip(lhs, rhs)) > 1e-6
+    assert lhs == pytest.approx(tuple(mpmath.mpf(v) for v in pt["lhs"]), rel=1e-12)
+
+
+def test_merging_two_empty_states_without_a_guard_is_refuted_as_nan():
+    m = Model(K.unguarded_softmax_average.program)
+    obs = discharge(program_reduction_obligations(m))
+    ident = next(o for o in obs if o.kind == "reduction.law.identity" and o.role == "required")
+    assert ident.status == REFUTED
+    text = "\n".join(ident.counterexample_lines())
+    assert "a = (-inf, 0, 0)" in text and "NaN" in text and "tn.ite" in text
+
+
+def test_the_guarded_merge_compiles_as_a_tree_and_matches_softmax():
+    LG.clear_cache()
+    x = np.random.default_rng(0).standard_normal((3, 1000)).astype(np.float32) * 5
+    x[1, 17] = -np.inf  # a masked score: its weight is 0
+    v = np.random.default_rng(1).standard_normal((3, 1000)).astype(np.float32)
+    ck = K.softmax_average.compile(target="llvm")
+    assert all(o.status == PROVED for o in ck.obligations if o.kind.startswith("reduction.law."))
+    out = np.zeros(3, np.float32)
+    ck(x, v, out)
+    w = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, (w * v).sum(axis=1) / w.sum(axis=1), rtol=1e-5)
+
+
+def test_exp_of_an_argument_outside_the_linear_forms_is_abstract_but_sound():
+    # exp(a * b) is a fresh positive real: exp(x)^2 = exp(2 x) needs the
+    # linear forms, exp(x * x) >= 0 holds of any positive real, and nothing
+    # false is proved about the opaque term
+    import z3
+
+    alg = RL.Reals()
+    x, y = z3.Reals("x y")
+    sq = alg._exp(x * y)
+    e2, e1 = alg._exp(2 * x), alg._exp(x)
+    s = z3.Solver()
+    s.add(*alg.side, z3.Not(z3.And(sq > 0, e2 == e1 * e1)))
+    assert s.check() == z3.unsat
+    s = z3.Solver()
+    s.add(*alg.side, sq == e1)  # exp(x y) = exp(x) is satisfiable (y = 1)
+    assert s.check() == z3.sat
