@@ -78,7 +78,9 @@ def _reduce(it: Interpreter, op: Operation) -> None:
             out = _random_tree(it, op, body, seeds, points, policy)
         else:
             out = _iterate(it, op, body, seeds, points)
-    if it.opts.oracle and policy.is_tree:
+    if it.opts.oracle and policy.is_tree and fixed is None:
+        # (a fixed tree is the one evaluation admitted: its own operations'
+        # envelopes bound it, as they do any other computation)
         leaves = None
         if batches is not None and plan is not None:
             leaves = batching.lifted(it, op, plan, batches)
@@ -296,7 +298,7 @@ def _random_tree(it: Interpreter, op: Operation, body: Block, seeds: list, point
 
 def _block_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points: Any,
                 tree: Any) -> list:
-    """The states as ``tree`` (a ``BlockTree``) evaluates them: each thread
+    """The states as ``tree`` (a ``BlockTree`` or ``RunTree``) evaluates them: each thread
     folds its segment of the domain's points with the body from the
     identities, the partials are merged as the tree says, and the seed is
     merged on the left (``semantics/trees.py``). Where the instances run
@@ -324,7 +326,8 @@ def _block_tree(it: Interpreter, op: Operation, body: Block, seeds: list, points
 
     parts = [_iterate(it, op, body, start, [pts[i] for i in seg])
              for seg in tree.segments(len(pts))]
-    return merge(list(seeds), tree.combine(parts, merge))
+    total = tree.combine(parts, merge)
+    return list(seeds) if total is None else merge(list(seeds), total)
 
 
 def _fast_expression_reduce(it: Interpreter, op: Operation, seeds: list, shape: tuple

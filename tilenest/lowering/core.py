@@ -157,6 +157,11 @@ class Lowerer:
         #: reduce op id -> ``(lo, hi)``: the part of the domain's points, in
         #: lexicographic order, a program of a partials phase runs (``phases.py``)
         self.chunks: dict[int, tuple[E.Expr, E.Expr]] = {}
+        #: op ids lowered by a phase's own function instead of their rule (the
+        #: combine of a reduce split over programs, ``phases.py``)
+        self.instead: dict[int, Rule] = {}
+        #: reduce op id -> the fixed tree a lowering decision committed it to
+        self.trees: dict[int, Any] = {}
         #: root value -> the scratch buffer it crosses a phase boundary in
         #: (``phases.py``); materialized at the root, it is stored there, not
         #: in a local
@@ -450,7 +455,7 @@ class Lowerer:
     def lower_op(self, op: Operation) -> None:
         if self.expr_mode and op.name not in LAZY_OPS:
             raise unsupported(op, self.target, "inside an inlined scalar region")
-        fn = RULES.get(op.name)
+        fn = self.instead.get(op.oid) or RULES.get(op.name)
         if fn is None:
             raise unsupported(op, self.target)
         try:
@@ -576,7 +581,7 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
     """Lower ``program`` to a loop-IR kernel under ``schedule`` (default: the
     automatic schedule for llvm)."""
     from . import memory, reductions, regions, values  # noqa: F401  (register rules)
-    from .regions import lower_phase_parallel
+    from .phases import parallel_phases
     from .schedule import apply_transforms, stride_symbol
 
     schedule = schedule or default_schedule(program)
@@ -613,7 +618,7 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
             if op.name != "parallel":
                 prefix.append(op)
                 continue
-            phases.append(lower_phase_parallel(lw, op, prefix, len(phases)))
+            phases.extend(parallel_phases(lw, op, prefix, len(phases)))
     else:
         from .phases import lower_phases
 
@@ -627,7 +632,8 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
                     lw.lower_op(op)
             phases.append(L.Phase(f"{program.name}_0", (E.Const(1),), pid, tuple(body), False))
     return L.Kernel(program.name, tuple(lw.params), tuple(syms), tuple(lw.locals),
-                    tuple(phases), tuple(lw.errors), tuple(lw.globals))
+                    tuple(phases), tuple(lw.errors), tuple(lw.globals),
+                    tuple(sorted(lw.trees.items())))
 
 
 def offsets_of(h: TensorH, coords: list[E.Expr]) -> E.Expr:

@@ -739,6 +739,9 @@ class Kernel:
     phases: tuple[Phase, ...]
     errors: tuple[ErrorSite, ...] = ()
     globals: tuple[Buffer, ...] = field(default=())
+    #: reduce op id -> the fixed tree (``semantics.trees``) the lowering
+    #: committed a tree reduction to (a reduce split over programs)
+    trees: tuple[tuple[int, Any], ...] = ()
 
 
 # ---------------------------------------------------------------------------

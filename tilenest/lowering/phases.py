@@ -49,7 +49,8 @@ from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.ir import Operation
-from ..semantics.reducers import BUILTINS
+from ..semantics.reducers import CustomReducer
+from ..semantics.trees import RunTree
 from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, _effect_free
@@ -93,26 +94,30 @@ SYM_GUESS = 64
 
 
 def splittable(lw: Lowerer, op: Operation) -> bool:
-    """Whether root op ``op`` is a ``reduce`` that may run as partials and a
-    combine (module docstring)."""
-    from .reductions import merge_ops
+    """Whether ``op`` is a ``reduce`` that may run as partials and a combine
+    (module docstring): a tree policy under the schedule's ``auto``, every
+    state in a contract group, a builtin state updated by its merge alone, a
+    custom group by the declared ``merge(s, lift(x))`` (R-11; its laws are
+    required at the legality gate)."""
+    from .reductions import contract_groups, merge_ops
 
     if op.name != "reduce" or not op.attrs["policy"].is_tree:
         return False
     if lw.sched.reduction(op.oid) != "auto":
         return False
-    contracts = op.attrs["contracts"]
-    if any(c not in BUILTINS for c in contracts):
+    plan = contract_groups(lw, op)
+    if plan is None:
         return False
     if not all(isinstance(o.type, TileType) and _fixed(o.type) for o in op.operands):
         return False
-    if len(merge_ops(op)) != len(op.operands):
+    builtin = [j for idx, r in plan if r.__class__ is not CustomReducer for j in idx]
+    if len(merge_ops(op)) != len(builtin):
         return False
     body = op.regions[0]
-    readers = [o for o in body.walk() for v in o.operands if v.name in
-               {a.name for a in body.args}]
-    if len(readers) != len(body.args):
-        return False  # a state read besides its merge (a check there sees other values)
+    for j in builtin:
+        name = body.args[j].name
+        if sum(v.name == name for o in body.walk() for v in o.operands) != 1:
+            return False  # a state read besides its merge (a check there sees other values)
     if any(o.name in _EFFECTS for o in op.regions[0].walk()):
         return False
     inside = uses(op) - {o.name for o in op.operands}
@@ -257,8 +262,6 @@ def _size(ext: tuple[E.Expr, ...]) -> E.Expr:
 def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L.Phase] | None:
     """The phases of ``root`` (module docstring), or None when a value that
     would cross a phase boundary cannot be kept in scratch."""
-    from .regions import lower_phase_parallel
-
     groups, split = _groups(lw, root, stored)
     crossing = _plan(root, groups, split)
     if not _scratch_ok(lw, root, crossing):
@@ -281,7 +284,7 @@ def lower_phases(lw: Lowerer, root: list[Operation], stored: set[str]) -> list[L
         name_k = len(phases)
         if grp.kind == "parallel":
             prefix = [root[i] for i in grp.need if i not in grp.ops]
-            phases.append(lower_phase_parallel(lw, root[grp.ops[0]], prefix, name_k))
+            phases.extend(parallel_phases(lw, root[grp.ops[0]], prefix, name_k))
         elif grp.kind == "partials":
             phases.append(_partials(lw, root, grp, parts, name_k))
         else:
@@ -321,58 +324,129 @@ def _partials(lw: Lowerer, root: list[Operation], grp: _Group,
         mark = lw.facts.push([c.ge(0), c.lt(count)])
         for j in grp.need:
             lw.lower_op(root[j])
-        for o, name in zip(op.operands, op.attrs["contracts"], strict=True):
-            t: TileType = o.type
-            lw.env[o.name] = const_handle(constant(BUILTINS[name].identity(t.dtype), t.dtype),
-                                          t.dims, lw.extents(t))
-        lw.chunks[op.oid] = (E.mul(c, per), E.mul(c, per) + per)
-        try:
-            lw.lower_op(op)
-        finally:
-            del lw.chunks[op.oid]
-        for r, b in zip(op.results, bufs, strict=True):
-            h, ext = lw.handle(r), lw.extents(r.type)
-
-            def put(q: Any, h: Any = h, b: L.Buffer = b, ext: Any = ext, dims: Any = r.type.dims
-                    ) -> None:
-                at = E.mul(linear(ext, [q[d] for d in dims]), count) + c
-                lw.emit(L.Store(b, L.IExpr(at), h.at(lw, q)))
-
-            lw.nest(r.type.dims, ext, put, kind="serial")
+        _fold_run(lw, op, c, per, count, bufs, E.Const(0), RunTree(per=per))
         lw.facts.pop(mark)
     return L.Phase(f"{lw.prog.name}_{k}", (count,), pid, tuple(body), True)
 
 
-def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr) -> None:
-    """Per state element ``q``: ``s[q] = merge(s[q], part[lin(q) * P + c])``
-    for ``c`` in chunk order from the seed; the merge carries ``reassoc`` for
-    floats (the partials regroup the fold anyway, and the policy permits
-    it)."""
-    for o, r, b, name in zip(op.operands, op.results, bufs, op.attrs["contracts"], strict=True):
-        t: TileType = r.type
-        dt, ext = t.dtype, lw.extents(t)
-        seed = lw.handle(o)
-        out = lw.new_storage(t, r.name)
-        flags = frozenset({"reassoc"}) if dt.is_float else frozenset()
+def _fold_run(lw: Lowerer, op: Operation, c: E.Expr, per: Any, count: E.Expr,
+              bufs: list[L.Buffer], base: E.Expr, tree: RunTree) -> None:
+    """Fold run ``c`` (``per`` domain points) of reduce ``op`` from its
+    contracts' identities and write element ``q`` of each state to
+    ``part[(base * |state| + lin(q)) * count + c]``; with a custom contract
+    the reduce is committed to ``tree`` (the same runs)."""
+    from .reductions import contract_groups, identity_of
 
-        def element(q: Any, seed: Any = seed, out: Any = out, b: L.Buffer = b, ext: Any = ext,
-                    dims: Any = t.dims, name: str = name, dt: Any = dt, flags: Any = flags
-                    ) -> None:
-            acc = lw.fresh(f"acc_{r.name}", dt)
-            lw.emit(L.Assign(acc, seed.at(lw, q)))
+    plan = contract_groups(lw, op)
+    assert plan is not None  # splittable
+    if has_custom(plan):
+        lw.trees[op.oid] = tree
+    for idx, r in plan:
+        for n, j in enumerate(idx):
+            o = op.operands[j]
+            t: TileType = o.type
+            lw.env[o.name] = const_handle(constant(identity_of(r, t.dtype, n), t.dtype),
+                                          t.dims, lw.extents(t))
+    lw.chunks[op.oid] = (E.mul(c, per), E.mul(c, per) + per)
+    try:
+        lw.lower_op(op)
+    finally:
+        del lw.chunks[op.oid]
+    for r, b in zip(op.results, bufs, strict=True):
+        h, ext = lw.handle(r), lw.extents(r.type)
+
+        def put(q: Any, h: Any = h, b: L.Buffer = b, ext: Any = ext, dims: Any = r.type.dims
+                ) -> None:
+            at = E.mul(E.mul(base, _size(ext)) + linear(ext, [q[d] for d in dims]), count) + c
+            lw.emit(L.Store(b, L.IExpr(at), h.at(lw, q)))
+
+        lw.nest(r.type.dims, ext, put, kind="serial")
+
+
+def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
+             base: E.Expr = E.Const(0)) -> None:
+    """Per state element ``q``, the partials ``part[(base * |s| + lin(q)) * P
+    + c]`` merged into the seed. With builtin contracts only: ``s[q] =
+    merge(s[q], part[..c])`` for ``c`` in chunk order from the seed, the merge
+    carrying ``reassoc`` for floats (the partials regroup the fold anyway,
+    and the policy permits it). With a custom contract (whose merge has no
+    closed-form envelope, so the reference evaluates the same tree, its
+    :class:`~tilenest.semantics.trees.RunTree`): the partials folded left,
+    then merged into the seed, each group jointly."""
+    from .reductions import contract_groups, lower_merge
+
+    plan = contract_groups(lw, op)
+    assert plan is not None  # splittable
+    custom = has_custom(plan)
+    for idx, r in plan:
+        t: TileType = op.results[idx[0]].type
+        ext = lw.extents(t)
+        dts = [op.results[j].type.dtype for j in idx]
+        seeds = [lw.handle(op.operands[j]) for j in idx]
+        outs = [lw.new_storage(op.results[j].type, op.results[j].name) for j in idx]
+        parts = [bufs[j] for j in idx]
+
+        def element(q: Any, seeds: Any = seeds, outs: Any = outs, parts: Any = parts,
+                    ext: Any = ext, dims: Any = t.dims, r: Any = r, dts: Any = dts,
+                    custom: bool = custom, idx: Any = idx) -> None:
+            accs = [lw.fresh(f"acc_{op.results[j].name}", dt)
+                    for j, dt in zip(idx, dts, strict=True)]
+            for a, sd in zip(accs, seeds, strict=True):
+                lw.emit(L.Assign(a, sd.at(lw, q)))
             c = lw.fresh("c", L.INDEX)
-            at = E.mul(linear(ext, [q[d] for d in dims]), count) + E.Var(c.name)
-            step = L.Assign(acc, L.Bin(BUILTINS[name].op, L.Ref(acc),
-                                       L.Load(b, L.IExpr(at)), dt, flags))
-            lw.emit(L.For(c, E.Const(0), count, (step,), "vector", False))
-            if isinstance(out, VarH):
-                lw.emit(L.Assign(out.var, L.Ref(acc)))
+            at = E.mul(E.mul(base, _size(ext)) + linear(ext, [q[d] for d in dims]),
+                       count) + E.Var(c.name)
+            if custom:  # T = merge(..merge(p_0, p_1).., p_last); s = merge(seed, T)
+                tot = [lw.fresh("runs", dt) for dt in dts]
+                with lw.collect() as first:
+                    for tv, buf in zip(tot, parts, strict=True):
+                        at0 = E.mul(E.mul(base, _size(ext)) + linear(ext, [q[d] for d in dims]),
+                                    count)
+                        lw.emit(L.Assign(tv, L.Load(buf, L.IExpr(at0))))
+                with lw.collect() as step:
+                    bs = [lw.fresh("part", dt) for dt in dts]
+                    for b, buf in zip(bs, parts, strict=True):
+                        lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at))))
+                    _merge_into(lw, r, tot, bs, dts)
+                with lw.collect() as seeded:
+                    _merge_into(lw, r, accs, tot, dts)
+                lw.emit(L.If(L.IPred(E.Const(0).lt(count)), tuple(first) + (
+                    L.For(c, E.Const(1), count, tuple(step), "serial", False),) + tuple(seeded)))
             else:
-                lw.emit(L.Store(out.buf, L.IExpr(out.offset(q)), L.Ref(acc)))
+                dt = dts[0]
+                flags = frozenset({"reassoc"}) if dt.is_float else frozenset()
+                step1 = L.Assign(accs[0], L.Bin(r.op, L.Ref(accs[0]),
+                                                L.Load(parts[0], L.IExpr(at)), dt, flags))
+                lw.emit(L.For(c, E.Const(0), count, (step1,), "vector", False))
+            for a, out in zip(accs, outs, strict=True):
+                if isinstance(out, VarH):
+                    lw.emit(L.Assign(out.var, L.Ref(a)))
+                else:
+                    lw.emit(L.Store(out.buf, L.IExpr(out.offset(q)), L.Ref(a)))
 
         lw.nest(t.dims, ext, element, kind="serial")
-        lw.env[r.name] = out
-        lw.def_depth[r.name] = lw.depth
+        for j, out in zip(idx, outs, strict=True):
+            lw.env[op.results[j].name] = out
+            lw.def_depth[op.results[j].name] = lw.depth
+
+
+def has_custom(plan: list[tuple[list[int], Any]]) -> bool:
+    """Whether a contract plan holds a custom reducer: its split then commits
+    to a :class:`~tilenest.semantics.trees.RunTree` the reference evaluates."""
+    return any(isinstance(r, CustomReducer) for _, r in plan)
+
+
+def _merge_into(lw: Lowerer, r: Any, acc: list[L.LVar], b: list[L.LVar], dts: list[Any]
+                ) -> None:
+    """``acc = merge(acc, b)`` for custom contract ``r``, jointly."""
+    from .reductions import lower_merge
+
+    got = lower_merge(lw, r, acc, b, dts)
+    tmps = [lw.fresh("next", dt) for dt in dts]
+    for tv, x in zip(tmps, got, strict=True):
+        lw.emit(L.Assign(tv, x))
+    for a, tv in zip(acc, tmps, strict=True):
+        lw.emit(L.Assign(a, L.Ref(tv)))
 
 
 def _ordered(lw: Lowerer, root: list[Operation], grp: _Group, split: set[int],
@@ -402,3 +476,127 @@ def _keep(lw: Lowerer, h: Any, dst: BufH | L.Buffer) -> None:
         lw.store_into(h, dst)
     else:
         lw.emit(L.Store(dst, L.IExpr(E.Const(0)), h.at(lw, {})))
+
+
+# ---------------------------------------------------------------------------
+# a program's reduce split over programs
+
+
+def program_split(lw: Lowerer, par: Operation) -> int | None:
+    """The position in top-level ``parallel`` ``par``'s body of the reduce
+    to split over ``reduce_splits`` programs (:func:`parallel_phases`), or
+    None: the schedule asks for no split, or no reduce at the top of the
+    body is :func:`splittable`, or an op the reduce needs has effects."""
+    if lw.sched.reduce_splits <= 1 or par.operands:
+        return None
+    ops = [o for o in par.regions[0].ops if o.name != "yield"]
+    stored = lw.sched.written(lw.prog)
+    for j, op in enumerate(ops):
+        if not (splittable(lw, op) and any(lw.uses.get(r.name, 0) for r in op.results)):
+            continue
+        if all(_effect_free(o, stored) for o in _needed(ops[:j], op)):
+            return j
+    return None
+
+
+def _needed(before: list[Operation], op: Operation) -> list[Operation]:
+    """The ops of ``before`` whose values ``op``'s body reads (not its
+    seeds: a run starts from the identity), transitively, in order."""
+    defs = {r.name: i for i, o in enumerate(before) for r in o.results}
+    seen: set[int] = set()
+    work = list(uses(op) - {o.name for o in op.operands})
+    while work:
+        i = defs.get(work.pop())
+        if i is None or i in seen:
+            continue
+        seen.add(i)
+        work.extend(uses(before[i]))
+    return [before[i] for i in sorted(seen)]
+
+
+def parallel_phases(lw: Lowerer, par: Operation, prefix: list[Operation], k: int
+                    ) -> list[L.Phase]:
+    """The phases of top-level ``parallel`` ``par`` (root ops ``prefix``
+    replayed first in every program): one parallel phase, or, when
+    :func:`program_split` finds a reduce to split, two.
+
+    With ``S = reduce_splits``, ``n`` domain points and ``per = ceil(n /
+    S)``, the reduce's points form ``R = ceil(n / per)`` runs:
+
+    * **partials**: ``P * R`` programs (``P`` those of ``par``); program
+      ``(p, c)`` computes the values of ``p``'s body the reduce reads (they
+      have no effects), folds run ``c`` from the contracts' identities and
+      writes each state element to a scratch buffer;
+    * **combine**: ``P`` programs running ``p``'s body in order, the reduce
+      replaced by merging, per state element, its seed with the ``R``
+      partials in run order.
+
+    Each partial folds a contiguous run of the reference fold's leaves, so
+    the combine evaluates one of the merge trees a tree policy admits
+    (R-6); the laws that make it the same value are the legality gate's."""
+    from .regions import lower_phase_parallel
+
+    j = program_split(lw, par)
+    if j is None:
+        return [lower_phase_parallel(lw, par, prefix, k)]
+    red = [o for o in par.regions[0].ops if o.name != "yield"][j]
+    exts = tuple(lw.ix(x) for x in par.attrs["domain"].space.extents)
+    n = _size(tuple(lw.ix(x) for x in red.attrs["domain"].space.extents))
+    per = E.maximum(E.cdiv(n, E.Const(lw.sched.reduce_splits)), 1)
+    count = E.cdiv(n, per)
+    programs = _size(exts)
+    bufs = [_new_scratch(lw, f"part_{r.name}", r.type.dtype,
+                         E.mul(E.mul(programs, count), _size(lw.extents(r.type))))
+            for r in red.results]
+    first = _split_partials(lw, par, red, prefix, exts, per, count, bufs, k)
+
+    def combine(lw_: Lowerer, op: Operation) -> None:
+        base = linear(exts, [lw.ivars[v] for v in par.attrs["vars"]])
+        _combine(lw, op, bufs, count, base)
+
+    lw.instead[red.oid] = combine
+    try:
+        second = lower_phase_parallel(lw, par, prefix, k + 1)
+    finally:
+        del lw.instead[red.oid]
+    return [first, second]
+
+
+def _split_partials(lw: Lowerer, par: Operation, red: Operation, prefix: list[Operation],
+                    exts: tuple[E.Expr, ...], per: E.Expr, count: E.Expr,
+                    bufs: list[L.Buffer], k: int) -> L.Phase:
+    """The partials phase of :func:`parallel_phases`: the run index is the
+    fastest-varying coordinate, so a program's runs are neighbours."""
+    dom = par.attrs["domain"]
+    ops = [o for o in par.regions[0].ops if o.name != "yield"]
+    need = _needed(ops[:ops.index(red)], red)
+    pid = lw.fresh("pid", L.INDEX)
+    with lw.collect() as body:
+        for p in prefix:
+            lw.lower_op(p)
+        coords = L.delinearize(E.Var(pid.name), exts + (count,))
+        mark = lw.facts.push([])
+        for v, x, ext in zip(par.attrs["vars"], coords, exts, strict=False):
+            cv = lw.fresh(v, L.INDEX)
+            lw.emit(L.Assign(cv, L.IExpr(x)))
+            lw.ivars[v] = E.Var(cv.name)
+            lw.facts.push([E.Var(cv.name).ge(0), E.Var(cv.name).lt(ext)])
+        run = lw.fresh("run", L.INDEX)
+        lw.emit(L.Assign(run, L.IExpr(coords[-1])))
+        c = E.Var(run.name)
+        lw.facts.push([c.ge(0), c.lt(count)])
+        pred = lw.ix(dom.pred)
+        with lw.collect() as inner:
+            if pred != E.TRUE:
+                lw.facts.push([pred])
+            for o in need:
+                lw.lower_op(o)
+            base = linear(exts, [lw.ivars[v] for v in par.attrs["vars"]])
+            _fold_run(lw, red, c, per, count, bufs, base,
+                      RunTree(splits=lw.sched.reduce_splits))
+        lw.facts.pop(mark)
+        if pred != E.TRUE and inner:
+            lw.emit(L.If(L.IPred(pred), tuple(inner)))
+        else:
+            lw.emit(*inner)
+    return L.Phase(f"{lw.prog.name}_{k}", exts + (count,), pid, tuple(body), True)

@@ -123,25 +123,19 @@ def _reduce(lw: Lowerer, op: Operation) -> None:
     if auto:
         granted = merge_ops(op)
     if pointwise(op):
-        tree = custom_tree(lw, op) if auto else None
+        # a run of a reduce split over programs folds in order (its RunTree)
+        tree = custom_tree(lw, op) if auto and op.oid not in lw.chunks else None
         _per_element(lw, op, reverse, set() if tree is not None else granted, tree)
     else:
         _tile_level(lw, op, reverse, granted)
 
 
-def custom_tree(lw: Lowerer, op: Operation) -> Any:
-    """For a tree-policy ``reduce`` with a custom contract over a
-    one-dimensional domain: a function of the states' accumulators that
-    builds the :class:`~tilenest.lowering.loopir.TreeFold` of its domain loop
-    (identity and merge of every state, builtin ones too); None otherwise
-    (built-in contracts take the ``reassoc`` route, folds stay in order).
-
-    The states are merged in the contract groups of R-11: a custom reducer of
-    ``k`` components merges its ``k`` consecutive states jointly, a builtin
-    its one state with its elementwise op."""
+def contract_groups(lw: Lowerer, op: Operation) -> list[tuple[list[int], Any]] | None:
+    """The states of ``op`` in their contract groups (R-11): a custom reducer
+    of ``k`` components covers ``k`` consecutive states of its dtypes, merged
+    jointly; a builtin covers one. None when a state has no contract or a
+    custom group is malformed (the verifier reports that)."""
     contracts = list(op.attrs["contracts"])
-    if not any(c.startswith("@") for c in contracts) or len(op.attrs["vars"]) != 1:
-        return None
     reducers = {f"@{r.name}": r for r in lw.prog.reducers}
     dts = [o.type.dtype for o in op.operands]
     plan: list[tuple[list[int], Any]] = []
@@ -152,12 +146,57 @@ def custom_tree(lw: Lowerer, op: Operation) -> Any:
             red = reducers[c]
             k = len(red.state)
             if contracts[i:i + k] != [c] * k or tuple(dts[i:i + k]) != tuple(red.state):
-                return None  # no joint merge: the verifier reports it; stay in order
+                return None
             plan.append((list(range(i, i + k)), red))
             i += k
-        else:
+        elif c in BUILTINS:
             plan.append(([i], BUILTINS[c]))
             i += 1
+        else:
+            return None
+    return plan
+
+
+def identity_of(r: Any, dt: Any, j: int = 0) -> Any:
+    """The identity of component ``j`` of contract ``r`` (custom or builtin)
+    as the Python number a loop-IR constant of ``dt`` holds."""
+    return _literal(r.identity[j] if isinstance(r, CustomReducer) else r.identity(dt), dt)
+
+
+def lower_merge(lw: Lowerer, r: Any, a: list[Any], b: list[Any], dts: list[Any]) -> list[Any]:
+    """Loop-IR expressions of ``merge(a, b)`` for contract ``r`` on scalar
+    variables ``a`` and ``b`` (one per component); the statements the merge
+    needs are emitted where the caller collects."""
+    if not isinstance(r, CustomReducer):
+        return [L.Bin(r.op, L.Ref(a[0]), L.Ref(b[0]), dts[0])]
+    # the merge's own names must not shadow the program's
+    mine = [v.name for v in r.merge.args] + [x.name for o in r.merge.ops for x in o.results]
+    saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
+    lw.expr_mode += 1
+    try:
+        hs = lw.lower_block(r.merge, [VarH(x) for x in a] + [VarH(x) for x in b])
+        return [h.at(lw, {}) for h in hs]
+    finally:
+        lw.expr_mode -= 1
+        for nm in mine:
+            lw.env.pop(nm, None)
+        lw.env.update(saved)
+
+
+def custom_tree(lw: Lowerer, op: Operation) -> Any:
+    """For a tree-policy ``reduce`` with a custom contract over a
+    one-dimensional domain: a function of the states' accumulators that
+    builds the :class:`~tilenest.lowering.loopir.TreeFold` of its domain loop
+    (identity and merge of every state, builtin ones too); None otherwise
+    (built-in contracts take the ``reassoc`` route, folds stay in order).
+    The states are merged in their :func:`contract_groups`."""
+    contracts = list(op.attrs["contracts"])
+    if not any(c.startswith("@") for c in contracts) or len(op.attrs["vars"]) != 1:
+        return None
+    plan = contract_groups(lw, op)
+    if plan is None:
+        return None  # no joint merge: the verifier reports it; stay in order
+    dts = [o.type.dtype for o in op.operands]
     ordered = op.attrs["policy"] is ReductionPolicy.ordered_tree or any(
         isinstance(r, CustomReducer) and not r.commutative for _, r in plan)
 
@@ -168,29 +207,12 @@ def custom_tree(lw: Lowerer, op: Operation) -> Any:
         outs: list[Any] = [None] * len(dts)
         with lw.collect() as stmts:
             for idx, r in plan:
-                if isinstance(r, CustomReducer):
-                    for j, e in zip(idx, r.identity, strict=True):
-                        ident[j] = L.Const(_literal(e, dts[j]), dts[j])
-                    # the merge's own names must not shadow the program's
-                    mine = [v.name for v in r.merge.args] + [
-                        x.name for o in r.merge.ops for x in o.results]
-                    saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
-                    lw.expr_mode += 1
-                    try:
-                        hs = lw.lower_block(r.merge, [VarH(a[j]) for j in idx]
-                                            + [VarH(b[j]) for j in idx])
-                        got = [h.at(lw, {}) for h in hs]
-                    finally:
-                        lw.expr_mode -= 1
-                        for nm in mine:
-                            lw.env.pop(nm, None)
-                        lw.env.update(saved)
-                    for j, x in zip(idx, got, strict=True):
-                        outs[j] = x
-                else:
-                    (j,) = idx
-                    ident[j] = L.Const(_literal(r.identity(dts[j]), dts[j]), dts[j])
-                    outs[j] = L.Bin(r.op, L.Ref(a[j]), L.Ref(b[j]), dts[j])
+                for n, j in enumerate(idx):
+                    ident[j] = L.Const(identity_of(r, dts[j], n), dts[j])
+                got = lower_merge(lw, r, [a[j] for j in idx], [b[j] for j in idx],
+                                  [dts[j] for j in idx])
+                for j, x in zip(idx, got, strict=True):
+                    outs[j] = x
         return L.TreeFold(op.oid, tuple(accs), tuple(ident), tuple(a), tuple(b), tuple(stmts),
                           tuple(outs), ordered)
 

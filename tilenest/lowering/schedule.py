@@ -113,6 +113,14 @@ those the program admits:
   bound by it; on the H200 no row kernel got faster with it
   (``benchmarks/cuda.py --set min_blocks=N``), so the benchmark's schedule
   search leaves it out.
+* ``reduce_splits`` -- split-K for a program's reduction: with ``S > 1``,
+  the first ``reduce`` at the top of a top-level ``parallel``'s program body
+  that may be regrouped (a tree policy under ``auto``, every state under a
+  contract; a custom one's laws proved) is folded in ``S`` runs of its
+  domain by ``S`` programs each, and a second phase merges the partial
+  states in run order (``phases.parallel_phases``): a decode attention
+  whose few programs each walk a long key axis then fills the machine. 1
+  (the default): each program folds its own reduce.
 * ``transforms`` -- execution transforms applied before lowering through the
   proofs layer's ``tilenest.transform`` (spec strings like ``"split(1, 0, 2)"``);
   their obligations must be proved, or selected by ``assume`` (see
@@ -178,6 +186,7 @@ class Schedule:
     cache_hints: bool = False
     grid_blocks: int | None = None
     row_registers: int = 0
+    reduce_splits: int = 1
 
     def __post_init__(self) -> None:
         """Refuse a field value outside its range (:data:`VALUE_RULES`): a
@@ -196,7 +205,7 @@ class Schedule:
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages, self.index_bits,
                      self.min_blocks, self.cache_hints, self.grid_blocks,
-                     self.row_registers))
+                     self.row_registers, self.reduce_splits))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores
@@ -336,6 +345,7 @@ VALUE_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "index_bits": (lambda v: v in (32, 64), "the width of index arithmetic, 32 or 64"),
     "min_blocks": (_positive, "blocks per multiprocessor, a positive int"),
     "grid_blocks": (_positive, "the most blocks a parallel phase launches, a positive int"),
+    "reduce_splits": (_positive, "programs that share one program's reduce, a positive int"),
     "row_registers": (lambda v: 0 <= v <= 64, "row elements per thread kept in registers, an "
                                               "int in [0, 64]"),
 }

@@ -29,6 +29,13 @@ identity leaves (threads without elements, the ``e`` each fold starts from),
 so the value is a member of the ``unordered_tree`` set; under ``blocked`` the
 leaves stay in source order, so it is a member of the ``ordered_tree`` set
 too.
+
+A :class:`RunTree` is the tree of a reduction split over programs
+(``lowering/phases.py``): program ``c`` folds the contiguous run ``[c per,
+min((c + 1) per, n))`` from ``e``, the run partials are folded left in run
+order, ``T = merge(..merge(p_0, p_1).., p_last)``, and the result is
+``merge(z, T)`` (the seed alone when ``n = 0``). Its leaves stay in source
+order: a member of both tree policies' sets.
 """
 
 from __future__ import annotations
@@ -92,3 +99,49 @@ class BlockTree:
     @classmethod
     def from_json(cls, d: dict) -> "BlockTree":
         return cls(int(d["threads"]), bool(d["blocked"]), int(d.get("warp", 32)))
+
+
+@dataclass(frozen=True)
+class RunTree:
+    """The tree of a reduction folded in contiguous runs by several programs
+    (module docstring): ``per`` contributions per run, or, with ``splits``,
+    ``max(1, ceil(n / splits))``."""
+
+    splits: int | None = None
+    per: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.splits is None) == (self.per is None) or (self.splits or self.per or 0) < 1:
+            raise ValueError(f"a run tree needs a positive splits or per, got {self}")
+
+    def run(self, n: int) -> int:
+        """Contributions per run over ``n``."""
+        return self.per if self.per is not None else max(1, -(-n // self.splits))  # type: ignore[operator]
+
+    def segments(self, n: int) -> list[list[int]]:
+        """For each run, the positions it folds, in order (none when ``n = 0``)."""
+        c = self.run(n)
+        return [list(range(a, min(a + c, n))) for a in range(0, n, c)]
+
+    def combine(self, parts: list[S], merge: Callable[[S, S], S]) -> S | None:
+        """The left fold of the run partials; None when there are none."""
+        if not parts:
+            return None
+        out = parts[0]
+        for p in parts[1:]:
+            out = merge(out, p)
+        return out
+
+    def describe(self) -> str:
+        how = f"{self.splits} splits" if self.splits is not None else f"runs of {self.per}"
+        return f"run tree: {how}, partials folded left in run order"
+
+    def to_json(self) -> dict:
+        return {"kind": "runs", "splits": self.splits, "per": self.per}
+
+
+def tree_from_json(d: dict) -> "BlockTree | RunTree":
+    """A tree from its :meth:`to_json` form."""
+    if d.get("kind") == "runs":
+        return RunTree(d.get("splits"), d.get("per"))
+    return BlockTree.from_json(d)

@@ -41,7 +41,7 @@ from ...semantics import expr as E
 from ...semantics.ir import TileProgram
 from .. import kernelcache as KC
 from ...lowering.simt_trees import TreePlacement
-from ...semantics.trees import BlockTree
+from ...semantics.trees import tree_from_json
 from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
 
@@ -261,7 +261,7 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     if not isinstance(src.index, str | None):
         obs.append(src.index)
     ck = CudaKernel(program, k, s, src, built, dev, obs, time.perf_counter() - t0)
-    ck.trees = {m.oid: m.tree for m in maps if isinstance(m, TreePlacement)}
+    ck.trees = {**dict(k.trees), **{m.oid: m.tree for m in maps if isinstance(m, TreePlacement)}}
     ck.precondition = gpu.launch_precondition(res)
     ck.index_precondition = _index_precondition(src)
     return ck
@@ -354,7 +354,7 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
                              (o for o in obs if o.kind == "index.width"), None))
         ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
                         0.0, lower=lambda: lower_verified(program, s))
-        ck.trees = {int(oid): BlockTree.from_json(t) for oid, t in meta.get("trees", {}).items()}
+        ck.trees = {int(oid): tree_from_json(t) for oid, t in meta.get("trees", {}).items()}
         pc = meta["precondition"]
         ck.precondition = None if pc is None else _precondition_of(pc)
         ck.index_precondition = _index_of(ix["check"])

@@ -92,6 +92,12 @@ class CompiledKernel(ArgumentBinder):
         return self._kernel
 
     @property
+    def trees(self) -> dict:
+        """Reduce op id -> the fixed tree the lowering committed it to (a
+        custom reduction split over programs); the reference evaluates it."""
+        return dict(self.kernel.trees)
+
+    @property
     def loopir(self) -> str:
         if self._loopir is None:
             self._loopir = L.print_kernel(self.kernel)

@@ -250,7 +250,7 @@ def compile_program(program: TileProgram, schedule: Schedule | None = None,
     if not isinstance(src.index, str | None):
         obs.append(src.index)
     mk = MetalKernel(program, k, s, src, dev, obs, gpu.launch_precondition(res))
-    mk.trees = {m.oid: m.tree for m in maps if isinstance(m, TreePlacement)}
+    mk.trees = {**dict(k.trees), **{m.oid: m.tree for m in maps if isinstance(m, TreePlacement)}}
     mk.index_precondition = _index_precondition(src)
     mk.compile_seconds = time.perf_counter() - t0
     return mk
