@@ -373,7 +373,7 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
     closed-form envelope, so the reference evaluates the same tree, its
     :class:`~tilenest.semantics.trees.RunTree`): the partials folded left,
     then merged into the seed, each group jointly."""
-    from .reductions import contract_groups, lower_merge
+    from .reductions import contract_groups
 
     plan = contract_groups(lw, op)
     assert plan is not None  # splittable
