@@ -39,6 +39,18 @@ of the cuBLAS rate. Schedules (tile sizes) are chosen here (``GEMM_SCHEDULES``);
 ``GEMM_BUDGET_S`` (at least two), and 8192^3 is skipped when the 4096^3 time
 predicts a call over ``GEMM_SKIP_S``; both are said in the output.
 
+Attention (``--only attention``): bf16 causal and non-causal GQA prefill
+(B 4, 16 query and 4 key/value heads, T 2048, D 128: ``flash_attention``)
+and decode (one query per head against 8k and 32k cached keys:
+``split_kv_attention``, its key blocks split over programs by the
+``reduce_splits`` schedule field), cases ``ATTENTION_CASES`` (``--quick``:
+every other one), against torch's ``scaled_dot_product_attention`` under its
+flash backend, under its own backend choice, and ``torch.compile`` of the
+same call. TFLOP/s count ``2 B HQ Q K (D + DV)`` operations, half of them
+under a causal mask with Q = K. Each tilenest variant is first checked
+against SDPA's float32 math backend (relative error norm under
+``ATTENTION_TOL``).
+
 Correctness first: before timing, every tilenest variant runs once on fresh
 random inputs into an output poisoned with NaN; every element must have been
 written (no NaN or inf left: the true outputs are finite) and the relative
@@ -89,7 +101,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 ROW_NAMES = ("softmax", "rmsnorm", "layernorm")
-NAMES = (*ROW_NAMES, "gemm")
+NAMES = (*ROW_NAMES, "gemm", "attention")
 ROWS = COLS = 8192
 #: the inputs of each row workload's torch functions, in their order
 ROW_KEYS = {"softmax": ("x",), "rmsnorm": ("x", "w"), "layernorm": ("x", "g", "b")}
@@ -121,6 +133,31 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"},
                    {"block_threads": 512, "stages": 3}))
+#: attention cases: (label, workload, sizes, kernel constants, GPU overrides
+#: tried, SDPA's is_causal). Prefill is causal GQA at T = 2048 and D = 128
+#: (the flash kernel, 64 x 64 tiles); decode is one query per head against a
+#: long cache, its key blocks split over ``reduce_splits`` programs (the
+#: split-KV kernel). SDPA's causal mask is aligned top-left, tilenest's
+#: bottom-right: they agree for Q = K, and decode (Q = 1, every key seen) runs
+#: SDPA without a mask.
+_ATT = {"dh": 128, "dv": 128}
+ATTENTION_CASES = (
+    ("prefill causal B4 H16/4 T2048", "flash_attention",
+     {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
+     {"bq": 64, "bk": 64, **_ATT, "causal": True}, ({"block_threads": 256},), True),
+    ("prefill B4 H16/4 T2048", "flash_attention",
+     {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
+     {"bq": 64, "bk": 64, **_ATT, "causal": False}, ({"block_threads": 256},), False),
+    ("decode B1 H32/8 KV8k", "split_kv_attention",
+     {"B": 1, "HQ": 32, "HK": 8, "Q": 1, "K": 8192, "D": 128, "DV": 128},
+     {"bq": 16, "bk": 64, **_ATT}, ({"reduce_splits": 8}, {"reduce_splits": 16}), False),
+    ("decode B8 H32/8 KV32k", "split_kv_attention",
+     {"B": 8, "HQ": 32, "HK": 8, "Q": 1, "K": 32768, "D": 128, "DV": 128},
+     {"bq": 16, "bk": 64, **_ATT}, ({"reduce_splits": 4}, {"reduce_splits": 8}), False),
+)
+#: relative error norm allowed for attention against torch's float32 math
+ATTENTION_TOL = 2e-2
+
 #: ``grid_blocks`` of an override (``--set grid_blocks=resident``) meaning "as
 #: many blocks as the device holds at once" (:func:`resident_blocks` of the
 #: kernel compiled without a cap); not searched by default: slower than one
@@ -898,6 +935,133 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
     return recs
 
 
+def _sdpa(run: Run, causal: bool, backend: str | None) -> Callable[..., Any]:
+    """torch's SDPA (GQA through ``enable_gqa``), under one backend."""
+    torch = run.torch
+    F = torch.nn.functional
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH,
+             "efficient": SDPBackend.EFFICIENT_ATTENTION}.get(backend or "", None)
+
+    def call(q: Any, k: Any, v: Any, scale: float) -> Any:
+        if which is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                                  enable_gqa=True)
+        with sdpa_kernel(which):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                                  enable_gqa=True)
+
+    return call
+
+
+def bench_attention(run: Run) -> list[dict[str, Any]]:
+    """Every case of ``ATTENTION_CASES``: each GPU override of the tilenest
+    kernel (checked against torch's float32 math SDPA first), SDPA under its
+    flash backend (or its default choice where flash refuses the case) and
+    ``torch.compile`` of the same SDPA call, in one run."""
+    from tilenest.workloads import WORKLOADS
+
+    torch, cfg = run.torch, run.cfg
+    recs: list[dict[str, Any]] = []
+    cases = ATTENTION_CASES[::2] if cfg.quick else ATTENTION_CASES
+    for label, wname, sz, consts, gpus, causal in cases:
+        print(f"--- attention {label}", flush=True)
+        B, HQ, HK, Q, K, D, DV = (sz[x] for x in ("B", "HQ", "HK", "Q", "K", "D", "DV"))
+        scale = 1.0 / math.sqrt(D)
+        flop = 2 * B * HQ * Q * K * (D + DV) * (0.5 if causal and Q == K else 1.0)
+        rec: dict[str, Any] = {"workload": wname, "case": label, "sizes": sz, "flop": flop,
+                               "causal": causal, "tilenest": [], "baselines": {}}
+        recs.append(rec)
+
+        def inputs() -> tuple[Any, Any, Any]:
+            return (run.randn((B, HQ, Q, D), "bf16"), run.randn((B, HK, K, D), "bf16"),
+                    run.randn((B, HK, K, DV), "bf16"))
+
+        q0, k0, v0 = inputs()
+        ref = _sdpa(run, causal, "math")(q0.float(), k0.float(), v0.float(), scale).double()
+        sets = [inputs() for _ in range(ROTATE)]
+        o = torch.empty((B, HQ, Q, DV), dtype=torch.bfloat16, device="cuda")
+        impls: list[Impl] = []
+        by_label: dict[str, dict[str, Any]] = {}
+        for gpu in gpus:
+            try:
+                ck, v = compile_variant(run, WORKLOADS[wname], "bf16", consts, sz, gpu)
+            except Exception as e:  # noqa: BLE001
+                run.problem(f"attention {label} {gpu}: compile: {type(e).__name__}: {e}")
+                rec["tilenest"].append({"gpu": gpu, "error": f"{type(e).__name__}: {e}"})
+                continue
+            rec["tilenest"].append(v)
+            if ck is None:
+                run.note(f"attention {label} {v['label']} skipped: {v['skipped']}")
+                continue
+            try:
+                o.fill_(float("nan"))
+                sc = run.np.float32(scale)
+                bl = ck.bound(run.view(q0), run.view(k0), run.view(v0), run.view(o), sc)
+                bl.launch()
+                bl.check()
+                v["unwritten"] = _unwritten(torch, o)
+                v["rel_err"] = _rel_err(torch, o, ref) if not v["unwritten"] else None
+                ok = not v["unwritten"] and v["rel_err"] < ATTENTION_TOL
+                print(f"tilenest {v['label']}: compile {v['compile_s']:.2f} s, rel err "
+                      f"{v['rel_err']}, unwritten {v['unwritten']}: "
+                      f"{'ok' if ok else 'WRONG'}", flush=True)
+                if not ok:
+                    run.problem(f"attention {label} {v['label']}: wrong result")
+                    v["error"] = "wrong result"
+                    continue
+                bls = [ck.bound(run.view(a), run.view(b), run.view(c), run.view(o), sc)
+                       for a, b, c in sets]
+                im = Impl(f"tilenest {v['label']}", "cupy", [x.launch for x in bls])
+                impls.append(im)
+                by_label[im.label] = v
+            except Exception as e:  # noqa: BLE001
+                run.problem(f"attention {label} {v['label']}: run: {type(e).__name__}: {e}")
+                v["error"] = f"{type(e).__name__}: {e}"
+        for name, backend, compiled in (("sdpa flash", "flash", False),
+                                        ("sdpa", None, False), ("compile", None, True)):
+            fn = _sdpa(run, causal, backend)
+            b: dict[str, Any] = {}
+            try:
+                if compiled:
+                    t0 = time.perf_counter()
+                    fn = torch.compile(fn)
+                    fn(q0, k0, v0, scale)
+                    torch.cuda.synchronize()
+                    b["compile_s"] = time.perf_counter() - t0
+                b["rel_err"] = _rel_err(torch, fn(q0, k0, v0, scale), ref)
+            except Exception as e:  # noqa: BLE001 - e.g. a backend that refuses the case
+                rec["baselines"][name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+                run.note(f"attention {label} {name}: {rec['baselines'][name]['error'][:120]}")
+                continue
+            rec["baselines"][name] = b
+            im = Impl(name, "torch", [lambda a=a, k_=k_, c=c, fn=fn: fn(a, k_, c, scale)
+                                      for a, k_, c in sets])
+            impls.append(im)
+            by_label[name] = b
+        if impls:
+            for lab, st in time_impls(impls, cfg).items():
+                by_label[lab].update(st)
+                by_label[lab]["flop_per_s"] = flop / st["median_s"]
+        base = [b for k, b in rec["baselines"].items() if k != "compile" and "median_s" in b]
+        best_sdpa = min((b["median_s"] for b in base), default=None)
+        for v in rec["tilenest"]:
+            if "median_s" in v:
+                comp = rec["baselines"].get("compile", {}).get("median_s")
+                v["ratio"] = {"sdpa": best_sdpa / v["median_s"] if best_sdpa else None,
+                              "compile": comp / v["median_s"] if comp else None}
+                print(f"tilenest {v['label']}: {v['median_s'] * 1e3:.3f} ms, "
+                      f"{v['flop_per_s'] / 1e12:.1f} TFLOP/s, best SDPA / tilenest "
+                      f"{v['ratio']['sdpa']}", flush=True)
+        timed = [v for v in rec["tilenest"] if "median_s" in v]
+        if timed:
+            rec["best"] = min(timed, key=lambda v: v["median_s"])["label"]
+        del q0, k0, v0, ref, sets, o
+        torch.cuda.empty_cache()
+    return recs
+
+
 # ------------------------------------------------------------------------------ report
 def _f(x: Any, fmt: str, scale: float = 1.0) -> str:
     """``x * scale`` in ``fmt``; None as a dash of the same width."""
@@ -974,6 +1138,31 @@ def table(out: dict[str, Any]) -> str:
                          f"{_f(v['fraction_of_cublas'], '8.2f', 100)}%{v['samples']:>8}"
                          f"{_f(v['compile_s'], '7.2f')}{_f(v.get('rel_err'), '9.1e')}"
                          + (" (slow: single calls)" if v.get("slow") else ""))
+    if out.get("attention"):
+        L.append("")
+        L.append(f"{'attention bf16':<31}{'impl':<28}{'ms':>9}{'TFLOP/s':>9}{'sdpa/tn':>9}"
+                 f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
+        for r in out["attention"]:
+            w = r["case"]
+            rows = [("*" if v.get("label") == r.get("best") else "") + "tn " + v.get("label", "?")
+                    for v in r["tilenest"]]
+            for lab, v in zip(rows, r["tilenest"], strict=True):
+                if "median_s" not in v:
+                    why = v.get("skipped") or v.get("error") or "not timed"
+                    L.append(f"{w:<31}{lab:<28}  {why[:70]}")
+                    continue
+                rt = v.get("ratio", {})
+                L.append(f"{w:<31}{lab[:27]:<28}{_f(v['median_s'], '9.3f', 1e3)}"
+                         f"{_f(v['flop_per_s'], '9.1f', 1e-12)}{_x(rt.get('sdpa'))}"
+                         f"{_x(rt.get('compile'))}{_f(v.get('spread'), '6.1f', 100)}%"
+                         f"{_f(v.get('rel_err'), '9.1e')}")
+            for k, b in r["baselines"].items():
+                if "median_s" not in b:
+                    L.append(f"{w:<31}{'torch ' + k:<28}  {b.get('error', 'not timed')[:70]}")
+                    continue
+                L.append(f"{w:<31}{'torch ' + k:<28}{_f(b['median_s'], '9.3f', 1e3)}"
+                         f"{_f(b['flop_per_s'], '9.1f', 1e-12)}{'':>18}"
+                         f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('rel_err'), '9.1e')}")
     L.append("")
     L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
              "difference of the two rounds' medians; *: the fastest tilenest schedule")
@@ -1036,7 +1225,7 @@ def main(argv: list[str] | None = None) -> int:
                            "method": {"rotate": ROTATE, "rounds": ROUNDS, "sample_s": SAMPLE_S,
                                       "tol": TOL, "eps": EPS, "slow_s": SLOW_S,
                                       "gemm_skip_s": GEMM_SKIP_S},
-                           "rows": [], "gemm": []}
+                           "rows": [], "gemm": [], "attention": []}
     print(f"{out['env']['device']}, torch {torch.__version__}, cupy {run.cp.__version__}",
           flush=True)
     run.ceil = out["ceilings"] = ceilings(run)
@@ -1054,6 +1243,11 @@ def main(argv: list[str] | None = None) -> int:
             out["gemm"] = bench_gemm(run)
         except Exception as e:  # noqa: BLE001
             run.problem(f"gemm: {type(e).__name__}: {e}")
+    if "attention" in only:
+        try:
+            out["attention"] = bench_attention(run)
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"attention: {type(e).__name__}: {e}")
     out["bf16_path"] = run.bf16_path
     out["notes"], out["problems"] = run.notes, run.problems
     out["wall_s"] = time.perf_counter() - t_start

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import tilenest as tn
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "cuda.py"
 
 
@@ -68,7 +70,7 @@ def test_set_fields_join_the_fixed_overrides_of_every_variant(bench):
     assert all(g.items() >= fixed.items() for g in bench.gpu_search(cfg))
 
 
-@pytest.mark.parametrize("argv", [["--only", "attention"], ["--dtypes", "f16"],
+@pytest.mark.parametrize("argv", [["--only", "conv2d"], ["--dtypes", "f16"],
                                   ["--samples", "0"], ["--bogus"], ["--set", "min_blocks=x"],
                                   ["--set", "warps=4"], ["--set", "min_blocks"]])
 def test_bad_arguments_are_refused(bench, argv):
@@ -78,8 +80,40 @@ def test_bad_arguments_are_refused(bench, argv):
 
 
 def test_every_name_is_a_benchmark(bench):
-    assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm"}
+    assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm", "attention"}
     assert all(n in bench.ROW_KEYS for n in bench.ROW_NAMES)
+
+
+def test_attention_cases_name_workloads_and_their_constants(bench):
+    """Every attention case names a library workload, gives every size the
+    workload's arguments need, kernel constants its kernel takes, and GPU
+    overrides that are Schedule fields."""
+    from tilenest.lowering.schedule import check_overrides
+    from tilenest.workloads import WORKLOADS
+
+    assert bench.ATTENTION_CASES
+    for label, wname, sizes, consts, gpus, causal in bench.ATTENTION_CASES:
+        wl = WORKLOADS[wname]
+        assert set(sizes) == set(wl.sizes["small"]), label
+        wl.kernel(tn.bf16, consts)  # a constant the kernel does not take raises
+        for g in gpus:
+            check_overrides(dict(g))
+        assert causal == consts.get("causal", False) or sizes["Q"] == 1, label
+
+
+def test_attention_table_reports_each_implementation(bench):
+    rec = {"case": "decode B1", "best": "x", "baselines": {
+        "sdpa flash": {"median_s": 2e-5, "flop_per_s": 1e12, "spread": 0.01, "rel_err": 1e-3},
+        "compile": {"error": "RuntimeError: no"}},
+        "tilenest": [{"label": "x", "median_s": 1e-5, "flop_per_s": 2e12, "spread": 0.02,
+                      "rel_err": 2e-3, "ratio": {"sdpa": 2.0, "compile": None}},
+                     {"label": "y", "skipped": "needs 300000 B"}]}
+    out = {"ceilings": {"copy": {}, "cublas": {}, "copy_ceiling_bytes_per_s": 1e12},
+           "env": {}, "seed": 1, "rows": [], "gemm": [], "attention": [rec], "notes": [],
+           "problems": [], "wall_s": 1.0}
+    text = bench.table(out)
+    assert "*tn x" in text and "2.00x" in text and "needs 300000 B" in text
+    assert "torch sdpa flash" in text and "RuntimeError: no" in text
 
 
 LAUNCH = SCRIPT.parent / "cuda_launch.py"

@@ -297,6 +297,12 @@ class Interpreter:
                 raise e.with_site(op.loc) from None
             except FloatingPointError as e:  # pragma: no cover - numpy errstate
                 raise RuntimeSemanticError(str(e), op.loc) from None
+            except ZeroDivisionError as e:  # an index expression over sizes of this call
+                raise RuntimeSemanticError(
+                    f"an index expression divides by zero in this call ({e})", op.loc,
+                    "a size the kernel divides by is 0 here; state what the kernel needs "
+                    "with tn.assume (e.g. tn.assume(H >= 1)), so such a call is refused up "
+                    "front") from None
         return []
 
     def _result_extents(self, op: Operation) -> None:

@@ -56,6 +56,8 @@ def attention_kernel(dt):  # type: ignore[no-untyped-def]
         nb, hq, nq, dh = q.shape
         hk, nk = k.shape[1], k.shape[2]
         dv = v.shape[3]
+        tn.assume(hk >= 1)
+        tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
         b, h, qd, d = q.dims()
         kd = k.dim(2)
         e = v.dim(3)
@@ -116,6 +118,8 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
         ndv = v.shape[3]
         tn.assume(ndh <= dh)
         tn.assume(ndv <= dv)
+        tn.assume(hk >= 1)
+        tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
         b, h, qd, d = q.dims()
         kd = k.dim(2)
         e = v.dim(3)
@@ -151,6 +155,82 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
             o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dv)).store(tn.cast(acc / den, dt))
 
     return flash_attention
+
+
+def softmax_merge(ma, la, aa, mb, lb, ab):  # type: ignore[no-untyped-def]
+    """Merge two online-softmax states ``(m, l, acc)``: the running maximum,
+    the sum of ``exp(s - m)`` and the ``exp(s - m)``-weighted sum of values.
+    Each side is rescaled to the joint maximum; a side whose maximum is
+    ``-inf`` (an empty state, the identity) weighs 0, so that merging two
+    empty states stays empty instead of ``exp(-inf - -inf)`` = NaN. The
+    merge is associative and commutative with identity ``(-inf, 0, 0)``
+    over the reals (``tilenest check`` proves it)."""
+    m = tn.maximum(ma, mb)
+    wa = tn.ite(ma > -np.inf, tn.exp(ma - m), 0.0)
+    wb = tn.ite(mb > -np.inf, tn.exp(mb - m), 0.0)
+    return m, la * wa + lb * wb, aa * wa + ab * wb
+
+
+@functools.cache
+def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
+    """Attention for decode: each program's key blocks form a ``reduce``
+    under the online-softmax contract (:func:`softmax_merge`), so a schedule
+    may split the key axis over programs (``reduce_splits``) and merge the
+    partial states as a tree, which the contract's proved laws justify. Each
+    key block contributes its own state: its scores' maximum, the sum of
+    their exponentials and the exponential-weighted values (``P`` rounded to
+    ``dt`` for ``P V``, as in :func:`flash_kernel`). The block states carry
+    ``m`` and ``l`` per output element (broadcast over ``DV``), as the merge
+    is elementwise."""
+    @tn.kernel
+    def split_kv_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
+                           v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
+                           scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16):
+        nb, hq, nq, ndh = q.shape
+        hk, nk = k.shape[1], k.shape[2]
+        ndv = v.shape[3]
+        tn.assume(ndh <= dh)
+        tn.assume(ndv <= dv)
+        tn.assume(hk >= 1)
+        tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
+        b, h, qd, d = q.dims()
+        kd = k.dim(2)
+        e = v.dim(3)
+        k = k.with_dims(b, h, kd, d)
+        v = v.with_dims(b, h, kd, e)
+        o = o.with_dims(b, h, qd, e)
+        group = hq // hk
+        osm = tn.reducer("online_softmax", identity=(-np.inf, 0.0, 0.0), merge=softmax_merge,
+                         dtype=(f32, f32, f32))
+        for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
+            z, hh, qb = p.index(0), p.index(1), p.index(2)
+            kvh = hh // group
+            qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
+            out = tn.shape(1, 1, bq, dv)
+            m = tn.full(f32, out, -np.inf, dims=(b, h, qd, e))
+            den = tn.zeros(f32, out, dims=(b, h, qd, e))
+            acc = tn.zeros(f32, out, dims=(b, h, qd, e))
+            for kb in p.reduce(tn.shape(tn.cdiv(nk, bk)), contract=osm,
+                               policy=tn.unordered_tree):
+                at = tn.coord(z, kvh, kb.index() * bk, 0)
+                kt = k[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
+                vt = v[at, tn.shape(1, 1, bk, dv), tn.bounds.zero]
+                s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
+                           allow_reassociation=True) * scale
+                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
+                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
+                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
+                s = tn.ite((kpos <= qpos) & (kpos < nk), s, -np.inf)
+                mc = tn.reduce(s, kd, tn.maximum)
+                pr = tn.exp(s - tn.ite(mc > -np.inf, mc, 0.0))  # a row with no key: all 0
+                lc = tn.reduce(pr, kd, tn.add)
+                ac = tn.mma(tn.cast(pr, dt), vt, tn.zeros(f32, out, dims=(b, h, qd, e)),
+                            allow_reassociation=True)
+                m, den, acc = softmax_merge(m, den, acc, tn.broadcast(mc, acc),
+                                            tn.broadcast(lc, acc), ac)
+            o(tn.coord(z, hh, qb * bq, 0), out).store(tn.cast(acc / den, dt))
+
+    return split_kv_attention
 
 
 def _head_tiles(s):  # type: ignore[no-untyped-def]
@@ -230,4 +310,11 @@ WORKLOADS = [
                     decode=(2, 4, 1, 1, 41, 16, 16), medium=(1, 4, 2, 40, 70, 29, 29),
                     large=(2, 16, 4, 512, 512, 128, 128)),
              ({"bq": 16, "bk": 16}, {"bq": 32, "bk": 16}), size_consts=_head_tiles),
+    Workload("split_kv_attention", "attention",
+             "decode attention whose key blocks reduce under the online-softmax contract",
+             split_kv_kernel, _args, functools.partial(_formula, fast=True),
+             _sizes(small=(1, 4, 2, 1, 9, 4, 4), decode=(2, 4, 1, 1, 41, 16, 16),
+                    gqa=(2, 4, 2, 3, 37, 8, 8), medium=(1, 8, 2, 1, 300, 29, 29),
+                    large=(2, 16, 4, 1, 4096, 128, 128)),
+             ({"bq": 16, "bk": 16}, {"bq": 16, "bk": 32}), size_consts=_head_tiles),
 ]

@@ -1,0 +1,168 @@
+"""A program's tree reduce split over programs (``Schedule.reduce_splits``,
+``lowering/phases.parallel_phases``): the phases it makes, the
+:class:`~tilenest.semantics.trees.RunTree` a custom contract commits to, and
+validation against the reference on llvm, the emulated CUDA device and the
+H200 (split-KV decode attention)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reducer_law_kernels as K
+import tilenest as tn
+from tilenest import f32
+from tilenest.backends import cuda
+from tilenest.errors import RuntimeSemanticError
+from tilenest.lowering import default_schedule, lower
+from tilenest.semantics.trees import RunTree, tree_from_json
+from tilenest.validation.validate import validate
+from tilenest.workloads import WORKLOADS
+
+
+def _rows(seed=0, shape=(3, 1000)):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(shape) * 5).astype(np.float32)
+    x[1, 17] = -np.inf  # a masked score
+    return x, rng.standard_normal(shape).astype(np.float32)
+
+
+def test_run_tree_segments_and_json():
+    t = RunTree(splits=3)
+    assert t.segments(10) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert t.segments(2) == [[0], [1]] and t.segments(0) == []
+    assert RunTree(per=4).segments(9) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert t.combine([], lambda a, b: a + b) is None
+    assert t.combine(["a", "b", "c"], lambda a, b: f"({a}{b})") == "((ab)c)"
+    assert tree_from_json(t.to_json()) == t
+    with pytest.raises(ValueError):
+        RunTree(splits=0)
+
+
+def test_a_split_makes_a_partials_and_a_combine_phase():
+    p = K.softmax_average.program
+    one = lower(p, default_schedule(p, "llvm"))
+    assert len(one.phases) == 1 and one.trees == ()
+    two = lower(p, default_schedule(p, "llvm", reduce_splits=4))
+    assert len(two.phases) == 2
+    assert len(two.phases[0].extents) == 2 and len(two.phases[1].extents) == 1
+    ((oid, tree),) = two.trees
+    assert tree == RunTree(splits=4)
+    assert any(o.oid == oid and o.name == "reduce" for o in p.walk())
+    ck = cuda.compile_program(p, default_schedule(p, "cuda", reduce_splits=3),
+                              device="emulated")
+    assert len(ck.launches({"R": 3, "N": 1000}, check=False)) == 2
+
+
+@pytest.mark.parametrize("target,splits", [("llvm", 4), ("cuda", 3)])
+def test_a_split_custom_reduction_validates_and_its_oracle_is_bounded(target, splits):
+    ck = K.softmax_average.compile(target=target, reduce_splits=splits)
+    x, v = _rows()
+    out = np.zeros(3, np.float32)
+    ck(x, v, out)
+    w = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, (w * v).sum(axis=1) / w.sum(axis=1), rtol=1e-5)
+    adm = tn.reference(K.softmax_average, x, v, np.zeros(3, np.float32), trees=ck.trees)
+    assert adm.admits(out)
+    assert not adm.unbounded_mask.any()
+    assert not adm.admits(out * np.float32(1.001))  # the same tree's value, not any value
+    rep = validate(K.softmax_average, target=target, cases=5, compiled=ck)
+    assert [r.status for r in rep.results] == ["ok"] * 5
+
+
+def test_a_fixed_block_tree_with_inexact_contributions_is_bounded():
+    # the CUDA block tree of the custom merge (no split): exp makes each
+    # contribution inexact; the reference evaluates the same tree with its
+    # operations' envelopes instead of admitting every value
+    ck = K.softmax_average.compile(target="cuda")
+    assert ck.trees
+    x, v = _rows(1)
+    out = np.zeros(3, np.float32)
+    ck(x, v, out)
+    adm = tn.reference(K.softmax_average, x, v, np.zeros(3, np.float32), trees=ck.trees)
+    assert adm.admits(out) and not adm.unbounded_mask.any()
+    assert not adm.admits(out * np.float32(1.001))
+
+
+@tn.kernel
+def row_sums(x: tn.Tensor[f32, "R N"], out: tn.Tensor[f32, "R"]):
+    rows, n = x.shape
+    out = out.with_dims(x.dim(0))
+    for p in tn.parallel(tn.shape(rows)):
+        xr = x[tn.coord(p.index(), 0), tn.shape(1, n)]
+        s = tn.zeros(f32, tn.shape(1), dims=(x.dim(0),))
+        for r in p.reduce(xr.domain(xr.dim(1))):
+            s = s + xr.at(r)
+        out(tn.coord(p.index()), tn.shape(1)).store(s)
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_a_split_builtin_reduction_keeps_its_closed_envelope(target):
+    ck = row_sums.compile(target=target, reduce_splits=5)
+    assert ck.trees == {}  # float add: the oracle bounds every grouping
+    assert len(ck.kernel.phases if target == "llvm" else ck.launches(
+        {"R": 4, "N": 9}, check=False)) == 2
+    x = np.random.default_rng(2).standard_normal((4, 1003)).astype(np.float32)
+    out = np.zeros(4, np.float32)
+    ck(x, out)
+    assert tn.reference(row_sums, x, np.zeros(4, np.float32)).admits(out)
+    rep = validate(row_sums, target=target, cases=5, compiled=ck)
+    assert [r.status for r in rep.results] == ["ok"] * 5
+
+
+def _split_kv(dh=16):
+    return WORKLOADS["split_kv_attention"].kernel(tn.bf16, {"bq": 16, "bk": 16, "dh": dh,
+                                                            "dv": dh})
+
+
+@pytest.mark.parametrize("target,splits", [("llvm", 2), ("cuda", 3)])
+def test_split_kv_attention_validates(target, splits):
+    kern = _split_kv()
+    ck = kern.compile(target=target, reduce_splits=splits)
+    laws = [o for o in ck.obligations if o.kind.startswith("reduction.law.")]
+    assert laws and all(o.status == "proved" for o in laws)
+    assert list(ck.trees.values()) == [RunTree(splits=splits)]
+    rep = validate(kern, target=target, cases=4, compiled=ck)
+    assert [r.status for r in rep.results] == ["ok"] * 4
+
+
+def test_a_division_by_a_zero_size_is_a_runtime_error_naming_the_site():
+    @tn.kernel
+    def grouped(x: tn.Tensor[f32, "H N"], heads: tn.Tensor[f32, "G"],
+                out: tn.Tensor[f32, "H N"]):
+        h, n = x.shape
+        g = heads.shape[0]
+        out = out.with_dims(*x.dims())
+        for p in tn.parallel(tn.shape(h)):
+            src = p.index() // (h // g) * (h // g)
+            out(tn.coord(p.index(), 0), tn.shape(1, n)).store(
+                x[tn.coord(src, 0), tn.shape(1, n)])
+
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(RuntimeSemanticError) as e:
+        tn.interpret(grouped, x, np.zeros(0, np.float32), np.zeros((4, 3), np.float32))
+    assert "divides by zero" in str(e.value) and "tn.assume" in e.value.hint
+    assert e.value.sites and e.value.sites[0].line
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("D,Q,K,splits", [(64, 1, 1000, 5), (128, 1, 4099, 9),
+                                          (128, 3, 515, 4), (64, 1, 77, 1)])
+def test_split_kv_attention_validates_on_gpu(D, Q, K, splits):
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = WORKLOADS["split_kv_attention"].kernel(tn.bf16, {"bq": 16, "bk": 64, "dh": D,
+                                                            "dv": D})
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                             reduce_splits=splits),
+                              device="gpu")
+    rng = np.random.default_rng(K)
+    q = rng.standard_normal((2, 8, Q, D - 3)).astype(tn.bf16.np)
+    k = rng.standard_normal((2, 2, K, D - 3)).astype(tn.bf16.np)
+    v = rng.standard_normal((2, 2, K, D - 3)).astype(tn.bf16.np)
+    o0 = np.zeros((2, 8, Q, D - 3), tn.bf16.np)
+    sc = np.float32(1 / np.sqrt(D - 3))
+    o = o0.copy()
+    ck(q, k, v, o, sc)
+    verdict = tn.reference(kern, q, k, v, o0.copy(), sc, trees=ck.trees).admits(o)
+    assert verdict.ok, str(verdict)
