@@ -39,6 +39,12 @@ of the cuBLAS rate. Schedules (tile sizes) are chosen here (``GEMM_SCHEDULES``);
 ``GEMM_BUDGET_S`` (at least two), and 8192^3 is skipped when the 4096^3 time
 predicts a call over ``GEMM_SKIP_S``; both are said in the output.
 
+Fused epilogues (``--only epilogues``): ``gemm_relu`` (``max(0.125 (A B) +
+0.25, 0)``) and ``gemm_gelu`` (tanh GELU of the same affine map) in bf16 at
+4096^3, one tilenest kernel each (the first GEMM schedule), against eager
+torch (cuBLAS and then the elementwise ops) and ``torch.compile`` of the same
+expression.
+
 Attention (``--only attention``): bf16 causal and non-causal GQA prefill
 (B 4, 16 query and 4 key/value heads, T 2048, D 128: ``flash_attention``)
 and decode (one query per head against 8k and 32k cached keys:
@@ -101,7 +107,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 ROW_NAMES = ("softmax", "rmsnorm", "layernorm")
-NAMES = (*ROW_NAMES, "gemm", "attention")
+NAMES = (*ROW_NAMES, "gemm", "epilogues", "attention")
 ROWS = COLS = 8192
 #: the inputs of each row workload's torch functions, in their order
 ROW_KEYS = {"softmax": ("x",), "rmsnorm": ("x", "w"), "layernorm": ("x", "g", "b")}
@@ -133,6 +139,10 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"},
                    {"block_threads": 512, "stages": 3}))
+#: fused GEMM epilogues at 4096^3: (workload, torch's unfused form of it)
+EPILOGUES = (("gemm_relu", "relu"), ("gemm_gelu", "gelu"))
+EPILOGUE_N = 4096
+
 #: attention cases: (label, workload, sizes, kernel constants, GPU overrides
 #: tried, SDPA's is_causal). Prefill is causal GQA at T = 2048 and D = 128
 #: (the flash kernel, 64 x 64 tiles); decode is one query per head against a
@@ -935,6 +945,94 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
     return recs
 
 
+def bench_epilogues(run: Run) -> list[dict[str, Any]]:
+    """``gemm_relu`` and ``gemm_gelu`` at ``EPILOGUE_N``^3 in bf16 as one
+    kernel each (the first schedule of ``GEMM_SCHEDULES``), against eager
+    torch (cuBLAS, then the elementwise ops as separate kernels) and
+    ``torch.compile`` of the same expression, checked first against the
+    float64 formula."""
+    from tilenest.workloads import WORKLOADS
+
+    torch, cfg = run.torch, run.cfg
+    F = torch.nn.functional
+    n = EPILOGUE_N
+    sched, gpu = GEMM_SCHEDULES[0]
+    recs: list[dict[str, Any]] = []
+    for wname, which in EPILOGUES:
+        print(f"--- {wname} bf16 {n}^3", flush=True)
+        rec: dict[str, Any] = {"workload": wname, "n": n, "flop": 2 * n**3, "tilenest": [],
+                               "baselines": {}}
+        recs.append(rec)
+
+        def torch_fn(a: Any, b: Any, which: str = which) -> Any:
+            y = torch.matmul(a, b) * 0.125 + 0.25
+            return torch.relu(y) if which == "relu" else F.gelu(y, approximate="tanh")
+
+        A0, B0 = run.randn((n, n), "bf16"), run.randn((n, n), "bf16")
+        y64 = (A0.double() @ B0.double()) * 0.125 + 0.25
+        ref = torch.relu(y64) if which == "relu" else F.gelu(y64, approximate="tanh")
+        sets = [(run.randn((n, n), "bf16"), run.randn((n, n), "bf16")) for _ in range(ROTATE)]
+        c = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
+        impls: list[Impl] = []
+        by_label: dict[str, dict[str, Any]] = {}
+        try:
+            ck, v = compile_variant(run, WORKLOADS[wname], "bf16", sched,
+                                    {"M": n, "K": n, "N": n}, gpu)
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"{wname}: compile: {type(e).__name__}: {e}")
+            continue
+        rec["tilenest"].append(v)
+        if ck is not None:
+            c.fill_(float("nan"))
+            bl = ck.bound(run.view(A0), run.view(B0), run.view(c))
+            bl.launch()
+            bl.check()
+            v["unwritten"] = _unwritten(torch, c)
+            v["rel_err"] = _rel_err(torch, c, ref) if not v["unwritten"] else None
+            if v["unwritten"] or v["rel_err"] >= TOL["bf16"]:
+                run.problem(f"{wname}: wrong result (rel err {v['rel_err']}, "
+                            f"{v['unwritten']} not written)")
+                v["error"] = "wrong result"
+            else:
+                bls = [ck.bound(run.view(a), run.view(b), run.view(c)) for a, b in sets]
+                im = Impl(f"tilenest {v['label']}", "cupy", [x.launch for x in bls])
+                impls.append(im)
+                by_label[im.label] = v
+        for name, compiled in (("eager", False), ("compile", True)):
+            fn = torch_fn
+            b: dict[str, Any] = {}
+            try:
+                if compiled:
+                    t0 = time.perf_counter()
+                    fn = torch.compile(torch_fn)
+                    fn(A0, B0)
+                    torch.cuda.synchronize()
+                    b["compile_s"] = time.perf_counter() - t0
+                b["rel_err"] = _rel_err(torch, fn(A0, B0), ref)
+            except Exception as e:  # noqa: BLE001
+                rec["baselines"][name] = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+                run.note(f"{wname} {name}: {rec['baselines'][name]['error'][:120]}")
+                continue
+            rec["baselines"][name] = b
+            impls.append(Impl(name, "torch", [lambda a=a, b_=b_, fn=fn: fn(a, b_)
+                                              for a, b_ in sets]))
+            by_label[name] = b
+        if impls:
+            for lab, st in time_impls(impls, cfg).items():
+                by_label[lab].update(st)
+                by_label[lab]["flop_per_s"] = rec["flop"] / st["median_s"]
+        for v in rec["tilenest"]:
+            if "median_s" in v:
+                v["ratio"] = {k: rec["baselines"][k]["median_s"] / v["median_s"]
+                              for k in ("eager", "compile") if "median_s" in
+                              rec["baselines"].get(k, {})}
+                print(f"tilenest {v['label']}: {v['median_s'] * 1e3:.2f} ms, ratios "
+                      f"{v['ratio']}", flush=True)
+        del A0, B0, y64, ref, sets, c
+        torch.cuda.empty_cache()
+    return recs
+
+
 def _sdpa(run: Run, causal: bool, backend: str | None) -> Callable[..., Any]:
     """torch's SDPA (GQA through ``enable_gqa``), under one backend."""
     torch = run.torch
@@ -1138,6 +1236,30 @@ def table(out: dict[str, Any]) -> str:
                          f"{_f(v['fraction_of_cublas'], '8.2f', 100)}%{v['samples']:>8}"
                          f"{_f(v['compile_s'], '7.2f')}{_f(v.get('rel_err'), '9.1e')}"
                          + (" (slow: single calls)" if v.get("slow") else ""))
+    if out.get("epilogues"):
+        L.append("")
+        L.append(f"{'epilogue bf16':<17}{'impl':<26}{'ms':>9}{'TFLOP/s':>9}{'eager/tn':>9}"
+                 f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
+        for r in out["epilogues"]:
+            w = f"{r['workload']} {r['n']}"
+            for v in r["tilenest"]:
+                lab = "tn " + v.get("label", "?")
+                if "median_s" not in v:
+                    L.append(f"{w:<17}{lab[:25]:<26}  "
+                             f"{(v.get('skipped') or v.get('error') or 'not timed')[:70]}")
+                    continue
+                rt = v.get("ratio", {})
+                L.append(f"{w:<17}{lab[:25]:<26}{_f(v['median_s'], '9.3f', 1e3)}"
+                         f"{_f(v['flop_per_s'], '9.1f', 1e-12)}{_x(rt.get('eager'))}"
+                         f"{_x(rt.get('compile'))}{_f(v.get('spread'), '6.1f', 100)}%"
+                         f"{_f(v.get('rel_err'), '9.1e')}")
+            for k, b in r["baselines"].items():
+                if "median_s" not in b:
+                    L.append(f"{w:<17}{'torch ' + k:<26}  {b.get('error', 'not timed')[:70]}")
+                    continue
+                L.append(f"{w:<17}{'torch ' + k:<26}{_f(b['median_s'], '9.3f', 1e3)}"
+                         f"{_f(b['flop_per_s'], '9.1f', 1e-12)}{'':>18}"
+                         f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('rel_err'), '9.1e')}")
     if out.get("attention"):
         L.append("")
         L.append(f"{'attention bf16':<31}{'impl':<28}{'ms':>9}{'TFLOP/s':>9}{'sdpa/tn':>9}"
@@ -1225,7 +1347,7 @@ def main(argv: list[str] | None = None) -> int:
                            "method": {"rotate": ROTATE, "rounds": ROUNDS, "sample_s": SAMPLE_S,
                                       "tol": TOL, "eps": EPS, "slow_s": SLOW_S,
                                       "gemm_skip_s": GEMM_SKIP_S},
-                           "rows": [], "gemm": [], "attention": []}
+                           "rows": [], "gemm": [], "epilogues": [], "attention": []}
     print(f"{out['env']['device']}, torch {torch.__version__}, cupy {run.cp.__version__}",
           flush=True)
     run.ceil = out["ceilings"] = ceilings(run)
@@ -1243,6 +1365,11 @@ def main(argv: list[str] | None = None) -> int:
             out["gemm"] = bench_gemm(run)
         except Exception as e:  # noqa: BLE001
             run.problem(f"gemm: {type(e).__name__}: {e}")
+    if "epilogues" in only:
+        try:
+            out["epilogues"] = bench_epilogues(run)
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"epilogues: {type(e).__name__}: {e}")
     if "attention" in only:
         try:
             out["attention"] = bench_attention(run)

@@ -80,7 +80,12 @@ def test_bad_arguments_are_refused(bench, argv):
 
 
 def test_every_name_is_a_benchmark(bench):
-    assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm", "attention"}
+    assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm", "epilogues",
+                                "attention"}
+    from tilenest.workloads import WORKLOADS
+
+    for wname, which in bench.EPILOGUES:
+        assert WORKLOADS[wname].fixed.get("epilogue") == which
     assert all(n in bench.ROW_KEYS for n in bench.ROW_NAMES)
 
 
