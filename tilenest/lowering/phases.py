@@ -110,6 +110,9 @@ def splittable(lw: Lowerer, op: Operation) -> bool:
         return False
     if not all(isinstance(o.type, TileType) and _fixed(o.type) for o in op.operands):
         return False
+    for idx, _ in plan:
+        if len({op.operands[j].type.space for j in idx}) != 1:
+            return False  # a group merged element by element has one space
     builtin = [j for idx, r in plan if r.__class__ is not CustomReducer for j in idx]
     if len(merge_ops(op)) != len(builtin):
         return False
