@@ -327,17 +327,37 @@ def _partials(lw: Lowerer, root: list[Operation], grp: _Group,
         mark = lw.facts.push([c.ge(0), c.lt(count)])
         for j in grp.need:
             lw.lower_op(root[j])
-        _fold_run(lw, op, c, per, count, bufs, E.Const(0), RunTree(per=per))
+        _fold_run(lw, op, c, per, count, bufs, _side_by_side(count), RunTree(per=per))
         lw.facts.pop(mark)
     return L.Phase(f"{lw.prog.name}_{k}", (count,), pid, tuple(body), True)
 
 
+#: where element ``lin(q)`` of run ``c`` of a state of ``|s|`` elements lies in
+#: its scratch buffer: ``place(|s|, lin(q), c)``
+Place = Any
+
+
+def _side_by_side(count: E.Expr) -> Place:
+    """A root split's layout: one element's partials side by side
+    (``lin(q) * count + c``), so the combine's run loop reads consecutive
+    values (a vector loop on a CPU)."""
+    return lambda size, q, c: E.mul(q, count) + c
+
+
+def _per_run(base: E.Expr, count: E.Expr) -> Place:
+    """A program split's layout: program ``base``'s run ``c`` holds each state
+    whole (``(base * count + c) * |s| + lin(q)``), so the threads of a run's
+    program write consecutive elements, and those of the combine read them."""
+    return lambda size, q, c: E.mul(E.mul(base, count) + c, size) + q
+
+
 def _fold_run(lw: Lowerer, op: Operation, c: E.Expr, per: Any, count: E.Expr,
-              bufs: list[L.Buffer], base: E.Expr, tree: RunTree) -> None:
+              bufs: list[L.Buffer], place: Place, tree: RunTree, kind: str = "serial"
+              ) -> None:
     """Fold run ``c`` (``per`` domain points) of reduce ``op`` from its
     contracts' identities and write element ``q`` of each state to
-    ``part[(base * |state| + lin(q)) * count + c]``; with a custom contract
-    the reduce is committed to ``tree`` (the same runs)."""
+    ``part[place(|state|, lin(q), c)]`` in a nest of ``kind``; with a custom
+    contract the reduce is committed to ``tree`` (the same runs)."""
     from .reductions import contract_groups, identity_of
 
     plan = contract_groups(lw, op)
@@ -360,16 +380,17 @@ def _fold_run(lw: Lowerer, op: Operation, c: E.Expr, per: Any, count: E.Expr,
 
         def put(q: Any, h: Any = h, b: L.Buffer = b, ext: Any = ext, dims: Any = r.type.dims
                 ) -> None:
-            at = E.mul(E.mul(base, _size(ext)) + linear(ext, [q[d] for d in dims]), count) + c
+            at = place(_size(ext), linear(ext, [q[d] for d in dims]), c)
             lw.emit(L.Store(b, L.IExpr(at), h.at(lw, q)))
 
-        lw.nest(r.type.dims, ext, put, kind="serial")
+        lw.nest(r.type.dims, ext, put, kind=kind)
 
 
 def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
-             base: E.Expr = E.Const(0)) -> None:
-    """Per state element ``q``, the partials ``part[(base * |s| + lin(q)) * P
-    + c]`` merged into the seed. With builtin contracts only: ``s[q] =
+             place: Place | None = None, kind: str = "serial") -> None:
+    """Per state element ``q`` (a nest of ``kind``), the partials
+    ``part[place(|s|, lin(q), c)]`` (default :func:`_side_by_side`) merged
+    into the seed. With builtin contracts only: ``s[q] =
     merge(s[q], part[..c])`` for ``c`` in chunk order from the seed, the merge
     carrying ``reassoc`` for floats (the partials regroup the fold anyway,
     and the policy permits it). With a custom contract (whose merge has no
@@ -381,6 +402,7 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
     plan = contract_groups(lw, op)
     assert plan is not None  # splittable
     custom = has_custom(plan)
+    place = place or _side_by_side(count)
     for idx, r in plan:
         t: TileType = op.results[idx[0]].type
         ext = lw.extents(t)
@@ -397,14 +419,13 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
             for a, sd in zip(accs, seeds, strict=True):
                 lw.emit(L.Assign(a, sd.at(lw, q)))
             c = lw.fresh("c", L.INDEX)
-            at = E.mul(E.mul(base, _size(ext)) + linear(ext, [q[d] for d in dims]),
-                       count) + E.Var(c.name)
+            lin = linear(ext, [q[d] for d in dims])
+            at = place(_size(ext), lin, E.Var(c.name))
             if custom:  # T = merge(..merge(p_0, p_1).., p_last); s = merge(seed, T)
                 tot = [lw.fresh("runs", dt) for dt in dts]
                 with lw.collect() as first:
                     for tv, buf in zip(tot, parts, strict=True):
-                        at0 = E.mul(E.mul(base, _size(ext)) + linear(ext, [q[d] for d in dims]),
-                                    count)
+                        at0 = place(_size(ext), lin, E.Const(0))
                         lw.emit(L.Assign(tv, L.Load(buf, L.IExpr(at0))))
                 with lw.collect() as step:
                     bs = [lw.fresh("part", dt) for dt in dts]
@@ -427,7 +448,7 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
                 else:
                     lw.emit(L.Store(out.buf, L.IExpr(out.offset(q)), L.Ref(a)))
 
-        lw.nest(t.dims, ext, element, kind="serial")
+        lw.nest(t.dims, ext, element, kind=kind)
         for j, out in zip(idx, outs, strict=True):
             lw.env[op.results[j].name] = out
             lw.def_depth[op.results[j].name] = lw.depth
@@ -555,7 +576,7 @@ def parallel_phases(lw: Lowerer, par: Operation, prefix: list[Operation], k: int
 
     def combine(lw_: Lowerer, op: Operation) -> None:
         base = linear(exts, [lw.ivars[v] for v in par.attrs["vars"]])
-        _combine(lw, op, bufs, count, base)
+        _combine(lw, op, bufs, count, _per_run(base, count), kind="vector")
 
     lw.instead[red.oid] = combine
     try:
@@ -595,8 +616,8 @@ def _split_partials(lw: Lowerer, par: Operation, red: Operation, prefix: list[Op
             for o in need:
                 lw.lower_op(o)
             base = linear(exts, [lw.ivars[v] for v in par.attrs["vars"]])
-            _fold_run(lw, red, c, per, count, bufs, base,
-                      RunTree(splits=lw.sched.reduce_splits))
+            _fold_run(lw, red, c, per, count, bufs, _per_run(base, count),
+                      RunTree(splits=lw.sched.reduce_splits), kind="vector")
         lw.facts.pop(mark)
         if pred != E.TRUE and inner:
             lw.emit(L.If(L.IPred(pred), tuple(inner)))
