@@ -13,7 +13,7 @@ import reducer_law_kernels as K
 import tilenest as tn
 from tilenest import f32
 from tilenest.backends import cuda
-from tilenest.errors import RuntimeSemanticError
+from tilenest.errors import RuntimeSemanticError, VerifyError
 from tilenest.lowering import default_schedule, lower
 from tilenest.semantics.trees import RunTree, tree_from_json
 from tilenest.validation.validate import validate
@@ -166,3 +166,65 @@ def test_split_kv_attention_validates_on_gpu(D, Q, K, splits):
     ck(q, k, v, o, sc)
     verdict = tn.reference(kern, q, k, v, o0.copy(), sc, trees=ck.trees).admits(o)
     assert verdict.ok, str(verdict)
+
+
+def _row_softmax_average(merge, update=None):
+    """Per row block, sum_j softmax(x)_j v_j for 4 rows at once: the running
+    max and sum per row (dims (r,)) and the weighted values per row and
+    column (dims (r, e)), one reducer group of differently shaped states."""
+
+    @tn.kernel
+    def avg(x: tn.Tensor[f32, "R N"], v: tn.Tensor[f32, "N E"], out: tn.Tensor[f32, "R E"]):
+        rows, n = x.shape
+        e = v.shape[1]
+        r_, k_ = x.dims()
+        v = v.with_dims(k_, v.dim(1))
+        out = out.with_dims(r_, v.dim(1))
+        osm = tn.reducer("osm_rows", identity=(-np.inf, 0.0, 0.0), merge=merge,
+                         dtype=(f32, f32, f32))
+        for p in tn.parallel(tn.shape(tn.cdiv(rows, 4))):
+            m = tn.full(f32, tn.shape(4), -np.inf, dims=(r_,))
+            s = tn.zeros(f32, tn.shape(4), dims=(r_,))
+            a = tn.zeros(f32, tn.shape(4, 4), dims=(r_, v.dim(1)))
+            for c in p.reduce(tn.shape(n), contract=osm):
+                xc = tn.reduce(x[tn.coord(p.index() * 4, c.index()), tn.shape(4, 1)], k_,
+                               tn.maximum)
+                vc = tn.reduce(v[tn.coord(c.index(), 0), tn.shape(1, 4)], k_, tn.add)
+                m, s, a = (update or merge)(m, s, a, xc, 1.0, tn.broadcast(vc, a))
+            out(tn.coord(p.index() * 4, 0), tn.shape(4, 4)).store(a / s)
+
+    return avg
+
+
+def test_a_group_of_row_and_tile_states_splits_and_validates():
+    # m and l per row, acc per row and column, with as many rows as columns:
+    # aligned by dims, not by numpy's trailing axes (which would transpose m)
+    from tilenest.workloads.attention import softmax_merge
+
+    kern = _row_softmax_average(softmax_merge)
+    x = np.random.default_rng(3).standard_normal((8, 50)).astype(np.float32) * 3
+    v = np.random.default_rng(4).standard_normal((50, 4)).astype(np.float32)
+    w = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    want = (w @ v) / w.sum(axis=1, keepdims=True)
+    for target, splits in (("llvm", 3), ("cuda", 4)):
+        ck = kern.compile(target=target, reduce_splits=splits)
+        out = np.zeros((8, 4), np.float32)
+        ck(x, v, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5)
+        adm = tn.reference(kern, x, v, np.zeros((8, 4), np.float32), trees=ck.trees)
+        assert adm.admits(out) and not adm.admits(out * np.float32(1.001))
+
+
+def test_a_narrow_state_merged_from_a_wider_one_is_refused():
+    # the body's update is well typed; the declared merge, which a tree
+    # evaluates, computes the row max from the per-column values
+    from tilenest.workloads.attention import softmax_merge
+
+    def leaky(ma, la, aa, mb, lb, ab):
+        m = tn.maximum(tn.maximum(ma, mb), aa)
+        return m, la + lb, aa + ab
+
+    with pytest.raises(VerifyError) as e:
+        _row_softmax_average(leaky, update=softmax_merge).program
+    assert "fewer dims than component 3" in str(e.value)
+    assert "narrower state" in e.value.hint

@@ -42,7 +42,7 @@ from . import shadow as S
 from .core import Interpreter, rule
 from .regions import (_bind_point, _carry_track, _finish_track, _iterate, _pred_value,
                       _run_masked, domain_points)
-from .runtime import RV
+from .runtime import RV, align
 
 
 @rule("reduce")
@@ -226,8 +226,12 @@ def _merge_groups(it: Interpreter, op: Operation) -> list[tuple[list[int], Any, 
             if contracts[i:i + k] != [c] * k:
                 return None
 
-            def merge(a: list, b: list, red: Any = red) -> list:
-                return it.block(red.merge, [*a, *b])
+            dims = [tuple(op.operands[i + j].type.dims) for j in range(k)]
+
+            def merge(a: list, b: list, red: Any = red, dims: list = dims) -> list:
+                if len(set(dims)) == 1:
+                    return it.block(red.merge, [*a, *b])
+                return _merge_by_dims(it, red, dims, a, b)
 
             groups.append((list(range(i, i + k)), merge, list(red.identity)))
             i += k
@@ -243,6 +247,54 @@ def _merge_groups(it: Interpreter, op: Operation) -> list[tuple[list[int], Any, 
         groups.append(([i], merge1, [bi.identity(dt)]))
         i += 1
     return groups
+
+
+def _merge_by_dims(it: Interpreter, red: Any, dims: list, a: list, b: list) -> list:
+    """``merge(a, b)`` of a custom group whose states have different dims (a
+    narrower one among the widest's, R-11): every component laid out over
+    the widest state's dims (size-1 axes where it lacks one), the scalar
+    merge run with numpy's broadcasting, and each narrower result taken back
+    to its own dims (the verifier's dependence rule makes it constant along
+    the others)."""
+    wide = max(dims, key=len)
+    vals = [*a, *b]
+    nb = max(v.nb for v in vals)
+
+    def lay(v: RV, src: tuple, dst: tuple, unlay: bool = False) -> RV:
+        if unlay:  # back from dst = wide to src: drop the size-1 axes it lacks
+            def back(x: np.ndarray) -> np.ndarray:
+                keep = [x.shape[:nb][i] for i in range(nb)]
+                idx = tuple([slice(None)] * nb + [slice(None) if d in src else 0
+                                                  for d in dst])
+                y = x[idx]
+                order = [d for d in dst if d in src]
+                perm = list(range(len(keep))) + [len(keep) + order.index(d) for d in src]
+                return y.transpose(perm)
+            out = RV(back(v.lift(nb)), nb)
+            if v.lo is not None:
+                out.lo, out.hi, out.nan = (back(v.lift(nb, x)) for x in (v.lo, v.hi, v.nan))
+            return out
+        out = RV(align(v, src, dst, nb), nb)
+        if v.lo is not None:
+            out.lo, out.hi, out.nan = (align(v, src, dst, nb, x) for x in (v.lo, v.hi, v.nan))
+        return out
+
+    k = len(dims)
+    ins = [lay(v, dims[n % k], wide) for n, v in enumerate(vals)]
+    full = np.broadcast_shapes(*(v.a.shape for v in ins))
+    outs = it.block(red.merge, ins)
+
+    def whole(v: RV) -> RV:  # a widest state computed from narrower ones only
+        if v.lift(nb).shape == full:
+            return v
+        out = RV(np.broadcast_to(v.lift(nb), full).copy(), nb)
+        if v.lo is not None:
+            out.lo, out.hi, out.nan = (np.broadcast_to(v.lift(nb, x), full).copy()
+                                       for x in (v.lo, v.hi, v.nan))
+        return out
+
+    return [lay(v, d, wide, unlay=True) if d != wide else whole(v)
+            for v, d in zip(outs, dims, strict=True)]
 
 
 def _contributions(it: Interpreter, op: Operation, body: Block, seeds: list, points: list,

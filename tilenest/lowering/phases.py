@@ -110,9 +110,6 @@ def splittable(lw: Lowerer, op: Operation) -> bool:
         return False
     if not all(isinstance(o.type, TileType) and _fixed(o.type) for o in op.operands):
         return False
-    for idx, _ in plan:
-        if len({op.operands[j].type.space for j in idx}) != 1:
-            return False  # a group merged element by element has one space
     builtin = [j for idx, r in plan if r.__class__ is not CustomReducer for j in idx]
     if len(merge_ops(op)) != len(builtin):
         return False
@@ -404,33 +401,37 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
     custom = has_custom(plan)
     place = place or _side_by_side(count)
     for idx, r in plan:
-        t: TileType = op.results[idx[0]].type
+        types: list[TileType] = [op.results[j].type for j in idx]
+        t = max(types, key=lambda x: x.rank)  # the group's widest state
         ext = lw.extents(t)
-        dts = [op.results[j].type.dtype for j in idx]
+        dts = [x.dtype for x in types]
         seeds = [lw.handle(op.operands[j]) for j in idx]
         outs = [lw.new_storage(op.results[j].type, op.results[j].name) for j in idx]
         parts = [bufs[j] for j in idx]
 
         def element(q: Any, seeds: Any = seeds, outs: Any = outs, parts: Any = parts,
-                    ext: Any = ext, dims: Any = t.dims, r: Any = r, dts: Any = dts,
-                    custom: bool = custom, idx: Any = idx) -> None:
+                    types: Any = types, dims: Any = t.dims, r: Any = r, dts: Any = dts,
+                    idx: Any = idx) -> None:
             accs = [lw.fresh(f"acc_{op.results[j].name}", dt)
                     for j, dt in zip(idx, dts, strict=True)]
-            for a, sd in zip(accs, seeds, strict=True):
-                lw.emit(L.Assign(a, sd.at(lw, q)))
+            mine = [{d: q[d] for d in x.dims} for x in types]  # each state's own element
+            for a, sd, qq in zip(accs, seeds, mine, strict=True):
+                lw.emit(L.Assign(a, sd.at(lw, qq)))
             c = lw.fresh("c", L.INDEX)
-            lin = linear(ext, [q[d] for d in dims])
-            at = place(_size(ext), lin, E.Var(c.name))
+
+            def at(n: int, run: E.Expr) -> E.Expr:
+                e_n = lw.extents(types[n])
+                return place(_size(e_n), linear(e_n, [q[d] for d in types[n].dims]), run)
+
             if custom:  # T = merge(..merge(p_0, p_1).., p_last); s = merge(seed, T)
                 tot = [lw.fresh("runs", dt) for dt in dts]
                 with lw.collect() as first:
-                    for tv, buf in zip(tot, parts, strict=True):
-                        at0 = place(_size(ext), lin, E.Const(0))
-                        lw.emit(L.Assign(tv, L.Load(buf, L.IExpr(at0))))
+                    for n, (tv, buf) in enumerate(zip(tot, parts, strict=True)):
+                        lw.emit(L.Assign(tv, L.Load(buf, L.IExpr(at(n, E.Const(0))))))
                 with lw.collect() as step:
                     bs = [lw.fresh("part", dt) for dt in dts]
-                    for b, buf in zip(bs, parts, strict=True):
-                        lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at))))
+                    for n, (b, buf) in enumerate(zip(bs, parts, strict=True)):
+                        lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at(n, E.Var(c.name))))))
                     _merge_into(lw, r, tot, bs, dts)
                 with lw.collect() as seeded:
                     _merge_into(lw, r, accs, tot, dts)
@@ -440,13 +441,19 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
                 dt = dts[0]
                 flags = frozenset({"reassoc"}) if dt.is_float else frozenset()
                 step1 = L.Assign(accs[0], L.Bin(r.op, L.Ref(accs[0]),
-                                                L.Load(parts[0], L.IExpr(at)), dt, flags))
+                                                L.Load(parts[0], L.IExpr(at(0, E.Var(c.name)))),
+                                                dt, flags))
                 lw.emit(L.For(c, E.Const(0), count, (step1,), "vector", False))
-            for a, out in zip(accs, outs, strict=True):
+            for a, out, x, qq in zip(accs, outs, types, mine, strict=True):
                 if isinstance(out, VarH):
                     lw.emit(L.Assign(out.var, L.Ref(a)))
+                    continue
+                st = L.Store(out.buf, L.IExpr(out.offset(qq)), L.Ref(a))
+                extra = [q[d] for d in dims if d not in x.dims]
+                if extra:  # a narrower state: stored once, at the first element it spans
+                    lw.emit(L.If(L.IPred(E.conj([v.eq(0) for v in extra])), (st,)))
                 else:
-                    lw.emit(L.Store(out.buf, L.IExpr(out.offset(q)), L.Ref(a)))
+                    lw.emit(st)
 
         lw.nest(t.dims, ext, element, kind=kind)
         for j, out in zip(idx, outs, strict=True):

@@ -295,7 +295,44 @@ class _Verifier:
                         op, f"state %{v.name} of this reduce is {dt}, but component "
                         f"{j % k + 1} of reducer {c} is {want}",
                         "the states a custom reducer covers have its state dtypes, in order")
+            for g in range(i, i + run, k):
+                self.group_dims(op, red, c, [op.operands[g + j] for j in range(k)])
             i += run
+
+    def group_dims(self, op: Operation, red: Any, c: str, states: list[Value]) -> None:
+        """The states of one group of custom reducer ``c`` are merged element by
+        element of the widest (R-11): every state's dims are among the widest
+        state's, and a component depends, through the merge, only on
+        components whose dims are among its own (a narrower state is the
+        same at every element of the dims it lacks)."""
+        dims = [tuple(getattr(v.type, "dims", ())) for v in states]
+        wide = max(dims, key=len)
+        for v, d in zip(states, dims, strict=True):
+            if not set(d) <= set(wide):
+                raise self.fail(
+                    op, f"state %{v.name} of reducer {c} has dims that the group's widest "
+                    f"state lacks; the merge runs element by element of the widest",
+                    "give the states of one reducer group the same dims, or dims that are a "
+                    "subset of one state's")
+        if all(d == wide for d in dims):
+            return
+        k = len(states)
+        deps: dict[str, set[int]] = {a.name: {n % k} for n, a in enumerate(red.merge.args)}
+        for o in red.merge.ops:
+            got = set().union(*(deps.get(x.name, set()) for x in o.operands))
+            if o.name == "yield":
+                for j, x in enumerate(o.operands):
+                    for n in sorted(deps.get(x.name, set())):
+                        if not set(dims[n]) <= set(dims[j]):
+                            raise self.fail(
+                                op, f"component {j + 1} of reducer {c} (state "
+                                f"%{states[j].name}) has fewer dims than component {n + 1} "
+                                f"(%{states[n].name}), which its merge reads",
+                                "a narrower state must merge from narrower or equal states "
+                                "only, or give it the wider state's dims")
+                break
+            for r in o.results:
+                deps[r.name] = got
 
     def _define(self, v: Value, op: Operation | None) -> None:
         if v.name in self.defined:

@@ -179,9 +179,9 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
     partial states as a tree, which the contract's proved laws justify. Each
     key block contributes its own state: its scores' maximum, the sum of
     their exponentials and the exponential-weighted values (``P`` rounded to
-    ``dt`` for ``P V``, as in :func:`flash_kernel`). The block states carry
-    ``m`` and ``l`` per output element (broadcast over ``DV``), as the merge
-    is elementwise."""
+    ``dt`` for ``P V``, as in :func:`flash_kernel`). ``m`` and ``l`` are per
+    query row and ``acc`` per row and value column: the merge runs element by
+    element of ``acc``, the row states broadcast (R-11)."""
     @tn.kernel
     def split_kv_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                            v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
@@ -207,8 +207,8 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
             kvh = hh // group
             qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
             out = tn.shape(1, 1, bq, dv)
-            m = tn.full(f32, out, -np.inf, dims=(b, h, qd, e))
-            den = tn.zeros(f32, out, dims=(b, h, qd, e))
+            m = tn.full(f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
+            den = tn.zeros(f32, tn.shape(1, 1, bq), dims=(b, h, qd))
             acc = tn.zeros(f32, out, dims=(b, h, qd, e))
             for kb in p.reduce(tn.shape(tn.cdiv(nk, bk)), contract=osm,
                                policy=tn.unordered_tree):
@@ -226,8 +226,7 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
                 lc = tn.reduce(pr, kd, tn.add)
                 ac = tn.mma(tn.cast(pr, dt), vt, tn.zeros(f32, out, dims=(b, h, qd, e)),
                             allow_reassociation=True)
-                m, den, acc = softmax_merge(m, den, acc, tn.broadcast(mc, acc),
-                                            tn.broadcast(lc, acc), ac)
+                m, den, acc = softmax_merge(m, den, acc, mc, lc, ac)
             o(tn.coord(z, hh, qb * bq, 0), out).store(tn.cast(acc / den, dt))
 
     return split_kv_attention
