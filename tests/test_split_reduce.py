@@ -54,7 +54,7 @@ def test_a_split_makes_a_partials_and_a_combine_phase():
     assert len(ck.launches({"R": 3, "N": 1000}, check=False)) == 2
 
 
-@pytest.mark.parametrize("target,splits", [("llvm", 4), ("cuda", 3)])
+@pytest.mark.parametrize("target,splits", [("llvm", 4), ("cuda", 3), ("metal", 3)])
 def test_a_split_custom_reduction_validates_and_its_oracle_is_bounded(target, splits):
     ck = K.softmax_average.compile(target=target, reduce_splits=splits)
     x, v = _rows()
