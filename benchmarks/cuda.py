@@ -1241,50 +1241,13 @@ def table(out: dict[str, Any]) -> str:
         L.append(f"{'epilogue bf16':<17}{'impl':<26}{'ms':>9}{'TFLOP/s':>9}{'eager/tn':>9}"
                  f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
         for r in out["epilogues"]:
-            w = f"{r['workload']} {r['n']}"
-            for v in r["tilenest"]:
-                lab = "tn " + v.get("label", "?")
-                if "median_s" not in v:
-                    L.append(f"{w:<17}{lab[:25]:<26}  "
-                             f"{(v.get('skipped') or v.get('error') or 'not timed')[:70]}")
-                    continue
-                rt = v.get("ratio", {})
-                L.append(f"{w:<17}{lab[:25]:<26}{_f(v['median_s'], '9.3f', 1e3)}"
-                         f"{_f(v['flop_per_s'], '9.1f', 1e-12)}{_x(rt.get('eager'))}"
-                         f"{_x(rt.get('compile'))}{_f(v.get('spread'), '6.1f', 100)}%"
-                         f"{_f(v.get('rel_err'), '9.1e')}")
-            for k, b in r["baselines"].items():
-                if "median_s" not in b:
-                    L.append(f"{w:<17}{'torch ' + k:<26}  {b.get('error', 'not timed')[:70]}")
-                    continue
-                L.append(f"{w:<17}{'torch ' + k:<26}{_f(b['median_s'], '9.3f', 1e3)}"
-                         f"{_f(b['flop_per_s'], '9.1f', 1e-12)}{'':>18}"
-                         f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('rel_err'), '9.1e')}")
+            _impl_lines(L, f"{r['workload']} {r['n']}", r, (17, 26), ("eager", "compile"))
     if out.get("attention"):
         L.append("")
-        L.append(f"{'attention bf16':<31}{'impl':<28}{'ms':>9}{'TFLOP/s':>9}{'sdpa/tn':>9}"
+        L.append(f"{'attention bf16':<31}{'impl':<50}{'ms':>9}{'TFLOP/s':>9}{'sdpa/tn':>9}"
                  f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
         for r in out["attention"]:
-            w = r["case"]
-            rows = [("*" if v.get("label") == r.get("best") else "") + "tn " + v.get("label", "?")
-                    for v in r["tilenest"]]
-            for lab, v in zip(rows, r["tilenest"], strict=True):
-                if "median_s" not in v:
-                    why = v.get("skipped") or v.get("error") or "not timed"
-                    L.append(f"{w:<31}{lab:<28}  {why[:70]}")
-                    continue
-                rt = v.get("ratio", {})
-                L.append(f"{w:<31}{lab[:27]:<28}{_f(v['median_s'], '9.3f', 1e3)}"
-                         f"{_f(v['flop_per_s'], '9.1f', 1e-12)}{_x(rt.get('sdpa'))}"
-                         f"{_x(rt.get('compile'))}{_f(v.get('spread'), '6.1f', 100)}%"
-                         f"{_f(v.get('rel_err'), '9.1e')}")
-            for k, b in r["baselines"].items():
-                if "median_s" not in b:
-                    L.append(f"{w:<31}{'torch ' + k:<28}  {b.get('error', 'not timed')[:70]}")
-                    continue
-                L.append(f"{w:<31}{'torch ' + k:<28}{_f(b['median_s'], '9.3f', 1e3)}"
-                         f"{_f(b['flop_per_s'], '9.1f', 1e-12)}{'':>18}"
-                         f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('rel_err'), '9.1e')}")
+            _impl_lines(L, r["case"], r, (31, 50), ("sdpa", "compile"))
     L.append("")
     L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
              "difference of the two rounds' medians; *: the fastest tilenest schedule")
@@ -1295,6 +1258,32 @@ def table(out: dict[str, Any]) -> str:
     for p in out["problems"]:
         L.append(f"FAIL: {p}")
     return "\n".join(L)
+
+
+def _impl_lines(L: list[str], w: str, r: dict[str, Any], cols: tuple[int, int],
+                ratios: tuple[str, str]) -> None:
+    """One table row per tilenest variant (the fastest starred; a skipped or
+    failed one with its reason) and per torch baseline of record ``r``, in
+    columns ``cols`` (case, implementation) with the two ``ratios``."""
+    cw, lw = cols
+    for v in r["tilenest"]:
+        lab = ("*" if v.get("label") == r.get("best") else "") + "tn " + v.get("label", "?")
+        if "median_s" not in v:
+            why = v.get("skipped") or v.get("error") or "not timed"
+            L.append(f"{w:<{cw}}{lab[:lw - 1]:<{lw}}  {why[:70]}")
+            continue
+        rt = v.get("ratio", {})
+        L.append(f"{w:<{cw}}{lab[:lw - 1]:<{lw}}{_f(v['median_s'], '9.3f', 1e3)}"
+                 f"{_f(v['flop_per_s'], '9.1f', 1e-12)}{_x(rt.get(ratios[0]))}"
+                 f"{_x(rt.get(ratios[1]))}{_f(v.get('spread'), '6.1f', 100)}%"
+                 f"{_f(v.get('rel_err'), '9.1e')}")
+    for k, b in r["baselines"].items():
+        if "median_s" not in b:
+            L.append(f"{w:<{cw}}{'torch ' + k:<{lw}}  {b.get('error', 'not timed')[:70]}")
+            continue
+        L.append(f"{w:<{cw}}{'torch ' + k:<{lw}}{_f(b['median_s'], '9.3f', 1e3)}"
+                 f"{_f(b['flop_per_s'], '9.1f', 1e-12)}{'':>18}"
+                 f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('rel_err'), '9.1e')}")
 
 
 def _env(run: Run) -> dict[str, Any]:

@@ -696,6 +696,19 @@ def decide_law(law: str, r: CustomReducer, inv: Sequence[Bound], timeout: float)
     return Answer("unsat")
 
 
+def law_sides(law: str, m: Any, xs: dict[str, list[Any]], e: list[Any]) -> tuple[list, list]:
+    """Both sides of ``law`` (``assoc``, ``comm`` or ``ident``) for merge ``m``
+    on the states ``xs`` (``a``, ``b``, ``c``) and identity ``e``, in any
+    algebra: the identity law's sides are ``m(e, a) + m(a, e)`` and ``a + a``."""
+    if law == "assoc":
+        a, b, c = xs["a"], xs["b"], xs["c"]
+        return m(m(a, b), c), m(a, m(b, c))
+    if law == "comm":
+        return m(xs["a"], xs["b"]), m(xs["b"], xs["a"])
+    a = xs["a"]
+    return m(e, a) + m(a, e), list(a) + list(a)
+
+
 def _decide_case(law: str, r: CustomReducer, inv: Sequence[Bound], is_ident: dict[str, bool],
                  timeout: float) -> Answer:
     """One case of :func:`decide_law`: the states marked in ``is_ident`` are
@@ -707,14 +720,7 @@ def _decide_case(law: str, r: CustomReducer, inv: Sequence[Bound], is_ident: dic
     try:
         e = [alg.const(x) for x in r.identity]
         xs = {n: (list(e) if is_ident[n] else _state(alg, n, k)) for n in is_ident}
-        if law == "assoc":
-            a, b, c = xs["a"], xs["b"], xs["c"]
-            left, right = m(m(a, b), c), m(a, m(b, c))
-        elif law == "comm":
-            left, right = m(xs["a"], xs["b"]), m(xs["b"], xs["a"])
-        else:
-            a = xs["a"]
-            left, right = m(e, a) + m(a, e), list(a) + list(a)
+        left, right = law_sides(law, m, xs, e)
     except Undecidable as err:
         return Answer("unknown", reason=str(err))
     dl = z3.And([d for _, d in left])
@@ -777,15 +783,7 @@ def _with_real_exp(law: str, r: CustomReducer, inv: Sequence[Bound],
 
     def sides(xs: dict[str, list[Any]]) -> tuple[Any, Any]:
         st = {n: [(mp.mpf(v), True) for v in vs] for n, vs in xs.items()}
-        if law == "assoc":
-            a, b, c = st["a"], st["b"], st["c"]
-            left, right = m(m(a, b), c), m(a, m(b, c))
-        elif law == "comm":
-            left, right = m(st["a"], st["b"]), m(st["b"], st["a"])
-        else:
-            e = [fl.const(x) for x in r.identity]
-            left, right = m(e, st["a"]) + m(st["a"], e), st["a"] + st["a"]
-        return left, right
+        return law_sides(law, m, st, [fl.const(x) for x in r.identity])
 
     def broken(left: list, right: list) -> bool:
         if not all(d for _, d in left + right):

@@ -47,24 +47,34 @@ from . import bounds as B
 from .base import Workload, normal, sentinel, x64
 
 
+def _gqa(q, k, v, o, dh=None, dv=None):  # type: ignore[no-untyped-def]
+    """The sizes, dims and views a GQA attention kernel shares: ``(nb, hq, nq,
+    hk, nk, D, DV)``, the dims ``(b, h, qd, d, kd, e)``, ``k``, ``v`` and ``o``
+    with the query's batch, head and head-dim dims, and the query heads per
+    key/value head; with ``dh`` / ``dv`` (tile widths) it assumes ``D <= dh``
+    and ``DV <= dv``, and always ``HK >= 1`` and ``HQ % HK == 0``."""
+    nb, hq, nq, ndh = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    ndv = v.shape[3]
+    if dh is not None:
+        tn.assume(ndh <= dh)
+        tn.assume(ndv <= dv)
+    tn.assume(hk >= 1)
+    tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
+    b, h, qd, d = q.dims()
+    kd = k.dim(2)
+    e = v.dim(3)
+    views = (k.with_dims(b, h, kd, d), v.with_dims(b, h, kd, e), o.with_dims(b, h, qd, e))
+    return (nb, hq, nq, hk, nk, ndh, ndv), (b, h, qd, d, kd, e), views, hq // hk
+
+
 @functools.cache
 def attention_kernel(dt):  # type: ignore[no-untyped-def]
     @tn.kernel
     def attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                   v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                   scale: tn.Scalar[f32], *, bq=2, bk=3, loop="serial"):
-        nb, hq, nq, dh = q.shape
-        hk, nk = k.shape[1], k.shape[2]
-        dv = v.shape[3]
-        tn.assume(hk >= 1)
-        tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
-        b, h, qd, d = q.dims()
-        kd = k.dim(2)
-        e = v.dim(3)
-        k = k.with_dims(b, h, kd, d)
-        v = v.with_dims(b, h, kd, e)
-        o = o.with_dims(b, h, qd, e)
-        group = hq // hk
+        (nb, hq, nq, hk, nk, dh, dv), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(q, k, v, o)
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
             z, hh, qb = p.index(0), p.index(1), p.index(2)
             kvh = hh // group
@@ -113,20 +123,8 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                         v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                         scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True):
-        nb, hq, nq, ndh = q.shape
-        hk, nk = k.shape[1], k.shape[2]
-        ndv = v.shape[3]
-        tn.assume(ndh <= dh)
-        tn.assume(ndv <= dv)
-        tn.assume(hk >= 1)
-        tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
-        b, h, qd, d = q.dims()
-        kd = k.dim(2)
-        e = v.dim(3)
-        k = k.with_dims(b, h, kd, d)
-        v = v.with_dims(b, h, kd, e)
-        o = o.with_dims(b, h, qd, e)
-        group = hq // hk
+        (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
+            q, k, v, o, dh, dv)
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
             z, hh, qb = p.index(0), p.index(1), p.index(2)
             kvh = hh // group
@@ -186,20 +184,8 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
     def split_kv_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                            v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                            scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16):
-        nb, hq, nq, ndh = q.shape
-        hk, nk = k.shape[1], k.shape[2]
-        ndv = v.shape[3]
-        tn.assume(ndh <= dh)
-        tn.assume(ndv <= dv)
-        tn.assume(hk >= 1)
-        tn.assume(hq % hk == 0)  # each key/value head serves a group of query heads
-        b, h, qd, d = q.dims()
-        kd = k.dim(2)
-        e = v.dim(3)
-        k = k.with_dims(b, h, kd, d)
-        v = v.with_dims(b, h, kd, e)
-        o = o.with_dims(b, h, qd, e)
-        group = hq // hk
+        (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
+            q, k, v, o, dh, dv)
         osm = tn.reducer("online_softmax", identity=(-np.inf, 0.0, 0.0), merge=softmax_merge,
                          dtype=(f32, f32, f32))
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
