@@ -18,8 +18,9 @@ each phase runs its part of the root in order. The cut:
   unused one runs in the ordered phase of its place (a checked access
   still reports its error);
 * a root ``reduce`` that may be regrouped (:func:`splittable`: a tree
-  policy, built-in contracts, every update the contract's merge of the state
-  with a state-independent contribution, a body without effects, scalar
+  policy, every state under a contract -- a builtin one updated by its
+  merge of the state with a state-independent contribution, a custom one by
+  its declared ``merge(s, lift(x))`` --, a body without effects, scalar
   states or tile states of extents fixed per call, a domain of any number of
   axes) becomes a **partials phase** -- program ``c`` folds the ``c``-th run
   of :func:`points_per_program` domain points, in lexicographic order (a
@@ -31,6 +32,12 @@ each phase runs its part of the root in order. The cut:
   element: admitted by both tree policies (R-5/R-6), never applied to
   ``fold_left`` / ``fold_right`` or to a schedule asking for a
   ``sequential`` reduction.
+
+A top-level ``parallel`` whose program body holds such a ``reduce`` may, on
+the schedule's request (``reduce_splits``), run it over several programs
+per program: :func:`parallel_phases`. A split with a custom contract
+commits to a :class:`~tilenest.semantics.trees.RunTree` (``lw.trees``),
+which the reference evaluates.
 
 A value an ordered phase defines and a later phase reads crosses the
 boundary in a **scratch buffer**: global memory of the kernel
