@@ -545,6 +545,27 @@ def compile_variant(run: Run, wl: Any, dtn: str, sched: dict[str, Any],
     return ck, rec
 
 
+def compiled_variant(run: Run, rec: dict[str, Any], what: str, wl: Any, dtn: str,
+                     sched: dict[str, Any], sizes: dict[str, int],
+                     gpu: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """:func:`compile_variant` with its record appended to ``rec["tilenest"]``:
+    ``(kernel, record)``, the kernel None when the compile failed (a problem,
+    the record holding the error) or the launch does not fit (a note)."""
+    try:
+        ck, v = compile_variant(run, wl, dtn, sched, sizes, gpu)
+    except Exception as e:  # noqa: BLE001 - reported, the run goes on
+        v = {"schedule": dict(sched), "gpu": dict(gpu or {}),
+             "label": _sched_label(sched) + _gpu_label(gpu or {}),
+             "error": f"{type(e).__name__}: {e}"}
+        run.problem(f"{what} {v['label']}: compile: {v['error']}")
+        rec["tilenest"].append(v)
+        return None, v
+    rec["tilenest"].append(v)
+    if ck is None:
+        run.note(f"{what} {v['label']} skipped: {v['skipped']}")
+    return ck, v
+
+
 # ------------------------------------------------------------------------------ ceilings
 def _warm_clocks(run: Run) -> None:
     """Half a second of matrix products, so the clocks are up before timing."""
@@ -686,16 +707,9 @@ def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
         if cfg.quick and bound_all:
             break
         label = f"tilenest {_sched_label(sched)}{_gpu_label(gpu)}"
-        try:
-            ck, v = compile_variant(run, wl, dtn, sched, {"R": R, "C": C}, gpu)
-        except Exception as e:  # noqa: BLE001 - reported, the run goes on
-            run.problem(f"{label}: compile: {type(e).__name__}: {e}")
-            rec["tilenest"].append({"schedule": sched, "gpu": gpu,
-                                    "error": f"{type(e).__name__}: {e}"})
-            continue
-        rec["tilenest"].append(v)
+        ck, v = compiled_variant(run, rec, f"{name} {dtn}", wl, dtn, sched, {"R": R, "C": C},
+                                 gpu)
         if ck is None:
-            run.note(f"{name} {dtn} {v['label']} skipped: {v['skipped']}")
             continue
         try:
             out = outs[0]
@@ -883,16 +897,9 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
         torch.cuda.synchronize()
         best: tuple[float, dict[str, Any]] | None = None
         for sched, gpu in scheds:
-            try:
-                ck, v = compile_variant(run, wl, "bf16", sched, {"M": n, "K": n, "N": n},
-                                        gpu or None)
-            except Exception as e:  # noqa: BLE001
-                run.problem(f"gemm {n} {_sched_label(sched)}: compile: {type(e).__name__}: {e}")
-                rec["tilenest"].append({"schedule": sched, "error": f"{type(e).__name__}: {e}"})
-                continue
-            rec["tilenest"].append(v)
+            ck, v = compiled_variant(run, rec, f"gemm {n}", wl, "bf16", sched,
+                                     {"M": n, "K": n, "N": n}, gpu or None)
             if ck is None:
-                run.note(f"gemm {n} {v['label']} skipped: {v['skipped']}")
                 continue
             try:
                 c.fill_(float("nan"))
@@ -975,13 +982,8 @@ def bench_epilogues(run: Run) -> list[dict[str, Any]]:
         c = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
-        try:
-            ck, v = compile_variant(run, WORKLOADS[wname], "bf16", sched,
-                                    {"M": n, "K": n, "N": n}, gpu)
-        except Exception as e:  # noqa: BLE001
-            run.problem(f"{wname}: compile: {type(e).__name__}: {e}")
-            continue
-        rec["tilenest"].append(v)
+        ck, v = compiled_variant(run, rec, wname, WORKLOADS[wname], "bf16", sched,
+                                 {"M": n, "K": n, "N": n}, gpu)
         if ck is not None:
             c.fill_(float("nan"))
             bl = ck.bound(run.view(A0), run.view(B0), run.view(c))
@@ -1083,15 +1085,9 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
         for gpu in gpus:
-            try:
-                ck, v = compile_variant(run, WORKLOADS[wname], "bf16", consts, sz, gpu)
-            except Exception as e:  # noqa: BLE001
-                run.problem(f"attention {label} {gpu}: compile: {type(e).__name__}: {e}")
-                rec["tilenest"].append({"gpu": gpu, "error": f"{type(e).__name__}: {e}"})
-                continue
-            rec["tilenest"].append(v)
+            ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
+                                     consts, sz, gpu)
             if ck is None:
-                run.note(f"attention {label} {v['label']} skipped: {v['skipped']}")
                 continue
             try:
                 o.fill_(float("nan"))

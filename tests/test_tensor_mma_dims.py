@@ -71,6 +71,18 @@ def _inputs(dt, B=2, H=3, T=45, S=37, D=29):  # type: ignore[no-untyped-def]
     return q, k, np.zeros((B, H, T, S), np.float32)
 
 
+def _admitted_in_two_runs(ck, kern, inputs, out0, seed):  # type: ignore[no-untyped-def]
+    """``ck`` (emulated) on ``inputs`` and a copy of output ``out0``, in order
+    with NaN poison and in a random interleaving with large poison: each
+    output admitted by the oracle of ``kern``."""
+    oracle = tn.reference(kern, *inputs, out0.copy())
+    for policy, poison in (("in_order", "nan"), ("random", "big")):
+        out = out0.copy()
+        ck(*inputs, out, policy=policy, poison=poison, seed=seed)
+        verdict = oracle.admits(out)
+        assert verdict.ok, f"{policy}/{poison}: {verdict}"
+
+
 @pytest.mark.parametrize("hb", [1, 2])
 def test_attention_scores_validate_on_emulated_cuda(hb):
     """Ragged T and S, D below the tile's 32 (zero padded), H not a multiple
@@ -81,12 +93,7 @@ def test_attention_scores_validate_on_emulated_cuda(hb):
     ck = cuda.compile_program(kern.program, sched, device="emulated")
     assert "tn_mma_bf16" in ck.source.text and "tn_ldsm_x4" in ck.source.text
     q, k, s0 = _inputs(tn.bf16)
-    oracle = tn.reference(kern, q, k, s0.copy())
-    for policy, poison in (("in_order", "nan"), ("random", "big")):
-        s = s0.copy()
-        ck(q, k, s, policy=policy, poison=poison, seed=5)
-        v = oracle.admits(s)
-        assert v.ok, f"{policy}/{poison}: {v}"
+    _admitted_in_two_runs(ck, kern, (q, k), s0, seed=5)
 
 
 def test_attention_scores_validate_on_emulated_metal():
@@ -174,12 +181,7 @@ def test_an_operand_view_is_evaluated_into_a_buffer_for_tensor_cores():
     x = rng.standard_normal((50, 70)).astype(np.float32)
     v = rng.standard_normal((70, 40)).astype(tn.bf16.np)
     o0 = np.zeros((50, 40), np.float32)
-    oracle = tn.reference(weighted_values, x, v, o0.copy())
-    for policy, poison in (("in_order", "nan"), ("random", "big")):
-        o = o0.copy()
-        ck(x, v, o, policy=policy, poison=poison, seed=1)
-        verdict = oracle.admits(o)
-        assert verdict.ok, f"{policy}/{poison}: {verdict}"
+    _admitted_in_two_runs(ck, weighted_values, (x, v), o0, seed=1)
 
 
 def flash_attention(dt, **consts):  # type: ignore[no-untyped-def]

@@ -68,6 +68,30 @@ def _gqa(q, k, v, o, dh=None, dv=None):  # type: ignore[no-untyped-def]
     return (nb, hq, nq, hk, nk, ndh, ndv), (b, h, qd, d, kd, e), views, hq // hk
 
 
+def _block_scores(qt, k, v, at, tiles, sizes, dims, scale, causal):  # type: ignore[no-untyped-def]
+    """One key block of the 16-bit attention kernels: the ``dt`` key and value
+    tiles at ``at = (batch, kv head, query block, key block)`` (zero-filled
+    past the ends), and the f32 scores ``q . k * scale`` of the query tile
+    ``qt`` from a reassociating ``mma``, ``-inf`` where a key lies past the
+    keys or, with ``causal``, after the query (bottom-right aligned).
+    ``tiles = (bq, bk, dh, dv)``, ``sizes = (Q, K)``, ``dims = (b, h, qd,
+    kd)``. Returns ``(scores, value tile)``."""
+    z, kvh, qb, kb = at
+    bq, bk, dh, dv = tiles
+    nq, nk = sizes
+    b, h, qd, kd = dims
+    pos = tn.coord(z, kvh, kb * bk, 0)
+    kt = k[pos, tn.shape(1, 1, bk, dh), tn.bounds.zero]
+    vt = v[pos, tn.shape(1, 1, bk, dv), tn.bounds.zero]
+    s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
+               allow_reassociation=True) * scale
+    pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
+    qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
+    kpos = tn.index_tile(pair, lambda i, j: kb * bk + j)
+    seen = (kpos <= qpos) & (kpos < nk) if causal else kpos < nk
+    return tn.ite(seen, s, -np.inf), vt
+
+
 @functools.cache
 def attention_kernel(dt):  # type: ignore[no-untyped-def]
     @tn.kernel
@@ -134,16 +158,8 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
             acc = tn.zeros(f32, tn.shape(1, 1, bq, dv), dims=(b, h, qd, e))
             last = tn.minimum(nk, qb * bq + bq + nk - nq) if causal else nk
             for kb in p.serial(tn.shape(tn.cdiv(last, bk))):
-                at = tn.coord(z, kvh, kb.index() * bk, 0)
-                kt = k[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
-                vt = v[at, tn.shape(1, 1, bk, dv), tn.bounds.zero]
-                s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
-                           allow_reassociation=True) * scale
-                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
-                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
-                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
-                seen = (kpos <= qpos) & (kpos < nk) if causal else kpos < nk
-                s = tn.ite(seen, s, -np.inf)
+                s, vt = _block_scores(qt, k, v, (z, kvh, qb, kb.index()), (bq, bk, dh, dv),
+                                      (nq, nk), (b, h, qd, kd), scale, causal)
                 m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
                 alpha = tn.exp(m - m_new)
                 pr = tn.exp(s - m_new)
@@ -198,15 +214,8 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
             acc = tn.zeros(f32, out, dims=(b, h, qd, e))
             for kb in p.reduce(tn.shape(tn.cdiv(nk, bk)), contract=osm,
                                policy=tn.unordered_tree):
-                at = tn.coord(z, kvh, kb.index() * bk, 0)
-                kt = k[at, tn.shape(1, 1, bk, dh), tn.bounds.zero]
-                vt = v[at, tn.shape(1, 1, bk, dv), tn.bounds.zero]
-                s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
-                           allow_reassociation=True) * scale
-                pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
-                qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
-                kpos = tn.index_tile(pair, lambda i, j: kb.index() * bk + j)
-                s = tn.ite((kpos <= qpos) & (kpos < nk), s, -np.inf)
+                s, vt = _block_scores(qt, k, v, (z, kvh, qb, kb.index()), (bq, bk, dh, dv),
+                                      (nq, nk), (b, h, qd, kd), scale, True)
                 mc = tn.reduce(s, kd, tn.maximum)
                 pr = tn.exp(s - tn.ite(mc > -np.inf, mc, 0.0))  # a row with no key: all 0
                 lc = tn.reduce(pr, kd, tn.add)
