@@ -255,45 +255,35 @@ def _merge_by_dims(it: Interpreter, red: Any, dims: list, a: list, b: list) -> l
     the widest state's dims (size-1 axes where it lacks one), the scalar
     merge run with numpy's broadcasting, and each narrower result taken back
     to its own dims (the verifier's dependence rule makes it constant along
-    the others)."""
+    the others); a widest result computed from narrower states only is
+    broadcast to the widest state's shape."""
     wide = max(dims, key=len)
     vals = [*a, *b]
     nb = max(v.nb for v in vals)
 
-    def lay(v: RV, src: tuple, dst: tuple, unlay: bool = False) -> RV:
-        if unlay:  # back from dst = wide to src: drop the size-1 axes it lacks
-            def back(x: np.ndarray) -> np.ndarray:
-                keep = [x.shape[:nb][i] for i in range(nb)]
-                idx = tuple([slice(None)] * nb + [slice(None) if d in src else 0
-                                                  for d in dst])
-                y = x[idx]
-                order = [d for d in dst if d in src]
-                perm = list(range(len(keep))) + [len(keep) + order.index(d) for d in src]
-                return y.transpose(perm)
-            out = RV(back(v.lift(nb)), nb)
-            if v.lo is not None:
-                out.lo, out.hi, out.nan = (back(v.lift(nb, x)) for x in (v.lo, v.hi, v.nan))
-            return out
-        out = RV(align(v, src, dst, nb), nb)
+    def each(v: RV, f: Any) -> RV:  # ``f`` on the values and on their bounds
+        out = RV(f(v.lift(nb)), nb)
         if v.lo is not None:
-            out.lo, out.hi, out.nan = (align(v, src, dst, nb, x) for x in (v.lo, v.hi, v.nan))
+            out.lo, out.hi, out.nan = (f(v.lift(nb, x)) for x in (v.lo, v.hi, v.nan))
+        return out
+
+    def narrow(x: np.ndarray, src: tuple) -> np.ndarray:
+        y = x[(slice(None),) * nb + tuple(slice(None) if d in src else 0 for d in wide)]
+        order = [d for d in wide if d in src]
+        return y.transpose(list(range(nb)) + [nb + order.index(d) for d in src])
+
+    def widen(v: RV, src: tuple) -> RV:
+        out = RV(align(v, src, wide, nb), nb)
+        if v.lo is not None:
+            out.lo, out.hi, out.nan = (align(v, src, wide, nb, x) for x in (v.lo, v.hi, v.nan))
         return out
 
     k = len(dims)
-    ins = [lay(v, dims[n % k], wide) for n, v in enumerate(vals)]
+    ins = [widen(v, dims[n % k]) for n, v in enumerate(vals)]
     full = np.broadcast_shapes(*(v.a.shape for v in ins))
     outs = it.block(red.merge, ins)
-
-    def whole(v: RV) -> RV:  # a widest state computed from narrower ones only
-        if v.lift(nb).shape == full:
-            return v
-        out = RV(np.broadcast_to(v.lift(nb), full).copy(), nb)
-        if v.lo is not None:
-            out.lo, out.hi, out.nan = (np.broadcast_to(v.lift(nb, x), full).copy()
-                                       for x in (v.lo, v.hi, v.nan))
-        return out
-
-    return [lay(v, d, wide, unlay=True) if d != wide else whole(v)
+    return [(v if v.lift(nb).shape == full else each(v, lambda x: np.broadcast_to(x, full).copy()))
+            if d == wide else each(v, lambda x, d=d: narrow(x, d))
             for v, d in zip(outs, dims, strict=True)]
 
 
