@@ -67,6 +67,26 @@ def loops(asm: str) -> list[list[str]]:
     return out
 
 
+def cycles(asm: str) -> list[list[str]]:
+    """The instructions from each label to a later jump back to it (a loop
+    whose body may branch: a common path with a rare one beside it), in
+    order of the jumps."""
+    seen: dict[str, int] = {}
+    flat: list[str] = []
+    out = []
+    for line in asm.splitlines():
+        line = line.split("#", 1)[0].rstrip()
+        m = re.match(r"^(\.?[\w.$]+):", line)
+        if m:
+            seen[m.group(1)] = len(flat)
+        elif line.startswith("\t") and not line.lstrip().startswith("."):
+            flat.append(line.strip())
+            j = re.match(r"^j\w+\s+(\S+)$", flat[-1])
+            if j and j.group(1) in seen:
+                out.append(flat[seen[j.group(1)]:])
+    return out
+
+
 def hottest(asm: str, pattern: str) -> list[str]:
     """The self-looping block with the most instructions matching ``pattern``."""
     found = loops(asm)

@@ -9,6 +9,7 @@ import tilenest as tn
 from tilenest.backends.simt import analysis as A
 from tilenest.lowering import default_schedule, fragments, lower_verified
 from tilenest.lowering import loopir as L
+from tilenest.lowering.divisors import float_division, shared_divisors
 from tilenest.semantics import dtypes as D
 from tilenest.semantics import expr as E
 from tilenest.workloads import WORKLOADS
@@ -143,9 +144,9 @@ def test_shared_divisors_and_common_cases():
         ph = L.Phase("p", (), _var("pid"), (L.Assign(d, L.Const(2.0, f32)), loop))
         return L.Kernel("k", params, ("N",), (), (ph,))
 
-    assert A.shared_divisors(kernel(keep)) == frozenset({L.Ref(d)})
-    assert A.shared_divisors(kernel(moves)) == frozenset()
-    assert A.float_division(div) and A.has_common_case(div, {L.Ref(d)})
+    assert shared_divisors(kernel(keep)) == frozenset({L.Ref(d)})
+    assert shared_divisors(kernel(moves)) == frozenset()
+    assert float_division(div) and A.has_common_case(div, {L.Ref(d)})
     assert not A.has_common_case(div, set())
     assert A.has_common_case(L.Un("exp", L.Ref(d), f32), set())
 

@@ -34,6 +34,7 @@ from ...lowering.legality import legality, summary
 from ...semantics.ir import TileProgram
 from .. import kernelcache as KC
 from . import jit
+from .fusion import fuse_kernel
 from .codegen import Codegen
 from .runtime import CompiledKernel
 
@@ -75,9 +76,11 @@ def stage_serial(k: L.Kernel) -> L.Kernel:
 
 
 def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
-    """LLVM IR of a serial kernel ``k`` (:func:`stage_serial`)."""
+    """LLVM IR of a serial kernel ``k`` (:func:`stage_serial`), its vector
+    loops fused where that is legal (:mod:`.fusion`)."""
     aliased = frozenset(n for group in schedule.aliases for n in group)
-    return Codegen(k, schedule.vector_bits or 512, h.cpu, h.features, aliased).text()
+    bits = schedule.vector_bits or 512
+    return Codegen(fuse_kernel(k, bits, aliased), bits, h.cpu, h.features, aliased).text()
 
 
 def build(program: TileProgram, k: L.Kernel, schedule: Schedule,

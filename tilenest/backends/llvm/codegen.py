@@ -46,6 +46,7 @@ from llvmlite import ir
 
 from ...errors import NotAvailableError
 from ...lowering import loopir as L
+from ...lowering.divisors import shared_divisors
 from ...semantics import dtypes as D
 from ...semantics import expr as E
 from . import prefetch as PF
@@ -102,6 +103,7 @@ class FnGen(VectorLoops):
         self.ptr = {b.name: self.fn.args[i] for i, b in enumerate(bufs)}
         self.prefetches = PF.plan(ph, frozenset(b.name for b in self.k.globals))
         self.streams = ST.plan(self.k, ph, cg.may_alias) if cg.x86 else {}
+        self.divisor_preps = {}
         self.streamed = False
         ns = len(bufs)
         self.syms = {s: self.fn.args[ns + i] for i, s in enumerate(self.k.syms)}
@@ -661,6 +663,9 @@ class Codegen:
         self.module = ir.Module(name=k.name)
         self.math = MathLib(self.module)
         self.vector_bits = vector_bits
+        #: divisors worth a reciprocal prepared once per vector loop
+        #: (``lowering.divisors``; used by :mod:`.vector`)
+        self.shared_divisors = shared_divisors(k, True, may_alias)
         #: code for an x86 host: streaming stores and their fence exist (:mod:`.streaming`)
         self.x86 = platform.machine().lower() in ("x86_64", "amd64")
         self.entries: list[str] = []

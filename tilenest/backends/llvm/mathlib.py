@@ -152,6 +152,58 @@ class MathLib:
         b.ret(e.full(x))
         return fn
 
+    def fdiv_prep_f32(self, b: ir.IRBuilder, d: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """``(y, lo, hi)`` for the f32 divisor ``d``, emitted at ``b``: ``y =
+        1/d`` (IEEE) and the range ``lo <= |a| < hi`` of dividends for which
+        :meth:`fdiv_by_f32_vec`'s short form is the IEEE quotient ``a / d``
+        (spec/lowering.md L-6, *Division by a shared divisor*). With ``d``'s
+        exponent ``e`` (``d`` normal, ``e <= 125``), ``|a|``'s exponent must lie
+        in ``[max(e - 125, -79), min(e + 127, 128))``; for any other ``d`` (zero,
+        subnormal, ``|d| >= 2^126``, infinite, NaN) the range is empty (``lo =
+        +inf``)."""
+        i = lambda v: ir.Constant(I32, v)  # noqa: E731
+        e = b.sub(b.and_(b.lshr(b.bitcast(d, I32), i(23)), i(0xFF)), i(127))
+        usable = b.and_(b.icmp_signed(">=", e, i(-126)), b.icmp_signed("<=", e, i(125)))
+        lo_e = b.sub(e, i(125))
+        lo_e = b.select(b.icmp_signed(">", lo_e, i(-79)), lo_e, i(-79))
+        hi_e = b.add(e, i(127))
+        inf = ir.Constant(F32, math.inf)
+        lo = b.bitcast(b.shl(b.add(lo_e, i(127)), i(23)), F32)
+        hi = b.select(b.icmp_signed(">=", hi_e, i(128)), inf,
+                      b.bitcast(b.shl(b.add(hi_e, i(127)), i(23)), F32))
+        y = b.fdiv(ir.Constant(F32, 1.0), d)
+        return (b.select(usable, y, ir.Constant(F32, 0.0)), b.select(usable, lo, inf),
+                b.select(usable, hi, ir.Constant(F32, 0.0)))
+
+    def fdiv_by_f32_vec(self, w: int) -> ir.Function:
+        """``<w x float> tn.fdiv_by.v<w>f32(a, d, y, lo, hi)``: ``a / d`` in
+        every lane, bit for bit, for the divisor ``d`` prepared by
+        :meth:`fdiv_prep_f32` (``y``, ``lo``, ``hi`` splat). The common path is
+        ``q0 = a y``, ``r = fma(-d, q0, a)``, ``q = fma(r, y, q0)``: a multiply
+        and two FMAs instead of a division, valid when every lane's ``|a|`` is
+        in ``[lo, hi)`` (one ordered comparison each way, so a NaN leaves it);
+        a step where some lane is not divides every lane."""
+        vt = ir.VectorType(F32, w)
+        fn, b = self._define(f"tn.fdiv_by.v{w}f32", vt, [vt] * 5)
+        if b is None:
+            return fn
+        a, d, y, lo, hi = fn.args
+        e = _ExpF32(self, b, vt)
+        q0 = b.fmul(a, y)
+        q = e.fma(e.fma(b.fneg(d), q0, a), y, q0)
+        m = e.call("fabs", a)
+        inside = b.and_(b.fcmp_ordered(">=", m, lo), b.fcmp_ordered("<", m, hi))
+        out = b.not_(inside)
+        anyout = b.call(self.intrinsic(f"llvm.vector.reduce.or.v{w}i1", ir.IntType(1),
+                                       [out.type]), [out])
+        common, rare = fn.append_basic_block("common"), fn.append_basic_block("rare")
+        b.cbranch(anyout, rare, common)
+        b.position_at_end(common)
+        b.ret(q)
+        b.position_at_end(rare)
+        b.ret(b.fdiv(a, d))
+        return fn
+
     def _define(self, name: str, ret: ir.Type, args: list[ir.Type]
                 ) -> tuple[ir.Function, ir.IRBuilder | None]:
         """The internal always-inlined function ``name``, and a builder at its entry

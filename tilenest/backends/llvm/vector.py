@@ -38,6 +38,7 @@ from typing import Any
 from llvmlite import ir
 
 from ...lowering import loopir as L
+from ...lowering.divisors import float_division
 from ...semantics import dtypes as D
 from ...semantics import expr as E
 
@@ -146,6 +147,9 @@ class _Check:
         return False
 
     def stmt(self, s: Any) -> bool:
+        if isinstance(s, L.Assign):
+            return accumulation(s) is not None and self.data(s.var.dtype) and self.expr(
+                s.value.b)
         if not isinstance(s, L.Store) or s.mode or not isinstance(s.index, L.IExpr):
             return False
         if stride(s.index.e, self.x) != 1 or not self.data(s.buf.dtype):
@@ -158,13 +162,52 @@ class _Check:
 def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
     """The lane count ``W`` at which the body of ``for.vector var`` is
     emitted as vector code, or None when it is not (a statement other than a
-    unit-stride store, a gather, a reduction into a local, an operation
-    without a lane-wise form here: the loop is then emitted as scalar code).
-    Loads may move by any constant number of elements (gathers)."""
+    unit-stride store or a reduction into a local (:func:`accumulation`)
+    beside one, a gather, an operation without a lane-wise form here: the
+    loop is then emitted as scalar code). Loads may move by any constant
+    number of elements (gathers). A body of reductions alone is left to
+    LLVM's loop vectorizer, which interleaves several accumulators."""
+    w = width(var, body, vector_bits)
+    if w is None:
+        return None
+    accs = [s.var.name for s in body if isinstance(s, L.Assign)]
+    if accs and (len(accs) == len(body) or len(set(accs)) < len(accs)
+                 or any(L.names(x) & set(accs) for s in body for x in _operands(s))):
+        return None  # only reductions, or an accumulator read or updated twice
+    return w
+
+
+def width(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
+    """The lane count of ``body``'s vector form if every statement has one
+    (:func:`plan` without its rules on reductions), or None."""
     c = _Check(E.Var(var.name), var.name)
     if not body or not all(c.stmt(s) for s in body):
         return None
     return max(2, vector_bits // max(32, c.widest or 32))
+
+
+#: the reductions a vector loop keeps in one vector accumulator (lane-wise),
+#: and the identity its lanes start from (``op(x, identity) == x`` for every
+#: ``x``, NaN and signed zeros included)
+_ACCUMULATE = {"add": -0.0, "maximum": float("-inf"), "minimum": float("inf")}
+
+
+def accumulation(s: L.Assign) -> str | None:
+    """The op of ``acc = op{reassoc}(acc, value)`` on f32/f64, a reduction a
+    vector loop may regroup (``reassoc``: any grouping and order of the
+    contributions is the contract's), or None."""
+    v = s.value
+    if (isinstance(v, L.Bin) and v.op in _ACCUMULATE and "reassoc" in v.flags
+            and v.a == L.Ref(s.var) and s.var.dtype.name in ("f32", "f64")
+            and v.dtype == s.var.dtype):
+        return v.op
+    return None
+
+
+def _operands(s: Any) -> list:
+    """What a statement of a vector body reads besides an accumulator it
+    updates: a store's index, value and guard; an accumulation's contribution."""
+    return [s.value.b] if isinstance(s, L.Assign) else L.stmt_exprs(s)
 
 
 class VectorLoops:
@@ -183,6 +226,9 @@ class VectorLoops:
     #: whether some loop of this body has a streaming form (the body then
     #: ends with a store fence)
     streamed: bool = False
+    #: in the vector steps of a loop: divisor -> its splat ``(d, y, lo, hi)``
+    #: (:meth:`prepare_divisors`), computed once before the steps
+    divisor_preps: dict
 
     def vector_plan(self, var: L.LVar, body: tuple, kind: str, reverse: bool) -> int | None:
         if kind != "vector" or reverse:
@@ -238,15 +284,91 @@ class VectorLoops:
         n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
         full = b.mul(b.sdiv(n, ir.Constant(I64, w)), ir.Constant(I64, w), flags=("nsw",))
         mid = b.add(lo, full, flags=("nsw",))
-        self.counted_loop(var, lo, mid, w, lambda: self.vector_body(var, body, w, stream))
+        for s in body:  # each accumulator's lanes start from the op's identity
+            if isinstance(s, L.Assign):
+                from .codegen import reg_type
+
+                vt = ir.VectorType(reg_type(s.var.dtype), w)
+                b.store(ir.Constant(vt, [_ACCUMULATE[accumulation(s)]] * w),
+                        self.lanes_slot(s.var, w))
+        divisors = self.shared_divisors_of(body)
+        if divisors:
+            # prepared only when some step runs: a divisor may read memory
+            with b.if_then(b.icmp_signed(">", full, ir.Constant(I64, 0))):
+                self.divisor_preps = self.prepare_divisors(divisors, w)
+                self.counted_loop(var, lo, mid, w, lambda: self.vector_body(var, body, w, stream))
+                self.divisor_preps = {}
+        else:
+            self.counted_loop(var, lo, mid, w, lambda: self.vector_body(var, body, w, stream))
+        for s in body:
+            if isinstance(s, L.Assign):
+                self.fold_lanes(s, w)
         self.scalar_loop(var, mid, hi, body, False)
+
+    def lanes_slot(self, acc: L.LVar, w: int) -> ir.Value:
+        """The ``<w x T>`` slot of the lanes of accumulator ``acc`` (in the
+        entry block, like every local's slot)."""
+        from .codegen import reg_type
+
+        key = f"{acc.name}.lanes{w}"
+        got = self.vars.get(key)
+        if got is None:
+            with self.alloca_builder.goto_entry_block():
+                self.alloca_builder.position_at_start(self.entry)
+                slot = self.alloca_builder.alloca(ir.VectorType(reg_type(acc.dtype), w), name=key)
+            got = (slot, acc.dtype)
+            self.vars[key] = got
+        return got[0]
+
+    def fold_lanes(self, s: L.Assign, w: int) -> None:
+        """After the vector steps: the accumulator's lanes combined pairwise
+        (a tree), then into the accumulator's own value."""
+        b = self.b
+        op, dt = accumulation(s), s.var.dtype
+        from .codegen import reg_type
+
+        v = b.load(self.lanes_slot(s.var, w), typ=ir.VectorType(reg_type(dt), w))
+        parts = [b.extract_element(v, ir.Constant(I32, j)) for j in range(w)]
+        while len(parts) > 1:
+            parts = [self.binary(op, parts[j], parts[j + 1], dt, s.value.flags)
+                     for j in range(0, len(parts), 2)]
+        slot = self.var(s.var)
+        b.store(self.binary(op, b.load(slot, typ=parts[0].type), parts[0], dt, s.value.flags),
+                slot)
+
+    def shared_divisors_of(self, body: tuple) -> list:
+        """The divisors of the float divisions in a vector loop's ``body``
+        that keep their value over the loop (``lowering.divisors``), in
+        order of first appearance."""
+        out: list = []
+        for s in body:
+            for x in L.stmt_exprs(s):
+                for y in L.subexprs(x):
+                    if (float_division(y) and y.b in self.cg.shared_divisors
+                            and y.b not in out):
+                        out.append(y.b)
+        return out
+
+    def prepare_divisors(self, divisors: list, w: int) -> dict:
+        """Each divisor evaluated once (it keeps its value over the loop)
+        with its reciprocal and dividend range (``MathLib.fdiv_prep_f32``),
+        all four splat to ``w`` lanes."""
+        b = self.b
+        out = {}
+        for d in divisors:
+            v = self.to_wide(self.expr(d), d.dtype)
+            out[d] = tuple(_splat(b, x, w) for x in (v, *self.math.fdiv_prep_f32(b, v)))
+        return out
 
     def vector_body(self, var: L.LVar, body: tuple, w: int, stream: str | None = None) -> None:
         ev = _Lanes(self, var, w, stream)
         for p in self.prefetches.get(var.name, ()):
             self.prefetch(p.buf, self.idx(p.index))
         for s in body:
-            ev.store(s)
+            if isinstance(s, L.Assign):
+                ev.accumulate(s, self.lanes_slot(s.var, w))
+            else:
+                ev.store(s)
 
     def prefetch(self, buf: L.Buffer, index: ir.Value) -> None:
         """A hint to bring ``buf[index]`` into the second-level cache (no
@@ -273,11 +395,7 @@ class _Lanes:
 
     def splat(self, v: ir.Value) -> ir.Value:
         """``v`` in every lane."""
-        b = self.b
-        vt = self.vec(v.type)
-        one = b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
-                                ir.Constant(self.vec(I32), [0] * self.w))
+        return _splat(self.b, v, self.w)
 
     def lanes(self, v: ir.Value, varying: bool) -> ir.Value:
         return v if varying else self.splat(v)
@@ -349,6 +467,10 @@ class _Lanes:
         if isinstance(x, L.Bin):
             (p, vp), (q, vq) = self.value(x.a), self.value(x.b)
             varying = vp or vq
+            prep = g.divisor_preps.get(x.b) if float_division(x) and vp else None
+            if prep is not None:  # a shared divisor: its prepared reciprocal
+                q = b.call(g.math.fdiv_by_f32_vec(self.w), [g.to_wide(p, x.a.dtype), *prep])
+                return g.from_wide(q, x.dtype), True
             if varying:
                 p, q = self.lanes(p, vp), self.lanes(q, vq)
             return g.binary(x.op, p, q, x.a.dtype, x.flags), varying
@@ -431,6 +553,13 @@ class _Lanes:
         """A register value of ``dt`` in its memory form (bool: one byte)."""
         return self.b.zext(v, self.vec(I8)) if dt.is_bool else v
 
+    def accumulate(self, s: L.Assign, slot: ir.Value) -> None:
+        """``acc = op(acc, value)`` lane by lane into the lanes in ``slot``."""
+        b = self.b
+        v = self.lanes(*self.value(s.value.b))
+        acc = b.load(slot, typ=v.type)
+        b.store(self.g.binary(s.value.op, acc, v, s.var.dtype, s.value.flags), slot)
+
     def store(self, s: L.Store) -> None:
         from .codegen import mem_type
 
@@ -451,6 +580,14 @@ class _Lanes:
         fn = g.math.intrinsic(f"llvm.masked.store.{suffix(vt)}.p0", ir.VoidType(),
                               [vt, ir.PointerType(), I32, mask.type])
         b.call(fn, [val, ptr, ir.Constant(I32, align), mask])
+
+
+def _splat(b: ir.IRBuilder, v: ir.Value, w: int) -> ir.Value:
+    """The scalar ``v`` in each of ``w`` lanes."""
+    vt = ir.VectorType(v.type, w)
+    one = b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(vt, ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, w), [0] * w))
 
 
 def suffix(t: ir.Type) -> str:

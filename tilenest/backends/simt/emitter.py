@@ -44,6 +44,7 @@ import numpy as np
 
 from ...errors import NotAvailableError
 from ...lowering import loopir as L
+from ...lowering.divisors import float_division, shared_divisors
 from ...lowering.simt import block_threads
 from ...semantics import dtypes as D
 from ...semantics import expr as E
@@ -177,7 +178,7 @@ class Emitter:
         #: the same plan
         self._plans: dict[int, tuple[L.For, "LanePlan | None"]] = {}
         #: divisors worth a reciprocal computed once (:func:`shared_divisors`)
-        self.shared_divisors = A.shared_divisors(k, restrict, aliased)
+        self.shared_divisors = shared_divisors(k, restrict, aliased)
         #: shared reads held in registers across the loop being emitted
         #: (:meth:`invariant_loads`): (buffer name, index) -> register
         self.invariant: dict[tuple[str, E.Expr], str] = {}
@@ -284,9 +285,9 @@ class Emitter:
         return self.unary(x.op, self.expr(x.a), x.a.dtype)
 
     def bin_expr(self, x: L.Bin) -> str:
-        """A float division by a shared divisor (:func:`analysis.shared_divisors`)
+        """A float division by a shared divisor (:func:`divisors.shared_divisors`)
         goes through the divisor's prepared reciprocal; the rest by operator."""
-        if A.float_division(x) and x.b in self.shared_divisors:
+        if float_division(x) and x.b in self.shared_divisors:
             dt = x.a.dtype
             a, b = (self.wide(self.expr(y), dt) for y in (x.a, x.b))
             if self.lanes_ok:

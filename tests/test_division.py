@@ -1,16 +1,45 @@
-"""Division by a divisor shared along a loop (spec/lowering.md L-6): the CUDA
-target emits ``tn_fdiv_by(a, tn_fdiv_prep(b))`` (the reciprocal of ``b``
-computed once, each quotient corrected by two fmas), which must be the IEEE
-quotient for every pair of operands -- checked bit for bit on the emulated
-device, with divisors at the edges of the fast form's exponent range and
-dividends at the edges of the range it admits for each divisor, and beyond."""
+"""Division by a divisor shared along a loop (spec/lowering.md L-6 and
+*Vector loops*): the CUDA target emits ``tn_fdiv_by(a, tn_fdiv_prep(b))`` and
+the LLVM target's vector loops call ``tn.fdiv_by.v<W>f32`` with the divisor
+prepared before the loop (the reciprocal of ``b`` computed once, each
+quotient corrected by two fmas). Either must be the IEEE quotient for every
+pair of operands -- checked bit for bit on the emulated device and on the
+host at both vector widths, with divisors at the edges of the fast form's
+exponent range and dividends at the edges of the range it admits for each
+divisor, and beyond."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tilenest as tn
 from tilenest.backends import cuda
+from tilenest.backends import llvm
+from tilenest.lowering import default_schedule
+
+#: where the shared-divisor form runs, and the mark of it in the code:
+#: the emulated CUDA device, and LLVM's vector loops of 8 and 16 f32 lanes
+TARGETS = ("cuda", "llvm-256", "llvm-512")
+
+
+def _compile(kernel, target: str):  # type: ignore[no-untyped-def]
+    """``(compiled kernel, its code)`` for one of :data:`TARGETS`."""
+    if target == "cuda":
+        ck = cuda.compile_program(kernel.program, device="emulated")
+        return ck, ck.source.text
+    bits = int(target.split("-")[1])
+    ck = llvm.compile_program(kernel.program,
+                              default_schedule(kernel.program).with_(vector_bits=bits))
+    return ck, ck.llvm_ir
+
+
+def _uses(code: str, target: str) -> int:
+    """How many shared-divisor divisions the code makes."""
+    if target == "cuda":
+        return code.count("tn_fdiv_by(")
+    lanes = int(target.split("-")[1]) // 32
+    return code.count(f"call <{lanes} x float> @\"tn.fdiv_by.v{lanes}f32\"")
 
 
 @tn.kernel
@@ -80,12 +109,13 @@ def _cases() -> tuple[np.ndarray, np.ndarray]:
     return np.array(xs, F), np.array(ds, F)
 
 
-def test_shared_divisor_is_ieee_division_bit_for_bit():
+@pytest.mark.parametrize("target", TARGETS)
+def test_shared_divisor_is_ieee_division_bit_for_bit(target):
     x, b = _cases()
     d = np.repeat(b[:, None], x.shape[1], axis=1)
     y = np.full_like(x, 7.0)
-    ck = cuda.compile_program(rowdiv.program, device="emulated")
-    assert "tn_fdiv_by(" in ck.source.text  # the row's divisor is shared by its columns
+    ck, code = _compile(rowdiv, target)
+    assert _uses(code, target)  # the row's divisor is shared by its columns
     ck(x, d, y)
     with np.errstate(all="ignore"):
         want = x / b[:, None]
@@ -111,7 +141,8 @@ def rowdiv16(x: tn.Tensor[tn.bf16, "R C"], d: tn.Tensor[tn.bf16, "R C"],
         g(o, tn.shape(1, cols)).store(tn.cast(x[o, tn.shape(1, cols)], tn.f16) / t)
 
 
-def test_shared_divisor_of_16_bit_floats():
+@pytest.mark.parametrize("target", TARGETS)
+def test_shared_divisor_of_16_bit_floats(target):
     """bf16 and f16 divide in float and round once (L-6): the quotient of the
     widened operands, rounded to the dtype, bit for bit."""
     x32, b32 = _cases()
@@ -125,8 +156,9 @@ def test_shared_divisor_of_16_bit_floats():
     h = np.repeat(hb[:, None], x.shape[1], axis=1)
     y = np.zeros_like(x)
     g = np.zeros(x.shape, np.float16)
-    ck = cuda.compile_program(rowdiv16.program, device="emulated")
-    assert ck.source.text.count("tn_fdiv_by(") >= 2
+    ck, code = _compile(rowdiv16, target)
+    # LLVM keeps 16-bit lanes scalar (plain division of the widened values)
+    assert _uses(code, target) >= 2 if target == "cuda" else not _uses(code, target)
     ck(x, d, y, h, g)
     with np.errstate(all="ignore"):
         want_b = (x.astype(F) / b.astype(F)[:, None]).astype(bf)
@@ -138,12 +170,13 @@ def test_shared_divisor_of_16_bit_floats():
         assert np.array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
 
 
-def test_divisor_of_each_element_keeps_plain_division():
+@pytest.mark.parametrize("target", TARGETS)
+def test_divisor_of_each_element_keeps_plain_division(target):
     rng = np.random.default_rng(3)
     x = rng.standard_normal(200).astype(F)
     z = rng.standard_normal(200).astype(F)
     y = np.zeros_like(x)
-    ck = cuda.compile_program(elemdiv.program, device="emulated")
-    assert "tn_fdiv_by(" not in ck.source.text  # no reciprocal to share
+    ck, code = _compile(elemdiv, target)
+    assert not _uses(code, target)  # no reciprocal to share
     ck(x, z, y)
     assert np.array_equal(y, x / z)
