@@ -224,3 +224,17 @@ def test_fused_row_kernels_validate(name, cols):
         args = (x, w, b, y, np.float32(1e-5))
     report = tn.validate(k, "llvm", inputs=list(args))
     assert report.ok, report
+
+
+def test_the_fused_stage_is_printed():
+    """``tilenest lower --emit fused`` shows the loop IR the code generator
+    reads: softmax's exponentials stored and summed in one vector loop."""
+    from tilenest.backends.llvm import STAGES, emit
+
+    assert list(STAGES).index("fused") == list(STAGES).index("loopir") + 1
+    def fused_loops(stage: str) -> list[str]:
+        loops = emit(kernels()["softmax"].program, stage).split("for.vector")[1:]
+        return [lp for lp in loops if "= exp(" in lp and "add{reassoc}" in lp]
+
+    assert len(fused_loops("fused")) == 1
+    assert not fused_loops("loopir")

@@ -809,7 +809,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--target", default="llvm", type=_target_arg,
                    help=f"code generation target ({_compiling_help()})")
     s.add_argument("--emit", default="loopir",
-                   help="stage: schedule | tileir | loopir | ir | opt | asm")
+                   help="stage: schedule | tileir | loopir | fused | ir | opt | asm "
+                        "(fused: llvm only)")
     s.add_argument("--transform", action="append", metavar="SPEC", type=_transform_arg,
                    help="a schedule transform applied first, e.g. 'split(1, 0, 4)'")
     _schedule_options(s)

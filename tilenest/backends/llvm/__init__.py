@@ -6,6 +6,8 @@ prints any of them):
 * ``schedule`` -- the schedule and the storage plan of intermediates;
 * ``tileir``  -- the scheduled TileIR (after the schedule's transforms);
 * ``loopir``  -- the lowered, verified loop IR (``tilenest.lowering``);
+* ``fused``   -- the loop IR the code generator reads: one thread per program
+  (``stage_serial``) and consecutive vector loops fused (``fusion.py``);
 * ``ir``      -- LLVM IR as generated (``codegen.py``);
 * ``opt``     -- LLVM IR after the O3 new-pass-manager pipeline for the host CPU;
 * ``asm``     -- host assembly.
@@ -75,12 +77,20 @@ def stage_serial(k: L.Kernel) -> L.Kernel:
     return s
 
 
+def stage_fused(k: L.Kernel, schedule: Schedule) -> L.Kernel:
+    """The serial kernel ``k`` (:func:`stage_serial`) with its consecutive
+    vector loops fused where that is legal and stays vector code
+    (:mod:`.fusion`)."""
+    aliased = frozenset(n for group in schedule.aliases for n in group)
+    return fuse_kernel(k, schedule.vector_bits or 512, aliased)
+
+
 def stage_ir(k: L.Kernel, schedule: Schedule, h: jit.Host) -> str:
     """LLVM IR of a serial kernel ``k`` (:func:`stage_serial`), its vector
-    loops fused where that is legal (:mod:`.fusion`)."""
+    loops fused first (:func:`stage_fused`)."""
     aliased = frozenset(n for group in schedule.aliases for n in group)
-    bits = schedule.vector_bits or 512
-    return Codegen(fuse_kernel(k, bits, aliased), bits, h.cpu, h.features, aliased).text()
+    return Codegen(stage_fused(k, schedule), schedule.vector_bits or 512, h.cpu, h.features,
+                   aliased).text()
 
 
 def build(program: TileProgram, k: L.Kernel, schedule: Schedule,
@@ -201,6 +211,10 @@ def _emit_loopir(program: TileProgram, s: Schedule) -> str:
     return print_kernel(stage_loopir(program, s))
 
 
+def _emit_fused(program: TileProgram, s: Schedule) -> str:
+    return print_kernel(stage_fused(stage_serial(stage_loopir(program, s)), s))
+
+
 def _emit_ir(program: TileProgram, s: Schedule) -> str:
     return stage_ir(stage_serial(stage_loopir(program, s)), s, jit.host())
 
@@ -218,6 +232,7 @@ STAGES: dict[str, Callable[[TileProgram, Schedule], str]] = {
     "schedule": _emit_schedule,
     "tileir": _emit_tileir,
     "loopir": _emit_loopir,
+    "fused": _emit_fused,
     "ir": _emit_ir,
     "opt": _emit_opt,
     "asm": _emit_asm,
