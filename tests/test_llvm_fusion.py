@@ -12,6 +12,8 @@ softmax's fused loop is one loop in the assembly (exp, sum and store)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -238,3 +240,14 @@ def test_the_fused_stage_is_printed():
 
     assert len(fused_loops("fused")) == 1
     assert not fused_loops("loopir")
+
+
+def test_a_check_between_the_loops_keeps_them_apart():
+    """A check between the two loops cannot move before the first: the
+    first error a run meets stays the one it reports, so the loops stay
+    two."""
+    k = _exp_then_sum(0)
+    body = list(k.phases[0].body)
+    body.insert(1, L.Check(L.IPred(E.cmp(">", E.Sym("N"), 0)), 1))
+    k = replace(k, phases=(replace(k.phases[0], body=tuple(body)),))
+    assert len(_vector_loops(fusion.fuse_kernel(k, 512))) == 2

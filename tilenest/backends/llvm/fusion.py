@@ -193,9 +193,13 @@ def fusable(var: L.LVar, a: tuple, b: tuple, alias: Callable[[str, str], bool]) 
 
 
 def independent(s: Any, loop: L.For, alias: Callable[[str, str], bool]) -> bool:
-    """Whether statement ``s`` and ``loop`` may swap places: no local one
+    """Whether statement ``s`` and ``loop`` may swap places: ``s`` is an
+    assignment, a store or a loop of them (a check keeps its place, so the
+    error a run reports stays the first one it meets), no local one
     assigns is read or assigned by the other, and no buffer one writes is
     touched by the other."""
+    if not all(isinstance(x, (L.Assign, L.Store, L.For)) for x in L.walk((s,))):
+        return False
     (ws, rs), (wl, rl) = _locals((s,)), _locals((loop,))
     if ws & (wl | rl) or wl & rs:
         return False
