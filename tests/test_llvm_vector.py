@@ -68,12 +68,13 @@ def loops(asm: str) -> list[list[str]]:
 
 
 def cycles(asm: str) -> list[list[str]]:
-    """The instructions from each label to a later jump back to it (a loop
-    whose body may branch: a common path with a rare one beside it), in
-    order of the jumps."""
+    """The innermost loops whose body may branch (a common path with a rare
+    one beside it): the instructions from a label to a later jump back to
+    it, for each such span that holds no other span, in order of the
+    jumps."""
     seen: dict[str, int] = {}
     flat: list[str] = []
-    out = []
+    spans: list[tuple[int, int]] = []
     for line in asm.splitlines():
         line = line.split("#", 1)[0].rstrip()
         m = re.match(r"^(\.?[\w.$]+):", line)
@@ -83,8 +84,10 @@ def cycles(asm: str) -> list[list[str]]:
             flat.append(line.strip())
             j = re.match(r"^j\w+\s+(\S+)$", flat[-1])
             if j and j.group(1) in seen:
-                out.append(flat[seen[j.group(1)]:])
-    return out
+                spans.append((seen[j.group(1)], len(flat)))
+    inner = [(a, b) for a, b in spans
+             if not any((c, d) != (a, b) and a <= c and d <= b for c, d in spans)]
+    return [flat[a:b] for a, b in inner]
 
 
 def hottest(asm: str, pattern: str) -> list[str]:

@@ -124,13 +124,19 @@ class FnGen(VectorLoops):
 
     # -- locals ---------------------------------------------------------------
     def var(self, v: L.LVar) -> ir.Value:
-        got = self.vars.get(v.name)
+        return self.slot(v.name, reg_type(v.dtype), v.dtype)
+
+    def slot(self, name: str, typ: ir.Type, dtype: D.DType) -> ir.Value:
+        """The stack slot ``name`` of type ``typ`` holding values of ``dtype``,
+        allocated once in the entry block (where LLVM promotes it to
+        registers)."""
+        got = self.vars.get(name)
         if got is None:
             with self.alloca_builder.goto_entry_block():
                 self.alloca_builder.position_at_start(self.entry)
-                slot = self.alloca_builder.alloca(reg_type(v.dtype), name=v.name)
-            got = (slot, v.dtype)
-            self.vars[v.name] = got
+                slot = self.alloca_builder.alloca(typ, name=name)
+            got = (slot, dtype)
+            self.vars[name] = got
         return got[0]
 
     def read_var(self, name: str) -> tuple[ir.Value, D.DType]:

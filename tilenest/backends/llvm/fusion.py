@@ -203,8 +203,6 @@ def independent(s: Any, loop: L.For, alias: Callable[[str, str], bool]) -> bool:
     (ws, rs), (wl, rl) = _locals((s,)), _locals((loop,))
     if ws & (wl | rl) or wl & rs:
         return False
-    for na, _, sa in _accesses((s,)):
-        for nb, _, sb in _accesses((loop,)):
-            if (sa or sb) and alias(na, nb):
-                return False
-    return True
+    theirs = _accesses((loop,))
+    return not any((sa or sb) and alias(na, nb)
+                   for na, _, sa in _accesses((s,)) for nb, _, sb in theirs)

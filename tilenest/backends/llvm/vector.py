@@ -279,6 +279,8 @@ class VectorLoops:
         """Vector steps of ``w`` iterations from ``lo``, then the scalar
         rest; with ``stream``, that buffer's stores are aligned streaming
         stores (the caller made its first address vector-aligned)."""
+        from .codegen import reg_type
+
         b = self.b
         n = b.sub(hi, lo)
         n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
@@ -286,8 +288,6 @@ class VectorLoops:
         mid = b.add(lo, full, flags=("nsw",))
         for s in body:  # each accumulator's lanes start from the op's identity
             if isinstance(s, L.Assign):
-                from .codegen import reg_type
-
                 vt = ir.VectorType(reg_type(s.var.dtype), w)
                 b.store(ir.Constant(vt, [_ACCUMULATE[accumulation(s)]] * w),
                         self.lanes_slot(s.var, w))
@@ -310,23 +310,15 @@ class VectorLoops:
         entry block, like every local's slot)."""
         from .codegen import reg_type
 
-        key = f"{acc.name}.lanes{w}"
-        got = self.vars.get(key)
-        if got is None:
-            with self.alloca_builder.goto_entry_block():
-                self.alloca_builder.position_at_start(self.entry)
-                slot = self.alloca_builder.alloca(ir.VectorType(reg_type(acc.dtype), w), name=key)
-            got = (slot, acc.dtype)
-            self.vars[key] = got
-        return got[0]
+        return self.slot(f"{acc.name}.lanes{w}", ir.VectorType(reg_type(acc.dtype), w), acc.dtype)
 
     def fold_lanes(self, s: L.Assign, w: int) -> None:
         """After the vector steps: the accumulator's lanes combined pairwise
         (a tree), then into the accumulator's own value."""
-        b = self.b
-        op, dt = accumulation(s), s.var.dtype
         from .codegen import reg_type
 
+        b = self.b
+        op, dt = accumulation(s), s.var.dtype
         v = b.load(self.lanes_slot(s.var, w), typ=ir.VectorType(reg_type(dt), w))
         parts = [b.extract_element(v, ir.Constant(I32, j)) for j in range(w)]
         while len(parts) > 1:
