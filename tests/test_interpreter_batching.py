@@ -374,6 +374,25 @@ def test_fast_transcendentals_are_the_reference_bits(op):
         assert fastmath.unary(op, x, D.f32).tobytes() == N.unary(op, x, D.f32).tobytes()
 
 
+def test_fast_exp_recomputes_values_near_a_rounding_midpoint(monkeypatch):
+    """With numpy's float64 ``exp`` made 2^8 to 2^9 float64 ulps too large
+    (within fastmath.MARGIN), rounding its value to f32 misses the reference
+    on some inputs of [1, 1.5); those lie near an f32 rounding midpoint, so
+    the fast path must recompute them and still give the reference bits."""
+    from tilenest.interpreter import fastmath
+    from tilenest.semantics import numerics as N
+
+    def too_large(y, out=None):
+        return np.multiply(np.exp(y, out=out), 1 + 2.0 ** -44, out=out)
+
+    x = (np.float32(1.0).view(np.uint32) + np.arange(1 << 22, dtype=np.uint32)).view(np.float32)
+    ref = N.unary("exp", x, D.f32)
+    missed = too_large(x.astype(np.float64)).astype(np.float32) != ref
+    assert missed.any()  # the perturbation does cross a midpoint somewhere
+    monkeypatch.setitem(fastmath.FAST64, "exp", too_large)
+    assert fastmath.unary("exp", x, D.f32).tobytes() == ref.tobytes()
+
+
 @pytest.mark.parametrize("op", ["exp", "exp2", "sigmoid"])
 def test_fast_transcendentals_at_the_edges_of_the_f32_normal_range(op):
     """Results around the smallest normal f32 (2^-126), into the subnormals, and

@@ -19,7 +19,6 @@ range, infinite, NaN: about one in 2^18 of random inputs) is computed by
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -45,12 +44,12 @@ FAST64: dict[str, Callable[..., np.ndarray]] = {
     "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sigmoid": _sigmoid,
 }
 
-#: the 32-bit word of a float64 holding its low significand bits
-_LOW_WORD = 0 if sys.byteorder == "little" else 1
-_LOW29 = np.uint32((1 << 29) - 1)
-#: ``low29`` is within MARGIN of 2^28 iff ``(low29 - _NEAR_LO) mod 2^29 <= 2 MARGIN``
-_NEAR_LO = np.uint32((1 << 28) - MARGIN)
-_NEAR_SPAN = np.uint32(2 * MARGIN)
+_LOW29 = np.uint64((1 << 29) - 1)
+#: the low 29 significand bits ``low29`` of a float64 are within MARGIN of
+#: 2^28 iff ``(bits - _NEAR_LO) mod 2^29 <= 2 MARGIN`` (the subtraction's
+#: borrow leaves the low 29 bits alone)
+_NEAR_LO = np.uint64((1 << 28) - MARGIN)
+_NEAR_SPAN = np.uint64(2 * MARGIN)
 _F32_TINY = np.float32(2.0 ** -126)
 _F32_MAX = np.finfo(np.float32).max
 
@@ -67,8 +66,11 @@ def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
     bits), or when ``|r|`` is not in ``(2^-126, max f32]`` -- then ``y`` may lie
     outside the f32 normal range ``[2^-126, 2^128)`` or be NaN; inside that
     range the test is only stricter (``|y| < 2^-126`` rounds to at most
-    ``2^-126``, ``|y| >= 2^128`` to infinity). The chunk's buffers are made
-    once per call."""
+    ``2^-126``, ``|y| >= 2^128`` to infinity). Both tests are first made on
+    the chunk's extremes (the least distance to a midpoint; the least and
+    greatest result, or magnitude where some result is not positive), and
+    per element only in a chunk that fails one of them. The chunk's buffers
+    are made once per call."""
     if dt.name != "f32" or op not in FAST64 or np.size(x) < 64:
         return N.unary(op, x, dt)
     x = np.asarray(x, dtype=np.float32)
@@ -78,24 +80,26 @@ def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
     fn = FAST64[op]
     n0 = min(_CHUNK, flat.size)
     y0 = np.empty(n0, dtype=np.float64)
-    u0 = np.empty(n0, dtype=np.uint32)
-    m0 = np.empty(n0, dtype=bool)
     a0 = np.empty(n0, dtype=np.float32)
     with np.errstate(all="ignore"):
         for i in range(0, flat.size, _CHUNK):
             part = flat[i:i + _CHUNK]
             n = part.size
-            y, u, near, a = y0[:n], u0[:n], m0[:n], a0[:n]
+            y = y0[:n]
+            w = y.view(np.uint64)  # y's bits, then (once r is made) distances
             r = out[i:i + n]
             np.copyto(y, part)
             fn(y, out=y)
             np.copyto(r, y, casting="same_kind")
-            np.subtract(y.view(np.uint32)[_LOW_WORD::2], _NEAR_LO, out=u)
-            np.bitwise_and(u, _LOW29, out=u)
-            np.less_equal(u, _NEAR_SPAN, out=near)
-            np.abs(r, out=a)
-            lo, hi = a.min(), a.max()  # NaN propagates: then the test below fails
-            if near.any() or not (lo > _F32_TINY and hi <= _F32_MAX):
-                bad = near | ~((a > _F32_TINY) & (a <= _F32_MAX))
+            np.subtract(w, _NEAR_LO, out=w)
+            np.bitwise_and(w, _LOW29, out=w)
+            near = w.min() <= _NEAR_SPAN
+            lo, hi = r.min(), r.max()  # NaN propagates: then every test below fails
+            if not lo > 0:  # a result <= 0 (log, log2) or NaN: test magnitudes
+                a = np.abs(r, out=a0[:n])
+                lo, hi = a.min(), a.max()
+            if near or not (lo > _F32_TINY and hi <= _F32_MAX):
+                a = np.abs(r, out=a0[:n])
+                bad = (w <= _NEAR_SPAN) | ~((a > _F32_TINY) & (a <= _F32_MAX))
                 r[bad] = N.unary(op, part[bad], dt)
     return out.reshape(shape)
