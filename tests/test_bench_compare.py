@@ -244,12 +244,15 @@ def test_selected_rows_bring_their_ceilings():
 def test_gemm_tiles_cover_the_problem_without_padding_it():
     assert codegen.gemm_tiles(64, 64, 1, k=64) == {"bm": 32, "bn": 64, "bk": 64}
     assert codegen.gemm_tiles(64, 64, 1, batch=2, k=32) == {"bm": 64, "bn": 64, "bk": 32}
-    assert codegen.gemm_tiles(1024, 1024, 2, k=1024) == {"bm": 256, "bn": 512, "bk": 128}
+    assert codegen.gemm_tiles(1024, 1024, 1, k=1024) == {"bm": 1024, "bn": 512, "bk": 128}
+    assert codegen.gemm_tiles(1024, 1024, 2, k=1024) == {"bm": 512, "bn": 512, "bk": 128}
     assert codegen.gemm_tiles(256, 256, 2, k=256) == {"bm": 128, "bn": 128, "bk": 128}
     # a ragged extent is cut into equal tiles of the register block's rows
-    assert codegen.gemm_tiles(1000, 1000, 1, k=1000, rows=8) == {"bm": 200, "bn": 512,
+    assert codegen.gemm_tiles(1000, 1000, 1, k=1000, rows=8) == {"bm": 1000, "bn": 512,
                                                                  "bk": 128}
-    assert codegen.gemm_tiles(1000, 1000, 1, k=1000, rows=6)["bm"] == 252
+    assert codegen.gemm_tiles(1000, 1000, 2, k=1000, rows=8)["bm"] == 504
+    assert codegen.gemm_tiles(3000, 1000, 1, k=1000, rows=8)["bm"] == 1000
+    assert codegen.gemm_tiles(1000, 1000, 2, k=1000, rows=6)["bm"] == 504
 
 
 # ---------------------------------------------------------------------------

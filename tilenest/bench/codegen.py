@@ -105,19 +105,22 @@ def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
 
     A program copies (packs) an A tile and a B tile per K step and reuses them
     for ``bm * bn * bk`` multiply-adds, so large output tiles amortize the
-    copies: up to 256 rows by 512 columns unless that leaves fewer than two
+    copies: up to 1024 rows by 512 columns unless that leaves fewer than two
     programs per thread (the runtime balances chunks of programs between
-    threads), then halved, the longer side first. Each side is a multiple of
-    the register block (``rows`` rows: the host's ``mma_block``; ``cols``
-    columns), the extent cut into the fewest tiles of at most 256 (512) or
-    one more, whichever pads it least: 1000 rows make five tiles of 200, not
-    four of 256 computing 24 rows of padding. ``bk`` is at most 128, which
-    keeps a register block's B panel (128 x 32 f32, 16 KiB) in L1 and the
-    packed B tile (at most 128 x 512 f32, 256 KiB) in L2; the padding of a
-    ragged K step is skipped by the ``mma`` itself. The wider N tile copies
-    each A tile once for twice the columns: at 1000^3 and 1024^3 on a 2-core
-    AMD EPYC (AVX-512) it was 2-4% faster than 256 columns at one and two
-    threads (spec/lowering.md, *Measuring the CPU code*)."""
+    threads), then the longer side is cut into tiles of at most half as
+    many. Each side is a multiple of the register block (``rows`` rows: the
+    host's ``mma_block``; ``cols`` columns), the extent cut into the fewest
+    tiles of at most the limit or one more, whichever pads it least: at two
+    threads 1000 rows make two tiles of 504, not three of 336. ``bk`` is at
+    most 128, which keeps the packed B tile (at most 128 x 512 f32, 256 KiB)
+    in L2 while every row band of the A tile passes over it; the accumulator
+    tile (up to 2 MiB) is read and written once per micro-tile and K step, a
+    small stream beside the multiply-adds. The padding of a ragged K step is
+    skipped by the ``mma`` itself. Tall tiles copy each B tile for fewer
+    programs, wide ones each A tile: on a 2-core AMD EPYC (AVX-512), one
+    thread, 1024 x 512 tiles were 2-4% faster at 1000^3 and 1024^3 than
+    256 x 512 (and those 2-4% faster than 256 x 256; spec/lowering.md,
+    *Measuring the CPU code*)."""
     if rows is None:
         from ..lowering.schedule import default_mma_block, host_vector_bits
 
@@ -133,15 +136,12 @@ def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
         cands = {cdiv(cdiv(extent, c), granule) * granule for c in (few, few + 1)}
         return min(cands, key=lambda t: (cdiv(extent, t) * t - extent, -t))
 
-    def halve(t: int, granule: int) -> int:
-        return max(granule, (t // 2) // granule * granule)
-
-    bm, bn = fit(m, 256, rows), fit(n, 512, cols)
+    bm, bn = fit(m, 1024, rows), fit(n, 512, cols)
     while batch * -(-m // bm) * -(-n // bn) < 2 * threads and max(bm, bn) > 32:
         if bm >= bn:
-            bm = halve(bm, rows)
+            bm = fit(m, max(rows, bm // 2), rows)
         else:
-            bn = halve(bn, cols)
+            bn = fit(n, max(cols, bn // 2), cols)
     return {"bm": bm, "bn": bn, "bk": min(128, k)}
 
 
