@@ -46,7 +46,9 @@ from tilenest.semantics.reducers import BUILTINS
 from tilenest.semantics.space import Space
 from tilenest.semantics.types import TileType
 
-DTYPES = [d.name for d in D.ALL]
+#: every dtype the llvm target compiles: all but the FP8 formats, which every
+#: code generator refuses for now (tests/test_fp8.py)
+DTYPES = [d.name for d in D.ALL if not d.is_fp8]
 POLICIES = [p.value for p in ReductionPolicy]
 #: integer ops whose right operand must be nonzero / a shift count in range
 #: (a zero divisor or negative count is an error in both the interpreter and

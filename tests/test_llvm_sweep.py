@@ -62,7 +62,7 @@ def test_sweep_covers_every_op_and_dtype():
     missing = values_ops - kinds_ops - set(S.STRUCTURAL) - {"mma"}
     assert not missing, f"ops of the semantics the sweep does not run: {sorted(missing)}"
     assert "mma" in {c.kind for c in COMBOS}
-    names = [d.name for d in D.ALL]
+    names = [d.name for d in D.ALL if not d.is_fp8]  # (FP8: refused, tests/test_fp8.py)
     for kind in ("unary", "binary", "ite", "map", "cast", "bitcast", "reduce"):
         got = {c.dtype for c in COMBOS if c.kind == kind}
         assert got == set(names), (kind, set(names) - got)

@@ -23,8 +23,8 @@ from .frontend.functions import *  # noqa: F401,F403  (elementwise functions)
 from .frontend.functions import __all__ as _fn_all
 from .frontend.kernel import Kernel, Scalar, Sym, Tensor, kernel
 from .frontend.library import argmax, cumsum, reducer, scan, sort, topk
-from .semantics.dtypes import (bf16, bool_, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32,
-                               u64)
+from .semantics.dtypes import (bf16, bool_, f8e4m3fn, f8e5m2, f16, f32, f64, i8, i16, i32,
+                               i64, u8, u16, u32, u64)
 from .semantics.ir import TileProgram
 from .semantics.policies import MmaPolicy, PipelinePolicy, ReductionPolicy
 from .proofs import transform  # noqa: F401  (tn.transform: transforms and their obligations)
@@ -183,7 +183,7 @@ __all__ = [
     "memory", "mma", "ordered_tree", "per", "permute", "pipeline", "pipeline_policy", "put",
     "parallel", "reduce", "reindex", "reshape", "scalar", "serial", "shape", "sym",
     "unordered_tree", "while_", "zeros", "Kernel", "Scalar", "Sym", "Tensor", "kernel",
-    "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f16", "f32",
+    "argmax", "cumsum", "reducer", "scan", "sort", "topk", "bf16", "bool_", "f8e4m3fn", "f8e5m2", "f16", "f32",
     "f64", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "TileProgram", "MmaPolicy",
     "PipelinePolicy", "ReductionPolicy", "interpret", "reference", "validate", "parse",
     "parse_module", "clear_cache",

@@ -26,9 +26,10 @@ empty directory). The implementation writes ``ARG.npy`` for every tensor
 argument with its final contents, or ``error.json`` (``{"kind": ..., "message":
 ...}``) when it rejects the program or the call, or ``{"kind": "unsupported",
 "reason": ...}`` when it does not implement what the case needs (the case is
-skipped with that reason). ``bf16`` arrays travel as ``uint16`` arrays of their
-bit patterns; every other dtype as itself. Templates, recipes and outputs are
-read defensively by :mod:`tilenest.conformance_files`.
+skipped with that reason). ``bf16`` and FP8 arrays travel as ``uint16`` and
+``uint8`` arrays of their bit patterns; every other dtype as itself.
+Templates, recipes and outputs are read defensively by
+:mod:`tilenest.conformance_files`.
 """
 
 from __future__ import annotations
@@ -256,21 +257,20 @@ def materialize(case: Case) -> list[Any]:
     return out
 
 
+#: formats numpy's ``.npy`` files cannot name (``ml_dtypes``'): they travel
+#: as the unsigned integers of their bit patterns
+_AS_BITS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
 def save_array(path: Path, a: np.ndarray) -> None:
-    """``.npy``; bf16 as its uint16 bit patterns."""
-    if a.dtype.name == "bfloat16":
-        a = a.view(np.uint16)
+    """``.npy``; bf16 and the FP8 formats as their bit patterns (uint16, uint8)."""
+    if a.dtype.name in _AS_BITS:
+        a = a.view(np.dtype(f"u{a.dtype.itemsize}"))
     np.save(path, a, allow_pickle=False)
 
 
 def load_array(path: Path, dtype: str) -> np.ndarray:
-    from .semantics import dtypes as D
-
-    a = np.load(path, allow_pickle=False)
-    want = D.parse(dtype).np
-    if want.name == "bfloat16" and a.dtype == np.uint16:
-        return a.view(want)
-    return a
+    return _as_dtype(np.load(path, allow_pickle=False), dtype)
 
 
 def write_inputs(case: Case, args: list[Any], folder: Path) -> None:
@@ -447,6 +447,8 @@ class Backend:
 
         if not profile(self.name).f64 and prog.first_use_of("f64") is not None:
             return f"the {self.name} target has no f64"
+        if any(prog.first_use_of(n) is not None for n in ("f8e4m3fn", "f8e5m2")):
+            return f"the {self.name} target does not compile FP8 yet"
         return None
 
     @staticmethod
@@ -552,12 +554,12 @@ def _output_limit(spec: dict[str, Any]) -> int:
 
 
 def _as_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
-    """A read output in the argument's dtype where the protocol transports it
-    as another (bf16 as uint16 bit patterns)."""
+    """An array read in the argument's dtype where the protocol transports it
+    as another (bf16 and FP8 as their bit patterns, :data:`_AS_BITS`)."""
     from .semantics import dtypes as D
 
     want = D.parse(dtype).np
-    if want.name == "bfloat16" and a.dtype == np.uint16:
+    if want.name in _AS_BITS and a.dtype == np.dtype(f"u{want.itemsize}"):
         return a.view(want)
     return a
 

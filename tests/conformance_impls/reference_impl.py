@@ -14,6 +14,10 @@ from pathlib import Path
 import numpy as np
 
 
+#: dtypes that travel as the unsigned integers of their bits, by ml_dtypes type
+BITS = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+
+
 def read_inputs(folder: Path) -> tuple[list, dict, list]:
     import ml_dtypes
 
@@ -24,8 +28,8 @@ def read_inputs(folder: Path) -> tuple[list, dict, list]:
             a = by_name[e["alias"]]
         else:
             a = np.load(folder / e["file"])
-            if e["dtype"] == "bf16":
-                a = a.view(ml_dtypes.bfloat16)          # bf16 travels as uint16 bits
+            if e["dtype"] in BITS:
+                a = a.view(getattr(ml_dtypes, BITS[e["dtype"]]))  # travels as its bits
             if e["kind"] == "scalar":
                 a = a[()]
         by_name[e["name"]] = a
@@ -36,7 +40,8 @@ def read_inputs(folder: Path) -> tuple[list, dict, list]:
 def write_outputs(folder: Path, args: list, entries: list) -> None:
     for e, a in zip(entries, args, strict=True):
         if e["kind"] == "tensor":
-            np.save(folder / f"{e['name']}.npy", a.view(np.uint16) if e["dtype"] == "bf16" else a)
+            bits = np.dtype(f"u{a.dtype.itemsize}")
+            np.save(folder / f"{e['name']}.npy", a.view(bits) if e["dtype"] in BITS else a)
 
 
 def load(case: Path):  # type: ignore[no-untyped-def]

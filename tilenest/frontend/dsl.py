@@ -622,11 +622,16 @@ def scalar(value: Any, dtype: DType) -> Tile:
     return _literal_tile(value, dtype)
 
 
-def cast(x: Any, dtype: DType) -> Tile:
+def cast(x: Any, dtype: DType, overflow: str | None = None) -> Tile:
+    """``x`` converted to ``dtype`` (``numerics.cast``). A cast into an FP8
+    format rounds to nearest even and needs ``overflow``: ``'saturate'`` (the
+    largest finite value of the sign) or ``'nonfinite'`` (NaN in f8e4m3fn,
+    infinity in f8e5m2); no other cast takes it."""
     (t,) = _operands([x], "cast")
-    if t.dtype == dtype:
+    if t.dtype == dtype and (overflow is None or dtype.is_fp8):
         return t
-    return _emit("cast", [t], {}, (t.type.with_dtype(dtype),))[0]
+    attrs = {} if overflow is None else {"overflow": overflow}
+    return _emit("cast", [t], attrs, (t.type.with_dtype(dtype),))[0]
 
 
 def bitcast(x: Tile, dtype: DType) -> Tile:

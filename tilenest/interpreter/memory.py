@@ -25,6 +25,7 @@ from ..semantics.layout_facts import require_injective
 from ..semantics.policies import Bounds
 from ..semantics.types import MemoryType, TensorType, TileType
 from ..semantics import numerics as N
+from ..semantics.arrays import strided
 from . import shadow as S
 from .core import Interpreter, TensorRT, poison_value, rule
 from .effects import Box, Buffer
@@ -114,8 +115,7 @@ def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tup
                 return None  # not injective: several lanes/elements share an element
             reach += s * (m - 1)
     start = arr[tuple(slice(b, None) for b in base)] if arr.ndim else arr
-    view = np.lib.stride_tricks.as_strided(start, full, [s * arr.itemsize for s in step],
-                                           writeable=write)
+    view = strided(start, tuple(full), [s * arr.itemsize for s in step], write)
     # flat (row-major, logical) indices, only needed by the effect log
     lstr = [int(np.prod(arr.shape[k + 1:])) for k in range(arr.ndim)]
     lbase = sum(b * s for b, s in zip(base, lstr, strict=True))

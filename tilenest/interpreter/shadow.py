@@ -49,7 +49,7 @@ import ml_dtypes
 import numpy as np
 
 from ..semantics import numerics as N
-from ..semantics.dtypes import DType
+from ..semantics.dtypes import DType, f64
 
 _F64 = np.float64
 _F32 = np.float32
@@ -527,11 +527,24 @@ def _compare(name: str, alo, ahi, blo, bhi) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def cast(x: Parts, src: DType, dst: DType) -> Parts:
+def cast(x: Parts, src: DType, dst: DType, overflow: str | None = None) -> Parts:
     """The shadow of ``cast(x)``: the converted range, and where NaN is admitted
-    what NaN converts to (NaN for a float, 0 for an integer, true for bool)."""
+    what NaN converts to (NaN for a float, 0 for an integer, true for bool).
+    Into FP8 (``overflow`` its policy): rounding to nearest even is monotone, so
+    the range's ends converted bound every converted value; an end that
+    overflows to NaN (f8e4m3fn, ``nonfinite``) admits NaN and is held at the
+    largest finite value."""
     lo, hi, nan = x
     pl, ph, empty = _placeholder(lo, hi)
+    if dst.is_fp8:
+        ends = [N.cast(np.asarray(e, dtype=_F64), f64, dst, overflow).astype(_F64)
+                for e in (pl, ph)]
+        over = [np.isnan(r) & ~np.isnan(e) for r, e in zip(ends, (pl, ph))]
+        top = N.FP8_MAX[dst.name]
+        rlo, rhi = np.where(over[0], -top, ends[0]), np.where(over[1], top, ends[1])
+        rlo, rhi = np.where(empty, np.inf, rlo), np.where(empty, -np.inf, rhi)
+        nan = np.asarray(nan, dtype=bool) if src.is_float else np.zeros_like(nan, dtype=bool)
+        return settle(*either_zero(rlo, rhi), nan | over[0] | over[1])
     rlo, rhi = _cast_range(pl, ph, src, dst)
     rlo, rhi = np.where(empty, np.inf, rlo), np.where(empty, -np.inf, rhi)
     nan = np.asarray(nan, dtype=bool)

@@ -135,11 +135,12 @@ def _ite(it: Interpreter, op: Operation) -> None:
 def _cast(it: Interpreter, op: Operation) -> None:
     x = it.val(op.operands[0])
     src, dst = op.operands[0].type.dtype, op.result.type.dtype
-    res = N.cast(x.a, src, dst)
+    overflow = op.attrs.get("overflow")
+    res = N.cast(x.a, src, dst, overflow)
     out = RV(np.reshape(res, x.a.shape), x.nb)
     if shadowed(it, [x]):
         ins = [x.shadow()]
-        out = _settled(out, "cast", None, 0.0, [], ins, S.cast(ins[0], src, dst))
+        out = _settled(out, "cast", None, 0.0, [], ins, S.cast(ins[0], src, dst, overflow))
     it.set(op.result, out)
 
 

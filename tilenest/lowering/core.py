@@ -577,6 +577,22 @@ def _effect_free(op: Operation, stored: set[str]) -> bool:
     return all(_effect_free(o, stored) for r in op.regions for o in r.ops if o.name != "yield")
 
 
+def refuse_fp8(program: TileProgram, target: str) -> None:
+    """FP8 values have a meaning (the interpreter evaluates them) but no code
+    generation yet: a program holding one is refused, at the first argument
+    or op that does, before anything is lowered."""
+    for name in ("f8e4m3fn", "f8e5m2"):
+        use = program.first_use_of(name)
+        if use is not None:
+            what, detail, site = use
+            raise NotAvailableError(
+                f"{what} {'(' + detail + ') ' if detail else ''}holds {name} values, which the "
+                f"'{target}' target does not compile yet (FP8 runs on the reference "
+                "interpreter only)", site,
+                "call the kernel or tn.reference(...) to evaluate it, or cast to f16/bf16/f32 "
+                "at the kernel's boundary")
+
+
 def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
     """Lower ``program`` to a loop-IR kernel under ``schedule`` (default: the
     automatic schedule for llvm)."""
@@ -585,6 +601,7 @@ def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:
     from .schedule import apply_transforms, stride_symbol
 
     schedule = schedule or default_schedule(program)
+    refuse_fp8(program, schedule.target)
     program, _obligations = apply_transforms(program, schedule)
     lw = Lowerer(program, schedule)
     syms = list(program.syms)

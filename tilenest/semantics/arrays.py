@@ -290,8 +290,15 @@ def span(a: np.ndarray) -> np.ndarray:
     ``a`` by its strides is given."""
     n = 1 + sum((x - 1) * s for x, s in zip(a.shape, row_strides(a) or (), strict=True)) \
         if a.size else 0
-    return np.lib.stride_tricks.as_strided(a, shape=(n,), strides=(a.itemsize,),
-                                           writeable=bool(a.flags.writeable))
+    return strided(a, (n,), (a.itemsize,), bool(a.flags.writeable))
+
+
+def strided(a: np.ndarray, shape: tuple[int, ...], strides: Any, writeable: bool) -> np.ndarray:
+    """``np.lib.stride_tricks.as_strided`` for every storage dtype: it goes
+    through numpy's array interface, which cannot name some (the FP8
+    formats), so the view is made of the raw bits and then retyped."""
+    raw = np.asarray(a).view(np.dtype(f"u{a.itemsize}"))
+    return np.lib.stride_tricks.as_strided(raw, shape, strides, writeable=writeable).view(a.dtype)
 
 
 def input_alias(a: np.ndarray) -> np.ndarray:

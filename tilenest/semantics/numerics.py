@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from ..errors import RuntimeSemanticError
 from .dtypes import DType
+from .dtypes import f32 as _f32
 
 __all__ = ["IntegerArithmeticError", "TRANSCENDENTAL_ULP", "ulp_bound", "unrounded", "unary",
            "binary", "select", "cast", "bitcast", "constant"]
@@ -124,8 +125,8 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def _wide(x: np.ndarray, dt: DType) -> np.ndarray:
-    """f16/bf16 values widened exactly to f32; other dtypes unchanged."""
-    return x.astype(_F32) if dt.is_float and dt.bits == 16 else x
+    """f16/bf16/FP8 values widened exactly to f32; other dtypes unchanged."""
+    return x.astype(_F32) if dt.is_float and dt.bits < 32 else x
 
 
 def _to_f64(x: np.ndarray, dt: DType) -> np.ndarray:
@@ -302,6 +303,10 @@ def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
     bool: ``not`` is logical negation.
     """
     x = _arr(x, dt.np)
+    if dt.is_fp8:  # classification only, on the exact f32 value
+        if op not in ("isnan", "isinf", "isfinite", "signbit"):
+            raise _not_defined(op, dt)
+        return unary(op, x.astype(_F32), _f32)
     table = _FLOAT_UNARY if dt.is_float else _INT_UNARY if dt.is_int else _BOOL_UNARY
     if op not in table:
         raise _not_defined(op, dt)
@@ -425,6 +430,8 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
     a, b = _arr(a, dt.np), _arr(b, dt.np)
     if op in _COMPARE:
         return np.asarray(_COMPARE[op](_wide(a, dt), _wide(b, dt)))
+    if dt.is_fp8:
+        raise _not_defined(op, dt)
     if dt.is_float:
         if op not in _FLOAT_BINARY and op not in ("maximum", "minimum"):
             raise _not_defined(op, dt)
@@ -485,13 +492,45 @@ def _float_to_int(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     return np.where(t < lo, dst.np.type(info.min), r)  # NaN compares false: stays 0
 
 
+#: the largest finite value of each FP8 format
+FP8_MAX = {"f8e4m3fn": 448.0, "f8e5m2": 57344.0}
+#: the overflow policies of a cast into an FP8 format: the largest finite
+#: value of the sign, or the format's non-finite value (e4m3fn NaN, e5m2 +-inf)
+OVERFLOW = ("saturate", "nonfinite")
+
+
+def _to_fp8(x: np.ndarray, src: DType, dst: DType, overflow: str) -> np.ndarray:
+    """``x`` rounded once to nearest even into the FP8 format ``dst``
+    (subnormals kept); a value whose rounding lies beyond the largest finite
+    value, or an infinity, follows ``overflow``; NaN stays NaN."""
+    if overflow not in OVERFLOW:
+        raise ValueError(f"a cast into {dst} needs an overflow policy, one of {OVERFLOW}")
+    if src.is_float and src.name != "f64":
+        r = np.asarray(x.astype(_F32).astype(dst.np))  # exact widening, one rounding
+    elif src.is_float:
+        r = np.asarray(_from_f64(x, dst))
+    else:
+        r = np.asarray(_int_to_float(x, src, dst))
+    if overflow == "saturate":
+        w = _to_f64(x, src) if src.is_float else x.astype(_F64)
+        over = ~np.isfinite(r.astype(_F32)) & ~np.isnan(w)
+        top = np.asarray(FP8_MAX[dst.name], dtype=dst.np)
+        r = np.where(over, np.where(np.signbit(w), -top, top), r)
+    return np.asarray(r, dtype=dst.np)
+
+
 @np.errstate(all="ignore")
-def cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
+def cast(x: np.ndarray, src: DType, dst: DType, overflow: str | None = None) -> np.ndarray:
     """The value of ``x`` (dtype ``src``) converted to ``dst``.
 
     float -> float: exact when widening; narrowing rounds once to nearest even
     (also f64 -> f16/bf16, never through an intermediate rounding), overflows to
     +-inf, keeps NaN (quiet) and the sign of zero.
+    into FP8 (from any number, FP8 included): rounded once to nearest even,
+    subnormals kept, zero signs kept, NaN stays NaN; beyond the largest finite
+    value (after rounding) and from +-inf, ``overflow`` decides (required):
+    ``saturate`` gives the largest finite value of the sign, ``nonfinite`` NaN
+    in f8e4m3fn (which has no infinities) and +-inf in f8e5m2.
     float -> int: truncation toward zero, saturating to the integer range
     (+-inf saturate too); NaN gives 0.
     int -> int: two's-complement truncation or sign/zero extension (wraps).
@@ -501,6 +540,10 @@ def cast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     x = _arr(x, src.np)
     if src == dst:
         return x.copy()
+    if dst.is_fp8:
+        return _to_fp8(x, src, dst, overflow or "")
+    if src.is_fp8 and not dst.is_bool:  # exact into f32, then as from f32
+        x, src = x.astype(_F32), _f32
     if dst.is_bool:
         return np.asarray(_wide(x, src) != 0)
     if src.is_float and dst.is_float:

@@ -1,9 +1,9 @@
-"""Cases for spec/values.md (V-1 .. V-23)."""
+"""Cases for spec/values.md (V-1 .. V-24)."""
 
 from __future__ import annotations
 
 import tilenest as tn
-from tilenest import bf16, f16, f32, f64, i32, i64, u32
+from tilenest import bf16, f8e4m3fn, f8e5m2, f16, f32, f64, i32, i64, u8, u32
 from common import (CASES, arange, case, const, mutate, normal, out, t, text_case, uniform,
                     values)
 
@@ -621,3 +621,81 @@ def v13_bf16_arith(x: tn.Tensor[bf16, 2], y: tn.Tensor[bf16, 2]):
 
 
 CASES[-1].wrong = v13_bf16_arith
+
+
+# ---------------------------------------------------------------- V-24 FP8
+
+
+@case("V24-fp8-decode-every-code", "V-24",
+      "each of the 256 codes of both FP8 formats converts exactly to f32",
+      [t("x", "u8", [256], arange()), out("a", F, [256]), out("b", F, [256])])
+@tn.kernel
+def v24_decode(x: tn.Tensor[u8, 1], a: tn.Tensor[f32, 1], b: tn.Tensor[f32, 1]):
+    v = x[tn.coord(0), tn.shape(256)]
+    a(tn.coord(0), tn.shape(256)).store(tn.cast(tn.bitcast(v, f8e4m3fn), f32))
+    b(tn.coord(0), tn.shape(256)).store(tn.cast(tn.bitcast(v, f8e5m2), f32))
+
+
+@tn.kernel
+def v24_swapped(x: tn.Tensor[u8, 1], a: tn.Tensor[f32, 1], b: tn.Tensor[f32, 1]):
+    v = x[tn.coord(0), tn.shape(256)]
+    a(tn.coord(0), tn.shape(256)).store(tn.cast(tn.bitcast(v, f8e5m2), f32))  # the other format
+    b(tn.coord(0), tn.shape(256)).store(tn.cast(tn.bitcast(v, f8e4m3fn), f32))
+
+
+CASES[-1].wrong = v24_swapped
+
+_V24_X = values(448.0, 464.0, 464.5, -1e6, "inf", "-inf", "nan", 2.0**-10, 3 * 2.0**-11, 0.3,
+                "-0.0", 61440.0)
+
+
+@case("V24-fp8-encode", "V-24",
+      "into FP8: one rounding to nearest even from the exact value; overflow as stated",
+      [t("x", F, [12], _V24_X), t("w", "f64", [2], values(1.0625 + 2.0**-40, -1.1875 - 2.0**-41)),
+       out("sat", "u8", [12]), out("nf", "u8", [12]), out("e5", "u8", [12]),
+       out("e5s", "u8", [12]), out("wq", "u8", [2])])
+@tn.kernel
+def v24_encode(x: tn.Tensor[f32, 1], w: tn.Tensor[f64, 1], sat: tn.Tensor[u8, 1],
+               nf: tn.Tensor[u8, 1], e5: tn.Tensor[u8, 1], e5s: tn.Tensor[u8, 1],
+               wq: tn.Tensor[u8, 1]):
+    v = x[tn.coord(0), tn.shape(12)]
+    sat(tn.coord(0), tn.shape(12)).store(
+        tn.bitcast(tn.cast(v, f8e4m3fn, overflow="saturate"), u8))
+    nf(tn.coord(0), tn.shape(12)).store(
+        tn.bitcast(tn.cast(v, f8e4m3fn, overflow="nonfinite"), u8))
+    e5(tn.coord(0), tn.shape(12)).store(tn.bitcast(tn.cast(v, f8e5m2, overflow="nonfinite"), u8))
+    e5s(tn.coord(0), tn.shape(12)).store(tn.bitcast(tn.cast(v, f8e5m2, overflow="saturate"), u8))
+    wq(tn.coord(0), tn.shape(2)).store(
+        tn.bitcast(tn.cast(w[tn.coord(0), tn.shape(2)], f8e4m3fn, overflow="nonfinite"), u8))
+
+
+@tn.kernel
+def v24_through_f32(x: tn.Tensor[f32, 1], w: tn.Tensor[f64, 1], sat: tn.Tensor[u8, 1],
+                    nf: tn.Tensor[u8, 1], e5: tn.Tensor[u8, 1], e5s: tn.Tensor[u8, 1],
+                    wq: tn.Tensor[u8, 1]):
+    v = x[tn.coord(0), tn.shape(12)]
+    sat(tn.coord(0), tn.shape(12)).store(
+        tn.bitcast(tn.cast(v, f8e4m3fn, overflow="saturate"), u8))
+    nf(tn.coord(0), tn.shape(12)).store(
+        tn.bitcast(tn.cast(v, f8e4m3fn, overflow="nonfinite"), u8))
+    e5(tn.coord(0), tn.shape(12)).store(tn.bitcast(tn.cast(v, f8e5m2, overflow="nonfinite"), u8))
+    e5s(tn.coord(0), tn.shape(12)).store(tn.bitcast(tn.cast(v, f8e5m2, overflow="saturate"), u8))
+    once = tn.cast(w[tn.coord(0), tn.shape(2)], f32)  # a second rounding
+    wq(tn.coord(0), tn.shape(2)).store(tn.bitcast(tn.cast(once, f8e4m3fn, overflow="nonfinite"),
+                                                  u8))
+
+
+CASES[-1].wrong = v24_through_f32
+
+text_case("V24-fp8-no-arithmetic", "V-24", "an add on FP8 values is ill-typed",
+          mutate(v24_decode, ("%0 = bitcast %v : tile<f8e4m3fn, [#x_0:256]>",
+                              "%0 = bitcast %v : tile<f8e4m3fn, [#x_0:256]>\n"
+                              "  %9 = add %0, %0 : tile<f8e4m3fn, [#x_0:256]>")),
+          [t("x", "u8", [256], arange()), out("a", F, [256]), out("b", F, [256])], "type")
+
+text_case("V24-fp8-cast-needs-policy", "V-24", "a cast into FP8 without an overflow policy is "
+          "ill-typed", mutate(v24_encode, ('%0 = cast %v {overflow = "saturate"}', "%0 = cast %v")),
+          [t("x", F, [12], _V24_X), t("w", "f64", [2], values(1.0, 2.0)),
+           out("sat", "u8", [12]), out("nf", "u8", [12]), out("e5", "u8", [12]),
+           out("e5s", "u8", [12]), out("wq", "u8", [2])], "type")
+

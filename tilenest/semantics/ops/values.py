@@ -18,6 +18,7 @@ from typing import Any
 from ...errors import TypeCheckError
 from .. import dtypes as D
 from .. import expr as E
+from .. import numerics as N
 from ..space import DimFactor, Space, dim_names
 from ..types import TileType
 from . import define, type_rule
@@ -42,7 +43,8 @@ for _n in UNARY:
 for _n in BINARY + COMPARE:
     define(_n, "values", traits=("pure", "elementwise"), operands=(2, 2))
 define("ite", "values", traits=("pure", "elementwise"), operands=(3, 3))
-define("cast", "values", traits=("pure", "elementwise"), operands=(1, 1))
+define("cast", "values", optional=(("overflow", "str"),), traits=("pure", "elementwise"),
+       operands=(1, 1))
 define("bitcast", "values", traits=("pure", "elementwise"), operands=(1, 1))
 define("const", "values", attrs=(("value", "number"),), traits=("pure",), operands=(0, 0))
 define("index", "values", attrs=(("vars", "vars"), ("value", "expr")), traits=("pure",),
@@ -116,8 +118,20 @@ def _same_dtype(ts: list[TileType], name: str) -> D.DType:
     return ts[0].dtype
 
 
+def _fp8_arithmetic(name: str, dt: D.DType) -> None:
+    """FP8 operands reach only the ops of ``dtypes.FP8_OPS`` (conversions,
+    selection, comparisons, classification): the formats are for storage,
+    and the calculus defines no arithmetic on them."""
+    if dt.is_fp8 and name not in D.FP8_OPS:
+        raise TypeCheckError(
+            f"'{name}' on {dt} values: FP8 formats are for storage and conversion, and have "
+            "no arithmetic", hint="cast to a wider float first, e.g. tn.cast(x, tn.f32), and "
+            f"cast the result back with tn.cast(y, tn.{dt}, overflow='saturate')")
+
+
 def check_unary(name: str, t: TileType) -> TileType:
     dt = t.dtype
+    _fp8_arithmetic(name, dt)
     if name in UNARY_FLOAT and not dt.is_float:
         raise TypeCheckError(f"'{name}' needs a floating-point operand, got {dt}",
                              hint="cast to a float dtype first")
@@ -136,6 +150,7 @@ def check_unary(name: str, t: TileType) -> TileType:
 
 def check_binary(name: str, a: TileType, b: TileType) -> TileType:
     dt = _same_dtype([a, b], name)
+    _fp8_arithmetic(name, dt)
     space = join_spaces([a.space, b.space], nested=True)
     if name in BINARY_BITS and not (dt.is_int or dt.is_bool):
         raise TypeCheckError(f"'{name}' needs integer or bool operands, got {dt}")
@@ -169,10 +184,23 @@ def _ite(ts: tuple, attrs: Any, hint: tuple) -> tuple:
 
 @type_rule("cast")
 def _cast(ts: tuple, attrs: Any, hint: tuple) -> tuple:
+    """A cast into an FP8 format states its ``overflow`` policy (``saturate``
+    or ``nonfinite``, ``numerics.cast``); no other cast takes one."""
     t = _tile(ts[0], "operand")
     (r,) = hint
     if r.space != t.space:
         raise TypeCheckError("cast changes only the dtype")
+    policy = (attrs or {}).get("overflow")
+    if r.dtype.is_fp8 and r.dtype != t.dtype and policy not in N.OVERFLOW:
+        got = "no overflow policy" if policy is None else f"overflow={policy!r}"
+        raise TypeCheckError(
+            f"cast {t.dtype} -> {r.dtype} with {got}: a cast into an FP8 format rounds to "
+            "nearest even and must say what a value beyond the largest finite one becomes",
+            hint=f"tn.cast(x, tn.{r.dtype}, overflow='saturate') (the largest finite value) or "
+                 "overflow='nonfinite' (NaN in f8e4m3fn, infinity in f8e5m2)")
+    if policy is not None and not r.dtype.is_fp8:
+        raise TypeCheckError(f"cast {t.dtype} -> {r.dtype}: overflow={policy!r} applies only "
+                             "to casts into an FP8 format", hint="drop the overflow argument")
     return (r,)
 
 
@@ -191,6 +219,14 @@ def _const(ts: tuple, attrs: Any, hint: tuple) -> tuple:
     v = attrs["value"]
     if isinstance(v, float) and not r.dtype.is_float:
         raise TypeCheckError(f"constant {v!r} is not representable in {r.dtype}")
+    if r.dtype.is_fp8 and not isinstance(v, bool):
+        c = float(N.constant(v, r.dtype).astype("float64"))
+        if not (c == v or (c != c and v != v)):
+            raise TypeCheckError(
+                f"constant {v!r} is not exactly representable in {r.dtype}: a constant "
+                "of an FP8 format is never rounded (rounding into FP8 states its overflow "
+                "policy)", hint=f"write an exact value, or tn.cast(tn.full(tn.f32, ...), "
+                f"tn.{r.dtype}, overflow='saturate')")
     return (r,)
 
 
@@ -291,9 +327,10 @@ def widens(src: D.DType, dst: D.DType) -> bool:
     if src == dst:
         return True
     if dst.is_float:
-        mant = {"f16": 11, "bf16": 8, "f32": 24, "f64": 53}[dst.name]
+        mant = {"f8e4m3fn": 4, "f8e5m2": 3, "f16": 11, "bf16": 8, "f32": 24, "f64": 53}[dst.name]
         if src.is_float:
-            order = {"f16": (5, 11), "bf16": (8, 8), "f32": (8, 24), "f64": (11, 53)}
+            order = {"f8e4m3fn": (4, 4), "f8e5m2": (5, 3), "f16": (5, 11), "bf16": (8, 8),
+                     "f32": (8, 24), "f64": (11, 53)}
             se, sm = order[src.name]
             de, dm = order[dst.name]
             return de >= se and dm >= sm
@@ -344,6 +381,10 @@ def _mma(ts: tuple, attrs: Any, hint: tuple) -> tuple:
     a, b, c = (_tile(t, n) for t, n in zip(ts, ("A", "B", "accumulator"), strict=True))
     mma_roles(a, b, c)
     join_spaces([a.space, b.space, c.space], "mma operands")
+    if c.dtype.is_fp8:
+        raise TypeCheckError(f"mma: the accumulator is {c.dtype}, a storage format without "
+                             "arithmetic", hint="accumulate in f32 and cast the result, e.g. "
+                             f"tn.cast(acc, tn.{c.dtype}, overflow='saturate')")
     if c.dtype.is_bool:
         raise TypeCheckError("mma: the accumulator is bool, on which add and mul are not "
                              "defined", hint="accumulate bool operands in an integer dtype, "

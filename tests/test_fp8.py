@@ -1,0 +1,267 @@
+"""The FP8 formats f8e4m3fn and f8e5m2 (spec/values.md, *FP8*): exact
+conversions against ml_dtypes on every code, casts into FP8 with each overflow
+policy, the ops that take FP8 operands and the errors for the rest, the
+interchange of the cast's policy, and the targets' refusal."""
+
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest import f8e4m3fn, f8e5m2, f32
+from tilenest.errors import NotAvailableError, TypeCheckError
+from tilenest.semantics import dtypes as D
+from tilenest.semantics import jsonio
+from tilenest.semantics import numerics as N
+
+FP8 = (D.f8e4m3fn, D.f8e5m2)
+WIDER = (D.f16, D.bf16, D.f32, D.f64)
+
+
+def codes(dt):
+    """Every value of the FP8 format ``dt``, by its 256 encodings."""
+    return np.arange(256, dtype=np.uint8).view(dt.np)
+
+
+def same_bits(a, b):
+    """Equal encodings, except that any two NaNs of one sign match (a NaN's
+    payload is not part of its value)."""
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype
+    nan = np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64))
+    sign = np.signbit(a.astype(np.float64)) == np.signbit(b.astype(np.float64))
+    bits = a.view(f"u{a.dtype.itemsize}") == b.view(f"u{b.dtype.itemsize}")
+    return bool(np.all(np.where(nan, sign, bits)))
+
+
+def saturated(x64, r, dt):
+    """``r`` (ml_dtypes' conversion, which overflows to the non-finite value)
+    with overflow replaced by the largest finite value of the source's sign."""
+    top = N.FP8_MAX[dt.name]
+    over = ~np.isfinite(r.astype(np.float64)) & ~np.isnan(x64)
+    with np.errstate(invalid="ignore"):
+        return np.where(over, np.where(np.signbit(x64), -top, top),
+                        r.astype(np.float64)).astype(dt.np)
+
+
+@pytest.mark.parametrize("src", FP8, ids=str)
+@pytest.mark.parametrize("dst", WIDER, ids=str)
+def test_every_fp8_code_widens_exactly(src, dst):
+    x = codes(src)
+    got = N.cast(x, src, dst)
+    assert same_bits(got, x.astype(dst.np))
+    # exact: back to the format with either policy, every code returns
+    back = N.cast(got, dst, src, "nonfinite")
+    assert same_bits(back, x)
+
+
+@pytest.mark.parametrize("src", FP8, ids=str)
+def test_fp8_to_integers_and_bool(src):
+    x = codes(src)
+    f = x.astype(np.float64)
+    got = N.cast(x, src, D.i32)
+    want = np.where(np.isnan(f), 0, np.trunc(np.nan_to_num(f, posinf=2**31 - 1,
+                                                           neginf=-2**31)))
+    assert np.array_equal(got, want.astype(np.int32))
+    assert np.array_equal(N.cast(x, src, D.bool_), f != 0)
+
+
+def _f32_probe():
+    """f32 values dense around every rounding boundary of both formats: all
+    f32 with 10 significant bits (each FP8 value, each midpoint between
+    neighbours, and the values between), the f32 neighbours of each FP8
+    midpoint, and the specials."""
+    top = np.arange(1 << 19, dtype=np.uint32) << np.uint32(13)  # 10 significand bits
+    x = top.view(np.float32)
+    mids = []
+    for dt in FP8:
+        v = np.unique(codes(dt).astype(np.float64))
+        v = v[np.isfinite(v)]
+        m = ((v[1:] + v[:-1]) / 2).astype(np.float32)
+        mids += [m, np.nextafter(m, np.float32(np.inf)), np.nextafter(m, np.float32(-np.inf))]
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 464.0, 61440.0, 2.0**-10,
+                         2.0**-17, 3e38], np.float32)
+    return np.concatenate([x, *mids, specials, -specials])
+
+
+@pytest.mark.parametrize("dst", FP8, ids=str)
+def test_f32_rounds_once_to_nearest_even_with_each_policy(dst):
+    x = _f32_probe()
+    nonfinite = x.astype(dst.np)  # ml_dtypes: nearest even, overflow to NaN / inf
+    assert same_bits(N.cast(x, D.f32, dst, "nonfinite"), nonfinite)
+    assert same_bits(N.cast(x, D.f32, dst, "saturate"),
+                     saturated(x.astype(np.float64), nonfinite, dst))
+
+
+def test_overflow_points():
+    e4 = np.array([448.0, 463.9, 464.0, 464.1, 1e9, np.inf, -464.1, -np.inf, np.nan],
+                  np.float32)
+    assert N.cast(e4, D.f32, D.f8e4m3fn, "saturate").astype(np.float32)[:8].tolist() == [
+        448, 448, 448, 448, 448, 448, -448, -448]
+    nf = N.cast(e4, D.f32, D.f8e4m3fn, "nonfinite").astype(np.float32)
+    assert nf[:3].tolist() == [448, 448, 448] and np.isnan(nf[3:]).all()
+    assert np.signbit(nf[6]) and np.signbit(nf[7])  # the NaN keeps the sign
+    e5 = np.array([57344.0, 61439.0, 61440.0, np.inf, -1e9], np.float32)
+    assert N.cast(e5, D.f32, D.f8e5m2, "nonfinite").astype(np.float32).tolist() == [
+        57344, 57344, np.inf, np.inf, -np.inf]
+    assert N.cast(e5, D.f32, D.f8e5m2, "saturate").astype(np.float32).tolist() == [
+        57344, 57344, 57344, 57344, -57344]
+
+
+@pytest.mark.parametrize("dst", FP8, ids=str)
+def test_f64_and_integers_round_once(dst):
+    """From f64 the value is rounded once (an f32 step would round twice):
+    every FP8 midpoint nudged by 2^-40 of itself rounds away from the
+    midpoint; integers round once too."""
+    v = np.unique(codes(dst).astype(np.float64))
+    v = v[np.isfinite(v)]
+    m = (v[1:] + v[:-1]) / 2
+    x = np.concatenate([m * (1 + 2.0**-40), m * (1 - 2.0**-40), m])
+    want = x.astype(dst.np)  # ml_dtypes converts f64 directly
+    assert same_bits(N.cast(x, D.f64, dst, "nonfinite"), want)
+    assert not same_bits(x.astype(np.float32).astype(dst.np), want)  # the f32 step misses
+    i = np.arange(-70000, 70000, 7, dtype=np.int64)
+    assert same_bits(N.cast(i, D.i64, dst, "saturate"),
+                     saturated(i.astype(np.float64), i.astype(np.float64).astype(dst.np), dst))
+
+
+@pytest.mark.parametrize("src,dst", [(D.f8e4m3fn, D.f8e5m2), (D.f8e5m2, D.f8e4m3fn)], ids=str)
+def test_between_the_formats(src, dst):
+    x = codes(src)
+    f = x.astype(np.float64)
+    r = f.astype(dst.np)
+    assert same_bits(N.cast(x, src, dst, "nonfinite"), r)
+    assert same_bits(N.cast(x, src, dst, "saturate"), saturated(f, r, dst))
+
+
+# ---------------------------------------------------------------------------
+# kernels
+
+
+@tn.kernel
+def quantize(x: tn.Tensor[f32, "N"], y: tn.Tensor[f8e4m3fn, "N"],  # noqa: F821
+             z: tn.Tensor[f32, "N"], *, bn=16):  # noqa: F821
+    """y = x * 2 in e4m3fn (saturating); z = y decoded, plus 1 where y > 0."""
+    (n,) = x.shape
+    for p in tn.parallel(tn.shape(tn.cdiv(n, bn))):
+        t = x[tn.coord(p.index() * bn), tn.shape(bn), tn.bounds.zero]
+        q = tn.cast(t * 2.0, f8e4m3fn, overflow="saturate")
+        y(tn.coord(p.index() * bn), tn.shape(bn)).store(q)
+        pos = q > tn.zeros(f8e4m3fn, tn.shape(bn), dims=t.dims())
+        z(tn.coord(p.index() * bn), tn.shape(bn)).store(tn.cast(q, f32) + tn.cast(pos, f32))
+
+
+@tn.kernel
+def fp8_mma(a: tn.Tensor[f8e5m2, "M K"], b: tn.Tensor[f8e4m3fn, "K N"],  # noqa: F821
+            c: tn.Tensor[f32, "M N"]):  # noqa: F821
+    M, K = a.shape
+    N = b.shape[1]
+    m, k = a.dims()
+    b = b.with_dims(k, c.dim(1))
+    c = c.with_dims(m, c.dim(1))
+    for _p in tn.parallel(tn.shape(1)):
+        acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
+        acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)], acc,
+                     allow_reassociation=True)
+        c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
+
+
+def test_a_quantizing_kernel_on_the_interpreter():
+    x = (np.random.default_rng(0).standard_normal(100) * 200).astype(np.float32)
+    y = np.zeros(100, ml_dtypes.float8_e4m3fn)
+    z = np.zeros(100, np.float32)
+    quantize(x, y, z)
+    want = np.clip(x * 2, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    assert same_bits(y, want)
+    assert np.array_equal(z, want.astype(np.float32) + (want.astype(np.float32) > 0))
+
+
+def test_mma_takes_fp8_operands_into_f32():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((5, 12)).astype(ml_dtypes.float8_e5m2)
+    b = rng.standard_normal((12, 7)).astype(ml_dtypes.float8_e4m3fn)
+    c = np.zeros((5, 7), np.float32)
+    fp8_mma(a, b, c)
+    # the products are exact in f32 (at most 4 x 3 significand bits); the
+    # reassociated f32 sum is within a few roundings of the exact one
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_policy_travels_through_text_and_json():
+    text = str(quantize.program)
+    assert 'overflow = "saturate"' in text
+    assert str(tn.parse(text)) == text
+    doc = jsonio.dumps(quantize.program)
+    assert str(jsonio.from_json(json.loads(doc))) == text
+
+
+def _program(body):
+    """The program of a kernel whose block ``t`` (16 f32) runs ``body``."""
+    src = (
+        "import tilenest as tn\nfrom tilenest import f32, f8e4m3fn, f8e5m2\n\n"
+        "@tn.kernel\n"
+        "def k(x: tn.Tensor[f32, 'N'], y: tn.Tensor[f32, 'N']):\n"
+        "    for p in tn.parallel(tn.shape(1)):\n"
+        "        t = x[tn.coord(0), tn.shape(16), tn.bounds.zero]\n"
+        f"        r = {body}\n"
+        "        y(tn.coord(0), tn.shape(16)).store(tn.cast(r, f32))\n")
+    return src
+
+
+@pytest.mark.parametrize("body,message", [
+    ("tn.cast(t, f8e4m3fn)", "must say what a value beyond the largest finite one becomes"),
+    ("tn.cast(t, f8e4m3fn, overflow='clip')", "overflow='clip'"),
+    ("tn.cast(tn.cast(t, f32, overflow='saturate'), f8e5m2, overflow='nonfinite')",
+     "applies only to casts into an FP8 format"),
+    ("tn.cast(t, f8e5m2, overflow='nonfinite') * tn.cast(t, f8e5m2, overflow='nonfinite')",
+     "'mul' on f8e5m2 values"),
+    ("tn.exp(tn.cast(t, f8e4m3fn, overflow='saturate'))", "'exp' on f8e4m3fn values"),
+    ("tn.full(f8e4m3fn, tn.shape(16), 0.3, dims=t.dims())", "not exactly representable"),
+    ("tn.reduce(tn.cast(t, f8e4m3fn, overflow='saturate'), t.dim(0), tn.add)", "on f8e4m3fn"),
+])
+def test_what_fp8_refuses(tmp_path, body, message):
+    f = tmp_path / "k.py"
+    f.write_text(_program(body))
+    with pytest.raises(TypeCheckError) as e:
+        ns: dict = {}
+        exec(compile(f.read_text(), str(f), "exec"), ns)
+        ns["k"].program
+    assert message in str(e.value)
+    assert "hint" in str(e.value)
+    assert "k.py:8" in str(e.value)  # the user's line
+
+
+def test_an_fp8_accumulator_is_refused(tmp_path):
+    f = tmp_path / "k.py"
+    f.write_text(
+        "import tilenest as tn\nfrom tilenest import f32, f8e4m3fn\n\n"
+        "@tn.kernel\n"
+        "def k(a: tn.Tensor[f8e4m3fn, 'M K'], b: tn.Tensor[f8e4m3fn, 'K N'],"
+        " c: tn.Tensor[f8e4m3fn, 'M N']):\n"
+        "    m, kk = a.dims()\n"
+        "    b = b.with_dims(kk, c.dim(1))\n"
+        "    c = c.with_dims(m, c.dim(1))\n"
+        "    for p in tn.parallel(tn.shape(1)):\n"
+        "        acc = tn.zeros(f8e4m3fn, tn.shape(4, 4), dims=(m, c.dim(1)))\n"
+        "        acc = tn.mma(a[tn.coord(0, 0), tn.shape(4, 4)], b[tn.coord(0, 0), tn.shape(4, 4)],"
+        " acc)\n"
+        "        c(tn.coord(0, 0), tn.shape(4, 4)).store(acc)\n")
+    ns: dict = {}
+    exec(compile(f.read_text(), str(f), "exec"), ns)
+    with pytest.raises(TypeCheckError, match="accumulator is f8e4m3fn"):
+        ns["k"].program
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda", "metal"])
+def test_code_generation_refuses_fp8_naming_the_value(target):
+    with pytest.raises(NotAvailableError) as e:
+        kw = {} if target == "llvm" else {"device": "emulated"}
+        quantize.compile(target, **kw)
+    msg = str(e.value)
+    assert "f8e4m3fn" in msg and f"'{target}' target does not compile" in msg
+    assert "test_fp8.py" in msg and "hint" in msg
