@@ -257,11 +257,75 @@ def test_an_fp8_accumulator_is_refused(tmp_path):
         ns["k"].program
 
 
-@pytest.mark.parametrize("target", ["llvm", "cuda", "metal"])
-def test_code_generation_refuses_fp8_naming_the_value(target):
+@pytest.mark.parametrize("target", ["cuda", "metal"])
+def test_gpu_code_generation_refuses_fp8_naming_the_value(target):
     with pytest.raises(NotAvailableError) as e:
-        kw = {} if target == "llvm" else {"device": "emulated"}
-        quantize.compile(target, **kw)
+        quantize.compile(target, device="emulated")
     msg = str(e.value)
     assert "f8e4m3fn" in msg and f"'{target}' target does not compile" in msg
     assert "test_fp8.py" in msg and "hint" in msg
+
+
+# ---------------------------------------------------------------------------
+# llvm: FP8 values are i8 bit patterns, converted in IR
+
+
+@tn.kernel
+def conversions(x: tn.Tensor[f32, "N"], w: tn.Tensor[tn.f64, "N"],  # noqa: F821
+                c: tn.Tensor[tn.u8, "M"], s4: tn.Tensor[tn.u8, "N"],  # noqa: F821
+                n4: tn.Tensor[tn.u8, "N"], s5: tn.Tensor[tn.u8, "N"],  # noqa: F821
+                n5: tn.Tensor[tn.u8, "N"], w4: tn.Tensor[tn.u8, "N"],  # noqa: F821
+                d4: tn.Tensor[f32, "M"], d5: tn.Tensor[f32, "M"], *, bn=64):  # noqa: F821
+    """Every conversion into FP8 (both formats and policies, from f32 and
+    from f64) as bits, and every code of ``c`` decoded from both formats."""
+    (n,) = x.shape
+    (m,) = c.shape
+    for p in tn.parallel(tn.shape(tn.cdiv(n, bn))):
+        o = tn.coord(p.index() * bn)
+        t = x[o, tn.shape(bn), tn.bounds.zero]
+        u = w[o, tn.shape(bn), tn.bounds.zero]
+        s4(o, tn.shape(bn)).store(tn.bitcast(tn.cast(t, f8e4m3fn, overflow="saturate"), tn.u8))
+        n4(o, tn.shape(bn)).store(tn.bitcast(tn.cast(t, f8e4m3fn, overflow="nonfinite"), tn.u8))
+        s5(o, tn.shape(bn)).store(tn.bitcast(tn.cast(t, f8e5m2, overflow="saturate"), tn.u8))
+        n5(o, tn.shape(bn)).store(tn.bitcast(tn.cast(t, f8e5m2, overflow="nonfinite"), tn.u8))
+        w4(o, tn.shape(bn)).store(tn.bitcast(tn.cast(u, f8e4m3fn, overflow="nonfinite"), tn.u8))
+    for p in tn.parallel(tn.shape(tn.cdiv(m, bn))):
+        o = tn.coord(p.index() * bn)
+        v = c[o, tn.shape(bn), tn.bounds.zero]
+        d4(o, tn.shape(bn)).store(tn.cast(tn.bitcast(v, f8e4m3fn), f32))
+        d5(o, tn.shape(bn)).store(tn.cast(tn.bitcast(v, f8e5m2), f32))
+
+
+def test_llvm_conversions_are_the_interpreters_bits():
+    """Compiled for llvm, every conversion of the dense f32 probe (each
+    rounding boundary of both formats and its neighbours, the specials), the
+    f64 values one f32 step would round twice, and all 256 codes of each
+    format give numerics.cast's bits."""
+    x = _f32_probe()
+    with np.errstate(invalid="ignore"):
+        w = x.astype(np.float64) * (1 + 2.0**-40)
+    c = np.arange(256, dtype=np.uint8)
+    outs = [np.zeros(x.size, np.uint8) for _ in range(5)]
+    dec = [np.zeros(256, np.float32), np.zeros(256, np.float32)]
+    conversions.compile("llvm")(x, w, c, *outs, *dec)
+    cases = [(D.f32, x, D.f8e4m3fn, "saturate"), (D.f32, x, D.f8e4m3fn, "nonfinite"),
+             (D.f32, x, D.f8e5m2, "saturate"), (D.f32, x, D.f8e5m2, "nonfinite"),
+             (D.f64, w, D.f8e4m3fn, "nonfinite")]
+    for got, (src, v, dst, pol) in zip(outs, cases, strict=True):
+        assert same_bits(got.view(dst.np), N.cast(v, src, dst, pol)), (dst, pol)
+    for got, dt in zip(dec, FP8, strict=True):
+        assert same_bits(got, c.view(dt.np).astype(np.float32))
+
+
+def test_llvm_validates_fp8_kernels():
+    """The quantizing kernel (a cast with saturation, an FP8 comparison) and
+    the FP8 mma compiled for llvm validate against the interpreter."""
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(100) * 200).astype(np.float32)
+    rep = tn.validate(quantize, inputs=[[x, np.zeros(100, ml_dtypes.float8_e4m3fn),
+                                         np.zeros(100, np.float32)]], target="llvm")
+    assert rep.ok and rep.count("ok") == 1, rep.summary()
+    a = rng.standard_normal((9, 20)).astype(ml_dtypes.float8_e5m2)
+    b = rng.standard_normal((20, 11)).astype(ml_dtypes.float8_e4m3fn)
+    rep = tn.validate(fp8_mma, inputs=[[a, b, np.zeros((9, 11), np.float32)]], target="llvm")
+    assert rep.ok and rep.count("ok") == 1, rep.summary()

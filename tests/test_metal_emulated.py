@@ -196,9 +196,13 @@ def test_a_refusal_in_a_text_program_names_the_op_line(tmp_path) -> None:
 def test_conformance_on_metal() -> None:
     """The conformance suite on the emulated Metal device: every case passes
     except those whose programs hold f64 values, which the metal row cannot
-    run: those are unsupported (skipped) with the site of Metal's refusal."""
+    run, and the FP8 ones (V-24), which it does not compile yet: those are
+    unsupported (skipped) with the site of Metal's refusal."""
     rep = _conformance()
     bad = [c for c in rep["cases"] if c["status"] != "pass"]
     assert rep["summary"]["passed"] + len(bad) == rep["summary"]["cases"]
-    assert all(c["status"] == "skip" and "no double" in c["detail"] and ".tile:" in c["detail"]
-               for c in bad), bad
+    assert all(c["status"] == "skip" and ".tile:" in c["detail"] and (
+        "no double" in c["detail"] or "does not compile FP8" in c["detail"]) for c in bad), bad
+    assert any("does not compile FP8" in c["detail"] for c in bad)
+    assert {c["name"] for c in rep["cases"] if c["name"].startswith("V24-")
+            and c["expect"] == "admitted"} <= {c["name"] for c in bad}

@@ -447,7 +447,8 @@ class Backend:
 
         if not profile(self.name).f64 and prog.first_use_of("f64") is not None:
             return f"the {self.name} target has no f64"
-        if any(prog.first_use_of(n) is not None for n in ("f8e4m3fn", "f8e5m2")):
+        if not profile(self.name).fp8 and any(prog.first_use_of(n) is not None
+                                              for n in ("f8e4m3fn", "f8e5m2")):
             return f"the {self.name} target does not compile FP8 yet"
         return None
 

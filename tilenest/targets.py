@@ -107,7 +107,8 @@ class Profile:
     ``reserved_shared_bytes``: what the system takes from each block of it.
     ``registers_per_block``: 32-bit registers the threads of one block
     share. ``max_grid``: blocks of one launch. ``f64``: the device computes in
-    double. ``async_copy`` and ``tensor_cores``: the asynchronous
+    double. ``fp8``: the backend compiles the FP8 storage formats (V-24).
+    ``async_copy`` and ``tensor_cores``: the asynchronous
     global-to-shared copies and the matrix-unit instructions the backend can
     use (by name; empty: none). ``index_bits``: the narrowest index width
     the generated code may use (it widens a call that needs more).
@@ -121,6 +122,7 @@ class Profile:
     f64: bool
     index_bits: int
     max_grid: int
+    fp8: bool = False
     sm_shared_bytes: int = 0
     reserved_shared_bytes: int = 0
     registers_per_block: int = 0
@@ -204,7 +206,7 @@ CPU_CATALOGUE = Catalogue("cpu", ("core", "vector"), frozenset({("core", "vector
 LLVM = Target(
     "llvm", "the host CPU through LLVM (JIT)",
     Profile(simt=False, lanes=1, max_threads=SIMT_MAX_THREADS, shared_bytes=0,
-            static_shared_bytes=0, f64=True, index_bits=64, max_grid=2**63 - 1),
+            static_shared_bytes=0, f64=True, index_bits=64, max_grid=2**63 - 1, fp8=True),
     CPU_CATALOGUE,
     unused=("index_bits", "min_blocks", "cache_hints", "grid_blocks", "row_registers"),
     module="tilenest.backends.llvm")

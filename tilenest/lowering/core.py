@@ -578,9 +578,13 @@ def _effect_free(op: Operation, stored: set[str]) -> bool:
 
 
 def refuse_fp8(program: TileProgram, target: str) -> None:
-    """FP8 values have a meaning (the interpreter evaluates them) but no code
-    generation yet: a program holding one is refused, at the first argument
-    or op that does, before anything is lowered."""
+    """On a target whose profile does not compile the FP8 formats (V-24), a
+    program holding an FP8 value is refused, at the first argument or op
+    that does, before anything is lowered (the interpreter evaluates it)."""
+    from ..targets import profile
+
+    if profile(target).fp8:
+        return
     for name in ("f8e4m3fn", "f8e5m2"):
         use = program.first_use_of(name)
         if use is not None:
@@ -588,9 +592,9 @@ def refuse_fp8(program: TileProgram, target: str) -> None:
             raise NotAvailableError(
                 f"{what} {'(' + detail + ') ' if detail else ''}holds {name} values, which the "
                 f"'{target}' target does not compile yet (FP8 runs on the reference "
-                "interpreter only)", site,
-                "call the kernel or tn.reference(...) to evaluate it, or cast to f16/bf16/f32 "
-                "at the kernel's boundary")
+                "interpreter and the llvm target)", site,
+                "compile for llvm, call the kernel or tn.reference(...), or cast to "
+                "f16/bf16/f32 at the kernel's boundary")
 
 
 def lower(program: TileProgram, schedule: Schedule | None = None) -> L.Kernel:

@@ -171,10 +171,12 @@ class Select:
 
 @dataclass(frozen=True)
 class Cast:
-    """``numerics.cast`` from ``a.dtype`` to ``dtype``."""
+    """``numerics.cast`` from ``a.dtype`` to ``dtype`` (into an FP8 format
+    with the ``overflow`` policy of the cast op)."""
 
     a: "Expr"
     dtype: DType
+    overflow: str | None = None
 
 
 @dataclass(frozen=True)
@@ -769,7 +771,8 @@ def expr_str(x: Any) -> str:
     if isinstance(x, Select):
         return f"select({expr_str(x.c)}, {expr_str(x.a)}, {expr_str(x.b)})"
     if isinstance(x, Cast):
-        return f"cast<{x.dtype}>({expr_str(x.a)})"
+        pol = f", {x.overflow}" if x.overflow else ""
+        return f"cast<{x.dtype}{pol}>({expr_str(x.a)})"
     if isinstance(x, Bitcast):
         return f"bitcast<{x.dtype}>({expr_str(x.a)})"
     if isinstance(x, Load):
@@ -973,7 +976,7 @@ def map_expr(x: Any, f: Any) -> Any:
     elif isinstance(x, Select):
         x = Select(map_expr(x.c, f), map_expr(x.a, f), map_expr(x.b, f))
     elif isinstance(x, Cast):
-        x = Cast(map_expr(x.a, f), x.dtype)
+        x = Cast(map_expr(x.a, f), x.dtype, x.overflow)
     elif isinstance(x, Bitcast):
         x = Bitcast(map_expr(x.a, f), x.dtype)
     elif isinstance(x, Load):

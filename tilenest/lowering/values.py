@@ -44,7 +44,7 @@ def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Exp
     if n == "ite":
         return L.Select(args[0], args[1], args[2])
     if n == "cast":
-        return args[0] if args[0].dtype == rt else L.Cast(args[0], rt)
+        return args[0] if args[0].dtype == rt else L.Cast(args[0], rt, op.attrs.get("overflow"))
     if n == "bitcast":
         return args[0] if args[0].dtype == rt else L.Bitcast(args[0], rt)
     raise KeyError(n)

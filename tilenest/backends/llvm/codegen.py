@@ -15,7 +15,9 @@ Scalar semantics follow ``semantics/numerics.py`` exactly:
 * ``bool`` is ``i1`` in registers and one byte (0/1) in memory (so its
   register width, not ``DType.bits``, decides whether a conversion extends);
   ``bf16`` is an ``i16`` bit pattern, widened exactly to ``float`` for
-  arithmetic and rounded back to nearest-even (NaN stays a quiet NaN); ``f16``
+  arithmetic and rounded back to nearest-even (NaN stays a quiet NaN); the
+  FP8 formats are ``i8`` bit patterns, widened exactly to ``float`` and
+  reached by casts alone, with the cast's overflow policy; ``f16``
   is LLVM ``half`` computed in ``float`` and rounded once. Narrowing from f64
   (or a 64-bit integer) to f16/bf16 rounds to odd at f32 (f64) first, so the
   result is rounded once (``softfloat``). Conversions the host has no
@@ -40,7 +42,6 @@ import math
 import platform
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from llvmlite import ir
 
@@ -73,7 +74,8 @@ def reg_type(dt: D.DType) -> ir.Type:
         return I1
     if dt.is_int:
         return ir.IntType(dt.bits)
-    return {"f16": F16, "bf16": I16, "f32": F32, "f64": F64}[dt.name]
+    return {"f8e4m3fn": I8, "f8e5m2": I8, "f16": F16, "bf16": I16, "f32": F32,
+            "f64": F64}[dt.name]
 
 
 def mem_type(dt: D.DType) -> ir.Type:
@@ -350,7 +352,7 @@ class FnGen(VectorLoops):
         if isinstance(x, L.Select):
             return b.select(self.expr(x.c), self.expr(x.a), self.expr(x.b))
         if isinstance(x, L.Cast):
-            return self.cast(self.expr(x.a), x.a.dtype, x.dtype)
+            return self.cast(self.expr(x.a), x.a.dtype, x.dtype, x.overflow)
         if isinstance(x, L.Bitcast):
             return self.bitcast(self.expr(x.a), x.a.dtype, x.dtype)
         if isinstance(x, L.Un):
@@ -377,6 +379,8 @@ class FnGen(VectorLoops):
             return self.b.fpext(v, F32)
         if dt.name == "bf16":
             return SF.bf16_bits_to_f32(self.b, v)
+        if dt.is_fp8:
+            return SF.fp8_bits_to_f32(self.b, v, dt.name)
         return v
 
     def from_wide(self, v: ir.Value, dt: D.DType) -> ir.Value:
@@ -385,6 +389,8 @@ class FnGen(VectorLoops):
             return self.b.fptrunc(v, F16)
         if dt.name == "bf16":
             return SF.f32_to_bf16_bits(self.b, v)
+        if dt.is_fp8:  # arithmetic never yields FP8 (V-24); casts go through to_fp8
+            raise NotAvailableError(f"internal: an arithmetic result of dtype {dt}")
         return v
 
     def from_f64(self, v: ir.Value, dt: D.DType) -> ir.Value:
@@ -435,7 +441,7 @@ class FnGen(VectorLoops):
                 return b.and_(v, ir.Constant(I16, 0x7FFF))
             return self.fintr("fabs", v)
         if op == "signbit":
-            bits = v if dt.name == "bf16" else b.bitcast(v, ir.IntType(dt.bits))
+            bits = v if isinstance(v.type, ir.IntType) else b.bitcast(v, ir.IntType(dt.bits))
             return b.icmp_signed("<", bits, ir.Constant(bits.type, 0))
         w = self.to_wide(v, dt)
         if op == "isnan":
@@ -564,10 +570,13 @@ class FnGen(VectorLoops):
         raise NotAvailableError(f"op '{op}' on {dt} has no llvm lowering")
 
     # -- conversions --------------------------------------------------------------------------
-    def cast(self, v: ir.Value, src: D.DType, dst: D.DType) -> ir.Value:
+    def cast(self, v: ir.Value, src: D.DType, dst: D.DType,
+             overflow: str | None = None) -> ir.Value:
         b = self.b
         if src == dst:
             return v
+        if dst.is_fp8:
+            return SF.f32_to_fp8_bits(b, self.to_f32_odd(v, src), dst.name, overflow or "")
         if dst.is_bool:
             if src.is_float:
                 w = self.to_wide(v, src)
@@ -628,10 +637,24 @@ class FnGen(VectorLoops):
         y = b.bitcast(odd, F64)
         return b.select(neg, b.fneg(y), y)
 
+    def to_f32_odd(self, v: ir.Value, src: D.DType) -> ir.Value:
+        """The value of ``v`` (any number) as an f32, exact or rounded to odd
+        (``softfloat.f64_to_f32_odd``), so that one rounding to a narrower
+        format afterwards is the only one that counts."""
+        b = self.b
+        if src.is_float:
+            return SF.f64_to_f32_odd(b, v) if src.name == "f64" else self.to_wide(v, src)
+        if src.is_bool:
+            return b.uitofp(v, F32)
+        if v.type.width <= 32:
+            conv = b.sitofp if src.is_signed else b.uitofp
+            return SF.f64_to_f32_odd(b, conv(v, F64))  # exact in f64
+        return SF.f64_to_f32_odd(b, self.int64_to_f64_odd(v, src))
+
     def bitcast(self, v: ir.Value, src: D.DType, dst: D.DType) -> ir.Value:
         b = self.b
         if dst.is_bool:
-            bits = v if not src.is_float else b.bitcast(v, I8)
+            bits = v if isinstance(v.type, ir.IntType) else b.bitcast(v, I8)
             return b.icmp_unsigned("!=", bits, ir.Constant(bits.type, 0))
         if src.is_bool:
             return b.zext(v, I8)
@@ -652,9 +675,9 @@ def const(value: Any, dt: D.DType) -> ir.Constant:
         if v >= 1 << (dt.bits - 1):
             v -= 1 << dt.bits
         return ir.Constant(t, v)
-    if dt.name == "bf16":
-        bits = np.array(value, dtype=ml_dtypes.bfloat16).view(np.uint16).item()
-        return ir.Constant(I16, bits - (1 << 16) if bits >= 1 << 15 else bits)
+    if dt.name == "bf16" or dt.is_fp8:  # bit patterns
+        bits = int(np.array(value, dtype=dt.np).view(f"u{dt.itemsize}").item())
+        return ir.Constant(t, bits - (1 << dt.bits) if bits >= 1 << (dt.bits - 1) else bits)
     return ir.Constant(t, float(value))
 
 

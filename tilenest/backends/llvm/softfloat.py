@@ -1,4 +1,4 @@
-"""Exact half-precision and bfloat16 conversions written in LLVM IR.
+"""Exact half-precision, bfloat16 and FP8 conversions written in LLVM IR.
 
 The code generator keeps f16 values in LLVM ``half`` and bf16 values as
 ``i16`` bit patterns. Where the host has no instruction for a conversion
@@ -20,7 +20,10 @@ Meaning of each conversion (IEEE 754, round to nearest even, as
   quiet NaN with the sign and the leading payload bits;
 * f64 -> f16 and f64 -> bf16 round once, not twice: the f64 value is first
   rounded to *odd* at f32 (:func:`f64_to_f32_odd`), which keeps the side of
-  every f16/bf16 rounding midpoint, then rounded to nearest even.
+  every f16/bf16 rounding midpoint, then rounded to nearest even;
+* the FP8 formats (``i8`` bit patterns) widen exactly to f32 and are reached
+  from f32 with one rounding and the cast's overflow policy
+  (:func:`fp8_bits_to_f32`, :func:`f32_to_fp8_bits`).
 
 The builders take an ``ir.IRBuilder`` positioned where the code goes; they
 emit straight-line code (selects, no branches), so loops using them
@@ -139,6 +142,64 @@ def f64_to_f16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
 def f64_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     """The bit pattern of the f64 ``v`` rounded once to bf16."""
     return f32_to_bf16_bits(b, f64_to_f32_odd(b, v))
+
+
+# -- FP8 ------------------------------------------------------------------------------------
+#: per FP8 format: fraction bits, exponent bias, the code of the largest finite
+#: value, of NaN, and of +infinity (None: the format has none)
+FP8 = {"f8e4m3fn": (3, 7, 0x7E, 0x7F, None), "f8e5m2": (2, 15, 0x7B, 0x7E, 0x7C)}
+I8 = ir.IntType(8)
+
+
+def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
+    """The FP8 value with bit pattern ``h`` (i8) as an exact f32. f8e5m2 is
+    the top byte of an f16 (:func:`f16_bits_to_f32`); f8e4m3fn moves exponent
+    and fraction into place (rebias 7 -> 127), computes a subnormal
+    ``m * 2^-9`` as the exact product ``f32(m) * 2^-9``, and has one NaN
+    pattern per sign (``S.1111.111``), made a quiet f32 NaN of that sign."""
+    if fmt == "f8e5m2":
+        return f16_bits_to_f32(b, b.shl(b.zext(h, I16), ir.Constant(I16, 8)))
+    u = b.zext(h, I32)
+    sign = b.shl(b.and_(u, _c32(0x80)), _c32(24))
+    e = b.and_(b.lshr(u, _c32(3)), _c32(0xF))
+    m = b.and_(u, _c32(7))
+    normal = b.or_(b.shl(b.add(e, _c32(120)), _c32(23)), b.shl(m, _c32(20)))
+    sub = b.bitcast(b.fmul(b.uitofp(m, F32), ir.Constant(F32, 2.0 ** -9)), I32)
+    mag = b.select(b.icmp_unsigned("==", e, _c32(0)), sub, normal)
+    nan = b.icmp_unsigned("==", b.and_(u, _c32(0x7F)), _c32(0x7F))
+    mag = b.select(nan, _c32(0x7FC00000), mag)
+    return b.bitcast(b.or_(mag, sign), F32)
+
+
+def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir.Value:
+    """The bit pattern (i8) of the f32 value ``v`` rounded once to nearest
+    even into the FP8 format ``fmt`` (``numerics.cast``): a normal result
+    adds half an ulp minus one plus the kept lowest bit and drops the low
+    fraction bits (the carry handles fraction overflow), then rebiases; a
+    subnormal one (below the least normal value) is ``|v| * 2^(bias-1+F)``
+    rounded to an integer by adding ``2^23`` (one f32 rounding, exact
+    otherwise; 2^F, the carry, is the least normal code). A code beyond the
+    largest finite one (and +-inf) becomes the largest finite code with
+    ``overflow = 'saturate'``, the format's infinity, or its NaN where it has
+    none, with ``'nonfinite'``; NaN stays NaN. The sign is kept throughout."""
+    frac, bias, top, nan_code, inf_code = FP8[fmt]
+    u = b.bitcast(v, I32)
+    a = b.and_(u, _c32(0x7FFFFFFF))
+    sign = b.trunc(b.and_(b.lshr(u, _c32(24)), _c32(0x80)), I8)
+    sh = 23 - frac
+    lsb = b.and_(b.lshr(a, _c32(sh)), _c32(1))
+    r = b.add(a, b.add(_c32((1 << (sh - 1)) - 1), lsb))
+    normal = b.sub(b.lshr(r, _c32(sh)), _c32((127 - bias) << frac))
+    t = b.fadd(b.fmul(_fabs(b, v), ir.Constant(F32, 2.0 ** (bias - 1 + frac))),
+               ir.Constant(F32, 2.0 ** 23))
+    sub = b.sub(b.bitcast(t, I32), _c32(0x4B000000))
+    small = b.icmp_unsigned("<", a, _c32((128 - bias) << 23))  # below 2^(1 - bias)
+    code = b.select(small, sub, normal)
+    over_code = top if overflow == "saturate" else (inf_code if inf_code is not None
+                                                    else nan_code)
+    code = b.select(b.icmp_signed(">", code, _c32(top)), _c32(over_code), code)
+    code = b.select(b.icmp_unsigned(">", a, _c32(0x7F800000)), _c32(nan_code), code)
+    return b.or_(b.trunc(code, I8), sign)
 
 
 #: run-time helper name -> (return type, argument type, builder of the body
