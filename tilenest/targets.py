@@ -218,7 +218,7 @@ CUDA = Target(
     Profile(simt=True, lanes=SIMT_LANES, max_threads=SIMT_MAX_THREADS,
             shared_bytes=227 * 1024, static_shared_bytes=48 * 1024, f64=True, index_bits=32,
             max_grid=2**31 - 1, sm_shared_bytes=228 * 1024, reserved_shared_bytes=1024,
-            registers_per_block=65536,
+            registers_per_block=65536, fp8=True,
             async_copy=("cp.async",), tensor_cores=("mma.sync", "wgmma")),
     CUDA_CATALOGUE,
     defaults=_frozen(block_threads=256, stages=2),

@@ -592,8 +592,8 @@ def refuse_fp8(program: TileProgram, target: str) -> None:
             raise NotAvailableError(
                 f"{what} {'(' + detail + ') ' if detail else ''}holds {name} values, which the "
                 f"'{target}' target does not compile yet (FP8 runs on the reference "
-                "interpreter and the llvm target)", site,
-                "compile for llvm, call the kernel or tn.reference(...), or cast to "
+                "interpreter and the llvm and cuda targets)", site,
+                "compile for llvm or cuda, call the kernel or tn.reference(...), or cast to "
                 "f16/bf16/f32 at the kernel's boundary")
 
 

@@ -14,8 +14,8 @@ from ..simt.dialect import Dialect
 #: register types of each dtype
 REG = {"bool": "bool", "i8": "signed char", "i16": "short", "i32": "int", "i64": "long long",
        "u8": "unsigned char", "u16": "unsigned short", "u32": "unsigned int",
-       "u64": "unsigned long long", "f16": "tn_f16", "bf16": "tn_bf16", "f32": "float",
-       "f64": "double"}
+       "u64": "unsigned long long", "f8e4m3fn": "tn_f8e4m3fn", "f8e5m2": "tn_f8e5m2",
+       "f16": "tn_f16", "bf16": "tn_bf16", "f32": "float", "f64": "double"}
 
 
 def _float_literal(v: float, dt: D.DType) -> str:
@@ -31,8 +31,8 @@ def _float_literal(v: float, dt: D.DType) -> str:
             return f"{float(v).hex()}f"
         bits = np.array(v, dtype=np.float32).view(np.uint32).item()
         return f"tn_bitsf({bits:#x}u)"
-    npdt = np.float16 if dt.name == "f16" else ml_dtypes.bfloat16
-    bits = np.array(v, dtype=npdt).view(np.uint16).item()
+    npdt = np.float16 if dt.name == "f16" else dt.np  # bf16, FP8: ml_dtypes
+    bits = np.array(v, dtype=npdt).view(f"u{dt.itemsize}").item()
     return f"tn_mk_{dt.name}({bits:#x})"
 
 

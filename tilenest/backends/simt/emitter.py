@@ -276,6 +276,8 @@ class Emitter:
         return f"tn_select({self.expr(x.c)}, {self.expr(x.a)}, {self.expr(x.b)})"
 
     def cast_expr(self, x: L.Cast) -> str:
+        if x.dtype.is_fp8:  # one rounding, then the cast's overflow policy (V-24)
+            return f"tn_narrow_{x.dtype.name}_{x.overflow}({self.f32_odd(self.expr(x.a), x.a.dtype)})"
         return self.cast(self.expr(x.a), x.a.dtype, x.dtype)
 
     def bitcast_expr(self, x: L.Bitcast) -> str:
@@ -351,7 +353,7 @@ class Emitter:
     def wide(self, v: str, dt: D.DType) -> str:
         """``v`` of float dtype ``dt`` widened exactly to float (f16/bf16) or
         as is; a lane of a loaded 16-bit pack is widened from its 32-bit word."""
-        if dt.name not in ("f16", "bf16"):
+        if dt.name not in ("f16", "bf16") and not dt.is_fp8:
             return v
         return f"tn_widen({self.word_lanes.get(v, v)})"
 
@@ -366,6 +368,24 @@ class Emitter:
 
     def to_f64(self, v: str, dt: D.DType) -> str:
         return v if dt.name == "f64" else f"((double){self.wide(v, dt)})"
+
+    def f32_odd(self, v: str, src: D.DType) -> str:
+        """``v`` (any number) as a float holding its value exactly or rounded
+        to odd, so that one more rounding to a narrower format is the only
+        one that counts."""
+        if src.is_float:
+            return f"tn_f64_to_f32_odd({v})" if src.name == "f64" else self.wide(v, src)
+        if src.is_bool:
+            return f"({v} ? 1.0f : 0.0f)"
+        if src.bits <= 32:
+            return f"tn_f64_to_f32_odd((double){v})"
+        u64 = self.d.types["u64"]
+        if src.is_signed:
+            odd = (f"tn_i64_to_f64_odd(({v}) < 0 ? 0ull - ({u64})({v}) : ({u64})({v}), "
+                   f"({v}) < 0)")
+        else:
+            odd = f"tn_i64_to_f64_odd(({u64})({v}), false)"
+        return f"tn_f64_to_f32_odd({odd})"
 
     # -- unary ---------------------------------------------------------------------------
     def unary(self, op: str, v: str, dt: D.DType) -> str:
@@ -394,6 +414,8 @@ class Emitter:
                 return f"(-{v})"
             return f"tn_copysign({v}, {'0.0' if n == 'f64' else '0.0f'})"
         if op == "signbit":
+            if dt.is_fp8:
+                return f"((({v}).bits >> 7) != 0)"
             return f"((({v}).bits >> 15) != 0)" if n in ("f16", "bf16") else f"tn_signbit({v})"
         w = self.wide(v, dt)
         if op in ("isnan", "isinf", "isfinite"):

@@ -113,6 +113,70 @@ TN_FN tn_f16 tn_to_f16(float x) {
 }
 
 // ---------------------------------------------------------------------------
+// FP8 storage formats (spec/values.md V-24): stored as their bits, widened
+// exactly to float, reached by casts alone: one rounding to nearest even
+// from a float that holds the value exactly or rounded to odd, then the
+// cast's overflow policy (saturate: the largest finite value of the sign;
+// nonfinite: the format's infinity, or NaN in e4m3fn, which has none).
+
+struct tn_f8e4m3fn { unsigned char bits; };
+struct tn_f8e5m2 { unsigned char bits; };
+
+// e5m2 is the top byte of an f16
+TN_FN float tn_widen(tn_f8e5m2 x) {
+  tn_f16 h;
+  h.bits = (unsigned short)((unsigned)x.bits << 8);
+  return tn_widen_f16_soft(h);
+}
+
+// e4m3fn: fields moved into place (bias 7 -> 127); a subnormal m * 2^-9 is
+// an exact product; S.1111.111 is NaN
+TN_FN float tn_widen(tn_f8e4m3fn x) {
+  unsigned s = (unsigned)(x.bits & 0x80u) << 24, e = (x.bits >> 3) & 0xfu, m = x.bits & 7u;
+  if ((x.bits & 0x7fu) == 0x7fu) return tn_bitsf(s | 0x7fc00000u);
+  if (e != 0) return tn_bitsf(s | ((e + 120u) << 23) | (m << 20));
+  return tn_bitsf(s | tn_fbits((float)m * 0.001953125f));
+}
+
+// |x| rounded once to nearest even into a format of f fraction bits and
+// exponent bias b, as its code before the overflow test: a normal result adds
+// half an ulp minus one plus the kept lowest bit and drops the low bits (the
+// carry handles fraction overflow), then rebiases; below the least normal
+// value, |x| 2^(b-1+f) is rounded to an integer by adding 2^23 (the product is
+// exact, so a contracted fma gives the same)
+TN_FN unsigned tn_fp8_code(float x, unsigned f, unsigned b) {
+  unsigned a = tn_fbits(x) & 0x7fffffffu, sh = 23u - f;
+  if (a < ((128u - b) << 23)) {
+    float t = tn_bitsf(a) * (float)(1u << (b - 1u + f)) + 8388608.0f;
+    return tn_fbits(t) - 0x4b000000u;
+  }
+  return ((a + ((1u << (sh - 1u)) - 1u) + ((a >> sh) & 1u)) >> sh) - ((127u - b) << f);
+}
+
+TN_FN unsigned char tn_fp8_bits(float x, unsigned f, unsigned b, unsigned top,
+                                unsigned over, unsigned nan) {
+  unsigned u = tn_fbits(x), s = (u >> 24) & 0x80u;
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned char)(s | nan);
+  unsigned c = tn_fp8_code(x, f, b);
+  return (unsigned char)(s | (c > top ? over : c));
+}
+
+TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_saturate(float x) {
+  tn_f8e4m3fn r; r.bits = tn_fp8_bits(x, 3u, 7u, 0x7eu, 0x7eu, 0x7fu); return r;
+}
+TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_nonfinite(float x) {
+  tn_f8e4m3fn r; r.bits = tn_fp8_bits(x, 3u, 7u, 0x7eu, 0x7fu, 0x7fu); return r;
+}
+TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) {
+  tn_f8e5m2 r; r.bits = tn_fp8_bits(x, 2u, 15u, 0x7bu, 0x7bu, 0x7eu); return r;
+}
+TN_FN tn_f8e5m2 tn_narrow_f8e5m2_nonfinite(float x) {
+  tn_f8e5m2 r; r.bits = tn_fp8_bits(x, 2u, 15u, 0x7bu, 0x7cu, 0x7eu); return r;
+}
+TN_FN tn_f8e4m3fn tn_mk_f8e4m3fn(int b) { tn_f8e4m3fn r; r.bits = (unsigned char)b; return r; }
+TN_FN tn_f8e5m2 tn_mk_f8e5m2(int b) { tn_f8e5m2 r; r.bits = (unsigned char)b; return r; }
+
+// ---------------------------------------------------------------------------
 // integer arithmetic (wrapping, as two's complement)
 
 template <typename T> struct tn_unsigned_of { typedef T type; };
