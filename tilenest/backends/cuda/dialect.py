@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from ...semantics import dtypes as D
