@@ -46,9 +46,9 @@ from tilenest.semantics.reducers import BUILTINS
 from tilenest.semantics.space import Space
 from tilenest.semantics.types import TileType
 
-#: every dtype the llvm target compiles: all but the FP8 formats, which every
-#: code generator refuses for now (tests/test_fp8.py)
-DTYPES = [d.name for d in D.ALL if not d.is_fp8]
+DTYPES = [d.name for d in D.ALL]
+#: the overflow policies a cast into an FP8 format is swept with (V-24)
+FP8_POLICIES = ("saturate", "nonfinite")
 POLICIES = [p.value for p in ReductionPolicy]
 #: integer ops whose right operand must be nonzero / a shift count in range
 #: (a zero divisor or negative count is an error in both the interpreter and
@@ -102,9 +102,13 @@ def combos() -> list[Combo]:
                 t = TileType(D.parse(dt), Space())
                 out.append(Combo("binary", op, dt, str(V.check_binary(op, t, t).dtype)))
         out.append(Combo("ite", "ite", dt, dt))
-        out.append(Combo("map", "map", dt, dt))
+        if _accepts(lambda a, b: V.check_binary("maximum", a, b), dt, dt):  # the map's body
+            out.append(Combo("map", "map", dt, dt))
         for dst in DTYPES:
-            out.append(Combo("cast", "cast", dt, dst))
+            if D.parse(dst).is_fp8 and dst != dt:  # a cast into FP8 states its policy
+                out += [Combo("cast", f"cast/{pol}", dt, dst) for pol in FP8_POLICIES]
+            else:
+                out.append(Combo("cast", "cast", dt, dst))
             if D.parse(dst).bits == D.parse(dt).bits:
                 out.append(Combo("bitcast", "bitcast", dt, dst))
         for r in BUILTINS.values():  # the reducer accepts dt and its merge op types
@@ -217,7 +221,8 @@ def _elementwise_group(name: str, dt: str, members: list[Combo], exhaustive: boo
         elif cb.kind == "map":
             e = "tn.map(a, b, lambda u, v: tn.ite(u == v, u, tn.maximum(u, v)))"
         elif cb.kind == "cast":
-            e = f"tn.cast(a, tn.{_tdt(cb.result)})"
+            pol = cb.op.partition("/")[2]
+            e = f"tn.cast(a, tn.{_tdt(cb.result)}" + (f", overflow={pol!r})" if pol else ")")
         else:
             e = f"tn.bitcast(a, tn.{_tdt(cb.result)})"
         out = f"out_{cb.result}"

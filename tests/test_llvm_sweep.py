@@ -62,10 +62,16 @@ def test_sweep_covers_every_op_and_dtype():
     missing = values_ops - kinds_ops - set(S.STRUCTURAL) - {"mma"}
     assert not missing, f"ops of the semantics the sweep does not run: {sorted(missing)}"
     assert "mma" in {c.kind for c in COMBOS}
-    names = [d.name for d in D.ALL if not d.is_fp8]  # (FP8: refused, tests/test_fp8.py)
+    names = [d.name for d in D.ALL]
+    arithmetic = [n for n in names if not D.parse(n).is_fp8]  # FP8 has none (V-24)
     for kind in ("unary", "binary", "ite", "map", "cast", "bitcast", "reduce"):
         got = {c.dtype for c in COMBOS if c.kind == kind}
-        assert got == set(names), (kind, set(names) - got)
+        want = arithmetic if kind in ("map", "reduce") else names
+        assert got == set(want), (kind, set(want) - got)
+    fp8_casts = {(c.dtype, c.result, c.op) for c in COMBOS
+                 if c.kind == "cast" and D.parse(c.result).is_fp8 and c.dtype != c.result}
+    assert {p for _, _, p in fp8_casts} == {"cast/saturate", "cast/nonfinite"}
+    assert len(fp8_casts) == 2 * 2 * (len(names) - 1)
     casts = {(c.dtype, c.result) for c in COMBOS if c.kind == "cast"}
     assert casts == {(a, b) for a in names for b in names}
     bitcasts = {(c.dtype, c.result) for c in COMBOS if c.kind == "bitcast"}
@@ -76,10 +82,11 @@ def test_sweep_covers_every_op_and_dtype():
     policies = {c.op.split("/")[1] for c in COMBOS if c.kind == "reduce"}
     assert policies == set(S.POLICIES)
     # every mma pair the type rule admits (src widens exactly into acc) whose
-    # accumulator has add and mul; bool, which has neither, is the only one left out
+    # accumulator has add and mul; bool and the FP8 formats have neither
     mma = {(c.dtype, c.result) for c in COMBOS if c.kind == "mma"}
     widening = {(a, b) for a in names for b in names if S.V.widens(D.parse(a), D.parse(b))}
-    assert mma <= widening and widening - mma == {("bool", "bool")}
+    assert mma <= widening and widening - mma == {
+        (a, b) for a, b in widening if b == "bool" or D.parse(b).is_fp8}
     assert {a for a, _ in mma} == set(names)
     # every combination lands in exactly one kernel group
     keys = [cb.key for g in S.groups() for cb, _, _ in g.members]
