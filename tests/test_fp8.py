@@ -348,3 +348,43 @@ def test_nvrtc_compiles_the_fp8_conversions():
         src = cuda.stage_source(k.program, default_schedule(k.program, "cuda"))[1]
         assert "tn_narrow_f8" in src.text or "tn_widen" in src.text
         assert cuda._build(src, cache=False) is not None
+
+
+@tn.kernel
+def quantize_rows(x: tn.Tensor[f32, "R C"], q: tn.Tensor[f8e4m3fn, "R C"],  # noqa: F821
+                  back: tn.Tensor[f32, "R C"], scale: tn.Scalar[f32]):  # noqa: F821
+    """Each row scaled into e4m3fn (saturating) and decoded back, unscaled."""
+    rows, cols = x.shape
+    q = q.with_dims(*x.dims())
+    back = back.with_dims(*x.dims())
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        y = tn.cast(x[o, tn.shape(1, cols)] * scale, f8e4m3fn, overflow="saturate")
+        q(o, tn.shape(1, cols)).store(y)
+        back(o, tn.shape(1, cols)).store(tn.cast(y, f32) / scale)
+
+
+@pytest.mark.parametrize("target", ["llvm", "cuda"])
+def test_generated_inputs_validate_an_fp8_kernel(target):
+    """tn.validate draws its own inputs for FP8 tensors (special values
+    included) and poisons unwritten FP8 memory with NaN."""
+    rep = tn.validate(quantize_rows, target, cases=4, seed=1)
+    assert rep.ok and rep.count("ok") == 4, rep.summary()
+
+
+@pytest.mark.parametrize("level", ["x86-64-v3", "x86-64-v4"])
+def test_llvm_fp8_conversion_loops_are_vector_code(level):
+    """The rows' conversions run as lane-wise integer code: the loop that
+    rounds into e4m3fn and the one that widens it back are vector loops of
+    the host width (8 or 16 lanes of f32 into as many bytes)."""
+    from tilenest.backends.llvm import compile_program, jit
+    from tilenest.lowering import default_schedule
+
+    bits = {"x86-64-v3": 256, "x86-64-v4": 512}[level]
+    lanes = bits // 32
+    h = jit.host()
+    s = default_schedule(quantize_rows.program, "llvm", vector_bits=bits)
+    ir = compile_program(quantize_rows.program, s, cache=False,
+                         host=jit.Host(h.triple, level, "")).llvm_ir
+    assert f"<{lanes} x i8>" in ir and f"fmul <{lanes} x float>" in ir
+    assert f"zext <{lanes} x i8>" in ir  # the widening, lane-wise

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..semantics.arrays import host_arguments
+from ..semantics.arrays import host_arguments, poison_value  # noqa: F401 (rules import it here)
 from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
@@ -546,14 +546,6 @@ class ExtentDiverges(Exception):
         self.groups = groups
 
 
-def poison_value(dt: np.dtype) -> Any:
-    """NaN for floats; for integers the most negative value (or max for unsigned)."""
-    if np.issubdtype(dt, np.floating) or dt.name == "bfloat16":
-        return np.array(np.nan, dtype=np.float32).astype(dt)
-    if dt == np.bool_:
-        return True
-    info = np.iinfo(dt)
-    return info.min if info.min < 0 else info.max
 
 
 def _py_scalar(a: Any) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ..semantics.arrays import is_float_storage
 from ..semantics.dtypes import DType
 
 
@@ -176,7 +177,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 def _show(v: Any) -> str:
     v = np.asarray(v)
-    if v.dtype.kind == "f" or v.dtype.name == "bfloat16":
+    if is_float_storage(v.dtype):
         f = float(v)
         return f"{f!r} (bits 0x{int(_bits(v.reshape(1))[0]):0{v.dtype.itemsize * 2}x})"
     return repr(v.item())

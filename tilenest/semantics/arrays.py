@@ -293,6 +293,24 @@ def span(a: np.ndarray) -> np.ndarray:
     return strided(a, (n,), (a.itemsize,), bool(a.flags.writeable))
 
 
+def is_float_storage(dt: np.dtype) -> bool:
+    """Whether the numpy dtype ``dt`` holds a float format: numpy's own or one
+    of ``ml_dtypes``' (bfloat16, the FP8 formats), whose numpy kind is 'V'."""
+    return bool(np.issubdtype(dt, np.floating)) or dt.name in (
+        "bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+def poison_value(dt: np.dtype) -> Any:
+    """What fills memory no one has written: NaN for floats; for integers the
+    most negative value (or the largest, unsigned); True for bool."""
+    if is_float_storage(dt):
+        return np.array(np.nan, dtype=np.float32).astype(dt)
+    if dt == np.bool_:
+        return True
+    info = np.iinfo(dt)
+    return info.min if info.min < 0 else info.max
+
+
 def strided(a: np.ndarray, shape: tuple[int, ...], strides: Any, writeable: bool) -> np.ndarray:
     """``np.lib.stride_tricks.as_strided`` for every storage dtype: it goes
     through numpy's array interface, which cannot name some (the FP8

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..semantics.arrays import poison_value
 from ..semantics.signature import stored_tensors
 from ..semantics import expr as E
 from ..semantics.dtypes import DType
@@ -83,14 +84,6 @@ class Case:
         return int(sum(a.size for a in self.args if isinstance(a, np.ndarray)))
 
 
-def poison_value(dt: np.dtype) -> Any:
-    """NaN for floats; the most negative (signed) / largest (unsigned) integer; True."""
-    if np.issubdtype(dt, np.floating) or dt.name == "bfloat16":
-        return np.array(np.nan, dtype=np.float32).astype(dt)
-    if dt == np.bool_:
-        return True
-    info = np.iinfo(dt)
-    return info.min if info.min < 0 else info.max
 
 
 def program_constants(p: TileProgram) -> set[int]:
@@ -262,7 +255,12 @@ def coverage_targets(p: TileProgram, limit: int | None = None) -> list[dict[str,
 def _floats(rng: np.random.Generator, shape: tuple, dt: np.dtype, special: float) -> np.ndarray:
     x = rng.standard_normal(shape)
     if special > 0 and x.size:
-        fin = np.finfo(np.float32 if dt.name == "bfloat16" else dt)
+        if np.issubdtype(dt, np.floating):
+            fin = np.finfo(dt)
+        else:  # bfloat16, the FP8 formats
+            import ml_dtypes
+
+            fin = ml_dtypes.finfo(dt)
         specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, float(fin.tiny) / 4,
                              -float(fin.tiny) / 2, float(fin.max) / 2, -float(fin.max) / 3,
                              1e4, -3e4, 1e-30, 88.5, -100.0])

@@ -52,6 +52,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..semantics import dtypes as D
+from ..semantics.arrays import is_float_storage
 from ..semantics.dtypes import DType
 
 F64 = np.float64
@@ -379,9 +380,9 @@ def same_bits(name: str, got: np.ndarray, want: np.ndarray) -> Check:
     if g.shape != w.shape or g.dtype != w.dtype:
         return Check(False, name, None,
                      f"{name}: {g.dtype}{g.shape} vs expected {w.dtype}{w.shape}")
-    if g.dtype.kind in "fV" or g.dtype.name == "bfloat16":
+    if is_float_storage(g.dtype):
         gf, wf = g.astype(F64), w.astype(F64)
-        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[g.dtype.itemsize]
+        bits = np.dtype(f"u{g.dtype.itemsize}")
         ok = (np.isnan(gf) & np.isnan(wf)) | (g.view(bits) == w.view(bits))
     else:
         ok = g == w

@@ -151,63 +151,75 @@ FP8 = {"f8e4m3fn": (3, 7, 0x7E, 0x7F, None), "f8e5m2": (2, 15, 0x7B, 0x7E, 0x7C)
 I8 = ir.IntType(8)
 
 
+def _like(v: ir.Value, t: ir.Type) -> ir.Type:
+    """``t``, or a vector of ``t`` as wide as ``v``'s vector type."""
+    return ir.VectorType(t, v.type.count) if isinstance(v.type, ir.VectorType) else t
+
+
+def _k(v: ir.Value, c: int | float) -> ir.Constant:
+    """The constant ``c`` of ``v``'s type (in every lane of a vector)."""
+    t = v.type
+    return ir.Constant(t, [c] * t.count) if isinstance(t, ir.VectorType) else ir.Constant(t, c)
+
+
 def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
-    """The FP8 value with bit pattern ``h`` (i8) as an exact f32. f8e5m2 is
-    the top byte of an f16 (:func:`f16_bits_to_f32`); f8e4m3fn moves exponent
-    and fraction into place (rebias 7 -> 127), computes a subnormal
-    ``m * 2^-9`` as the exact product ``f32(m) * 2^-9``, and has one NaN
-    pattern per sign (``S.1111.111``), made a quiet f32 NaN of that sign."""
-    if fmt == "f8e5m2":
-        return f16_bits_to_f32(b, b.shl(b.zext(h, I16), ir.Constant(I16, 8)))
-    u = b.zext(h, I32)
-    sign = b.shl(b.and_(u, _c32(0x80)), _c32(24))
-    e = b.and_(b.lshr(u, _c32(3)), _c32(0xF))
-    m = b.and_(u, _c32(7))
-    normal = b.or_(b.shl(b.add(e, _c32(120)), _c32(23)), b.shl(m, _c32(20)))
-    sub = b.bitcast(b.fmul(b.uitofp(m, F32), ir.Constant(F32, 2.0 ** -9)), I32)
-    mag = b.select(b.icmp_unsigned("==", e, _c32(0)), sub, normal)
-    nan = b.icmp_unsigned("==", b.and_(u, _c32(0x7F)), _c32(0x7F))
-    mag = b.select(nan, _c32(0x7FC00000), mag)
-    return b.bitcast(b.or_(mag, sign), F32)
+    """The FP8 value with bit pattern ``h`` (``i8``, or a vector of them) as
+    an exact f32: exponent and fraction moved into place (rebias to 127), a
+    subnormal ``m * 2^(1-bias-F)`` as an exact product, and the specials:
+    f8e4m3fn's one NaN pattern per sign (``S.1111.111``), f8e5m2's
+    infinities and NaNs (made quiet) as in IEEE."""
+    frac, bias, _top, _nan, inf_code = FP8[fmt]
+    u = b.zext(h, _like(h, I32))
+    sign = b.shl(b.and_(u, _k(u, 0x80)), _k(u, 24))
+    e = b.and_(b.lshr(u, _k(u, frac)), _k(u, (1 << (7 - frac)) - 1))
+    m = b.and_(u, _k(u, (1 << frac) - 1))
+    normal = b.or_(b.shl(b.add(e, _k(u, 127 - bias)), _k(u, 23)), b.shl(m, _k(u, 23 - frac)))
+    mf = b.uitofp(m, _like(h, F32))
+    sub = b.fmul(mf, _k(mf, 2.0 ** (1 - bias - frac)))
+    mag = b.select(b.icmp_unsigned("==", e, _k(u, 0)), b.bitcast(sub, u.type), normal)
+    if inf_code is None:  # e4m3fn
+        special = b.icmp_unsigned("==", b.and_(u, _k(u, 0x7F)), _k(u, 0x7F))
+        mag = b.select(special, _k(u, 0x7FC00000), mag)
+    else:  # e5m2: the all-ones exponent
+        special = b.icmp_unsigned("==", e, _k(u, (1 << (7 - frac)) - 1))
+        nonfinite = b.select(b.icmp_unsigned("==", m, _k(u, 0)), _k(u, 0x7F800000),
+                             _k(u, 0x7FC00000))
+        mag = b.select(special, nonfinite, mag)
+    return b.bitcast(b.or_(mag, sign), _like(h, F32))
 
 
 def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir.Value:
-    """The bit pattern (i8) of the f32 value ``v`` rounded once to nearest
-    even into the FP8 format ``fmt`` (``numerics.cast``): a normal result
-    adds half an ulp minus one plus the kept lowest bit and drops the low
-    fraction bits (the carry handles fraction overflow), then rebiases; a
-    subnormal one (below the least normal value) is ``|v| * 2^(bias-1+F)``
-    rounded to an integer by adding ``2^23`` (one f32 rounding, exact
-    otherwise; 2^F, the carry, is the least normal code). A code beyond the
-    largest finite one (and +-inf) becomes the largest finite code with
-    ``overflow = 'saturate'``, the format's infinity, or its NaN where it has
-    none, with ``'nonfinite'``; NaN stays NaN. The sign is kept throughout."""
+    """The bit pattern (``i8``, lane-wise for a vector) of the f32 value ``v``
+    rounded once to nearest even into the FP8 format ``fmt``
+    (``numerics.cast``): a normal result adds half an ulp minus one plus the
+    kept lowest bit and drops the low fraction bits (the carry handles
+    fraction overflow), then rebiases; a subnormal one (below the least
+    normal value) is ``|v| * 2^(bias-1+F)`` rounded to an integer by adding
+    ``2^23`` (one f32 rounding, exact otherwise; 2^F, the carry, is the least
+    normal code). A code beyond the largest finite one (and +-inf) becomes
+    the largest finite code with ``overflow = 'saturate'``, the format's
+    infinity, or its NaN where it has none, with ``'nonfinite'``; NaN stays
+    NaN. The sign is kept throughout."""
     frac, bias, top, nan_code, inf_code = FP8[fmt]
-    u = b.bitcast(v, I32)
-    a = b.and_(u, _c32(0x7FFFFFFF))
-    sign = b.trunc(b.and_(b.lshr(u, _c32(24)), _c32(0x80)), I8)
+    u = b.bitcast(v, _like(v, I32))
+    a = b.and_(u, _k(u, 0x7FFFFFFF))
+    sign = b.trunc(b.and_(b.lshr(u, _k(u, 24)), _k(u, 0x80)), _like(v, I8))
     sh = 23 - frac
-    lsb = b.and_(b.lshr(a, _c32(sh)), _c32(1))
-    r = b.add(a, b.add(_c32((1 << (sh - 1)) - 1), lsb))
-    normal = b.sub(b.lshr(r, _c32(sh)), _c32((127 - bias) << frac))
-    t = b.fadd(b.fmul(_fabs(b, v), ir.Constant(F32, 2.0 ** (bias - 1 + frac))),
-               ir.Constant(F32, 2.0 ** 23))
-    sub = b.sub(b.bitcast(t, I32), _c32(0x4B000000))
-    small = b.icmp_unsigned("<", a, _c32((128 - bias) << 23))  # below 2^(1 - bias)
+    lsb = b.and_(b.lshr(a, _k(u, sh)), _k(u, 1))
+    r = b.add(a, b.add(_k(u, (1 << (sh - 1)) - 1), lsb))
+    normal = b.sub(b.lshr(r, _k(u, sh)), _k(u, (127 - bias) << frac))
+    mag = b.bitcast(a, v.type)  # |v|
+    t = b.fadd(b.fmul(mag, _k(v, 2.0 ** (bias - 1 + frac))), _k(v, 2.0 ** 23))
+    sub = b.sub(b.bitcast(t, u.type), _k(u, 0x4B000000))
+    small = b.icmp_unsigned("<", a, _k(u, (128 - bias) << 23))  # below 2^(1 - bias)
     code = b.select(small, sub, normal)
     over_code = top if overflow == "saturate" else (inf_code if inf_code is not None
                                                     else nan_code)
-    code = b.select(b.icmp_signed(">", code, _c32(top)), _c32(over_code), code)
-    code = b.select(b.icmp_unsigned(">", a, _c32(0x7F800000)), _c32(nan_code), code)
-    return b.or_(b.trunc(code, I8), sign)
+    code = b.select(b.icmp_signed(">", code, _k(u, top)), _k(u, over_code), code)
+    code = b.select(b.icmp_unsigned(">", a, _k(u, 0x7F800000)), _k(u, nan_code), code)
+    return b.or_(b.trunc(code, _like(v, I8)), sign)
 
 
-#: run-time helper name -> (return type, argument type, builder of the body
-#: from the argument). The types are LLVM's for the helper's C signature, so
-#: a definition compiled by this LLVM follows the calling convention its
-#: callers use. (bf16 never appears as LLVM ``bfloat`` in generated code, so
-#: its helpers ``__truncsfbf2``/``__truncdfbf2`` are never called; were one
-#: called, the JIT's symbol check would refuse the module.)
 HELPERS = {
     "__extendhfsf2": (F32, F16, lambda b, x: f16_bits_to_f32(b, b.bitcast(x, I16))),
     "__extendhfdf2": (F64, F16, lambda b, x: b.fpext(f16_bits_to_f32(b, b.bitcast(x, I16)), F64)),

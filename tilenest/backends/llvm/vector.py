@@ -55,8 +55,9 @@ _BOOL_BIN = frozenset({"and", "or", "xor", "maximum", "minimum"}) | _CMP
 
 def _lane_dtype(dt: D.DType) -> bool:
     """Whether values of ``dt`` are kept as vectors here (f16/bf16 and
-    their software conversions stay scalar)."""
-    return dt.is_bool or dt.is_int or dt.name in ("f32", "f64")
+    their software conversions stay scalar; the FP8 formats' conversions are
+    lane-wise integer code, ``softfloat``)."""
+    return dt.is_bool or dt.is_int or dt.is_fp8 or dt.name in ("f32", "f64")
 
 
 def stride(e: E.Expr, x: E.Var) -> int | None:
@@ -135,11 +136,16 @@ class _Check:
         if isinstance(x, L.Bin):
             dt = x.a.dtype
             ops = (_BOOL_BIN if dt.is_bool else _INT_BIN if dt.is_int
-                   else _FLOAT_BIN if dt.name in ("f32", "f64") else frozenset())
+                   else _FLOAT_BIN if dt.name in ("f32", "f64") else _CMP if dt.is_fp8
+                   else frozenset())
             return (x.op in ops and self.data(dt) and self.data(x.dtype)
                     and self.expr(x.a) and self.expr(x.b))
         if isinstance(x, L.Cast):
             src, dst = x.a.dtype, x.dtype
+            if src.is_fp8 or dst.is_fp8:  # FP8 <-> f32, and between the formats
+                ok = {src.name, dst.name} <= {"f32", "f8e4m3fn", "f8e5m2"} or (
+                    src.is_fp8 and dst.name == "f64")
+                return ok and self.expr(x.a)
             ok = (src.is_float and dst.is_float) or (
                 (src.is_int or src.is_bool) and not dst.is_bool
                 and (dst.is_int or dst.name in ("f32", "f64")))
@@ -468,20 +474,32 @@ class _Lanes:
             return g.binary(x.op, p, q, x.a.dtype, x.flags), varying
         if isinstance(x, L.Cast):
             v, vr = self.value(x.a)
-            return (self.cast(v, x.a.dtype, x.dtype) if vr else g.cast(v, x.a.dtype, x.dtype)), vr
+            conv = self.cast if vr else g.cast
+            return conv(v, x.a.dtype, x.dtype, x.overflow), vr
         raise TypeError(f"no vector form for {x!r}")  # plan() admitted it: a bug here
 
-    def cast(self, v: ir.Value, src: D.DType, dst: D.DType) -> ir.Value:
+    def cast(self, v: ir.Value, src: D.DType, dst: D.DType,
+             overflow: str | None = None) -> ir.Value:
         """The lane-wise cast of the kinds :func:`plan` admits, with the
         meaning of the scalar ``codegen.FnGen.cast``: between f32 and f64
         exact widening or one rounding; integers (and bool, 0 or 1) by
         register width, truncating or extending by the source's signedness;
-        integers to f32/f64 rounded once."""
+        integers to f32/f64 rounded once; FP8 widened exactly, and reached
+        from f32 (or the other format, exactly through f32) with one rounding
+        and ``overflow`` (``softfloat``)."""
+        from . import softfloat as SF
         from .codegen import reg_type
 
         b = self.b
         if src == dst:
             return v
+        if src.is_fp8:
+            w = SF.fp8_bits_to_f32(b, v, src.name)
+            if dst.is_fp8:
+                return SF.f32_to_fp8_bits(b, w, dst.name, overflow or "")
+            return b.fpext(w, self.vec(reg_type(dst))) if dst.name == "f64" else w
+        if dst.is_fp8:  # from f32 (plan admits no other source)
+            return SF.f32_to_fp8_bits(b, v, dst.name, overflow or "")
         rt = self.vec(reg_type(dst))
         if src.is_float:
             return b.fpext(v, rt) if dst.bits > src.bits else b.fptrunc(v, rt)
