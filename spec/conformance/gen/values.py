@@ -699,3 +699,39 @@ text_case("V24-fp8-cast-needs-policy", "V-24", "a cast into FP8 without an overf
            out("sat", "u8", [12]), out("nf", "u8", [12]), out("e5", "u8", [12]),
            out("e5s", "u8", [12]), out("wq", "u8", [2])], "type")
 
+
+_BOUNDARY = [t("at", "u32", [8192], arange(0, 2**19)), t("up", "u32", [8192], arange(1, 2**19)),
+             t("dn", "u32", [8192], arange(2**19 - 1, 2**19))] + [
+    out(n, "u8", [3 * 8192]) for n in ("e4s", "e4n", "e5s", "e5n")]
+
+
+@case("V24-fp8-every-boundary", "V-24",
+      "every f32 with 4 fraction bits (each FP8 value and each midpoint, subnormals, "
+      "overflow) and its two f32 neighbours, into both formats with both policies",
+      _BOUNDARY)
+@tn.kernel
+def v24_boundaries(at: tn.Tensor[u32, 1], up: tn.Tensor[u32, 1], dn: tn.Tensor[u32, 1],
+                   e4s: tn.Tensor[u8, 1], e4n: tn.Tensor[u8, 1], e5s: tn.Tensor[u8, 1],
+                   e5n: tn.Tensor[u8, 1]):
+    for i, src in enumerate((at, up, dn)):
+        x = tn.bitcast(src[tn.coord(0), tn.shape(8192)], f32)
+        for o, dt, pol in ((e4s, f8e4m3fn, "saturate"), (e4n, f8e4m3fn, "nonfinite"),
+                           (e5s, f8e5m2, "saturate"), (e5n, f8e5m2, "nonfinite")):
+            o(tn.coord(i * 8192), tn.shape(8192)).store(
+                tn.bitcast(tn.cast(x, dt, overflow=pol), u8))
+
+
+@tn.kernel
+def v24_through_f16(at: tn.Tensor[u32, 1], up: tn.Tensor[u32, 1], dn: tn.Tensor[u32, 1],
+                    e4s: tn.Tensor[u8, 1], e4n: tn.Tensor[u8, 1], e5s: tn.Tensor[u8, 1],
+                    e5n: tn.Tensor[u8, 1]):
+    for i, src in enumerate((at, up, dn)):
+        x = tn.cast(tn.bitcast(src[tn.coord(0), tn.shape(8192)], f32), f16)  # rounds first
+        for o, dt, pol in ((e4s, f8e4m3fn, "saturate"), (e4n, f8e4m3fn, "nonfinite"),
+                           (e5s, f8e5m2, "saturate"), (e5n, f8e5m2, "nonfinite")):
+            o(tn.coord(i * 8192), tn.shape(8192)).store(
+                tn.bitcast(tn.cast(x, dt, overflow=pol), u8))
+
+
+CASES[-1].wrong = v24_through_f16
+
