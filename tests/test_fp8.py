@@ -388,3 +388,31 @@ def test_llvm_fp8_conversion_loops_are_vector_code(level):
                          host=jit.Host(h.triple, level, "")).llvm_ir
     assert f"<{lanes} x i8>" in ir and f"fmul <{lanes} x float>" in ir
     assert f"zext <{lanes} x i8>" in ir  # the widening, lane-wise
+
+
+@pytest.mark.device
+def test_fp8_conversions_on_the_gpu():
+    """On a CUDA GPU: every conversion of the dense probe and all 256 codes
+    of each format are numerics.cast's bits, and the FP8 kernels validate."""
+    from tilenest.backends import cuda
+
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    x = _f32_probe()
+    with np.errstate(invalid="ignore"):
+        w = x.astype(np.float64) * (1 + 2.0**-40)
+    c = np.arange(256, dtype=np.uint8)
+    outs = [np.zeros(x.size, np.uint8) for _ in range(5)]
+    dec = [np.zeros(256, np.float32), np.zeros(256, np.float32)]
+    conversions.compile("cuda", device="gpu")(x, w, c, *outs, *dec)
+    cases = [(D.f32, x, D.f8e4m3fn, "saturate"), (D.f32, x, D.f8e4m3fn, "nonfinite"),
+             (D.f32, x, D.f8e5m2, "saturate"), (D.f32, x, D.f8e5m2, "nonfinite"),
+             (D.f64, w, D.f8e4m3fn, "nonfinite")]
+    for got, (src, v, dst, pol) in zip(outs, cases, strict=True):
+        assert same_bits(got.view(dst.np), N.cast(v, src, dst, pol)), (dst, pol)
+    for got, dt in zip(dec, FP8, strict=True):
+        assert same_bits(got, c.view(dt.np).astype(np.float32))
+    for k in (quantize_rows, fp8_mma):
+        ck = cuda.compile_program(k.program, None, device="gpu")
+        rep = tn.validate(k, "cuda", compiled=ck, cases=4, seed=2)
+        assert rep.ok and rep.count("ok") == 4, rep.summary()
