@@ -305,13 +305,19 @@ def test_compiled_conversions_are_the_interpreters_bits(target):
     x = _f32_probe()
     if target == "cuda":
         x = np.concatenate([x[:-20:8], x[-20:]])
+    kw = {"device": "emulated"} if target == "cuda" else {}
+    check_conversions(conversions.compile(target, **kw), x)
+
+
+def check_conversions(compiled, x):
+    """Run ``conversions`` compiled on the f32 values ``x`` (and on them
+    nudged in f64, and on all 256 codes) and compare with numerics.cast."""
     with np.errstate(invalid="ignore"):
         w = x.astype(np.float64) * (1 + 2.0**-40)
     c = np.arange(256, dtype=np.uint8)
     outs = [np.zeros(x.size, np.uint8) for _ in range(5)]
     dec = [np.zeros(256, np.float32), np.zeros(256, np.float32)]
-    kw = {"device": "emulated"} if target == "cuda" else {}
-    conversions.compile(target, **kw)(x, w, c, *outs, *dec)
+    compiled(x, w, c, *outs, *dec)
     cases = [(D.f32, x, D.f8e4m3fn, "saturate"), (D.f32, x, D.f8e4m3fn, "nonfinite"),
              (D.f32, x, D.f8e5m2, "saturate"), (D.f32, x, D.f8e5m2, "nonfinite"),
              (D.f64, w, D.f8e4m3fn, "nonfinite")]
@@ -398,20 +404,7 @@ def test_fp8_conversions_on_the_gpu():
 
     if not cuda.gpu_available():
         pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
-    x = _f32_probe()
-    with np.errstate(invalid="ignore"):
-        w = x.astype(np.float64) * (1 + 2.0**-40)
-    c = np.arange(256, dtype=np.uint8)
-    outs = [np.zeros(x.size, np.uint8) for _ in range(5)]
-    dec = [np.zeros(256, np.float32), np.zeros(256, np.float32)]
-    conversions.compile("cuda", device="gpu")(x, w, c, *outs, *dec)
-    cases = [(D.f32, x, D.f8e4m3fn, "saturate"), (D.f32, x, D.f8e4m3fn, "nonfinite"),
-             (D.f32, x, D.f8e5m2, "saturate"), (D.f32, x, D.f8e5m2, "nonfinite"),
-             (D.f64, w, D.f8e4m3fn, "nonfinite")]
-    for got, (src, v, dst, pol) in zip(outs, cases, strict=True):
-        assert same_bits(got.view(dst.np), N.cast(v, src, dst, pol)), (dst, pol)
-    for got, dt in zip(dec, FP8, strict=True):
-        assert same_bits(got, c.view(dt.np).astype(np.float32))
+    check_conversions(conversions.compile("cuda", device="gpu"), _f32_probe())
     for k in (quantize_rows, fp8_mma):
         ck = cuda.compile_program(k.program, None, device="gpu")
         rep = tn.validate(k, "cuda", compiled=ck, cases=4, seed=2)
