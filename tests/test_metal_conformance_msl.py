@@ -23,11 +23,15 @@ CASES = C.load_suite(C.default_suite())
 
 
 def test_every_conformance_kernel_type_checks_or_is_refused_as_expected():
-    emitted, refused, f64 = 0, 0, []
+    emitted, refused, f64, fp8 = 0, 0, [], []
     for case in CASES:
         try:
             src = metal.emit(C.load_program(case.program), "msl")
         except NotAvailableError as e:
+            if "f8e" in str(e):  # the FP8 formats (V-24): not compiled for Metal
+                assert "'metal' target does not compile" in str(e), (case.name, e.render())
+                fp8.append(case.name)
+                continue
             assert "f64" in str(e) and "Metal" in str(e), (case.name, e.render())
             f64.append(case.name)
             continue
@@ -38,4 +42,5 @@ def test_every_conformance_kernel_type_checks_or_is_refused_as_expected():
             continue
         check_msl(metal.standalone(src), name=f"{case.name}.metal")
         emitted += 1
-    assert emitted >= 150 and f64 == ["V13-casts"], (emitted, refused, f64)
+    assert emitted >= 150 and f64 == ["V13-casts", "V24-fp8-encode"], (emitted, refused, f64)
+    assert fp8 == ["V24-fp8-decode-every-code", "V24-fp8-every-boundary"], fp8
