@@ -4,7 +4,9 @@ Benchmarks (:data:`NAMES`):
 
 * the bandwidth ceilings ``read`` (every element of an ``R x R`` f32 array
   read once) and ``copy`` (the array copied into another), see below;
-* the row workloads row softmax, RMSNorm, LayerNorm, elementwise add and row
+* the row workloads row softmax, RMSNorm, LayerNorm, elementwise add, FP8
+  quantization (``fp8_quantize``: ``x * s`` rounded into e4m3fn, saturating;
+  against ``ml_dtypes`` and torch's ``float8_e4m3fn``, bit for bit) and row
   sum of an ``R x R`` f32 matrix, and ``global_sum`` (``N`` f32 to one scalar,
   a ``reduce`` region over chunks at the top level with a one-element tile
   state, which the lowering runs as per-chunk partials over the threads and a
@@ -60,14 +62,14 @@ from typing import Any
 from ..errors import TilenestError
 from .timing import Method, measure, plus_minus
 
-NAMES = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "row_sum", "global_sum",
-         "gemm", "gemm_strict", "swiglu", "bmm_nt")
+NAMES = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "fp8_quantize", "row_sum",
+         "global_sum", "gemm", "gemm_strict", "swiglu", "bmm_nt")
 GEMMS = ("gemm", "gemm_strict")
 #: the benchmarks over an R x R matrix (one shape per size)
-ROWS = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "row_sum")
+ROWS = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "fp8_quantize", "row_sum")
 #: memory-bound benchmark -> the ceiling its bandwidth is measured against
 CEILING_OF = {"softmax": "copy", "rmsnorm": "copy", "layernorm": "copy", "add": "copy",
-              "row_sum": "read", "global_sum": "read"}
+              "fp8_quantize": "copy", "row_sum": "read", "global_sum": "read"}
 CEILINGS = ("read", "copy")
 
 #: per size: the row workloads' R (an R x R matrix), the GEMM and SwiGLU shapes
@@ -257,6 +259,18 @@ def cases(size: str, threads: int, only: tuple[str, ...], torch: Any) -> Iterato
                    lambda: np.add(x, z, out=y),
                    (lambda: torch.add(tx, torch.from_numpy(z))) if torch else None,
                    bytes=3 * f4 * n * n)
+    if "fp8_quantize" in only:
+        import ml_dtypes
+
+        e4 = ml_dtypes.float8_e4m3fn
+        s = np.float32(0.75)
+        q = np.empty((n, n), e4)
+        tq = getattr(torch, "float8_e4m3fn", None) if torch else None
+        yield Case("fp8_quantize", sq, f"fp8 quantize {label} (e4m3fn, saturating)",
+                   ks["fp8_quantize"], (x, q, s), q,
+                   lambda: np.clip(x * s, -448.0, 448.0).astype(e4),
+                   (lambda: (tx * 0.75).clamp(-448.0, 448.0).to(tq)) if tq is not None else None,
+                   rtol=0.0, atol=0.0, bytes=(f4 + 1) * n * n)
     if "row_sum" in only:
         rs = np.empty(n, np.float32)
         yield Case("row_sum", sq, f"row sum {label}", ks["row_sum"], (x, rs), rs,

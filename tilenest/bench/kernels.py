@@ -92,6 +92,17 @@ def kernels() -> dict[str, Any]:
             y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)] + z[o, tn.shape(1, cols)])
 
     @tn.kernel
+    def fp8_quantize(x: tn.Tensor[f32, "R C"], q: tn.Tensor[tn.f8e4m3fn, "R C"],
+                     scale: tn.Scalar[f32]):
+        """Per-tensor scaled quantization to e4m3fn, saturating (V-24)."""
+        rows, cols = x.shape
+        q = q.with_dims(*x.dims())
+        for p in tn.parallel(tn.shape(rows)):
+            o = tn.coord(p.index(), 0)
+            q(o, tn.shape(1, cols)).store(
+                tn.cast(x[o, tn.shape(1, cols)] * scale, tn.f8e4m3fn, overflow="saturate"))
+
+    @tn.kernel
     def row_sum(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):  # noqa: F821
         rows, cols = x.shape
         y = y.with_dims(x.dim(0))
@@ -193,6 +204,7 @@ def kernels() -> dict[str, Any]:
             y(o, tn.shape(1, cols)).store(x[o, tn.shape(1, cols)])
 
     return {"softmax": row_softmax, "rmsnorm": rmsnorm, "rmsnorm_rows": rmsnorm_rows,
-            "layernorm": layernorm, "add": add, "row_sum": row_sum, "gemm": gemm,
+            "layernorm": layernorm, "add": add, "fp8_quantize": fp8_quantize,
+            "row_sum": row_sum, "gemm": gemm,
             "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt,
             "global_sum": global_sum, "read": read, "copy": copy}
