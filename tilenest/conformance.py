@@ -257,14 +257,14 @@ def materialize(case: Case) -> list[Any]:
     return out
 
 
-#: formats numpy's ``.npy`` files cannot name (``ml_dtypes``'): they travel
-#: as the unsigned integers of their bit patterns
-_AS_BITS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 
 def save_array(path: Path, a: np.ndarray) -> None:
-    """``.npy``; bf16 and the FP8 formats as their bit patterns (uint16, uint8)."""
-    if a.dtype.name in _AS_BITS:
+    """``.npy``; the formats numpy's files cannot name (``ml_dtypes``': bf16,
+    FP8) as their bit patterns (uint16, uint8)."""
+    from .semantics.dtypes import ML_DTYPES
+
+    if a.dtype.name in ML_DTYPES.values():
         a = a.view(np.dtype(f"u{a.dtype.itemsize}"))
     np.save(path, a, allow_pickle=False)
 
@@ -443,12 +443,13 @@ class Backend:
         A refusal for such a reason makes the case unsupported here (``skip``,
         counted and shown with the refusal's site), not failed; any other
         refusal is judged like every error."""
+        from .semantics import dtypes as D
         from .targets import profile
 
         if not profile(self.name).f64 and prog.first_use_of("f64") is not None:
             return f"the {self.name} target has no f64"
-        if not profile(self.name).fp8 and any(prog.first_use_of(n) is not None
-                                              for n in ("f8e4m3fn", "f8e5m2")):
+        if not profile(self.name).fp8 and any(prog.first_use_of(d.name) is not None
+                                              for d in D.FP8):
             return f"the {self.name} target does not compile FP8 yet"
         return None
 
@@ -556,11 +557,11 @@ def _output_limit(spec: dict[str, Any]) -> int:
 
 def _as_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
     """An array read in the argument's dtype where the protocol transports it
-    as another (bf16 and FP8 as their bit patterns, :data:`_AS_BITS`)."""
+    as another (bf16 and FP8 as their bit patterns, :func:`save_array`)."""
     from .semantics import dtypes as D
 
     want = D.parse(dtype).np
-    if want.name in _AS_BITS and a.dtype == np.dtype(f"u{want.itemsize}"):
+    if want.name in D.ML_DTYPES.values() and a.dtype == np.dtype(f"u{want.itemsize}"):
         return a.view(want)
     return a
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..semantics.arrays import host_arguments, poison_value  # noqa: F401 (rules import it here)
+from ..semantics.arrays import host_arguments, poison_value
 from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation, TileProgram
@@ -544,8 +544,6 @@ class ExtentDiverges(Exception):
         self.expr = expr
         self.bshape = bshape
         self.groups = groups
-
-
 
 
 def _py_scalar(a: Any) -> Any:

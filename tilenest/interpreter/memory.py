@@ -25,9 +25,9 @@ from ..semantics.layout_facts import require_injective
 from ..semantics.policies import Bounds
 from ..semantics.types import MemoryType, TensorType, TileType
 from ..semantics import numerics as N
-from ..semantics.arrays import strided
+from ..semantics.arrays import poison_value, strided
 from . import shadow as S
-from .core import Interpreter, TensorRT, poison_value, rule
+from .core import Interpreter, TensorRT, rule
 from .effects import Box, Buffer
 from .runtime import RV, eval_exprs
 from .values import _batch_grids

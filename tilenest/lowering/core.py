@@ -585,7 +585,7 @@ def refuse_fp8(program: TileProgram, target: str) -> None:
 
     if profile(target).fp8:
         return
-    for name in ("f8e4m3fn", "f8e5m2"):
+    for name in (d.name for d in D.FP8):
         use = program.first_use_of(name)
         if use is not None:
             what, detail, site = use

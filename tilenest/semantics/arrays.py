@@ -296,8 +296,9 @@ def span(a: np.ndarray) -> np.ndarray:
 def is_float_storage(dt: np.dtype) -> bool:
     """Whether the numpy dtype ``dt`` holds a float format: numpy's own or one
     of ``ml_dtypes``' (bfloat16, the FP8 formats), whose numpy kind is 'V'."""
-    return bool(np.issubdtype(dt, np.floating)) or dt.name in (
-        "bfloat16", "float8_e4m3fn", "float8_e5m2")
+    from .dtypes import ML_DTYPES
+
+    return bool(np.issubdtype(dt, np.floating)) or dt.name in ML_DTYPES.values()
 
 
 def poison_value(dt: np.dtype) -> Any:

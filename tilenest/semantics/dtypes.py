@@ -88,6 +88,8 @@ f64 = DType("f64", "f", 64)
 
 ALL: tuple[DType, ...] = (bool_, i8, i16, i32, i64, u8, u16, u32, u64, f8e4m3fn, f8e5m2, f16,
                           bf16, f32, f64)
+#: the FP8 storage formats
+FP8: tuple[DType, ...] = (f8e4m3fn, f8e5m2)
 BY_NAME: dict[str, DType] = {d.name: d for d in ALL}
 
 _NUMPY: dict[str, np.dtype] = {
@@ -108,7 +110,7 @@ _NUMPY: dict[str, np.dtype] = {
 
 
 #: the ``ml_dtypes`` type of each format numpy lacks
-_ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+ML_DTYPES = {"bf16": "bfloat16", "f8e4m3fn": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 
 
 def _ml_dtype(name: str) -> np.dtype:
@@ -116,7 +118,7 @@ def _ml_dtype(name: str) -> np.dtype:
     ml_dtypes on first use (then every such format is known to numpy)."""
     import ml_dtypes
 
-    for n, t in _ML_DTYPES.items():
+    for n, t in ML_DTYPES.items():
         _NUMPY[n] = np.dtype(getattr(ml_dtypes, t))
     return _NUMPY[name]
 
@@ -127,7 +129,7 @@ INDEX = i64
 
 def from_numpy(dt: np.dtype | type | str) -> DType:
     """The DType whose storage is exactly ``dt``; raises KeyError for others."""
-    if "bf16" not in _NUMPY and ("ml_dtypes" in sys.modules or dt in _ML_DTYPES.values()):
+    if "bf16" not in _NUMPY and ("ml_dtypes" in sys.modules or dt in ML_DTYPES.values()):
         _ml_dtype("bf16")  # such an array exists only once ml_dtypes is loaded
     dt = np.dtype(dt)
     for name, d in _NUMPY.items():

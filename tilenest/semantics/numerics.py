@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from ..errors import RuntimeSemanticError
 from .dtypes import DType
+from .dtypes import FP8_OPS
 from .dtypes import f32 as _f32
 
 __all__ = ["IntegerArithmeticError", "TRANSCENDENTAL_ULP", "ulp_bound", "unrounded", "unary",
@@ -304,7 +305,7 @@ def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
     """
     x = _arr(x, dt.np)
     if dt.is_fp8:  # classification only, on the exact f32 value
-        if op not in ("isnan", "isinf", "isfinite", "signbit"):
+        if op not in FP8_OPS:
             raise _not_defined(op, dt)
         return unary(op, x.astype(_F32), _f32)
     table = _FLOAT_UNARY if dt.is_float else _INT_UNARY if dt.is_int else _BOOL_UNARY

@@ -576,7 +576,7 @@ class FnGen(VectorLoops):
         if src == dst:
             return v
         if dst.is_fp8:
-            return SF.f32_to_fp8_bits(b, self.to_f32_odd(v, src), dst.name, overflow or "")
+            return SF.f32_to_fp8_bits(b, self.to_f32_odd(v, src), dst.name, overflow)
         if dst.is_bool:
             if src.is_float:
                 w = self.to_wide(v, src)

@@ -200,6 +200,8 @@ def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir
     the largest finite code with ``overflow = 'saturate'``, the format's
     infinity, or its NaN where it has none, with ``'nonfinite'``; NaN stays
     NaN. The sign is kept throughout."""
+    if overflow not in ("saturate", "nonfinite"):
+        raise ValueError(f"internal: a cast into {fmt} without an overflow policy")
     frac, bias, top, nan_code, inf_code = FP8[fmt]
     u = b.bitcast(v, _like(v, I32))
     a = b.and_(u, _k(u, 0x7FFFFFFF))
@@ -213,8 +215,7 @@ def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir
     sub = b.sub(b.bitcast(t, u.type), _k(u, 0x4B000000))
     small = b.icmp_unsigned("<", a, _k(u, (128 - bias) << 23))  # below 2^(1 - bias)
     code = b.select(small, sub, normal)
-    over_code = top if overflow == "saturate" else (inf_code if inf_code is not None
-                                                    else nan_code)
+    over_code = top if overflow == "saturate" else nan_code if inf_code is None else inf_code
     code = b.select(b.icmp_signed(">", code, _k(u, top)), _k(u, over_code), code)
     code = b.select(b.icmp_unsigned(">", a, _k(u, 0x7F800000)), _k(u, nan_code), code)
     return b.or_(b.trunc(code, _like(v, I8)), sign)

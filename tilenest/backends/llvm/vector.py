@@ -496,10 +496,10 @@ class _Lanes:
         if src.is_fp8:
             w = SF.fp8_bits_to_f32(b, v, src.name)
             if dst.is_fp8:
-                return SF.f32_to_fp8_bits(b, w, dst.name, overflow or "")
+                return SF.f32_to_fp8_bits(b, w, dst.name, overflow)
             return b.fpext(w, self.vec(reg_type(dst))) if dst.name == "f64" else w
         if dst.is_fp8:  # from f32 (plan admits no other source)
-            return SF.f32_to_fp8_bits(b, v, dst.name, overflow or "")
+            return SF.f32_to_fp8_bits(b, v, dst.name, overflow)
         rt = self.vec(reg_type(dst))
         if src.is_float:
             return b.fpext(v, rt) if dst.bits > src.bits else b.fptrunc(v, rt)

@@ -277,7 +277,8 @@ class Emitter:
 
     def cast_expr(self, x: L.Cast) -> str:
         if x.dtype.is_fp8:  # one rounding, then the cast's overflow policy (V-24)
-            return f"tn_narrow_{x.dtype.name}_{x.overflow}({self.f32_odd(self.expr(x.a), x.a.dtype)})"
+            v = self.f32_odd(self.expr(x.a), x.a.dtype)
+            return f"tn_narrow_{x.dtype.name}_{x.overflow}({v})"
         return self.cast(self.expr(x.a), x.a.dtype, x.dtype)
 
     def bitcast_expr(self, x: L.Bitcast) -> str:
@@ -379,13 +380,16 @@ class Emitter:
             return f"({v} ? 1.0f : 0.0f)"
         if src.bits <= 32:
             return f"tn_f64_to_f32_odd((double){v})"
+        return f"tn_f64_to_f32_odd({self.i64_odd(v, src)})"
+
+    def i64_odd(self, v: str, src: D.DType) -> str:
+        """The 64-bit integer ``v`` as a double rounded to odd (so that one
+        more rounding to a narrower format is the only one that counts)."""
         u64 = self.d.types["u64"]
         if src.is_signed:
-            odd = (f"tn_i64_to_f64_odd(({v}) < 0 ? 0ull - ({u64})({v}) : ({u64})({v}), "
-                   f"({v}) < 0)")
-        else:
-            odd = f"tn_i64_to_f64_odd(({u64})({v}), false)"
-        return f"tn_f64_to_f32_odd({odd})"
+            return (f"tn_i64_to_f64_odd(({v}) < 0 ? 0ull - ({u64})({v}) : ({u64})({v}), "
+                    f"({v}) < 0)")
+        return f"tn_i64_to_f64_odd(({u64})({v}), false)"
 
     # -- unary ---------------------------------------------------------------------------
     def unary(self, op: str, v: str, dt: D.DType) -> str:
@@ -503,12 +507,7 @@ class Emitter:
                 return f"(({self.d.reg(dst)}){v})"
             if src.bits <= 32:
                 return f"tn_round_{dst.name}((double){v})"
-            if src.is_signed:
-                odd = (f"tn_i64_to_f64_odd(({v}) < 0 ? 0ull - ({self.d.types['u64']})({v}) : "
-                       f"({self.d.types['u64']})({v}), ({v}) < 0)")
-            else:
-                odd = f"tn_i64_to_f64_odd(({self.d.types['u64']})({v}), false)"
-            return f"tn_round_{dst.name}({odd})"
+            return f"tn_round_{dst.name}({self.i64_odd(v, src)})"
         return f"(({self.d.reg(dst)}){v})"
 
     def bitcast(self, v: str, src: D.DType, dst: D.DType) -> str:

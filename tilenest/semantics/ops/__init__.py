@@ -91,6 +91,5 @@ def infer_types(name: str, operand_types: tuple, attrs: Any, hint: tuple = ()) -
     return rule(operand_types, attrs, hint)
 
 
-
 # register all families
 from . import memory as _memory, regions as _regions, values as _values  # noqa: E402,F401
