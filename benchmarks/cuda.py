@@ -57,6 +57,17 @@ under a causal mask with Q = K. Each tilenest variant is first checked
 against SDPA's float32 math backend (relative error norm under
 ``ATTENTION_TOL``).
 
+FP8 casts (``--only fp8``): per-tensor scaled quantization of an 8192 x 8192
+f32 tensor into e4m3fn (``x * s`` with s = ``FP8_SCALE``, so that some
+values saturate; the ``fp8_quantize`` kernel of ``tilenest.bench.kernels``)
+and its inverse (``fp8_dequantize``: the codes widened and multiplied by
+``s``), against eager torch (``clamp`` then ``.to(torch.float8_e4m3fn)``,
+which is the same saturating conversion; ``.float() * s``) and
+``torch.compile`` of the same. Bandwidth counts 4 bytes read or written per
+f32 element and 1 per FP8 element. The quantized bits must equal
+``numerics.cast``'s (the oracle's conversion) on the host, and the
+dequantized values torch's, exactly.
+
 Correctness first: before timing, every tilenest variant runs once on fresh
 random inputs into an output poisoned with NaN; every element must have been
 written (no NaN or inf left: the true outputs are finite) and the relative
@@ -107,7 +118,7 @@ if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
 ROW_NAMES = ("softmax", "rmsnorm", "layernorm")
-NAMES = (*ROW_NAMES, "gemm", "epilogues", "attention")
+NAMES = (*ROW_NAMES, "gemm", "epilogues", "attention", "fp8")
 ROWS = COLS = 8192
 #: the inputs of each row workload's torch functions, in their order
 ROW_KEYS = {"softmax": ("x",), "rmsnorm": ("x", "w"), "layernorm": ("x", "g", "b")}
@@ -212,6 +223,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     type=_schedule_field, default=[],
                     help="a field of every tilenest kernel's cuda schedule, e.g. min_blocks=8 "
                          "(repeatable; as `tilenest lower --set`)")
+    ap.add_argument("--row-schedule", action="append", metavar="FIELD=VALUE",
+                    dest="row_schedule", type=_kernel_constant, default=[],
+                    help="time only the row workloads' schedules with this kernel constant "
+                         "(e.g. rp=1; repeatable)")
     ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor"), default="all",
                     help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma) or the "
                          "warp ones (mma.sync)")
@@ -220,6 +235,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if a.samples is not None and a.samples < 1:
         ap.error("--samples must be at least 1")
     return a
+
+
+def _kernel_constant(text: str) -> tuple[str, Any]:
+    """``NAME=VALUE`` of a kernel constant (a Python literal or a bare word)."""
+    from tilenest.cli import _assignment
+
+    return _assignment("--row-schedule", text)
 
 
 def _schedule_field(text: str) -> tuple[str, Any]:
@@ -238,6 +260,8 @@ class Config:
     vector_lanes: int | None = None
     gemm_unit: str = "all"
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: kernel constants a row workload's schedule must have to be timed
+    row_schedule: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 # ------------------------------------------------------------------------------ timing
@@ -364,7 +388,8 @@ class Run:
         self.bf16_path: str | None = None
         #: the measured ceilings (``ceilings``)
         self.ceil: dict[str, Any] = {}
-        self._bf16_cls: Any = None
+        #: ndarray subclasses reporting a dtype CuPy lacks, by that dtype
+        self._shims: dict[Any, Any] = {}
 
     def problem(self, msg: str) -> None:
         self.problems.append(msg)
@@ -389,33 +414,41 @@ class Run:
 
     def view(self, t: Any) -> Any:
         """A CuPy array on ``t``'s memory with the dtype tilenest checks
-        (bf16: ``ml_dtypes.bfloat16``). CuPy without bfloat16 support gets
-        an int16 array whose ``dtype`` reports bfloat16 (the launch passes
-        only the pointer); ``bf16_path`` records which one was used."""
+        (bf16: ``ml_dtypes.bfloat16``, FP8: ``ml_dtypes.float8_*``). CuPy
+        without such a dtype gets an integer array of the same width whose
+        ``dtype`` reports it (the launch passes only the pointer);
+        ``bf16_path`` records which one was used for bf16."""
         torch, cp = self.torch, self.cp
-        if t.dtype != torch.bfloat16:
+        storage = {torch.bfloat16: (torch.int16, self.D.bf16),
+                   torch.float8_e4m3fn: (torch.uint8, self.D.f8e4m3fn),
+                   torch.float8_e5m2: (torch.uint8, self.D.f8e5m2)}
+        if t.dtype not in storage:
             return cp.asarray(t)
-        raw = cp.asarray(t.view(torch.int16))
-        want = self.D.bf16.np
-        if self.bf16_path in (None, "cupy"):
+        bits, dt = storage[t.dtype]
+        raw = cp.asarray(t.view(bits))
+        want = dt.np
+        bf16 = t.dtype == torch.bfloat16
+        if not bf16 or self.bf16_path in (None, "cupy"):
             try:
                 v = raw.view(want)
                 if v.dtype == want:
-                    self.bf16_path = "cupy"
+                    if bf16:
+                        self.bf16_path = "cupy"
                     return v
-            except Exception:  # noqa: BLE001, S110 - this CuPy has no bfloat16: use the shim
+            except Exception:  # noqa: BLE001, S110 - this CuPy lacks the dtype: use the shim
                 pass
-        if self._bf16_cls is None:
-            class Bf16Array(cp.ndarray):  # type: ignore[misc, name-defined]
-                """int16 storage reporting the bfloat16 dtype."""
+        if want not in self._shims:
+            class Shim(cp.ndarray):  # type: ignore[misc, name-defined]
+                """Integer storage reporting a dtype CuPy lacks."""
 
                 @property
                 def dtype(self) -> Any:
                     return want
 
-            self._bf16_cls = Bf16Array
-        self.bf16_path = "int16 storage, dtype shim"
-        return raw.view(array_class=self._bf16_cls)
+            self._shims[want] = Shim
+        if bf16:
+            self.bf16_path = "int16 storage, dtype shim"
+        return raw.view(array_class=self._shims[want])
 
 
 def _rel_err(torch: Any, out: Any, ref: Any) -> float:
@@ -699,7 +732,11 @@ def bench_rows(run: Run, name: str, dtn: str) -> dict[str, Any]:
     chk = _row_inputs(run, name, dtn)  # fresh inputs for the correctness checks
     ref = ref_fn(*(chk[k] for k in keys))
     torch.cuda.synchronize()
-    scheds = list(wl.schedules)
+    scheds = [sc for sc in wl.schedules
+              if all(sc.get(f) == val for f, val in cfg.row_schedule.items())]
+    if not scheds:
+        run.note(f"{name} {dtn}: no schedule of the workload has "
+                 f"{cfg.row_schedule} (it has {list(wl.schedules)})")
     impls: list[Impl] = []
     bound_all: list[tuple[dict[str, Any], list[Any]]] = []
     variants = [(sc, g) for sc in scheds for g in gpu_search(cfg)]
@@ -1244,6 +1281,8 @@ def table(out: dict[str, Any]) -> str:
                  f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
         for r in out["attention"]:
             _impl_lines(L, r["case"], r, (31, 50), ("sdpa", "compile"))
+    if out.get("fp8"):
+        _fp8_lines(L, out["fp8"])
     L.append("")
     L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
              "difference of the two rounds' medians; *: the fastest tilenest schedule")
@@ -1282,6 +1321,136 @@ def _impl_lines(L: list[str], w: str, r: dict[str, Any], cols: tuple[int, int],
                  f"{_f(b.get('spread'), '6.1f', 100)}%{_f(b.get('rel_err'), '9.1e')}")
 
 
+# ------------------------------------------------------------------------------ FP8 casts
+#: the per-tensor scale of the FP8 cast rows: x ~ 3 N(0, 1) times 64 puts a few
+#: percent of the values past e4m3fn's 448, so saturation is exercised
+FP8_SCALE = 64.0
+
+
+def bench_fp8(run: Run) -> list[dict[str, Any]]:
+    """Quantize f32 -> e4m3fn and dequantize back over ``ROWS x COLS`` (see
+    the module docstring): the default cuda schedule (with the command line's
+    overrides) against eager torch and ``torch.compile``; bits checked."""
+    import numpy as np
+
+    from tilenest.backends import cuda
+    from tilenest.bench.kernels import kernels
+    from tilenest.lowering import default_schedule
+    from tilenest.semantics import numerics as N
+
+    torch, cfg, D = run.torch, run.cfg, run.D
+    R, C = ROWS, COLS
+    s = FP8_SCALE
+    f8 = torch.float8_e4m3fn
+    top = float(N.FP8_MAX["f8e4m3fn"])
+    xs = [run.randn((R, C), "f32", 3.0) for _ in range(ROTATE)]
+    qs = [torch.empty((R, C), dtype=f8, device="cuda") for _ in xs]
+    ys = [torch.empty((R, C), dtype=torch.float32, device="cuda") for _ in xs]
+    for x, q in zip(xs, qs, strict=True):  # the dequantize inputs: torch's codes
+        q.copy_(torch.clamp(x * s, -top, top).to(f8))
+
+    def quant(x: Any) -> Any:
+        return torch.clamp(x * s, -top, top).to(f8)
+
+    def dequant(q: Any) -> Any:
+        return q.to(torch.float32) * s
+
+    out = []
+    for name, eager, ins, outs in (("fp8_quantize", quant, xs, qs),
+                                   ("fp8_dequantize", dequant, qs, ys)):
+        label = {"fp8_quantize": "quantize f32 -> e4m3fn (saturate)",
+                 "fp8_dequantize": "dequantize e4m3fn -> f32"}[name]
+        rec: dict[str, Any] = {"workload": label, "shape": [R, C], "bytes": 5 * R * C,
+                               "tilenest": [], "baselines": {}}
+        print(f"--- fp8 {label} {R}x{C}", flush=True)
+        k = kernels()[name]
+        over = fixed_gpu(cfg)
+        v: dict[str, Any] = {"label": "default" + _gpu_label(over), "gpu": dict(over)}
+        rec["tilenest"].append(v)
+        impls: list[Impl] = []
+        try:
+            ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **over),
+                                      device="gpu")
+            v["compile_s"] = ck.compile_seconds
+            v["resources"] = _resources(ck)
+            # correctness on fresh inputs, into a poisoned output
+            if name == "fp8_quantize":
+                chk = run.randn((R, C), "f32", 3.0)
+                got = torch.full((R, C), float("nan"), device="cuda").to(f8)
+                ck.bound(run.view(chk), run.view(got), np.float32(s)).launch()
+                torch.cuda.synchronize()
+                host = chk.cpu().numpy()
+                want = N.cast(host * np.float32(s), D.f32, D.f8e4m3fn, "saturate")
+                bad = int(np.count_nonzero(got.view(torch.uint8).cpu().numpy()
+                                           != want.view(np.uint8)))
+            else:
+                got = torch.full((R, C), float("nan"), device="cuda")
+                ck.bound(run.view(qs[0]), run.view(got), np.float32(s)).launch()
+                torch.cuda.synchronize()
+                bad = int((got != dequant(qs[0])).sum())
+            v["mismatches"] = bad
+            print(f"tilenest {v['label']}: compile {v['compile_s']:.2f} s, "
+                  f"{bad} elements differ from the reference: {'ok' if not bad else 'WRONG'}",
+                  flush=True)
+            if bad:
+                run.problem(f"fp8 {label}: {bad} elements differ from the reference")
+                v["error"] = "wrong result"
+            else:
+                bls = [ck.bound(run.view(a), run.view(b), np.float32(s))
+                       for a, b in zip(ins, outs, strict=True)]
+                impls.append(Impl(f"tilenest {v['label']}", "cupy", [b.launch for b in bls]))
+        except Exception as e:  # noqa: BLE001 - reported, the run goes on
+            v["error"] = f"{type(e).__name__}: {e}"
+            run.problem(f"fp8 {label}: {v['error']}")
+        base = {"eager": [lambda a=a: eager(a) for a in ins]}
+        if cfg.compile:
+            try:
+                cfn = torch.compile(eager, dynamic=False)
+                t0 = time.perf_counter()
+                cfn(ins[0])
+                torch.cuda.synchronize()
+                rec["baselines"]["compile"] = {"compile_s": time.perf_counter() - t0}
+                base["compile"] = [lambda a=a: cfn(a) for a in ins]
+            except Exception as e:  # noqa: BLE001
+                rec["baselines"]["compile"] = {"error": f"{type(e).__name__}: {e}"}
+                run.note(f"fp8 {label}: torch.compile failed: {e}")
+        rec["baselines"].setdefault("eager", {})
+        impls += [Impl(k2, "torch", c) for k2, c in base.items()]
+        res = time_impls(impls, cfg)
+        ceiling = run.ceil["copy_ceiling_bytes_per_s"]
+        entries = [(f"tilenest {v['label']}", v)] if "error" not in v else []
+        entries += [(k2, rec["baselines"][k2]) for k2 in base]
+        for key, e in entries:
+            e.update(res[key])
+            e["bytes_per_s"] = rec["bytes"] / e["median_s"]
+            e["fraction_of_copy"] = e["bytes_per_s"] / ceiling
+            print(f"{key}: {e['median_s'] * 1e3:.3f} ms, {e['bytes_per_s'] / 1e12:.2f} TB/s "
+                  f"({100 * e['fraction_of_copy']:.0f}% of copy)", flush=True)
+        if "median_s" in v:
+            v["ratio"] = {k2: rec["baselines"][k2]["median_s"] / v["median_s"] for k2 in base}
+        out.append(rec)
+    return out
+
+
+def _fp8_lines(L: list[str], recs: list[dict[str, Any]]) -> None:
+    """The FP8 cast rows of the summary table."""
+    L.append("")
+    L.append(f"{'fp8 ' + str(ROWS) + 'x' + str(COLS):<36}{'impl':<20}{'ms':>8}{'TB/s':>7}"
+             f"{'%copy':>7}{'eager/tn':>9}{'comp/tn':>9}{'spread':>7}")
+    for r in recs:
+        rows = [("tn " + v["label"], v) for v in r["tilenest"]]
+        rows += [("torch " + k, b) for k, b in r["baselines"].items()]
+        for lab, e in rows:
+            if "median_s" not in e:
+                L.append(f"{r['workload']:<36}{lab:<20}  {e.get('error', 'not timed')[:60]}")
+                continue
+            rt = e.get("ratio", {})
+            L.append(f"{r['workload']:<36}{lab:<20}{_f(e['median_s'], '8.3f', 1e3)}"
+                     f"{_f(e['bytes_per_s'], '7.2f', 1e-12)}"
+                     f"{_f(e['fraction_of_copy'], '6.0f', 100)}%{_x(rt.get('eager'))}"
+                     f"{_x(rt.get('compile'))}{_f(e.get('spread'), '6.1f', 100)}%")
+
+
 def _env(run: Run) -> dict[str, Any]:
     torch, cp = run.torch, run.cp
     p = torch.cuda.get_device_properties(0)
@@ -1313,7 +1482,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(quick=a.quick, samples=a.samples or (8 if a.quick else 25),
                  compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0],
                  block_threads=a.block_threads, vector_lanes=a.vector_lanes,
-                 gemm_unit=a.gemm_unit, fields=dict(a.set_fields))
+                 gemm_unit=a.gemm_unit, fields=dict(a.set_fields),
+                 row_schedule=dict(a.row_schedule))
     seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
     only = set(a.only or NAMES)
     print(f"seed {seed}", flush=True)
@@ -1332,7 +1502,7 @@ def main(argv: list[str] | None = None) -> int:
                            "method": {"rotate": ROTATE, "rounds": ROUNDS, "sample_s": SAMPLE_S,
                                       "tol": TOL, "eps": EPS, "slow_s": SLOW_S,
                                       "gemm_skip_s": GEMM_SKIP_S},
-                           "rows": [], "gemm": [], "epilogues": [], "attention": []}
+                           "rows": [], "gemm": [], "epilogues": [], "attention": [], "fp8": []}
     print(f"{out['env']['device']}, torch {torch.__version__}, cupy {run.cp.__version__}",
           flush=True)
     run.ceil = out["ceilings"] = ceilings(run)
@@ -1360,6 +1530,11 @@ def main(argv: list[str] | None = None) -> int:
             out["attention"] = bench_attention(run)
         except Exception as e:  # noqa: BLE001
             run.problem(f"attention: {type(e).__name__}: {e}")
+    if "fp8" in only:
+        try:
+            out["fp8"] = bench_fp8(run)
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"fp8: {type(e).__name__}: {e}")
     out["bf16_path"] = run.bf16_path
     out["notes"], out["problems"] = run.notes, run.problems
     out["wall_s"] = time.perf_counter() - t_start

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tilenest as tn
@@ -81,7 +82,7 @@ def test_bad_arguments_are_refused(bench, argv):
 
 def test_every_name_is_a_benchmark(bench):
     assert set(bench.NAMES) == {"softmax", "rmsnorm", "layernorm", "gemm", "epilogues",
-                                "attention"}
+                                "attention", "fp8"}
     from tilenest.workloads import WORKLOADS
 
     for wname, which in bench.EPILOGUES:
@@ -119,6 +120,45 @@ def test_attention_table_reports_each_implementation(bench):
     text = bench.table(out)
     assert "*tn x" in text and "2.00x" in text and "needs 300000 B" in text
     assert "torch sdpa flash" in text and "RuntimeError: no" in text
+
+
+def test_fp8_table_reports_bandwidth_and_ratios(bench):
+    rec = {"workload": "quantize f32 -> e4m3fn (saturate)", "bytes": 5, "baselines": {
+        "eager": {"median_s": 3e-4, "bytes_per_s": 1e12, "fraction_of_copy": 0.25,
+                  "spread": 0.01},
+        "compile": {"error": "RuntimeError: no"}},
+        "tilenest": [{"label": "default", "median_s": 1e-4, "bytes_per_s": 3.8e12,
+                      "fraction_of_copy": 0.92, "spread": 0.02,
+                      "ratio": {"eager": 3.0}}]}
+    out = {"ceilings": {"copy": {}, "cublas": {}, "copy_ceiling_bytes_per_s": 4e12},
+           "env": {}, "seed": 1, "rows": [], "gemm": [], "attention": [], "fp8": [rec],
+           "notes": [], "problems": [], "wall_s": 1.0}
+    text = bench.table(out)
+    line = next(ln for ln in text.splitlines() if "tn default" in ln)
+    assert "0.100" in line and "3.80" in line and "92%" in line and "3.00x" in line
+    assert "torch eager" in text and "RuntimeError: no" in text
+
+
+def test_fp8_kernels_compile_for_the_gpu_and_run_on_the_emulator():
+    """The FP8 rows' kernels build with NVRTC and, emulated, give the
+    oracle's bits (quantize) and the exact scaled widening (dequantize)."""
+    from tilenest.backends import cuda
+    from tilenest.bench.kernels import kernels
+    from tilenest.semantics import dtypes as D, numerics as N
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 100)) * 3).astype(np.float32)
+    s = np.float32(64.0)
+    q = np.zeros(x.shape, D.f8e4m3fn.np)
+    ks = {n: cuda.compile_program(kernels()[n].program, device="emulated")
+          for n in ("fp8_quantize", "fp8_dequantize")}
+    ks["fp8_quantize"](x, q, s)
+    want = N.cast(x * s, D.f32, D.f8e4m3fn, "saturate")
+    assert (q.view(np.uint8) == want.view(np.uint8)).all()
+    assert (np.abs(q.astype(np.float32)) == 448).any()  # some saturated
+    y = np.zeros(x.shape, np.float32)
+    ks["fp8_dequantize"](q, y, s)
+    assert (y == q.astype(np.float32) * s).all()
 
 
 LAUNCH = SCRIPT.parent / "cuda_launch.py"

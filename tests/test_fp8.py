@@ -343,17 +343,25 @@ def test_fp8_kernels_validate(target):
     assert rep.ok and rep.count("ok") == 1, rep.summary()
 
 
-def test_nvrtc_compiles_the_fp8_conversions():
+def test_nvrtc_compiles_the_fp8_conversions_to_instructions():
     """The generated CUDA of the FP8 kernels builds for the device (sm_90a)
-    with NVRTC; the conversions are the prelude's own integer code, the same
-    the emulator runs."""
+    with NVRTC, and there the conversions are the pair instructions (the
+    emulator runs the prelude's integer code instead; the device test checks
+    both give the same bits): every narrowing of ``conversions`` (both
+    formats and policies) is a ``cvt.rn.satfinite`` into e4m3x2 or e5m2x2,
+    and the e4m3fn widening a ``cvt.rn.f16x2.e4m3x2``."""
     from tilenest.backends import cuda
     from tilenest.lowering.schedule import default_schedule
 
     for k in (conversions, quantize, fp8_mma):
         src = cuda.stage_source(k.program, default_schedule(k.program, "cuda"))[1]
         assert "tn_narrow_f8" in src.text or "tn_widen" in src.text
-        assert cuda._build(src, cache=False) is not None
+        built = cuda._build(src, want_ptx=True, cache=False)
+        assert built is not None
+        if k is conversions:
+            for ins in ("cvt.rn.satfinite.e4m3x2.f32", "cvt.rn.satfinite.e5m2x2.f32",
+                        "cvt.rn.f16x2.e4m3x2"):
+                assert ins in built.ptx, ins
 
 
 @tn.kernel

@@ -24,7 +24,8 @@ from typing import Any
 @functools.cache
 def kernels() -> dict[str, Any]:
     """name -> kernel: softmax, rmsnorm (a row per program), rmsnorm_rows
-    (``rows_per_program`` rows), layernorm, add, row_sum, gemm, gemm_strict,
+    (``rows_per_program`` rows), layernorm, add, fp8_quantize, fp8_dequantize,
+    row_sum, gemm, gemm_strict,
     swiglu, bmm_nt, global_sum, read, copy."""
     import tilenest as tn
     from tilenest import f32
@@ -101,6 +102,16 @@ def kernels() -> dict[str, Any]:
             o = tn.coord(p.index(), 0)
             q(o, tn.shape(1, cols)).store(
                 tn.cast(x[o, tn.shape(1, cols)] * scale, tn.f8e4m3fn, overflow="saturate"))
+
+    @tn.kernel
+    def fp8_dequantize(q: tn.Tensor[tn.f8e4m3fn, "R C"], y: tn.Tensor[f32, "R C"],
+                       scale: tn.Scalar[f32]):
+        """e4m3fn values widened (exactly) and scaled back to f32."""
+        rows, cols = q.shape
+        y = y.with_dims(*q.dims())
+        for p in tn.parallel(tn.shape(rows)):
+            o = tn.coord(p.index(), 0)
+            y(o, tn.shape(1, cols)).store(tn.cast(q[o, tn.shape(1, cols)], f32) * scale)
 
     @tn.kernel
     def row_sum(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):  # noqa: F821
@@ -205,6 +216,7 @@ def kernels() -> dict[str, Any]:
 
     return {"softmax": row_softmax, "rmsnorm": rmsnorm, "rmsnorm_rows": rmsnorm_rows,
             "layernorm": layernorm, "add": add, "fp8_quantize": fp8_quantize,
+            "fp8_dequantize": fp8_dequantize,
             "row_sum": row_sum, "gemm": gemm,
             "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt,
             "global_sum": global_sum, "read": read, "copy": copy}

@@ -43,6 +43,12 @@ TN_FN double tn_quiet(double x) { return tn_bitsd(tn_dbits(x) | 0x00080000000000
 // the first error of a program wins (0: none yet)
 TN_FN void tn_fail(int* status, int code) { atomicCAS(status, 0, code); }
 
+// FP8 conversions by instruction on devices that have them (sm_89 and
+// later); the emulator and older devices take tn_scalar.h's software ones
+#if !defined(TN_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define TN_FP8_INSTRUCTIONS 1
+#endif
+
 #include "tn_scalar.h"
 
 // ---------------------------------------------------------------------------
@@ -87,6 +93,50 @@ TN_FN tn_f16 tn_narrow_f16(float x) {
   tn_f16 r;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(x));
   return r;
+}
+#endif
+
+#ifdef TN_FP8_INSTRUCTIONS
+// FP8 (spec/values.md V-24) by the pair conversions, x in the upper byte and
+// 0 in the lower. cvt.rn.satfinite rounds once to nearest even, subnormals
+// kept, and takes a finite overflow and +-inf to +-max (the saturate policy);
+// a NaN becomes the format's NaN, to which x's sign is given back (V-24 keeps
+// it; for every other value the instruction keeps the sign already).
+TN_FN unsigned tn_fp8_sign(float x) { return (tn_fbits(x) >> 24) & 0x80u; }
+TN_FN unsigned tn_cvt_e4m3(float x) {
+  unsigned short d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(x), "f"(0.0f));
+  return ((unsigned)d >> 8) | tn_fp8_sign(x);
+}
+TN_FN unsigned tn_cvt_e5m2(float x) {
+  unsigned short d;
+  asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(x), "f"(0.0f));
+  return ((unsigned)d >> 8) | tn_fp8_sign(x);
+}
+TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_saturate(float x) { return tn_mk_f8e4m3fn((int)tn_cvt_e4m3(x)); }
+TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) { return tn_mk_f8e5m2((int)tn_cvt_e5m2(x)); }
+// the nonfinite policy: a value rounding past the largest finite one (e4m3fn:
+// above 464, the tie that rounds to 448; e5m2: from 61440, the tie that rounds
+// up to 2^16) or +-inf becomes NaN (e4m3fn) or +-inf (e5m2); NaN compares
+// false and converts as above
+TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_nonfinite(float x) {
+  return tn_mk_f8e4m3fn((int)(fabsf(x) > 464.0f ? tn_fp8_sign(x) | 0x7fu : tn_cvt_e4m3(x)));
+}
+TN_FN tn_f8e5m2 tn_narrow_f8e5m2_nonfinite(float x) {
+  return tn_mk_f8e5m2((int)(fabsf(x) >= 61440.0f ? tn_fp8_sign(x) | 0x7cu : tn_cvt_e5m2(x)));
+}
+// widening: exact through f16 (e4m3fn by cvt.rn.f16x2.e4m3x2; e5m2 is the top
+// byte of an f16), the code's sign set on the result (a NaN's included)
+TN_FN float tn_fp8_signed(float f, unsigned char bits) {
+  return tn_bitsf(tn_fbits(f) | ((unsigned)(bits & 0x80u) << 24));
+}
+TN_FN float tn_widen(tn_f8e4m3fn x) {
+  unsigned h;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)x.bits));
+  return tn_fp8_signed(tn_widen(tn_f16{(unsigned short)(h & 0xffffu)}), x.bits);
+}
+TN_FN float tn_widen(tn_f8e5m2 x) {
+  return tn_fp8_signed(tn_widen(tn_f16{(unsigned short)((unsigned)x.bits << 8)}), x.bits);
 }
 #endif
 

@@ -122,6 +122,13 @@ TN_FN tn_f16 tn_to_f16(float x) {
 struct tn_f8e4m3fn { unsigned char bits; };
 struct tn_f8e5m2 { unsigned char bits; };
 
+TN_FN tn_f8e4m3fn tn_mk_f8e4m3fn(int b) { tn_f8e4m3fn r; r.bits = (unsigned char)b; return r; }
+TN_FN tn_f8e5m2 tn_mk_f8e5m2(int b) { tn_f8e5m2 r; r.bits = (unsigned char)b; return r; }
+
+// The conversions in software; a dialect whose device converts FP8 by
+// instruction defines TN_FP8_INSTRUCTIONS and its own tn_widen and
+// tn_narrow_<format>_<policy> with the same results.
+#ifndef TN_FP8_INSTRUCTIONS
 // e5m2 is the top byte of an f16
 TN_FN float tn_widen(tn_f8e5m2 x) {
   tn_f16 h;
@@ -173,8 +180,7 @@ TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) {
 TN_FN tn_f8e5m2 tn_narrow_f8e5m2_nonfinite(float x) {
   tn_f8e5m2 r; r.bits = tn_fp8_bits(x, 2u, 15u, 0x7bu, 0x7cu, 0x7eu); return r;
 }
-TN_FN tn_f8e4m3fn tn_mk_f8e4m3fn(int b) { tn_f8e4m3fn r; r.bits = (unsigned char)b; return r; }
-TN_FN tn_f8e5m2 tn_mk_f8e5m2(int b) { tn_f8e5m2 r; r.bits = (unsigned char)b; return r; }
+#endif  // TN_FP8_INSTRUCTIONS
 
 // ---------------------------------------------------------------------------
 // integer arithmetic (wrapping, as two's complement)
