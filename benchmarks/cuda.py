@@ -63,7 +63,8 @@ values saturate; the ``fp8_quantize`` kernel of ``tilenest.bench.kernels``)
 and its inverse (``fp8_dequantize``: the codes widened and multiplied by
 ``s``), against eager torch (``clamp`` then ``.to(torch.float8_e4m3fn)``,
 which is the same saturating conversion; ``.float() * s``) and
-``torch.compile`` of the same. Bandwidth counts 4 bytes read or written per
+``torch.compile`` of the same, each with the GPU schedule choices of the
+row workloads (the default first). Bandwidth counts 4 bytes read or written per
 f32 element and 1 per FP8 element. The quantized bits must equal
 ``numerics.cast``'s (the oracle's conversion) on the host, and the
 dequantized values torch's, exactly.
@@ -1329,8 +1330,9 @@ FP8_SCALE = 64.0
 
 def bench_fp8(run: Run) -> list[dict[str, Any]]:
     """Quantize f32 -> e4m3fn and dequantize back over ``ROWS x COLS`` (see
-    the module docstring): the default cuda schedule (with the command line's
-    overrides) against eager torch and ``torch.compile``; bits checked."""
+    the module docstring): each GPU schedule choice of :func:`gpu_search`
+    (the default first) against eager torch and ``torch.compile``; the
+    results checked before timing."""
     import numpy as np
 
     from tilenest.backends import cuda
@@ -1338,7 +1340,7 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
     from tilenest.lowering import default_schedule
     from tilenest.semantics import numerics as N
 
-    torch, cfg, D = run.torch, run.cfg, run.D
+    torch, cfg = run.torch, run.cfg
     R, C = ROWS, COLS
     s = FP8_SCALE
     f8 = torch.float8_e4m3fn
@@ -1364,45 +1366,35 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
                                "tilenest": [], "baselines": {}}
         print(f"--- fp8 {label} {R}x{C}", flush=True)
         k = kernels()[name]
-        over = fixed_gpu(cfg)
-        v: dict[str, Any] = {"label": "default" + _gpu_label(over), "gpu": dict(over)}
-        rec["tilenest"].append(v)
         impls: list[Impl] = []
-        try:
-            ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **over),
-                                      device="gpu")
-            v["compile_s"] = ck.compile_seconds
-            v["resources"] = _resources(ck)
-            # correctness on fresh inputs, into a poisoned output
-            if name == "fp8_quantize":
-                chk = run.randn((R, C), "f32", 3.0)
-                got = torch.full((R, C), float("nan"), device="cuda").to(f8)
-                ck.bound(run.view(chk), run.view(got), np.float32(s)).launch()
-                torch.cuda.synchronize()
-                host = chk.cpu().numpy()
-                want = N.cast(host * np.float32(s), D.f32, D.f8e4m3fn, "saturate")
-                bad = int(np.count_nonzero(got.view(torch.uint8).cpu().numpy()
-                                           != want.view(np.uint8)))
-            else:
-                got = torch.full((R, C), float("nan"), device="cuda")
-                ck.bound(run.view(qs[0]), run.view(got), np.float32(s)).launch()
-                torch.cuda.synchronize()
-                bad = int((got != dequant(qs[0])).sum())
-            v["mismatches"] = bad
-            print(f"tilenest {v['label']}: compile {v['compile_s']:.2f} s, "
-                  f"{bad} elements differ from the reference: {'ok' if not bad else 'WRONG'}",
-                  flush=True)
-            if bad:
-                run.problem(f"fp8 {label}: {bad} elements differ from the reference")
-                v["error"] = "wrong result"
-            else:
-                bls = [ck.bound(run.view(a), run.view(b), np.float32(s))
-                       for a, b in zip(ins, outs, strict=True)]
-                impls.append(Impl(f"tilenest {v['label']}", "cupy", [b.launch for b in bls]))
-        except Exception as e:  # noqa: BLE001 - reported, the run goes on
-            v["error"] = f"{type(e).__name__}: {e}"
-            run.problem(f"fp8 {label}: {v['error']}")
-        base = {"eager": [lambda a=a: eager(a) for a in ins]}
+        timed: list[dict[str, Any]] = []
+        for gpu in gpu_search(cfg):
+            v: dict[str, Any] = {"label": _gpu_label(gpu).strip() or "default",
+                                 "gpu": dict(gpu)}
+            rec["tilenest"].append(v)
+            try:
+                ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", **gpu),
+                                          device="gpu")
+                v["compile_s"] = ck.compile_seconds
+                v["resources"] = _resources(ck)
+                bad = _fp8_mismatches(run, ck, name, qs[0], dequant)
+                v["mismatches"] = bad
+                print(f"tilenest {v['label']}: compile {v['compile_s']:.2f} s, {bad} elements "
+                      f"differ from the reference: {'ok' if not bad else 'WRONG'}", flush=True)
+                if bad:
+                    run.problem(f"fp8 {label} {v['label']}: {bad} elements differ from the "
+                                "reference")
+                    v["error"] = "wrong result"
+                    continue
+                bls = [ck.bound(run.view(x), run.view(y), np.float32(s))
+                       for x, y in zip(ins, outs, strict=True)]
+            except Exception as e:  # noqa: BLE001 - reported, the run goes on
+                v["error"] = f"{type(e).__name__}: {e}"
+                run.problem(f"fp8 {label} {v['label']}: {v['error']}")
+                continue
+            impls.append(Impl(f"tilenest {v['label']}", "cupy", [b.launch for b in bls]))
+            timed.append(v)
+        base = {"eager": [lambda a=a, f=eager: f(a) for a in ins]}
         if cfg.compile:
             try:
                 cfn = torch.compile(eager, dynamic=False)
@@ -1410,7 +1402,7 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
                 cfn(ins[0])
                 torch.cuda.synchronize()
                 rec["baselines"]["compile"] = {"compile_s": time.perf_counter() - t0}
-                base["compile"] = [lambda a=a: cfn(a) for a in ins]
+                base["compile"] = [lambda a=a, f=cfn: f(a) for a in ins]
             except Exception as e:  # noqa: BLE001
                 rec["baselines"]["compile"] = {"error": f"{type(e).__name__}: {e}"}
                 run.note(f"fp8 {label}: torch.compile failed: {e}")
@@ -1418,7 +1410,7 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
         impls += [Impl(k2, "torch", c) for k2, c in base.items()]
         res = time_impls(impls, cfg)
         ceiling = run.ceil["copy_ceiling_bytes_per_s"]
-        entries = [(f"tilenest {v['label']}", v)] if "error" not in v else []
+        entries = [(f"tilenest {v['label']}", v) for v in timed]
         entries += [(k2, rec["baselines"][k2]) for k2 in base]
         for key, e in entries:
             e.update(res[key])
@@ -1426,26 +1418,52 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
             e["fraction_of_copy"] = e["bytes_per_s"] / ceiling
             print(f"{key}: {e['median_s'] * 1e3:.3f} ms, {e['bytes_per_s'] / 1e12:.2f} TB/s "
                   f"({100 * e['fraction_of_copy']:.0f}% of copy)", flush=True)
-        if "median_s" in v:
+        for v in timed:
             v["ratio"] = {k2: rec["baselines"][k2]["median_s"] / v["median_s"] for k2 in base}
+        if timed:
+            rec["best"] = min(timed, key=lambda v: v["median_s"])["label"]
         out.append(rec)
     return out
+
+
+def _fp8_mismatches(run: Run, ck: Any, name: str, q: Any, dequant: Callable[[Any], Any]) -> int:
+    """Elements of one call of FP8 kernel ``ck`` on fresh inputs, into an
+    output poisoned with NaN, that differ from the reference: quantize against
+    ``numerics.cast`` on the host (bits), dequantize against torch (values)."""
+    import numpy as np
+
+    from tilenest.semantics import numerics as N
+
+    torch, D = run.torch, run.D
+    s = np.float32(FP8_SCALE)
+    if name == "fp8_quantize":
+        chk = run.randn((ROWS, COLS), "f32", 3.0)
+        got = torch.full((ROWS, COLS), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+        ck.bound(run.view(chk), run.view(got), s).launch()
+        torch.cuda.synchronize()
+        want = N.cast(chk.cpu().numpy() * s, D.f32, D.f8e4m3fn, "saturate")
+        return int(np.count_nonzero(got.view(torch.uint8).cpu().numpy() != want.view(np.uint8)))
+    got = torch.full((ROWS, COLS), float("nan"), device="cuda")
+    ck.bound(run.view(q), run.view(got), s).launch()
+    torch.cuda.synchronize()
+    return int((got != dequant(q)).sum())
 
 
 def _fp8_lines(L: list[str], recs: list[dict[str, Any]]) -> None:
     """The FP8 cast rows of the summary table."""
     L.append("")
-    L.append(f"{'fp8 ' + str(ROWS) + 'x' + str(COLS):<36}{'impl':<20}{'ms':>8}{'TB/s':>7}"
+    L.append(f"{'fp8 ' + str(ROWS) + 'x' + str(COLS):<36}{'impl':<34}{'ms':>8}{'TB/s':>7}"
              f"{'%copy':>7}{'eager/tn':>9}{'comp/tn':>9}{'spread':>7}")
     for r in recs:
-        rows = [("tn " + v["label"], v) for v in r["tilenest"]]
+        rows = [(("*" if v["label"] == r.get("best") else "") + "tn " + v["label"], v)
+                for v in r["tilenest"]]
         rows += [("torch " + k, b) for k, b in r["baselines"].items()]
         for lab, e in rows:
             if "median_s" not in e:
-                L.append(f"{r['workload']:<36}{lab:<20}  {e.get('error', 'not timed')[:60]}")
+                L.append(f"{r['workload']:<36}{lab[:33]:<34}  {e.get('error', 'not timed')[:60]}")
                 continue
             rt = e.get("ratio", {})
-            L.append(f"{r['workload']:<36}{lab:<20}{_f(e['median_s'], '8.3f', 1e3)}"
+            L.append(f"{r['workload']:<36}{lab[:33]:<34}{_f(e['median_s'], '8.3f', 1e3)}"
                      f"{_f(e['bytes_per_s'], '7.2f', 1e-12)}"
                      f"{_f(e['fraction_of_copy'], '6.0f', 100)}%{_x(rt.get('eager'))}"
                      f"{_x(rt.get('compile'))}{_f(e.get('spread'), '6.1f', 100)}%")

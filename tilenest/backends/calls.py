@@ -22,6 +22,7 @@ from ..errors import BoundsError, RuntimeSemanticError, TilenestError, user_site
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..lowering.schedule import stride_symbol
 from ..semantics import expr as E
+from ..semantics.dtypes import ML_DTYPES
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
 from ..tracebacks import api_boundary
@@ -131,12 +132,17 @@ def scratch_arrays(facts: Any, given: int, syms: dict[str, int],
     of ``zeros(elements, dtype)`` per global buffer past the ``given``
     arguments (``Param.kind == "scratch"``: values that cross a phase
     boundary, ``lowering/phases.py``), sized for these symbol values. Bool
-    elements are kept as bytes, as every target stores them."""
+    elements are kept as bytes, as every target stores them, and the
+    ``ml_dtypes`` formats as unsigned integers of their width (zero bits are
+    +0 in each; a device array library may not know the format)."""
     env = {E.Sym(s): int(v) for s, v in syms.items()}
     out = []
     for b in sorted((b for b in facts.globals if b.arg >= given), key=lambda b: b.arg):
         n = max(1, int(E.evaluate(b.size, env)))
-        out.append(zeros(n, dtype=np.uint8 if b.dtype.is_bool else b.dtype.np))
+        dt = np.dtype(np.uint8) if b.dtype.is_bool else b.dtype.np
+        if dt.name in ML_DTYPES.values():
+            dt = np.dtype(f"u{dt.itemsize}")
+        out.append(zeros(n, dtype=dt))
     return out
 
 

@@ -312,6 +312,18 @@ def poison_value(dt: np.dtype) -> Any:
     return info.min if info.min < 0 else info.max
 
 
+def as_bits(a: np.ndarray) -> np.ndarray:
+    """``a`` viewed as the unsigned integers of its width when its dtype is
+    one of ``ml_dtypes``' formats (bfloat16, the FP8 formats), which device
+    array libraries may not know (CuPy has no FP8 dtype): what a copy to or
+    from a device moves, bit for bit. Other arrays are returned as they are."""
+    from .dtypes import ML_DTYPES
+
+    if a.dtype.name in ML_DTYPES.values():
+        return a.view(np.dtype(f"u{a.dtype.itemsize}"))
+    return a
+
+
 def strided(a: np.ndarray, shape: tuple[int, ...], strides: Any, writeable: bool) -> np.ndarray:
     """``np.lib.stride_tricks.as_strided`` for every storage dtype: it goes
     through numpy's array interface, which cannot name some (the FP8

@@ -222,7 +222,7 @@ class CudaKernel(ArgumentBinder):
                 from ...semantics.numerics import constant
 
                 arr = np.array(constant(a, v.type.dtype), dtype=v.type.dtype.np).reshape(1)
-                keep.append(cp.asarray(arr))
+                keep.append(cp.asarray(A.as_bits(arr)))
         keep += scratch_arrays(self.facts, len(keep), syms, cp.zeros)
         return BoundLaunch(self, keep, syms)
 
@@ -346,6 +346,7 @@ class CudaKernel(ArgumentBinder):
 
         def conv(a: Any) -> Any:
             if isinstance(a, np.ndarray):
+                a = A.as_bits(a)  # CuPy lacks the FP8 dtypes: their bits travel
                 d = cp.asarray(a) if a.size else cp.zeros(1, dtype=a.dtype)
                 dev.append(d)
                 back.append((a, d))

@@ -43,10 +43,10 @@ TN_FN double tn_quiet(double x) { return tn_bitsd(tn_dbits(x) | 0x00080000000000
 // the first error of a program wins (0: none yet)
 TN_FN void tn_fail(int* status, int code) { atomicCAS(status, 0, code); }
 
-// FP8 conversions by instruction on devices that have them (sm_89 and
-// later); the emulator and older devices take tn_scalar.h's software ones
+// rounding into FP8 by instruction on devices that have it (sm_89 and
+// later); the emulator and older devices take tn_scalar.h's software one
 #if !defined(TN_EMULATE) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#define TN_FP8_INSTRUCTIONS 1
+#define TN_FP8_NARROWING 1
 #endif
 
 #include "tn_scalar.h"
@@ -96,7 +96,7 @@ TN_FN tn_f16 tn_narrow_f16(float x) {
 }
 #endif
 
-#ifdef TN_FP8_INSTRUCTIONS
+#ifdef TN_FP8_NARROWING
 // FP8 (spec/values.md V-24) by the pair conversions, x in the upper byte and
 // 0 in the lower. cvt.rn.satfinite rounds once to nearest even, subnormals
 // kept, and takes a finite overflow and +-inf to +-max (the saturate policy);
@@ -125,19 +125,10 @@ TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_nonfinite(float x) {
 TN_FN tn_f8e5m2 tn_narrow_f8e5m2_nonfinite(float x) {
   return tn_mk_f8e5m2((int)(fabsf(x) >= 61440.0f ? tn_fp8_sign(x) | 0x7cu : tn_cvt_e5m2(x)));
 }
-// widening: exact through f16 (e4m3fn by cvt.rn.f16x2.e4m3x2; e5m2 is the top
-// byte of an f16), the code's sign set on the result (a NaN's included)
-TN_FN float tn_fp8_signed(float f, unsigned char bits) {
-  return tn_bitsf(tn_fbits(f) | ((unsigned)(bits & 0x80u) << 24));
-}
-TN_FN float tn_widen(tn_f8e4m3fn x) {
-  unsigned h;
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)x.bits));
-  return tn_fp8_signed(tn_widen(tn_f16{(unsigned short)(h & 0xffffu)}), x.bits);
-}
-TN_FN float tn_widen(tn_f8e5m2 x) {
-  return tn_fp8_signed(tn_widen(tn_f16{(unsigned short)((unsigned)x.bits << 8)}), x.bits);
-}
+// (Widening stays tn_scalar.h's: on an H200 its integer code dequantized
+// 8192^2 e4m3fn codes at 68% of the copy bandwidth, cvt.rn.f16x2.e4m3x2 then
+// cvt.f32.f16 at 51%, both conversions being of the slower kind;
+// benchmarks/cuda.py --only fp8.)
 #endif
 
 // a double rounded to odd at float: rounding that once more to at most 22

@@ -125,25 +125,28 @@ struct tn_f8e5m2 { unsigned char bits; };
 TN_FN tn_f8e4m3fn tn_mk_f8e4m3fn(int b) { tn_f8e4m3fn r; r.bits = (unsigned char)b; return r; }
 TN_FN tn_f8e5m2 tn_mk_f8e5m2(int b) { tn_f8e5m2 r; r.bits = (unsigned char)b; return r; }
 
-// The conversions in software; a dialect whose device converts FP8 by
-// instruction defines TN_FP8_INSTRUCTIONS and its own tn_widen and
-// tn_narrow_<format>_<policy> with the same results.
-#ifndef TN_FP8_INSTRUCTIONS
-// e5m2 is the top byte of an f16
+// Widening: a code's value bits placed at the top of a float's exponent and
+// fraction fields read as the code's value times 2^(b - 127) (b: the format's
+// exponent bias; a subnormal code lands on a float subnormal), so one exact
+// multiply by 2^(127 - b) gives the value; then the sign, and the codes of
+// the format's top exponent (e5m2: infinities and NaNs; e4m3fn: only
+// S.1111.111, NaN) are made directly.
 TN_FN float tn_widen(tn_f8e5m2 x) {
-  tn_f16 h;
-  h.bits = (unsigned short)((unsigned)x.bits << 8);
-  return tn_widen_f16_soft(h);
+  unsigned v = x.bits & 0x7fu, s = (unsigned)(x.bits & 0x80u) << 24;
+  float f = tn_bitsf(v << 21) * tn_bitsf(0x77800000u);  // 2^112
+  return tn_bitsf(s | (v >= 0x7cu ? 0x7f800000u | ((v & 3u) << 21) : tn_fbits(f)));
 }
 
-// e4m3fn: fields moved into place (bias 7 -> 127); a subnormal m * 2^-9 is
-// an exact product; S.1111.111 is NaN
 TN_FN float tn_widen(tn_f8e4m3fn x) {
-  unsigned s = (unsigned)(x.bits & 0x80u) << 24, e = (x.bits >> 3) & 0xfu, m = x.bits & 7u;
-  if ((x.bits & 0x7fu) == 0x7fu) return tn_bitsf(s | 0x7fc00000u);
-  if (e != 0) return tn_bitsf(s | ((e + 120u) << 23) | (m << 20));
-  return tn_bitsf(s | tn_fbits((float)m * 0.001953125f));
+  unsigned v = x.bits & 0x7fu, s = (unsigned)(x.bits & 0x80u) << 24;
+  float f = tn_bitsf(v << 20) * tn_bitsf(0x7b800000u);  // 2^120
+  return tn_bitsf(s | (v == 0x7fu ? 0x7fc00000u : tn_fbits(f)));
 }
+
+// The narrowing conversions in software; a dialect whose device rounds into
+// FP8 by instruction defines TN_FP8_NARROWING and its own
+// tn_narrow_<format>_<policy> with the same results.
+#ifndef TN_FP8_NARROWING
 
 // |x| rounded once to nearest even into a format of f fraction bits and
 // exponent bias b, as its code before the overflow test: a normal result adds
@@ -180,7 +183,7 @@ TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) {
 TN_FN tn_f8e5m2 tn_narrow_f8e5m2_nonfinite(float x) {
   tn_f8e5m2 r; r.bits = tn_fp8_bits(x, 2u, 15u, 0x7bu, 0x7cu, 0x7eu); return r;
 }
-#endif  // TN_FP8_INSTRUCTIONS
+#endif  // TN_FP8_NARROWING
 
 // ---------------------------------------------------------------------------
 // integer arithmetic (wrapping, as two's complement)
