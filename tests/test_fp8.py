@@ -417,3 +417,60 @@ def test_fp8_conversions_on_the_gpu():
         ck = cuda.compile_program(k.program, None, device="gpu")
         rep = tn.validate(k, "cuda", compiled=ck, cases=4, seed=2)
         assert rep.ok and rep.count("ok") == 4, rep.summary()
+
+
+@tn.kernel
+def product_rows(a: tn.Tensor[f8e4m3fn, "M K"], b: tn.Tensor[f8e4m3fn, "K N"],  # noqa: F821
+                 c: tn.Tensor[f32, "M N"], *, reassoc=True):  # noqa: F821
+    """c = a b in one ``mma``, reassociating or strict."""
+    M, K = a.shape
+    N = b.shape[1]
+    m, k = a.dims()
+    b = b.with_dims(k, c.dim(1))
+    c = c.with_dims(m, c.dim(1))
+    for _p in tn.parallel(tn.shape(1)):
+        acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
+        acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)], acc,
+                     allow_reassociation=reassoc)
+        c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
+
+
+def test_a_reassociating_fp8_mma_admits_the_matrix_units_narrower_sums():
+    """1 plus 31 products 2^-16: an H200's FP8 tensor cores return 1.0 (their
+    accumulator keeps 14 significant bits, benchmarks/fp8_accumulation.py).
+    A reassociating FP8 ``mma`` admits that; a strict one, or the same values
+    as bf16 operands (f32 sums), do not."""
+    a = np.zeros((16, 32), np.float32)
+    b = np.zeros((32, 16), np.float32)
+    a[:, 0], b[0, :] = 1.0, 1.0
+    a[:, 1:], b[1:, :] = 2.0 ** -8, 2.0 ** -8
+    c = np.zeros((16, 16), np.float32)
+    qa, qb = a.astype(f8e4m3fn.np), b.astype(f8e4m3fn.np)
+    lost = np.ones((16, 16), np.float32)  # every small product truncated away
+    exact = np.full((16, 16), 1.0 + 31 * 2.0 ** -16, np.float32)
+    adm = tn.reference(product_rows, qa, qb, c)
+    assert adm.admits(exact) and adm.admits(lost)
+    # each of the 2 (K + 1) faithful roundings may lose 2^-14 of the sum (R-8): no more
+    total = 1 + 31 * 2.0 ** -16
+    bound = 66 * 2.0 ** -14 / (1 - 66 * 2.0 ** -14) * total
+    assert adm.admits(np.full((16, 16), total - 0.9 * bound, np.float32))
+    assert not adm.admits(np.full((16, 16), total - 1.1 * bound, np.float32))
+    strict = tn.reference(product_rows.specialize(reassoc=False), qa, qb, c)
+    assert strict.admits(exact) and not strict.admits(lost)
+
+    @tn.kernel
+    def bf16_rows(a: tn.Tensor[tn.bf16, "M K"], b: tn.Tensor[tn.bf16, "K N"],  # noqa: F821
+                  c: tn.Tensor[f32, "M N"]):  # noqa: F821
+        M, K = a.shape
+        N = b.shape[1]
+        m, k = a.dims()
+        b = b.with_dims(k, c.dim(1))
+        c = c.with_dims(m, c.dim(1))
+        for _p in tn.parallel(tn.shape(1)):
+            acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
+            acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)],
+                         acc, allow_reassociation=True)
+            c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
+
+    wide = tn.reference(bf16_rows, a.astype(tn.bf16.np), b.astype(tn.bf16.np), c)
+    assert wide.admits(exact) and not wide.admits(lost)

@@ -243,9 +243,19 @@ def widen_ulp(lo: np.ndarray, hi: np.ndarray, dt: DType, k: float
         return lo - w, hi + w
 
 
-def gamma(n: Any, dt: DType) -> Any:
-    """``n*u / (1 - n*u)`` (inf when ``n*u >= 1``)."""
-    u, _ = ROUNDOFF[dt.name]
+#: the significant bits an ``mma`` with FP8 operands keeps in its sums when it
+#: may reassociate (spec/values.md V-24): the tensor cores add FP8 products
+#: into a narrower accumulator than f32 (on an H200, a product 2^-14 next to
+#: 1 is lost, 2^-13 kept, and 31 terms 2^-16 after a 1 are all lost:
+#: ``benchmarks/fp8_accumulation.py``), so each addition is admitted as
+#: rounded faithfully to this many bits
+FP8_MMA_BITS = 14
+
+
+def gamma(n: Any, dt: DType, unit: float | None = None) -> Any:
+    """``n*u / (1 - n*u)`` (inf when ``n*u >= 1``), ``u`` the unit roundoff
+    of ``dt`` unless ``unit`` gives another."""
+    u = ROUNDOFF[dt.name][0] if unit is None else unit
     n = np.asarray(n, dtype=_F64)
     d = 1.0 - n * u
     return np.where(d > 0, n * u / np.where(d > 0, d, 1.0), np.inf)
@@ -710,8 +720,8 @@ class SumLeaves:
                 "zero": point & (canon == 0),
             }
 
-    def envelope(self, dt: DType, rounds: int | None = None, absolute: Any = 0.0
-                 ) -> tuple[np.ndarray, ...]:
+    def envelope(self, dt: DType, rounds: int | None = None, absolute: Any = 0.0,
+                 unit: float | None = None) -> tuple[np.ndarray, ...]:
         """``(lo, hi, nan, point)`` of every tree over the leaves (as
         :func:`tree_envelope`).
 
@@ -723,13 +733,14 @@ class SumLeaves:
         ``|y - sum x| <= gamma_rounds * A + absolute``, ``A = sum |x_i|``. A partial
         can reach ``+inf`` only if ``Up + that >= Omega`` with ``Up`` the sum of
         the positive parts (or a leaf may be ``+inf``); likewise ``-inf``; NaN
-        needs both (or a leaf that admits NaN)."""
+        needs both (or a leaf that admits NaN). ``unit``: the unit roundoff of
+        the roundings when it is not ``dt``'s (a narrower accumulator)."""
         st, n = self.stats, self.n
         k = n - 1 if rounds is None else rounds
         omega = overflow_threshold(dt)
         with np.errstate(all="ignore"):
             A = st["A"]
-            err = gamma(k, dt) * A + 2.0 * _gamma64(n + 1) * A + absolute * (1.0 + 1e-12)
+            err = gamma(k, dt, unit) * A + 2.0 * _gamma64(n + 1) * A + absolute * (1.0 + 1e-12)
             pos = (st["up"] + err >= omega) | st["may_pinf"]
             neg = (st["dn"] + err >= omega) | st["may_minf"]
             sure_nan = st["nan"] | (st["sure_pinf"] & st["sure_minf"])

@@ -423,7 +423,9 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
     roundings under underflow, ``K * eta/2 * (1 + gamma_K)``; a reassociating
     ``mma`` may round every operation faithfully (either neighbour, as the
     tensor cores' truncating adders do), counted as ``2 (K + 1)`` roundings
-    and ``K * eta`` of underflow
+    and ``K * eta`` of underflow; with FP8 operands those roundings are to
+    :data:`shadow.FP8_MMA_BITS` significant bits, the matrix units'
+    accumulator (V-24)
     (:class:`shadow.SumLeaves`; overflow, NaN and zero rules included)."""
     at, bt, ct = (o.type for o in op.operands)
     dt = ct.dtype
@@ -465,9 +467,12 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
         # (1 + 2u) <= (1 + u)^2, and loses under a whole subnormal step
         faithful = bool(op.attrs["allow_reassociation"])
         rounds = 2 * (K + 1) if faithful else K + 1
+        # FP8 operands: the matrix units' narrower accumulator (V-24)
+        unit = (2.0 ** -S.FP8_MMA_BITS if faithful and (at.dtype.is_fp8 or bt.dtype.is_fp8)
+                else None)
         step = S.eta(dt) if faithful else S.eta(dt) / 2.0
-        absolute = K * step * (1.0 + float(S.gamma(rounds, dt)))
-        lo, hi, nan, point = leaves.envelope(dt, rounds=rounds, absolute=absolute)
+        absolute = K * step * (1.0 + float(S.gamma(rounds, dt, unit)))
+        lo, hi, nan, point = leaves.envelope(dt, rounds=rounds, absolute=absolute, unit=unit)
     if bool(np.all(point)):
         return out
     ref = S.point_of(out.a)
