@@ -67,7 +67,11 @@ which is the same saturating conversion; ``.float() * s``) and
 row workloads (the default first). Bandwidth counts 4 bytes read or written per
 f32 element and 1 per FP8 element. The quantized bits must equal
 ``numerics.cast``'s (the oracle's conversion) on the host, and the
-dequantized values torch's, exactly.
+dequantized values torch's, exactly. Then the scaled FP8 GEMM (``C = (A B)
+sa sb`` in bf16 from e4m3fn operands, ``B`` stored transposed: the
+``fp8_gemm`` kernel, on ``mma.sync.m16n8k32``) at 4096^3 and 8192^3
+(``--quick``: 4096^3, one tile) against ``torch._scaled_mm`` with and
+without ``use_fast_accum``.
 
 Correctness first: before timing, every tilenest variant runs once on fresh
 random inputs into an output poisoned with NaN; every element must have been
@@ -1284,6 +1288,12 @@ def table(out: dict[str, Any]) -> str:
             _impl_lines(L, r["case"], r, (31, 50), ("sdpa", "compile"))
     if out.get("fp8"):
         _fp8_lines(L, out["fp8"])
+    if out.get("fp8_gemm"):
+        L.append("")
+        L.append(f"{'fp8 GEMM -> bf16':<17}{'impl':<40}{'ms':>9}{'TFLOP/s':>9}"
+                 f"{'smm/tn':>9}{'fast/tn':>9}{'spread':>7}{'rel err':>9}")
+        for r in out["fp8_gemm"]:
+            _impl_lines(L, f"{r['n']}^3", r, (17, 40), ("scaled_mm", "scaled_mm fast"))
     L.append("")
     L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
              "difference of the two rounds' medians; *: the fastest tilenest schedule")
@@ -1426,6 +1436,105 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
     return out
 
 
+#: the scaled FP8 GEMM (e4m3fn x e4m3fn -> bf16, per-tensor scales): sizes
+#: and the kernel constants tried (``tilenest.bench.kernels``' ``fp8_gemm``)
+FP8_GEMM_SIZES = (4096, 8192)
+FP8_GEMM_TILES = (({"bm": 128, "bn": 128, "bk": 64}, {}),
+                  ({"bm": 128, "bn": 256, "bk": 64}, {"block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 128}, {"stages": 3}))
+
+
+def bench_fp8_gemm(run: Run) -> list[dict[str, Any]]:
+    """``C = (A B) sa sb`` in bf16 from e4m3fn ``A`` (n x n) and ``B`` stored
+    transposed, against ``torch._scaled_mm`` with and without its fast
+    accumulation, each tilenest variant first checked against the promoted
+    ``torch._scaled_mm`` (relative error norm under ``TOL["bf16"]``)."""
+    import numpy as np
+
+    from tilenest.backends import cuda
+    from tilenest.bench.kernels import kernels
+    from tilenest.lowering import default_schedule
+
+    torch, cfg = run.torch, run.cfg
+    f8 = torch.float8_e4m3fn
+    sa, sb = 0.5, 0.25
+    out = []
+    best: tuple[dict[str, Any], dict[str, Any]] | None = None
+    for n in FP8_GEMM_SIZES[:1] if cfg.quick else FP8_GEMM_SIZES:
+        rec: dict[str, Any] = {"workload": "fp8_gemm", "n": n, "tilenest": [], "baselines": {}}
+        print(f"--- fp8 scaled GEMM e4m3fn {n}^3 -> bf16", flush=True)
+        sets = [((torch.randn((n, n), generator=run.gen, device="cuda") * 4).to(f8),
+                 (torch.randn((n, n), generator=run.gen, device="cuda") * 4).to(f8))
+                for _ in range(ROTATE)]
+        cs = [torch.empty((n, n), dtype=torch.bfloat16, device="cuda") for _ in sets]
+        one = {k: torch.tensor(v, device="cuda") for k, v in (("a", sa), ("b", sb))}
+
+        def scaled(a: Any, bt: Any, fast: bool) -> Any:
+            return torch._scaled_mm(a, bt.t(), scale_a=one["a"], scale_b=one["b"],
+                                    out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+        ref = scaled(*sets[0], False).double()
+        impls: list[Impl] = []
+        timed = []
+        tiles = FP8_GEMM_TILES if n == FP8_GEMM_SIZES[0] or best is None else (best,)
+        for consts, gpu in tiles[:1] if cfg.quick else tiles:
+            v: dict[str, Any] = {"label": f"{consts['bm']}x{consts['bn']}x{consts['bk']}"
+                                 + _gpu_label(gpu), "consts": consts, "gpu": gpu}
+            rec["tilenest"].append(v)
+            try:
+                k = kernels()["fp8_gemm"].specialize(**consts)
+                ck = cuda.compile_program(k.program,
+                                          default_schedule(k.program, "cuda", **gpu,
+                                                           **fixed_gpu(cfg)), device="gpu")
+                v["compile_s"] = ck.compile_seconds
+                v["resources"] = _resources(ck)
+                got = torch.full((n, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+                bl = ck.bound(run.view(sets[0][0]), run.view(sets[0][1]), run.view(got),
+                              np.float32(sa), np.float32(sb))
+                bl.launch()
+                bl.check()
+                v["rel_err"] = _rel_err(torch, got, ref)
+                ok = v["rel_err"] < TOL["bf16"] and not _unwritten(torch, got)
+                print(f"tilenest {v['label']}: compile {v['compile_s']:.1f} s, rel err "
+                      f"{v['rel_err']:.2e}: {'ok' if ok else 'WRONG'}", flush=True)
+                if not ok:
+                    run.problem(f"fp8 GEMM {n} {v['label']}: wrong result (rel err "
+                                f"{v['rel_err']})")
+                    v["error"] = "wrong result"
+                    continue
+                bls = [ck.bound(run.view(a), run.view(b), run.view(c), np.float32(sa),
+                                np.float32(sb)) for (a, b), c in zip(sets, cs, strict=True)]
+            except Exception as e:  # noqa: BLE001 - reported, the run goes on
+                v["error"] = f"{type(e).__name__}: {e}"
+                run.problem(f"fp8 GEMM {n} {v['label']}: {v['error']}")
+                continue
+            impls.append(Impl(f"tilenest {v['label']}", "cupy", [b.launch for b in bls]))
+            timed.append(v)
+        base = {f"scaled_mm{' fast' if fast else ''}":
+                [lambda a=a, b=b, f=fast: scaled(a, b, f) for a, b in sets]
+                for fast in (False, True)}
+        for k2 in base:
+            rec["baselines"][k2] = {"rel_err": _rel_err(
+                torch, scaled(*sets[0], k2.endswith("fast")), ref)}
+        impls += [Impl(k2, "torch", c) for k2, c in base.items()]
+        res = time_impls(impls, cfg)
+        flop = 2 * n**3
+        for key, e in [(f"tilenest {v['label']}", v) for v in timed] + [
+                (k2, rec["baselines"][k2]) for k2 in base]:
+            e.update(res[key])
+            e["flop_per_s"] = flop / e["median_s"]
+            print(f"{key}: {e['median_s'] * 1e3:.3f} ms, {e['flop_per_s'] / 1e12:.0f} TFLOP/s",
+                  flush=True)
+        for v in timed:
+            v["ratio"] = {k2: rec["baselines"][k2]["median_s"] / v["median_s"] for k2 in base}
+        if timed:
+            top = min(timed, key=lambda v: v["median_s"])
+            rec["best"] = top["label"]
+            best = (top["consts"], top["gpu"])
+        out.append(rec)
+    return out
+
+
 def _fp8_mismatches(run: Run, ck: Any, name: str, q: Any, dequant: Callable[[Any], Any]) -> int:
     """Elements of one call of FP8 kernel ``ck`` on fresh inputs, into an
     output poisoned with NaN, that differ from the reference: quantize against
@@ -1520,7 +1629,7 @@ def main(argv: list[str] | None = None) -> int:
                            "method": {"rotate": ROTATE, "rounds": ROUNDS, "sample_s": SAMPLE_S,
                                       "tol": TOL, "eps": EPS, "slow_s": SLOW_S,
                                       "gemm_skip_s": GEMM_SKIP_S},
-                           "rows": [], "gemm": [], "epilogues": [], "attention": [], "fp8": []}
+                           "rows": [], "gemm": [], "epilogues": [], "attention": [], "fp8": [], "fp8_gemm": []}
     print(f"{out['env']['device']}, torch {torch.__version__}, cupy {run.cp.__version__}",
           flush=True)
     run.ceil = out["ceilings"] = ceilings(run)
@@ -1553,6 +1662,11 @@ def main(argv: list[str] | None = None) -> int:
             out["fp8"] = bench_fp8(run)
         except Exception as e:  # noqa: BLE001
             run.problem(f"fp8: {type(e).__name__}: {e}")
+        run.torch.cuda.empty_cache()
+        try:
+            out["fp8_gemm"] = bench_fp8_gemm(run)
+        except Exception as e:  # noqa: BLE001
+            run.problem(f"fp8 GEMM: {type(e).__name__}: {e}")
     out["bf16_path"] = run.bf16_path
     out["notes"], out["problems"] = run.notes, run.problems
     out["wall_s"] = time.perf_counter() - t_start

@@ -419,6 +419,23 @@ def test_fp8_conversions_on_the_gpu():
         assert rep.ok and rep.count("ok") == 4, rep.summary()
 
 
+@pytest.mark.device
+@pytest.mark.parametrize("kernel", ["fp8_gemm", "mixed_nt"])
+def test_fp8_tensor_core_products_on_the_gpu(kernel):
+    """On a CUDA GPU: the FP8 products on mma.sync.m16n8k32 are admitted by
+    the oracle (V-24's accumulation), over the validator's shape classes."""
+    from tilenest.backends import cuda
+    from tilenest.bench.kernels import kernels
+
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    k = kernels()["fp8_gemm"] if kernel == "fp8_gemm" else mixed_nt
+    ck = cuda.compile_program(k.program, None, device="gpu")
+    assert "tn_mma_e" in ck.source.text
+    rep = tn.validate(k, "cuda", compiled=ck, cases=12, seed=4)
+    assert rep.ok and rep.count("ok") == 12, rep.summary()
+
+
 @tn.kernel
 def product_rows(a: tn.Tensor[f8e4m3fn, "M K"], b: tn.Tensor[f8e4m3fn, "K N"],  # noqa: F821
                  c: tn.Tensor[f32, "M N"], *, reassoc=True):  # noqa: F821
@@ -474,3 +491,78 @@ def test_a_reassociating_fp8_mma_admits_the_matrix_units_narrower_sums():
 
     wide = tn.reference(bf16_rows, a.astype(tn.bf16.np), b.astype(tn.bf16.np), c)
     assert wide.admits(exact) and not wide.admits(lost)
+
+
+@tn.kernel
+def mixed_nt(a: tn.Tensor[f8e5m2, "M K"], bt: tn.Tensor[f8e4m3fn, "N K"],  # noqa: F821
+             c: tn.Tensor[f32, "M N"], *, bm=32, bn=32, bk=32):  # noqa: F821
+    """c = a bt^T over tiles: an e5m2 x e4m3fn product, both operands
+    contiguous along the contraction."""
+    M, K = a.shape
+    N = bt.shape[0]
+    m, k = a.dims()
+    n = c.dim(1)
+    bt = bt.with_dims(n, k)
+    c = c.with_dims(m, n)
+    for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+        i, j = p.index(0), p.index(1)
+        acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+        for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+            x = a[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+            w = bt[tn.coord(j * bn, kk.index() * bk), tn.shape(bn, bk), tn.bounds.zero]
+            acc = tn.mma(x, w, acc, allow_reassociation=True)
+        c(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
+
+
+@pytest.mark.parametrize("kernel", ["fp8_gemm", "mixed_nt"])
+def test_fp8_mma_runs_on_tensor_cores(kernel):
+    """An FP8 ``mma`` whose operands are both contiguous along the contraction
+    runs as ``mma.sync.m16n8k32`` (the generated CUDA calls the FP8 tensor-core
+    function of its formats; NVRTC's PTX holds the instruction) and validates
+    against the interpreter on the emulated device."""
+    from tilenest.backends import cuda
+    from tilenest.bench.kernels import kernels
+    from tilenest.lowering.schedule import default_schedule
+
+    k = kernels()["fp8_gemm"] if kernel == "fp8_gemm" else mixed_nt
+    fn, ins = (("tn_mma_e4m3_e4m3", "f32.e4m3.e4m3.f32") if kernel == "fp8_gemm"
+               else ("tn_mma_e5m2_e4m3", "f32.e5m2.e4m3.f32"))
+    s = default_schedule(k.program, "cuda")
+    src = cuda.stage_source(k.program, s)[1]
+    assert fn in src.text
+    ptx = cuda._build(src, want_ptx=True, cache=False).ptx
+    assert f"mma.sync.aligned.m16n8k32.row.col.{ins}" in ptx
+    ck = cuda.compile_program(k.program, s, device="emulated")
+    rep = tn.validate(k, "cuda", compiled=ck, cases=4, seed=3)
+    assert rep.ok and rep.count("ok") == 4, rep.summary()
+
+
+def test_fp8_tensor_cores_need_both_operands_along_the_contraction():
+    """b stored K x N (contiguous along its free dim) cannot be read by the
+    8-bit fragments: asked for tensor cores, the refusal says why; the
+    automatic choice runs it on the SIMT units; wgmma is refused for FP8."""
+    from tilenest.lowering import lower_verified
+    from tilenest.lowering.loopir import print_kernel
+    from tilenest.lowering.schedule import default_schedule
+
+    @tn.kernel
+    def nn(a: tn.Tensor[f8e4m3fn, "M K"], b: tn.Tensor[f8e4m3fn, "K N"],  # noqa: F821
+           c: tn.Tensor[f32, "M N"]):  # noqa: F821
+        m, k = a.dims()
+        b = b.with_dims(k, c.dim(1))
+        c = c.with_dims(m, c.dim(1))
+        for _p in tn.parallel(tn.shape(1)):
+            acc = tn.zeros(f32, tn.shape(32, 32), dims=(m, c.dim(1)))
+            acc = tn.mma(a[tn.coord(0, 0), tn.shape(32, 32)], b[tn.coord(0, 0), tn.shape(32, 32)],
+                         acc, allow_reassociation=True)
+            c(tn.coord(0, 0), tn.shape(32, 32)).store(acc)
+
+    with pytest.raises(tn.errors.TilenestError, match="along the contraction") as e:
+        lower_verified(nn.program, default_schedule(nn.program, "cuda", mma_unit="tensor"))
+    assert "test_fp8.py" in str(e.value)
+    assert "mma on the SIMT units" in print_kernel(
+        lower_verified(nn.program, default_schedule(nn.program, "cuda")))
+    with pytest.raises(tn.errors.TilenestError, match="FP8 operands run on mma.sync"):
+        lower_verified(mixed_nt.program,
+                       default_schedule(mixed_nt.program, "cuda", mma_unit="wgmma",
+                                        block_threads=128))

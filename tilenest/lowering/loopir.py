@@ -517,6 +517,8 @@ def lane_cell(lane: E.Expr, p: E.Expr, q: E.Expr, h: E.Expr, e: E.Expr,
 MMA_SHAPE = (16, 8, 16)
 #: the shape of an opaque :class:`WarpMma` (``opaque``: 8 x 8 simdgroup matrices)
 OPAQUE_SHAPE = (8, 8, 8)
+#: the instruction shape of a :class:`WarpMma` of FP8 operands (``mma.m16n8k32``)
+FP8_MMA_SHAPE = (16, 8, 32)
 
 
 @dataclass(frozen=True)
@@ -525,10 +527,12 @@ class WarpMma:
 
         c[i, j] = c[i, j] + sum over kk < k of conv(a[i, kk]) * conv(b[kk, j])
 
-    (``conv``: the exact conversion of the f16/bf16 operands to the f32
-    accumulator). Only emitted for a reassociating ``mma``: the sum may be
-    evaluated in any grouping, each addition rounded faithfully (V-22).
-    ``m``, ``n``, ``k`` are multiples of :data:`MMA_SHAPE`.
+    (``conv``: the exact conversion of the f16/bf16 operands, or of two FP8
+    ones, to the f32 accumulator). Only emitted for a reassociating ``mma``:
+    the sum may be evaluated in any grouping, each addition rounded
+    faithfully (V-22; with FP8 operands to 14 significant bits, V-24).
+    ``m``, ``n``, ``k`` are multiples of :attr:`shape` (:data:`MMA_SHAPE`;
+    FP8: :data:`FP8_MMA_SHAPE`, one warp's collective only).
 
     With ``lane`` (an index expression, the lane id ``t % 32`` of the thread
     loop it is in) it is a *warp collective*: the 32 lanes of one warp execute
@@ -582,7 +586,8 @@ class WarpMma:
     @property
     def shape(self) -> tuple[int, int, int]:
         """The instruction shape the tile's sides are multiples of."""
-        return OPAQUE_SHAPE if self.opaque else MMA_SHAPE
+        return (OPAQUE_SHAPE if self.opaque else FP8_MMA_SHAPE if self.a.buf.dtype.is_fp8
+                else MMA_SHAPE)
 
     @property
     def threads(self) -> int:

@@ -301,7 +301,10 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
 
     * ``mma.sync`` / ``wgmma`` (NVIDIA): f16 (or bf16) operands into f32,
       rows and contraction multiples of 16, columns of 16, every fragment row
-      16-byte aligned (strides multiples of 8 elements);
+      16-byte aligned (strides multiples of 8 elements); or ``mma.sync``
+      with two FP8 operands (``m16n8k32``, either format each) into f32, the
+      contraction a multiple of 32 and both operands contiguous along it
+      (the 8-bit fragments are read untransposed; strides multiples of 16);
     * ``simdgroup_matrix`` (Metal): f16 or f32 operands into f32 (bfloat
       matrices need MSL 3.1, which the target does not assume), every side a
       multiple of 8, each of ``a``, ``b`` and the accumulator contiguous
@@ -319,9 +322,11 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
                    "not assume)" if D.bf16 in (at.dtype, bt.dtype) else "")
             return (f"operands {at.dtype} x {bt.dtype} into {ct.dtype}: simdgroup matrices "
                     f"take f16 or f32 into f32{why}")
-    elif at.dtype != bt.dtype or at.dtype.name not in ("f16", "bf16") or ct.dtype != D.f32:
+    elif not ((at.dtype == bt.dtype and at.dtype.name in ("f16", "bf16"))
+              or (at.dtype.is_fp8 and bt.dtype.is_fp8)) or ct.dtype != D.f32:
         return (f"operands {at.dtype} x {bt.dtype} into {ct.dtype}: tensor cores take f16 or "
-                "bf16 into f32")
+                "bf16, or two FP8 formats, into f32")
+    fp8 = at.dtype.is_fp8
     fa, fb, red = ([d for d in roles[r] if not _unit(ext_of[d])]
                    for r in ("free_a", "free_b", "contraction"))
     if len(fa) != 1 or len(fb) != 1 or len(red) != 1:
@@ -340,6 +345,8 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     if M % side or N % side or K % side:
         return (f"tile {M}x{N}x{K}: rows, columns and contraction must be multiples of "
                 f"{side}")
+    if fp8 and K % 32:
+        return f"tile {M}x{N}x{K}: FP8 tensor cores take the contraction in steps of 32"
     # the unit reads its operands from memory: a value not yet in a buffer (a
     # cast, an elementwise result) is evaluated into a program buffer first
     a, b = (h if isinstance(h, BufH) else lw.materialize(h, o.name)
@@ -359,11 +366,18 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
             return "the target's matrix unit is simdgroup_matrix, not wgmma"
         wm, wn = warp_tile(M, N, lw.sched.block_threads // 32, SIMDGROUP_SIDES)
         return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, True, dims, a, b, looped)
+    row = 16 // at.dtype.itemsize  # elements of a 16-byte fragment row
     for si, sj in strides[:2]:
-        if 1 not in (si, sj) or max(si, sj) % 8:
-            return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of 8 "
-                    "(16-byte fragment rows)")
+        if 1 not in (si, sj) or max(si, sj) % row:
+            return (f"operand strides ({si}, {sj}): one must be 1 and the other a multiple of "
+                    f"{row} (16-byte fragment rows)")
+    if fp8 and (strides[0][1] != 1 or strides[1][0] != 1):
+        return ("FP8 tensor cores read both operands along the contraction: a must be "
+                "contiguous along its contraction dim and b too (b stored N x K, as "
+                "torch._scaled_mm takes it)")
     if lw.sched.mma_unit == "wgmma":
+        if fp8:
+            return "FP8 operands run on mma.sync; wgmma takes 16-bit operands here"
         if looped or any(h.rank != 2 for h in (a, b)):
             return "wgmma takes 2-d operand tiles (no batch dims, no dims of extent 1)"
         return _group_plan(lw, a, b, M, N, K, strides, dims)

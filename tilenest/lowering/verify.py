@@ -225,9 +225,12 @@ class _Checker:
             raise self.fail(f"warp_mma tile {s.m}x{s.n}x{s.k} is not a multiple of "
                             f"{M}x{N}x{K}", what)
         kinds = ("f16", "bf16", "f32") if s.opaque else ("f16", "bf16")
-        if s.a.buf.dtype != s.b.buf.dtype or s.a.buf.dtype.name not in kinds:
+        fp8 = s.a.buf.dtype.is_fp8 and s.b.buf.dtype.is_fp8 and not s.opaque and s.group == 1
+        if not fp8 and (s.a.buf.dtype != s.b.buf.dtype or s.a.buf.dtype.name not in kinds):
             raise self.fail(f"warp_mma operands {s.a.buf.dtype} x {s.b.buf.dtype}: both of one "
-                            f"of {', '.join(kinds)}", what)
+                            f"of {', '.join(kinds)}"
+                            + ("" if s.opaque else ", or two FP8 formats in one warp's mma"),
+                            what)
         if s.opaque and (s.group != 1 or s.overlap or s.c.lane_cols or any(
                 1 not in (f.si, f.sj) for f in (s.a, s.b, s.c))):
             raise self.fail("an opaque warp_mma is one warp's, not overlapped, with every "

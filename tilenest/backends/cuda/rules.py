@@ -148,8 +148,13 @@ class CudaEmitter(Emitter):
             self.group_mma(s)
             return
         mode = self.mma_mode.get(s.tag, "whole")
-        MT, NT, KS = s.m // 16, s.n // 8, s.k // 16
-        fn = "tn_mma_bf16" if s.a.buf.dtype.name == "bf16" else "tn_mma_f16"
+        ta, tb = s.a.buf.dtype, s.b.buf.dtype
+        # a step is 16 bytes of contraction per fragment row: 16 deep for 16-bit
+        # operands (m16n8k16), 32 for FP8 (m16n8k32, "tn_mma_<a>_<b>")
+        ks = 32 if ta.is_fp8 else 16
+        MT, NT, KS = s.m // 16, s.n // 8, s.k // ks
+        fn = (f"tn_mma_{_PTX_FP8[ta.name]}_{_PTX_FP8[tb.name]}" if ta.is_fp8
+              else "tn_mma_bf16" if ta.name == "bf16" else "tn_mma_f16")
         u = self.names(s.tag, "mma")
         self.w(f"{{  // warp_mma {s.m}x{s.n}x{s.k} ({mode}): {s.c} += {s.a} * {s.b}")
         self.ind += 1
@@ -171,10 +176,10 @@ class CudaEmitter(Emitter):
             self.ind += 1
             self.w(f"unsigned {u}_fa[{MT}][4], {u}_fb[{NT}][2], {u}_t[4];")
             for p in range(MT):
-                self.w(self.ldsm(s.a, u, f"{u}_fa[{p}]", f"{16 * p}", f"16 * {u}_k", pair="j")
+                self.w(self.ldsm(s.a, u, f"{u}_fa[{p}]", f"{16 * p}", f"{ks} * {u}_k", pair="j")
                        + ";")
             for q2 in range(NT // 2):
-                self.w(self.ldsm(s.b, u, f"{u}_t", f"16 * {u}_k", f"{16 * q2}", pair="i") + ";")
+                self.w(self.ldsm(s.b, u, f"{u}_t", f"{ks} * {u}_k", f"{16 * q2}", pair="i") + ";")
                 for r, (q, h) in enumerate(((2 * q2, 0), (2 * q2, 1), (2 * q2 + 1, 0),
                                             (2 * q2 + 1, 1))):
                     self.w(f"{u}_fb[{q}][{h}] = {u}_t[{r}];")
@@ -276,12 +281,18 @@ class CudaEmitter(Emitter):
 
     def ldsm(self, f: L.Frag, u: str, regs: str, i0: str, j0: str, pair: str) -> str:
         """The ``ldmatrix.x4`` call loading the four 8 x 8 blocks ``(bi, bj)``
-        of the 16 x 16 block of ``f`` at ``(i0, j0)`` (lane ``8 (2 bj + bi) +
-        r`` gives row ``r`` of its block along ``f``'s strided axis), so that
-        register ``2 bj + bi`` holds pairs along axis ``pair``."""
+        of 16-bit units of the block of ``f`` at ``(i0, j0)`` (lane ``8 (2 bj +
+        bi) + r`` gives row ``r`` of its block along ``f``'s strided axis), so
+        that register ``2 bj + bi`` holds pairs along axis ``pair``. A block
+        is 16 x 16 elements of a 16-bit type, 16 x 32 of an 8-bit one (a row
+        of 8 units is 16 elements along the contiguous axis; FP8 operands are
+        never transposed, :func:`~tilenest.lowering.mma.tensor_plan`)."""
         contiguous = "j" if f.sj == 1 else "i"
-        di = f"8 * {u}_bi" + (f" + {u}_r" if contiguous == "j" else "")
-        dj = f"8 * {u}_bj" + (f" + {u}_r" if contiguous == "i" else "")
+        wide = 16 // max(1, f.buf.dtype.itemsize)  # elements in 8 units (16 bytes)
+        di = f"{8 if contiguous == 'j' else wide} * {u}_bi" + (
+            f" + {u}_r" if contiguous == "j" else "")
+        dj = f"{8 if contiguous == 'i' else wide} * {u}_bj" + (
+            f" + {u}_r" if contiguous == "i" else "")
         fn = "tn_ldsm_x4" if contiguous == pair else "tn_ldsm_x4_t"
         off = f"{u}_o{'a' if pair == 'j' else 'b'}"
         at = (f"{off} + ({i0} + {di}) * {f.si}{self.sfx} + ({j0} + {dj}) * {f.sj}{self.sfx}")
@@ -298,6 +309,9 @@ class CudaEmitter(Emitter):
         return f"({self.buf(b)}_s + {isz}u * (unsigned)({self.position(b, index)}))"
 
 
+
+#: the PTX names of the FP8 formats (``mma.sync`` operand types)
+_PTX_FP8 = {"f8e4m3fn": "e4m3", "f8e5m2": "e5m2"}
 
 CudaEmitter.STMT_RULES = {**Emitter.STMT_RULES, L.WarpMma: "tensor_mma"}
 

@@ -277,13 +277,17 @@ template <int B> struct tn_valign {
 // ---------------------------------------------------------------------------
 // tensor cores: ldmatrix.x4 (four 8x8 b16 matrices from shared memory, one
 // row address per lane; _t: transposed) and mma.sync m16n8k16 row.col with
-// f32 accumulation in place (d += a * b). The emulator runs them as warp
+// f32 accumulation in place (d += a * b), m16n8k32 for FP8 operands. The emulator runs them as warp
 // collectives by the PTX fragment layouts (tn_cuda_shim.h).
 #ifdef TN_EMULATE
 #define tn_ldsm_x4(r, p) tn_emu::ldsm_at(__LINE__, (r), (p), false)
 #define tn_ldsm_x4_t(r, p) tn_emu::ldsm_at(__LINE__, (r), (p), true)
 #define tn_mma_bf16(d, a, b) tn_emu::mma_at(__LINE__, true, (d), (a), (b))
 #define tn_mma_f16(d, a, b) tn_emu::mma_at(__LINE__, false, (d), (a), (b))
+#define tn_mma_e4m3_e4m3(d, a, b) tn_emu::mma8_at(__LINE__, false, false, (d), (a), (b))
+#define tn_mma_e4m3_e5m2(d, a, b) tn_emu::mma8_at(__LINE__, false, true, (d), (a), (b))
+#define tn_mma_e5m2_e4m3(d, a, b) tn_emu::mma8_at(__LINE__, true, false, (d), (a), (b))
+#define tn_mma_e5m2_e5m2(d, a, b) tn_emu::mma8_at(__LINE__, true, true, (d), (a), (b))
 #else
 TN_FN void tn_ldsm_x4(unsigned* r, const void* p) {
   unsigned s = (unsigned)__cvta_generic_to_shared(p);
@@ -307,6 +311,20 @@ TN_FN void tn_mma_f16(float* d, const unsigned* a, const unsigned* b) {
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// FP8 operands (sm_89 and later): m16n8k32, the same registers holding four
+// 8-bit values each; the accumulator's layout is m16n8k16's
+#define TN_MMA_FP8(A, B)                                                                     \
+  TN_FN void tn_mma_##A##_##B(float* d, const unsigned* a, const unsigned* b) {               \
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." #A "." #B ".f32 {%0, %1, %2, %3}, " \
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                              \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                             \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));         \
+  }
+TN_MMA_FP8(e4m3, e4m3)
+TN_MMA_FP8(e4m3, e5m2)
+TN_MMA_FP8(e5m2, e4m3)
+TN_MMA_FP8(e5m2, e5m2)
+#undef TN_MMA_FP8
 #endif
 
 // ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@
     "__ballot_sync", "__any_sync", "__all_sync", "__reduce_add_sync", "__reduce_min_sync",   \
     "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",       \
     "ldmatrix.x4", "ldmatrix.x4.trans", "mma.m16n8k16.bf16", "mma.m16n8k16.f16",             \
-    "wgmma.m64nNk16.bf16", "wgmma.m64nNk16.f16"
+    "wgmma.m64nNk16.bf16", "wgmma.m64nNk16.f16", "mma.m16n8k32.fp8"
 #define TN_EMU_EXT_OP matrix_op
 #define TN_EMU_BLOCK_START cuda_block_start
 #define TN_EMU_THREAD_EXIT cuda_thread_exit
@@ -104,7 +104,8 @@ static inline uint3 make_uint3(unsigned int a, unsigned int b, unsigned int c) {
 namespace tn_emu {
 
 /* NVIDIA's collectives, the runtime's extension ops (names in TN_EMU_OP_NAMES) */
-enum CudaOp { OP_LDSM = OP_EXT, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16, OP_WGMMA_BF16, OP_WGMMA_F16 };
+enum CudaOp { OP_LDSM = OP_EXT, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16, OP_WGMMA_BF16, OP_WGMMA_F16,
+              OP_MMA_FP8 };
 
 /* The queue is the emulator's own memory, reused by every block's threads:
  * it is copied word by word here (uninstrumented, and through volatile so
@@ -146,7 +147,10 @@ static WgQueue wgq[WG_WARPS];  /* each warp's issued, not yet complete wgmmas */
  *     .trans: rows 2q, 2q+1 of column g), low half first;
  *   mma.m16n8k16.row.col -- A 16x16: a0 (g, 2q+e), a1 (g+8, 2q+e),
  *     a2 (g, 2q+8+e), a3 (g+8, 2q+8+e); B 16x8: b0 (2q+e, g), b1 (2q+8+e, g);
- *     C/D 16x8 f32: d0 (g, 2q), d1 (g, 2q+1), d2 (g+8, 2q), d3 (g+8, 2q+1).
+ *     C/D 16x8 f32: d0 (g, 2q), d1 (g, 2q+1), d2 (g+8, 2q), d3 (g+8, 2q+1);
+ *   mma.m16n8k32.row.col with FP8 operands -- byte e of each register:
+ *     A 16x32: a0 (g, 4q+e), a1 (g+8, 4q+e), a2 (g, 4q+16+e), a3 (g+8, 4q+16+e);
+ *     B 32x8: b0 (4q+e, g), b1 (4q+16+e, g); C/D as above.
  * The arithmetic models the tensor cores' accumulation: the products are
  * exact, each output is c + the 16 products summed in double, then rounded
  * toward zero to f32 (the hardware truncates; V-22 admits faithful rounding). */
@@ -157,7 +161,7 @@ struct MatLane {
     const unsigned *a;   /* mma: A fragment (4 registers) */
     const unsigned *b;   /* mma: B fragment (2 registers) */
     uint64_t da, db;     /* wgmma: the shared-memory matrix descriptors of A and B */
-    int n;               /* wgmma: columns of the tile */
+    int n;               /* wgmma: columns of the tile; FP8 mma: bit 0 (1) a (b) is e5m2 */
     int wg;              /* wgmma: this warp's index in its warpgroup */
     int warp;            /* wgmma: this warp's index in the block */
     int group;           /* wgmma: the lane's committed wgmma groups */
@@ -172,6 +176,22 @@ static inline float half_bits_to_float(unsigned h, bool bf) {
     else if (ex == 31) v = man ? NAN : INFINITY;
     else v = std::ldexp((float)(man | 1024u), (int)ex - 25);
     return sgn ? -v : v;
+}
+
+/* an FP8 code's value (e4m3fn, or e5m2) */
+static inline float fp8_bits_to_float(unsigned v, bool e5m2) {
+    unsigned sgn = v >> 7 & 1u;
+    float r;
+    if (e5m2) {
+        unsigned ex = v >> 2 & 31u, man = v & 3u;
+        r = ex == 31 ? (man ? NAN : INFINITY)
+            : ex ? std::ldexp((float)(4u + man), (int)ex - 17) : std::ldexp((float)man, -16);
+    } else {
+        unsigned ex = v >> 3 & 15u, man = v & 7u;
+        r = (v & 0x7fu) == 0x7fu ? NAN
+            : ex ? std::ldexp((float)(8u + man), (int)ex - 10) : std::ldexp((float)man, -9);
+    }
+    return sgn ? -r : r;
 }
 
 static inline float toward_zero(double x) {
@@ -310,6 +330,36 @@ static __attribute__((noinline)) void matrix_compute(MatLane *const *ln, int op,
             }
         return;
     }
+    if (op == OP_MMA_FP8) {
+        const bool a5 = ln[0]->n & 1, b5 = ln[0]->n & 2;
+        float A8[16][32], B8[32][8];
+        double C8[16][8];
+        for (int l = 0; l < 32; ++l) {
+            int g = l / 4, q = l % 4;
+            for (int e = 0; e < 4; ++e) {
+                for (int r = 0; r < 4; ++r)
+                    A8[g + 8 * (r & 1)][4 * q + 16 * (r >> 1) + e] =
+                        fp8_bits_to_float(ln[l]->a[r] >> (8 * e) & 0xffu, a5);
+                for (int r = 0; r < 2; ++r)
+                    B8[4 * q + 16 * r + e][g] = fp8_bits_to_float(ln[l]->b[r] >> (8 * e) & 0xffu, b5);
+            }
+            for (int e = 0; e < 2; ++e) {
+                C8[g][2 * q + e] = ln[l]->d[e];
+                C8[g + 8][2 * q + e] = ln[l]->d[2 + e];
+            }
+        }
+        for (int l = 0; l < 32; ++l) {
+            int g = l / 4, q = l % 4;
+            for (int h = 0; h < 2; ++h)
+                for (int e = 0; e < 2; ++e) {
+                    int i = g + 8 * h, j = 2 * q + e;
+                    double s = C8[i][j];
+                    for (int k = 0; k < 32; ++k) s += (double)A8[i][k] * (double)B8[k][j];
+                    ln[l]->d[2 * h + e] = toward_zero(s);
+                }
+        }
+        return;
+    }
     const bool bf = op == OP_MMA_BF16;
     float A[16][16], B[16][8];
     double C[16][8];
@@ -416,6 +466,13 @@ static inline void *smem_ptr(int line, unsigned a, unsigned n) {
 static inline void mma_at(int line, bool bf, float *d, const unsigned *a, const unsigned *b) {
     MatLane m{nullptr, nullptr, d, a, b};
     collective(bf ? OP_MMA_BF16 : OP_MMA_F16, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
+}
+/* mma.sync m16n8k32 with FP8 operands (a5, b5: the operand is e5m2, else e4m3fn) */
+static inline void mma8_at(int line, bool a5, bool b5, float *d, const unsigned *a,
+                           const unsigned *b) {
+    MatLane m{nullptr, nullptr, d, a, b};
+    m.n = (a5 ? 1 : 0) | (b5 ? 2 : 0);
+    collective(OP_MMA_FP8, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
 }
 static inline void syncwarp_at(int line, unsigned m = 0xffffffffu) { collective(OP_SYNCWARP, line, m, S.lanes, 0, 0); }
 static inline unsigned ballot_at(int line, unsigned m, int p) { return (unsigned)collective(OP_BALLOT, line, m, S.lanes, 0, p != 0); }
