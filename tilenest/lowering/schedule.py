@@ -262,16 +262,20 @@ def default_mma_block(vector_bits: int | None) -> tuple[int, int]:
 def default_lanes(program: TileProgram) -> int:
     """The SIMT ``vector_lanes`` default: as many consecutive elements per
     thread as make 16 bytes of the widest element type among the program's
-    bulk inputs, at most 8. The bulk inputs are the highest-rank tensors it
-    only reads (they carry the reads a row or tile kernel streams); with no
-    such input, the highest-rank tensors. So no bulk input takes more than
-    one 128-bit access per thread and step, and a narrower tensor still a
-    vector access.
+    bulk tensors, at most 8. The bulk tensors are the highest-rank ones it
+    only reads (they carry the reads a row or tile kernel streams) and those
+    it stores of the same shape as one of them (an elementwise result, as a
+    dequantized tensor is of its codes; not a top-k's indices); with no
+    input of that rank, the highest-rank tensors. So no bulk access takes
+    more than one 128-bit access per thread and step, and a narrower tensor
+    still a vector access.
 
     Measured on an H200 (8192^2 rows): 32 bytes per thread and step instead
     of 16 -- two 128-bit accesses whose neighbours interleave, in global
     memory and in a staged shared row -- cost LayerNorm f32 19 points of the
-    copy bandwidth and softmax f32 5 (spec/lowering.md)."""
+    copy bandwidth and softmax f32 5, and dequantizing e4m3fn codes into
+    f32 (8 lanes by the codes alone: 32-byte stores) ran at 68% of copy
+    (spec/lowering.md)."""
     from ..semantics.types import TensorType
 
     tensors = [v for v in program.args if isinstance(v.type, TensorType)]
@@ -280,7 +284,10 @@ def default_lanes(program: TileProgram) -> int:
     rank = max(len(v.type.shape) for v in tensors)
     top = [v for v in tensors if len(v.type.shape) == rank]
     written = stored_tensors(program)
-    bulk = [v for v in top if v.name not in written] or top
+    inputs = [v for v in top if v.name not in written]
+    shapes = {tuple(map(str, v.type.shape)) for v in inputs}
+    bulk = inputs + [v for v in top if v.name in written
+                     and tuple(map(str, v.type.shape)) in shapes] if inputs else top
     widest = max(max(1, v.type.dtype.itemsize) for v in bulk)
     return max(1, min(8, 16 // widest))
 
