@@ -273,7 +273,8 @@ def test_row_invariant_shared_reads_are_hoisted_and_divisions_keep_their_recipro
 
     wl = WORKLOADS["softmax"]
     k = wl.kernel(tn.bf16, {"rp": 1})
-    ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", block_threads=32),
+    ck = cuda.compile_program(k.program, default_schedule(k.program, "cuda", block_threads=32,
+                                                          row_registers=0),
                               device="emulated")
     src = ck.source.text
     hoisted = re.findall(r"const float (tn_inv_\w+) = \(unsigned\)\(.*?\) < \(unsigned\)\(1\) "
@@ -338,3 +339,23 @@ def test_every_hoisted_shared_read_is_of_a_value_its_loop_cannot_change():
                     assert not re.search(rf"\b{buf}\[[^\]]*\]\s*=[^=]", body), (name, buf)
                     assert not re.search(rf"tn_vstore\w*<[^>]*>\(&{buf}\[", body), (name, buf)
     assert seen >= 20
+
+
+def test_row_kernels_default_to_rows_in_registers_and_l2_policies():
+    """The cuda target's stream defaults: a program with no mma keeps its rows
+    in registers and sets L2 policies (the fastest row kernels on an H200,
+    spec/lowering.md); one with an mma keeps neither; an override wins;
+    metal has no such defaults."""
+    from tilenest.workloads import WORKLOADS
+
+    soft = WORKLOADS["softmax"].kernel(tn.f32, {"rp": 1}).program
+    gemm = WORKLOADS["gemm"].kernel(tn.bf16, dict(WORKLOADS["gemm"].schedules[0])).program
+    s = default_schedule(soft, "cuda")
+    assert (s.row_registers, s.cache_hints) == (32, True)
+    g = default_schedule(gemm, "cuda")
+    assert (g.row_registers, g.cache_hints) == (0, False)
+    assert default_schedule(soft, "cuda", row_registers=0).row_registers == 0
+    m = default_schedule(soft, "metal")
+    assert (m.row_registers, m.cache_hints) == (0, False)
+    ck = cuda.compile_program(soft, s, device="emulated")
+    assert "_reg[" in ck.source.text and "tn_vstore_stream" in ck.source.text

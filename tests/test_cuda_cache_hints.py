@@ -23,8 +23,10 @@ def _sites(text: str) -> list[tuple[str, str]]:
 
 
 def _compile(name: str, dt, hints: bool):
+    """The workload with or without hints, its rows re-read from memory (not
+    kept in registers, which a program without mma does by default)."""
     k = WORKLOADS[name].kernel(dt, {"rp": 1})
-    s = default_schedule(k.program, "cuda", cache_hints=hints)
+    s = default_schedule(k.program, "cuda", cache_hints=hints, row_registers=0)
     return k, cuda.compile_program(k.program, s, device="emulated")
 
 

@@ -40,14 +40,17 @@ EXAMPLES = [("softmax", "row_softmax"), ("rmsnorm", "rmsnorm"), ("gemm", "gemm")
 
 def simt(module: str, name: str, threads: int = 64, lanes: int = 1) -> L.Kernel:
     """The SIMT form of an example kernel (one element per thread and step
-    unless ``lanes`` says otherwise: the barrier counts below are for that)."""
+    unless ``lanes`` says otherwise: the barrier counts below are for that),
+    its rows in shared memory (``row_registers=0``; the register split's
+    shared part, indexed ``i * max(0, C - K V W)``, is not quasi-affine, and
+    tests/test_row_registers.py covers it)."""
     sys.path.insert(0, str(ROOT / "examples"))
     try:
         k = getattr(importlib.import_module(module), name)
     finally:
         sys.path.remove(str(ROOT / "examples"))
     return lower_verified(k.program, default_schedule(k.program, "cuda", block_threads=threads,
-                                                      vector_lanes=lanes))
+                                                      vector_lanes=lanes, row_registers=0))
 
 
 # ---------------------------------------------------------------------------

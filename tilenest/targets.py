@@ -139,6 +139,10 @@ class Target:
     profile: Profile
     catalogue: Catalogue
     defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    #: schedule fields set after ``defaults`` for a program with no ``mma``
+    #: (a row or elementwise kernel): the choice that measured best on the
+    #: target's device for such kernels (``lowering.default_schedule``)
+    stream_defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     unused: tuple[str, ...] = ()
     module: str | None = None
     #: compile options that run the target's code on this machine without
@@ -222,6 +226,9 @@ CUDA = Target(
             async_copy=("cp.async",), tensor_cores=("mma.sync", "wgmma")),
     CUDA_CATALOGUE,
     defaults=_frozen(block_threads=256, stages=2),
+    # rows kept in registers and L2 policies: the fastest row kernels on an
+    # H200 (spec/lowering.md, L-7's defaults)
+    stream_defaults=_frozen(row_registers=32, cache_hints=True),
     unused=("threads", "chunk"),
     module="tilenest.backends.cuda",
     host_run=_frozen(device="emulated"),

@@ -58,16 +58,18 @@ those the program admits:
   (``evict_last`` policy) for the reads that follow, the last one streams
   (``ld.global.cs``: its lines are the first to go), and stores stream
   (``st.global.cs``: the program does not read its outputs back). Hints
-  change only which lines the L2 keeps, never a value. Off by default; the
-  benchmark's schedule search picks it per kernel (it helps a row kernel
-  that re-reads its rows from the L2, and can hurt one with three passes).
+  change only which lines the L2 keeps, never a value. On by default for a
+  program with no ``mma`` (the target row's ``stream_defaults``: the row
+  kernels were fastest with it on an H200), off for one with an ``mma``
+  (whose tiles other programs re-read from the L2).
 * ``row_registers`` -- on ``cuda``, a shared row buffer that every thread
   accesses only at its own elements (one distribution of the row over the
   threads for all its accesses: a softmax's exponentials) keeps its first
   ``row_registers`` elements per thread and row in registers and the rest
   in shared memory (``lowering/row_registers.py``); a row of at most
-  ``row_registers`` elements per thread needs no shared memory. ``0`` (the
-  default): every such buffer stays in shared memory. An input row the
+  ``row_registers`` elements per thread needs no shared memory. ``0``:
+  every such buffer stays in shared memory (the default for a program with
+  an ``mma``; one without takes 32, the target row's ``stream_defaults``). An input row the
   kernel never stores and reads in several passes under that distribution
   (a softmax's or a normalization's ``x``) is cached the same way: the
   first pass keeps the elements it reads in registers, the later passes
@@ -404,7 +406,9 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
     :func:`default_lanes` elements per step; otherwise programs run on the
     host's cores (one worker per core) with its SIMD width and the
     ``mma`` register block for it. The row's ``defaults`` are then set
-    (e.g. ``block_threads``), and the overrides last."""
+    (e.g. ``block_threads``), its ``stream_defaults`` for a program with no
+    ``mma`` (``cuda``: rows in registers and L2 policies), and the overrides
+    last."""
     row = target_row(target)
     check_overrides(overrides)
     unused = [f for f in row.unused if f in overrides]
@@ -418,6 +422,8 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
     if row.profile.simt:
         s = Schedule(target=target, threads=None, vector_bits=None,
                      vector_lanes=default_lanes(program), **row.defaults)
+        if row.stream_defaults and not any(op.name == "mma" for op in program.walk()):
+            s = replace(s, **row.stream_defaults)
     else:
         bits = overrides.get("vector_bits") or host_vector_bits()
         s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,

@@ -34,14 +34,18 @@ from ...lowering import Schedule, default_schedule
 
 #: the schedule overrides tried by default, over the program's default cuda
 #: schedule: threads per block, tiles read more than once staged in shared
-#: memory, L2 policies (the search ``benchmarks/cuda.py`` also runs), rows in
-#: registers (``row_registers``: with the input cached, the fastest softmax
-#: on the H200, spec/lowering.md L-4), alone and with L2 policies.
-SEARCH: tuple[dict[str, Any], ...] = (
-    {}, {"block_threads": 512}, {"stage_loads": True},
-    {"block_threads": 512, "stage_loads": True}, {"cache_hints": True},
-    {"block_threads": 512, "cache_hints": True}, {"row_registers": 32},
-    {"row_registers": 32, "cache_hints": True})
+#: memory, L2 policies (the search ``benchmarks/cuda.py`` also runs) and rows
+#: in registers (``row_registers``: with the input cached, the fastest softmax
+#: on the H200, spec/lowering.md L-4), alone and together. Each entry names
+#: every field it needs, so that it means one schedule whatever the defaults
+#: (a program with no ``mma`` has rows in registers and L2 policies by
+#: default, one with an ``mma`` neither).
+SEARCH: tuple[dict[str, Any], ...] = tuple(
+    {"row_registers": rr, "cache_hints": hints, **more}
+    for rr, hints, more in (
+        (32, True, {}), (32, False, {}), (0, True, {}), (0, True, {"block_threads": 512}),
+        (0, False, {}), (0, False, {"block_threads": 512}), (0, False, {"stage_loads": True}),
+        (0, False, {"block_threads": 512, "stage_loads": True})))
 
 #: a timed sample lasts at least this many seconds of device time
 SAMPLE_S = 2e-3
