@@ -5,6 +5,8 @@ interchange of the cast's policy, and the targets' refusal."""
 
 from __future__ import annotations
 
+import functools
+
 import json
 
 import ml_dtypes
@@ -155,19 +157,28 @@ def quantize(x: tn.Tensor[f32, "N"], y: tn.Tensor[f8e4m3fn, "N"],  # noqa: F821
         z(tn.coord(p.index() * bn), tn.shape(bn)).store(tn.cast(q, f32) + tn.cast(pos, f32))
 
 
-@tn.kernel
-def fp8_mma(a: tn.Tensor[f8e5m2, "M K"], b: tn.Tensor[f8e4m3fn, "K N"],  # noqa: F821
-            c: tn.Tensor[f32, "M N"]):  # noqa: F821
-    M, K = a.shape
-    N = b.shape[1]
-    m, k = a.dims()
-    b = b.with_dims(k, c.dim(1))
-    c = c.with_dims(m, c.dim(1))
-    for _p in tn.parallel(tn.shape(1)):
-        acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
-        acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)], acc,
-                     allow_reassociation=True)
-        c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
+@functools.cache
+def one_mma(ta, tb, reassoc=True):  # type: ignore[no-untyped-def]
+    """The kernel ``c = a b``: one ``mma`` over the whole tile of ``ta`` and
+    ``tb`` operands (``b`` stored K x N) into f32, reassociating or strict."""
+    @tn.kernel
+    def product(a: tn.Tensor[ta, "M K"], b: tn.Tensor[tb, "K N"],  # noqa: F821
+                c: tn.Tensor[f32, "M N"]):  # noqa: F821
+        M, K = a.shape
+        N = b.shape[1]
+        m, k = a.dims()
+        b = b.with_dims(k, c.dim(1))
+        c = c.with_dims(m, c.dim(1))
+        for _p in tn.parallel(tn.shape(1)):
+            acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
+            acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)],
+                         acc, allow_reassociation=reassoc)
+            c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
+
+    return product
+
+
+fp8_mma = one_mma(f8e5m2, f8e4m3fn)
 
 
 def test_a_quantizing_kernel_on_the_interpreter():
@@ -436,22 +447,6 @@ def test_fp8_tensor_core_products_on_the_gpu(kernel):
     assert rep.ok and rep.count("ok") == 12, rep.summary()
 
 
-@tn.kernel
-def product_rows(a: tn.Tensor[f8e4m3fn, "M K"], b: tn.Tensor[f8e4m3fn, "K N"],  # noqa: F821
-                 c: tn.Tensor[f32, "M N"], *, reassoc=True):  # noqa: F821
-    """c = a b in one ``mma``, reassociating or strict."""
-    M, K = a.shape
-    N = b.shape[1]
-    m, k = a.dims()
-    b = b.with_dims(k, c.dim(1))
-    c = c.with_dims(m, c.dim(1))
-    for _p in tn.parallel(tn.shape(1)):
-        acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
-        acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)], acc,
-                     allow_reassociation=reassoc)
-        c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
-
-
 def test_a_reassociating_fp8_mma_admits_the_matrix_units_narrower_sums():
     """1 plus 31 products 2^-16: an H200's FP8 tensor cores return 1.0 (their
     accumulator keeps 14 significant bits, benchmarks/fp8_accumulation.py).
@@ -465,31 +460,17 @@ def test_a_reassociating_fp8_mma_admits_the_matrix_units_narrower_sums():
     qa, qb = a.astype(f8e4m3fn.np), b.astype(f8e4m3fn.np)
     lost = np.ones((16, 16), np.float32)  # every small product truncated away
     exact = np.full((16, 16), 1.0 + 31 * 2.0 ** -16, np.float32)
-    adm = tn.reference(product_rows, qa, qb, c)
+    adm = tn.reference(one_mma(f8e4m3fn, f8e4m3fn), qa, qb, c)
     assert adm.admits(exact) and adm.admits(lost)
     # each of the 2 (K + 1) faithful roundings may lose 2^-14 of the sum (R-8): no more
     total = 1 + 31 * 2.0 ** -16
     bound = 66 * 2.0 ** -14 / (1 - 66 * 2.0 ** -14) * total
     assert adm.admits(np.full((16, 16), total - 0.9 * bound, np.float32))
     assert not adm.admits(np.full((16, 16), total - 1.1 * bound, np.float32))
-    strict = tn.reference(product_rows.specialize(reassoc=False), qa, qb, c)
+    strict = tn.reference(one_mma(f8e4m3fn, f8e4m3fn, False), qa, qb, c)
     assert strict.admits(exact) and not strict.admits(lost)
 
-    @tn.kernel
-    def bf16_rows(a: tn.Tensor[tn.bf16, "M K"], b: tn.Tensor[tn.bf16, "K N"],  # noqa: F821
-                  c: tn.Tensor[f32, "M N"]):  # noqa: F821
-        M, K = a.shape
-        N = b.shape[1]
-        m, k = a.dims()
-        b = b.with_dims(k, c.dim(1))
-        c = c.with_dims(m, c.dim(1))
-        for _p in tn.parallel(tn.shape(1)):
-            acc = tn.zeros(f32, tn.shape(M, N), dims=(m, c.dim(1)))
-            acc = tn.mma(a[tn.coord(0, 0), tn.shape(M, K)], b[tn.coord(0, 0), tn.shape(K, N)],
-                         acc, allow_reassociation=True)
-            c(tn.coord(0, 0), tn.shape(M, N)).store(acc)
-
-    wide = tn.reference(bf16_rows, a.astype(tn.bf16.np), b.astype(tn.bf16.np), c)
+    wide = tn.reference(one_mma(tn.bf16, tn.bf16), a.astype(tn.bf16.np), b.astype(tn.bf16.np), c)
     assert wide.admits(exact) and not wide.admits(lost)
 
 
