@@ -132,9 +132,11 @@ class CudaEmitter(Emitter):
 
     def tensor_mma(self, s: L.WarpMma) -> None:
         """A ``WarpMma`` on the tensor cores: the lane's accumulator fragments
-        (``m/16 x n/8`` blocks of 4 floats, the ``mma.m16n8k16`` layout) are
-        loaded into registers, then per 16-deep step every block of ``a`` and
-        pair of blocks of ``b`` comes from shared memory by ``ldmatrix.x4``
+        (``m/16 x n/8`` blocks of 4 floats, the ``mma.m16n8k16`` layout, which
+        ``m16n8k32`` shares) are loaded into registers, then per step (16
+        deep, 32 for FP8 operands: 16 bytes of each fragment row) every block
+        of ``a`` and pair of blocks of ``b`` comes from shared memory by
+        ``ldmatrix.x4``
         (transposed where the buffer is contiguous along the other axis than
         the fragment's register pairs) and each 16 x 8 block is one
         ``mma.sync``; the fragments are stored back at the end. Inside a loop
