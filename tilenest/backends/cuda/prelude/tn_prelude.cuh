@@ -99,9 +99,14 @@ TN_FN tn_f16 tn_narrow_f16(float x) {
 #ifdef TN_FP8_NARROWING
 // FP8 (spec/values.md V-24) by the pair conversions, x in the upper byte and
 // 0 in the lower. cvt.rn.satfinite rounds once to nearest even, subnormals
-// kept, and takes a finite overflow and +-inf to +-max (the saturate policy);
-// a NaN becomes the format's NaN, to which x's sign is given back (V-24 keeps
-// it; for every other value the instruction keeps the sign already).
+// kept; a NaN becomes the format's NaN, to which x's sign is given back (V-24
+// keeps it; for every other value the instruction keeps the sign already).
+// Only values of at most the tie above the largest finite one reach it: the
+// saturate policy first clamps to +-max (a value between max and that tie
+// rounds to max anyway; NaN passes, comparing false), the nonfinite policy
+// takes the overflow first, so neither depends on how the instruction
+// treats an infinity.
+TN_FN float tn_fp8_clamp(float x, float top) { return x > top ? top : x < -top ? -top : x; }
 TN_FN unsigned tn_fp8_sign(float x) { return (tn_fbits(x) >> 24) & 0x80u; }
 TN_FN unsigned tn_cvt_e4m3(float x) {
   unsigned short d;
@@ -113,8 +118,12 @@ TN_FN unsigned tn_cvt_e5m2(float x) {
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(x), "f"(0.0f));
   return ((unsigned)d >> 8) | tn_fp8_sign(x);
 }
-TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_saturate(float x) { return tn_mk_f8e4m3fn((int)tn_cvt_e4m3(x)); }
-TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) { return tn_mk_f8e5m2((int)tn_cvt_e5m2(x)); }
+TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_saturate(float x) {
+  return tn_mk_f8e4m3fn((int)tn_cvt_e4m3(tn_fp8_clamp(x, 448.0f)));
+}
+TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) {
+  return tn_mk_f8e5m2((int)tn_cvt_e5m2(tn_fp8_clamp(x, 57344.0f)));
+}
 // the nonfinite policy: a value rounding past the largest finite one (e4m3fn:
 // above 464, the tie that rounds to 448; e5m2: from 61440, the tie that rounds
 // up to 2^16) or +-inf becomes NaN (e4m3fn) or +-inf (e5m2); NaN compares
