@@ -22,7 +22,6 @@ from ..errors import BoundsError, RuntimeSemanticError, TilenestError, user_site
 from ..lowering.loopir import DIV_ZERO, NEG_SHIFT
 from ..lowering.schedule import stride_symbol
 from ..semantics import expr as E
-from ..semantics.dtypes import ML_DTYPES
 from ..semantics.signature import bind_call
 from ..semantics.types import TensorType
 from ..tracebacks import api_boundary
@@ -139,10 +138,7 @@ def scratch_arrays(facts: Any, given: int, syms: dict[str, int],
     out = []
     for b in sorted((b for b in facts.globals if b.arg >= given), key=lambda b: b.arg):
         n = max(1, int(E.evaluate(b.size, env)))
-        dt = np.dtype(np.uint8) if b.dtype.is_bool else b.dtype.np
-        if dt.name in ML_DTYPES.values():
-            dt = np.dtype(f"u{dt.itemsize}")
-        out.append(zeros(n, dtype=dt))
+        out.append(zeros(n, dtype=np.uint8 if b.dtype.is_bool else A.bits_dtype(b.dtype.np)))
     return out
 
 

@@ -69,8 +69,8 @@ those the program admits:
   in shared memory (``lowering/row_registers.py``); a row of at most
   ``row_registers`` elements per thread needs no shared memory. ``0``:
   every such buffer stays in shared memory (the default for a program with
-  an ``mma``; one without takes 32, the target row's ``stream_defaults``). An input row the
-  kernel never stores and reads in several passes under that distribution
+  an ``mma``; one without takes 32, the target row's ``stream_defaults``).
+  An input row the kernel never stores and reads in several passes under that distribution
   (a softmax's or a normalization's ``x``) is cached the same way: the
   first pass keeps the elements it reads in registers, the later passes
   read those. Registers are ``row_registers`` values per thread, row and

@@ -312,16 +312,21 @@ def poison_value(dt: np.dtype) -> Any:
     return info.min if info.min < 0 else info.max
 
 
-def as_bits(a: np.ndarray) -> np.ndarray:
-    """``a`` viewed as the unsigned integers of its width when its dtype is
-    one of ``ml_dtypes``' formats (bfloat16, the FP8 formats), which device
-    array libraries may not know (CuPy has no FP8 dtype): what a copy to or
-    from a device moves, bit for bit. Other arrays are returned as they are."""
+def bits_dtype(dt: np.dtype) -> np.dtype:
+    """The unsigned integers of ``dt``'s width when ``dt`` is one of
+    ``ml_dtypes``' formats (bfloat16, the FP8 formats), which device array
+    libraries may not know (CuPy has no FP8 dtype); else ``dt`` itself."""
     from .dtypes import ML_DTYPES
 
-    if a.dtype.name in ML_DTYPES.values():
-        return a.view(np.dtype(f"u{a.dtype.itemsize}"))
-    return a
+    dt = np.dtype(dt)
+    return np.dtype(f"u{dt.itemsize}") if dt.name in ML_DTYPES.values() else dt
+
+
+def as_bits(a: np.ndarray) -> np.ndarray:
+    """``a`` viewed as :func:`bits_dtype` of its dtype: what a copy to or from
+    a device moves, bit for bit (other arrays are returned as they are)."""
+    dt = bits_dtype(a.dtype)
+    return a if dt == a.dtype else a.view(dt)
 
 
 def strided(a: np.ndarray, shape: tuple[int, ...], strides: Any, writeable: bool) -> np.ndarray:
