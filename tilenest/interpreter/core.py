@@ -4,12 +4,20 @@ Meaning is defined one op at a time by the rules registered in ``values.py``,
 ``memory.py``, ``regions.py`` and ``reductions.py`` (a table keyed by op name,
 STYLE #3/#8). This module binds a call's arrays and parameters, walks blocks,
 and owns the state every rule shares.
+
+A value leaves the environment after its last use in the block that defines
+it (:func:`last_uses`), and an elementwise op reading a value for the last
+time may write its result into that value's array when nothing else holds it
+(:meth:`Interpreter.reusable`): a chain of whole-tile ops then runs in one
+array instead of allocating (and first touching) a fresh one per op, and the
+dead tiles do not stay alive to the end of the call.
 """
 
 from __future__ import annotations
 
 import os
 import random as _random
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -29,6 +37,32 @@ from .runtime import RV, IndexEnv
 
 Rule = Callable[["Interpreter", Operation], None]
 RULES: dict[str, Rule] = {}
+
+#: the least array size an op's result is written into in place of a dead
+#: operand's (:meth:`Interpreter.reusable`); smaller ones are cheap to allocate
+REUSE_BYTES = 1 << 16
+
+
+def last_uses(b: Block) -> dict[int, tuple[tuple[str, int], ...]]:
+    """For each op of ``b`` without regions: the values defined by ops of ``b``
+    that it reads for the last time in ``b``, each with its defining op's index.
+    A use inside a nested region counts as a use by the op holding the region,
+    the ``yield`` as one more use; a value read in a region op's blocks (which
+    may run many times) thus never dies inside them."""
+    defined = {r.name: k for k, op in enumerate(b.ops) for r in op.results}
+    last: dict[str, int] = {}
+    for k, op in enumerate(b.ops):
+        names = [o.name for o in op.operands]
+        for r in op.regions:
+            names += [o.name for inner in r.walk() for o in inner.operands]
+        for n in names:
+            if n in defined:
+                last[n] = k
+    plan: dict[int, list[tuple[str, int]]] = {}
+    for n, k in last.items():
+        if not b.ops[k].regions and b.ops[k].name != "yield":
+            plan.setdefault(k, []).append((n, defined[n]))
+    return {k: tuple(v) for k, v in plan.items()}
 
 
 def rule(*names: str) -> Callable[[Rule], Rule]:
@@ -199,6 +233,11 @@ class Interpreter:
         # region op id -> per-instance box constraint of a domain whose extents
         # differ between the instances executing it together (regions.domain_points)
         self.ragged: dict[int, E.Pred] = {}
+        #: id of a block -> {op index: the values defined in the block whose last
+        #: use is that op, with their defining op's index} (:func:`last_uses`)
+        self.last_uses: dict[int, dict[int, tuple[tuple[str, int], ...]]] = {}
+        #: the values the running op reads for the last time (:meth:`reusable`)
+        self.dying: frozenset[str] = frozenset()
         self.ienv = IndexEnv(self._bind(args, params))
 
     # -- binding ------------------------------------------------------------
@@ -273,7 +312,14 @@ class Interpreter:
         return self._ops(b, 0)
 
     def _ops(self, b: Block, start: int) -> list[Any]:
-        """Run ``b.ops[start:]``; the values its ``yield`` names (``[]`` without one)."""
+        """Run ``b.ops[start:]``; the values its ``yield`` names (``[]`` without one).
+
+        A value defined in ``b`` (at ``start`` or later: the ops before it are
+        not run again) leaves the environment after its last use, and that op
+        may write its result into the value's array (:meth:`reusable`)."""
+        plan = self.last_uses.get(id(b))
+        if plan is None:
+            plan = self.last_uses[id(b)] = last_uses(b)
         for k in range(start, len(b.ops)):
             op = b.ops[k]
             if op.name == "yield":
@@ -281,10 +327,17 @@ class Interpreter:
             fn = RULES.get(op.name)
             if fn is None:
                 raise TilenestError(f"the interpreter has no rule for op '{op.name}'", op.loc)
+            dead = [n for n, at in plan.get(k, ()) if at >= start]
             try:
                 if op.regions:
                     self._result_extents(op)
-                fn(self, op)
+                self.dying = frozenset(dead)
+                try:
+                    fn(self, op)
+                finally:
+                    self.dying = frozenset()
+                for n in dead:
+                    del self.values[n]
                 if self.track and not op.regions and op.name != "put":
                     self._propagate(op)
             except ExtentDiverges as dv:
@@ -432,6 +485,31 @@ class Interpreter:
 
     def set(self, v: Any, rv: Any) -> None:
         self.values[v.name] = rv
+
+    def reusable(self, v: Any) -> np.ndarray | None:
+        """The array of operand ``v`` of the running op, for the op's result to
+        be written into, or None. It is given when this op reads ``v`` for the
+        last time (``v`` leaves the environment after it: :meth:`_ops`), the
+        run computes no oracle bounds (they are made from the operands after
+        the result), and ``v``'s array is a C-contiguous, writeable array of
+        its own of at least :data:`REUSE_BYTES`, which nothing but ``v``'s
+        entry holds (no view of it, no other value or tensor: the reference
+        counts say so)."""
+        if (v.name not in self.dying or self.opts.oracle
+                or not hasattr(sys, "getrefcount")):
+            return None
+        rv = self.values.get(v.name)
+        if type(rv) is not RV:
+            return None
+        a = rv.a
+        if (type(a) is not np.ndarray or a.base is not None or a.nbytes < REUSE_BYTES
+                or not (a.flags.c_contiguous and a.flags.writeable)):
+            return None
+        # held by the environment and here (``rv``), by ``rv`` and here (``a``),
+        # and by getrefcount's argument
+        if sys.getrefcount(rv) != 3 or sys.getrefcount(a) != 3:
+            return None
+        return a
 
     def extent(self, e: E.Expr) -> int:
         """The value of a tile extent for the instances executing now.

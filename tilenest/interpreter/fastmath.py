@@ -57,8 +57,11 @@ _F32_MAX = np.finfo(np.float32).max
 _CHUNK = 1 << 16
 
 
-def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
-    """``numerics.unary(op, x, dt)``, faster for the f32 functions of :data:`FAST64`.
+def unary(op: str, x: np.ndarray, dt: DType, out: np.ndarray | None = None) -> np.ndarray:
+    """``numerics.unary(op, x, dt)``, faster for the f32 functions of :data:`FAST64`;
+    ``out``: an f32 array of ``x``'s shape, C-contiguous, whose contents the
+    caller gives up (it may be ``x`` itself), which then holds the result. The
+    result is returned either way.
 
     Per chunk: ``y`` = numpy's float64 value, ``r`` = ``y`` rounded to f32. An
     element is taken from ``numerics.unary`` instead when ``y`` lies within
@@ -74,20 +77,27 @@ def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
     if dt.name != "f32" or op not in FAST64 or np.size(x) < 64:
         return N.unary(op, x, dt)
     x = np.asarray(x, dtype=np.float32)
-    shape = x.shape
     flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty(flat.shape, dtype=np.float32)
+    # operands the result overwrites are copied chunk by chunk before it does
+    keep = out is not None and np.may_share_memory(out, flat)
+    if out is None:
+        out = np.empty(x.shape, dtype=np.float32)
+    res = out.reshape(-1)
     fn = FAST64[op]
     n0 = min(_CHUNK, flat.size)
     y0 = np.empty(n0, dtype=np.float64)
     a0 = np.empty(n0, dtype=np.float32)
+    x0 = np.empty(n0 if keep else 0, dtype=np.float32)
     with np.errstate(all="ignore"):
         for i in range(0, flat.size, _CHUNK):
-            part = flat[i:i + _CHUNK]
-            n = part.size
+            n = min(_CHUNK, flat.size - i)
+            part = flat[i:i + n]
+            if keep:
+                part = x0[:n]
+                np.copyto(part, flat[i:i + n])
             y = y0[:n]
             w = y.view(np.uint64)  # y's bits, then (once r is made) distances
-            r = out[i:i + n]
+            r = res[i:i + n]
             np.copyto(y, part)
             fn(y, out=y)
             np.copyto(r, y, casting="same_kind")
@@ -102,4 +112,4 @@ def unary(op: str, x: np.ndarray, dt: DType) -> np.ndarray:
                 a = np.abs(r, out=a0[:n])
                 bad = (w <= _NEAR_SPAN) | ~((a > _F32_TINY) & (a <= _F32_MAX))
                 r[bad] = N.unary(op, part[bad], dt)
-    return out.reshape(shape)
+    return out

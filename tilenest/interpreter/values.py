@@ -82,11 +82,30 @@ def _settled(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray],
                              for q, r in zip(pin, res, strict=True)))
 
 
+def _into(it: Interpreter, op: Operation, xs: list[np.ndarray],
+          dead: list[np.ndarray | None]) -> np.ndarray | None:
+    """An array the elementwise result of ``op`` may be written into: the array
+    ``dead[i]`` of an operand read here for the last time (``it.reusable``,
+    taken before the operands ``xs`` were laid out) whose laid-out operand
+    ``xs[i]`` is that array itself with the result's shape and dtype (not
+    broadcast, not transposed), reshaped to it; None when there is none."""
+    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    want = op.result.type.dtype.np
+    for a, x in zip(dead, xs, strict=True):
+        if (a is not None and a.dtype == want and x.shape == shape and x.flags.c_contiguous
+                and x.ctypes.data == a.ctypes.data):
+            a.shape = shape  # nothing else holds it (it.reusable)
+            return a
+    return None
+
+
 @rule(*UNARY)
 def _unary(it: Interpreter, op: Operation) -> None:
+    dead = [it.reusable(op.operands[0])]
     (x,), nb = operands_on(it, op)
     dt = op.operands[0].type.dtype
-    out = RV(fastmath.unary(op.name, x, dt), nb)  # numerics.unary's bits, faster
+    # numerics.unary's bits, faster
+    out = RV(fastmath.unary(op.name, x, dt, out=_into(it, op, [x], dead)), nb)
     ulp = N.ulp_bound(op.name, dt)
     if shadowed(it, [it.val(op.operands[0])]):
         ins = bounds_on(it, op, nb)
@@ -108,9 +127,10 @@ def _ulp_bounds(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray]) -
 
 @rule(*BINARY, *COMPARE)
 def _binary(it: Interpreter, op: Operation) -> None:
+    dead = [it.reusable(o) for o in op.operands]
     (a, b), nb = operands_on(it, op)
     dt = op.operands[0].type.dtype
-    out = RV(N.binary(op.name, a, b, dt), nb)
+    out = RV(N.binary(op.name, a, b, dt, out=_into(it, op, [a, b], dead)), nb)
     ulp = N.ulp_bound(op.name, dt)
     if shadowed(it, [it.val(o) for o in op.operands]):
         ins = bounds_on(it, op, nb)
@@ -395,7 +415,10 @@ def _mma(it: Interpreter, op: Operation) -> None:
             prod = np.einsum(f"...{sa},...{sb}->...{sc}", A.astype(wide), B.astype(wide))
         if wide != dt.np:
             prod = N.cast(prod, _wide_dt(dt), dt)
-        out = N.binary("add", C, np.asarray(prod), dt)
+        prod = np.asarray(prod)
+        # the product is this rule's own array: the sum may overwrite it
+        into = prod if prod.shape == np.broadcast_shapes(C.shape, prod.shape) else None
+        out = N.binary("add", C, prod, dt, out=into)
         it.set(op.result, _mma_shadow(it, op, RV(out, nb), a, b, c, roles, nb))
         return
     # reference order: contraction points in lexicographic order (dims of A)

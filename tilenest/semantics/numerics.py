@@ -169,12 +169,13 @@ def _quiet(x: np.ndarray, dt: DType) -> np.ndarray:
 
 
 def _via_f32(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
-    """An IEEE operation evaluated by numpy in the dtype itself for f32/f64, and for
-    f16/bf16 on the operands widened to f32 with the result rounded once."""
-    def run(dt: DType, *xs: np.ndarray) -> np.ndarray:
+    """An IEEE operation evaluated by numpy in the dtype itself for f32/f64 (into
+    ``out`` when given, as :func:`binary` says), and for f16/bf16 on the operands
+    widened to f32 with the result rounded once."""
+    def run(dt: DType, *xs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         if dt.bits == 16:
             return _from_f32(fn(*(x.astype(_F32) for x in xs)), dt)
-        return np.asarray(fn(*xs))
+        return np.asarray(fn(*xs) if out is None else fn(*xs, out=out))
     return run
 
 
@@ -326,10 +327,12 @@ def _float_extreme(a: np.ndarray, b: np.ndarray, dt: DType, is_max: bool) -> np.
     return np.where(np.isnan(wa), _quiet(a, dt), np.where(np.isnan(wb), _quiet(b, dt), r))
 
 
-def _float_binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+def _float_binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType,
+                  out: np.ndarray | None = None) -> np.ndarray:
     if op in ("maximum", "minimum"):
         return _float_extreme(a, b, dt, op == "maximum")
-    return _FLOAT_BINARY[op](dt, a, b)
+    run = _FLOAT_BINARY[op]
+    return run(dt, a, b, out=out) if out is not None and run in _INTO else run(dt, a, b)
 
 
 _FLOAT_BINARY: dict[str, Callable[..., np.ndarray]] = {
@@ -338,6 +341,8 @@ _FLOAT_BINARY: dict[str, Callable[..., np.ndarray]] = {
     "mod": _via_f32(np.mod), "pow": _via_f64(_F64_FUNCTION["pow"]),
     "atan2": _via_f64(_F64_FUNCTION["atan2"]),
 }
+#: the float binary ops that can write their result into a given array
+_INTO = frozenset(_FLOAT_BINARY[op] for op in ("add", "sub", "mul", "div"))
 
 
 def _wrap(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
@@ -404,8 +409,13 @@ _COMPARE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 
 
 @np.errstate(all="ignore")
-def binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
+def binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType,
+           out: np.ndarray | None = None) -> np.ndarray:
     """The binary elementwise op ``op`` on ``a`` and ``b`` (both values of ``dt``).
+
+    ``out``: an array of the result's shape and dtype whose contents the caller
+    gives up (it may be ``a`` or ``b`` itself); ``add sub mul div`` on f32 and
+    f64 write their result into it. The result is returned either way.
 
     Floats: ``add sub mul div`` are IEEE operations correctly rounded to ``dt``.
     ``rem`` is C fmod (exact; sign of the dividend); ``floordiv`` is numpy's
@@ -436,7 +446,7 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType) -> np.ndarray:
     if dt.is_float:
         if op not in _FLOAT_BINARY and op not in ("maximum", "minimum"):
             raise _not_defined(op, dt)
-        return np.asarray(_float_binary(op, a, b, dt))
+        return np.asarray(_float_binary(op, a, b, dt, out))
     table = _INT_BINARY if dt.is_int else _BOOL_BINARY
     if op not in table:
         raise _not_defined(op, dt)
