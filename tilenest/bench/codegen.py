@@ -63,13 +63,15 @@ from ..errors import TilenestError
 from .timing import Method, measure, plus_minus
 
 NAMES = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "fp8_quantize", "row_sum",
-         "global_sum", "gemm", "gemm_strict", "swiglu", "bmm_nt")
+         "logsumexp", "global_sum", "gemm", "gemm_strict", "swiglu", "bmm_nt")
 GEMMS = ("gemm", "gemm_strict")
 #: the benchmarks over an R x R matrix (one shape per size)
-ROWS = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "fp8_quantize", "row_sum")
+ROWS = ("read", "copy", "softmax", "rmsnorm", "layernorm", "add", "fp8_quantize", "row_sum",
+        "logsumexp")
 #: memory-bound benchmark -> the ceiling its bandwidth is measured against
 CEILING_OF = {"softmax": "copy", "rmsnorm": "copy", "layernorm": "copy", "add": "copy",
-              "fp8_quantize": "copy", "row_sum": "read", "global_sum": "read"}
+              "fp8_quantize": "copy", "row_sum": "read", "logsumexp": "read",
+              "global_sum": "read"}
 CEILINGS = ("read", "copy")
 
 #: per size: the row workloads' R (an R x R matrix), the GEMM and SwiGLU shapes
@@ -276,6 +278,16 @@ def cases(size: str, threads: int, only: tuple[str, ...], torch: Any) -> Iterato
         yield Case("row_sum", sq, f"row sum {label}", ks["row_sum"], (x, rs), rs,
                    lambda: x.sum(axis=1), (lambda: tx.sum(1)) if torch else None,
                    rtol=1e-3, atol=1e-3, bytes=f4 * (n * n + n))
+    if "logsumexp" in only:
+        ls = np.empty(n, np.float32)
+
+        def np_logsumexp() -> Any:
+            m = x.max(axis=1)
+            return m + np.log(np.exp(x - m[:, None]).sum(axis=1))
+
+        yield Case("logsumexp", sq, f"logsumexp {label}", ks["logsumexp"], (x, ls), ls,
+                   np_logsumexp, (lambda: torch.logsumexp(tx, 1)) if torch else None,
+                   rtol=1e-5, atol=1e-5, bytes=f4 * (n * n + n))
     if "global_sum" in only:
         (count,) = shapes(size, "global_sum")[0]
         v = rng.standard_normal(count).astype(np.float32)

@@ -12,7 +12,9 @@ The rest are written as a user new to the DSL would write them: ``swiglu``
 accumulator each), ``bmm_nt`` (a batched product with the second operand
 stored transposed, as attention's ``Q @ K^T``: the contraction dimension is
 named, not positioned), ``global_sum`` (a whole array to one scalar: a
-``reduce`` region over chunks at the top level), and the two bandwidth
+``reduce`` region over chunks at the top level), ``logsumexp`` (a row's
+``m + log(sum(exp(x - m)))``, the normalizer of a cross-entropy: a reduction
+of exponentials that stores none), and the two bandwidth
 probes ``read`` (every element read once, one sum per block of rows written)
 and ``copy``. Built on first use: importing this module captures nothing.
 """
@@ -25,7 +27,7 @@ from typing import Any
 def kernels() -> dict[str, Any]:
     """name -> kernel: softmax, rmsnorm (a row per program), rmsnorm_rows
     (``rows_per_program`` rows), layernorm, add, fp8_quantize, fp8_dequantize,
-    fp8_gemm, row_sum, gemm, gemm_strict,
+    fp8_gemm, row_sum, logsumexp, gemm, gemm_strict,
     swiglu, bmm_nt, global_sum, read, copy."""
     import tilenest as tn
     from tilenest import f32
@@ -120,6 +122,16 @@ def kernels() -> dict[str, Any]:
         for p in tn.parallel(tn.shape(tn.cdiv(rows, 4))):
             t = x[tn.coord(p.index() * 4, 0), tn.shape(4, cols)]
             y(tn.coord(p.index() * 4), tn.shape(4)).store(tn.reduce(t, t.dim(1), tn.add))
+
+    @tn.kernel
+    def logsumexp(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R"]):  # noqa: F821
+        rows, cols = x.shape
+        y = y.with_dims(x.dim(0))
+        for p in tn.parallel(tn.shape(rows)):
+            row = x[tn.coord(p.index(), 0), tn.shape(1, cols)]
+            m = tn.reduce(row, row.dim(1), tn.maximum)
+            s = tn.reduce(tn.exp(row - m), row.dim(1), tn.add)
+            y(tn.coord(p.index()), tn.shape(1)).store(m + tn.log(s))
 
     @tn.kernel
     def gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
@@ -242,6 +254,6 @@ def kernels() -> dict[str, Any]:
     return {"softmax": row_softmax, "rmsnorm": rmsnorm, "rmsnorm_rows": rmsnorm_rows,
             "layernorm": layernorm, "add": add, "fp8_quantize": fp8_quantize,
             "fp8_dequantize": fp8_dequantize, "fp8_gemm": fp8_gemm,
-            "row_sum": row_sum, "gemm": gemm,
+            "row_sum": row_sum, "logsumexp": logsumexp, "gemm": gemm,
             "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt,
             "global_sum": global_sum, "read": read, "copy": copy}

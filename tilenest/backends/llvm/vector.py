@@ -172,15 +172,32 @@ def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
     beside one, a gather, an operation without a lane-wise form here: the
     loop is then emitted as scalar code). Loads may move by any constant
     number of elements (gathers). A body of reductions alone is left to
-    LLVM's loop vectorizer, which interleaves several accumulators."""
+    LLVM's loop vectorizer, which interleaves several accumulators -- unless
+    it computes a function with a lane-wise form of its own (f32 ``exp``,
+    :data:`_OWN_VECTOR_FORM`): the loop vectorizer would evaluate the scalar
+    formula, range handling and all, in every lane, at about twice the cost
+    of that form's common path (a ``sum(exp(x))``, as in a log-sum-exp)."""
     w = width(var, body, vector_bits)
     if w is None:
         return None
     accs = [s.var.name for s in body if isinstance(s, L.Assign)]
-    if accs and (len(accs) == len(body) or len(set(accs)) < len(accs)
+    if accs and (len(set(accs)) < len(accs)
                  or any(L.names(x) & set(accs) for s in body for x in _operands(s))):
-        return None  # only reductions, or an accumulator read or updated twice
+        return None  # an accumulator read or updated twice
+    if accs and len(accs) == len(body) and not any(
+            _own_vector_form(y) for s in body for x in _operands(s) for y in L.subexprs(x)):
+        return None  # only reductions, of values LLVM's vectorizer forms as well
     return w
+
+
+#: unary ops whose vector form here is a function of its own (``MathLib``),
+#: not the lane-wise image of the scalar code
+_OWN_VECTOR_FORM = frozenset({"exp"})
+
+
+def _own_vector_form(x: Any) -> bool:
+    """Whether ``x`` is a call with a lane-wise form of its own: f32 ``exp``."""
+    return isinstance(x, L.Un) and x.op in _OWN_VECTOR_FORM and x.dtype.name == "f32"
 
 
 def width(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
