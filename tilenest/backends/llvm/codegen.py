@@ -374,9 +374,10 @@ class FnGen(VectorLoops):
         return F64 if dt.name == "f64" else F32
 
     def to_wide(self, v: ir.Value, dt: D.DType) -> ir.Value:
-        """A value of ``dt`` widened exactly to :meth:`wide_type`."""
+        """A value of ``dt`` widened exactly to :meth:`wide_type` (lane-wise for
+        a vector)."""
         if dt.name == "f16":
-            return self.b.fpext(v, F32)
+            return self.b.fpext(v, SF.like(v, F32))
         if dt.name == "bf16":
             return SF.bf16_bits_to_f32(self.b, v)
         if dt.is_fp8:
@@ -384,9 +385,10 @@ class FnGen(VectorLoops):
         return v
 
     def from_wide(self, v: ir.Value, dt: D.DType) -> ir.Value:
-        """A float (f32) rounded once to ``dt`` (f16/bf16), or unchanged."""
+        """A float (f32) rounded once to ``dt`` (f16/bf16), or unchanged
+        (lane-wise for a vector)."""
         if dt.name == "f16":
-            return self.b.fptrunc(v, F16)
+            return self.b.fptrunc(v, SF.like(v, F16))
         if dt.name == "bf16":
             return SF.f32_to_bf16_bits(self.b, v)
         if dt.is_fp8:  # arithmetic never yields FP8 (V-24); casts go through to_fp8

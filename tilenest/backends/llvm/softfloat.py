@@ -41,6 +41,17 @@ F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 BF16 = ir.IntType(16)  # bf16 travels as its bit pattern
 
 
+def like(v: ir.Value, t: ir.Type) -> ir.Type:
+    """``t``, or a vector of ``t`` as wide as ``v``'s vector type."""
+    return ir.VectorType(t, v.type.count) if isinstance(v.type, ir.VectorType) else t
+
+
+def _k(v: ir.Value, c: int | float) -> ir.Constant:
+    """The constant ``c`` of ``v``'s type (in every lane of a vector)."""
+    t = v.type
+    return ir.Constant(t, [c] * t.count) if isinstance(t, ir.VectorType) else ir.Constant(t, c)
+
+
 def _c32(v: int) -> ir.Constant:
     return ir.Constant(I32, v)
 
@@ -100,21 +111,23 @@ def f32_to_f16_bits(b: ir.IRBuilder, x: ir.Value) -> ir.Value:
 
 
 def f32_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    """The bit pattern (i16) of the f32 value ``v`` rounded once to bf16: add
-    ``0x7fff`` plus the kept lowest bit and drop 16 bits (the carry handles
-    mantissa overflow and overflow to inf); NaN keeps its top bits and is made
-    quiet."""
-    u = b.bitcast(v, I32)
-    lsb = b.and_(b.lshr(u, _c32(16)), _c32(1))
-    r = b.lshr(b.add(u, b.add(_c32(0x7FFF), lsb)), _c32(16))
+    """The bit pattern (i16, lane-wise for a vector) of the f32 value ``v``
+    rounded once to bf16: add ``0x7fff`` plus the kept lowest bit and drop 16
+    bits (the carry handles mantissa overflow and overflow to inf); NaN keeps
+    its top bits and is made quiet."""
+    u = b.bitcast(v, like(v, I32))
+    lsb = b.and_(b.lshr(u, _k(u, 16)), _k(u, 1))
+    r = b.lshr(b.add(u, b.add(_k(u, 0x7FFF), lsb)), _k(u, 16))
     nan = b.fcmp_unordered("uno", v, v)
-    q = b.or_(b.lshr(u, _c32(16)), _c32(0x40))
-    return b.trunc(b.select(nan, q, r), I16)
+    q = b.or_(b.lshr(u, _k(u, 16)), _k(u, 0x40))
+    return b.trunc(b.select(nan, q, r), like(v, I16))
 
 
 def bf16_bits_to_f32(b: ir.IRBuilder, h: ir.Value) -> ir.Value:
-    """The bf16 value with bit pattern ``h`` as an exact f32 (the top half)."""
-    return b.bitcast(b.shl(b.zext(h, I32), _c32(16)), F32)
+    """The bf16 value with bit pattern ``h`` (i16, or a vector of them) as an
+    exact f32 (the top half)."""
+    u = b.zext(h, like(h, I32))
+    return b.bitcast(b.shl(u, _k(u, 16)), like(h, F32))
 
 
 def f64_to_f32_odd(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
@@ -151,17 +164,6 @@ FP8 = {"f8e4m3fn": (3, 7, 0x7E, 0x7F, None), "f8e5m2": (2, 15, 0x7B, 0x7E, 0x7C)
 I8 = ir.IntType(8)
 
 
-def _like(v: ir.Value, t: ir.Type) -> ir.Type:
-    """``t``, or a vector of ``t`` as wide as ``v``'s vector type."""
-    return ir.VectorType(t, v.type.count) if isinstance(v.type, ir.VectorType) else t
-
-
-def _k(v: ir.Value, c: int | float) -> ir.Constant:
-    """The constant ``c`` of ``v``'s type (in every lane of a vector)."""
-    t = v.type
-    return ir.Constant(t, [c] * t.count) if isinstance(t, ir.VectorType) else ir.Constant(t, c)
-
-
 def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
     """The FP8 value with bit pattern ``h`` (``i8``, or a vector of them) as
     an exact f32: exponent and fraction moved into place (rebias to 127), a
@@ -169,12 +171,12 @@ def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
     f8e4m3fn's one NaN pattern per sign (``S.1111.111``), f8e5m2's
     infinities and NaNs (made quiet) as in IEEE."""
     frac, bias, _top, _nan, inf_code = FP8[fmt]
-    u = b.zext(h, _like(h, I32))
+    u = b.zext(h, like(h, I32))
     sign = b.shl(b.and_(u, _k(u, 0x80)), _k(u, 24))
     e = b.and_(b.lshr(u, _k(u, frac)), _k(u, (1 << (7 - frac)) - 1))
     m = b.and_(u, _k(u, (1 << frac) - 1))
     normal = b.or_(b.shl(b.add(e, _k(u, 127 - bias)), _k(u, 23)), b.shl(m, _k(u, 23 - frac)))
-    mf = b.uitofp(m, _like(h, F32))
+    mf = b.uitofp(m, like(h, F32))
     sub = b.fmul(mf, _k(mf, 2.0 ** (1 - bias - frac)))
     mag = b.select(b.icmp_unsigned("==", e, _k(u, 0)), b.bitcast(sub, u.type), normal)
     if inf_code is None:  # e4m3fn
@@ -185,7 +187,7 @@ def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
         nonfinite = b.select(b.icmp_unsigned("==", m, _k(u, 0)), _k(u, 0x7F800000),
                              _k(u, 0x7FC00000))
         mag = b.select(special, nonfinite, mag)
-    return b.bitcast(b.or_(mag, sign), _like(h, F32))
+    return b.bitcast(b.or_(mag, sign), like(h, F32))
 
 
 def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir.Value:
@@ -203,9 +205,9 @@ def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir
     if overflow not in ("saturate", "nonfinite"):
         raise ValueError(f"internal: a cast into {fmt} without an overflow policy")
     frac, bias, top, nan_code, inf_code = FP8[fmt]
-    u = b.bitcast(v, _like(v, I32))
+    u = b.bitcast(v, like(v, I32))
     a = b.and_(u, _k(u, 0x7FFFFFFF))
-    sign = b.trunc(b.and_(b.lshr(u, _k(u, 24)), _k(u, 0x80)), _like(v, I8))
+    sign = b.trunc(b.and_(b.lshr(u, _k(u, 24)), _k(u, 0x80)), like(v, I8))
     sh = 23 - frac
     lsb = b.and_(b.lshr(a, _k(u, sh)), _k(u, 1))
     r = b.add(a, b.add(_k(u, (1 << (sh - 1)) - 1), lsb))
@@ -218,7 +220,7 @@ def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir
     over_code = top if overflow == "saturate" else nan_code if inf_code is None else inf_code
     code = b.select(b.icmp_signed(">", code, _k(u, top)), _k(u, over_code), code)
     code = b.select(b.icmp_unsigned(">", a, _k(u, 0x7F800000)), _k(u, nan_code), code)
-    return b.or_(b.trunc(code, _like(v, I8)), sign)
+    return b.or_(b.trunc(code, like(v, I8)), sign)
 
 
 HELPERS = {

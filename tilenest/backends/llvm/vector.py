@@ -54,10 +54,16 @@ _BOOL_BIN = frozenset({"and", "or", "xor", "maximum", "minimum"}) | _CMP
 
 
 def _lane_dtype(dt: D.DType) -> bool:
-    """Whether values of ``dt`` are kept as vectors here (f16/bf16 and
-    their software conversions stay scalar; the FP8 formats' conversions are
-    lane-wise integer code, ``softfloat``)."""
-    return dt.is_bool or dt.is_int or dt.is_fp8 or dt.name in ("f32", "f64")
+    """Whether values of ``dt`` are kept as vectors here: every dtype. The
+    16-bit floats and the FP8 formats are bit patterns whose conversions to
+    and from f32 are lane-wise code (``half`` conversions, ``softfloat``)."""
+    return dt.is_bool or dt.is_int or dt.is_fp8 or dt.is_float
+
+
+#: float dtypes whose arithmetic is lane-wise here: f32/f64 directly, f16 and
+#: bf16 on their exact f32 values with each result rounded once (the scalar
+#: rule, ``codegen.FnGen.binary``)
+_ARITH_FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
 
 
 def stride(e: E.Expr, x: E.Var) -> int | None:
@@ -136,16 +142,18 @@ class _Check:
         if isinstance(x, L.Bin):
             dt = x.a.dtype
             ops = (_BOOL_BIN if dt.is_bool else _INT_BIN if dt.is_int
-                   else _FLOAT_BIN if dt.name in ("f32", "f64") else _CMP if dt.is_fp8
+                   else _FLOAT_BIN if dt.name in _ARITH_FLOATS else _CMP if dt.is_fp8
                    else frozenset())
             return (x.op in ops and self.data(dt) and self.data(x.dtype)
                     and self.expr(x.a) and self.expr(x.b))
         if isinstance(x, L.Cast):
             src, dst = x.a.dtype, x.dtype
-            if src.is_fp8 or dst.is_fp8:  # FP8 <-> f32, and between the formats
-                ok = {src.name, dst.name} <= {"f32", "f8e4m3fn", "f8e5m2"} or (
-                    src.is_fp8 and dst.name == "f64")
-                return ok and self.expr(x.a)
+            if src.bits <= 16 and src.is_float or dst.bits <= 16 and dst.is_float:
+                # f16, bf16 and FP8 to and from f32 and each other (exactly
+                # through f32), and widened to f64
+                ok = (src.name in _NARROW_CASTS and dst.name in _NARROW_CASTS) or (
+                    src.name in _NARROW_CASTS and dst.name == "f64")
+                return ok and self.data(src) and self.data(dst) and self.expr(x.a)
             ok = (src.is_float and dst.is_float) or (
                 (src.is_int or src.is_bool) and not dst.is_bool
                 and (dst.is_int or dst.name in ("f32", "f64")))
@@ -189,6 +197,10 @@ def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
         return None  # only reductions, of values LLVM's vectorizer forms as well
     return w
 
+
+#: the float dtypes cast lane-wise among themselves (one rounding from the
+#: exact f32 value: every f16, bf16 and FP8 value is an f32 value)
+_NARROW_CASTS = frozenset({"f16", "bf16", "f32", "f8e4m3fn", "f8e5m2"})
 
 #: unary ops whose vector form here is a function of its own (``MathLib``),
 #: not the lane-wise image of the scalar code
@@ -501,22 +513,21 @@ class _Lanes:
         meaning of the scalar ``codegen.FnGen.cast``: between f32 and f64
         exact widening or one rounding; integers (and bool, 0 or 1) by
         register width, truncating or extending by the source's signedness;
-        integers to f32/f64 rounded once; FP8 widened exactly, and reached
-        from f32 (or the other format, exactly through f32) with one rounding
-        and ``overflow`` (``softfloat``)."""
+        integers to f32/f64 rounded once; f16, bf16 and FP8 widened exactly
+        to f32 (and f64), and reached from f32 or from each other (exactly
+        through f32) with one rounding (``overflow`` for FP8, ``softfloat``)."""
         from . import softfloat as SF
         from .codegen import reg_type
 
         b = self.b
         if src == dst:
             return v
-        if src.is_fp8:
-            w = SF.fp8_bits_to_f32(b, v, src.name)
+        if src.name in _NARROW_CASTS and dst.name in _NARROW_CASTS | {"f64"}:
+            w = self.g.to_wide(v, src)  # exact
             if dst.is_fp8:
                 return SF.f32_to_fp8_bits(b, w, dst.name, overflow)
-            return b.fpext(w, self.vec(reg_type(dst))) if dst.name == "f64" else w
-        if dst.is_fp8:  # from f32 (plan admits no other source)
-            return SF.f32_to_fp8_bits(b, v, dst.name, overflow)
+            return b.fpext(w, self.vec(reg_type(dst))) if dst.name == "f64" else \
+                self.g.from_wide(w, dst)
         rt = self.vec(reg_type(dst))
         if src.is_float:
             return b.fpext(v, rt) if dst.bits > src.bits else b.fptrunc(v, rt)
