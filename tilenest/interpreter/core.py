@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import random as _random
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -41,6 +42,13 @@ RULES: dict[str, Rule] = {}
 #: the least array size an op's result is written into in place of a dead
 #: operand's (:meth:`Interpreter.reusable`); smaller ones are cheap to allocate
 REUSE_BYTES = 1 << 16
+
+#: whether ``sys.getrefcount`` counts every holder of an object, as
+#: :meth:`Interpreter.reusable` needs: CPython with the GIL before 3.14 (3.14
+#: borrows references of the operand stack, so counts may be smaller; a
+#: free-threaded build counts approximately); elsewhere nothing is reused
+EXACT_REFCOUNTS = (sys.implementation.name == "cpython" and sys.version_info < (3, 14)
+                   and not sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def last_uses(b: Block) -> dict[int, tuple[tuple[str, int], ...]]:
@@ -494,9 +502,8 @@ class Interpreter:
         the result), and ``v``'s array is a C-contiguous, writeable array of
         its own of at least :data:`REUSE_BYTES`, which nothing but ``v``'s
         entry holds (no view of it, no other value or tensor: the reference
-        counts say so)."""
-        if (v.name not in self.dying or self.opts.oracle
-                or not hasattr(sys, "getrefcount")):
+        counts say so, where they count every holder: :data:`EXACT_REFCOUNTS`)."""
+        if v.name not in self.dying or self.opts.oracle or not EXACT_REFCOUNTS:
             return None
         rv = self.values.get(v.name)
         if type(rv) is not RV:
