@@ -241,9 +241,10 @@ class Interpreter:
         # region op id -> per-instance box constraint of a domain whose extents
         # differ between the instances executing it together (regions.domain_points)
         self.ragged: dict[int, E.Pred] = {}
-        #: id of a block -> {op index: the values defined in the block whose last
-        #: use is that op, with their defining op's index} (:func:`last_uses`)
-        self.last_uses: dict[int, dict[int, tuple[tuple[str, int], ...]]] = {}
+        #: id of a block -> the block (held, so that its id is not reused) and
+        #: {op index: the values defined in the block whose last use is that op,
+        #: with their defining op's index} (:func:`last_uses`)
+        self.last_uses: dict[int, tuple[Block, dict[int, tuple[tuple[str, int], ...]]]] = {}
         #: the values the running op reads for the last time (:meth:`reusable`)
         self.dying: frozenset[str] = frozenset()
         self.ienv = IndexEnv(self._bind(args, params))
@@ -325,9 +326,10 @@ class Interpreter:
         A value defined in ``b`` (at ``start`` or later: the ops before it are
         not run again) leaves the environment after its last use, and that op
         may write its result into the value's array (:meth:`reusable`)."""
-        plan = self.last_uses.get(id(b))
-        if plan is None:
-            plan = self.last_uses[id(b)] = last_uses(b)
+        held = self.last_uses.get(id(b))
+        if held is None or held[0] is not b:
+            held = self.last_uses[id(b)] = (b, last_uses(b))
+        plan = held[1]
         for k in range(start, len(b.ops)):
             op = b.ops[k]
             if op.name == "yield":

@@ -92,8 +92,8 @@ def _into(it: Interpreter, op: Operation, xs: list[np.ndarray],
     shape = np.broadcast_shapes(*(x.shape for x in xs))
     want = op.result.type.dtype.np
     for a, x in zip(dead, xs, strict=True):
-        if (a is not None and a.dtype == want and x.shape == shape and x.flags.c_contiguous
-                and x.ctypes.data == a.ctypes.data):
+        if (a is not None and a.dtype == want and x.shape == shape and x.size == a.size
+                and x.flags.c_contiguous and x.ctypes.data == a.ctypes.data):
             a.shape = shape  # nothing else holds it (it.reusable)
             return a
     return None
