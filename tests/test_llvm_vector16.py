@@ -89,3 +89,108 @@ def test_without_16_bit_lanes_the_loops_are_not_vector_code(monkeypatch):
     prog = mix16.program
     ck = compile_program(prog, default_schedule(prog, "llvm", vector_bits=512), cache=False)
     assert "<16 x i16>" not in ck.llvm_ir
+
+
+@tn.kernel
+def unary16(a: tn.Tensor[bf16, "N"], h: tn.Tensor[f16, "N"],  # noqa: F821
+            ya: tn.Tensor[bf16, "K N"], yh: tn.Tensor[f16, "K N"], *, bc=512):  # noqa: F821
+    (n,) = a.shape
+    h = h.with_dims(*a.dims())
+    k, c = ya.dims()
+    ya, yh = ya.with_dims(k, a.dim(0)), yh.with_dims(k, a.dim(0))
+    for p in tn.parallel(tn.shape(tn.cdiv(n, bc))):
+        o = p.index() * bc
+        av = a[tn.coord(o), tn.shape(bc), tn.bounds.zero]
+        hv = h[tn.coord(o), tn.shape(bc), tn.bounds.zero]
+        for row, f in enumerate((tn.neg, tn.abs, tn.sqrt, tn.floor, tn.ceil, tn.trunc,
+                                 tn.round, tn.exp)):
+            ya(tn.coord(row, o), tn.shape(1, bc)).store(tn.reshape(f(av), (1, bc)))
+            yh(tn.coord(row, o), tn.shape(1, bc)).store(tn.reshape(f(hv), (1, bc)))
+
+
+def _within_an_ulp(got, want):
+    """``exp``'s contract (``numerics.ulp_bound``: 1 ulp): the same NaNs and
+    infinities, and finite results at most one code apart, of the same sign."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    assert np.array_equal(np.isnan(g), np.isnan(w))
+    fin = np.isfinite(w)
+    assert np.array_equal(g[~fin & ~np.isnan(w)], w[~fin & ~np.isnan(w)])
+    gi, wi = got.view(np.uint16)[fin].astype(np.int32), want.view(np.uint16)[fin].astype(np.int32)
+    assert np.all(np.abs(gi - wi) <= 1) and np.array_equal(gi >> 15, wi >> 15)
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_16_bit_unary_ops_on_every_code(bits, monkeypatch):
+    """neg, abs, sqrt, floor, ceil, trunc, round and exp on every bf16 and f16
+    bit pattern, as vector code: the exact ops bit for bit the interpreter's,
+    ``exp`` (the faithful f32 function rounded once more) within its 1-ulp
+    contract; and all of them bit for bit the scalar code's."""
+    prog = unary16.program
+    ck = compile_program(prog, default_schedule(prog, "llvm", vector_bits=bits), cache=False)
+    w = bits // 32
+    assert f'call <{w} x float> @"tn.exp.v{w}f32"' in ck.llvm_ir
+    assert f"<{w} x half>" in ck.llvm_ir and f"xor <{w} x i16>" in ck.llvm_ir
+    codes = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    a, h = codes.view(ml_dtypes.bfloat16), codes.view(np.float16)
+    got = (np.zeros((8, a.size), ml_dtypes.bfloat16), np.zeros((8, a.size), np.float16))
+    want = tuple(g.copy() for g in got)
+    ck(a, h, *got)
+    with np.errstate(all="ignore"):
+        tn.interpret(unary16, a, h, *want)
+    for g, r in zip(got, want):
+        for row in range(7):
+            _same(g[row], r[row])
+        _within_an_ulp(g[7], r[7])
+    # the scalar code of the same program (no vector loops) gives the same bits
+    with monkeypatch.context() as m:
+        m.setattr(V, "plan", lambda *x: None)
+        scalar = compile_program(prog, default_schedule(prog, "llvm", vector_bits=bits),
+                                 cache=False)
+    assert f"<{w} x half>" not in scalar.llvm_ir
+    once = tuple(np.zeros_like(g) for g in got)
+    scalar(a, h, *once)
+    for g, o in zip(got, once):
+        nan = np.isnan(o.astype(np.float64))
+        assert np.array_equal(g.view(np.uint16)[~nan], o.view(np.uint16)[~nan])
+
+
+@tn.kernel
+def reduce16(a: tn.Tensor[bf16, "R C"], h: tn.Tensor[f16, "R C"],
+             sa: tn.Tensor[bf16, "R K"], sh: tn.Tensor[f16, "R K"]):  # noqa: F821
+    rows, cols = a.shape
+    r, c = a.dims()
+    h = h.with_dims(r, c)
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        for t, out in ((a[o, tn.shape(1, cols)], sa), (h[o, tn.shape(1, cols)], sh)):
+            for j, f in enumerate((tn.maximum, tn.minimum, tn.add)):
+                v = tn.reduce(t, c, f)
+                out(tn.coord(p.index(), j), tn.shape(1, 1)).store(tn.reshape(v, (1, 1)))
+
+
+@pytest.mark.parametrize("bits", [256, 512])
+def test_16_bit_accumulators(bits):
+    """Row maximum, minimum and sum of bf16 and f16 values in vector
+    accumulators of their dtype (LLVM's loop vectorizer runs such rounded
+    steps one after another): the extremes bit for bit the interpreter's
+    (signed zeros, infinities, NaN), the sums within the regrouping the
+    contract admits (``tn.validate``)."""
+    prog = reduce16.program
+    ck = compile_program(prog, default_schedule(prog, "llvm", vector_bits=bits), cache=False)
+    w = bits // 32
+    assert f"alloca <{w} x i16>" in ck.llvm_ir and f"alloca <{w} x half>" in ck.llvm_ir
+    rng = np.random.default_rng(bits)
+    cols = 37
+    rows = [np.full(cols, -0.0), np.full(cols, 0.0), np.where(np.arange(cols) == 20, 0.0, -0.0),
+            np.where(np.arange(cols) == 3, np.nan, 1.0), np.where(np.arange(cols) % 2, np.inf, 2.0),
+            np.where(np.arange(cols) == 36, -np.inf, -3.0), rng.standard_normal(cols) * 100]
+    x = np.array(rows, np.float32)
+    a, h = x.astype(ml_dtypes.bfloat16), x.astype(np.float16)
+    got = (np.zeros((len(rows), 3), ml_dtypes.bfloat16), np.zeros((len(rows), 3), np.float16))
+    want = tuple(g.copy() for g in got)
+    ck(a, h, *got)
+    tn.interpret(reduce16, a, h, *want)
+    for g, r in zip(got, want):
+        _same(g[:, :2], r[:, :2])
+    report = tn.validate(reduce16, "llvm", inputs=[a, h, *got])
+    assert report.ok, report

@@ -436,11 +436,11 @@ class FnGen(VectorLoops):
             raise NotAvailableError(f"op '{op}' on {dt} has no llvm lowering")
         if op == "neg":
             if dt.name == "bf16":
-                return b.xor(v, ir.Constant(I16, 0x8000))
+                return b.xor(v, SF.const_of(v, 0x8000))
             return b.fneg(v)
         if op == "abs":
             if dt.name == "bf16":
-                return b.and_(v, ir.Constant(I16, 0x7FFF))
+                return b.and_(v, SF.const_of(v, 0x7FFF))
             return self.fintr("fabs", v)
         if op == "signbit":
             bits = v if isinstance(v.type, ir.IntType) else b.bitcast(v, ir.IntType(dt.bits))

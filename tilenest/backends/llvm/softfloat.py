@@ -46,7 +46,7 @@ def like(v: ir.Value, t: ir.Type) -> ir.Type:
     return ir.VectorType(t, v.type.count) if isinstance(v.type, ir.VectorType) else t
 
 
-def _k(v: ir.Value, c: int | float) -> ir.Constant:
+def const_of(v: ir.Value, c: int | float) -> ir.Constant:
     """The constant ``c`` of ``v``'s type (in every lane of a vector)."""
     t = v.type
     return ir.Constant(t, [c] * t.count) if isinstance(t, ir.VectorType) else ir.Constant(t, c)
@@ -116,10 +116,10 @@ def f32_to_bf16_bits(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
     bits (the carry handles mantissa overflow and overflow to inf); NaN keeps
     its top bits and is made quiet."""
     u = b.bitcast(v, like(v, I32))
-    lsb = b.and_(b.lshr(u, _k(u, 16)), _k(u, 1))
-    r = b.lshr(b.add(u, b.add(_k(u, 0x7FFF), lsb)), _k(u, 16))
+    lsb = b.and_(b.lshr(u, const_of(u, 16)), const_of(u, 1))
+    r = b.lshr(b.add(u, b.add(const_of(u, 0x7FFF), lsb)), const_of(u, 16))
     nan = b.fcmp_unordered("uno", v, v)
-    q = b.or_(b.lshr(u, _k(u, 16)), _k(u, 0x40))
+    q = b.or_(b.lshr(u, const_of(u, 16)), const_of(u, 0x40))
     return b.trunc(b.select(nan, q, r), like(v, I16))
 
 
@@ -127,7 +127,7 @@ def bf16_bits_to_f32(b: ir.IRBuilder, h: ir.Value) -> ir.Value:
     """The bf16 value with bit pattern ``h`` (i16, or a vector of them) as an
     exact f32 (the top half)."""
     u = b.zext(h, like(h, I32))
-    return b.bitcast(b.shl(u, _k(u, 16)), like(h, F32))
+    return b.bitcast(b.shl(u, const_of(u, 16)), like(h, F32))
 
 
 def f64_to_f32_odd(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
@@ -172,20 +172,20 @@ def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
     infinities and NaNs (made quiet) as in IEEE."""
     frac, bias, _top, _nan, inf_code = FP8[fmt]
     u = b.zext(h, like(h, I32))
-    sign = b.shl(b.and_(u, _k(u, 0x80)), _k(u, 24))
-    e = b.and_(b.lshr(u, _k(u, frac)), _k(u, (1 << (7 - frac)) - 1))
-    m = b.and_(u, _k(u, (1 << frac) - 1))
-    normal = b.or_(b.shl(b.add(e, _k(u, 127 - bias)), _k(u, 23)), b.shl(m, _k(u, 23 - frac)))
+    sign = b.shl(b.and_(u, const_of(u, 0x80)), const_of(u, 24))
+    e = b.and_(b.lshr(u, const_of(u, frac)), const_of(u, (1 << (7 - frac)) - 1))
+    m = b.and_(u, const_of(u, (1 << frac) - 1))
+    normal = b.or_(b.shl(b.add(e, const_of(u, 127 - bias)), const_of(u, 23)), b.shl(m, const_of(u, 23 - frac)))
     mf = b.uitofp(m, like(h, F32))
-    sub = b.fmul(mf, _k(mf, 2.0 ** (1 - bias - frac)))
-    mag = b.select(b.icmp_unsigned("==", e, _k(u, 0)), b.bitcast(sub, u.type), normal)
+    sub = b.fmul(mf, const_of(mf, 2.0 ** (1 - bias - frac)))
+    mag = b.select(b.icmp_unsigned("==", e, const_of(u, 0)), b.bitcast(sub, u.type), normal)
     if inf_code is None:  # e4m3fn
-        special = b.icmp_unsigned("==", b.and_(u, _k(u, 0x7F)), _k(u, 0x7F))
-        mag = b.select(special, _k(u, 0x7FC00000), mag)
+        special = b.icmp_unsigned("==", b.and_(u, const_of(u, 0x7F)), const_of(u, 0x7F))
+        mag = b.select(special, const_of(u, 0x7FC00000), mag)
     else:  # e5m2: the all-ones exponent
-        special = b.icmp_unsigned("==", e, _k(u, (1 << (7 - frac)) - 1))
-        nonfinite = b.select(b.icmp_unsigned("==", m, _k(u, 0)), _k(u, 0x7F800000),
-                             _k(u, 0x7FC00000))
+        special = b.icmp_unsigned("==", e, const_of(u, (1 << (7 - frac)) - 1))
+        nonfinite = b.select(b.icmp_unsigned("==", m, const_of(u, 0)), const_of(u, 0x7F800000),
+                             const_of(u, 0x7FC00000))
         mag = b.select(special, nonfinite, mag)
     return b.bitcast(b.or_(mag, sign), like(h, F32))
 
@@ -206,20 +206,20 @@ def f32_to_fp8_bits(b: ir.IRBuilder, v: ir.Value, fmt: str, overflow: str) -> ir
         raise ValueError(f"internal: a cast into {fmt} without an overflow policy")
     frac, bias, top, nan_code, inf_code = FP8[fmt]
     u = b.bitcast(v, like(v, I32))
-    a = b.and_(u, _k(u, 0x7FFFFFFF))
-    sign = b.trunc(b.and_(b.lshr(u, _k(u, 24)), _k(u, 0x80)), like(v, I8))
+    a = b.and_(u, const_of(u, 0x7FFFFFFF))
+    sign = b.trunc(b.and_(b.lshr(u, const_of(u, 24)), const_of(u, 0x80)), like(v, I8))
     sh = 23 - frac
-    lsb = b.and_(b.lshr(a, _k(u, sh)), _k(u, 1))
-    r = b.add(a, b.add(_k(u, (1 << (sh - 1)) - 1), lsb))
-    normal = b.sub(b.lshr(r, _k(u, sh)), _k(u, (127 - bias) << frac))
+    lsb = b.and_(b.lshr(a, const_of(u, sh)), const_of(u, 1))
+    r = b.add(a, b.add(const_of(u, (1 << (sh - 1)) - 1), lsb))
+    normal = b.sub(b.lshr(r, const_of(u, sh)), const_of(u, (127 - bias) << frac))
     mag = b.bitcast(a, v.type)  # |v|
-    t = b.fadd(b.fmul(mag, _k(v, 2.0 ** (bias - 1 + frac))), _k(v, 2.0 ** 23))
-    sub = b.sub(b.bitcast(t, u.type), _k(u, 0x4B000000))
-    small = b.icmp_unsigned("<", a, _k(u, (128 - bias) << 23))  # below 2^(1 - bias)
+    t = b.fadd(b.fmul(mag, const_of(v, 2.0 ** (bias - 1 + frac))), const_of(v, 2.0 ** 23))
+    sub = b.sub(b.bitcast(t, u.type), const_of(u, 0x4B000000))
+    small = b.icmp_unsigned("<", a, const_of(u, (128 - bias) << 23))  # below 2^(1 - bias)
     code = b.select(small, sub, normal)
     over_code = top if overflow == "saturate" else nan_code if inf_code is None else inf_code
-    code = b.select(b.icmp_signed(">", code, _k(u, top)), _k(u, over_code), code)
-    code = b.select(b.icmp_unsigned(">", a, _k(u, 0x7F800000)), _k(u, nan_code), code)
+    code = b.select(b.icmp_signed(">", code, const_of(u, top)), const_of(u, over_code), code)
+    code = b.select(b.icmp_unsigned(">", a, const_of(u, 0x7F800000)), const_of(u, nan_code), code)
     return b.or_(b.trunc(code, like(v, I8)), sign)
 
 

@@ -136,8 +136,10 @@ class _Check:
             return x.dtype.name in ("f32", "f64") and all(self.expr(y) for y in (x.a, x.b, x.c))
         if isinstance(x, L.Un):
             dt = x.a.dtype
-            ops = _FLOAT_UN | ({"exp"} if dt.name == "f32" else frozenset())
-            return (dt.name in ("f32", "f64") and x.op in ops and x.dtype == dt
+            # exp on f32, and on f16/bf16 as the f32 function of the widened
+            # value rounded once (the scalar rule)
+            ops = _FLOAT_UN | ({"exp"} if dt.name != "f64" else frozenset())
+            return (dt.name in _ARITH_FLOATS and x.op in ops and x.dtype == dt
                     and self.data(dt) and self.expr(x.a))
         if isinstance(x, L.Bin):
             dt = x.a.dtype
@@ -181,10 +183,12 @@ def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
     loop is then emitted as scalar code). Loads may move by any constant
     number of elements (gathers). A body of reductions alone is left to
     LLVM's loop vectorizer, which interleaves several accumulators -- unless
-    it computes a function with a lane-wise form of its own (f32 ``exp``,
+    it computes a function with a lane-wise form of its own (``exp``,
     :data:`_OWN_VECTOR_FORM`): the loop vectorizer would evaluate the scalar
     formula, range handling and all, in every lane, at about twice the cost
-    of that form's common path (a ``sum(exp(x))``, as in a log-sum-exp)."""
+    of that form's common path (a ``sum(exp(x))``, as in a log-sum-exp); or
+    it accumulates a 16-bit float, whose rounded steps that pass does not
+    see as a reduction (it would run them one after another)."""
     w = width(var, body, vector_bits)
     if w is None:
         return None
@@ -193,7 +197,8 @@ def plan(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
                  or any(L.names(x) & set(accs) for s in body for x in _operands(s))):
         return None  # an accumulator read or updated twice
     if accs and len(accs) == len(body) and not any(
-            _own_vector_form(y) for s in body for x in _operands(s) for y in L.subexprs(x)):
+            _own_vector_form(y) for s in body for x in _operands(s) for y in L.subexprs(x)
+    ) and all(s.var.dtype.bits >= 32 for s in body):
         return None  # only reductions, of values LLVM's vectorizer forms as well
     return w
 
@@ -208,8 +213,9 @@ _OWN_VECTOR_FORM = frozenset({"exp"})
 
 
 def _own_vector_form(x: Any) -> bool:
-    """Whether ``x`` is a call with a lane-wise form of its own: f32 ``exp``."""
-    return isinstance(x, L.Un) and x.op in _OWN_VECTOR_FORM and x.dtype.name == "f32"
+    """Whether ``x`` is a call with a lane-wise form of its own: ``exp`` on
+    f32 (and on f16/bf16, through f32)."""
+    return isinstance(x, L.Un) and x.op in _OWN_VECTOR_FORM and x.dtype.name != "f64"
 
 
 def width(var: L.LVar, body: tuple, vector_bits: int) -> int | None:
@@ -228,12 +234,14 @@ _ACCUMULATE = {"add": -0.0, "maximum": float("-inf"), "minimum": float("inf")}
 
 
 def accumulation(s: L.Assign) -> str | None:
-    """The op of ``acc = op{reassoc}(acc, value)`` on f32/f64, a reduction a
-    vector loop may regroup (``reassoc``: any grouping and order of the
-    contributions is the contract's), or None."""
+    """The op of ``acc = op{reassoc}(acc, value)`` on a float dtype with
+    arithmetic here (f16, bf16, f32, f64: each step the dtype's operation,
+    rounded as the scalar one), a reduction a vector loop may regroup
+    (``reassoc``: any grouping and order of the contributions is the
+    contract's), or None."""
     v = s.value
     if (isinstance(v, L.Bin) and v.op in _ACCUMULATE and "reassoc" in v.flags
-            and v.a == L.Ref(s.var) and s.var.dtype.name in ("f32", "f64")
+            and v.a == L.Ref(s.var) and s.var.dtype.name in _ARITH_FLOATS
             and v.dtype == s.var.dtype):
         return v.op
     return None
@@ -314,7 +322,7 @@ class VectorLoops:
         """Vector steps of ``w`` iterations from ``lo``, then the scalar
         rest; with ``stream``, that buffer's stores are aligned streaming
         stores (the caller made its first address vector-aligned)."""
-        from .codegen import reg_type
+        from .codegen import const, reg_type
 
         b = self.b
         n = b.sub(hi, lo)
@@ -324,8 +332,8 @@ class VectorLoops:
         for s in body:  # each accumulator's lanes start from the op's identity
             if isinstance(s, L.Assign):
                 vt = ir.VectorType(reg_type(s.var.dtype), w)
-                b.store(ir.Constant(vt, [_ACCUMULATE[accumulation(s)]] * w),
-                        self.lanes_slot(s.var, w))
+                c = const(_ACCUMULATE[accumulation(s)], s.var.dtype)
+                b.store(ir.Constant(vt, [c.constant] * w), self.lanes_slot(s.var, w))
         divisors = self.shared_divisors_of(body)
         if divisors:
             # prepared only when some step runs: a divisor may read memory
@@ -488,8 +496,9 @@ class _Lanes:
             return b.call(fn, ops), varying
         if isinstance(x, L.Un):
             v, vr = self.value(x.a)
-            if x.op == "exp" and vr:
-                return b.call(g.math.exp_f32_vec(self.w), [v]), True
+            if x.op == "exp" and vr:  # f32, or a 16-bit float through f32
+                e = b.call(g.math.exp_f32_vec(self.w), [g.to_wide(v, x.a.dtype)])
+                return g.from_wide(e, x.dtype), True
             return g.unary(x.op, v, x.a.dtype, x.dtype), vr
         if isinstance(x, L.Bin):
             (p, vp), (q, vq) = self.value(x.a), self.value(x.b)
