@@ -181,8 +181,9 @@ def _via_f32(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
 
 def _via_f64(fn: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
     """A function evaluated on the float64 values of its operands with numpy's
-    float64 implementation, the result rounded once to the dtype."""
-    def run(dt: DType, *xs: np.ndarray) -> np.ndarray:
+    float64 implementation, the result rounded once to the dtype (a fresh
+    array: ``out`` is not used)."""
+    def run(dt: DType, *xs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
         n = int(np.prod(shape))
         if n <= _CHUNK or len(xs) != 1:
@@ -331,8 +332,7 @@ def _float_binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType,
                   out: np.ndarray | None = None) -> np.ndarray:
     if op in ("maximum", "minimum"):
         return _float_extreme(a, b, dt, op == "maximum")
-    run = _FLOAT_BINARY[op]
-    return run(dt, a, b, out=out) if out is not None and run in _INTO else run(dt, a, b)
+    return _FLOAT_BINARY[op](dt, a, b, out=out)
 
 
 _FLOAT_BINARY: dict[str, Callable[..., np.ndarray]] = {
@@ -341,8 +341,6 @@ _FLOAT_BINARY: dict[str, Callable[..., np.ndarray]] = {
     "mod": _via_f32(np.mod), "pow": _via_f64(_F64_FUNCTION["pow"]),
     "atan2": _via_f64(_F64_FUNCTION["atan2"]),
 }
-#: the float binary ops that can write their result into a given array
-_INTO = frozenset(_FLOAT_BINARY[op] for op in ("add", "sub", "mul", "div"))
 
 
 def _wrap(fn: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Callable[..., np.ndarray]:
@@ -414,8 +412,9 @@ def binary(op: str, a: np.ndarray, b: np.ndarray, dt: DType,
     """The binary elementwise op ``op`` on ``a`` and ``b`` (both values of ``dt``).
 
     ``out``: an array of the result's shape and dtype whose contents the caller
-    gives up (it may be ``a`` or ``b`` itself); ``add sub mul div`` on f32 and
-    f64 write their result into it. The result is returned either way.
+    gives up (it may be ``a`` or ``b`` itself); the float ops numpy evaluates
+    in f32 or f64 itself (all but ``pow``, ``atan2`` and the extremes) write
+    their result into it. The result is returned either way.
 
     Floats: ``add sub mul div`` are IEEE operations correctly rounded to ``dt``.
     ``rem`` is C fmod (exact; sign of the dividend); ``floordiv`` is numpy's

@@ -589,7 +589,7 @@ class FnGen(VectorLoops):
                 return self.from_f64(v, dst)
             w = self.to_wide(v, src)  # exact
             if dst.name == "f64":
-                return b.fpext(w, F64)
+                return b.fpext(w, SF.like(w, F64))
             return self.from_wide(w, dst)
         if src.is_float:  # saturating, NaN -> 0
             w = self.to_wide(v, src)

@@ -175,7 +175,8 @@ def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
     sign = b.shl(b.and_(u, const_of(u, 0x80)), const_of(u, 24))
     e = b.and_(b.lshr(u, const_of(u, frac)), const_of(u, (1 << (7 - frac)) - 1))
     m = b.and_(u, const_of(u, (1 << frac) - 1))
-    normal = b.or_(b.shl(b.add(e, const_of(u, 127 - bias)), const_of(u, 23)), b.shl(m, const_of(u, 23 - frac)))
+    normal = b.or_(b.shl(b.add(e, const_of(u, 127 - bias)), const_of(u, 23)),
+                   b.shl(m, const_of(u, 23 - frac)))
     mf = b.uitofp(m, like(h, F32))
     sub = b.fmul(mf, const_of(mf, 2.0 ** (1 - bias - frac)))
     mag = b.select(b.icmp_unsigned("==", e, const_of(u, 0)), b.bitcast(sub, u.type), normal)
@@ -184,8 +185,8 @@ def fp8_bits_to_f32(b: ir.IRBuilder, h: ir.Value, fmt: str) -> ir.Value:
         mag = b.select(special, const_of(u, 0x7FC00000), mag)
     else:  # e5m2: the all-ones exponent
         special = b.icmp_unsigned("==", e, const_of(u, (1 << (7 - frac)) - 1))
-        nonfinite = b.select(b.icmp_unsigned("==", m, const_of(u, 0)), const_of(u, 0x7F800000),
-                             const_of(u, 0x7FC00000))
+        nonfinite = b.select(b.icmp_unsigned("==", m, const_of(u, 0)),
+                             const_of(u, 0x7F800000), const_of(u, 0x7FC00000))
         mag = b.select(special, nonfinite, mag)
     return b.bitcast(b.or_(mag, sign), like(h, F32))
 

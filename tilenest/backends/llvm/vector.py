@@ -150,11 +150,10 @@ class _Check:
                     and self.expr(x.a) and self.expr(x.b))
         if isinstance(x, L.Cast):
             src, dst = x.a.dtype, x.dtype
-            if src.bits <= 16 and src.is_float or dst.bits <= 16 and dst.is_float:
+            if (src.is_float and src.bits <= 16) or (dst.is_float and dst.bits <= 16):
                 # f16, bf16 and FP8 to and from f32 and each other (exactly
                 # through f32), and widened to f64
-                ok = (src.name in _NARROW_CASTS and dst.name in _NARROW_CASTS) or (
-                    src.name in _NARROW_CASTS and dst.name == "f64")
+                ok = src.name in _NARROW_CASTS and dst.name in _NARROW_CASTS | {"f64"}
                 return ok and self.data(src) and self.data(dst) and self.expr(x.a)
             ok = (src.is_float and dst.is_float) or (
                 (src.is_int or src.is_bool) and not dst.is_bool
@@ -525,18 +524,13 @@ class _Lanes:
         integers to f32/f64 rounded once; f16, bf16 and FP8 widened exactly
         to f32 (and f64), and reached from f32 or from each other (exactly
         through f32) with one rounding (``overflow`` for FP8, ``softfloat``)."""
-        from . import softfloat as SF
         from .codegen import reg_type
 
         b = self.b
         if src == dst:
             return v
         if src.name in _NARROW_CASTS and dst.name in _NARROW_CASTS | {"f64"}:
-            w = self.g.to_wide(v, src)  # exact
-            if dst.is_fp8:
-                return SF.f32_to_fp8_bits(b, w, dst.name, overflow)
-            return b.fpext(w, self.vec(reg_type(dst))) if dst.name == "f64" else \
-                self.g.from_wide(w, dst)
+            return self.g.cast(v, src, dst, overflow)  # its float rules are lane-wise
         rt = self.vec(reg_type(dst))
         if src.is_float:
             return b.fpext(v, rt) if dst.bits > src.bits else b.fptrunc(v, rt)
