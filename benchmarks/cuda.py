@@ -167,13 +167,15 @@ EPILOGUE_N = 4096
 #: bottom-right: they agree for Q = K, and decode (Q = 1, every key seen) runs
 #: SDPA without a mask.
 _ATT = {"dh": 128, "dv": 128}
+#: prefill on 8 warps, one block per SM or (registers capped at 128) two
+_PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2})
 ATTENTION_CASES = (
     ("prefill causal B4 H16/4 T2048", "flash_attention",
      {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
-     {"bq": 64, "bk": 64, **_ATT, "causal": True}, ({"block_threads": 256},), True),
+     {"bq": 64, "bk": 64, **_ATT, "causal": True}, _PREFILL_GPU, True),
     ("prefill B4 H16/4 T2048", "flash_attention",
      {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
-     {"bq": 64, "bk": 64, **_ATT, "causal": False}, ({"block_threads": 256},), False),
+     {"bq": 64, "bk": 64, **_ATT, "causal": False}, _PREFILL_GPU, False),
     ("decode B1 H32/8 KV8k", "split_kv_attention",
      {"B": 1, "HQ": 32, "HK": 8, "Q": 1, "K": 8192, "D": 128, "DV": 128},
      {"bq": 16, "bk": 64, **_ATT}, ({"reduce_splits": 8}, {"reduce_splits": 16}), False),

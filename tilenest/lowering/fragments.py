@@ -23,23 +23,44 @@ program's own buffers, sequential form); ``simt.py`` distributes the nests
   [0, TM): for wj in [0, TN)`` of warp tiles ``wm x wn`` at offset ``wi wm C
   + wj wn`` of a row-major ``TM wm x TN wn`` tile ``X`` (row length ``C``),
   and is not one of its operands;
-* every other access to ``X`` is in a nest ``for i in [0, TM wm): for j in
-  [0, TN wn)`` (``vector`` loops: independent iterations) at ``X[C i + j]``,
-  whose body assigns no local used outside it, runs no thread loop,
-  collective or ``while``;
+* every other access to ``X`` is in a nest that the layout can run, whose
+  body assigns no local used outside it (loops of extent 1 in a nest, such
+  as those of a tile's unit batch and head dims, are set to their one
+  value and otherwise ignored):
+
+  - an *elementwise* nest ``for i in [0, TM wm): for j in [0, TN wn)``
+    (``vector`` loops: independent iterations) at ``X[C i + j]``, running no
+    thread loop, collective or ``while``;
+  - a *row fold* (:class:`RowFold`, warp tiles only): ``for i in [0, TM
+    wm)``, accumulators started, ``for j in [0, C)`` updating each by one
+    merge marked ``reassoc`` whose contribution reads ``X`` at ``X[C i +
+    j]``, then statements that do not touch ``X`` (attention's row maximum
+    and row sum of its score tile);
 * the tile fits the registers: at most :data:`MAX_CELLS` elements per
   thread.
 
 Iterations of an elementwise nest are independent, so running them in the
 layout's order instead of row-major order is a reordering the ``vector`` kind
 permits; the ownership argument makes the privatization exact (each element
-has one owner, which performs every access to it, in program order).
+has one owner, which performs every access to it, in program order). A row
+fold runs as each lane's partial over its cells of the row, combined across
+the lane's quad and then across the warps sharing the row
+(``simt._Phase.distribute_row_fold``): a regrouping of the fold, which the
+``reassoc`` mark (a tree policy) permits and a strict fold never carries.
+
+A shared tile that no ``mma`` touches follows an accumulator tile into
+registers when it has the same shape and every access to it is in such a
+nest, one of them also touching the accumulator (a *companion*: the score
+tile's mask and probabilities, the running accumulator of an online
+softmax that the rescaled copy ``P V`` accumulates into is read from and
+written back to): every nest touching it then runs in the tile's layout,
+so the same ownership argument holds for it.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..semantics import expr as E
@@ -96,6 +117,15 @@ def _affine_is(e: E.Expr, vs: list[str], coeffs: list[int]) -> bool:
     return True
 
 
+def squeeze(loops: list[L.For]) -> tuple[list[L.For], dict[E.Expr, E.Expr]]:
+    """The loops of a nest that are not of extent 1, and each unit loop's
+    variable with the one value it takes (a tile's dims of extent 1, such as
+    attention's batch and head dims, add such loops to its nests)."""
+    unit = [_const(E.add(lp.hi, E.mul(-1, lp.lo))) == 1 for lp in loops]
+    return ([lp for lp, u in zip(loops, unit) if not u],
+            {E.Var(lp.var.name): lp.lo for lp, u in zip(loops, unit) if u})
+
+
 def _x_accesses(st: Any, name: str) -> list[Any]:
     """The loads of ``name`` statement ``st`` evaluates itself and its store."""
     out = [y for y in L.evaluated((st,), nested=False)
@@ -142,20 +172,79 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
             continue
         inside = {id(s) for s in L.walk((owner[0],))}
         nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
-                 and id(s) not in inside and _elementwise(s, X.name, rows, cols, nest, body)]
+                 and id(s) not in inside and _home(s, X.name, rows, cols, nest, body, w.group)]
         covered = {id(t) for s in nests for t in L.walk((s,))} | inside
         if any(_x_accesses(s, X.name) and id(s) not in covered for s in stmts):
             continue
         local = L.Buffer(f"{X.name}.frag{next(_ids)}", X.dtype, "local", E.Const(reps * cells))
         out[X.name] = FragTile(X, local, w.m, w.n, tm, tn, reps, w.group)
+    _companions(out, stmts, mmas, nest, body)
     # a nest touching several tiles runs in one layout: they must share it
-    for s in stmts:
-        touched = [out[n] for n in sorted(out) if any(_x_accesses(t, n) for t in L.walk((s,)))]
-        if isinstance(s, L.For) and len({(f.wm, f.wn, f.tm, f.tn, f.group)
-                                         for f in touched}) > 1:
-            for f in touched:
-                out.pop(f.buf.name, None)
+    # (a loop holding nests, such as a serial loop over key blocks, is not one)
+    changed = True
+    while changed:
+        changed = False
+        for s in stmts:
+            if not (isinstance(s, L.For) and s.kind == "vector"):
+                continue
+            touched = [out[n] for n in sorted(out)
+                       if any(_x_accesses(t, n) for t in L.walk((s,)))]
+            if len({(f.wm, f.wn, f.tm, f.tn, f.group) for f in touched}) > 1:
+                for f in touched:
+                    out.pop(f.buf.name, None)
+                changed = True
     return out
+
+
+def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
+                body: tuple) -> None:
+    """Add to ``out`` the companion tiles of its accumulator tiles: a shared
+    buffer ``Y`` of a tile's ``rows x cols`` elements that no ``mma`` reads or
+    writes, every access of which is in an elementwise nest over that shape
+    (at its own element), one of them also accessing the tile. Every nest
+    touching ``Y`` is then distributed by the tile's layout, so the thread
+    owning element ``(i, j)`` performs every access to ``Y[i, j]`` too and
+    ``Y`` is private to its lanes as the tile is: attention's running
+    accumulator, which the rescaled copy that ``P V`` accumulates into is
+    read from and written back to, leaves shared memory with it."""
+    in_mma = {f.buf.name for m in mmas for f in (m.a, m.b, m.c)}
+    nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"]
+    grew = True
+    while grew:
+        grew = False
+        for ft in list(out.values()):
+            rows, cols = ft.tm * ft.wm, ft.cols
+            for s in nests:
+                if not _home(s, ft.buf.name, rows, cols, nest, body, ft.group):
+                    continue
+                if not any(_x_accesses(t, ft.buf.name) for t in L.walk((s,))):
+                    continue
+                for Y in _buffers(s):
+                    if (Y.name in out or Y.name in in_mma or Y.space != "shared"
+                            or Y.layout is not None or _const(Y.size) != rows * cols):
+                        continue
+                    users = [t for t in stmts if _x_accesses(t, Y.name)]
+                    homes = [n for n in nests
+                             if _home(n, Y.name, rows, cols, nest, body, ft.group)]
+                    inside = {id(t) for n in homes for t in L.walk((n,))}
+                    if any(id(t) not in inside for t in users):
+                        continue
+                    local = L.Buffer(f"{Y.name}.frag{next(_ids)}", Y.dtype, "local",
+                                     E.Const(ft.reps * ft.cells))
+                    out[Y.name] = replace(ft, buf=Y, local=local)
+                    grew = True
+
+
+def _buffers(s: Any) -> list[L.Buffer]:
+    """The buffers statement ``s`` (nested statements included) loads or stores."""
+    seen: dict[str, L.Buffer] = {}
+    for t in L.walk((s,)):
+        for y in L.evaluated((t,), nested=False):
+            if isinstance(y, L.Load):
+                seen.setdefault(y.buf.name, y.buf)
+        if isinstance(t, L.Store):
+            seen.setdefault(t.buf.name, t.buf)
+    return [seen[n] for n in sorted(seen)]
 
 
 def tiles_in(body: tuple, tiles: dict[str, FragTile]) -> list[FragTile]:
@@ -163,10 +252,100 @@ def tiles_in(body: tuple, tiles: dict[str, FragTile]) -> list[FragTile]:
     return [tiles[n] for n in sorted(tiles) if any(_x_accesses(t, n) for t in L.walk(body))]
 
 
+#: the merges a row fold may regroup (with the ``reassoc`` mark)
+FOLD_OPS = ("add", "mul", "maximum", "minimum")
+
+
+@dataclass(frozen=True)
+class RowFold:
+    """A row reduction over register tiles (:func:`row_fold`): for each row
+    ``row.var`` of the tile (the nest's other loops of extent 1, ``units``),
+    ``pre``, then ``fold`` over the row's columns updating each accumulator
+    of ``merges`` -- ``(local, op, contribution, dtype, flags)``, ``acc =
+    op{reassoc}(acc, contribution)`` -- then ``post``."""
+
+    row: L.For
+    units: tuple[L.For, ...]
+    pre: tuple
+    fold: L.For
+    post: tuple
+    merges: tuple[tuple[L.LVar, str, Any, Any, frozenset], ...]
+
+
+def row_fold(loops: list[L.For], inner: tuple, names: set[str], rows: int,
+             cols: int) -> RowFold | None:
+    """The nest ``loops`` / ``inner`` as a :class:`RowFold` over the tiles
+    ``names`` (``rows x cols``, row-major), or None. It is one when, loops of
+    extent 1 aside, it is a loop over the ``rows`` rows whose body is
+    assignments, one loop over the ``cols`` columns and then statements
+    touching none of the tiles; that column loop's body is only the updates
+    of accumulators the assignments before it start, each one merge marked
+    ``reassoc`` (a tree policy's permission to regroup) of an operation in
+    :data:`FOLD_OPS`, and its contributions read the tiles only at the
+    element (row, column). Those updates may then be regrouped: each lane
+    folds the cells of a row it owns and the lanes and warps sharing the
+    row combine their partial results."""
+    kept, units = squeeze(loops)
+    if len(kept) != 1 or (_const(kept[0].lo), _const(kept[0].hi)) != (0, rows):
+        return None
+    folds = [k for k, st in enumerate(inner) if isinstance(st, L.For)]
+    if len(folds) != 1:
+        return None
+    pre, fold, post = inner[:folds[0]], inner[folds[0]], inner[folds[0] + 1:]
+    if (fold.kind not in ("serial", "vector") or fold.reverse
+            or (_const(fold.lo), _const(fold.hi)) != (0, cols)
+            or not all(isinstance(st, L.Assign) for st in pre)):
+        return None
+    started = {st.var.name for st in pre}
+    merges = []
+    for st in fold.body:
+        b = st.value if isinstance(st, L.Assign) else None
+        if not (isinstance(b, L.Bin) and st.var.name in started and b.op in FOLD_OPS
+                and "reassoc" in b.flags and isinstance(b.a, L.Ref)
+                and b.a.var.name == st.var.name and st.var.name not in L.names(b.b)):
+            return None
+        merges.append((st.var, b.op, b.b, b.dtype, b.flags))
+    if len({m[0].name for m in merges}) != len(merges):
+        return None
+    outside = pre + post
+    if any(_x_accesses(t, n) for t in L.walk(outside) for n in names) or any(
+            isinstance(t, (L.For, L.While, L.WarpMma, L.Shuffle, L.LaneReduce, L.Barrier))
+            for t in L.walk(outside)):
+        return None
+    vs = [kept[0].var.name, fold.var.name]
+    for y in L.evaluated(fold.body):
+        if isinstance(y, L.Load) and y.buf.name in names and not (
+                isinstance(y.index, L.IExpr)
+                and _affine_is(E.subst(y.index.e, units), vs, [cols, 1])):
+            return None
+    unit_loops = tuple(lp for lp in loops if E.Var(lp.var.name) in units)
+    return RowFold(kept[0], unit_loops, pre, fold, post, tuple(merges))
+
+
+def _home(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple,
+          group: int) -> bool:
+    """May nest ``s`` access tile ``name`` (``rows x cols``) in the tile's
+    layout: an elementwise nest, or (one warp per tile) a row fold."""
+    if _elementwise(s, name, rows, cols, nest, body):
+        return True
+    loops, inner = nest(s)
+    return (group == 1 and row_fold(loops, inner, {name}, rows, cols) is not None
+            and _private(s, inner, body))
+
+
+def _private(s: L.For, inner: tuple, body: tuple) -> bool:
+    """Does nest ``s`` (innermost body ``inner``) assign no local that a
+    statement of ``body`` outside it reads?"""
+    own = set(L.assigned(inner))
+    inside = {id(u) for u in L.walk((s,))}
+    return not any(own & L.own_references(t) for t in L.walk(body) if id(t) not in inside)
+
+
 def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple) -> bool:
     """Is ``s`` a nest over the ``rows x cols`` tile accessing ``name`` only
     at its own element, with independent iterations (module docstring)?"""
     loops, inner = nest(s)
+    loops, units = squeeze(loops)
     if len(loops) != 2 or [(_const(lp.lo), _const(lp.hi)) for lp in loops] != [(0, rows),
                                                                               (0, cols)]:
         return False
@@ -176,12 +355,10 @@ def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tup
                 isinstance(st, L.For) and st.kind == "thread"):
             return False
         for acc in _x_accesses(st, name):
-            if not (isinstance(acc.index, L.IExpr) and _affine_is(acc.index.e, vs, [cols, 1])):
+            if not (isinstance(acc.index, L.IExpr)
+                    and _affine_is(E.subst(acc.index.e, units), vs, [cols, 1])):
                 return False
-    own = set(L.assigned(inner))
-    outside = [t for t in L.walk(body) if t is not s and id(t) not in
-               {id(u) for u in L.walk((s,))}]
-    return not (own & L.referenced(tuple(outside)))
+    return _private(s, inner, body)
 
 
 def lane_frag(ft: FragTile, rep: E.Expr) -> L.Frag:

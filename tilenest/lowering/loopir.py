@@ -1091,21 +1091,24 @@ def names(x: Any) -> set[str]:
 def referenced(body: tuple) -> set[str]:
     """Names of locals read anywhere in ``body`` (``Ref`` and index leaves)."""
     out: set[str] = set()
-
-    def note(x: Any) -> None:
-        out.update(names(x))
-
     for s in walk(body):
-        for x in stmt_exprs(s):
-            note(x)
-        if isinstance(s, For):
-            note(IExpr(s.lo))
-            note(IExpr(s.hi))
-        elif isinstance(s, Shuffle):
-            note(IExpr(s.lane))
-        elif isinstance(s, WarpMma):
-            for e in mma_indices(s):
-                note(IExpr(e))
+        out |= own_references(s)
+    return out
+
+
+def own_references(s: Any) -> set[str]:
+    """Names of locals statement ``s`` reads itself (its nested statements'
+    reads aside)."""
+    out: set[str] = set()
+    for x in stmt_exprs(s):
+        out |= names(x)
+    if isinstance(s, For):
+        out |= names(IExpr(s.lo)) | names(IExpr(s.hi))
+    elif isinstance(s, Shuffle):
+        out |= names(IExpr(s.lane))
+    elif isinstance(s, WarpMma):
+        for e in mma_indices(s):
+            out |= names(IExpr(e))
     return out
 
 

@@ -277,8 +277,13 @@ class _Phase:
         if any(isinstance(t, L.WarpMma) for t in L.walk(inner)):
             return None if merges else self.distribute_warps(loops, inner)
         tiles = fragments.tiles_in(inner, self.frags)
-        if tiles:  # an elementwise nest over a register tile: its layout
-            return self.distribute_cells(tiles[0], loops, inner)
+        if tiles:  # an elementwise nest or a row fold over register tiles: their layout
+            ft = tiles[0]
+            fold = fragments.row_fold(loops, inner, {x.buf.name for x in tiles},
+                                      ft.tm * ft.wm, ft.cols)
+            if fold is not None:
+                return self.distribute_row_fold(tiles, fold, defined)
+            return self.distribute_cells(tiles, loops, inner)
         t = _fresh("t", D.i64)
         r = _fresh("r", D.i64)
         tv, rv = E.Var(t.name), E.Var(r.name)
@@ -414,13 +419,16 @@ class _Phase:
         work = L.map_stmts(inner, lambda x: None, fs)
         return self.warp_loop(t, r, n, lin, tuple(assigns) + work, group)
 
-    def distribute_cells(self, ft: Any, loops: list[L.For], inner: tuple) -> list:
+    def distribute_cells(self, tiles: list, loops: list[L.For], inner: tuple) -> list:
         """An elementwise nest over register tile ``ft`` (``fragments.py``) in
         the tile's fragment layout: task ``(wi, wj)`` of step ``r`` as in
         :meth:`distribute_warps`, and in it each element its lane owns --
         ``(wi wm, wj wn) + loopir.lane_cell(lane, p, q, h, e)`` -- with the
-        tile's accesses moved to that element's cell of the thread's fragment
-        buffer."""
+        accesses of each of ``tiles`` (one layout) moved to that element's
+        cell of the thread's fragment buffer. Loops of extent 1 in the nest
+        keep their one value."""
+        ft = tiles[0]
+        local = {x.buf.name: x.local for x in tiles}
         n = E.Const(ft.tm * ft.tn)
         t, r, lin = self.warp_step(n, ft.group)
         wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
@@ -433,21 +441,94 @@ class _Phase:
         cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
 
         def fe(x: Any) -> Any:
-            if isinstance(x, L.Load) and x.buf.name == ft.buf.name:
-                return L.Load(ft.local, cell, x.guard, x.fill)
+            if isinstance(x, L.Load) and x.buf.name in local:
+                return L.Load(local[x.buf.name], cell, x.guard, x.fill)
             return None
 
         def fs(st: Any) -> Any:
-            if isinstance(st, L.Store) and st.buf.name == ft.buf.name:
-                return (L.Store(ft.local, cell, st.value, st.guard, st.mode),)
+            if isinstance(st, L.Store) and st.buf.name in local:
+                return (L.Store(local[st.buf.name], cell, st.value, st.guard, st.mode),)
             return None
 
-        work = (L.Assign(loops[0].var, L.IExpr(i)), L.Assign(loops[1].var, L.IExpr(j))) + \
+        (li, lj), units = fragments.squeeze(loops)
+        work = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in loops
+                     if E.Var(lp.var.name) in units)
+        work += (L.Assign(li.var, L.IExpr(i)), L.Assign(lj.var, L.IExpr(j))) + \
             L.map_stmts(inner, fe, fs)
         exts = (ft.wm // (16 * ft.group), ft.wn // 8, 2, 2)
         for v, ext in reversed(list(zip(cv, exts))):
             work = (L.For(v, E.Const(0), E.Const(ext), work, "vector"),)
         return self.warp_loop(t, r, n, lin, work, ft.group)
+
+    def distribute_row_fold(self, tiles: list, rf: Any, defined: set[str]) -> list:
+        """A row reduction over register tiles (``fragments.RowFold``), in
+        their layout: the warp of task ``(wi, wj)`` folds its ``wm x wn``
+        tile; each lane, for each row it owns, merges its cells of that row
+        (columns in ascending order) into a partial starting at the merge's
+        identity, and the four lanes sharing the row (a quad of the
+        ``mma.m16n8k16`` layout) combine theirs by ``LaneReduce``. With one
+        warp tile per row of tiles (``tn = 1``) lane ``4 g`` of each quad then
+        runs the row's own statements with ``acc = op(acc, total)``; else it
+        writes the total to a ``shared`` scratch of ``tn`` partials per row,
+        and a second nest over the rows (distributed as any other) folds
+        them in warp-column order into the accumulator. The regrouping is
+        what the merges' ``reassoc`` mark permits."""
+        ft = tiles[0]
+        local = {x.buf.name: x.local for x in tiles}
+        rows = ft.tm * ft.wm
+        n = E.Const(ft.tm * ft.tn)
+        t, r, lin = self.warp_step(n)
+        wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
+        lane = E.mod(E.Var(t.name), WARP)
+        cv = [_fresh(x, D.i64) for x in ("p", "q", "h", "e")]
+        p, q, h, e = (E.Var(v.name) for v in cv)
+        i0, j0 = L.lane_cell(lane, p, q, h, e)
+        row = E.add(E.mul(wi, ft.wm), i0)
+        cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
+
+        def fe(x: Any) -> Any:
+            if isinstance(x, L.Load) and x.buf.name in local:
+                return L.Load(local[x.buf.name], cell, x.guard, x.fill)
+            return None
+
+        units = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in rf.units)
+        at_row = units + (L.Assign(rf.row.var, L.IExpr(row)),)
+        parts = [_fresh(f"part_{v.name.split('.')[0]}", dt) for v, _o, _c, dt, _f in rf.merges]
+        totals = [_fresh(f"quad_{v.name.split('.')[0]}", dt) for v, _o, _c, dt, _f in rf.merges]
+        col = (L.Assign(rf.fold.var, L.IExpr(E.add(E.mul(wj, ft.wn), j0))),)
+        updates = tuple(L.Assign(pv, L.Bin(op, L.Ref(pv), L.map_expr(c, fe), dt, fl))
+                        for pv, (_v, op, c, dt, fl) in zip(parts, rf.merges))
+        cells: tuple = (L.For(cv[3], E.Const(0), E.Const(2), col + updates, "serial"),)
+        cells = (L.For(cv[1], E.Const(0), E.Const(ft.wn // 8), cells, "serial"),)
+        per_row = at_row + tuple(L.Assign(pv, L.Const(_identity(op, dt), dt))
+                                 for pv, (_v, op, _c, dt, _f) in zip(parts, rf.merges))
+        per_row += L.map_stmts(rf.pre, fe) + cells
+        per_row += tuple(L.LaneReduce(tv, op, L.Ref(pv), 4, L.FULL_MASK, fl)
+                         for tv, pv, (_v, op, _c, _dt, fl) in zip(totals, parts, rf.merges))
+        second: list = []
+        if ft.tn == 1:
+            last = rf.pre + tuple(L.Assign(v, L.Bin(op, L.Ref(v), L.Ref(tv), dt, fl))
+                                  for tv, (v, op, _c, dt, fl) in zip(totals, rf.merges)) + rf.post
+        else:
+            bufs = [L.Buffer(f"rowpart_{v.name.split('.')[0]}.t{next(_ids)}", dt, "shared",
+                             E.Const(ft.tn * rows)) for v, _o, _c, dt, _f in rf.merges]
+            self.scratch.extend(bufs)
+            slot = L.IExpr(E.add(E.mul(wj, rows), row))
+            last = tuple(L.Store(b, slot, L.Ref(tv)) for b, tv in zip(bufs, totals))
+            j = _fresh("wj", D.i64)
+            folds = tuple(L.Assign(v, L.Bin(op, L.Ref(v), L.Load(b, L.IExpr(E.add(
+                E.mul(E.Var(j.name), rows), E.Var(rf.row.var.name)))), dt, fl))
+                for b, (v, op, _c, dt, fl) in zip(bufs, rf.merges))
+            body = units + rf.pre + (L.For(j, E.Const(0), E.Const(ft.tn), folds, "serial"),) \
+                + rf.post
+            nest = L.For(rf.row.var, E.Const(0), E.Const(rows), body, "vector")
+            second = self.distribute(nest, defined) or []
+            if not second:
+                raise NotAvailableError("a row fold's partials could not be combined")
+        per_row += (L.If(L.IPred(E.cmp("==", E.mod(lane, 4), 0)), last),)
+        work: tuple = (L.For(cv[2], E.Const(0), E.Const(2), per_row, "serial"),)
+        work = (L.For(cv[0], E.Const(0), E.Const(ft.wm // 16), work, "serial"),)
+        return self.warp_loop(t, r, n, lin, work) + second
 
     def scratch_for(self, dt: D.DType, k: int) -> L.Buffer:
         """The shared scratch of ``W/32`` values of ``dt`` (slot ``k`` of the

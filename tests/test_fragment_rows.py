@@ -1,0 +1,174 @@
+"""Row reductions over tensor-core accumulators kept in registers.
+
+A score tile ``S = Q K^T`` whose rows are then reduced (attention's row
+maximum and row sum) stays in the lanes' registers in the ``mma`` fragment
+layout (``lowering/fragments.py``, :class:`~tilenest.lowering.fragments.RowFold`):
+each lane folds the cells of the rows it owns, the four lanes of a quad
+combine by ``LaneReduce`` of width 4, and when several warps share a row
+(``tn > 1``) their partials meet in a ``shared`` scratch. Tiles of the same
+shape read only at their own element (the mask, the probabilities, the
+running accumulator) follow the tile into registers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.backends import cuda
+from tilenest.lowering import default_schedule, lower_verified
+from tilenest.lowering import loopir as L
+from tilenest.workloads.attention import flash_kernel
+
+
+def row_stats(policy):  # type: ignore[no-untyped-def]
+    @tn.kernel
+    def stats(q: tn.Tensor[tn.bf16, "T D"], k: tn.Tensor[tn.bf16, "S D"],
+              mx: tn.Tensor[tn.f32, "T"], sm: tn.Tensor[tn.f32, "T"],
+              p: tn.Tensor[tn.f32, "T S"], *, bq=64, bk=16, dh=32):
+        """Per row of ``q k^T``: the maximum, the sum of ``exp(s - max)`` and
+        the probabilities themselves, in ``bq x bk`` tiles (one key tile)."""
+        nt, nd = q.shape
+        ns = k.shape[0]
+        t, d = q.dims()
+        s = k.dim(0)
+        kk = k.with_dims(s, d)
+        tn.assume(ns <= bk)
+        tn.assume(nd <= dh)
+        for prog in tn.parallel(tn.shape(tn.cdiv(nt, bq)), exec=tn.exec.block):
+            i = prog.index(0)
+            qt = q[tn.coord(i * bq, 0), tn.shape(bq, dh), tn.bounds.zero]
+            kt = kk[tn.coord(0, 0), tn.shape(bk, dh), tn.bounds.zero]
+            sc = tn.mma(qt, kt, tn.zeros(tn.f32, tn.shape(bq, bk), dims=(t, s)),
+                        allow_reassociation=True)
+            pair = tn.shape(tn.axis(t, bq), tn.axis(s, bk))
+            seen = tn.index_tile(pair, lambda a, j: j) < ns
+            sc = tn.ite(seen, sc, -np.inf)
+            m = tn.reduce(sc, s, tn.maximum, policy=policy)
+            e = tn.exp(sc - m)
+            mx(tn.coord(i * bq), tn.shape(bq)).store(m)
+            sm(tn.coord(i * bq), tn.shape(bq)).store(tn.reduce(e, s, tn.add, policy=policy))
+            p(tn.coord(i * bq, 0), tn.shape(bq, bk)).store(e)
+
+    return stats
+
+
+def _inputs(T=100, S=13, D=29):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(T + S + D)
+    q = rng.standard_normal((T, D)).astype(tn.bf16.np)
+    k = rng.standard_normal((S, D)).astype(tn.bf16.np)
+    return q, k
+
+
+def _lowered(kern, threads):  # type: ignore[no-untyped-def]
+    return lower_verified(kern.program, default_schedule(kern.program, "cuda",
+                                                         block_threads=threads))
+
+
+def _locals(k):  # type: ignore[no-untyped-def]
+    return {b.name for b in k.locals if b.space == "local"}
+
+
+@pytest.mark.parametrize("bk,threads,tn_", [(16, 128, 1), (64, 128, 2)])
+def test_row_folds_keep_the_score_tile_in_registers_and_validate(bk, threads, tn_):
+    """One warp column per row of tiles (``tn = 1``: each quad finishes its
+    rows) and two (partials through shared scratch): the score tile, its
+    exponentials and the mask live in registers, the folds combine in quads,
+    and the emulated kernel is admitted by the oracle under two
+    interleavings."""
+    kern = row_stats(tn.unordered_tree).specialize(bk=bk)
+    k = _lowered(kern, threads)
+    body = [s for ph in k.phases for s in L.walk(ph.body)]
+    quads = [s for s in body if isinstance(s, L.LaneReduce) and s.width == 4]
+    assert {s.op for s in quads} == {"maximum", "add"}
+    scratch = [b for b in k.locals if b.name.startswith("rowpart_")]
+    assert bool(scratch) == (tn_ > 1)
+    shared = [b for b in k.locals if b.space == "shared" and not b.name.startswith("rowpart_")]
+    # the operand tiles and the row vectors stay in shared memory, no f32 tile
+    assert all(b.dtype == tn.bf16 or b.size.value <= 64 for b in shared), shared
+    assert len([n for n in _locals(k) if ".frag" in n]) >= 3
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                             block_threads=threads),
+                              device="emulated")
+    q, kk = _inputs(S=bk - 3)
+    outs = (np.zeros(100, np.float32), np.zeros(100, np.float32),
+            np.zeros((100, bk - 3), np.float32))
+    oracle = tn.reference(kern, q, kk, *(o.copy() for o in outs))
+    for policy, poison in (("in_order", "nan"), ("random", "big")):
+        got = tuple(o.copy() for o in outs)
+        ck(q, kk, *got, policy=policy, poison=poison, seed=3)
+        for adm, out in zip(oracle, got, strict=True):
+            verdict = adm.admits(out)
+            assert verdict.ok, f"{policy}/{poison}: {verdict}"
+
+
+def test_a_strict_row_fold_keeps_the_tile_in_memory():
+    """``fold_left`` fixes the order of the sum: its fold may not be regrouped
+    into quads, so the score tile stays in shared memory (one row per thread,
+    in order)."""
+    kern = row_stats(tn.fold_left).specialize(bk=16)
+    k = _lowered(kern, 128)
+    body = [s for ph in k.phases for s in L.walk(ph.body)]
+    assert not any(isinstance(s, L.LaneReduce) and s.width == 4 for s in body)
+    assert any(b.space == "shared" and b.dtype == tn.f32 and b.size.value == 64 * 16
+               for b in k.locals)
+
+
+def test_attention_keeps_scores_probabilities_and_accumulator_in_registers():
+    """The attention kernel's score tile, its mask and probabilities, the
+    running accumulator and its rescaled copy are lane fragments: shared
+    memory holds the operand tiles (Q, K, V and P in bf16), the row vectors
+    of the online softmax and the row folds' partials."""
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=128, dv=128)
+    k = _lowered(kern, 256)
+    frags = [b for b in k.locals if ".frag" in b.name]
+    assert len(frags) == 5 and {b.size.value for b in frags} == {16, 32}
+    shared = [b for b in k.locals if b.space == "shared"]
+    big = [b for b in shared if b.size.value > 256]
+    assert len(big) == 4 and all(b.dtype == tn.bf16 for b in big)
+    (loop,) = [s for ph in k.phases for s in ph.body if isinstance(s, L.For)
+               and s.kind == "serial"]
+    inner = list(L.walk(loop.body))
+    assert sum(1 for s in inner if isinstance(s, L.LaneReduce) and s.width == 4) == 2
+    assert sum(1 for s in inner if L.is_block_barrier(s)) <= 8
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("bk,threads", [(16, 128), (64, 128), (64, 256)])
+def test_row_folds_validate_on_gpu(bk, threads):
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = row_stats(tn.unordered_tree).specialize(bk=bk)
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                             block_threads=threads),
+                              device="gpu")
+    q, kk = _inputs(T=1000, S=bk - 3)
+    outs = (np.zeros(1000, np.float32), np.zeros(1000, np.float32),
+            np.zeros((1000, bk - 3), np.float32))
+    oracle = tn.reference(kern, q, kk, *(o.copy() for o in outs))
+    got = tuple(o.copy() for o in outs)
+    ck(q, kk, *got)
+    for adm, out in zip(oracle, got, strict=True):
+        verdict = adm.admits(out)
+        assert verdict.ok, str(verdict)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("causal,min_blocks", [(True, None), (False, None), (True, 2)])
+def test_attention_at_head_dim_128_validates_on_gpu(causal, min_blocks):
+    """The benchmark's tiles (64 x 64, D = 128, 256 threads), ragged GQA."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=128, dv=128, causal=causal)
+    ck = cuda.compile_program(kern.program, default_schedule(
+        kern.program, "cuda", block_threads=256, min_blocks=min_blocks), device="gpu")
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, 4, 130, 128)).astype(tn.bf16.np)
+    k = rng.standard_normal((2, 2, 200, 128)).astype(tn.bf16.np)
+    v = rng.standard_normal((2, 2, 200, 128)).astype(tn.bf16.np)
+    o0 = np.zeros((2, 4, 130, 128), tn.bf16.np)
+    o = o0.copy()
+    ck(q, k, v, o, np.float32(128 ** -0.5))
+    verdict = tn.reference(kern, q, k, v, o0, np.float32(128 ** -0.5)).admits(o)
+    assert verdict.ok, str(verdict)
