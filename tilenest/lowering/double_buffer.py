@@ -49,6 +49,12 @@ them (``Barrier.keep``): at the top of iteration ``k`` the group of
 per iteration instead of two, and ``S - 1`` tiles of memory traffic overlap
 the consumer's work (``S = 2``: double buffering, ``keep = 0``).
 
+A thread loop before the barrier that stores only into thread-private
+(``local``) buffers -- a tile cleared in the lanes' registers
+(``fragments.py``) -- belongs to the consumer: it is moved to the
+consumer's start, where each thread still runs it before the statements
+after the barrier that read it.
+
 It is a reordering of independent work: it applies only when the producer
 reads no buffer the loop writes and no local the loop assigns outside the
 producer, the buffers ``X`` are touched nowhere else in the phase, and the
@@ -80,21 +86,32 @@ def _reads(body: tuple) -> set[str]:
     return out
 
 
+def _private(s: L.For) -> bool:
+    """Does thread loop ``s`` store only into thread-private (``local``)
+    buffers? (Attention's score tile cleared in the lanes' registers.)"""
+    stores = [t for t in L.walk((s,)) if isinstance(t, L.Store)]
+    return bool(stores) and all(t.buf.space == "local" for t in stores) and not any(
+        isinstance(t, (L.WarpMma, L.Barrier, L.Shuffle, L.LaneReduce)) for t in L.walk((s,)))
+
+
 def _split(loop: L.For) -> tuple[tuple, tuple] | None:
     """``(producer, consumer)`` of a loop body ``[barrier] P.. barrier C..``
-    (comments before the consumer's barrier move into the consumer), else None."""
+    (comments before the consumer's barrier move into the consumer), else None.
+    A thread loop among ``P`` that stores only into thread-private buffers
+    moves to the start of ``C``: each thread's own state, which no other
+    thread and no producer reads, it is not a tile to buffer."""
     body = list(loop.body)
     if body and L.is_block_barrier(body[0]):
         body = body[1:]
-    prod = []
+    prod, own = [], []
     while body and isinstance(body[0], L.For) and body[0].kind == "thread":
-        prod.append(body.pop(0))
+        (own if _private(body[0]) else prod).append(body.pop(0))
     notes = []
     while body and isinstance(body[0], L.Comment):
         notes.append(body.pop(0))
     if not prod or not body or not L.is_block_barrier(body[0]):
         return None
-    cons = tuple(notes) + tuple(body[1:])
+    cons = tuple(notes) + tuple(own) + tuple(body[1:])
     if not cons or any(L.is_block_barrier(s) for s in cons[-1:]):
         return None
     return tuple(prod), cons

@@ -510,9 +510,7 @@ class _Phase:
             last = rf.pre + tuple(L.Assign(v, L.Bin(op, L.Ref(v), L.Ref(tv), dt, fl))
                                   for tv, (v, op, _c, dt, fl) in zip(totals, rf.merges)) + rf.post
         else:
-            bufs = [L.Buffer(f"rowpart_{v.name.split('.')[0]}.t{next(_ids)}", dt, "shared",
-                             E.Const(ft.tn * rows)) for v, _o, _c, dt, _f in rf.merges]
-            self.scratch.extend(bufs)
+            bufs = [self.row_partials(v, dt, ft.tn * rows) for v, _o, _c, dt, _f in rf.merges]
             slot = L.IExpr(E.add(E.mul(wj, rows), row))
             last = tuple(L.Store(b, slot, L.Ref(tv)) for b, tv in zip(bufs, totals))
             j = _fresh("wj", D.i64)
@@ -529,6 +527,17 @@ class _Phase:
         work: tuple = (L.For(cv[2], E.Const(0), E.Const(2), per_row, "serial"),)
         work = (L.For(cv[0], E.Const(0), E.Const(ft.wm // 16), work, "serial"),)
         return self.warp_loop(t, r, n, lin, work) + second
+
+    def row_partials(self, acc: L.LVar, dt: D.DType, size: int) -> L.Buffer:
+        """The shared scratch of a row fold's partials of accumulator ``acc``
+        (one buffer per accumulator however often its nest is distributed)."""
+        key = f"rowpart.{acc.name}"
+        if key not in self.red:
+            b = L.Buffer(f"rowpart_{acc.name.split('.')[0]}.t{next(_ids)}", dt, "shared",
+                         E.Const(size))
+            self.red[key] = b
+            self.scratch.append(b)
+        return self.red[key]
 
     def scratch_for(self, dt: D.DType, k: int) -> L.Buffer:
         """The shared scratch of ``W/32`` values of ``dt`` (slot ``k`` of the
