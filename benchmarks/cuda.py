@@ -46,7 +46,8 @@ torch (cuBLAS and then the elementwise ops) and ``torch.compile`` of the same
 expression.
 
 Attention (``--only attention``): bf16 causal and non-causal GQA prefill
-(B 4, 16 query and 4 key/value heads, T 2048, D 128: ``flash_attention``)
+(B 4, 16 query and 4 key/value heads, T 2048, D 128: ``flash_attention``
+with 64- and 128-row query tiles, on 8 warps with one or two blocks per SM)
 and decode (one query per head against 8k and 32k cached keys:
 ``split_kv_attention``, its key blocks split over programs by the
 ``reduce_splits`` schedule field), cases ``ATTENTION_CASES`` (``--quick``:
@@ -159,8 +160,8 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
 EPILOGUES = (("gemm_relu", "relu"), ("gemm_gelu", "gelu"))
 EPILOGUE_N = 4096
 
-#: attention cases: (label, workload, sizes, kernel constants, GPU overrides
-#: tried, SDPA's is_causal). Prefill is causal GQA at T = 2048 and D = 128
+#: attention cases: (label, workload, sizes, kernel constants tried, GPU
+#: overrides tried with each, SDPA's is_causal). Prefill is causal GQA at T = 2048 and D = 128
 #: (the flash kernel, 64 x 64 tiles); decode is one query per head against a
 #: long cache, its key blocks split over ``reduce_splits`` programs (the
 #: split-KV kernel). SDPA's causal mask is aligned top-left, tilenest's
@@ -169,19 +170,22 @@ EPILOGUE_N = 4096
 _ATT = {"dh": 128, "dv": 128}
 #: prefill on 8 warps, one block per SM or (registers capped at 128) two
 _PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2})
+#: prefill query tiles of 64 rows (8 warps share each row of scores) and of
+#: 128 (a warp's 16 x 64 score tiles span whole rows: the row folds stay in warps)
+_PREFILL_TILES = ({"bq": 64, "bk": 64, **_ATT}, {"bq": 128, "bk": 64, **_ATT})
 ATTENTION_CASES = (
     ("prefill causal B4 H16/4 T2048", "flash_attention",
      {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
-     {"bq": 64, "bk": 64, **_ATT, "causal": True}, _PREFILL_GPU, True),
+     tuple({**c, "causal": True} for c in _PREFILL_TILES), _PREFILL_GPU, True),
     ("prefill B4 H16/4 T2048", "flash_attention",
      {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
-     {"bq": 64, "bk": 64, **_ATT, "causal": False}, _PREFILL_GPU, False),
+     tuple({**c, "causal": False} for c in _PREFILL_TILES), _PREFILL_GPU, False),
     ("decode B1 H32/8 KV8k", "split_kv_attention",
      {"B": 1, "HQ": 32, "HK": 8, "Q": 1, "K": 8192, "D": 128, "DV": 128},
-     {"bq": 16, "bk": 64, **_ATT}, ({"reduce_splits": 8}, {"reduce_splits": 16}), False),
+     ({"bq": 16, "bk": 64, **_ATT},), ({"reduce_splits": 8}, {"reduce_splits": 16}), False),
     ("decode B8 H32/8 KV32k", "split_kv_attention",
      {"B": 8, "HQ": 32, "HK": 8, "Q": 1, "K": 32768, "D": 128, "DV": 128},
-     {"bq": 16, "bk": 64, **_ATT}, ({"reduce_splits": 4}, {"reduce_splits": 8}), False),
+     ({"bq": 16, "bk": 64, **_ATT},), ({"reduce_splits": 4}, {"reduce_splits": 8}), False),
 )
 #: relative error norm allowed for attention against torch's float32 math
 ATTENTION_TOL = 2e-2
@@ -1109,7 +1113,7 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
     torch, cfg = run.torch, run.cfg
     recs: list[dict[str, Any]] = []
     cases = ATTENTION_CASES[::2] if cfg.quick else ATTENTION_CASES
-    for label, wname, sz, consts, gpus, causal in cases:
+    for label, wname, sz, variants, gpus, causal in cases:
         print(f"--- attention {label}", flush=True)
         B, HQ, HK, Q, K, D, DV = (sz[x] for x in ("B", "HQ", "HK", "Q", "K", "D", "DV"))
         scale = 1.0 / math.sqrt(D)
@@ -1128,7 +1132,7 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         o = torch.empty((B, HQ, Q, DV), dtype=torch.bfloat16, device="cuda")
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
-        for gpu in gpus:
+        for consts, gpu in ((c, g) for c in variants for g in gpus):
             ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
                                      consts, sz, gpu)
             if ck is None:

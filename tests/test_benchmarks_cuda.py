@@ -98,13 +98,15 @@ def test_attention_cases_name_workloads_and_their_constants(bench):
     from tilenest.workloads import WORKLOADS
 
     assert bench.ATTENTION_CASES
-    for label, wname, sizes, consts, gpus, causal in bench.ATTENTION_CASES:
+    for label, wname, sizes, variants, gpus, causal in bench.ATTENTION_CASES:
         wl = WORKLOADS[wname]
         assert set(sizes) == set(wl.sizes["small"]), label
-        wl.kernel(tn.bf16, consts)  # a constant the kernel does not take raises
+        assert variants, label
+        for consts in variants:
+            wl.kernel(tn.bf16, consts)  # a constant the kernel does not take raises
+            assert causal == consts.get("causal", False) or sizes["Q"] == 1, label
         for g in gpus:
             check_overrides(dict(g))
-        assert causal == consts.get("causal", False) or sizes["Q"] == 1, label
 
 
 def test_attention_table_reports_each_implementation(bench):

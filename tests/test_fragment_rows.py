@@ -70,10 +70,10 @@ def _locals(k):  # type: ignore[no-untyped-def]
     return {b.name for b in k.locals if b.space == "local"}
 
 
-@pytest.mark.parametrize("bk,threads,tn_", [(16, 128, 1), (64, 128, 2)])
+@pytest.mark.parametrize("bk,threads,tn_", [(16, 128, 1), (64, 128, 1), (64, 256, 4)])
 def test_row_folds_keep_the_score_tile_in_registers_and_validate(bk, threads, tn_):
     """One warp column per row of tiles (``tn = 1``: each quad finishes its
-    rows) and two (partials through shared scratch): the score tile, its
+    rows) and four (partials through shared scratch): the score tile, its
     exponentials and the mask live in registers, the folds combine in quads,
     and the emulated kernel is admitted by the oracle under two
     interleavings."""
@@ -165,6 +165,39 @@ def test_attention_key_and_value_tiles_are_double_buffered():
         assert verdict.ok, f"{policy}/{poison}: {verdict}"
 
 
+def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():
+    """An ``mma`` whose rows are reduced prefers warp tiles spanning whole
+    rows when they still give every warp a tile: attention's folds then
+    finish within each warp (quads only, no partials through shared memory)
+    and the kernel validates on the emulator; the plain choice is kept where
+    no such tile exists or nothing reduces the rows."""
+    from tilenest.lowering.mma import warp_tile
+
+    assert warp_tile(128, 64, 8, whole_rows=True) == (16, 64)
+    assert warp_tile(128, 64, 8) == (32, 32)
+    assert warp_tile(64, 64, 8, whole_rows=True) == warp_tile(64, 64, 8) == (32, 16)
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32)
+    k = _lowered(kern, 128)
+    text = print_kernel(k)
+    assert "64x32x32 in 16x32 warp tiles" in text  # the scores: whole rows
+    assert "64x32x32 in 32x16 warp tiles" in text  # P V: nothing reduces its rows
+    assert not [b for b in k.locals if b.name.startswith("rowpart_")]
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                             block_threads=128),
+                              device="emulated")
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, 2, 77, 30)).astype(tn.bf16.np)
+    kk = rng.standard_normal((1, 1, 90, 30)).astype(tn.bf16.np)
+    v = rng.standard_normal((1, 1, 90, 30)).astype(tn.bf16.np)
+    o0 = np.zeros((1, 2, 77, 30), tn.bf16.np)
+    oracle = tn.reference(kern, q, kk, v, o0.copy(), np.float32(0.3))
+    for policy, poison in (("in_order", "nan"), ("random", "big")):
+        o = o0.copy()
+        ck(q, kk, v, o, np.float32(0.3), policy=policy, poison=poison, seed=4)
+        verdict = oracle.admits(o)
+        assert verdict.ok, f"{policy}/{poison}: {verdict}"
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("bk,threads", [(16, 128), (64, 128), (64, 256)])
 def test_row_folds_validate_on_gpu(bk, threads):
@@ -186,12 +219,14 @@ def test_row_folds_validate_on_gpu(bk, threads):
 
 
 @pytest.mark.device
-@pytest.mark.parametrize("causal,min_blocks", [(True, None), (False, None), (True, 2)])
-def test_attention_at_head_dim_128_validates_on_gpu(causal, min_blocks):
-    """The benchmark's tiles (64 x 64, D = 128, 256 threads), ragged GQA."""
+@pytest.mark.parametrize("bq,causal,min_blocks", [(64, True, None), (64, False, None),
+                                                  (64, True, 2), (128, True, None),
+                                                  (128, False, None)])
+def test_attention_at_head_dim_128_validates_on_gpu(bq, causal, min_blocks):
+    """The benchmark's tiles (64 or 128 x 64, D = 128, 256 threads), ragged GQA."""
     if not cuda.gpu_available():
         pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
-    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=128, dv=128, causal=causal)
+    kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=128, dv=128, causal=causal)
     ck = cuda.compile_program(kern.program, default_schedule(
         kern.program, "cuda", block_threads=256, min_blocks=min_blocks), device="gpu")
     rng = np.random.default_rng(11)

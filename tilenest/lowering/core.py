@@ -99,6 +99,55 @@ def _zero_from(h: Handle) -> dict[Dim, E.Expr] | None:
     return upper_bounds(h.zero_where(q), names) or None  # type: ignore[return-value]
 
 
+def _row_reduced(prog: TileProgram) -> set[str]:
+    """Names of the ``mma`` results whose rows are reduced: a value computed
+    from the result by ops of one tile result each, of the result's dims
+    (elementwise: the scaling, masking and exponentials of attention's
+    scores; in any order of the dims), is read inside a ``reduce`` whose
+    domain runs over the ``mma``'s free ``b`` dim (a row maximum or sum).
+    Their tensor-core tiles
+    then prefer warp tiles spanning whole rows (``mma.warp_tile``), so that
+    the row folds of ``fragments.py`` finish within each warp."""
+    from ..semantics.ops.values import mma_roles
+
+    users: dict[str, list[Any]] = {}
+    inside: dict[str, set] = {}  # value -> dims of the reduces whose regions read it
+
+    def visit(ops: Any, dims: frozenset) -> None:
+        for op in ops:
+            for o in op.operands:
+                users.setdefault(o.name, []).append(op)
+                if dims:
+                    inside.setdefault(o.name, set()).update(dims)
+            inner = dims
+            if op.name == "reduce":
+                inner = dims | frozenset(f.dim for f in op.attrs["domain"].space.factors)
+            for r in op.regions:
+                visit(r.ops, inner)
+
+    visit(prog.body.ops, frozenset())
+    out = set()
+    for op in prog.walk():
+        if op.name != "mma":
+            continue
+        at, bt, ct = (o.type for o in op.operands)
+        fb = set(mma_roles(at, bt, ct)["free_b"])
+        res = op.results[0]
+        seen, todo = {res.name}, [res.name]
+        while todo:
+            v = todo.pop()
+            if fb & inside.get(v, set()):
+                out.add(res.name)
+                break
+            for u in users.get(v, []):
+                if (len(u.results) == 1 and not u.regions
+                        and set(getattr(u.results[0].type, "dims", ())) == set(res.type.dims)
+                        and u.results[0].name not in seen):
+                    seen.add(u.results[0].name)
+                    todo.append(u.results[0].name)
+    return out
+
+
 def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[int, ...]]:
     """For the dims of every ``mma``'s ``b`` operand whose vector dim -- the
     last free dim of ``b`` in the accumulator's order, along which the
@@ -152,6 +201,8 @@ class Lowerer:
         self.globals: list[L.Buffer] = []
         #: values read only as ``mma`` operands (their copies may be padded)
         self.mma_only = _mma_only(prog)
+        #: mma results whose rows are reduced (:func:`_row_reduced`)
+        self.row_reduced = _row_reduced(prog)
         #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
         self.column_last = {} if schedule.block_threads else _column_last(prog)
         #: reduce op id -> ``(lo, hi)``: the part of the domain's points, in

@@ -234,15 +234,19 @@ MMA_UNITS = ("auto", "tensor", "wgmma", "simt")
 GROUP_TILE_N = (256, 128, 64)
 
 
-def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32, 64)
-              ) -> tuple[int, int]:
+def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32, 64),
+              whole_rows: bool = False) -> tuple[int, int]:
     """The warp tile ``(wm, wn)`` of an output of ``rows x cols`` on
     ``warps`` warps: sides in ``sides`` dividing the output, the largest
     area that still gives every warp a tile (the smallest when none does),
-    the squarer one among equals (fewest fragment loads per ``mma``)."""
+    the squarer one among equals (fewest fragment loads per ``mma``). With
+    ``whole_rows`` (an output whose rows are reduced) a tile spanning the
+    whole row is taken when one still gives every warp a tile."""
     sides = tuple(x for x in sides if x <= WARP_TILE)
     cands = [(wm, wn) for wm in sides for wn in sides if rows % wm == 0 and cols % wn == 0]
     full = [c for c in cands if (rows // c[0]) * (cols // c[1]) >= warps]
+    if whole_rows and any(c[1] == cols for c in full):
+        full = [c for c in full if c[1] == cols]
     pool = full or [min(cands, key=lambda c: c[0] * c[1])]
     return max(pool, key=lambda c: (c[0] * c[1], -abs(c[0] - c[1]), c[0]))
 
@@ -381,7 +385,8 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
         if looped or any(h.rank != 2 for h in (a, b)):
             return "wgmma takes 2-d operand tiles (no batch dims, no dims of extent 1)"
         return _group_plan(lw, a, b, M, N, K, strides, dims)
-    wm, wn = warp_tile(M, N, lw.sched.block_threads // 32)
+    wm, wn = warp_tile(M, N, lw.sched.block_threads // 32,
+                       whole_rows=op.results[0].name in lw.row_reduced)
     return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, False, dims, a, b, looped)
 
 
