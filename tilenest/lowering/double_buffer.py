@@ -94,15 +94,51 @@ def _private(s: L.For) -> bool:
         isinstance(t, (L.WarpMma, L.Barrier, L.Shuffle, L.LaneReduce)) for t in L.walk((s,)))
 
 
+def _copy_in(s: Any) -> bool:
+    """Is ``s`` a thread loop that stores only into ``shared`` buffers and
+    reads none (a tile's copy in from global memory)?"""
+    if not (isinstance(s, L.For) and s.kind == "thread"):
+        return False
+    stores = [t for t in L.walk((s,)) if isinstance(t, L.Store)]
+    reads = [y for y in L.evaluated((s,)) if isinstance(y, L.Load)]
+    return (bool(stores) and all(t.buf.space == "shared" for t in stores)
+            and all(y.buf.space == "global" for y in reads)
+            and not any(isinstance(t, L.WarpMma) for t in L.walk((s,))))
+
+
 def _split(loop: L.For) -> tuple[tuple, tuple] | None:
     """``(producer, consumer)`` of a loop body ``[barrier] P.. barrier C..``
     (comments before the consumer's barrier move into the consumer), else None.
     A thread loop among ``P`` that stores only into thread-private buffers
     moves to the start of ``C``: each thread's own state, which no other
-    thread and no producer reads, it is not a tile to buffer."""
+    thread and no producer reads, it is not a tile to buffer. When the loop
+    begins with more copies in from global memory (``_copy_in``) than that
+    finds, with block barriers among them (attention: the key tile, a
+    barrier ordering the previous step's reads of the value tile, the value
+    tile), those copies are ``P`` and the barriers among them are dropped:
+    they order the previous iteration's reads of a tile before its
+    overwriting, which the ring's versions and its own barrier do."""
     body = list(loop.body)
     if body and L.is_block_barrier(body[0]):
         body = body[1:]
+    got = _split_at_barrier(list(body))
+    lead = 0
+    while lead < len(body) and (L.is_block_barrier(body[lead]) or _copy_in(body[lead])
+                                or isinstance(body[lead], L.Comment)
+                                or (isinstance(body[lead], L.For) and _private(body[lead]))):
+        lead += 1
+    copies = [x for x in body[:lead] if _copy_in(x)]
+    if len(copies) <= (len(got[0]) if got else 0) or lead == len(body) \
+            or L.is_block_barrier(body[-1]):
+        return got
+    rest = [x for x in body[:lead] if not _copy_in(x) and not L.is_block_barrier(x)]
+    notes = [x for x in rest if isinstance(x, L.Comment)]
+    own = [x for x in rest if not isinstance(x, L.Comment)]
+    return tuple(copies), tuple(notes) + tuple(own) + tuple(body[lead:])
+
+
+def _split_at_barrier(body: list) -> tuple[tuple, tuple] | None:
+    """``_split`` for a body ``P.. barrier C..`` (its leading barrier removed)."""
     prod, own = [], []
     while body and isinstance(body[0], L.For) and body[0].kind == "thread":
         (own if _private(body[0]) else prod).append(body.pop(0))

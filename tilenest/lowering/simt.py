@@ -57,6 +57,7 @@ from ..errors import NotAvailableError, UsageError
 from ..targets import SIMT_LANES, SIMT_MAX_THREADS
 from ..proofs import taskmap as TM
 from . import fragments
+from .fusion import fuse_row_nests
 from . import loopir as L
 from . import simt_trees as trees
 
@@ -683,6 +684,7 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
     phases = []
     bodies = [L.map_stmts(ph.body, fe, fs) for ph in k.phases]
     kept: set[str] = set()
+    bodies = [fuse_row_nests(b, _nest) for b in bodies]
     for n, (ph, body) in enumerate(zip(k.phases, bodies)):
         frags = fragments.plan(body, threads, _nest)
         others = L.referenced(tuple(s for m, b in enumerate(bodies) if m != n for s in b))

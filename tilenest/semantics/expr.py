@@ -312,6 +312,17 @@ def _linear(e: Expr) -> tuple[dict[Expr, int], int]:
     return {e: 1}, 0
 
 
+def stride(e: Expr, x: Var) -> int | None:
+    """The constant ``s`` with ``e(x + 1) = e(x) + s`` for every ``x`` when
+    ``e`` is affine in ``x`` (0 when ``x`` does not occur), else None."""
+    if x not in leaves(e):
+        return 0
+    d, _k = _linear(e)
+    if any(x in leaves(t) for t in d if t != x):
+        return None  # x inside a product, a division, a min/max...
+    return d.get(x, 0)
+
+
 def _build(d: Mapping[Expr, int], k: int) -> Expr:
     items = sorted(((a, v) for a, v in d.items() if v != 0), key=lambda av: _key(av[0]))
     terms: list[Expr] = []

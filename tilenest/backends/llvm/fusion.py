@@ -23,17 +23,10 @@ The stage rewrites every statement list of a serial kernel (after
   is fused with a loop that stores) and the order of every conflicting
   access is kept (:func:`fusable`).
 
-Legality. Before fusion every iteration of the first loop runs before every
-iteration of the second; after it, iteration ``j`` of the second runs before
-iteration ``i > j`` of the first. That changes nothing when no access of
-the second loop at ``j`` conflicts with one of the first at another
-iteration: each buffer one loop writes and the other touches is accessed by
-both at one index expression (the same after renaming), affine in the loop
-variable with a nonzero coefficient -- so an element is touched by one
-iteration of each loop, the same one, where the order is the original --
-and no local that one loop assigns is read or assigned by the other. Two
-distinct buffers that may share storage (aliased parameters) count as one.
-The vector loops' own promise (iterations independent, reductions only
+Legality is the rule every backend shares (``lowering/fusion.py``:
+conflicting accesses at one index, injective in the loop variable; no local
+passed between the loops; statements moved only past what they do not
+touch). The vector loops' own promise (iterations independent, reductions only
 through ``reassoc`` merges) holds of the fused loop: its accumulations are
 the second loop's, each contribution computed from the same values.
 """
@@ -45,8 +38,10 @@ from dataclasses import replace
 from typing import Any
 
 from ...lowering import loopir as L
+from ...lowering.fusion import fusable, independent
+from ...lowering.fusion import substitute as _substitute
 from ...semantics import expr as E
-from .vector import plan, stride, width
+from .vector import plan, width
 
 
 def fuse_kernel(k: L.Kernel, vector_bits: int, may_alias: frozenset[str] = frozenset()
@@ -138,71 +133,3 @@ def _single_trip(s: Any) -> bool:
     return (isinstance(s, L.For) and s.kind == "serial" and s.tree is None
             and isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const)
             and int(s.hi.value) - int(s.lo.value) == 1)
-
-
-def _substitute(old: L.LVar, new: L.LVar | E.Expr) -> Callable[[Any], Any]:
-    """A :func:`loopir.map_stmts` callback replacing the loop variable
-    ``old`` by the variable or index expression ``new``."""
-    e = E.Var(new.name) if isinstance(new, L.LVar) else new
-    m = {E.Var(old.name): e}
-
-    def f(x: Any) -> Any:
-        if isinstance(x, L.IExpr):
-            return L.IExpr(E.subst(x.e, m), x.dtype)
-        if isinstance(x, L.IPred):
-            return L.IPred(E.subst(x.p, m), x.dtype)
-        if isinstance(x, L.Ref) and x.var == old:
-            return L.Ref(new) if isinstance(new, L.LVar) else L.IExpr(e)
-        return None
-
-    return f
-
-
-def _accesses(body: tuple) -> list[tuple[str, Any, bool]]:
-    """``(buffer, index, written)`` for every access of ``body``."""
-    out = []
-    for s in L.walk(body):
-        if isinstance(s, L.Store):
-            out.append((s.buf.name, s.index, True))
-        for x in L.stmt_exprs(s):
-            out += [(y.buf.name, y.index, False) for y in L.subexprs(x) if isinstance(y, L.Load)]
-    return out
-
-
-def _locals(body: tuple) -> tuple[set[str], set[str]]:
-    """(locals assigned, locals read) by ``body``."""
-    return set(L.assigned(body)), L.referenced(body)
-
-
-def fusable(var: L.LVar, a: tuple, b: tuple, alias: Callable[[str, str], bool]) -> bool:
-    """Whether bodies ``a`` and ``b`` of loops over one variable ``var`` may
-    run as one loop (module doc: every conflicting pair of accesses at one
-    index, injective in ``var``; no local passed between them)."""
-    (wa, ra), (wb, rb) = _locals(a), _locals(b)
-    if wa & (wb | rb) or wb & ra:
-        return False
-    x = E.Var(var.name)
-    acc_a, acc_b = _accesses(a), _accesses(b)
-    for na, ia, sa in acc_a:
-        for nb, ib, sb in acc_b:
-            if not (sa or sb) or not alias(na, nb):
-                continue
-            if na != nb or ia != ib or not isinstance(ia, L.IExpr) or not stride(ia.e, x):
-                return False
-    return True
-
-
-def independent(s: Any, loop: L.For, alias: Callable[[str, str], bool]) -> bool:
-    """Whether statement ``s`` and ``loop`` may swap places: ``s`` is an
-    assignment, a store or a loop of them (a check keeps its place, so the
-    error a run reports stays the first one it meets), no local one
-    assigns is read or assigned by the other, and no buffer one writes is
-    touched by the other."""
-    if not all(isinstance(x, (L.Assign, L.Store, L.For)) for x in L.walk((s,))):
-        return False
-    (ws, rs), (wl, rl) = _locals((s,)), _locals((loop,))
-    if ws & (wl | rl) or wl & rs:
-        return False
-    theirs = _accesses((loop,))
-    return not any((sa or sb) and alias(na, nb)
-                   for na, _, sa in _accesses((s,)) for nb, _, sb in theirs)

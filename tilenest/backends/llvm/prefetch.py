@@ -23,7 +23,7 @@ from typing import Any
 
 from ...lowering import loopir as L
 from ...semantics import expr as E
-from .vector import stride
+from ...semantics.expr import stride
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from ...lowering import loopir as L
 from ...semantics import expr as E
 from .prefetch import loads
-from .vector import stride
+from ...semantics.expr import stride
 
 #: the least size in bytes of an argument whose stores stream: well above the
 #: second-level cache of a core and the last-level cache share a core gets on

@@ -41,6 +41,7 @@ from ...lowering import loopir as L
 from ...lowering.divisors import float_division
 from ...semantics import dtypes as D
 from ...semantics import expr as E
+from ...semantics.expr import stride
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 
@@ -64,17 +65,6 @@ def _lane_dtype(dt: D.DType) -> bool:
 #: bf16 on their exact f32 values with each result rounded once (the scalar
 #: rule, ``codegen.FnGen.binary``)
 _ARITH_FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
-
-
-def stride(e: E.Expr, x: E.Var) -> int | None:
-    """The constant ``s`` with ``e(x + 1) = e(x) + s`` for every ``x`` when
-    ``e`` is affine in ``x`` (0 when ``x`` does not occur), else None."""
-    if x not in E.leaves(e):
-        return 0
-    d, _k = E._linear(e)
-    if any(x in E.leaves(t) for t in d if t != x):
-        return None  # x inside a product, a division, a min/max...
-    return d.get(x, 0)
 
 
 class _Check:
