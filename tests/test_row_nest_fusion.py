@@ -69,3 +69,20 @@ def test_attention_updates_its_row_state_where_the_row_is_folded():
                 owners.setdefault(st.buf.name.split(".")[0], set()).add(id(t))
     assert len(owners["%m_new"] | owners["%alpha"] | owners["%m_2"]) == 1
     assert sum(1 for t in loop.body if L.is_block_barrier(t)) <= 5
+
+
+def test_decode_scores_fold_in_registers_however_few_their_rows():
+    """Decode's 16-row score tile (fewer rows than a quarter of the block)
+    still takes the one-fold-per-row shape, since its rows fold in the
+    tensor-core result's registers: the scores, their mask and exponentials
+    leave shared memory and the key loop keeps at most 5 barriers."""
+    from tilenest.workloads.attention import split_kv_kernel
+
+    kern = split_kv_kernel(tn.bf16).specialize(bq=16, bk=64, dh=64, dv=64)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda"))
+    assert not [b for b in k.locals if b.space == "shared" and b.dtype == tn.f32
+                and b.size.value >= 16 * 64]
+    assert len([b for b in k.locals if ".frag" in b.name]) >= 4
+    (loop,) = [s for ph in k.phases for s in ph.body if isinstance(s, L.For)
+               and s.kind == "serial"]
+    assert sum(1 for t in loop.body if L.is_block_barrier(t)) <= 5

@@ -99,8 +99,10 @@ def _zero_from(h: Handle) -> dict[Dim, E.Expr] | None:
     return upper_bounds(h.zero_where(q), names) or None  # type: ignore[return-value]
 
 
-def _row_reduced(prog: TileProgram) -> set[str]:
-    """Names of the ``mma`` results whose rows are reduced: a value computed
+def _row_reduced(prog: TileProgram) -> tuple[set[str], set[str]]:
+    """Names of the ``mma`` results whose rows are reduced, and of the values
+    computed from them on the way to such a reduce. Rows are reduced when a
+    value computed
     from the result by ops of one tile result each, of the result's dims
     (elementwise: the scaling, masking and exponentials of attention's
     scores; in any order of the dims), is read inside a ``reduce`` whose
@@ -126,7 +128,8 @@ def _row_reduced(prog: TileProgram) -> set[str]:
                 visit(r.ops, inner)
 
     visit(prog.body.ops, frozenset())
-    out = set()
+    out: set[str] = set()
+    derived: set[str] = set()
     for op in prog.walk():
         if op.name != "mma":
             continue
@@ -138,14 +141,14 @@ def _row_reduced(prog: TileProgram) -> set[str]:
             v = todo.pop()
             if fb & inside.get(v, set()):
                 out.add(res.name)
-                break
+                derived.update(seen)
             for u in users.get(v, []):
                 if (len(u.results) == 1 and not u.regions
                         and set(getattr(u.results[0].type, "dims", ())) == set(res.type.dims)
                         and u.results[0].name not in seen):
                     seen.add(u.results[0].name)
                     todo.append(u.results[0].name)
-    return out
+    return out, derived
 
 
 def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[int, ...]]:
@@ -201,8 +204,9 @@ class Lowerer:
         self.globals: list[L.Buffer] = []
         #: values read only as ``mma`` operands (their copies may be padded)
         self.mma_only = _mma_only(prog)
-        #: mma results whose rows are reduced (:func:`_row_reduced`)
-        self.row_reduced = _row_reduced(prog)
+        #: mma results whose rows are reduced, and the values computed from
+        #: them on the way (:func:`_row_reduced`)
+        self.row_reduced, self.row_derived = _row_reduced(prog)
         #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
         self.column_last = {} if schedule.block_threads else _column_last(prog)
         #: reduce op id -> ``(lo, hi)``: the part of the domain's points, in

@@ -311,7 +311,9 @@ def _threads_per_point(lw: Lowerer, op: Operation, kept: tuple[E.Expr, ...]) -> 
     and each has few contributions (at most :data:`POINT_FOLD`): a row
     reduction of an attention score tile (64 rows of 64 keys) is then 64
     threads folding in parallel rather than 64 block reductions with two
-    barriers each."""
+    barriers each. A reduction of the rows of a tensor-core result
+    (``Lowerer.row_derived``) takes this shape however few its rows are,
+    since its rows then fold in the result's registers."""
     W = lw.sched.block_threads
     if not W or not kept or not all(isinstance(x, E.Const) for x in kept):
         return False
@@ -324,7 +326,11 @@ def _threads_per_point(lw: Lowerer, op: Operation, kept: tuple[E.Expr, ...]) -> 
         if not isinstance(x, E.Const):
             return False
         n *= x.value
-    return points >= max(32, W // 4) and n <= POINT_FOLD
+    # the rows of a tensor-core result fold in its registers (fragments.RowFold)
+    # whatever their number: they need this shape
+    on_matrix_unit = any(o.name in lw.row_derived for inner in op.regions[0].ops
+                         if inner.name == "reindex" for o in inner.operands)
+    return (points >= max(32, W // 4) or on_matrix_unit) and n <= POINT_FOLD
 
 
 def _tile_level(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -> None:
