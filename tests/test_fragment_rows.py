@@ -116,14 +116,18 @@ def test_a_strict_row_fold_keeps_the_tile_in_memory():
 
 
 def test_attention_keeps_scores_probabilities_and_accumulator_in_registers():
-    """The attention kernel's score tile, its mask and probabilities, the
-    running accumulator and its rescaled copy are lane fragments: shared
-    memory holds the operand tiles (Q, K, V and P in bf16), the row vectors
-    of the online softmax and the row folds' partials."""
+    """The attention kernel's score tile, its mask and probabilities and the
+    running accumulator are lane fragments (``P V`` accumulates into the
+    rescaled accumulator itself: no copy of it, ``inplace.absorb_copies_back``):
+    shared memory holds the operand tiles (Q, K, V and P in bf16), the row
+    vectors of the online softmax and the row folds' partials."""
     kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=128, dv=128)
     k = _lowered(kern, 256)
     frags = [b for b in k.locals if ".frag" in b.name]
-    assert len(frags) == 5 and {b.size.value for b in frags} == {16, 32}
+    assert len(frags) == 4 and {b.size.value for b in frags} == {16, 32}
+    (pv,) = [w for ph in k.phases for w in L.walk(ph.body)
+             if isinstance(w, L.WarpMma) and w.n == 32]
+    assert pv.c.buf.name.startswith("%acc")
     shared = [b for b in k.locals if b.space == "shared"]
     big = [b for b in shared if b.size.value > 256]
     assert len(big) == 4 and all(b.dtype == tn.bf16 for b in big)

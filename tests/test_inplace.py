@@ -137,3 +137,43 @@ def test_emitter_widens_an_update_only_when_read_before_written():
     assert not _in_place((upd, L.Store(out, i, L.Load(x, i))), "%x")
     assert not _in_place((L.Store(out, i, L.Load(x, i)), upd), "%x")  # read outside its value
     assert not _in_place((replace(upd, guard=L.IPred(E.cmp("<", E.Var("i"), 3))),), "%x")
+
+
+def _rescale_update_copy(middle_reads_x):  # type: ignore[no-untyped-def]
+    """``e = x * 2`` over an 8 x 4 tile, ``e += 1`` (the update), ``x = e``."""
+    from tilenest.semantics import dtypes as D
+    from tilenest.semantics import expr as E
+
+    x = L.Buffer("x", D.f32, "shared", E.Const(32))
+    e = L.Buffer("e", D.f32, "shared", E.Const(32))
+    y = L.Buffer("y", D.f32, "shared", E.Const(32))
+
+    def nest(tag, body):  # type: ignore[no-untyped-def]
+        i, j = L.LVar(f"i{tag}", D.i64), L.LVar(f"j{tag}", D.i64)
+        ix = L.IExpr(E.add(E.mul(4, E.Var(i.name)), E.Var(j.name)))
+        return L.For(i, E.Const(0), E.Const(8), (
+            L.For(j, E.Const(0), E.Const(4), body(ix), "vector"),), "vector")
+
+    first = nest("a", lambda ix: (L.Store(e, ix, L.Bin("mul", L.Load(x, ix),
+                                                      L.Const(2.0, D.f32), D.f32)),))
+    src = x if middle_reads_x else e
+    middle = nest("b", lambda ix: (L.Store(e, ix, L.Bin("add", L.Load(src, ix),
+                                                       L.Const(1.0, D.f32), D.f32)),))
+    back = nest("c", lambda ix: (L.Store(x, ix, L.Load(e, ix)),))
+    after = nest("d", lambda ix: (L.Store(y, ix, L.Load(x, ix)),))
+    return (first, middle, back, after)
+
+
+def test_a_copy_back_is_absorbed_into_the_tile_it_copies_to():
+    """``acc = mma(p, v, acc * alpha)``'s shape: the temporary becomes the
+    tile itself and the copy back is gone; a middle statement reading the
+    tile's old value keeps them apart."""
+    from tilenest.lowering.inplace import absorb_copies_back
+    from tilenest.lowering.simt import _nest
+
+    (body,), gone = absorb_copies_back([_rescale_update_copy(False)], _nest)
+    assert gone == {"e"} and len(body) == 3
+    assert {s.buf.name for s in L.walk(body) if isinstance(s, L.Store)} == {"x", "y"}
+    kept = _rescale_update_copy(True)
+    (same,), gone = absorb_copies_back([kept], _nest)
+    assert same == kept and not gone

@@ -37,7 +37,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ..semantics import expr as E
 from . import loopir as L
+from .fragments import squeeze
 from .simt import once_per_element
 
 
@@ -132,3 +134,142 @@ def _merge(k: L.Kernel, e: L.Buffer, x: L.Buffer) -> L.Kernel:
 
     phases = tuple(replace(ph, body=L.map_stmts(ph.body, fe, fs)) for ph in k.phases)
     return replace(k, phases=phases, locals=tuple(b for b in k.locals if b.name != e.name))
+
+
+# ---------------------------------------------------------------------------
+# copies back (the SIMT form's sequential input)
+
+
+def absorb_copies_back(bodies: list[tuple], nest: Any) -> tuple[list[tuple], set[str]]:
+    """Phase ``bodies`` (sequential, before distribution; ``nest`` is
+    ``simt._nest``) with each temporary tile that is computed from a tile
+    ``X`` element by element, updated, and then copied back into ``X``
+    computed in ``X`` itself::
+
+        E[i] = f(X[i], ..)          -- a nest writing every element of E once
+        ... (no access to X) ...    -- E updated: an mma accumulating into it
+        X[i] = E[i]                 -- a nest copying every element back
+
+    becomes ``X[i] = f(X[i], ..); ... (on X)`` and the copy is gone. This is
+    the loop-carried update ``acc = mma(p, v, acc * alpha)`` of an online
+    softmax: the rescaled accumulator and the product's result are one tile
+    (one set of registers once the tile is a lane fragment, not two). It is
+    exact: ``f`` reads ``X`` only at the element it writes; nothing reads
+    ``X``'s old value after the first nest; both nests cover the whole tile
+    (their stores are row-major over their extents, whose product is the
+    tile's size); and ``E`` is touched nowhere else, so its value after the
+    copy is never needed. One pair at a time until none is left; returns the
+    bodies and the names of the temporaries gone."""
+    bodies = list(bodies)
+    gone: set[str] = set()
+    while True:
+        counts = [_touched_all(b) for b in bodies]
+        for n, body in enumerate(bodies):
+            others = {name for m, c in enumerate(counts) if m != n for name in c}
+            new = _absorb(body, nest, counts[n], others)
+            if new is not None:
+                bodies[n] = new
+                gone |= set(counts[n]) - set(_touched_all(new))
+                break
+        else:
+            return bodies, gone
+
+
+def _touched_all(body: tuple) -> dict[str, int]:
+    n: dict[str, int] = {}
+    for s in body:
+        for k, v in _touched(s).items():
+            n[k] = n.get(k, 0) + v
+    return n
+
+
+def _absorb(body: tuple, nest: Any, phase: dict[str, int], others: set) -> tuple | None:
+    """``body`` with one pair absorbed (its statement lists searched
+    recursively), or None."""
+    top = list(body)
+    for p, s in enumerate(top):
+        first = _whole_store(s, nest)
+        if first is None:
+            continue
+        e, st, ext = first
+        xs = _operands(st, {y.buf.name: y.buf for y in L.subexprs(st.value)
+                            if isinstance(y, L.Load)})
+        for x in xs:
+            if (x.name == e.name or x.dtype != e.dtype or x.size != e.size
+                    or x.space != e.space or {x.name, e.name} & others):
+                continue
+            for q in range(p + 1, len(top)):
+                between = _touched_all(tuple(top[p + 1:q]))
+                if between.get(x.name):
+                    break
+                back = _whole_store(top[q], nest)
+                if back is None or back[0].name != x.name or back[2] != ext:
+                    continue
+                value = back[1].value
+                if not (isinstance(value, L.Load) and value.buf.name == e.name
+                        and value.index == back[1].index and value.guard is None):
+                    continue
+                span = _touched_all(tuple(top[p:q + 1]))
+                if span.get(e.name) != phase.get(e.name):
+                    break  # the temporary is read or written elsewhere
+                return tuple(top[:p]) + _renamed(tuple(top[p:q]), e, x) + tuple(top[q + 1:])
+    for p, s in enumerate(top):  # nested statement lists
+        if isinstance(s, L.For) and s.kind != "vector":
+            inner = _absorb(s.body, nest, phase, others)
+            if inner is not None:
+                return tuple(top[:p]) + (replace(s, body=inner),) + tuple(top[p + 1:])
+        elif isinstance(s, L.If):
+            for part in ("then", "orelse"):
+                inner = _absorb(getattr(s, part), nest, phase, others)
+                if inner is not None:
+                    return tuple(top[:p]) + (replace(s, **{part: inner}),) + tuple(top[p + 1:])
+    return None
+
+
+def _whole_store(s: Any, nest: Any) -> tuple[L.Buffer, L.Store, list[int]] | None:
+    """``(buffer, store, extents)`` when ``s`` is a ``vector`` nest whose body
+    is one unguarded store writing every element of the buffer once:
+    row-major over the nest's constant extents (loops of extent 1 aside),
+    whose product is the buffer's size."""
+    if not (isinstance(s, L.For) and s.kind == "vector" and not s.reverse):
+        return None
+    loops, inner = nest(s)
+    kept, units = squeeze(loops)
+    if len(inner) != 1 or not isinstance(inner[0], L.Store) or inner[0].guard is not None:
+        return None
+    st = inner[0]
+    if not (isinstance(st.index, L.IExpr) and isinstance(st.buf.size, E.Const)
+            and all(isinstance(lp.lo, E.Const) and lp.lo.value == 0
+                    and isinstance(lp.hi, E.Const) for lp in kept)):
+        return None
+    ext = [lp.hi.value for lp in kept]
+    size = 1
+    for x in ext:
+        size *= x
+    idx = E.subst(st.index.e, units)
+    stride, want = 1, E.Const(0)
+    for lp, x in reversed(list(zip(kept, ext))):
+        want = E.add(want, E.mul(stride, E.Var(lp.var.name)))
+        stride *= x
+    if size != st.buf.size.value or E.add(idx, E.mul(-1, want)) != E.Const(0):
+        return None
+    return st.buf, st, ext
+
+
+def _renamed(stmts: tuple, e: L.Buffer, x: L.Buffer) -> tuple:
+    """``stmts`` with every access of ``e`` made to ``x`` instead."""
+    def fe(y: Any) -> Any:
+        if isinstance(y, L.Load) and y.buf.name == e.name:
+            return L.Load(x, y.index, y.guard, y.fill)
+        return None
+
+    def fs(st: Any) -> Any:
+        if isinstance(st, L.Store) and st.buf.name == e.name:
+            return (replace(st, buf=x),)
+        if isinstance(st, L.WarpMma):
+            fr = {f: replace(getattr(st, f), buf=x) for f in ("a", "b", "c")
+                  if getattr(st, f).buf.name == e.name}
+            return (replace(st, **fr),) if fr else None
+        return None
+
+    return L.map_stmts(stmts, fe, fs)

@@ -684,6 +684,9 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
     phases = []
     bodies = [L.map_stmts(ph.body, fe, fs) for ph in k.phases]
     kept: set[str] = set()
+    from .inplace import absorb_copies_back  # (inplace.py uses this module)
+
+    bodies, gone = absorb_copies_back(bodies, _nest)
     bodies = [fuse_row_nests(b, _nest) for b in bodies]
     for n, (ph, body) in enumerate(zip(k.phases, bodies)):
         frags = fragments.plan(body, threads, _nest)
@@ -697,7 +700,7 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
         new, _ = _Phase(threads, scratch, lanes, maps, frags).body(body, {ph.pid.name},
                                                                     Accesses())
         phases.append(replace(ph, body=new))
-    bufs = tuple(b for b in shared.values() if b.name not in kept)
+    bufs = tuple(b for b in shared.values() if b.name not in kept | gone)
     return replace(k, locals=bufs + tuple(scratch), phases=tuple(phases))
 
 
