@@ -115,9 +115,10 @@ def _split(loop: L.For) -> tuple[tuple, tuple] | None:
     begins with more copies in from global memory (``_copy_in``) than that
     finds, with block barriers among them (attention: the key tile, a
     barrier ordering the previous step's reads of the value tile, the value
-    tile), those copies are ``P`` and the barriers among them are dropped:
-    they order the previous iteration's reads of a tile before its
-    overwriting, which the ring's versions and its own barrier do."""
+    tile), each into its own buffers, those copies are ``P`` and the
+    barriers among them are dropped: they order the previous iteration's
+    reads of a tile before its overwriting, which the ring's versions and
+    its own barrier do."""
     body = list(loop.body)
     if body and L.is_block_barrier(body[0]):
         body = body[1:]
@@ -128,9 +129,10 @@ def _split(loop: L.For) -> tuple[tuple, tuple] | None:
                                 or (isinstance(body[lead], L.For) and _private(body[lead]))):
         lead += 1
     copies = [x for x in body[:lead] if _copy_in(x)]
+    written = [_stores((x,)) for x in copies]
     if len(copies) <= (len(got[0]) if got else 0) or lead == len(body) \
-            or L.is_block_barrier(body[-1]):
-        return got
+            or L.is_block_barrier(body[-1]) or len(set().union(*written)) < sum(map(len, written)):
+        return got  # (copies into one buffer stay ordered by their barriers)
     rest = [x for x in body[:lead] if not _copy_in(x) and not L.is_block_barrier(x)]
     notes = [x for x in rest if isinstance(x, L.Comment)]
     own = [x for x in rest if not isinstance(x, L.Comment)]

@@ -149,8 +149,26 @@ def _squeezed(row: L.For, units: dict, inner: tuple) -> tuple:
 
 
 def _is_fold(inner: tuple) -> bool:
-    """A row fold's body: assignments and stores around one loop (the fold)."""
-    return sum(isinstance(t, L.For) for t in inner) == 1
+    """A row fold's body: accumulators started by assignments, one loop
+    whose body only updates them (``acc = op{reassoc}(acc, c)``), then
+    assignments and stores."""
+    loops = [k for k, t in enumerate(inner) if isinstance(t, L.For)]
+    if len(loops) != 1:
+        return False
+    pre, fold, post = inner[:loops[0]], inner[loops[0]], inner[loops[0] + 1:]
+    if fold.kind not in ("serial", "vector") or fold.reverse or fold.tree is not None:
+        return False
+    if not all(isinstance(t, L.Assign) for t in pre) or not all(
+            isinstance(t, (L.Assign, L.Store)) for t in post):
+        return False
+    started = {t.var.name for t in pre}
+    for t in fold.body:
+        b = t.value if isinstance(t, L.Assign) else None
+        if not (isinstance(b, L.Bin) and "reassoc" in b.flags and t.var.name in started
+                and isinstance(b.a, L.Ref) and b.a.var.name == t.var.name
+                and t.var.name not in L.names(b.b)):
+            return False
+    return True
 
 
 def fuse_row_nests(body: tuple, nest: Callable) -> tuple:
