@@ -73,3 +73,25 @@ def test_a_reduction_program_runs_on_the_emulator():
 def test_unknown_target_is_an_error():
     with pytest.raises(TilenestError, match="no target"):
         check_spec(Spec(), target="nope")
+
+
+def test_an_integer_minimum_keeps_its_identity_under_32_bit_indices():
+    """Slow-slice program 86 (``argmax`` of a tile under the 32-bit index
+    arithmetic of its schedule): the minimum's identity ``2^63 - 1`` went
+    into a local declared as a 32-bit index (-1 after the truncation: every
+    argmax off by one), and the select between an ``i64`` buffer element and
+    a narrowed index local did not compile. Both are 64-bit now and the
+    program validates."""
+    from tilenest.backends import cuda
+    from tilenest.validation.fuzz import build, schedule_for
+
+    spec = random_spec(SEED * 1_000_003 + 86)
+    k = build(spec)
+    sched = schedule_for(spec, k.program, "cuda")
+    assert sched.index_bits == 32
+    src = cuda.emit(k.program, "cuda", sched)
+    held = {ln.split("=")[0].strip() for ln in src.splitlines()
+            if "9223372036854775807" in ln and "=" in ln}
+    assert held and all(f"long long {v};" in src and f"int {v};" not in src for v in held)
+    r = check_spec(spec, cases=CASES, seed=86, target="cuda")
+    assert r.status == "ok", _explain(r)

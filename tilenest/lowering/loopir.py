@@ -1037,8 +1037,10 @@ def index_definitions(k: "Kernel") -> tuple[dict[str, list[tuple]], set[str]]:
     locals that hold data values. A definition is ``("range", lo, hi)`` for a
     loop variable in ``[lo, hi)`` (the program id: ``[0, prod(extents))``) or
     ``("value", e)`` for an assignment of index expression (or integer
-    constant) ``e``; a local assigned anything else, or written by a warp
-    collective, holds data."""
+    constant of 32 bits) ``e``; a local assigned anything else (a wider
+    constant too, such as the identity ``2^63 - 1`` of an integer minimum:
+    no index, it must keep its width), or written by a warp collective,
+    holds data."""
     defs: dict[str, list[tuple]] = {}
     data: set[str] = set()
     for ph in k.phases:
@@ -1053,7 +1055,8 @@ def index_definitions(k: "Kernel") -> tuple[dict[str, list[tuple]], set[str]]:
                 v = st.value
                 if isinstance(v, IExpr):
                     defs.setdefault(st.var.name, []).append(("value", v.e))
-                elif isinstance(v, Const) and isinstance(v.value, int):
+                elif (isinstance(v, Const) and isinstance(v.value, int)
+                      and -2**31 <= v.value < 2**31):
                     defs.setdefault(st.var.name, []).append(("value", E.Const(int(v.value))))
                 else:
                     data.add(st.var.name)

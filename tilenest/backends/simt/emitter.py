@@ -272,8 +272,15 @@ class Emitter:
         return self.pred(x.p)
 
     def select_expr(self, x: L.Select) -> str:
-        """Both arms are evaluated (their checks too)."""
-        return f"tn_select({self.expr(x.c)}, {self.expr(x.a)}, {self.expr(x.b)})"
+        """Both arms are evaluated (their checks too). An ``i64`` select takes
+        both arms at the 64-bit type: under 32-bit index arithmetic an index
+        local is narrower than an ``i64`` element loaded from a buffer, and the
+        arms of ``tn_select`` must have one type."""
+        a, b = self.expr(x.a), self.expr(x.b)
+        if x.dtype == D.i64 and self.it != self.d.types["i64"]:
+            t = self.d.types["i64"]
+            a, b = f"(({t})({a}))", f"(({t})({b}))"
+        return f"tn_select({self.expr(x.c)}, {a}, {b})"
 
     def cast_expr(self, x: L.Cast) -> str:
         if x.dtype.is_fp8:  # one rounding, then the cast's overflow policy (V-24)
