@@ -122,17 +122,7 @@ def _ordered(top: list, where: list, p: int, st: L.Store, e: str, x: str) -> boo
 
 def _merge(k: L.Kernel, e: L.Buffer, x: L.Buffer) -> L.Kernel:
     """``k`` with buffer ``e`` renamed to ``x`` everywhere and dropped."""
-    def fe(y: Any) -> Any:
-        if isinstance(y, L.Load) and y.buf.name == e.name:
-            return L.Load(x, y.index, y.guard, y.fill)
-        return None
-
-    def fs(st: Any) -> Any:
-        if isinstance(st, L.Store) and st.buf.name == e.name:
-            return (replace(st, buf=x),)
-        return None
-
-    phases = tuple(replace(ph, body=L.map_stmts(ph.body, fe, fs)) for ph in k.phases)
+    phases = tuple(replace(ph, body=_renamed(ph.body, e, x)) for ph in k.phases)
     return replace(k, phases=phases, locals=tuple(b for b in k.locals if b.name != e.name))
 
 

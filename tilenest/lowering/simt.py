@@ -428,38 +428,25 @@ class _Phase:
         accesses of each of ``tiles`` (one layout) moved to that element's
         cell of the thread's fragment buffer. Loops of extent 1 in the nest
         keep their one value."""
-        ft = tiles[0]
-        local = {x.buf.name: x.local for x in tiles}
-        n = E.Const(ft.tm * ft.tn)
-        t, r, lin = self.warp_step(n, ft.group)
-        wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
-        lane = E.mod(E.Var(t.name), WARP * ft.group)
-        cv = [_fresh(x, D.i64) for x in ("p", "q", "h", "e")]
-        p, q, h, e = (E.Var(v.name) for v in cv)
-        i0, j0 = L.lane_cell(lane, p, q, h, e, ft.group)
-        i = E.add(E.mul(wi, ft.wm), i0)
-        j = E.add(E.mul(wj, ft.wn), j0)
-        cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
-
-        def fe(x: Any) -> Any:
-            if isinstance(x, L.Load) and x.buf.name in local:
-                return L.Load(local[x.buf.name], cell, x.guard, x.fill)
-            return None
+        c = _CellTask.of(self, tiles)
+        ft, cv = c.ft, c.cv
+        i = E.add(E.mul(c.wi, ft.wm), c.i0)
+        j = E.add(E.mul(c.wj, ft.wn), c.j0)
 
         def fs(st: Any) -> Any:
-            if isinstance(st, L.Store) and st.buf.name in local:
-                return (L.Store(local[st.buf.name], cell, st.value, st.guard, st.mode),)
+            if isinstance(st, L.Store) and st.buf.name in c.local:
+                return (L.Store(c.local[st.buf.name], c.cell, st.value, st.guard, st.mode),)
             return None
 
         (li, lj), units = fragments.squeeze(loops)
         work = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in loops
                      if E.Var(lp.var.name) in units)
         work += (L.Assign(li.var, L.IExpr(i)), L.Assign(lj.var, L.IExpr(j))) + \
-            L.map_stmts(inner, fe, fs)
+            L.map_stmts(inner, c.fe, fs)
         exts = (ft.wm // (16 * ft.group), ft.wn // 8, 2, 2)
         for v, ext in reversed(list(zip(cv, exts))):
             work = (L.For(v, E.Const(0), E.Const(ext), work, "vector"),)
-        return self.warp_loop(t, r, n, lin, work, ft.group)
+        return self.warp_loop(c.t, c.r, c.n, c.lin, work, ft.group)
 
     def distribute_row_fold(self, tiles: list, rf: Any, defined: set[str]) -> list:
         """A row reduction over register tiles (``fragments.RowFold``), in
@@ -474,29 +461,16 @@ class _Phase:
         and a second nest over the rows (distributed as any other) folds
         them in warp-column order into the accumulator. The regrouping is
         what the merges' ``reassoc`` mark permits."""
-        ft = tiles[0]
-        local = {x.buf.name: x.local for x in tiles}
+        c = _CellTask.of(self, tiles)
+        ft, cv, wj, lane, fe = c.ft, c.cv, c.wj, c.lane, c.fe
         rows = ft.tm * ft.wm
-        n = E.Const(ft.tm * ft.tn)
-        t, r, lin = self.warp_step(n)
-        wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
-        lane = E.mod(E.Var(t.name), WARP)
-        cv = [_fresh(x, D.i64) for x in ("p", "q", "h", "e")]
-        p, q, h, e = (E.Var(v.name) for v in cv)
-        i0, j0 = L.lane_cell(lane, p, q, h, e)
-        row = E.add(E.mul(wi, ft.wm), i0)
-        cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
-
-        def fe(x: Any) -> Any:
-            if isinstance(x, L.Load) and x.buf.name in local:
-                return L.Load(local[x.buf.name], cell, x.guard, x.fill)
-            return None
+        row = E.add(E.mul(c.wi, ft.wm), c.i0)
 
         units = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in rf.units)
         at_row = units + (L.Assign(rf.row.var, L.IExpr(row)),)
         parts = [_fresh(f"part_{v.name.split('.')[0]}", dt) for v, _o, _c, dt, _f in rf.merges]
         totals = [_fresh(f"quad_{v.name.split('.')[0]}", dt) for v, _o, _c, dt, _f in rf.merges]
-        col = (L.Assign(rf.fold.var, L.IExpr(E.add(E.mul(wj, ft.wn), j0))),)
+        col = (L.Assign(rf.fold.var, L.IExpr(E.add(E.mul(wj, ft.wn), c.j0))),)
         updates = tuple(L.Assign(pv, L.Bin(op, L.Ref(pv), L.map_expr(c, fe), dt, fl))
                         for pv, (_v, op, c, dt, fl) in zip(parts, rf.merges))
         cells: tuple = (L.For(cv[3], E.Const(0), E.Const(2), col + updates, "serial"),)
@@ -527,7 +501,7 @@ class _Phase:
         per_row += (L.If(L.IPred(E.cmp("==", E.mod(lane, 4), 0)), last),)
         work: tuple = (L.For(cv[2], E.Const(0), E.Const(2), per_row, "serial"),)
         work = (L.For(cv[0], E.Const(0), E.Const(ft.wm // 16), work, "serial"),)
-        return self.warp_loop(t, r, n, lin, work) + second
+        return self.warp_loop(c.t, c.r, c.n, c.lin, work) + second
 
     def row_partials(self, acc: L.LVar, dt: D.DType, size: int) -> L.Buffer:
         """The shared scratch of a row fold's partials of accumulator ``acc``
@@ -550,6 +524,49 @@ class _Phase:
             self.red[key] = b
             self.scratch.append(b)
         return self.red[key]
+
+
+@dataclass
+class _CellTask:
+    """The warp task and a lane's cell in register tiles of one layout
+    (``fragments.FragTile``): thread ``t`` at step ``r`` runs task ``lin <
+    n``, the warp tile ``(wi, wj)``; ``cv`` are the loop variables ``(p, q,
+    h, e)`` of its cells, element ``(wi wm + i0, wj wn + j0)`` at ``cell`` of
+    the thread's fragment buffer (``local``, by tile name); ``fe`` moves a
+    load of a tile to that cell."""
+
+    ft: Any
+    n: E.Expr
+    t: L.LVar
+    r: L.LVar
+    lin: E.Expr
+    wi: E.Expr
+    wj: E.Expr
+    lane: E.Expr
+    cv: list
+    i0: E.Expr
+    j0: E.Expr
+    cell: L.IExpr
+    local: dict
+
+    @staticmethod
+    def of(phase: "_Phase", tiles: list) -> "_CellTask":
+        ft = tiles[0]
+        n = E.Const(ft.tm * ft.tn)
+        t, r, lin = phase.warp_step(n, ft.group)
+        wi, wj = _unflatten(lin, [E.Const(ft.tm), E.Const(ft.tn)])
+        lane = E.mod(E.Var(t.name), WARP * ft.group)
+        cv = [_fresh(x, D.i64) for x in ("p", "q", "h", "e")]
+        p, q, h, e = (E.Var(v.name) for v in cv)
+        i0, j0 = L.lane_cell(lane, p, q, h, e, ft.group)
+        cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
+        return _CellTask(ft, n, t, r, lin, wi, wj, lane, cv, i0, j0, cell,
+                         {x.buf.name: x.local for x in tiles})
+
+    def fe(self, x: Any) -> Any:
+        if isinstance(x, L.Load) and x.buf.name in self.local:
+            return L.Load(self.local[x.buf.name], self.cell, x.guard, x.fill)
+        return None
 
 
 def _product(sizes: list[E.Expr]) -> E.Expr:
