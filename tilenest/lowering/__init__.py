@@ -7,8 +7,11 @@ Stages (each inspectable; ``tilenest lower --emit NAME``):
   proofs layer (``schedule.apply_transforms``);
 * ``loopir``   -- :func:`lower` builds the :class:`~tilenest.lowering.loopir.Kernel`,
   ``simt.py`` distributes each program over threads when the schedule asks
-  (``block_threads``; ``fragments.py`` keeps tensor-core accumulator tiles
-  in the lanes' registers), ``double_buffer.py`` overlaps the production of
+  (``block_threads``; ``inplace.py`` first computes a tile copied back into
+  another in that tile, ``fusion.py`` fuses row folds with the row nests
+  after them -- its legality shared with the CPU's loop fusion --, and
+  ``fragments.py`` keeps tensor-core accumulator tiles and the tiles around
+  them in the lanes' registers), ``double_buffer.py`` overlaps the production of
   the next tiles with the consumption of the current ones, and
   :func:`verify_kernel` checks it; ``serialize.py``
   turns the SIMT form back into one thread per program for the CPU.
