@@ -70,6 +70,22 @@ def _locals(k):  # type: ignore[no-untyped-def]
     return {b.name for b in k.locals if b.space == "local"}
 
 
+def _admitted(ck, kern, before, outs, after=(), seed=0, emulated=True):  # type: ignore[no-untyped-def]
+    """Run ``ck(*before, *outs, *after)`` on copies of the outputs ``outs``
+    (on the emulator: in order with NaN poison, then a random interleaving
+    with large poison) and assert the oracle of ``kern`` admits each output."""
+    oracle = tn.reference(kern, *before, *(o.copy() for o in outs), *after)
+    adms = oracle if isinstance(oracle, tuple) else (oracle,)
+    runs = (("in_order", "nan"), ("random", "big")) if emulated else ((None, None),)
+    for policy, poison in runs:
+        got = tuple(o.copy() for o in outs)
+        kw = {"policy": policy, "poison": poison, "seed": seed} if emulated else {}
+        ck(*before, *got, *after, **kw)
+        for adm, out in zip(adms, got, strict=True):
+            verdict = adm.admits(out)
+            assert verdict.ok, f"{policy}/{poison}: {verdict}"
+
+
 @pytest.mark.parametrize("bk,threads,tn_", [(16, 128, 1), (64, 128, 1), (64, 256, 4)])
 def test_row_folds_keep_the_score_tile_in_registers_and_validate(bk, threads, tn_):
     """One warp column per row of tiles (``tn = 1``: each quad finishes its
@@ -94,13 +110,7 @@ def test_row_folds_keep_the_score_tile_in_registers_and_validate(bk, threads, tn
     q, kk = _inputs(S=bk - 3)
     outs = (np.zeros(100, np.float32), np.zeros(100, np.float32),
             np.zeros((100, bk - 3), np.float32))
-    oracle = tn.reference(kern, q, kk, *(o.copy() for o in outs))
-    for policy, poison in (("in_order", "nan"), ("random", "big")):
-        got = tuple(o.copy() for o in outs)
-        ck(q, kk, *got, policy=policy, poison=poison, seed=3)
-        for adm, out in zip(oracle, got, strict=True):
-            verdict = adm.admits(out)
-            assert verdict.ok, f"{policy}/{poison}: {verdict}"
+    _admitted(ck, kern, (q, kk), outs, seed=3)
 
 
 def test_a_strict_row_fold_keeps_the_tile_in_memory():
@@ -161,12 +171,7 @@ def test_attention_key_and_value_tiles_are_double_buffered():
     kk = rng.standard_normal((1, 2, 70, 29)).astype(tn.bf16.np)
     v = rng.standard_normal((1, 2, 70, 29)).astype(tn.bf16.np)
     o0 = np.zeros((1, 4, 45, 29), tn.bf16.np)
-    oracle = tn.reference(kern, q, kk, v, o0.copy(), np.float32(0.2))
-    for policy, poison in (("in_order", "nan"), ("random", "big")):
-        o = o0.copy()
-        ck(q, kk, v, o, np.float32(0.2), policy=policy, poison=poison, seed=2)
-        verdict = oracle.admits(o)
-        assert verdict.ok, f"{policy}/{poison}: {verdict}"
+    _admitted(ck, kern, (q, kk, v), (o0,), (np.float32(0.2),), seed=2)
 
 
 def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():
@@ -194,12 +199,7 @@ def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():
     kk = rng.standard_normal((1, 1, 90, 30)).astype(tn.bf16.np)
     v = rng.standard_normal((1, 1, 90, 30)).astype(tn.bf16.np)
     o0 = np.zeros((1, 2, 77, 30), tn.bf16.np)
-    oracle = tn.reference(kern, q, kk, v, o0.copy(), np.float32(0.3))
-    for policy, poison in (("in_order", "nan"), ("random", "big")):
-        o = o0.copy()
-        ck(q, kk, v, o, np.float32(0.3), policy=policy, poison=poison, seed=4)
-        verdict = oracle.admits(o)
-        assert verdict.ok, f"{policy}/{poison}: {verdict}"
+    _admitted(ck, kern, (q, kk, v), (o0,), (np.float32(0.3),), seed=4)
 
 
 @pytest.mark.device
@@ -214,12 +214,7 @@ def test_row_folds_validate_on_gpu(bk, threads):
     q, kk = _inputs(T=1000, S=bk - 3)
     outs = (np.zeros(1000, np.float32), np.zeros(1000, np.float32),
             np.zeros((1000, bk - 3), np.float32))
-    oracle = tn.reference(kern, q, kk, *(o.copy() for o in outs))
-    got = tuple(o.copy() for o in outs)
-    ck(q, kk, *got)
-    for adm, out in zip(oracle, got, strict=True):
-        verdict = adm.admits(out)
-        assert verdict.ok, str(verdict)
+    _admitted(ck, kern, (q, kk), outs, emulated=False)
 
 
 @pytest.mark.device
@@ -238,7 +233,4 @@ def test_attention_at_head_dim_128_validates_on_gpu(bq, causal, min_blocks):
     k = rng.standard_normal((2, 2, 200, 128)).astype(tn.bf16.np)
     v = rng.standard_normal((2, 2, 200, 128)).astype(tn.bf16.np)
     o0 = np.zeros((2, 4, 130, 128), tn.bf16.np)
-    o = o0.copy()
-    ck(q, k, v, o, np.float32(128 ** -0.5))
-    verdict = tn.reference(kern, q, k, v, o0, np.float32(128 ** -0.5)).admits(o)
-    assert verdict.ok, str(verdict)
+    _admitted(ck, kern, (q, k, v), (o0,), (np.float32(128 ** -0.5),), emulated=False)

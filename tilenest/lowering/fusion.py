@@ -39,6 +39,7 @@ from typing import Any
 
 from ..semantics import expr as E
 from . import loopir as L
+from .fragments import squeeze
 
 
 def substitute(old: L.LVar, new: L.LVar | E.Expr) -> Callable[[Any], Any]:
@@ -130,15 +131,13 @@ def _row_nest(s: Any, nest: Callable) -> tuple[L.For, dict, tuple] | None:
     if not (isinstance(s, L.For) and s.kind == "vector" and not s.reverse):
         return None
     loops, inner = nest(s)
-    units = [lp for lp in loops if isinstance(lp.lo, E.Const) and isinstance(lp.hi, E.Const)
-             and lp.hi.value - lp.lo.value == 1]
-    kept = [lp for lp in loops if lp not in units]
+    kept, values = squeeze(loops)
     if len(kept) != 1 or not (isinstance(kept[0].lo, E.Const) and isinstance(kept[0].hi, E.Const)):
         return None
     if not all(isinstance(t, (L.Assign, L.Store, L.For)) and not (
             isinstance(t, L.For) and t.kind == "thread") for t in L.walk(inner)):
         return None
-    return kept[0], {lp.var: lp.lo for lp in units}, inner
+    return kept[0], {lp.var: lp.lo for lp in loops if E.Var(lp.var.name) in values}, inner
 
 
 def _squeezed(row: L.For, units: dict, inner: tuple) -> tuple:
