@@ -20,6 +20,7 @@ from tilenest.backends import cuda
 from tilenest.lowering import default_schedule, lower_verified, print_kernel
 from tilenest.lowering import loopir as L
 from tilenest.workloads.attention import flash_kernel
+from test_tensor_mma_dims import _attention_inputs
 
 
 def row_stats(policy):  # type: ignore[no-untyped-def]
@@ -166,12 +167,8 @@ def test_attention_key_and_value_tiles_are_double_buffered():
     ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
                                                              block_threads=128),
                               device="emulated")
-    rng = np.random.default_rng(5)
-    q = rng.standard_normal((1, 4, 45, 29)).astype(tn.bf16.np)
-    kk = rng.standard_normal((1, 2, 70, 29)).astype(tn.bf16.np)
-    v = rng.standard_normal((1, 2, 70, 29)).astype(tn.bf16.np)
-    o0 = np.zeros((1, 4, 45, 29), tn.bf16.np)
-    _admitted(ck, kern, (q, kk, v), (o0,), (np.float32(0.2),), seed=2)
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=2)
 
 
 def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():
@@ -194,12 +191,8 @@ def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():
     ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
                                                              block_threads=128),
                               device="emulated")
-    rng = np.random.default_rng(8)
-    q = rng.standard_normal((1, 2, 77, 30)).astype(tn.bf16.np)
-    kk = rng.standard_normal((1, 1, 90, 30)).astype(tn.bf16.np)
-    v = rng.standard_normal((1, 1, 90, 30)).astype(tn.bf16.np)
-    o0 = np.zeros((1, 2, 77, 30), tn.bf16.np)
-    _admitted(ck, kern, (q, kk, v), (o0,), (np.float32(0.3),), seed=4)
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=90, D=30)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=4)
 
 
 @pytest.mark.device
@@ -228,9 +221,5 @@ def test_attention_at_head_dim_128_validates_on_gpu(bq, causal, min_blocks):
     kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=128, dv=128, causal=causal)
     ck = cuda.compile_program(kern.program, default_schedule(
         kern.program, "cuda", block_threads=256, min_blocks=min_blocks), device="gpu")
-    rng = np.random.default_rng(11)
-    q = rng.standard_normal((2, 4, 130, 128)).astype(tn.bf16.np)
-    k = rng.standard_normal((2, 2, 200, 128)).astype(tn.bf16.np)
-    v = rng.standard_normal((2, 2, 200, 128)).astype(tn.bf16.np)
-    o0 = np.zeros((2, 4, 130, 128), tn.bf16.np)
-    _admitted(ck, kern, (q, k, v), (o0,), (np.float32(128 ** -0.5),), emulated=False)
+    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
+    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
