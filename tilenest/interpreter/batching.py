@@ -145,20 +145,34 @@ def _merges(body: Block, combine: list[Operation], dep: set[str]) -> tuple[Merge
 
 def eligible(it: Interpreter, op: Operation) -> Plan | None:
     """The plan, when this execution of ``op`` can be batched (module docstring)."""
+    p = cached_plan(it, op, plan)
+    return p if p is not None and can_batch(it, op) else None
+
+
+def cached_plan(it: Interpreter, op: Operation, make: Any) -> Any:
+    """``make(op)``, once per region op of the run (None: never batched)."""
     p = it.batch_plans.get(op.oid, False)
     if p is False:
-        p = it.batch_plans[op.oid] = plan(op)
-    if p is None or not it.opts.batch or it.lane_mask is not None or it.effects.sinks or op.oid in it.ragged:
-        return None
+        p = it.batch_plans[op.oid] = make(op)
+    return p
+
+
+def can_batch(it: Interpreter, op: Operation) -> bool:
+    """Whether this execution of region ``op`` may evaluate its iterations
+    together: batching on, no masked lanes, no effect sinks (a checked
+    pipeline's stage recorder), one uniform box of iterations with no domain
+    predicate, and no footprint being tracked through its body."""
+    if not it.opts.batch or it.lane_mask is not None or it.effects.sinks or op.oid in it.ragged:
+        return False
     if op.attrs["domain"].pred != E.TRUE:
-        return None
+        return False
     if it.track:
         d = it.track[-1][1]
         body = op.regions[0]
         if any(v.name in d for o in body.ops for v in o.operands) or \
                 any(o.name in d for o in op.operands):
-            return None
-    return p
+            return False
+    return True
 
 
 @dataclass
@@ -172,12 +186,14 @@ class Batch:
     n: int
 
 
-def contributions(it: Interpreter, op: Operation, p: Plan, lo: int, hi: int,
-                  shape: tuple[int, ...]) -> Batch | None:
-    """Evaluate the contribution ops for the iterations whose first coordinate
-    is in ``[lo, hi)`` (all of the remaining axes), in one batch; their reads are
-    logged in iteration order. None (nothing logged, no value kept) when an
-    error, a varying extent or a conflicting read needs the one-by-one run."""
+def contributions(it: Interpreter, op: Operation, contrib: tuple[Operation, ...], lo: int,
+                  hi: int, shape: tuple[int, ...], reverse: bool) -> Batch | None:
+    """Evaluate the ops ``contrib`` (reading no carried state) for the
+    iterations of region ``op`` whose first coordinate is in ``[lo, hi)`` (all
+    of the remaining axes), in one batch; their reads are logged in iteration
+    order (last to first with ``reverse``). None (nothing logged, no value
+    kept) when an error, a varying extent or a conflicting read needs the
+    one-by-one run."""
     vars_ = op.attrs["vars"]
     nb0, k = it.nb, len(shape)
     box = (hi - lo,) + tuple(shape[1:])
@@ -185,7 +201,7 @@ def contributions(it: Interpreter, op: Operation, p: Plan, lo: int, hi: int,
              len(it.inexact_indices), len(it.undetermined))
     log = it.effects
     log.deferred = []
-    names = [r.name for o in p.contrib for r in o.results]
+    names = [r.name for o in contrib for r in o.results]
     ok = False
     try:
         it.bshape = it.bshape + box
@@ -194,7 +210,7 @@ def contributions(it: Interpreter, op: Operation, p: Plan, lo: int, hi: int,
             it.ienv.vars[E.Var(v)] = ax.reshape((1,) * (nb0 + j) + (box[j],) + (1,) * (k - j - 1))
             it.batch_axes[E.Var(v)] = nb0 + j
             it.batch_base[E.Var(v)] = lo if j == 0 else 0
-        for o in p.contrib:
+        for o in contrib:
             RULES[o.name](it, o)
         ok = True
     except (TilenestError, ExtentDiverges, FloatingPointError):
@@ -204,7 +220,6 @@ def contributions(it: Interpreter, op: Operation, p: Plan, lo: int, hi: int,
         it.bshape, it.ienv.vars, it.batch_axes, it.batch_base = saved[:4]
     if ok and (len(it.inexact_indices) != saved[4] or len(it.undetermined) != saved[5]):
         ok = False  # the oracle's notes must come in one-by-one order: run one by one
-    reverse = op.attrs["policy"].value == "fold_right"
     if ok and not log.commit(reads, (nb0, nb0 + k), reverse):
         ok = False
     vals = {n: it.values.pop(n) for n in names if n in it.values}
@@ -377,7 +392,7 @@ def run(it: Interpreter, op: Operation, p: Plan, seeds: list, shape: tuple[int, 
     batches: list[Batch] = []
     with it.progress(op, len(points)) as step:
         for lo, hi in bounds:
-            b = contributions(it, op, p, lo, hi, shape)
+            b = contributions(it, op, p.contrib, lo, hi, shape, reverse)
             if b is None:
                 left = [pt for pt in points if (pt[0] < hi if reverse else pt[0] >= lo)]
                 if reverse:
