@@ -1,8 +1,10 @@
-"""Loops that only accumulate reassociating ``mma``s run, in ``fast`` mode, as
-one contraction over the loop and the ``mma``'s own contraction dims
-(interpreter/contraction.py). Their results are admitted by the oracle, their
-reads are checked for races like the one-by-one run's, and loops the rule
-does not cover run one by one, bit for bit as before."""
+"""Tree ``reduce`` regions of ``mma`` updates under ``contract=tn.add`` (R-9)
+run, in ``fast`` mode, as one contraction over the iterations and the
+``mma``'s own contraction dims (interpreter/contraction.py). Their results are
+admitted by the oracle, their reads are checked for races like the
+one-by-one run's, and what the rule does not cover (``serial`` and
+``pipeline`` loops, whose iterations are ordered) runs one product per
+iteration, bit for bit as before."""
 
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ import tilenest as tn
 from tilenest import bf16, f32
 from tilenest.errors import RaceError
 from tilenest.interpreter import interpret, reference
+from tilenest.interpreter import contraction
 from tilenest.interpreter.core import Interpreter, Options
 from tilenest.semantics.arrays import host_arguments
 
 
 @tn.kernel
 def tiled(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
-          bm=32, bn=32, bk=32, reassoc=True, staged=True):
+          bm=32, bn=32, bk=32, reassoc=True, form="reduce"):
     M, K = A.shape
     N = B.shape[1]
     m, k = A.dims()
@@ -29,15 +32,20 @@ def tiled(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, 
     for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
         i, j = p.index(0), p.index(1)
         acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
-        if staged:
+        if form == "pipeline":
             for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
                 kk.stage("load")
                 a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
                 b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
                 kk.stage("compute")
                 acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
+        elif form == "serial":
+            for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
         else:
-            for kk in p.serial(tn.shape(tn.cdiv(K, bk)), order="reverse"):
+            for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
                 a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
                 b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
                 acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
@@ -57,7 +65,7 @@ def two_products(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], G: tn.Tenso
     for p in tn.parallel(tn.shape(tn.cdiv(M, bm))):
         x = tn.zeros(f32, tn.shape(bm, N), dims=(m, n))
         y = tn.zeros(f32, tn.shape(bm, N), dims=(m, n))
-        for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
             a = A[tn.coord(p.index() * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
             b = B[tn.coord(kk.index() * bk, 0), tn.shape(bk, N), tn.bounds.zero]
             g = G[tn.coord(kk.index() * bk, 0), tn.shape(bk, N), tn.bounds.zero]
@@ -79,7 +87,7 @@ def batched(A: tn.Tensor[f32, "H M K"], B: tn.Tensor[f32, "H K N"], C: tn.Tensor
     C = C.with_dims(h, m, n)
     for p in tn.parallel(tn.shape(1)):
         acc = tn.zeros(f32, tn.shape(H, M, N), dims=(h, m, n))
-        for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
             a = A[tn.coord(0, 0, kk.index() * bk), tn.shape(H, M, bk), tn.bounds.zero]
             b = B[tn.coord(0, kk.index() * bk, 0), tn.shape(H, bk, N), tn.bounds.zero]
             acc = tn.mma(a, b, acc, allow_reassociation=True)
@@ -87,9 +95,10 @@ def batched(A: tn.Tensor[f32, "H M K"], B: tn.Tensor[f32, "H K N"], C: tn.Tensor
 
 
 @tn.kernel
-def damped(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
+def added(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"], *,
            bk=8):
-    """The carried value is the product scaled: not a sum of products."""
+    """The state is updated by an add of a product: not an mma update (the
+    reduce batching's own fold covers it)."""
     M, K = A.shape
     N = B.shape[1]
     m, k = A.dims()
@@ -98,10 +107,11 @@ def damped(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32,
     C = C.with_dims(m, n)
     for p in tn.parallel(tn.shape(1)):
         acc = tn.zeros(f32, tn.shape(M, N), dims=(m, n))
-        for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
             a = A[tn.coord(0, kk.index() * bk), tn.shape(M, bk), tn.bounds.zero]
             b = B[tn.coord(kk.index() * bk, 0), tn.shape(bk, N), tn.bounds.zero]
-            acc = tn.mma(a, b, acc, allow_reassociation=True) * 0.5
+            acc = acc + tn.mma(a, b, tn.zeros(f32, tn.shape(M, N), dims=(m, n)),
+                               allow_reassociation=True)
         C(tn.coord(0, 0), tn.shape(M, N)).store(acc)
 
 
@@ -117,7 +127,7 @@ def narrow(A: tn.Tensor[bf16, "M K"], B: tn.Tensor[bf16, "K N"], C: tn.Tensor[bf
     C = C.with_dims(m, n)
     for p in tn.parallel(tn.shape(1)):
         acc = tn.zeros(bf16, tn.shape(M, N), dims=(m, n))
-        for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
             a = A[tn.coord(0, kk.index() * bk), tn.shape(M, bk), tn.bounds.zero]
             b = B[tn.coord(kk.index() * bk, 0), tn.shape(bk, N), tn.bounds.zero]
             acc = tn.mma(a, b, acc, allow_reassociation=True)
@@ -128,14 +138,26 @@ _FAST = {"fast": True, "poison": False}
 
 
 def _run(kernel, args, **kw):
-    """The interpreter's output arrays and how many loop iterations it batched."""
+    """The interpreter's output arrays, and how many iterations it added by
+    contraction (``contraction._contract`` calls, times their batch sizes)."""
     prog = kernel.program
     work = [a.copy() for a in args]
     host = host_arguments(prog, work)
     it = Interpreter(prog, host, {}, Options(**kw))
-    with np.errstate(all="ignore"):
-        it.run()
-    return work, it.batched_iterations
+    seen = []
+    real = contraction._contract
+
+    def counted(it_, m, b, s):
+        seen.append(b.n)
+        return real(it_, m, b, s)
+
+    contraction._contract = counted
+    try:
+        with np.errstate(all="ignore"):
+            it.run()
+    finally:
+        contraction._contract = real
+    return work, sum(seen)
 
 
 def _inputs(*shapes, dtype=np.float32, seed=0):
@@ -143,36 +165,47 @@ def _inputs(*shapes, dtype=np.float32, seed=0):
     return [rng.standard_normal(s).astype(dtype) for s in shapes]
 
 
-@pytest.mark.parametrize("staged", [True, False], ids=["pipeline", "reverse-serial"])
-def test_tiled_gemm_loop_is_one_contraction_admitted_by_the_oracle(staged):
+def test_split_k_reduce_is_one_contraction_admitted_by_the_oracle():
     # ragged in every dim: the zero-padded edge tiles are part of the sum
     A, B = _inputs((70, 100), (100, 50))
     C = np.zeros((70, 50), np.float32)
-    k = tiled.specialize(staged=staged)
-    (_, _, got), n = _run(k, (A, B, C), **_FAST)
+    (_, _, got), n = _run(tiled, (A, B, C), **_FAST)
     assert n == 4  # the four K steps, for all six programs at once
-    ok = reference(k, A, B, C).admits(got)
+    ok = reference(tiled, A, B, C).admits(got)
     assert ok, ok
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
 
 
-def test_only_fast_mode_groups_the_loop():
+@pytest.mark.parametrize("form", ["pipeline", "serial"])
+def test_ordered_loops_keep_one_product_per_iteration(form):
+    # their iterations are ordered: each mma regroups only its own sum (R-9)
+    A, B = _inputs((70, 100), (100, 50))
+    C = np.zeros((70, 50), np.float32)
+    k = tiled.specialize(form=form)
+    (_, _, got), n = _run(k, (A, B, C), **_FAST)
+    assert n == 0
+    (_, _, same), _ = _run(k, (A, B, C), **_FAST, batch=False)
+    assert np.array_equal(got, same)
+
+
+def test_only_fast_mode_groups_the_iterations():
     A, B = _inputs((64, 64), (64, 64))
     C = np.zeros((64, 64), np.float32)
     (_, _, exact), n = _run(tiled, (A, B, C))
-    assert n == 0  # the reference order: one mma per step
-    (_, _, fast), n = _run(tiled, (A, B, C), **_FAST, oracle=True)
+    assert n == 0  # the canonical tree: one mma per step
+    (_, _, canonical), _ = _run(tiled, (A, B, C), batch=False)
+    assert np.array_equal(exact, canonical)
+    _, n = _run(tiled, (A, B, C), **_FAST, oracle=True)
     assert n == 0  # the oracle's bounds follow the steps
-    (_, _, unbatched), n = _run(tiled, (A, B, C), **_FAST, batch=False)
+    _, n = _run(tiled, (A, B, C), **_FAST, batch=False)
     assert n == 0
-    assert np.array_equal(fast, unbatched)
 
 
 def test_two_accumulators_sharing_an_operand():
     A, B, G = _inputs((40, 48), (48, 24), (48, 24))
     C, D = np.zeros((40, 24), np.float32), np.zeros((40, 24), np.float32)
     (_, _, _, x, y), n = _run(two_products, (A, B, G, C, D), **_FAST)
-    assert n == 3
+    assert n == 2 * 3  # three K steps for each accumulator
     np.testing.assert_allclose(x, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(y, A.astype(np.float64) @ G, rtol=1e-5, atol=1e-4)
 
@@ -189,10 +222,10 @@ def test_batch_dims_contract_with_the_loop():
 @pytest.mark.parametrize("kernel,args", [
     (tiled.specialize(reassoc=False),
      (*_inputs((64, 64), (64, 64)), np.zeros((64, 64), np.float32))),
-    (damped, (*_inputs((8, 24), (24, 8)), np.zeros((8, 8), np.float32))),
+    (added, (*_inputs((8, 24), (24, 8)), np.zeros((8, 8), np.float32))),
     (narrow, (*_inputs((8, 48), (48, 8), dtype=np.float32),
               np.zeros((8, 8), np.float32))),
-], ids=["no-reassociation", "scaled-accumulator", "bf16-accumulator"])
+], ids=["no-reassociation", "add-of-a-product", "bf16-accumulator"])
 def test_loops_outside_the_rule_run_step_by_step(kernel, args):
     import ml_dtypes
 
@@ -215,7 +248,7 @@ def racy(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "
     C = C.with_dims(m, n)
     for p in tn.parallel(tn.shape(2)):
         acc = tn.zeros(f32, tn.shape(M, N), dims=(m, n))
-        for kk in p.serial(tn.shape(tn.cdiv(K, 4))):
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, 4)), contract=tn.add):
             a = A[tn.coord(0, kk.index() * 4), tn.shape(M, 4), tn.bounds.zero]
             b = B[tn.coord(kk.index() * 4, 0), tn.shape(4, N), tn.bounds.zero]
             acc = tn.mma(a, b, acc, allow_reassociation=True)
@@ -233,3 +266,66 @@ def test_batched_reads_are_checked_for_races():
             interpret(racy, A.copy(), B.copy(), C.copy(), fast=True, batch=batch)
         errors.append(str(e.value))
     assert errors[0] == errors[1]
+
+
+@tn.kernel
+def write_then_read(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"],
+                    C: tn.Tensor[f32, "M N"]):
+    """Each program writes a tile of A, then its reduce reads all of A."""
+    M, K = A.shape
+    N = B.shape[1]
+    m, k = A.dims()
+    n = C.dim(1)
+    B = B.with_dims(k, n)
+    C = C.with_dims(m, n)
+    for p in tn.parallel(tn.shape(2)):
+        A(tn.coord(0, 4 * p.index()), tn.shape(M, 4)).store(
+            tn.zeros(f32, tn.shape(M, 4), dims=(m, k)))
+        acc = tn.zeros(f32, tn.shape(M, N), dims=(m, n))
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, 4)), contract=tn.add):
+            a = A[tn.coord(0, kk.index() * 4), tn.shape(M, 4), tn.bounds.zero]
+            b = B[tn.coord(kk.index() * 4, 0), tn.shape(4, N), tn.bounds.zero]
+            acc = tn.mma(a, b, acc, allow_reassociation=True)
+        C(tn.coord(0, 0), tn.shape(M, N)).store(acc)
+
+
+def test_a_batched_read_of_a_written_element_is_the_one_by_one_race():
+    A, B = _inputs((4, 8), (8, 4))
+    C = np.zeros((4, 4), np.float32)
+    errors = []
+    for batch in (True, False):
+        with pytest.raises(RaceError) as e:
+            interpret(write_then_read, A.copy(), B.copy(), C.copy(), fast=True, batch=batch)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+
+
+def test_checked_batched_reads_are_recorded_as_boxes(monkeypatch):
+    # the race check of a batch of affine reads folds them as boxes, as the
+    # one-by-one reads are, not element by element (EffectLog._box_read)
+    from tilenest.interpreter.effects import EffectLog
+
+    def listed(*a, **k):
+        raise AssertionError("batched affine reads listed element by element")
+
+    monkeypatch.setattr(EffectLog, "_merged", listed)
+    A, B = _inputs((96, 64), (64, 96))
+    C = np.zeros((96, 96), np.float32)
+    interpret(tiled, A, B, C, fast=True)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
+
+
+def test_a_reduce_outside_the_rule_still_batches_in_fast_mode():
+    # the contraction's planner and the reduce batching's keep separate plans:
+    # a region sum that is no mma update is batched by the latter
+    from tilenest.bench.interpreter import _region_sum
+
+    k = _region_sum()
+    x = _inputs((5000,))[0]
+    y = np.zeros(1, np.float32)
+    prog = k.program
+    host = host_arguments(prog, [x, y])
+    it = Interpreter(prog, host, {}, Options(fast=True, poison=False))
+    it.run()
+    assert it.batched_iterations == x.size
+    np.testing.assert_allclose(y, x.sum(dtype=np.float64), rtol=1e-4)

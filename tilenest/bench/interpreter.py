@@ -19,7 +19,7 @@ from typing import Any
 
 from .timing import Method, measure, plus_minus
 
-NAMES = ("softmax", "rmsnorm", "gemm", "sum")
+NAMES = ("softmax", "rmsnorm", "gemm", "splitk", "sum")
 #: per size: the row workloads' R (R x R), the GEMM's n (n^3, 64^3 tiles) and the
 #: length of the reduce region's sum
 SIZES = {"small": (128, 64, 10_000), "medium": (1024, 256, 100_000),
@@ -42,6 +42,34 @@ def _region_sum() -> Any:
         y(tn.coord(0), tn.shape(1)).store(total)
 
     return region_sum
+
+
+def _split_k_gemm() -> Any:
+    """A tiled GEMM whose K steps are a ``reduce`` under ``contract=tn.add``
+    (R-9: the products of all steps form one sum, grouped at will), where the
+    pipelined ``gemm`` orders its steps."""
+    import tilenest as tn
+    from tilenest import f32
+
+    @tn.kernel
+    def split_k_gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"],
+                     C: tn.Tensor[f32, "M N"], *, bm=64, bn=64, bk=64):
+        M, K = A.shape
+        N = B.shape[1]
+        m, k = A.dims()
+        n = C.dim(1)
+        B = B.with_dims(k, n)
+        C = C.with_dims(m, n)
+        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = p.index(0), p.index(1)
+            acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                acc = tn.mma(a, b, acc, allow_reassociation=True)
+            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
+
+    return split_k_gemm
 
 
 def run(size: str, samples: int, only: tuple[str, ...],
@@ -103,6 +131,12 @@ def run(size: str, samples: int, only: tuple[str, ...],
         bench("gemm", f"tiled gemm {g}^3 f32 (64^3 tiles)",
               ks["gemm"].specialize(bm=64, bn=64, bk=64), (A, B, C), C, lambda: A @ B,
               1e-3, 1e-3)
+    if "splitk" in only:
+        A = rng.standard_normal((g, g)).astype(np.float32)
+        B = rng.standard_normal((g, g)).astype(np.float32)
+        C = np.zeros((g, g), np.float32)
+        bench("splitk", f"split-K gemm {g}^3 f32 (reduce, 64^3 tiles)", _split_k_gemm(),
+              (A, B, C), C, lambda: A @ B, 1e-3, 1e-3)
     if "sum" in only:
         v = rng.standard_normal(m).astype(np.float32)
         s = np.zeros(1, np.float32)

@@ -150,10 +150,12 @@ def eligible(it: Interpreter, op: Operation) -> Plan | None:
 
 
 def cached_plan(it: Interpreter, op: Operation, make: Any) -> Any:
-    """``make(op)``, once per region op of the run (None: never batched)."""
-    p = it.batch_plans.get(op.oid, False)
+    """``make(op)``, once per region op and planner of the run (None: never
+    batched that way)."""
+    key = (op.oid, make)
+    p = it.batch_plans.get(key, False)
     if p is False:
-        p = it.batch_plans[op.oid] = make(op)
+        p = it.batch_plans[key] = make(op)
     return p
 
 

@@ -234,7 +234,7 @@ class Interpreter:
         self.batch_axes: dict[E.Expr, int] = {}  # batched index variable -> its batch axis
         # batched index variable -> its value at index 0 of its axis (absent: 0)
         self.batch_base: dict[E.Expr, int] = {}
-        self.batch_plans: dict[int, Any] = {}  # reduce op id -> batching.Plan (or None)
+        self.batch_plans: dict[Any, Any] = {}  # (region op id, planner) -> its plan (or None)
         self.batched_iterations = 0  # reduce iterations evaluated in batches (batching.py)
         self._bar_open = False  # a region's progress bar is shown (Interpreter.progress)
         self.stage_rec: Any = None  # (pipeline op, iteration, records) while checking

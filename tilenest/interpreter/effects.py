@@ -255,16 +255,25 @@ class DenseTrack:
             self._r = np.full(self.size, NONE, dtype=np.int32)
         return self._r
 
+    def writers_allow(self, c: Canon, lane: Any = None) -> bool:
+        """Whether the access ``c`` conflicts with no recorded write: every
+        element it touches that has a writer is written by the child that
+        touches it (``lane``: ``c.lane_grid()``, when already made)."""
+        if self._w is None:
+            return True
+        wv = c.view(self._w)
+        if wv.max() == NONE:
+            return True
+        lane = c.lane_grid() if lane is None else lane
+        return not (c.multi or np.any((wv != NONE) & (wv != lane)))
+
     def access_box(self, c: Canon, write: bool, oid: int) -> bool:
         """Record the access ``c`` of op ``oid`` as :meth:`access` would, when it
         conflicts with nothing; False, with nothing recorded, otherwise (the
         caller then makes the per-element check, which reports the conflict)."""
         lane = c.lane_grid()
-        if self._w is not None:
-            wv = c.view(self._w)
-            if wv.max() > NONE:  # some element has a writer: it must be this child
-                if c.multi or np.any((wv != NONE) & (wv != lane)):
-                    return False
+        if not self.writers_allow(c, lane):
+            return False
         if write:
             if c.multi:
                 return False  # several children write each element
@@ -356,7 +365,9 @@ class OpsAt:
 @dataclass
 class Deferred:
     """A read recorded while a reduce region's iterations are evaluated together
-    (:meth:`EffectLog.deferring`): the arguments of :meth:`EffectLog.record`."""
+    (:meth:`EffectLog.deferring`): the arguments of :meth:`EffectLog.record`
+    (``flat`` a :class:`Box` for an unmasked affine read of an unaliased
+    buffer, else flat indices)."""
 
     buf: Buffer
     flat: Any
@@ -391,10 +402,12 @@ class EffectLog:
             return
         shape = tuple(bshape) + tuple(tile)
         if isinstance(flat, Box):
-            if mask is None and buf.alias is None and self.deferred is None:
-                self._record_box(buf, flat, write, op, anchor_depth, shape)
-                return
-            flat = flat.flat()
+            if mask is None and buf.alias is None:
+                if self.deferred is None:
+                    self._record_box(buf, flat, write, op, anchor_depth, shape)
+                    return
+            else:
+                flat = flat.flat()
         if self.deferred is not None:
             assert not write, "a batched reduce body does not write"
             self.deferred.append(Deferred(buf, flat, mask, op, anchor_depth, tuple(bshape),
@@ -535,8 +548,16 @@ class EffectLog:
         for d in reads:
             groups.setdefault(d.buf.key, []).append(d)
         plans = []
+        boxes = []
         for fr in self.frames:
             for key, ds in groups.items():
+                c = self._box_read(fr, ds)
+                if c is not None:
+                    tr = fr.dense.get(key)
+                    if tr is not None and not tr.writers_allow(c):
+                        return False
+                    boxes.append((fr, ds[0], c))
+                    continue
                 idx, lane, which = self._merged(fr, ds, s, e, reverse)
                 if idx.size == 0:
                     continue
@@ -550,6 +571,13 @@ class EffectLog:
                         if np.any((w != NONE) & (w != lane)):
                             return False
                 plans.append((fr, buf, ds, idx, lane, which, dense, size))
+        for fr, d, c in boxes:
+            self.ops[d.op.oid] = d.op
+            self._names[d.buf.key] = d.buf
+            if self.enabled:
+                size = int(np.prod(d.buf.shape)) if d.buf.shape else 1
+                done = self._track(fr, d.buf, size).access_box(c, False, d.op.oid)
+                assert done, "checked above"
         for fr, buf, ds, idx, lane, which, dense, size in plans:
             ops = tuple(d.op for d in ds)
             for op in ops:
@@ -570,6 +598,20 @@ class EffectLog:
                 fr.log.setdefault(buf.key, []).append((idx, lane, False, entry_op))
         return True
 
+    def _box_read(self, fr: Frame, ds: list[Deferred]) -> Canon | None:
+        """The reads ``ds`` of one buffer as one box over the frame's dense
+        track, where that records exactly what the one-by-one reads would:
+        a single read op (every element keeps it as its last reader, whatever
+        the order of the iterations) making an affine, unmasked access whose
+        elements and children :func:`canon` can fold; None otherwise."""
+        if len(ds) != 1 or not isinstance(ds[0].flat, Box) or not fr.batched:
+            return None
+        d = ds[0]
+        size = int(np.prod(d.buf.shape)) if d.buf.shape else 1
+        if size > DENSE_LIMIT:
+            return None
+        return canon(d.flat, *self._lane_steps(fr, d.anchor_depth, d.bshape + d.tile))
+
     def _merged(self, fr: Frame, ds: list[Deferred], s: int, e: int, reverse: bool
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The reads ``ds`` of one buffer as one access in one-by-one order:
@@ -585,7 +627,7 @@ class EffectLog:
                 a = a.reshape((int(np.prod(shape[s:e])), -1))
                 return a[::-1] if reverse else a
 
-            cols_i.append(iters_first(d.flat))
+            cols_i.append(iters_first(d.flat.flat() if isinstance(d.flat, Box) else d.flat))
             cols_l.append(iters_first(self.lanes(fr, d.anchor_depth, shape)))
             cols_w.append(np.full(cols_i[-1].shape, j, dtype=np.int32))
             cols_m.append(iters_first(True if d.mask is None else d.mask))

@@ -37,7 +37,7 @@ from ..semantics.policies import ReductionPolicy
 from ..semantics.reducers import BUILTINS, tree_laws
 from ..semantics import expr as E
 from ..semantics import numerics as N
-from . import batching
+from . import batching, contraction
 from . import shadow as S
 from .core import Interpreter, rule
 from .regions import (_bind_point, _carry_track, _finish_track, _iterate, _pred_value,
@@ -61,10 +61,12 @@ def _reduce(it: Interpreter, op: Operation) -> None:
     _carry_track(it, op, body)
     out = None
     batches: list | None = None
-    if policy.is_tree and it.opts.fast and not it.opts.oracle:
-        out = _fast_expression_reduce(it, op, seeds, shape)
     random_tree = policy.is_tree and it.opts.schedule.kind == "random"
     fixed = (it.opts.trees or {}).get(op.oid) if policy.is_tree else None
+    if policy.is_tree and it.opts.fast and not it.opts.oracle:
+        out = _fast_expression_reduce(it, op, seeds, shape)
+        if out is None and not random_tree and fixed is None:
+            out = contraction.run(it, op, seeds, shape, points)
     if fixed is not None:
         out = _block_tree(it, op, body, seeds, points, fixed)
     plan = None if out is not None or random_tree else batching.eligible(it, op)

@@ -36,7 +36,6 @@ import numpy as np
 from ..errors import RaceError, RuntimeSemanticError
 from ..semantics import expr as E
 from ..semantics.ir import Block, Operation
-from . import contraction
 from .core import Interpreter, rule
 from .effects import Frame
 from .memory import StateRT
@@ -458,9 +457,7 @@ def _serial(it: Interpreter, op: Operation) -> None:
         points = points[::-1]
     body = op.regions[0]
     _carry_track(it, op, body)
-    states = [it.val(o) for o in op.operands]
-    out = contraction.run(it, op, states, shape, points, op.attrs["order"] == "reverse")
-    states = _iterate(it, op, body, states, points) if out is None else out
+    states = _iterate(it, op, body, [it.val(o) for o in op.operands], points)
     _finish_track(it, op, body)
     for r, v in zip(op.results, states, strict=True):
         it.set(r, v)
@@ -473,8 +470,7 @@ def _pipeline(it: Interpreter, op: Operation) -> None:
     _carry_track(it, op, body)
     states = [it.val(o) for o in op.operands]
     if not it.opts.check_pipelines:
-        out = contraction.run(it, op, states, shape, points, False)
-        states = _iterate(it, op, body, states, points) if out is None else out
+        states = _iterate(it, op, body, states, points)
     else:
         from . import pipelines
 

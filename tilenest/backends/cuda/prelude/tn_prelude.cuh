@@ -118,11 +118,13 @@ TN_FN unsigned tn_cvt_e5m2(float x) {
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(x), "f"(0.0f));
   return ((unsigned)d >> 8) | tn_fp8_sign(x);
 }
+// (the sign is taken from x itself: the compiler may build the clamp from
+// min/max instructions that hand a NaN on as the canonical, positive one)
 TN_FN tn_f8e4m3fn tn_narrow_f8e4m3fn_saturate(float x) {
-  return tn_mk_f8e4m3fn((int)tn_cvt_e4m3(tn_fp8_clamp(x, 448.0f)));
+  return tn_mk_f8e4m3fn((int)(tn_cvt_e4m3(tn_fp8_clamp(x, 448.0f)) | tn_fp8_sign(x)));
 }
 TN_FN tn_f8e5m2 tn_narrow_f8e5m2_saturate(float x) {
-  return tn_mk_f8e5m2((int)tn_cvt_e5m2(tn_fp8_clamp(x, 57344.0f)));
+  return tn_mk_f8e5m2((int)(tn_cvt_e5m2(tn_fp8_clamp(x, 57344.0f)) | tn_fp8_sign(x)));
 }
 // the nonfinite policy: a value rounding past the largest finite one (e4m3fn:
 // above 464, the tie that rounds to 448; e5m2: from 61440, the tie that rounds
