@@ -242,17 +242,47 @@ def test_selected_rows_bring_their_ceilings():
 
 
 def test_gemm_tiles_cover_the_problem_without_padding_it():
-    assert codegen.gemm_tiles(64, 64, 1, k=64) == {"bm": 32, "bn": 64, "bk": 64}
-    assert codegen.gemm_tiles(64, 64, 1, batch=2, k=32) == {"bm": 64, "bn": 64, "bk": 32}
-    assert codegen.gemm_tiles(1024, 1024, 1, k=1024) == {"bm": 1024, "bn": 512, "bk": 128}
-    assert codegen.gemm_tiles(1024, 1024, 2, k=1024) == {"bm": 512, "bn": 512, "bk": 128}
-    assert codegen.gemm_tiles(256, 256, 2, k=256) == {"bm": 128, "bn": 128, "bk": 128}
-    # a ragged extent is cut into equal tiles of the register block's rows
-    assert codegen.gemm_tiles(1000, 1000, 1, k=1000, rows=8) == {"bm": 1000, "bn": 512,
-                                                                 "bk": 128}
-    assert codegen.gemm_tiles(1000, 1000, 2, k=1000, rows=8)["bm"] == 504
-    assert codegen.gemm_tiles(3000, 1000, 1, k=1000, rows=8)["bm"] == 1000
-    assert codegen.gemm_tiles(1000, 1000, 2, k=1000, rows=6)["bm"] == 504
+    mb = 512 << 10  # a 512 KiB L2: packed B tiles of at most 128 x 512 f32
+    assert codegen.gemm_tiles(64, 64, 1, k=64, cols=16, l2_bytes=mb) == \
+        {"bm": 64, "bn": 64, "bk": 64}
+    # two programs per thread at two threads
+    assert codegen.gemm_tiles(64, 64, 2, k=64, cols=16, l2_bytes=mb) == \
+        {"bm": 32, "bn": 32, "bk": 64}
+    assert codegen.gemm_tiles(64, 64, 2, batch=2, k=32, cols=16, l2_bytes=mb) == \
+        {"bm": 32, "bn": 64, "bk": 32}
+    assert codegen.gemm_tiles(1024, 1024, 1, k=1024, cols=16, l2_bytes=mb) == \
+        {"bm": 1024, "bn": 512, "bk": 128}
+    assert codegen.gemm_tiles(1024, 1024, 2, k=1024, cols=16, l2_bytes=mb) == \
+        {"bm": 512, "bn": 512, "bk": 128}
+    assert codegen.gemm_tiles(256, 256, 2, k=256, cols=16, l2_bytes=mb) == \
+        {"bm": 128, "bn": 128, "bk": 128}
+    # a ragged extent is cut into equal tiles of the register block's rows and
+    # whole vectors of columns, padding it least: 1000 columns in two tiles of
+    # 512 pad 24, in three of 336 pad 8
+    assert codegen.gemm_tiles(1000, 1000, 1, k=1000, rows=8, cols=16, l2_bytes=mb) == \
+        {"bm": 1000, "bn": 336, "bk": 128}
+    assert codegen.gemm_tiles(1000, 1000, 2, k=1000, rows=8, cols=16, l2_bytes=mb)["bm"] == 504
+    assert codegen.gemm_tiles(3000, 1000, 1, k=1000, rows=8, cols=16, l2_bytes=mb)["bm"] == 1000
+    assert codegen.gemm_tiles(1000, 1000, 2, k=1000, rows=6, cols=16, l2_bytes=mb)["bm"] == 504
+
+
+def test_gemm_tiles_keep_the_packed_b_tiles_in_half_the_l2():
+    mib = 1 << 20
+    # 1 MiB of L2: one 128 x 1024 f32 B tile (512 KiB); one program at one thread
+    assert codegen.gemm_tiles(1024, 1024, 1, k=1024, cols=16, l2_bytes=mib) == \
+        {"bm": 1024, "bn": 1024, "bk": 128}
+    assert codegen.gemm_tiles(1000, 1000, 1, k=1000, rows=8, cols=16, l2_bytes=mib) == \
+        {"bm": 1000, "bn": 1008, "bk": 128}
+    # SwiGLU packs two B tiles: 512 columns each
+    assert codegen.gemm_tiles(512, 1024, 1, k=1024, cols=16, l2_bytes=mib, b_tiles=2)["bn"] \
+        == 512
+    # a smaller L2 narrows the tile; a larger one stops at 1024 columns
+    assert codegen.gemm_tiles(1024, 1024, 1, k=1024, cols=16, l2_bytes=256 << 10)["bn"] == 256
+    assert codegen.gemm_tiles(4096, 4096, 1, k=4096, cols=16, l2_bytes=8 * mib)["bn"] == 1024
+
+
+def test_host_l2_is_read_or_defaulted():
+    assert codegen.host_l2_bytes() >= 64 << 10
 
 
 # ---------------------------------------------------------------------------

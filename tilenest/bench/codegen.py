@@ -102,33 +102,44 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
-               rows: int | None = None, cols: int = 32) -> dict[str, int]:
+               rows: int | None = None, cols: int | None = None,
+               l2_bytes: int | None = None, b_tiles: int = 1) -> dict[str, int]:
     """Output tile ``bm x bn`` and K step ``bk`` of one GEMM program (of
     ``batch`` independent products of depth ``k``), as a user sizing tiles to
-    the problem would pick them.
+    the problem and the host's caches would pick them.
 
     A program copies (packs) an A tile and a B tile per K step and reuses them
     for ``bm * bn * bk`` multiply-adds, so large output tiles amortize the
-    copies: up to 1024 rows by 512 columns unless that leaves fewer than two
-    programs per thread (the runtime balances chunks of programs between
-    threads), then the longer side is cut into tiles of at most half as
-    many. Each side is a multiple of the register block (``rows`` rows: the
-    host's ``mma_block``; ``cols`` columns), the extent cut into the fewest
-    tiles of at most the limit or one more, whichever pads it least: at two
-    threads 1000 rows make two tiles of 504, not three of 336. ``bk`` is at
-    most 128, which keeps the packed B tile (at most 128 x 512 f32, 256 KiB)
-    in L2 while every row band of the A tile passes over it; the accumulator
-    tile (up to 2 MiB) is read and written once per micro-tile and K step, a
-    small stream beside the multiply-adds. The padding of a ragged K step is
-    skipped by the ``mma`` itself. Tall tiles copy each B tile for fewer
-    programs, wide ones each A tile: on a 2-core AMD EPYC (AVX-512), one
-    thread, 1024 x 512 tiles were 2-4% faster at 1000^3 and 1024^3 than
-    256 x 512 (and those 2-4% faster than 256 x 256; spec/lowering.md,
-    *Measuring the CPU code*)."""
-    if rows is None:
-        from ..lowering.schedule import default_mma_block, host_vector_bits
+    copies. ``bk`` is at most 128, and the packed B tiles (``b_tiles`` of
+    ``bk x bn`` f32: SwiGLU packs two) at most half of one core's
+    second-level cache (``l2_bytes``: the host's, or 512 KiB where it is not
+    known), so that they stay there while every row band of the A tile passes
+    over them: up to 1024 columns, and up to 1024 rows, unless that leaves
+    fewer than two programs per thread with several threads (the runtime
+    balances chunks of programs between threads), then the longer side is cut
+    into tiles of at most half as many. Rows come in multiples of the
+    register block (``rows``: the host's ``mma_block``), columns in whole
+    vectors (``cols``: the host's f32 lanes; a tile that is not a multiple of
+    the register block's columns ends in a narrower block), each extent cut
+    into the fewest tiles of at most the limit or one more, whichever pads it
+    least: at two threads 1000 rows make two tiles of 504, not three of 336.
+    The accumulator tile (up to 4 MiB) is read and written once per
+    micro-tile and K step, a small stream beside the multiply-adds. The
+    padding of a ragged K step is skipped by the ``mma`` itself. Wide tiles
+    copy each A tile for fewer programs, tall ones each B tile: on a 2-core
+    AMD EPYC (AVX-512, 1 MiB of L2 per core), one thread, one process, best
+    of 7, 1000^3 took 18.9 ms in 1000 x 1008 tiles against 19.7 ms in
+    1000 x 512 (numpy 19.1 ms), and 1024^3 19.8 ms in 1024 x 1024 against
+    20.2 ms in 1024 x 512 (spec/lowering.md, *Measuring the CPU code*)."""
+    from ..lowering.schedule import default_mma_block, host_vector_bits
 
+    if rows is None:
         rows = default_mma_block(host_vector_bits())[0]
+    if cols is None:
+        cols = max(1, (host_vector_bits() or 128) // 32)
+    bk = min(128, k)
+    l2 = host_l2_bytes() if l2_bytes is None else l2_bytes
+    wide = max(cols, min(1024, l2 // 2 // (4 * bk * b_tiles)) // cols * cols)
 
     def fit(extent: int, most: int, granule: int) -> int:
         """The tile of the fewest (or one more) equal tiles covering ``extent``
@@ -140,13 +151,35 @@ def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
         cands = {cdiv(cdiv(extent, c), granule) * granule for c in (few, few + 1)}
         return min(cands, key=lambda t: (cdiv(extent, t) * t - extent, -t))
 
-    bm, bn = fit(m, 1024, rows), fit(n, 512, cols)
-    while batch * -(-m // bm) * -(-n // bn) < 2 * threads and max(bm, bn) > 32:
+    bm, bn = fit(m, 1024, rows), fit(n, wide, cols)
+    need = 2 * threads if threads > 1 else 1
+    while batch * -(-m // bm) * -(-n // bn) < need and max(bm, bn) > 32:
         if bm >= bn:
             bm = fit(m, max(rows, bm // 2), rows)
         else:
             bn = fit(n, max(cols, bn // 2), cols)
-    return {"bm": bm, "bn": bn, "bk": min(128, k)}
+    return {"bm": bm, "bn": bn, "bk": bk}
+
+
+def host_l2_bytes() -> int:
+    """One core's second-level cache in bytes, as the OS reports it (Linux
+    sysfs), or 512 KiB where it does not."""
+    import glob
+
+    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(f"{d}/level") as f:
+                level = f.read().strip()
+            with open(f"{d}/type") as f:
+                kind = f.read().strip()
+            with open(f"{d}/size") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        if level == "2" and kind in ("Unified", "Data"):
+            unit = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * unit
+    return 512 << 10
 
 
 def shapes(size: str, name: str) -> tuple[tuple[int, ...], ...]:
@@ -332,7 +365,7 @@ def _products(size: str, threads: int, only: tuple[str, ...], torch: Any,
         Wg = (rng.standard_normal((k, nn)) / np.sqrt(k)).astype(np.float32)
         Wu = (rng.standard_normal((k, nn)) / np.sqrt(k)).astype(np.float32)
         H = np.empty((m, nn), np.float32)
-        tiles = gemm_tiles(m, nn, threads, k=k)
+        tiles = gemm_tiles(m, nn, threads, k=k, b_tiles=2)
 
         def np_swiglu(X: Any = X, Wg: Any = Wg, Wu: Any = Wu) -> Any:
             g = X @ Wg
