@@ -52,8 +52,8 @@ def _split_k_gemm() -> Any:
     from tilenest import f32
 
     @tn.kernel
-    def split_k_gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"],
-                     C: tn.Tensor[f32, "M N"], *, bm=64, bn=64, bk=64):
+    def split_k_gemm(A: tn.Tensor[f32, 2], B: tn.Tensor[f32, 2], C: tn.Tensor[f32, 2], *,
+                     bm=64, bn=64, bk=64):
         M, K = A.shape
         N = B.shape[1]
         m, k = A.dims()
