@@ -99,8 +99,10 @@ TN_FN tn_f16 tn_narrow_f16(float x) {
 #ifdef TN_FP8_NARROWING
 // FP8 (spec/values.md V-24) by the pair conversions, x in the upper byte and
 // 0 in the lower. cvt.rn.satfinite rounds once to nearest even, subnormals
-// kept; a NaN becomes the format's NaN, to which x's sign is given back (V-24
-// keeps it; for every other value the instruction keeps the sign already).
+// kept; a NaN becomes V-24's NaN of the format (e4m3fn's one NaN; e5m2's
+// quiet S.11111.10, where the instruction gives S.11111.11), to which x's
+// sign is given back (V-24 keeps it; for every other value the instruction
+// keeps the sign already).
 // Only values of at most the tie above the largest finite one reach it: the
 // saturate policy first clamps to +-max (a value between max and that tie
 // rounds to max anyway; NaN passes, comparing false), the nonfinite policy
@@ -114,9 +116,10 @@ TN_FN unsigned tn_cvt_e4m3(float x) {
   return ((unsigned)d >> 8) | tn_fp8_sign(x);
 }
 TN_FN unsigned tn_cvt_e5m2(float x) {
+  // (the instruction's NaN is S.11111.11; V-24's is S.11111.10)
   unsigned short d;
   asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(x), "f"(0.0f));
-  return ((unsigned)d >> 8) | tn_fp8_sign(x);
+  return (tn_isnan(x) ? 0x7eu : (unsigned)d >> 8) | tn_fp8_sign(x);
 }
 // (the sign is taken from x itself: the compiler may build the clamp from
 // min/max instructions that hand a NaN on as the canonical, positive one)

@@ -130,11 +130,12 @@ TN_FN tn_f8e5m2 tn_mk_f8e5m2(int b) { tn_f8e5m2 r; r.bits = (unsigned char)b; re
 // exponent bias; a subnormal code lands on a float subnormal), so one exact
 // multiply by 2^(127 - b) gives the value; then the sign, and the codes of
 // the format's top exponent (e5m2: infinities and NaNs; e4m3fn: only
-// S.1111.111, NaN) are made directly.
+// S.1111.111, NaN) are made directly, every NaN as the quiet float NaN of
+// its sign (V-24).
 TN_FN float tn_widen(tn_f8e5m2 x) {
   unsigned v = x.bits & 0x7fu, s = (unsigned)(x.bits & 0x80u) << 24;
   float f = tn_bitsf(v << 21) * tn_bitsf(0x77800000u);  // 2^112
-  return tn_bitsf(s | (v >= 0x7cu ? 0x7f800000u | ((v & 3u) << 21) : tn_fbits(f)));
+  return tn_bitsf(s | (v > 0x7cu ? 0x7fc00000u : v == 0x7cu ? 0x7f800000u : tn_fbits(f)));
 }
 
 TN_FN float tn_widen(tn_f8e4m3fn x) {
