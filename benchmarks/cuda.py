@@ -70,7 +70,8 @@ f32 element and 1 per FP8 element. The quantized bits must equal
 ``numerics.cast``'s (the oracle's conversion) on the host, and the
 dequantized values torch's, exactly. Then the scaled FP8 GEMM (``C = (A B)
 sa sb`` in bf16 from e4m3fn operands, ``B`` stored transposed: the
-``fp8_gemm`` kernel, on ``mma.sync.m16n8k32``) at 4096^3 and 8192^3
+``fp8_gemm`` kernel, on ``mma.sync.m16n8k32`` and on ``wgmma`` k32) at
+4096^3 and 8192^3
 (``--quick``: 4096^3, one tile) against ``torch._scaled_mm`` with and
 without ``use_fast_accum``.
 
@@ -1447,7 +1448,13 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
 FP8_GEMM_SIZES = (4096, 8192)
 FP8_GEMM_TILES = (({"bm": 128, "bn": 128, "bk": 64}, {}),
                   ({"bm": 128, "bn": 256, "bk": 64}, {"block_threads": 512}),
-                  ({"bm": 128, "bn": 128, "bk": 128}, {"stages": 3}))
+                  ({"bm": 128, "bn": 128, "bk": 128}, {"stages": 3}),
+                  # warpgroup tensor cores: k32 steps on K-major swizzled tiles
+                  # (a whole 128-byte panel of K per tile)
+                  ({"bm": 128, "bn": 256, "bk": 128}, {**_WG, "stages": 3}),
+                  ({"bm": 256, "bn": 128, "bk": 128}, {**_WG, "stages": 3,
+                                                       "block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 128}, {**_WG, "stages": 4}))
 
 
 def bench_fp8_gemm(run: Run) -> list[dict[str, Any]]:

@@ -163,6 +163,20 @@ def test_fp8_kernels_compile_for_the_gpu_and_run_on_the_emulator():
     assert (y == q.astype(np.float32) * s).all()
 
 
+def test_every_fp8_gemm_variant_lowers_for_its_unit(bench):
+    """Each scaled FP8 GEMM variant the benchmark times lowers to the tensor
+    cores it names (``mma.sync`` m16n8k32, or ``wgmma`` k32 steps)."""
+    from tilenest.bench.kernels import kernels
+    from tilenest.lowering import default_schedule, lower_verified, print_kernel
+
+    for consts, gpu in bench.FP8_GEMM_TILES:
+        k = kernels()["fp8_gemm"].specialize(**consts)
+        text = print_kernel(lower_verified(k.program, default_schedule(k.program, "cuda",
+                                                                         **gpu)))
+        assert "mma on tensor cores" in text, (consts, gpu)
+        assert ("warpgroup tiles of wgmma" in text) == (gpu.get("mma_unit") == "wgmma")
+
+
 LAUNCH = SCRIPT.parent / "cuda_launch.py"
 
 

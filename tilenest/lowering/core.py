@@ -444,11 +444,12 @@ class Lowerer:
     def operand_layout(self, h: Handle, base: str) -> L.Swizzle128 | None:
         """The swizzled arrangement of the shared copy of an ``mma`` operand
         that warpgroup tensor cores read in place (``mma_unit="wgmma"``): a
-        2-d tile of 16-bit elements with constant extents, rows a multiple of
-        8 and a whole number of 128-byte panels per row
+        2-d tile of 16-bit or FP8 elements with constant extents, rows a
+        multiple of 8 and a whole number of 128-byte panels per row
         (:class:`~tilenest.lowering.loopir.Swizzle128`); None otherwise."""
         if not (self.sched.block_threads and self.sched.mma_unit == "wgmma"
-                and base in self.mma_only and h.rank == 2 and h.dtype.itemsize == 2
+                and base in self.mma_only and h.rank == 2
+                and (h.dtype.itemsize == 2 or h.dtype.is_fp8)
                 and all(isinstance(x, E.Const) for x in h.extents)):
             return None
         rows, cols = (x.value for x in h.extents)

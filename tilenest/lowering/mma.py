@@ -305,10 +305,11 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
 
     * ``mma.sync`` / ``wgmma`` (NVIDIA): f16 (or bf16) operands into f32,
       rows and contraction multiples of 16, columns of 16, every fragment row
-      16-byte aligned (strides multiples of 8 elements); or ``mma.sync``
-      with two FP8 operands (``m16n8k32``, either format each) into f32, the
-      contraction a multiple of 32 and both operands contiguous along it
-      (the 8-bit fragments are read untransposed; strides multiples of 16);
+      16-byte aligned (strides multiples of 8 elements); or two FP8 operands
+      (``mma.sync`` ``m16n8k32`` or ``wgmma`` ``k32``, either format each)
+      into f32, the contraction a multiple of 32 and both operands contiguous
+      along it (the 8-bit operands are read untransposed; strides multiples
+      of 16);
     * ``simdgroup_matrix`` (Metal): f16 or f32 operands into f32 (bfloat
       matrices need MSL 3.1, which the target does not assume), every side a
       multiple of 8, each of ``a``, ``b`` and the accumulator contiguous
@@ -380,8 +381,6 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
                 "contiguous along its contraction dim and b too (b stored N x K, as "
                 "torch._scaled_mm takes it)")
     if lw.sched.mma_unit == "wgmma":
-        if fp8:
-            return "FP8 operands run on mma.sync; wgmma takes 16-bit operands here"
         if looped or any(h.rank != 2 for h in (a, b)):
             return "wgmma takes 2-d operand tiles (no batch dims, no dims of extent 1)"
         return _group_plan(lw, a, b, M, N, K, strides, dims)
@@ -412,13 +411,18 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
         return f"block_threads={W} is not a whole number of warpgroups (128 threads)"
     if M % 64:
         return f"tile {M}x{N}x{K}: wgmma needs rows in multiples of 64"
-    for h, (R, C), (si, sj), what in ((a, (M, K), strides[0], "a"),
-                                      (b, (K, N), strides[1], "b")):
+    # 16-bit b is read MN-major (K x N, the transpose bit); FP8 b K-major (N x K)
+    fp8 = a.dtype.is_fp8
+    kn = ((N, K), (1, K)) if fp8 else ((K, N), (N, 1))
+    for h, (R, C), (si, sj), want, what in ((a, (M, K), strides[0], (K, 1), "a"),
+                                            (b, kn[0], strides[1], kn[1], "b")):
         lay = h.buf.layout
-        if lay is None or (lay.rows, lay.cols) != (R, C) or (si, sj) != (C, 1):
+        if lay is None or (lay.rows, lay.cols) != (R, C) or (si, sj) != want:
             return (f"operand {what} ({R}x{C}) is not a shared tile in the 128-byte swizzled "
                     f"layout (rows a multiple of 8, columns a multiple of "
-                    f"{128 // max(1, h.dtype.itemsize)}, read only by this mma)")
+                    f"{128 // max(1, h.dtype.itemsize)}, read only by this mma"
+                    + (", b stored N x K: FP8 wgmma reads both operands along K)"
+                       if fp8 else ")"))
     wm, wn = group_tile(M, N, W // 128)
     return TensorPlan(M, N, K, wm, wn, tuple(strides), 4, False, dims, a, b)
 
@@ -441,10 +445,11 @@ def tensor_contract(lw: Lowerer, res: BufH, plan: TensorPlan) -> None:
                           f"simdgroup tiles of 8x8x8 ({a.dtype} -> f32)"))
     elif group == 1:
         lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K}{over} in {wm}x{wn} warp tiles of "
-                          f"m16n8k16 ({a.dtype} -> f32)"))
+                          f"m16n8k{32 if a.dtype.is_fp8 else 16} ({a.dtype} x {b.dtype} -> f32)"))
     else:
         lw.emit(L.Comment(f"mma on tensor cores: {M}x{N}x{K} in {wm}x{wn} warpgroup tiles of "
-                          f"wgmma m64n{wn}k16 ({a.dtype} -> f32, operands in shared memory)"))
+                          f"wgmma m64n{wn}k{32 if a.dtype.is_fp8 else 16} ({a.dtype} x "
+                          f"{b.dtype} -> f32, operands in shared memory)"))
 
     def at(h: BufH, q: Index) -> E.Expr:
         """The offset of ``h``'s element at ``q``, its other dims at 0."""

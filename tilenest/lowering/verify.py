@@ -225,11 +225,11 @@ class _Checker:
             raise self.fail(f"warp_mma tile {s.m}x{s.n}x{s.k} is not a multiple of "
                             f"{M}x{N}x{K}", what)
         kinds = ("f16", "bf16", "f32") if s.opaque else ("f16", "bf16")
-        fp8 = s.a.buf.dtype.is_fp8 and s.b.buf.dtype.is_fp8 and not s.opaque and s.group == 1
+        fp8 = s.a.buf.dtype.is_fp8 and s.b.buf.dtype.is_fp8 and not s.opaque
         if not fp8 and (s.a.buf.dtype != s.b.buf.dtype or s.a.buf.dtype.name not in kinds):
             raise self.fail(f"warp_mma operands {s.a.buf.dtype} x {s.b.buf.dtype}: both of one "
                             f"of {', '.join(kinds)}"
-                            + ("" if s.opaque else ", or two FP8 formats in one warp's mma"),
+                            + ("" if s.opaque else ", or two FP8 formats"),
                             what)
         if s.opaque and (s.group != 1 or s.overlap or s.c.lane_cols or any(
                 1 not in (f.si, f.sj) for f in (s.a, s.b, s.c))):
@@ -255,12 +255,15 @@ class _Checker:
             if s.m != 64 or s.n > 256:
                 raise self.fail(f"warpgroup tile {s.m}x{s.n}: 64 rows, at most 256 columns",
                                 what)
-            for f, (R, C) in ((s.a, (s.m, s.k)), (s.b, (s.k, s.n))):
+            # a is read K-major; b MN-major, or K-major (stored N x K) for FP8
+            for f, (R, C), kmajor in ((s.a, (s.m, s.k), False),
+                                      (s.b, (s.n, s.k) if fp8 else (s.k, s.n), fp8)):
                 lay = f.buf.layout
-                if (lay is None or f.sj != 1 or f.si != lay.cols or lay.rows < R
+                inner, outer = (f.si, f.sj) if kmajor else (f.sj, f.si)
+                if (lay is None or inner != 1 or outer != lay.cols or lay.rows < R
                         or lay.cols < C or lay.rows % 8):
                     raise self.fail("warpgroup operands are row-major tiles of a buffer in the "
-                                    "swizzle128 layout", what)
+                                    "swizzle128 layout (an FP8 b stored N x K)", what)
         if s.overlap and (s.group != 4 or not s.c.lane_cols):
             # its registers are complete only at a later barrier's wait: an
             # accumulator copied out of them at the statement would be stale

@@ -221,19 +221,22 @@ class CudaEmitter(Emitter):
         if la is None or lb is None or s.m != 64:
             raise NotAvailableError("a warpgroup mma needs 64-row tiles of swizzled shared "
                                     "operands", hint="use mma_unit='tensor'")
-        dt = s.a.buf.dtype.name
+        fp8 = s.a.buf.dtype.is_fp8
+        dt = wgmma_kind(s.a.buf.dtype, s.b.buf.dtype)
         self.wgmma_shapes.add((dt, s.n))
         u = self.names(s.tag, "mma")
         isz = max(1, s.a.buf.dtype.itemsize)
+        step = 32 if fp8 else 16  # the instruction's depth: 32 bytes of a row either way
         frag = bool(s.c.lane_cols)
         self.w(f"{{  // group_mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
         self.ind += 1
         self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
-        # one descriptor per operand; a later 16-deep step adds its byte
-        # offset / 16 to the address field (tn_wgmma_desc_at)
+        # one descriptor per operand; a later step adds its byte offset / 16
+        # to the address field (tn_wgmma_desc_at). An FP8 b is K-major like a.
+        blead = 16 if fp8 else lb.rows * 128
         self.w(f"const tn_u64 {u}_a = tn_wgmma_desc({self.saddr(s.a.buf, s.a.offset)}, 16u, "
                f"1024u), {u}_b = tn_wgmma_desc({self.saddr(s.b.buf, s.b.offset)}, "
-               f"{lb.rows * 128}u, 1024u);")
+               f"{blead}u, 1024u);")
         if frag:
             d = f"&{self.buf(s.c.buf)}[{self.idx(s.c.offset)}]"
         else:
@@ -242,10 +245,10 @@ class CudaEmitter(Emitter):
             self.w(f"float {u}_d[{s.n // 2}];")
             self.group_cells(s, u, load=True)
         self.w("tn_wgmma_fence();")
-        for j in range(s.k // 16):
-            k0 = 16 * j
+        for j in range(s.k // step):
+            k0 = step * j
             ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
-            bo = k0 * 128
+            bo = (k0 // lb.panel) * lb.rows * 128 + (k0 % lb.panel) * isz if fp8 else k0 * 128
             self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
                    f"tn_wgmma_desc_at({u}_b, {bo}u));")
         # an overlapped mma completes at a later barrier (Barrier.mma_keep)
@@ -318,28 +321,45 @@ _PTX_FP8 = {"f8e4m3fn": "e4m3", "f8e5m2": "e5m2"}
 CudaEmitter.STMT_RULES = {**Emitter.STMT_RULES, L.WarpMma: "tensor_mma"}
 
 
+def wgmma_kind(a: Any, b: Any) -> str:
+    """The operand kind of a warpgroup mma on dtypes ``a`` and ``b``: ``f16``,
+    ``bf16``, or the two FP8 formats' PTX names joined (``e4m3_e5m2``)."""
+    if not a.is_fp8:
+        return a.name
+    ptx = {"f8e4m3fn": "e4m3", "f8e5m2": "e5m2"}
+    return f"{ptx[a.name]}_{ptx[b.name]}"
+
+
 def wgmma_wrapper(dt: str, n: int) -> list[str]:
     """The source lines defining ``tn_wgmma_<dt>_n<n>(d, desc_a, desc_b)``:
-    ``d += a * b`` for a 64 x ``n`` x 16 step of a warpgroup, ``d`` the
-    thread's ``n/2`` accumulator registers, ``a`` K-major and ``b`` MN-major
-    (transposed) in shared memory. On the device one ``wgmma.mma_async``
-    (asynchronous: ``tn_wgmma_commit``/``tn_wgmma_wait0`` complete it); in the
-    emulator a collective of each warp computing its 16 rows
-    (``tn_cuda_shim.h``)."""
+    ``d += a * b`` for one step of a warpgroup (64 x ``n`` x 16 for 16-bit
+    operands, ``dt`` ``f16`` or ``bf16``; 64 x ``n`` x 32 for FP8, ``dt`` the
+    two formats as :func:`wgmma_kind` names them), ``d`` the thread's ``n/2``
+    accumulator registers, ``a`` K-major and ``b`` MN-major (transposed; FP8:
+    K-major, the instruction takes no transpose for 8-bit types) in shared
+    memory. On the device one ``wgmma.mma_async`` (asynchronous:
+    ``tn_wgmma_commit``/``tn_wgmma_wait0`` complete it); in the emulator a
+    collective of each warp computing its 16 rows (``tn_cuda_shim.h``)."""
     name = f"tn_wgmma_{dt}_n{n}"
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    bf = "true" if dt == "bf16" else "false"
+    if "_" in dt:  # FP8: kind code 2 + (a e5m2) + 2 (b e5m2) for the emulator
+        fa, fb = dt.split("_")
+        kind = 2 + (fa == "e5m2") + 2 * (fb == "e5m2")
+        shape, types, imms = f"m64n{n}k32", f"{fa}.{fb}", "p, 1, 1"
+    else:
+        kind = 1 if dt == "bf16" else 0
+        shape, types, imms = f"m64n{n}k16", f"{dt}.{dt}", "p, 1, 1, 0, 1"
     return [
         "#ifdef TN_EMULATE",
-        f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {bf}, {n}, (d), (da), (db))",
+        f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {kind}, {n}, (d), (da), (db))",
         "#else",
         f"TN_FN void {name}(float* d, tn_u64 da, tn_u64 db) {{",
         '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"',
-        f'               "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} "',
+        f'               "wgmma.mma_async.sync.aligned.{shape}.f32.{types} "',
         f'               "{{{outs}}}, "',
-        f'               "%{regs}, %{regs + 1}, p, 1, 1, 0, 1;\\n}}\\n"',
+        f'               "%{regs}, %{regs + 1}, {imms};\\n}}\\n"',
         f"               : {cons}",
         '               : "l"(da), "l"(db), "r"(1));',
         "}",

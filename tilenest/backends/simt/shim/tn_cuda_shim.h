@@ -22,7 +22,7 @@
     "__ballot_sync", "__any_sync", "__all_sync", "__reduce_add_sync", "__reduce_min_sync",   \
     "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",       \
     "ldmatrix.x4", "ldmatrix.x4.trans", "mma.m16n8k16.bf16", "mma.m16n8k16.f16",             \
-    "wgmma.m64nNk16.bf16", "wgmma.m64nNk16.f16", "mma.m16n8k32.fp8"
+    "wgmma.m64nNk16.bf16", "wgmma.m64nNk16.f16", "mma.m16n8k32.fp8", "wgmma.m64nNk32.fp8"
 #define TN_EMU_EXT_OP matrix_op
 #define TN_EMU_BLOCK_START cuda_block_start
 #define TN_EMU_THREAD_EXIT cuda_thread_exit
@@ -105,7 +105,7 @@ namespace tn_emu {
 
 /* NVIDIA's collectives, the runtime's extension ops (names in TN_EMU_OP_NAMES) */
 enum CudaOp { OP_LDSM = OP_EXT, OP_LDSM_T, OP_MMA_BF16, OP_MMA_F16, OP_WGMMA_BF16, OP_WGMMA_F16,
-              OP_MMA_FP8 };
+              OP_MMA_FP8, OP_WGMMA_FP8 };
 
 /* The queue is the emulator's own memory, reused by every block's threads:
  * it is copied word by word here (uninstrumented, and through volatile so
@@ -123,7 +123,7 @@ TN_RT void async_words(void *dst, const void *src, int bytes) {
  * its shape, descriptors, the warp's index in its warpgroup, each lane's
  * accumulator registers, and its group (the lanes' commit count at issue). */
 struct WgPending {
-    bool bf;
+    int kind;  /* 0 f16, 1 bf16, 2 + (a e5m2) + 2 (b e5m2): FP8 (else e4m3fn) */
     int n, wg, line, group;
     uint64_t da, db;
     float *d[32];
@@ -163,6 +163,7 @@ struct MatLane {
     uint64_t da, db;     /* wgmma: the shared-memory matrix descriptors of A and B */
     int n;               /* wgmma: columns of the tile; FP8 mma: bit 0 (1) a (b) is e5m2 */
     int wg;              /* wgmma: this warp's index in its warpgroup */
+    int kind;            /* wgmma: the operand kind (WgPending::kind) */
     int warp;            /* wgmma: this warp's index in the block */
     int group;           /* wgmma: the lane's committed wgmma groups */
 };
@@ -201,7 +202,8 @@ static inline float toward_zero(double x) {
 }
 
 /* wgmma.mma_async m64nNk16 (f32 += f16/bf16 x f16/bf16, A K-major and B
- * MN-major ("transposed") in shared memory, each described by a matrix
+ * MN-major ("transposed")) and m64nNk32 (f32 += FP8 x FP8, both K-major: the
+ * instruction has no transpose for 8-bit types) in shared memory, each described by a matrix
  * descriptor: start address, leading and stride byte offsets in 16-byte
  * units, 14 bits each, and the swizzle mode in bits 62-63) is a collective of
  * the warpgroup's four warps; each warp's result rows depend on its own 16 rows
@@ -209,8 +211,10 @@ static inline float toward_zero(double x) {
  * (the descriptors uniform over the warp) computing rows 16 wg .. 16 wg + 15.
  * Operand element addresses follow the canonical layouts of the 128-byte
  * swizzle mode, the only one emulated: A (r, k): start + (r % 8) 128 +
- * (r / 8) SBO + 2 k; B (k, j): start + 2 (j % 64) + (j / 64) LBO + (k % 8) 128
- * + (k / 8) SBO; then the swizzle of the address itself, bits 4-6 XOR bits 7-9.
+ * (r / 8) SBO + s k (s the element size); 16-bit B (k, j): start + 2 (j % 64)
+ * + (j / 64) LBO + (k % 8) 128 + (k / 8) SBO; FP8 B (k, j), stored N x K:
+ * start + (j % 8) 128 + (j / 8) SBO + k; then the swizzle of the address
+ * itself, bits 4-6 XOR bits 7-9.
  * The accumulator of lane l is d[4 q + 2 h + e] = D(16 wg + l / 4 + 8 h,
  * 8 q + 2 (l % 4) + e). Like the device, the emulator runs it asynchronously:
  * issuing queues it on the warp; tn_wgmma_commit closes the thread's group;
@@ -221,23 +225,26 @@ static inline float toward_zero(double x) {
  * wgmmas pending is an error. Arithmetic as for mma.sync. */
 static inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
 
-static float wgmma_operand(uint32_t addr, bool bf, int line) {
-    if ((uint64_t)addr + 2 > TN_EMU_SMEM_STORAGE)
+static float wgmma_operand(uint32_t addr, int kind, int which, int line) {
+    const int size = kind >= 2 ? 1 : 2;
+    if ((uint64_t)addr + size > TN_EMU_SMEM_STORAGE)
         fail(TN_EMU_MEMORY_FAULT, line, "wgmma at line %d reads shared address %u, outside the "
              "block's shared memory", line, addr);
+    if (kind >= 2)  /* operand `which` (0 a, 1 b) is e5m2 where its kind bit is set */
+        return fp8_bits_to_float(tn_smem[addr], (kind - 2) >> which & 1);
     uint16_t h;
     memcpy(&h, tn_smem + addr, 2);
-    return half_bits_to_float(h, bf);
+    return half_bits_to_float(h, kind == 1);
 }
 
 /* Issue (the warp's rendezvous completed): check the operands and queue the
  * wgmma on the warp; it runs when a lane's wait retires its group. */
-static void wgmma_issue(MatLane *const *ln, bool bf, int line, int warp) {
+static void wgmma_issue(MatLane *const *ln, int line, int warp) {
     const int n = ln[0]->n;
     const uint64_t da = ln[0]->da, db = ln[0]->db;
     for (int k = 1; k < 32; ++k)
         if (ln[k]->n != n || ln[k]->da != da || ln[k]->db != db || ln[k]->wg != ln[0]->wg ||
-            ln[k]->group != ln[0]->group)
+            ln[k]->group != ln[0]->group || ln[k]->kind != ln[0]->kind)
             fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: lane %d's shape, "
                  "descriptors or commit count differ from lane 0's (they are uniform over the "
                  "warpgroup)", line, k);
@@ -254,7 +261,7 @@ static void wgmma_issue(MatLane *const *ln, bool bf, int line, int warp) {
         fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: warp %d has %d wgmmas pending; "
              "a wgmma wait_group is missing", line, warp, WG_MAX);
     WgPending &p = q.items[q.n++];
-    p.bf = bf;
+    p.kind = ln[0]->kind;
     p.n = n;
     p.wg = ln[0]->wg;
     p.line = line;
@@ -268,29 +275,32 @@ static void wgmma_issue(MatLane *const *ln, bool bf, int line, int warp) {
  * latest moment the hardware may read them) and update the lanes' registers. */
 static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
     const int n = p.n, line = p.line, wg = p.wg;
-    const bool bf = p.bf;
+    const bool fp8 = p.kind >= 2;
+    const int depth = fp8 ? 32 : 16, size = fp8 ? 1 : 2;
     const uint32_t a0 = (uint32_t)(p.da & 0x3fffu) << 4,
                    asbo = (uint32_t)(p.da >> 32 & 0x3fffu) << 4;
     const uint32_t b0 = (uint32_t)(p.db & 0x3fffu) << 4,
                    blbo = (uint32_t)(p.db >> 16 & 0x3fffu) << 4,
                    bsbo = (uint32_t)(p.db >> 32 & 0x3fffu) << 4;
-    float A[16][16];
+    float A[16][32];
     for (int i = 0; i < 16; ++i) {
         const int r = 16 * wg + i;
-        for (int k = 0; k < 16; ++k)
-            A[i][k] = wgmma_operand(swizzle128(a0 + (r % 8) * 128u + (r / 8) * asbo + 2u * k),
-                                    bf, line);
+        for (int k = 0; k < depth; ++k)
+            A[i][k] = wgmma_operand(swizzle128(a0 + (r % 8) * 128u + (r / 8) * asbo + size * k),
+                                    p.kind, 0, line);
     }
     for (int j = 0; j < n; ++j) {
-        float b[16];
-        for (int k = 0; k < 16; ++k)
-            b[k] = wgmma_operand(swizzle128(b0 + 2u * (j % 64) + (j / 64) * blbo +
-                                            (k % 8) * 128u + (k / 8) * bsbo), bf, line);
+        float b[32];
+        for (int k = 0; k < depth; ++k)
+            b[k] = wgmma_operand(swizzle128(fp8 ? b0 + (j % 8) * 128u + (j / 8) * bsbo + k
+                                                : b0 + 2u * (j % 64) + (j / 64) * blbo +
+                                                  (k % 8) * 128u + (k / 8) * bsbo),
+                                 p.kind, 1, line);
         for (int i = 0; i < 16; ++i) {
             const int l = 4 * (i % 8) + (j % 8) / 2;
             float *c = &p.d[l][4 * (j / 8) + 2 * (i / 8) + j % 2];
             double s = *c;
-            for (int k = 0; k < 16; ++k) s += (double)A[i][k] * (double)b[k];
+            for (int k = 0; k < depth; ++k) s += (double)A[i][k] * (double)b[k];
             *c = toward_zero(s);
         }
     }
@@ -300,8 +310,8 @@ static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
  * lane's reads of shared memory are real accesses); `matrix_op` below is the
  * bookkeeping around it. */
 static __attribute__((noinline)) void matrix_compute(MatLane *const *ln, int op, int line) {
-    if (op == OP_WGMMA_BF16 || op == OP_WGMMA_F16) {
-        wgmma_issue(ln, op == OP_WGMMA_BF16, line, ln[0]->warp);
+    if (op == OP_WGMMA_BF16 || op == OP_WGMMA_F16 || op == OP_WGMMA_FP8) {
+        wgmma_issue(ln, line, ln[0]->warp);
         return;
     }
     if (op == OP_LDSM || op == OP_LDSM_T) {
@@ -416,8 +426,9 @@ static inline void ldsm_at(int line, unsigned *regs, const void *p, bool trans) 
     MatLane m{p, regs, nullptr, nullptr, nullptr};
     collective(trans ? OP_LDSM_T : OP_LDSM, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
 }
-static inline void wgmma_at(int line, bool bf, int n, float *d, uint64_t da, uint64_t db) {
+static inline void wgmma_at(int line, int kind, int n, float *d, uint64_t da, uint64_t db) {
     MatLane m{};
+    m.kind = kind;
     m.d = d;
     m.da = da;
     m.db = db;
@@ -428,7 +439,8 @@ static inline void wgmma_at(int line, bool bf, int n, float *d, uint64_t da, uin
         fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d in warp %d: a CUDA block has at "
              "most %d warps", line, m.warp, (int)WG_WARPS);
     m.group = S.cur->ext.wg_committed;
-    collective(bf ? OP_WGMMA_BF16 : OP_WGMMA_F16, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
+    collective(kind >= 2 ? OP_WGMMA_FP8 : kind ? OP_WGMMA_BF16 : OP_WGMMA_F16, line, 0xffffffffu,
+               32, 0, (uint64_t)(uintptr_t)&m);
 }
 static inline void wgmma_commit() { S.cur->ext.wg_committed++; }
 /* all but the thread's n newest groups complete: run its warp's older wgmmas */
