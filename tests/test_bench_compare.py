@@ -281,8 +281,25 @@ def test_gemm_tiles_keep_the_packed_b_tiles_in_half_the_l2():
     assert codegen.gemm_tiles(4096, 4096, 1, k=4096, cols=16, l2_bytes=8 * mib)["bn"] == 1024
 
 
-def test_host_l2_is_read_or_defaulted():
-    assert codegen.host_l2_bytes() >= 64 << 10
+def _cache_tree(root, entries):  # type: ignore[no-untyped-def]
+    for i, (level, kind, size) in enumerate(entries):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        for name, text in (("level", level), ("type", kind), ("size", size)):
+            (d / name).write_text(text + "\n")
+    return str(root)
+
+
+@pytest.mark.parametrize("entries,want", [
+    ([("1", "Data", "32K"), ("1", "Instruction", "32K"), ("2", "Unified", "1024K"),
+      ("3", "Unified", "32768K")], 1 << 20),
+    ([("1", "Data", "48K"), ("2", "Unified", "2M")], 2 << 20),
+    ([("1", "Data", "32K"), ("3", "Unified", "8M")], 512 << 10),  # no L2: the default
+    ([("2", "Unified", "odd")], 512 << 10),  # unreadable size: the default
+], ids=["1024K", "2M", "no-l2", "unreadable"])
+def test_host_l2_is_read_from_sysfs_or_defaulted(tmp_path, entries, want):
+    assert codegen.host_l2_bytes(_cache_tree(tmp_path, entries)) == want
+    assert codegen.host_l2_bytes(str(tmp_path / "missing")) == 512 << 10
 
 
 # ---------------------------------------------------------------------------

@@ -83,14 +83,22 @@ def test_scaled_fp8_gemm_on_wgmma_validates_emulated(M, N, K):
     assert rep.ok and rep.count("ok") == 1, rep.summary()
 
 
-def test_mixed_fp8_formats_on_wgmma_validate_emulated():
-    kern = e5_by_e4
-    rng = np.random.default_rng(3)
-    M, N, K = 64 + 5, 64 + 7, 2 * 128 + 3
+@pytest.mark.parametrize("tile,threads", [((64, 64, 128), 128), ((64, 64, 256), 128),
+                                          ((64, 256, 128), 256)],
+                         ids=["one-panel", "two-panels-of-k", "two-warpgroups"])
+def test_mixed_fp8_formats_on_wgmma_validate_emulated(tile, threads):
+    # a 256-deep tile steps into its second 128-byte panel of K (both operands'
+    # descriptors move on by a panel); 256 columns on two warpgroups split N
+    bm, bn, bk = tile
+    kern = e5_by_e4.specialize(bm=bm, bn=bn, bk=bk)
+    rng = np.random.default_rng(bk + bn)
+    M, N, K = bm + 5, bn + 7, 2 * bk + 3
     a = rng.standard_normal((M, K)).astype(f8e5m2.np)
     bt = rng.standard_normal((N, K)).astype(f8e4m3fn.np)
-    ck = cuda.compile_program(kern.program, _sched(kern, block_threads=128), device="emulated")
-    assert "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3" in ck.source.text
+    ck = cuda.compile_program(kern.program, _sched(kern, block_threads=threads),
+                              device="emulated")
+    wn = bn if threads == 128 else bn // 2
+    assert f"wgmma.mma_async.sync.aligned.m64n{wn}k32.f32.e5m2.e4m3" in ck.source.text
     rep = tn.validate(kern, "cuda", compiled=ck, inputs=[[a, bt, np.zeros((M, N), np.float32)]])
     assert rep.ok and rep.count("ok") == 1, rep.summary()
 

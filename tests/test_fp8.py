@@ -72,6 +72,14 @@ def test_fp8_to_integers_and_bool(src):
     assert np.array_equal(N.cast(x, src, D.bool_), f != 0)
 
 
+_SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 464.0, 61440.0, 2.0**-10, 2.0**-17,
+                      3e38], np.float32)
+# NaNs of every kind of payload: signalling, quiet, all ones
+_NANS = np.array([0x7fa00000, 0x7fe00000, 0x7fffffff, 0x7f800001], np.uint32).view(np.float32)
+#: the end of the probe: the specials and the NaNs, each with both signs
+_PROBE_TAIL = np.concatenate([_SPECIALS, -_SPECIALS, _NANS, -_NANS])
+
+
 def _f32_probe():
     """f32 values dense around every rounding boundary of both formats: all
     f32 with 10 significant bits (each FP8 value, each midpoint between
@@ -85,11 +93,7 @@ def _f32_probe():
         v = v[np.isfinite(v)]
         m = ((v[1:] + v[:-1]) / 2).astype(np.float32)
         mids += [m, np.nextafter(m, np.float32(np.inf)), np.nextafter(m, np.float32(-np.inf))]
-    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 464.0, 61440.0, 2.0**-10,
-                         2.0**-17, 3e38], np.float32)
-    # NaNs of every kind of payload: signalling, quiet, all ones
-    nans = np.array([0x7fa00000, 0x7fe00000, 0x7fffffff, 0x7f800001], np.uint32).view(np.float32)
-    return np.concatenate([x, *mids, specials, -specials, nans, -nans])
+    return np.concatenate([x, *mids, _PROBE_TAIL])
 
 
 @pytest.mark.parametrize("dst", FP8, ids=str)
@@ -316,8 +320,9 @@ def test_compiled_conversions_are_the_interpreters_bits(target):
     f32 step would round twice, and all 256 codes of each format give
     numerics.cast's bits."""
     x = _f32_probe()
-    if target == "cuda":
-        x = np.concatenate([x[:-20:8], x[-20:]])
+    if target == "cuda":  # every 8th value, and the whole tail of specials and NaNs
+        tail = len(_PROBE_TAIL)
+        x = np.concatenate([x[:-tail:8], x[-tail:]])
     kw = {"device": "emulated"} if target == "cuda" else {}
     check_conversions(conversions.compile(target, **kw), x)
 

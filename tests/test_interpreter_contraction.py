@@ -44,6 +44,12 @@ def tiled(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, 
                 a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
                 b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
                 acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
+        elif form == "ordered":
+            for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add,
+                                policy=tn.ordered_tree):
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                acc = tn.mma(a, b, acc, allow_reassociation=reassoc)
         else:
             for kk in tn.reduce(tn.shape(tn.cdiv(K, bk)), contract=tn.add):
                 a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
@@ -138,8 +144,9 @@ _FAST = {"fast": True, "poison": False}
 
 
 def _run(kernel, args, **kw):
-    """The interpreter's output arrays, and how many iterations it added by
-    contraction (``contraction._contract`` calls, times their batch sizes)."""
+    """The interpreter's output arrays, and how many (iteration, accumulator)
+    pairs it added by contraction (the batch sizes of the
+    ``contraction._contract`` calls, one call per accumulator and batch)."""
     prog = kernel.program
     work = [a.copy() for a in args]
     host = host_arguments(prog, work)
@@ -176,9 +183,11 @@ def test_split_k_reduce_is_one_contraction_admitted_by_the_oracle():
     np.testing.assert_allclose(got, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("form", ["pipeline", "serial"])
+@pytest.mark.parametrize("form", ["pipeline", "serial", "ordered"])
 def test_ordered_loops_keep_one_product_per_iteration(form):
-    # their iterations are ordered: each mma regroups only its own sum (R-9)
+    # their iterations are ordered: each mma regroups only its own sum (R-9);
+    # an ordered_tree reduce keeps the contributions' order, which one product
+    # over both sums need not
     A, B = _inputs((70, 100), (100, 50))
     C = np.zeros((70, 50), np.float32)
     k = tiled.specialize(form=form)
@@ -329,3 +338,36 @@ def test_a_reduce_outside_the_rule_still_batches_in_fast_mode():
     it.run()
     assert it.batched_iterations == x.size
     np.testing.assert_allclose(y, x.sum(dtype=np.float64), rtol=1e-4)
+
+
+@tn.kernel
+def crossed(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"]):
+    """Program p reads its own 4 rows of A in its reduce (a box per program),
+    then overwrites the other program's rows."""
+    M, K = A.shape
+    N = B.shape[1]
+    m, k = A.dims()
+    n = C.dim(1)
+    B = B.with_dims(k, n)
+    C = C.with_dims(m, n)
+    for p in tn.parallel(tn.shape(2)):
+        acc = tn.zeros(f32, tn.shape(4, N), dims=(m, n))
+        for kk in tn.reduce(tn.shape(tn.cdiv(K, 4)), contract=tn.add):
+            a = A[tn.coord(4 * p.index(), kk.index() * 4), tn.shape(4, 4), tn.bounds.zero]
+            b = B[tn.coord(kk.index() * 4, 0), tn.shape(4, N), tn.bounds.zero]
+            acc = tn.mma(a, b, acc, allow_reassociation=True)
+        C(tn.coord(4 * p.index(), 0), tn.shape(4, N)).store(acc)
+        A(tn.coord(4 - 4 * p.index(), 0), tn.shape(4, K)).store(
+            tn.zeros(f32, tn.shape(4, K), dims=(m, k)))
+
+
+def test_per_program_batched_reads_race_as_one_by_one():
+    A, B = _inputs((8, 12), (12, 4))
+    C = np.zeros((8, 4), np.float32)
+    errors = []
+    for batch in (True, False):
+        with pytest.raises(RaceError) as e:
+            interpret(crossed, A.copy(), B.copy(), C.copy(), fast=True, batch=batch)
+        errors.append(str(e.value))
+    assert errors[0] == errors[1]
+    assert "instance (0,) writes A[4, 0]" in errors[0] and "instance (1,) reads it" in errors[0]

@@ -161,12 +161,13 @@ def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
     return {"bm": bm, "bn": bn, "bk": bk}
 
 
-def host_l2_bytes() -> int:
+def host_l2_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """One core's second-level cache in bytes, as the OS reports it (Linux
-    sysfs), or 512 KiB where it does not."""
+    sysfs: ``root``'s ``index*/level``, ``type`` and ``size``, such as
+    ``1024K``), or 512 KiB where it does not."""
     import glob
 
-    for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+    for d in sorted(glob.glob(f"{root}/index*")):
         try:
             with open(f"{d}/level") as f:
                 level = f.read().strip()
@@ -176,7 +177,7 @@ def host_l2_bytes() -> int:
                 size = f.read().strip()
         except OSError:
             continue
-        if level == "2" and kind in ("Unified", "Data"):
+        if level == "2" and kind in ("Unified", "Data") and size.rstrip("KM").isdigit():
             unit = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
             return int(size.rstrip("KM")) * unit
     return 512 << 10

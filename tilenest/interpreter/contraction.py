@@ -1,17 +1,22 @@
 """Tree reductions of matrix products, run as one contraction (``fast`` mode).
 
-A ``reduce`` region under a tree policy whose states are updated by
-``s = mma(a_r, b_r, s)`` with ``contract=tn.add`` admits every ``add`` tree
-over the seed and every product of every contribution (``spec/reductions.md``,
-R-9): the sum over the iterations and the sum inside each product form one
-sum that may be grouped at will. ``fast`` mode promises an admitted grouping
+A ``reduce`` region under the ``unordered_tree`` policy (the default) whose
+states are updated by ``s = mma(a_r, b_r, s)`` with ``contract=tn.add``
+admits every ``add`` tree over the seed and every product of every
+contribution, in any order (``spec/reductions.md``, R-9, R-6): the sum over
+the iterations and the sum inside each product form one sum that may be
+grouped and permuted at will. (``ordered_tree`` keeps the contributions'
+order, which a BLAS product over both sums need not: it runs one product
+per iteration, as the other policies do.) ``fast`` mode promises an admitted grouping
 rather than the canonical one, and already runs each ``mma`` as one BLAS
 product; this module extends that product over the region: the operands of
 all iterations are evaluated at once, with the iteration on a batch axis
 (``batching.contributions``, which logs their reads as if made one iteration
 at a time), and the iteration axis joins the contraction. A split-K GEMM
-written as such a ``reduce`` is then one matrix product of the whole K
-extent.
+written as such a ``reduce`` then runs as a few matrix products over the
+whole K extent (the first iteration alone, whose values size the batches,
+then as many iterations per product as :data:`batching.CHUNK_ELEMENTS`
+allows).
 
 A ``serial`` or ``pipeline`` loop of ``mma`` updates is not such a sum: its
 iterations run in order, each ``mma`` regrouping only its own sum (R-9), so
@@ -38,6 +43,7 @@ from ..semantics import expr as E
 from ..semantics import numerics as N
 from ..semantics.ir import Operation
 from ..semantics.ops.values import mma_roles
+from ..semantics.policies import ReductionPolicy
 from ..semantics.types import TileType
 from . import batching
 from .core import Interpreter
@@ -57,7 +63,7 @@ class ContractionPlan:
 def plan(op: Operation) -> ContractionPlan | None:
     """How ``op``'s body splits (module docstring), or None."""
     body = op.regions[0]
-    if body.terminator is None or not op.attrs["policy"].is_tree or \
+    if body.terminator is None or op.attrs["policy"] is not ReductionPolicy.unordered_tree or \
             any(c != "add" for c in op.attrs["contracts"]):
         return None
     states = {a.name for a in body.args}

@@ -532,7 +532,7 @@ class WarpMma:
     the sum may be evaluated in any grouping, each addition rounded
     faithfully (V-22; with FP8 operands to 14 significant bits, V-24).
     ``m``, ``n``, ``k`` are multiples of :attr:`shape` (:data:`MMA_SHAPE`;
-    FP8: :data:`FP8_MMA_SHAPE`, one warp's collective only).
+    FP8: :data:`FP8_MMA_SHAPE`, 32 deep).
 
     With ``lane`` (an index expression, the lane id ``t % 32`` of the thread
     loop it is in) it is a *warp collective*: the 32 lanes of one warp execute
@@ -551,7 +551,9 @@ class WarpMma:
     and columns ``8 q + 2 (l % 4) + e`` for ``q < n/8`` -- the same per-warp
     layout, one 16-row block per warp. Its operands are read straight from
     shared memory, which must hold them in the :class:`Swizzle128`
-    arrangement (``a`` row-major ``m x k``, ``b`` row-major ``k x n``).
+    arrangement (``a`` row-major ``m x k``; ``b`` row-major ``k x n``, or
+    with FP8 operands row-major ``n x k``: the 8-bit instruction reads both
+    operands along the contraction).
 
     With ``opaque`` (Metal's ``simdgroup_matrix``; ``group = 1``) the lanes'
     shares of the tile are unspecified: the collective reads ``a``, ``b`` and

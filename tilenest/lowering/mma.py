@@ -403,9 +403,10 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
     """The ``wgmma`` plan (``mma_unit="wgmma"``): the reason it does not
     apply, or the plan of ``64 x wn`` tiles of 4 warps. Both operands must be shared
     tiles in the :class:`~tilenest.lowering.loopir.Swizzle128` arrangement
-    (row-major ``M x K`` and ``K x N``: given to ``mma``-only tiles of
-    suitable extents by ``Lowerer.operand_layout``), ``M`` a multiple of 64
-    and the block a whole number of warpgroups."""
+    (row-major ``M x K`` and ``K x N``; FP8: ``M x K`` and ``N x K``, both
+    read along K: given to ``mma``-only tiles of suitable extents by
+    ``Lowerer.operand_layout``), ``M`` a multiple of 64 and the block a
+    whole number of warpgroups."""
     W = lw.sched.block_threads
     if W % 128:
         return f"block_threads={W} is not a whole number of warpgroups (128 threads)"

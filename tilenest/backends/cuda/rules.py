@@ -199,10 +199,11 @@ class CudaEmitter(Emitter):
 
     def group_mma(self, s: L.WarpMma) -> None:
         """A warpgroup ``WarpMma`` (``group = 4``) on Hopper's tensor cores:
-        per 16-deep step one ``wgmma.mma_async`` m64n``n``k16 reading both
-        operands from shared memory through matrix descriptors, committed as
-        one group; then a wait for all of them, so the statement is complete
-        (its shared reads too) when it ends -- unless it is overlapped
+        per 16-deep step (32-deep for FP8) one ``wgmma.mma_async``
+        m64n``n``k16 (k32) reading both operands from shared memory through
+        matrix descriptors, committed as one group; then a wait for all of
+        them, so the statement is complete (its shared reads too) when it
+        ends -- unless it is overlapped
         (``WarpMma.overlap``), when the block barriers' waits complete it
         (``tn_wgmma_wait<mma_keep>`` before each ``__syncthreads``).
 
@@ -211,9 +212,12 @@ class CudaEmitter(Emitter):
         16-deep step 32 bytes further in its 128-byte panel row, the next panel
         ``rows x 128`` bytes on; ``b`` is MN-major (``imm-trans-b = 1``) -- its
         64-column panels ``rows x 128`` bytes apart (the leading offset), 8-row
-        groups 1024 bytes apart, a step ``16 x 128`` bytes on. Both tiles start
-        at a 1024-byte atom (rows a multiple of 8, columns of a panel; the
-        lowering's tiles do) of a 1024-byte aligned buffer. The accumulator
+        groups 1024 bytes apart, a step ``16 x 128`` bytes on; an FP8 ``b``
+        is K-major like ``a`` (stored ``n x k``; the 8-bit instruction has no
+        transpose), and an FP8 step is 32 deep, 32 bytes on in the panel row
+        of both. Both tiles start at a 1024-byte atom (rows a multiple of 8,
+        columns of a panel; the lowering's tiles do) of a 1024-byte aligned
+        buffer. The accumulator
         is the thread's ``n/2`` registers in the instruction's order
         (``loopir.lane_cell``): the lane fragment itself, or a copy of the
         thread's cells of ``c``."""
