@@ -137,7 +137,7 @@ def gemm_tiles(m: int, n: int, threads: int, batch: int = 1, k: int = 128,
         rows = default_mma_block(host_vector_bits())[0]
     if cols is None:
         cols = max(1, (host_vector_bits() or 128) // 32)
-    bk = min(128, k)
+    bk = max(1, min(128, k))
     l2 = host_l2_bytes() if l2_bytes is None else l2_bytes
     wide = max(cols, min(1024, l2 // 2 // (4 * bk * b_tiles)) // cols * cols)
 

@@ -158,20 +158,15 @@ def _contract(it: Interpreter, m: Operation, b: batching.Batch, s: RV) -> RV:
     A, B = arrs
     roles = mma_roles(at, bt, ct)
     ext = dict(roles, contraction=(_LOOP,) + tuple(roles["contraction"]))
-    from .values import _matmul
+    from .values import product
 
-    prod = _matmul(A, B, _Dims(at.dims + (_LOOP,)), _Dims(bt.dims + (_LOOP,)), ct, ext, nb)
-    if prod is None:
-        letter = {d: chr(ord("a") + i) for i, d in
-                  enumerate(dict.fromkeys(at.dims + bt.dims + ct.dims + (_LOOP,)))}
-        sa, sb, sc = ("".join(letter[d] for d in dims)
-                      for dims in (at.dims + (_LOOP,), bt.dims + (_LOOP,), ct.dims))
-        prod = np.einsum(f"...{sa},...{sb}->...{sc}", A, B)
+    prod = product(A, B, _Dims(at.dims + (_LOOP,)), _Dims(bt.dims + (_LOOP,)), ct, ext, nb)
     return RV(N.binary("add", s.lift(nb), np.asarray(prod, dtype=dt.np), dt), nb)
 
 
 @dataclass(frozen=True)
 class _Dims:
-    """A tile type's dims with the iterations' appended (all ``_matmul`` reads)."""
+    """A tile type's dims with the iterations' appended (all ``values.product``
+    reads of an operand's type)."""
 
     dims: tuple

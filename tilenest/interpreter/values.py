@@ -403,16 +403,10 @@ def _mma(it: Interpreter, op: Operation) -> None:
     A = N.cast(a.lift(nb), at.dtype, dt) if at.dtype != dt else a.lift(nb)
     B = N.cast(b.lift(nb), bt.dtype, dt) if bt.dtype != dt else b.lift(nb)
     C = c.lift(nb)
-    letter = {d: _LETTERS[i] for i, d in enumerate(dict.fromkeys(at.dims + bt.dims + ct.dims))}
-    sa = "".join(letter[d] for d in at.dims)
-    sb = "".join(letter[d] for d in bt.dims)
-    sc = "".join(letter[d] for d in ct.dims)
     if it.opts.fast and op.attrs["allow_reassociation"]:
         wide = np.float32 if dt.name in ("f16", "bf16") else dt.np
-        prod = _matmul(A.astype(wide, copy=False), B.astype(wide, copy=False), at, bt, ct,
+        prod = product(A.astype(wide, copy=False), B.astype(wide, copy=False), at, bt, ct,
                        roles, nb)
-        if prod is None:
-            prod = np.einsum(f"...{sa},...{sb}->...{sc}", A.astype(wide), B.astype(wide))
         if wide != dt.np:
             prod = N.cast(prod, _wide_dt(dt), dt)
         prod = np.asarray(prod)
@@ -514,6 +508,19 @@ def _mma_products(a: RV, b: RV, at: TileType, bt: TileType, ct: TileType, kdims:
         xb = [align(RV(_select(b.lift(nb, v), bt.dims, fix, nb), nb), rest_b, ct.dims, nb)
               for v in sb]
         yield S.product(tuple(xa), tuple(xb))
+
+
+def product(A: np.ndarray, B: np.ndarray, at: Any, bt: Any, ct: TileType, roles: dict,
+            nb: int) -> np.ndarray:
+    """``A x B`` over ``ct``'s dims (``at``, ``bt``: anything with the
+    operands' ``dims``; ``nb`` batch axes): one batched BLAS product where
+    :func:`_matmul` can arrange one, else ``einsum``."""
+    prod = _matmul(A, B, at, bt, ct, roles, nb)
+    if prod is not None:
+        return prod
+    letter = {d: _LETTERS[i] for i, d in enumerate(dict.fromkeys(at.dims + bt.dims + ct.dims))}
+    sa, sb, sc = ("".join(letter[d] for d in t.dims) for t in (at, bt, ct))
+    return np.einsum(f"...{sa},...{sb}->...{sc}", A, B)
 
 
 def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,

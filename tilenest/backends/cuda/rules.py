@@ -155,8 +155,7 @@ class CudaEmitter(Emitter):
         # operands (m16n8k16), 32 for FP8 (m16n8k32, "tn_mma_<a>_<b>")
         ks = 32 if ta.is_fp8 else 16
         MT, NT, KS = s.m // 16, s.n // 8, s.k // ks
-        fn = (f"tn_mma_{_PTX_FP8[ta.name]}_{_PTX_FP8[tb.name]}" if ta.is_fp8
-              else "tn_mma_bf16" if ta.name == "bf16" else "tn_mma_f16")
+        fn = f"tn_mma_{operand_kind(ta, tb)}"
         u = self.names(s.tag, "mma")
         self.w(f"{{  // warp_mma {s.m}x{s.n}x{s.k} ({mode}): {s.c} += {s.a} * {s.b}")
         self.ind += 1
@@ -226,7 +225,7 @@ class CudaEmitter(Emitter):
             raise NotAvailableError("a warpgroup mma needs 64-row tiles of swizzled shared "
                                     "operands", hint="use mma_unit='tensor'")
         fp8 = s.a.buf.dtype.is_fp8
-        dt = wgmma_kind(s.a.buf.dtype, s.b.buf.dtype)
+        dt = operand_kind(s.a.buf.dtype, s.b.buf.dtype)
         self.wgmma_shapes.add((dt, s.n))
         u = self.names(s.tag, "mma")
         isz = max(1, s.a.buf.dtype.itemsize)
@@ -319,26 +318,25 @@ class CudaEmitter(Emitter):
 
 
 
-#: the PTX names of the FP8 formats (``mma.sync`` operand types)
+#: the PTX names of the FP8 formats (``mma.sync`` and ``wgmma`` operand types)
 _PTX_FP8 = {"f8e4m3fn": "e4m3", "f8e5m2": "e5m2"}
 
 CudaEmitter.STMT_RULES = {**Emitter.STMT_RULES, L.WarpMma: "tensor_mma"}
 
 
-def wgmma_kind(a: Any, b: Any) -> str:
-    """The operand kind of a warpgroup mma on dtypes ``a`` and ``b``: ``f16``,
-    ``bf16``, or the two FP8 formats' PTX names joined (``e4m3_e5m2``)."""
-    if not a.is_fp8:
-        return a.name
-    ptx = {"f8e4m3fn": "e4m3", "f8e5m2": "e5m2"}
-    return f"{ptx[a.name]}_{ptx[b.name]}"
+def operand_kind(a: Any, b: Any) -> str:
+    """The operand kind of a tensor-core mma (``mma.sync`` or ``wgmma``) on
+    dtypes ``a`` and ``b``, as its prelude function or wrapper names it:
+    ``f16``, ``bf16``, or the two FP8 formats' PTX names joined
+    (``e4m3_e5m2``)."""
+    return f"{_PTX_FP8[a.name]}_{_PTX_FP8[b.name]}" if a.is_fp8 else a.name
 
 
 def wgmma_wrapper(dt: str, n: int) -> list[str]:
     """The source lines defining ``tn_wgmma_<dt>_n<n>(d, desc_a, desc_b)``:
     ``d += a * b`` for one step of a warpgroup (64 x ``n`` x 16 for 16-bit
     operands, ``dt`` ``f16`` or ``bf16``; 64 x ``n`` x 32 for FP8, ``dt`` the
-    two formats as :func:`wgmma_kind` names them), ``d`` the thread's ``n/2``
+    two formats as :func:`operand_kind` names them), ``d`` the thread's ``n/2``
     accumulator registers, ``a`` K-major and ``b`` MN-major (transposed; FP8:
     K-major, the instruction takes no transpose for 8-bit types) in shared
     memory. On the device one ``wgmma.mma_async`` (asynchronous:
