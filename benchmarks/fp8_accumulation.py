@@ -8,9 +8,11 @@ the exact value only by how the sums are rounded. This script measures that
 on the GPU three ways: through ``torch._scaled_mm`` (cuBLASLt's wgmma
 kernels; unit scales, f32 output) with ``use_fast_accum=True`` (the tensor
 cores' own accumulation) and with ``False`` (partial sums promoted into f32
-registers periodically), and one warp's ``mma.sync.m16n8k32`` e4m3
+registers periodically), one warp's ``mma.sync.m16n8k32`` e4m3
 instructions chained through their f32 accumulators (the instruction a
-``mma.sync`` lowering would use), against the exact sum (``float64``, which holds every partial sum here):
+``mma.sync`` lowering would use), and tilenest's own FP8 GEMM on the
+warpgroup tensor cores (``mma_unit="wgmma"``, ``wgmma`` k32 e4m3 steps into
+f32 registers, f32 output), against the exact sum (``float64``, which holds every partial sum here):
 
 * **kept bits**: one output element sums ``1`` and one product ``2^-p``
   (``p`` = 1..18); the smallest ``p`` whose term is lost is the number of
@@ -143,11 +145,75 @@ def _mma_sync(torch: Any, a: Any, b: Any) -> Any:
     return torch.as_tensor(d, device="cuda")
 
 
+@functools.cache
+def _wgmma_kernel(device: str = "gpu") -> Any:
+    """tilenest's FP8 GEMM with f32 output on ``wgmma``, compiled for the GPU."""
+    import tilenest as tn
+    from tilenest.backends import cuda
+    from tilenest.lowering import default_schedule
+
+    f8 = tn.f8e4m3fn
+
+    @tn.kernel
+    def fp8_mm_f32(A: tn.Tensor[f8, "M K"], Bt: tn.Tensor[f8, "N K"],
+                   C: tn.Tensor[tn.f32, "M N"], *, bm=64, bn=128, bk=128):
+        M, K = A.shape
+        N = Bt.shape[0]
+        m, k = A.dims()
+        n = C.dim(1)
+        Bt = Bt.with_dims(n, k)
+        C = C.with_dims(m, n)
+        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = p.index(0), p.index(1)
+            acc = tn.zeros(tn.f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                w = Bt[tn.coord(j * bn, kk.index() * bk), tn.shape(bn, bk), tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, w, acc, allow_reassociation=True)
+            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
+
+    prog = fp8_mm_f32.program
+    return cuda.compile_program(prog, default_schedule(prog, "cuda", mma_unit="wgmma",
+                                                       stages=3), device=device)
+
+
+def _fp8_view(torch: Any, t: Any) -> Any:
+    """A CuPy byte array on the e4m3fn tensor ``t``'s memory whose dtype
+    reports ``ml_dtypes.float8_e4m3fn`` (the launch passes only the pointer)."""
+    import cupy as cp
+    import ml_dtypes
+    import numpy as np
+
+    raw = cp.asarray(t.contiguous().view(torch.uint8))
+
+    class Fp8(cp.ndarray):  # type: ignore[misc, name-defined]
+        @property
+        def dtype(self) -> Any:
+            return np.dtype(ml_dtypes.float8_e4m3fn)
+
+    return raw.view(array_class=Fp8)
+
+
+def _wgmma(torch: Any, a: Any, b: Any) -> Any:
+    """``a @ b`` (e4m3fn) by tilenest's FP8 GEMM on ``wgmma``, in f32."""
+    import cupy as cp
+
+    ck = _wgmma_kernel()
+    c = cp.full((a.shape[0], b.shape[1]), float("nan"), dtype=cp.float32)
+    ck.bound(_fp8_view(torch, a), _fp8_view(torch, b.t().contiguous()), c).launch()
+    return torch.as_tensor(c, device="cuda")
+
+
 def _product(torch: Any, how: str, a: Any, b: Any) -> Any:
     """``a @ b`` of e4m3fn matrices in f32 by ``how``: "fast", "promoted"
-    (``torch._scaled_mm``) or "mma.sync" (the first 8 columns)."""
+    (``torch._scaled_mm``), "mma.sync" (the first 8 columns) or "wgmma"
+    (tilenest's kernel)."""
     if how == "mma.sync":
         return _mm_sync_full(torch, a, b)
+    if how == "wgmma":
+        return _wgmma(torch, a, b)
     return _mm(torch, a, b, how == "fast")
 
 
@@ -171,10 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     dev = torch.cuda.get_device_name()
     out: dict[str, Any] = {"device": dev, "torch": torch.__version__, "modes": {}}
     print(f"{dev}, torch {torch.__version__}")
-    for how in ("fast", "promoted", "mma.sync"):
+    for how in ("fast", "promoted", "mma.sync", "wgmma"):
         mode = {"fast": "torch._scaled_mm, use_fast_accum=True",
                 "promoted": "torch._scaled_mm, use_fast_accum=False",
-                "mma.sync": "mma.sync.m16n8k32 e4m3, chained in f32 registers"}[how]
+                "mma.sync": "mma.sync.m16n8k32 e4m3, chained in f32 registers",
+                "wgmma": "tilenest FP8 GEMM on wgmma (k32 e4m3 steps, f32 registers)"}[how]
         try:
             r: dict[str, Any] = {
                 "kept_bits_same_group": kept_bits(torch, how, 64, 5),
