@@ -138,6 +138,8 @@ GEMM_SIZES = (4096, 8192)
 #: (tile, GPU ``Schedule`` overrides) tried at 4096^3 (the first only with
 #: --quick); the fastest runs at 8192^3
 _WG = {"mma_unit": "wgmma"}
+#: ``mma.sync`` named explicitly (``auto`` takes ``wgmma`` where its plan applies)
+_TC = {"mma_unit": "tensor"}
 GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 4, "block_threads": 512}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
@@ -148,15 +150,15 @@ GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                   ({"bm": 128, "bn": 128, "bk": 128, "loop": "pipeline"}, {**_WG, "stages": 3}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 2, "block_threads": 512}),
-                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {}),
-                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"stages": 3}),
-                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {"stages": 4}),
-                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {"stages": 3}),
-                  ({"bm": 128, "bn": 64, "bk": 32, "loop": "pipeline"}, {"stages": 4}),
-                  ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"}, {"stages": 4}),
-                  ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {"block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {**_TC}),
+                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {**_TC, "stages": 3}),
+                  ({"bm": 128, "bn": 128, "bk": 32, "loop": "pipeline"}, {**_TC, "stages": 4}),
+                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_TC, "stages": 3}),
+                  ({"bm": 128, "bn": 64, "bk": 32, "loop": "pipeline"}, {**_TC, "stages": 4}),
+                  ({"bm": 64, "bn": 64, "bk": 32, "loop": "pipeline"}, {**_TC, "stages": 4}),
+                  ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"}, {**_TC, "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 32, "loop": "pipeline"},
-                   {"block_threads": 512, "stages": 3}))
+                   {**_TC, "block_threads": 512, "stages": 3}))
 #: fused GEMM epilogues at 4096^3: (workload, torch's unfused form of it)
 EPILOGUES = (("gemm_relu", "relu"), ("gemm_gelu", "gelu"))
 EPILOGUE_N = 4096
@@ -1446,9 +1448,9 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
 #: the scaled FP8 GEMM (e4m3fn x e4m3fn -> bf16, per-tensor scales): sizes
 #: and the kernel constants tried (``tilenest.bench.kernels``' ``fp8_gemm``)
 FP8_GEMM_SIZES = (4096, 8192)
-FP8_GEMM_TILES = (({"bm": 128, "bn": 128, "bk": 64}, {}),
-                  ({"bm": 128, "bn": 256, "bk": 64}, {"block_threads": 512}),
-                  ({"bm": 128, "bn": 128, "bk": 128}, {"stages": 3}),
+FP8_GEMM_TILES = (({"bm": 128, "bn": 128, "bk": 64}, {**_TC}),
+                  ({"bm": 128, "bn": 256, "bk": 64}, {**_TC, "block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 128}, {**_TC, "stages": 3}),
                   # warpgroup tensor cores: k32 steps on K-major swizzled tiles
                   # (a whole 128-byte panel of K per tile)
                   ({"bm": 128, "bn": 256, "bk": 128}, {**_WG, "stages": 3}),

@@ -325,3 +325,74 @@ def test_wgmma_serialized_form_validates_on_llvm():
     kern.compile(target="llvm", schedule=sched)(A, B, C)
     v = oracle.admits(C)
     assert v.ok, str(v)
+
+
+# ------------------------------------------------------------------ auto
+def _unit_of(kern, **kw):  # type: ignore[no-untyped-def]
+    """"wgmma", "mma.sync" or "simt": what ``mma_unit="auto"`` lowered the
+    program's mma to."""
+    text = print_kernel(lower_verified(kern.program, default_schedule(kern.program, "cuda",
+                                                                      **kw)))
+    if "group_mma" in text:
+        return "wgmma"
+    return "mma.sync" if "mma on tensor cores" in text else "simt"
+
+
+def test_auto_takes_warpgroups_where_the_plan_applies_and_falls_back_elsewhere():
+    """``auto`` = ``wgmma`` for a tile its plan takes; ``mma.sync`` for rows
+    not a multiple of 64 and for a block of 192 threads; f32 operands stay
+    on the SIMT units; an explicit ``"tensor"`` keeps ``mma.sync``."""
+    assert _unit_of(_gemm(128, 256, 64)) == "wgmma"
+    assert _unit_of(_gemm(64, 64, 64), stages=3) == "wgmma"
+    assert _unit_of(_gemm(32, 64, 64)) == "mma.sync"
+    assert _unit_of(_gemm(128, 128, 64), block_threads=192) == "mma.sync"
+    assert _unit_of(_gemm(64, 64, 64, tn.f32)) == "simt"
+    assert _unit_of(_gemm(128, 256, 64), mma_unit="tensor") == "mma.sync"
+
+
+def test_auto_keeps_mma_sync_for_attention_whose_key_tile_is_read_along_k():
+    """Flash attention's ``Q K^T`` reads a 16-bit ``b`` along the
+    contraction, which ``wgmma``'s plan refuses: the whole program falls back
+    (one matrix unit per kernel) and still validates."""
+    from test_tensor_mma_dims import flash_attention
+
+    kern = flash_attention(tn.bf16)
+    assert _unit_of(kern) == "mma.sync"
+
+
+def test_auto_falls_back_when_the_warpgroup_tiles_do_not_fit_shared_memory(monkeypatch):
+    """A program whose swizzled rings would exceed a block's shared memory is
+    lowered for ``mma.sync`` (whose own capacity obligation then decides)."""
+    from tilenest.lowering import loopir
+
+    kern = _gemm(128, 128, 64)
+    assert _unit_of(kern) == "wgmma"
+    real = loopir.shared_arrangement
+
+    def huge(k):  # type: ignore[no-untyped-def]
+        placed, need = real(k)
+        swz = any(b.layout is not None for b, _ in placed)
+        return placed, (loopir.E.Const(1 << 30) if swz else need)
+
+    monkeypatch.setattr(loopir, "shared_arrangement", huge)
+    assert _unit_of(kern) == "mma.sync"
+
+
+def test_auto_wgmma_gemm_validates_emulated():
+    """The default schedule of a qualifying bf16 GEMM (two stages, 256
+    threads) runs on warpgroups and is admitted by the oracle."""
+    kern = _gemm(128, 128, 64)
+    _run(kern, default_schedule(kern.program, "cuda"), 140, 200, 130)
+
+
+def test_a_register_limit_below_the_warpgroup_mma_is_an_error_naming_min_blocks():
+    """``min_blocks`` that leaves fewer registers per thread than a ``wgmma``
+    needs is a compile error whose hint names the schedule fields (ptxas
+    says only that an instruction lacks registers)."""
+    from tilenest.backends.cuda.nvrtc import CudaCompileError
+
+    kern = _gemm(64, 128, 64)
+    with pytest.raises(CudaCompileError, match="Insufficient registers") as info:
+        cuda.compile_program(kern.program, _sched(kern, block_threads=128, min_blocks=16),
+                             device="emulated", cache=False)
+    assert "min_blocks" in info.value.hint

@@ -36,7 +36,43 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
     """:func:`lower`, then the SIMT form when the schedule asks for threads
     per program (``block_threads``; the task maps of its distributions are
     appended to ``maps``) with its passes (buffering, in-place reuse, async
-    staging, rows in registers), then :func:`verify_kernel`."""
+    staging, rows in registers), then :func:`verify_kernel`.
+
+    ``mma_unit="auto"`` on a target with warpgroup tensor cores first lowers
+    the program for them (``mma.warpgroups_first``); when some ``mma`` does
+    not fit their plan, some step of the SIMT form refuses that lowering, or
+    its shared buffers cannot fit a block, the program is lowered again as
+    ``auto`` says elsewhere (``mma.sync`` where the plan allows, else SIMT
+    arithmetic). Both lowerings are deterministic, so the choice is a
+    function of the program and the schedule."""
+    if schedule is not None:
+        from .core import target_row
+        from .mma import warpgroups_first
+
+        prof = target_row(schedule.target).profile
+        if warpgroups_first(program, schedule, prof):
+            from dataclasses import replace
+
+            from ..errors import TilenestError
+
+            tried: list = []
+            try:
+                k = _lower_simt(program, replace(schedule, mma_unit="wgmma"), tried)
+            except TilenestError:
+                pass
+            else:
+                need = loopir.shared_arrangement(k)[1]
+                from ..semantics import expr as E
+
+                if not (isinstance(need, E.Const) and need.value > prof.shared_bytes):
+                    if maps is not None:
+                        maps.extend(tried)
+                    return k
+    return _lower_simt(program, schedule, maps)
+
+
+def _lower_simt(program, schedule: Schedule | None, maps: list | None) -> Kernel:
+    """:func:`lower_verified` for the schedule's own ``mma_unit``."""
     from .simt import simt_kernel
 
     k = lower(program, schedule)

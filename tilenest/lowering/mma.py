@@ -234,6 +234,23 @@ MMA_UNITS = ("auto", "tensor", "wgmma", "simt")
 GROUP_TILE_N = (256, 128, 64)
 
 
+def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
+    """Whether ``mma_unit="auto"`` tries the warpgroup tensor cores first
+    (``lower_verified``): the target has them (``Profile.tensor_cores``), the
+    schedule distributes programs over a whole number of warpgroups, and
+    some ``mma`` of ``program`` may regroup its sum with operands of a dtype
+    they take (16-bit floats or FP8). Whether each ``mma`` then fits their
+    plan is the plan's own decision (:func:`tensor_plan`); a program where
+    one does not is lowered for ``mma.sync`` instead."""
+    if not (sched.mma_unit == "auto" and "wgmma" in profile.tensor_cores
+            and sched.block_threads and sched.block_threads % 128 == 0):
+        return False
+    return any(op.name == "mma" and op.attrs.get("allow_reassociation")
+               and all((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
+                       or o.type.dtype.is_fp8 for o in op.operands[:2])
+               for op in program.walk())
+
+
 def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32, 64),
               whole_rows: bool = False) -> tuple[int, int]:
     """The warp tile ``(wm, wn)`` of an output of ``rows x cols`` on

@@ -85,8 +85,10 @@ those the program admits:
   ``"tensor"`` (warp tiles of ``mma.m16n8k16`` on the tensor cores,
   ``lowering/mma.py``; an error naming the reason where the ``mma`` does not
   qualify), ``"simt"`` (per-thread micro-tiles on the ordinary FMA units) or
-  ``"auto"`` (the default: tensor cores on ``cuda`` wherever the ``mma``
-  qualifies, else SIMT; on ``llvm`` always SIMT). ``"wgmma"`` computes it
+  ``"auto"`` (the default: on ``cuda`` the warpgroup tensor cores where
+  every such ``mma`` of the program takes them, else ``mma.sync`` wherever
+  the ``mma`` qualifies, else SIMT -- ``lower_verified``; on ``llvm``
+  always SIMT). ``"wgmma"`` computes it
   by Hopper's warpgroup instructions (``wgmma.mma_async``, sm_90a): tiles of
   64 rows per warpgroup of 128 threads, the operands read straight from
   shared memory, which holds them in the 128-byte swizzled arrangement

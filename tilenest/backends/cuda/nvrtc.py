@@ -624,6 +624,10 @@ def compile_error(raw: RawCompile, source: str, name: str,
                     o for o in options if o.startswith("--include-path=")))
     elif sites:
         hint = f"the named lines are lines of the CUDA source given as '{name}'"
+    elif any("Insufficient registers" in n for n in notes):
+        hint = ("a thread's register limit is below what an instruction needs: the "
+                "launch bounds allow 65536 / (min_blocks x block_threads) registers per "
+                "thread; lower the schedule's min_blocks or block_threads")
     else:
         hint = "an inline PTX instruction or a target feature was rejected; see the log"
     message = f"NVRTC could not compile '{name}'"
