@@ -150,31 +150,10 @@ def _wgmma_kernel(device: str = "gpu") -> Any:
     """tilenest's FP8 GEMM with f32 output on ``wgmma``, compiled for the GPU."""
     import tilenest as tn
     from tilenest.backends import cuda
+    from tilenest.bench.kernels import fp8_gemm_kernel
     from tilenest.lowering import default_schedule
 
-    f8 = tn.f8e4m3fn
-
-    @tn.kernel
-    def fp8_mm_f32(A: tn.Tensor[f8, "M K"], Bt: tn.Tensor[f8, "N K"],
-                   C: tn.Tensor[tn.f32, "M N"], *, bm=64, bn=128, bk=128):
-        M, K = A.shape
-        N = Bt.shape[0]
-        m, k = A.dims()
-        n = C.dim(1)
-        Bt = Bt.with_dims(n, k)
-        C = C.with_dims(m, n)
-        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
-            i, j = p.index(0), p.index(1)
-            acc = tn.zeros(tn.f32, tn.shape(bm, bn), dims=(m, n))
-            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
-                kk.stage("load")
-                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
-                w = Bt[tn.coord(j * bn, kk.index() * bk), tn.shape(bn, bk), tn.bounds.zero]
-                kk.stage("compute")
-                acc = tn.mma(a, w, acc, allow_reassociation=True)
-            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(acc)
-
-    prog = fp8_mm_f32.program
+    prog = fp8_gemm_kernel(tn.f32).specialize(bm=64, bn=128, bk=128).program
     return cuda.compile_program(prog, default_schedule(prog, "cuda", mma_unit="wgmma",
                                                        stages=3), device=device)
 
@@ -190,12 +169,14 @@ def _fp8_view(torch: Any, t: Any) -> Any:
 
 
 def _wgmma(torch: Any, a: Any, b: Any) -> Any:
-    """``a @ b`` (e4m3fn) by tilenest's FP8 GEMM on ``wgmma``, in f32."""
+    """``a @ b`` (e4m3fn) by tilenest's FP8 GEMM on ``wgmma``, in f32 (unit scales)."""
     import cupy as cp
+    import numpy as np
 
     ck = _wgmma_kernel()
     c = cp.full((a.shape[0], b.shape[1]), float("nan"), dtype=cp.float32)
-    ck.bound(_fp8_view(torch, a), _fp8_view(torch, b.t().contiguous()), c).launch()
+    one = np.float32(1.0)
+    ck.bound(_fp8_view(torch, a), _fp8_view(torch, b.t().contiguous()), c, one, one).launch()
     return torch.as_tensor(c, device="cuda")
 
 

@@ -24,6 +24,40 @@ from typing import Any
 
 
 @functools.cache
+def fp8_gemm_kernel(out: Any) -> Any:
+    """``C = (A B) sa sb`` rounded to ``out`` (``kernels()["fp8_gemm"]``: bf16):
+    e4m3fn operands with per-tensor scales, ``B`` stored transposed (``N x
+    K``, as ``torch._scaled_mm`` takes it), f32 accumulation, the scales
+    applied to the sum. With ``out`` f32 and unit scales the output is the
+    accumulator itself (``benchmarks/fp8_accumulation.py``)."""
+    import tilenest as tn
+    from tilenest import f32
+
+    @tn.kernel
+    def fp8_gemm(A: tn.Tensor[tn.f8e4m3fn, "M K"], Bt: tn.Tensor[tn.f8e4m3fn, "N K"],
+                 C: tn.Tensor[out, "M N"], sa: tn.Scalar[f32], sb: tn.Scalar[f32], *,
+                 bm=64, bn=64, bk=64):
+        M, K = A.shape
+        N = Bt.shape[0]
+        m, k = A.dims()
+        n = C.dim(1)
+        Bt = Bt.with_dims(n, k)
+        C = C.with_dims(m, n)
+        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = p.index(0), p.index(1)
+            acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
+            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                w = Bt[tn.coord(j * bn, kk.index() * bk), tn.shape(bn, bk), tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, w, acc, allow_reassociation=True)  # contracts k
+            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(tn.cast(acc * (sa * sb), out))
+
+    return fp8_gemm
+
+
+@functools.cache
 def kernels() -> dict[str, Any]:
     """name -> kernel: softmax, rmsnorm (a row per program), rmsnorm_rows
     (``rows_per_program`` rows), layernorm, add, fp8_quantize, fp8_dequantize,
@@ -198,31 +232,6 @@ def kernels() -> dict[str, Any]:
             C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
 
     @tn.kernel
-    def fp8_gemm(A: tn.Tensor[tn.f8e4m3fn, "M K"], Bt: tn.Tensor[tn.f8e4m3fn, "N K"],
-                 C: tn.Tensor[tn.bf16, "M N"], sa: tn.Scalar[f32], sb: tn.Scalar[f32], *,
-                 bm=64, bn=64, bk=64):
-        """``C = (A B) sa sb`` rounded to bf16: e4m3fn operands with per-tensor
-        scales, ``B`` stored transposed (``N x K``, as ``torch._scaled_mm``
-        takes it), f32 accumulation, the scales applied to the sum."""
-        M, K = A.shape
-        N = Bt.shape[0]
-        m, k = A.dims()
-        n = C.dim(1)
-        Bt = Bt.with_dims(n, k)
-        C = C.with_dims(m, n)
-        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
-            i, j = p.index(0), p.index(1)
-            acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
-            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
-                kk.stage("load")
-                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
-                w = Bt[tn.coord(j * bn, kk.index() * bk), tn.shape(bn, bk), tn.bounds.zero]
-                kk.stage("compute")
-                acc = tn.mma(a, w, acc, allow_reassociation=True)  # contracts k
-            C(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(tn.cast(acc * (sa * sb),
-                                                                        tn.bf16))
-
-    @tn.kernel
     def global_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *,  # noqa: F821
                    chunk=16384):
         (n,) = x.shape
@@ -253,7 +262,7 @@ def kernels() -> dict[str, Any]:
 
     return {"softmax": row_softmax, "rmsnorm": rmsnorm, "rmsnorm_rows": rmsnorm_rows,
             "layernorm": layernorm, "add": add, "fp8_quantize": fp8_quantize,
-            "fp8_dequantize": fp8_dequantize, "fp8_gemm": fp8_gemm,
+            "fp8_dequantize": fp8_dequantize, "fp8_gemm": fp8_gemm_kernel(tn.bf16),
             "row_sum": row_sum, "logsumexp": logsumexp, "gemm": gemm,
             "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt,
             "global_sum": global_sum, "read": read, "copy": copy}
