@@ -112,8 +112,11 @@ those the program admits:
   multiprocessor must be able to hold at once as far as registers go
   (``__launch_bounds__``' second argument): ptxas then keeps each thread's
   registers at or under ``65536 / (min_blocks * threads)``, spilling if it
-  must (a spill is a reported warning). ``None`` (the default) leaves the
-  allocation to ptxas. More resident blocks hide more latency in a kernel
+  must (a spill is a reported warning). ``None`` (the default): two for a
+  tensor-core kernel where two blocks' shared memory fits a multiprocessor
+  and their private tiles leave registers to spare
+  (``backends/cuda/occupancy.py``), else the allocation is ptxas's. More
+  resident blocks hide more latency in a kernel
   bound by it; on the H200 no row kernel got faster with it
   (``benchmarks/cuda.py --set min_blocks=N``), so the benchmark's schedule
   search leaves it out.

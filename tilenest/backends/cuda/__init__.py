@@ -44,6 +44,7 @@ from ...lowering.simt_trees import TreePlacement
 from ...semantics.trees import tree_from_json
 from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
+from ...targets import CUDA as CUDA_ROW
 
 __all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "prelude_dirs",
            "prelude_files", "gpu_available", "clear_cache", "device_available",
@@ -111,9 +112,13 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
                  ) -> tuple[Any, CudaSource]:
     """The SIMT-form kernel and its CUDA source (the task maps of its
     distributed loops appended to ``maps``)."""
+    from .occupancy import default_min_blocks
+
     k = lower_verified(program, s, maps)
     aliased = frozenset(n for g in s.aliases for n in g)
-    return k, emit_cuda(k, aliased, s.index_bits, s.min_blocks, s.cache_hints, s.grid_blocks)
+    blocks = s.min_blocks if s.min_blocks is not None else \
+        default_min_blocks(k, s.block_threads, CUDA_ROW.profile)
+    return k, emit_cuda(k, aliased, s.index_bits, blocks, s.cache_hints, s.grid_blocks)
 
 
 def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:

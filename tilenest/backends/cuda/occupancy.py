@@ -1,0 +1,58 @@
+"""How many blocks of a tensor-core kernel a multiprocessor should hold.
+
+``__launch_bounds__``' second argument (``Schedule.min_blocks``) caps each
+thread's registers at ``registers / (min_blocks x threads)`` so that that
+many blocks can be resident together. Left unset, ptxas sizes the registers
+for one block, and a kernel whose shared memory would let two blocks share a
+multiprocessor often gets one: its warps then wait on their own latencies
+with nothing to switch to. :func:`default_min_blocks` is the choice made when
+the schedule leaves the field unset. It changes speed only: a register cap
+never changes what a kernel computes (ptxas spills to local memory where it
+must, and a spill is a reported warning).
+
+Measured on an H100 and an H200 (spec/lowering.md, the attention
+benchmark): two blocks where their shared memory fits one multiprocessor
+sped the causal prefill with 64 x 64 tiles up 1.49x; with 128 x 64 tiles,
+whose shared memory admits one block, the cap only slowed it; a warpgroup
+GEMM on 512 threads with four stages failed to compile under it (64
+registers a thread, below what its ``wgmma`` needs). The prefill's private
+tiles take 68 registers a thread of the 128 two blocks of 256 threads
+leave; the accumulators of a 128 x 256 warpgroup GEMM on 256 threads take
+all 128, which the rule keeps at one block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...lowering import loopir as L
+from ...semantics import expr as E
+
+
+def register_words(k: L.Kernel) -> int:
+    """32-bit registers each thread's private tiles take (``local`` buffers
+    of constant size: the tensor-core accumulators and the tiles kept in the
+    lanes' registers), rounded up."""
+    nbytes = sum(b.size.value * max(1, b.dtype.itemsize) for b in k.locals
+                 if b.space == "local" and isinstance(b.size, E.Const))
+    return -(-nbytes // 4)
+
+
+def default_min_blocks(k: L.Kernel, threads: int, profile: Any) -> int | None:
+    """``min_blocks`` for SIMT-form kernel ``k`` on ``threads`` threads a block
+    when the schedule leaves it unset: 2 for a kernel with tensor-core steps
+    (``WarpMma``) whose shared memory (a constant: ``shared_arrangement``,
+    plus what the system reserves per block) fits twice in one
+    multiprocessor and whose private tiles take at most three quarters of
+    the registers the cap of two blocks leaves a thread (the rest for
+    addresses and temporaries); else None (ptxas decides)."""
+    if not threads or not any(isinstance(s, L.WarpMma) for ph in k.phases
+                              for s in L.walk(ph.body)):
+        return None
+    need = L.shared_arrangement(k)[1]
+    if not isinstance(need, E.Const):
+        return None
+    if 2 * (need.value + profile.reserved_shared_bytes) > profile.sm_shared_bytes:
+        return None
+    cap = profile.registers_per_block // (2 * threads)
+    return 2 if 4 * register_words(k) <= 3 * cap else None
