@@ -1,7 +1,7 @@
 """The default ``min_blocks`` of a tensor-core kernel (``backends/cuda/occupancy.py``):
 two blocks where their shared memory fits a multiprocessor and their private
-tiles leave registers to spare, else ptxas's own choice; an explicit field
-always wins."""
+tiles take between a quarter and three quarters of the registers the cap
+leaves a thread, else ptxas's own choice; an explicit field always wins."""
 
 from __future__ import annotations
 
@@ -37,7 +37,11 @@ def _blocks(kern, **kw):  # type: ignore[no-untyped-def]
      lambda: _gemm(128, 256, 64), {}, None),
     ("warpgroup GEMM 256 x 128, 4 stages: 193 KB", lambda: _gemm(256, 128, 64),
      {"mma_unit": "wgmma", "stages": 4, "block_threads": 512}, None),
-    ("small mma.sync GEMM", lambda: _gemm(32, 32, 16), {}, 2),
+    ("mma.sync GEMM 128 x 128 x 32: 64 registers of accumulators",
+     lambda: _gemm(128, 128, 32), {}, 2),
+    ("mma.sync GEMM 64 x 64 x 32: 16, more blocks fit without the cap",
+     lambda: _gemm(64, 64, 32), {}, None),
+    ("small mma.sync GEMM", lambda: _gemm(32, 32, 16), {}, None),
 ])
 def test_default_min_blocks(what, kern, kw, want):
     got, words = _blocks(kern(), **kw)
@@ -52,7 +56,7 @@ def test_kernels_without_tensor_cores_keep_ptxas_choice():
 
 
 def test_the_default_reaches_the_launch_bounds_and_an_explicit_field_wins():
-    kern = _gemm(32, 32, 16)
+    kern = _gemm(128, 128, 32)
     bounds = lambda **kw: re.findall(  # noqa: E731
         r"__launch_bounds__\(([^)]*)\)",
         stage_source(kern.program, default_schedule(kern.program, "cuda", **kw))[1].text)
