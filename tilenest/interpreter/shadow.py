@@ -721,8 +721,7 @@ class SumLeaves:
             }
 
     def envelope(self, dt: DType, rounds: int | None = None, absolute: Any = 0.0,
-                 unit: float | None = None, saturating: bool = False
-                 ) -> tuple[np.ndarray, ...]:
+                 unit: float | None = None) -> tuple[np.ndarray, ...]:
         """``(lo, hi, nan, point)`` of every tree over the leaves (as
         :func:`tree_envelope`).
 
@@ -735,15 +734,7 @@ class SumLeaves:
         can reach ``+inf`` only if ``Up + that >= Omega`` with ``Up`` the sum of
         the positive parts (or a leaf may be ``+inf``); likewise ``-inf``; NaN
         needs both (or a leaf that admits NaN). ``unit``: the unit roundoff of
-        the roundings when it is not ``dt``'s (a narrower accumulator).
-        ``saturating``: the roundings are faithful, and a faithful rounding of
-        a partial beyond the largest finite value may give that value (a
-        truncating adder saturates) instead of the infinity; the partial then
-        loses up to its excess, which later additions of the other sign do
-        not give back, so where the negative parts may reach the overflow
-        threshold the result is bounded above only by the positive parts
-        (every partial lies between ``-(Dn + err)`` and ``Up + err``), and
-        likewise below."""
+        the roundings when it is not ``dt``'s (a narrower accumulator)."""
         st, n = self.stats, self.n
         k = n - 1 if rounds is None else rounds
         omega = overflow_threshold(dt)
@@ -753,11 +744,8 @@ class SumLeaves:
             pos = (st["up"] + err >= omega) | st["may_pinf"]
             neg = (st["dn"] + err >= omega) | st["may_minf"]
             sure_nan = st["nan"] | (st["sure_pinf"] & st["sure_minf"])
-            lo_v, hi_v = st["lo"] - err, st["hi"] + err
-            if saturating:
-                hi_v = np.where(st["dn"] + err >= omega, np.fmax(hi_v, st["up"] + err), hi_v)
-                lo_v = np.where(st["up"] + err >= omega, np.fmin(lo_v, -(st["dn"] + err)), lo_v)
-            rlo, rhi = round_out(np.where(neg, -np.inf, lo_v), np.where(pos, np.inf, hi_v), dt)
+            rlo, rhi = round_out(np.where(neg, -np.inf, st["lo"] - err),
+                                 np.where(pos, np.inf, st["hi"] + err), dt)
             # one sign of infinity is certain and the other impossible: that infinity
             only_p = st["sure_pinf"] & ~neg
             only_m = st["sure_minf"] & ~pos

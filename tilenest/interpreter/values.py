@@ -442,8 +442,7 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
     tensor cores' truncating adders do), counted as ``2 (K + 1)`` roundings
     and ``K * eta`` of underflow; with FP8 operands those roundings are to
     :data:`shadow.FP8_MMA_BITS` significant bits, the matrix units'
-    accumulator (V-24), and a faithful rounding beyond the largest finite
-    value may saturate to it (``SumLeaves.envelope``'s ``saturating``)
+    accumulator (V-24)
     (:class:`shadow.SumLeaves`; overflow, NaN and zero rules included)."""
     at, bt, ct = (o.type for o in op.operands)
     dt = ct.dtype
@@ -490,8 +489,7 @@ def _mma_shadow(it: Interpreter, op: Operation, out: RV, a: RV, b: RV, c: RV, ro
                 else None)
         step = S.eta(dt) if faithful else S.eta(dt) / 2.0
         absolute = K * step * (1.0 + float(S.gamma(rounds, dt, unit)))
-        lo, hi, nan, point = leaves.envelope(dt, rounds=rounds, absolute=absolute, unit=unit,
-                                             saturating=faithful)
+        lo, hi, nan, point = leaves.envelope(dt, rounds=rounds, absolute=absolute, unit=unit)
     if bool(np.all(point)):
         return out
     ref = S.point_of(out.a)
