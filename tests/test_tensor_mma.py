@@ -354,3 +354,33 @@ def test_register_tile_needs_every_access_elementwise(monkeypatch):
     assert fragments.plan(body, 32, _nest)["%acc_4.4"].reps == 8
     monkeypatch.setattr(fragments, "MAX_CELLS", 64)
     assert fragments.plan(body, 32, _nest) == {}
+
+
+def _overflow_case(far: bool):  # type: ignore[no-untyped-def]
+    """A 64 x 64 x 64 bf16 product whose output (0, 0) sums -1.13e38 * 3.16
+    (beyond f32's range alone) and 1.74 * 1.69e38 (exact sum -6.13e37), at
+    k = 4 and k = 60 (two instructions' chunks) or k = 4 and 9 (one)."""
+    a = np.zeros((64, 64), np.float32)
+    b = np.zeros((64, 64), np.float32)
+    k2 = 60 if far else 9
+    a[0, 4], b[4, 0] = -1.1298437964171785e38, 3.15625
+    a[0, k2], b[k2, 0] = 1.7421875, 1.6947656946257677e38
+    return a.astype(tn.bf16.np), b.astype(tn.bf16.np)
+
+
+@pytest.mark.parametrize("unit", ["tensor", "wgmma"])
+def test_a_tensor_core_partial_beyond_f32_is_infinite_as_on_the_gpu(unit):
+    """The emulated tensor cores round a step's sum toward zero, but a sum
+    beyond f32's range is the infinity (not the largest finite value), as
+    an H100 gave: -inf when the two products fall in different instructions,
+    the exact sum when one instruction sums both (its own sum is wider).
+    Both results are admitted by the oracle."""
+    kern = _gemm(64, 64, 64)
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                            mma_unit=unit), device="emulated")
+    for far, want in ((True, -np.inf), (False, -6.134698738358899e37)):
+        a, b = _overflow_case(far)
+        c = np.zeros((64, 64), tn.bf16.np)
+        ck(a, b, c)
+        assert float(c[0, 0]) == float(np.float32(want).astype(tn.bf16.np)), (far, c[0, 0])
+        assert tn.reference(kern, a, b, np.zeros((64, 64), tn.bf16.np)).admits(c)

@@ -153,7 +153,11 @@ static WgQueue wgq[WG_WARPS];  /* each warp's issued, not yet complete wgmmas */
  *     B 32x8: b0 (4q+e, g), b1 (4q+16+e, g); C/D as above.
  * The arithmetic models the tensor cores' accumulation: the products are
  * exact, each output is c + the 16 products summed in double, then rounded
- * toward zero to f32 (the hardware truncates; V-22 admits faithful rounding). */
+ * toward zero to f32 (the hardware truncates; V-22 admits faithful rounding),
+ * except that a sum beyond f32's range is the infinity of its sign, not the
+ * largest finite value: an H100 gave -inf for (-1.13e38 * 3.16) in one
+ * instruction and + 2.95e38 in the next, and the exact -6.13e37 with both in
+ * one (the instruction's own sum is wider). */
 struct MatLane {
     const void *src;     /* ldmatrix: this lane's row address */
     unsigned *regs;      /* ldmatrix: the four registers it receives */
@@ -196,8 +200,8 @@ static inline float fp8_bits_to_float(unsigned v, bool e5m2) {
 }
 
 static inline float toward_zero(double x) {
-    float f = (float)x;
-    if (std::isfinite(x) && std::fabs((double)f) > std::fabs(x)) f = std::nextafter(f, 0.0f);
+    float f = (float)x;  /* to nearest: beyond the range, the infinity */
+    if (std::isfinite(f) && std::fabs((double)f) > std::fabs(x)) f = std::nextafter(f, 0.0f);
     return f;
 }
 
