@@ -368,6 +368,18 @@ def _overflow_case(far: bool):  # type: ignore[no-untyped-def]
     return a.astype(tn.bf16.np), b.astype(tn.bf16.np)
 
 
+def _overflow_runs(unit: str, device: str) -> None:
+    kern = _gemm(64, 64, 64)
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                            mma_unit=unit), device=device)
+    for far, want in ((True, -np.inf), (False, -6.134698738358899e37)):
+        a, b = _overflow_case(far)
+        c = np.zeros((64, 64), tn.bf16.np)
+        ck(a, b, c)
+        assert float(c[0, 0]) == float(np.float32(want).astype(tn.bf16.np)), (far, c[0, 0])
+        assert tn.reference(kern, a, b, np.zeros((64, 64), tn.bf16.np)).admits(c)
+
+
 @pytest.mark.parametrize("unit", ["tensor", "wgmma"])
 def test_a_tensor_core_partial_beyond_f32_is_infinite_as_on_the_gpu(unit):
     """The emulated tensor cores round a step's sum toward zero, but a sum
@@ -375,12 +387,11 @@ def test_a_tensor_core_partial_beyond_f32_is_infinite_as_on_the_gpu(unit):
     an H100 gave: -inf when the two products fall in different instructions,
     the exact sum when one instruction sums both (its own sum is wider).
     Both results are admitted by the oracle."""
-    kern = _gemm(64, 64, 64)
-    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
-                                                            mma_unit=unit), device="emulated")
-    for far, want in ((True, -np.inf), (False, -6.134698738358899e37)):
-        a, b = _overflow_case(far)
-        c = np.zeros((64, 64), tn.bf16.np)
-        ck(a, b, c)
-        assert float(c[0, 0]) == float(np.float32(want).astype(tn.bf16.np)), (far, c[0, 0])
-        assert tn.reference(kern, a, b, np.zeros((64, 64), tn.bf16.np)).admits(c)
+    _overflow_runs(unit, "emulated")
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("unit", ["tensor", "wgmma"])
+def test_a_tensor_core_partial_beyond_f32_on_the_gpu(unit):
+    """The device behavior the emulator's rule follows."""
+    _overflow_runs(unit, "gpu")
