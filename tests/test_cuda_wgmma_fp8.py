@@ -16,30 +16,15 @@ import pytest
 import tilenest as tn
 from tilenest import f8e4m3fn, f8e5m2, f32
 from tilenest.backends import cuda
-from tilenest.bench.kernels import kernels
+from tilenest.bench.kernels import fp8_gemm_kernel, kernels
 from tilenest.errors import TilenestError
 from tilenest.lowering import default_schedule, lower_verified, print_kernel
 
 
-@tn.kernel
-def e5_by_e4(a: tn.Tensor[f8e5m2, 2], bt: tn.Tensor[f8e4m3fn, 2], c: tn.Tensor[f32, 2], *,
-             bm=64, bn=64, bk=128):
-    """c = a bt^T: an e5m2 x e4m3fn product, ``bt`` stored N x K."""
-    M, K = a.shape
-    N = bt.shape[0]
-    m, k = a.dims()
-    n = c.dim(1)
-    bt = bt.with_dims(n, k)
-    c = c.with_dims(m, n)
-    for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
-        acc = tn.zeros(f32, tn.shape(bm, bn), dims=(m, n))
-        for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
-            kk.stage("load")
-            x = a[tn.coord(p.index(0) * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
-            w = bt[tn.coord(p.index(1) * bn, kk.index() * bk), tn.shape(bn, bk), tn.bounds.zero]
-            kk.stage("compute")
-            acc = tn.mma(x, w, acc, allow_reassociation=True)
-        c(tn.coord(p.index(0) * bm, p.index(1) * bn), tn.shape(bm, bn)).store(acc)
+#: c = a bt^T (unit scales): an e5m2 x e4m3fn product, ``bt`` stored N x K
+e5_by_e4 = fp8_gemm_kernel(f32, f8e5m2, f8e4m3fn)
+
+ONE = np.float32(1.0)
 
 
 def _sched(kern, **kw):  # type: ignore[no-untyped-def]
@@ -99,7 +84,8 @@ def test_mixed_fp8_formats_on_wgmma_validate_emulated(tile, threads):
                               device="emulated")
     wn = bn if threads == 128 else bn // 2
     assert f"wgmma.mma_async.sync.aligned.m64n{wn}k32.f32.e5m2.e4m3" in ck.source.text
-    rep = tn.validate(kern, "cuda", compiled=ck, inputs=[[a, bt, np.zeros((M, N), np.float32)]])
+    rep = tn.validate(kern, "cuda", compiled=ck,
+                      inputs=[[a, bt, np.zeros((M, N), np.float32), ONE, ONE]])
     assert rep.ok and rep.count("ok") == 1, rep.summary()
 
 

@@ -24,17 +24,20 @@ from typing import Any
 
 
 @functools.cache
-def fp8_gemm_kernel(out: Any) -> Any:
+def fp8_gemm_kernel(out: Any, a_dt: Any = None, b_dt: Any = None) -> Any:
     """``C = (A B) sa sb`` rounded to ``out`` (``kernels()["fp8_gemm"]``: bf16):
-    e4m3fn operands with per-tensor scales, ``B`` stored transposed (``N x
+    FP8 operands (``a_dt``, ``b_dt``; default e4m3fn) with per-tensor scales, ``B`` stored transposed (``N x
     K``, as ``torch._scaled_mm`` takes it), f32 accumulation, the scales
     applied to the sum. With ``out`` f32 and unit scales the output is the
     accumulator itself (``benchmarks/fp8_accumulation.py``)."""
     import tilenest as tn
     from tilenest import f32
 
+    a_dt = a_dt or tn.f8e4m3fn
+    b_dt = b_dt or tn.f8e4m3fn
+
     @tn.kernel
-    def fp8_gemm(A: tn.Tensor[tn.f8e4m3fn, "M K"], Bt: tn.Tensor[tn.f8e4m3fn, "N K"],
+    def fp8_gemm(A: tn.Tensor[a_dt, "M K"], Bt: tn.Tensor[b_dt, "N K"],
                  C: tn.Tensor[out, "M N"], sa: tn.Scalar[f32], sb: tn.Scalar[f32], *,
                  bm=64, bn=64, bk=64):
         M, K = A.shape
