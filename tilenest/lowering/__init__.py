@@ -21,8 +21,12 @@ Backends consume the loop IR (``tilenest.backends.llvm``).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..errors import TilenestError
+from ..semantics import expr as E
 from . import loopir
-from .core import RULES, lower
+from .core import RULES, lower, target_row
 from .loopir import Kernel, print_kernel
 from .schedule import Schedule, default_schedule, host_vector_bits, storage_plan
 from .verify import verify_kernel
@@ -45,29 +49,21 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
     ``auto`` says elsewhere (``mma.sync`` where the plan allows, else SIMT
     arithmetic). Both lowerings are deterministic, so the choice is a
     function of the program and the schedule."""
-    if schedule is not None:
-        from .core import target_row
-        from .mma import warpgroups_first
+    from .mma import warpgroups_first
 
-        prof = target_row(schedule.target).profile
-        if warpgroups_first(program, schedule, prof):
-            from dataclasses import replace
-
-            from ..errors import TilenestError
-
-            tried: list = []
-            try:
-                k = _lower_simt(program, replace(schedule, mma_unit="wgmma"), tried)
-            except TilenestError:
-                pass
-            else:
-                need = loopir.shared_arrangement(k)[1]
-                from ..semantics import expr as E
-
-                if not (isinstance(need, E.Const) and need.value > prof.shared_bytes):
-                    if maps is not None:
-                        maps.extend(tried)
-                    return k
+    prof = target_row(schedule.target).profile if schedule is not None else None
+    if prof is not None and warpgroups_first(program, schedule, prof):
+        tried: list = []
+        try:
+            k = _lower_simt(program, replace(schedule, mma_unit="wgmma"), tried)
+        except TilenestError:
+            pass
+        else:
+            need = loopir.shared_arrangement(k)[1]
+            if not (isinstance(need, E.Const) and need.value > prof.shared_bytes):
+                if maps is not None:
+                    maps.extend(tried)
+                return k
     return _lower_simt(program, schedule, maps)
 
 
