@@ -191,19 +191,26 @@ def test_shared_arrangement_aligns_swizzled_tiles_and_the_proof_counts_it():
     from tilenest.proofs import gpu
 
     kern = _gemm(128, 256, 64)
-    k = lower_verified(kern.program, _sched(kern, stages=3))
+    k = lower_verified(kern.program, _sched(kern, stages=3, tma=True))
     placed, total = L.shared_arrangement(k)
     swz = [(b, off) for b, off in placed if b.layout is not None]
     assert len(swz) == 2 and all(int(off.value) % 1024 == 0 for _, off in swz)
-    want = sum(int(b.size.value) * 2 for b, _ in swz) + 1024  # + the alignment slack
-    assert int(total.value) == want == 3 * (128 * 64 + 64 * 256) * 2 + 1024
+    # + the bulk copies' completion barriers (8 bytes each, 16-byte aligned)
+    # and the alignment slack
+    bars = [b for b, _ in placed if b.name == "%tma.bars"]
+    assert len(bars) == 1 and int(bars[0].size.value) == 1  # keep <= 0: one barrier
+    want = sum(int(b.size.value) * 2 for b, _ in swz) + 16 + 1024
+    assert int(total.value) == want == 3 * (128 * 64 + 64 * 256) * 2 + 16 + 1024
     assert gpu.shared_bytes(k) == total
 
 
 # ------------------------------------------------------------------ emission
 def test_emitted_wgmma_descriptors_and_waits():
+    """The element copies' form (``tma=False``; the bulk copies' form is
+    ``test_cuda_tma.py``'s)."""
     kern = _gemm(128, 256, 64)
-    ck = cuda.compile_program(kern.program, _sched(kern, stages=3), device="emulated")
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=3, tma=False),
+                              device="emulated")
     text = ck.source.text
     assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16" in text
     assert "tn_swz128<128, 64, 64, 8>" in text and "tn_swz128<64, 256, 64, 8>" in text
@@ -274,9 +281,9 @@ def test_unswizzled_placement_is_caught(monkeypatch):
 
     monkeypatch.setattr(Emitter, "position", plain)
     kern = _gemm(128, 128, 64)
-    with pytest.raises(AssertionError, match="not admitted"):
-        _run(kern, _sched(kern, stages=2), 128, 192, 128, runs=(("in_order", "nan"),),
-             cache=False)
+    with pytest.raises(AssertionError, match="not admitted"):  # the element copies' form
+        _run(kern, _sched(kern, stages=2, tma=False), 128, 192, 128,
+             runs=(("in_order", "nan"),), cache=False)
 
 
 def test_missing_wgmma_wait_is_caught(monkeypatch):

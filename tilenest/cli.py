@@ -326,6 +326,31 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
+def _add_lowering_obligations(report: Any, program: Any, target: str,
+                              fields: dict[str, Any]) -> None:
+    """Append to ``report`` the obligations of ``program``'s SIMT lowering
+    for ``target`` under its default schedule with ``fields`` set (``--set``;
+    ``backends.cuda.
+    lowering_obligations``: resources, barrier sufficiency, the bulk copies'
+    ``tma.*``, coverage, tree placement), titled ``[cuda lowering]``; a
+    program the lowering refuses gets a note saying why."""
+    from .backends import cuda
+    from .lowering import default_schedule
+
+    try:
+        *_, res, simt = cuda.lowering_obligations(program,
+                                                  default_schedule(program, target, **fields))
+    except TilenestError as e:
+        report.notes.append(f"the {target} lowering: {e.message}")
+        return
+    for o in res:  # what only some sizes break: checked at each launch, never a verdict
+        o.role = "evidence"
+        o.title = f"[{target} lowering, launch precondition] {o.title}"
+    for o in simt:
+        o.title = f"[{target} lowering] {o.title}"
+    report.obligations.extend(res + simt)
+
+
 def cmd_check(a: argparse.Namespace) -> int:
     """``tilenest check``: exit 0 when every required obligation is proved (or
     assumed), 5 when one is refuted, 6 when one is unknown and none is refuted
@@ -343,6 +368,9 @@ def cmd_check(a: argparse.Namespace) -> int:
         reports = [check(p, a.transform or (), a.target, timeout=a.timeout,
                          assume=a.assume or (), engine=a.engine, debug=a.debug)
                    for _, p in progs]
+        if a.target == "cuda":
+            for (_, p), r in zip(progs, reports, strict=True):
+                _add_lowering_obligations(r, p, a.target, dict(a.set_fields or ()))
     except Exception as e:
         if a.sarif is not None:  # a log that says the check stopped, not a stale or no file
             try:
@@ -792,6 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "catalogue; cpu is the llvm target's)")
     s.add_argument("--json", action="store_true", help="machine-readable report "
                    "(schema tilenest.check/1)")
+    s.add_argument("--set", action="append", metavar="FIELD=VALUE", type=schedule_field_arg,
+                   dest="set_fields",
+                   help="with --target cuda: a field of the schedule whose SIMT lowering's "
+                        "obligations are checked too, e.g. tma=True, stages=4 (repeatable)")
     s.add_argument("--timeout", type=_positive_seconds, default=5.0, help="seconds per query (default 5)")
     s.add_argument("--assume", action="append", metavar="SEL", type=_selector_arg,
                    help="take obligations matching KIND[@SITE] as axioms (reported as assumed)")

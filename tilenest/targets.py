@@ -212,7 +212,7 @@ LLVM = Target(
     Profile(simt=False, lanes=1, max_threads=SIMT_MAX_THREADS, shared_bytes=0,
             static_shared_bytes=0, f64=True, index_bits=64, max_grid=2**63 - 1, fp8=True),
     CPU_CATALOGUE,
-    unused=("index_bits", "min_blocks", "cache_hints", "grid_blocks", "row_registers"),
+    unused=("index_bits", "min_blocks", "cache_hints", "grid_blocks", "row_registers", "tma"),
     module="tilenest.backends.llvm")
 CUDA = Target(
     "cuda", "NVIDIA GPUs (sm_90a) through CUDA C++ and NVRTC; on a GPU, or on the host "
@@ -223,7 +223,7 @@ CUDA = Target(
             shared_bytes=227 * 1024, static_shared_bytes=48 * 1024, f64=True, index_bits=32,
             max_grid=2**31 - 1, sm_shared_bytes=228 * 1024, reserved_shared_bytes=1024,
             registers_per_block=65536, fp8=True,
-            async_copy=("cp.async",), tensor_cores=("mma.sync", "wgmma")),
+            async_copy=("cp.async", "tma"), tensor_cores=("mma.sync", "wgmma")),
     CUDA_CATALOGUE,
     defaults=_frozen(block_threads=256, stages=2),
     # rows kept in registers and L2 policies: the fastest row kernels on an
@@ -244,7 +244,7 @@ METAL = Target(
             max_grid=2**32 - 1, tensor_cores=("simdgroup_matrix",)),
     METAL_CATALOGUE,
     defaults=_frozen(block_threads=256),
-    unused=("threads", "chunk"),
+    unused=("threads", "chunk", "tma"),
     module="tilenest.backends.metal",
     host_run=_frozen(device="emulated"))
 

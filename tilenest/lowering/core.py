@@ -23,6 +23,7 @@ stay one ordered phase of a single program.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from ..errors import NotAvailableError, TilenestError
@@ -438,8 +439,36 @@ class Lowerer:
             # the copy a CPU micro-kernel reads as ``b``: its vector dim
             # contiguous (a transposed operand is transposed as it is copied)
             out = BufH(buf, h.dims, h.extents, None, order, zero_from=zero)
-        self.store_into(h, out)
+        with self.collect() as copy:
+            self.store_into(h, out)
+        self.emit(*self.bulk_copy(h, out, copy))
         return out
+
+    def bulk_copy(self, h: Handle, out: BufH, copy: list) -> list:
+        """``copy`` (the loop nest storing ``h`` into the swizzled tile
+        ``out``) with the permission to run it as bulk tensor copies
+        (:class:`~tilenest.lowering.loopir.BulkCopy`) when the target has a
+        tensor memory accelerator, the schedule's ``tma`` is on, and ``h``
+        reads a box of a dense tensor: the tile's rows along one tensor dim,
+        its columns along the last, unit steps, ``+0`` outside the tensor
+        (``LazyH.box``). Anything else keeps the element copies."""
+        box = getattr(h, "box", None)
+        lay = out.buf.layout
+        if (box is None or lay is None or len(copy) != 1 or not isinstance(copy[0], L.For)
+                or not self.sched.tma or "tma" not in self.profile.async_copy
+                or len(h.dims) != 2 or not 2 <= len(box.tensor.shape) <= 5):
+            return copy
+        rows_d, cols_d = h.dims
+        origin = box.coords({rows_d: E.Const(0), cols_d: E.Const(0)})
+        i, j = E.Var("%bulk.i"), E.Var("%bulk.j")
+        moved = [E.add(x, E.mul(-1, o)) for x, o in zip(box.coords({rows_d: i, cols_d: j}),
+                                                         origin, strict=True)]
+        axes = {x: d for d, x in enumerate(moved) if x != E.Const(0)}
+        last = len(origin) - 1
+        if len(axes) != 2 or axes.get(j) != last or i not in axes:
+            return copy
+        return [replace(copy[0], bulk=L.BulkCopy(box.tensor.buf, box.tensor.shape,
+                                                  tuple(origin), axes[i], out.buf, E.Const(0)))]
 
     def operand_layout(self, h: Handle, base: str) -> L.Swizzle128 | None:
         """The swizzled arrangement of the shared copy of an ``mma`` operand

@@ -210,6 +210,9 @@ def _versioned(body: tuple, xs: dict[str, tuple[L.Buffer, E.Expr]], store_mode: 
         return None
 
     def fs(s: Any) -> Any:
+        if isinstance(s, L.For) and s.bulk is not None and s.bulk.dst.name in xs:
+            nb, off = xs[s.bulk.dst.name]
+            return (replace(s, bulk=replace(s.bulk, dst=nb, at=E.add(s.bulk.at, off))),)
         if isinstance(s, L.Store) and s.buf.name in xs:
             nb, off = xs[s.buf.name]
             return (replace(s, buf=nb, index=_shift(s.index, off), mode=store_mode),)

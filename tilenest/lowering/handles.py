@@ -139,6 +139,10 @@ class LazyH(Handle):
     #: ``zero_where(q)``: conjuncts outside of which element ``q`` is exactly
     #: ``+0`` (a read with ``bounds.zero``); None when nothing is known
     zero_where: Callable[[Index], list[E.Pred]] | None = None
+    #: a read of a box of a tensor: element ``q`` is ``tensor[coords(q)]``
+    #: inside the tensor and ``+0`` outside it (no other condition), so a
+    #: bulk tensor copy may fetch it (``loopir.BulkCopy``); None otherwise
+    box: "TensorBox | None" = None
 
     def at(self, lw: "Lowerer", q: Index) -> L.Expr:
         return self.fn(lw, q)
@@ -150,6 +154,14 @@ class LazyH(Handle):
 def const_handle(value: L.Expr, dims: tuple[Dim, ...] = (), extents: tuple = ()) -> LazyH:
     """A handle whose every element is the expression ``value``."""
     return LazyH(value.dtype, dims, extents, lambda lw, q: value, cheap=True)
+
+
+@dataclass(frozen=True)
+class TensorBox:
+    """A tile read from a dense tensor: element ``q`` at ``coords(q)``."""
+
+    tensor: "TensorH"
+    coords: Callable[[Index], list[E.Expr]]
 
 
 @dataclass

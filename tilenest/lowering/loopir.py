@@ -334,6 +334,57 @@ class For:
     reverse: bool = False
     scope: str = ""
     tree: "TreeFold | None" = None
+    bulk: "BulkCopy | None" = None
+
+
+@dataclass(frozen=True)
+class BulkCopy:
+    """The permission of a ``thread`` loop whose iterations together copy one
+    *box* of a global tensor into a swizzled ``shared`` tile, and do nothing
+    else, to be issued instead as bulk tensor copies by one thread (Hopper's
+    Tensor Memory Accelerator; a backend without one runs the loop). The
+    loop's stores are the copy's meaning: tile element ``(i, j)`` of ``dst``
+    (its :class:`Swizzle128` layout, ``rows x cols``, the copy at element
+    offset ``at``) is ``src[origin + i e_row + j e_last]`` where that lies in
+    the tensor (``shape``, dense row-major), and ``+0`` elsewhere. ``row`` is
+    the tensor dim the tile's rows run along (its last dim runs along the
+    columns; every other dim is a single coordinate). The stores must be
+    asynchronous (``Store.mode == "async"``): the copy completes, as theirs
+    would, at the barrier that orders its group (``Barrier.keep``)."""
+
+    src: Buffer
+    shape: tuple[E.Expr, ...]
+    origin: tuple[E.Expr, ...]
+    row: int
+    dst: Buffer
+    at: E.Expr
+
+    @property
+    def layout(self) -> "Swizzle128":
+        assert self.dst.layout is not None
+        return self.dst.layout
+
+    def box(self) -> tuple[int, ...]:
+        """Elements the box spans along each tensor dim (outermost first) for
+        one 128-byte panel: the panel's columns, the tile's rows, else 1."""
+        lay = self.layout
+        n = len(self.shape)
+        return tuple(lay.panel if d == n - 1 else lay.rows if d == self.row else 1
+                     for d in range(n))
+
+    def exprs(self) -> tuple[E.Expr, ...]:
+        """Every index expression it holds."""
+        return self.shape + self.origin + (self.at,)
+
+    def mapped(self, f: Any) -> "BulkCopy":
+        """``self`` with every index expression through ``f``."""
+        return replace(self, shape=tuple(f(x) for x in self.shape),
+                       origin=tuple(f(x) for x in self.origin), at=f(self.at))
+
+    def __str__(self) -> str:
+        o = ", ".join(E.to_str(x) for x in self.origin)
+        return (f"bulk({self.src.name}[{o}] {self.layout.rows}x{self.layout.cols} -> "
+                f"{self.dst.name}+{E.to_str(self.at)})")
 
 
 @dataclass(frozen=True)
@@ -807,8 +858,9 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             if s.tree is not None:
                 tree = (f" tree({'ordered' if s.tree.ordered else 'unordered'}, "
                         f"{', '.join(v.name for v in s.tree.states)})")
+            bulk = f" {s.bulk}" if s.bulk is not None else ""
             out.append(f"{pad}for{kind} {s.var.name} in "
-                       f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}{tree}:")
+                       f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}{tree}{bulk}:")
             _stmts(s.body, ind + 1, out)
         elif isinstance(s, If):
             out.append(f"{pad}if {expr_str(s.cond)}:")
@@ -1013,7 +1065,7 @@ def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
                         guard=None if s.guard is None else map_expr(s.guard, fe))
         elif isinstance(s, For):
             s = For(s.var, ix(s.lo), ix(s.hi), map_stmts(s.body, fe, fs), s.kind, s.reverse,
-                    s.scope, s.tree)
+                    s.scope, s.tree, None if s.bulk is None else s.bulk.mapped(ix))
         elif isinstance(s, If):
             s = If(map_expr(s.cond, fe), map_stmts(s.then, fe, fs), map_stmts(s.orelse, fe, fs))
         elif isinstance(s, While):
@@ -1109,6 +1161,8 @@ def own_references(s: Any) -> set[str]:
         out |= names(x)
     if isinstance(s, For):
         out |= names(IExpr(s.lo)) | names(IExpr(s.hi))
+        for e in s.bulk.exprs() if s.bulk is not None else ():
+            out |= names(IExpr(e))
     elif isinstance(s, Shuffle):
         out |= names(IExpr(s.lane))
     elif isinstance(s, WarpMma):

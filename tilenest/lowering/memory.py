@@ -32,7 +32,7 @@ from ..semantics.types import MemoryType, TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .facts import conjuncts
-from .handles import BufH, Index, LazyH, MemH, StateH, TensorH
+from .handles import BufH, Index, LazyH, MemH, StateH, TensorBox, TensorH
 from .values import constant
 
 
@@ -96,8 +96,11 @@ def _tload(lw: Lowerer, op: Operation) -> None:
 
     gfn = (lambda q: []) if kind is Bounds.assume else conj
     padded = kind in (Bounds.zero, Bounds.fill) and _positive_zero(fill.value)
+    # a box of the tensor, zero outside it: a bulk copy may fetch it
+    plain = not conjuncts(lw.ix(op.attrs["valid"])) and t.strides is None
+    box = TensorBox(t, coords) if plain and (padded or kind is Bounds.assume) else None
     h = LazyH(rt.dtype, rt.dims, ext, fn, gfn, frozenset({t.buf.name}),
-              zero_where=conj if padded else None)
+              zero_where=conj if padded else None, box=box)
     if lw.plan.get(op.results[0].name) == "inline" and not checked and not lw.expr_mode:
         lw.env[op.results[0].name] = h
     elif lw.expr_mode:

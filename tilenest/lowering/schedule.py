@@ -194,6 +194,7 @@ class Schedule:
     grid_blocks: int | None = None
     row_registers: int = 0
     reduce_splits: int = 1
+    tma: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a field value outside its range (:data:`VALUE_RULES`): a
@@ -212,7 +213,7 @@ class Schedule:
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages, self.index_bits,
                      self.min_blocks, self.cache_hints, self.grid_blocks,
-                     self.row_registers, self.reduce_splits))
+                     self.row_registers, self.reduce_splits, self.tma))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores

@@ -343,8 +343,9 @@ class _Phase:
             step = (L.For(lane, E.Const(0), E.Const(V), step, "vector"),)
         tl_body = tuple(init) + (L.For(r, E.Const(0), E.cdiv(n, self.W * V), step, "serial"),)
         steps: list = []
-        if not merges:
-            loop = L.For(t, E.Const(0), E.Const(self.W), tl_body, "thread", scope="block")
+        if not merges:  # a bulk copy's permission stays with its loop
+            loop = L.For(t, E.Const(0), E.Const(self.W), tl_body, "thread", scope="block",
+                         bulk=s.bulk)
             return [((loop,), accesses((loop,), True))]
         # combine: lanes, then warps through shared scratch, then the state
         tail = []

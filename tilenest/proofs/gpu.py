@@ -42,7 +42,7 @@ from .. import targets as T
 from ..errors import TilenestError
 from ..semantics import expr as E
 from . import formula as Fm
-from .obligation import PROVED, REFUTED, Obligation
+from .obligation import PROVED, REFUTED, Obligation, VarInfo
 
 SHARED = "shared.capacity"
 LIMIT = "binding.limit"
@@ -376,3 +376,64 @@ def index_width(kernel: Any, roots: Iterable[E.Expr],
 
 def _has_bitop(e: E.Expr) -> bool:
     return isinstance(e, E.BitOp) or any(_has_bitop(c) for c in e.children)
+
+
+#: the completion barriers of bulk copies are reused only after a wait
+TMA_PHASES = "tma.phases"
+#: every bulk copy lands inside its tile ring, on the swizzle's alignment
+TMA_PLACEMENT = "tma.placement"
+
+
+def tma_obligations(kernel: Any) -> list[Obligation]:
+    """The bulk tensor copies' obligations (``lowering/bulk_copy.py``), undischarged:
+
+    * ``tma.phases`` -- the kernel's ``M`` completion barriers exceed the
+      largest ``keep`` of its block barriers, so the copies of group ``g +
+      M`` never signal barrier ``g mod M`` before every thread waited for
+      group ``g``'s phase (a smaller ``M`` aliases two phases: a wait on the
+      older one may pass on the newer one's completion, or never end);
+    * ``tma.placement`` -- per bulk copy, for every value of the loop
+      variables its destination offset ``at`` reads: the copy starts 1024
+      bytes aligned (the 128-byte swizzle's atom, which the tensor cores'
+      descriptors and the element layout both assume) and its tile lies
+      inside the ring buffer.
+
+    That no thread reads a tile before its copy completes, and no copy
+    overwrites a version still being read, are the barrier proof's (the
+    copies are the loop's asynchronous stores, with the same groups and
+    lags: ``proofs/barriers.py``)."""
+    from ..lowering import loopir as L
+    from ..lowering.bulk_copy import BARRIERS, max_keep, standing
+
+    bars = next((b for b in kernel.locals if b.name == BARRIERS), None)
+    if bars is None:
+        return []
+    M, K = int(bars.size.value), max_keep(kernel)
+    out = [Obligation(TMA_PHASES, f"{kernel.name}: {M} completion barriers > {K}, the largest "
+                      "keep of a block barrier", (),
+                      Fm.Claim((), Fm.TRUE, Fm.atom(E.Const(M).gt(K))),
+                      explain=lambda pt: [f"group g + {M} signals the barrier of group g, which "
+                                          f"a thread may wait for {K} barriers after its commit"])]
+    seen = set()
+    for ph in kernel.phases:
+        for s in L.walk(ph.body):
+            if not standing(s) or (s.bulk.dst.name, s.bulk.at) in seen:
+                continue
+            bc = s.bulk
+            seen.add((bc.dst.name, bc.at))
+            lay = bc.layout
+            free = sorted({lf for lf in E.leaves(bc.at) if isinstance(lf, E.Var)},
+                          key=lambda v: v.name)
+            hyp = Fm.conj(*(Fm.atom(v.ge(0)) for v in free))
+            concl = Fm.conj(Fm.atom(E.mod(E.mul(bc.at, lay.itemsize), L.Swizzle128.ATOM_BYTES)
+                                    .eq(0)),
+                            Fm.atom(bc.at.ge(0)),
+                            Fm.atom(E.add(bc.at, lay.rows * lay.cols).le(bc.dst.size)))
+            syms = sorted(n.name for n in E.leaves(bc.dst.size) if isinstance(n, E.Sym))
+            base = Fm.conj(*(Fm.atom(E.Sym(n).ge(0)) for n in syms))
+            out.append(Obligation(
+                TMA_PLACEMENT, f"{ph.name}: the bulk copy {bc} starts on a 1024-byte atom "
+                f"inside {bc.dst.name}", (),
+                Fm.Claim(tuple(v.name for v in free), hyp, concl, base),
+                info={v.name: VarInfo(v.name) for v in free}))
+    return out

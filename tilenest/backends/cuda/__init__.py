@@ -44,6 +44,7 @@ from ...lowering.simt_trees import TreePlacement
 from ...semantics.trees import tree_from_json
 from .emit import CudaKernelInfo, CudaSource, emit_cuda
 from .runtime import CudaKernel, gpu_available
+from .tensormaps import MapSpec
 from ...targets import CUDA as CUDA_ROW
 
 __all__ = ["compile_program", "emit", "STAGES", "CudaKernel", "prelude_dir", "prelude_dirs",
@@ -128,6 +129,21 @@ def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
                         want_ptx=want_ptx, cache=cache)
 
 
+def lowering_obligations(program: TileProgram, s: Schedule) -> tuple:
+    """Lower ``program`` under ``s`` to its SIMT form and discharge what the
+    lowering decided: ``(kernel, source, task maps, resource obligations,
+    the others)`` -- barrier sufficiency, the bulk copies' ``tma.*``, task-map
+    coverage and tree placement. A schedule that fits no GPU is an error
+    (:func:`_refuse_unlaunchable`); refuted obligations are returned, not
+    raised (``tilenest check --target cuda`` reports them)."""
+    maps: list = []
+    k, src = stage_source(program, s, maps)
+    res = _refuse_unlaunchable(resource_obligations(k), program)
+    simt = (barrier_obligations(k) + tma_obligations(k) + coverage_obligations(maps)
+            + tree_obligations(program, maps))
+    return k, src, maps, res, simt
+
+
 def resource_obligations(k: Any, target: str = "cuda") -> list:
     """The SIMT form's resource obligations (shared-memory capacity, threads
     per block, grid size) against ``target``'s device profile, discharged:
@@ -150,6 +166,17 @@ def barrier_obligations(k: Any) -> list:
     from ...proofs import barriers
 
     return barriers.check_barriers(k)
+
+
+def tma_obligations(k: Any) -> list:
+    """The bulk tensor copies' obligations (``tma.phases``, ``tma.placement``:
+    :func:`tilenest.proofs.gpu.tma_obligations`), discharged."""
+    from ...proofs import gpu
+    from ...proofs.obligation import discharge
+
+    obs = gpu.tma_obligations(k)
+    discharge(obs, timeout=2.0)
+    return obs
 
 
 def coverage_obligations(maps: list) -> list:
@@ -247,12 +274,8 @@ def _compile(program: TileProgram, s: Schedule, dev: str, cache: bool) -> CudaKe
     """Prove, lower, discharge the SIMT obligations, emit and build (no kernel cache)."""
     t0 = time.perf_counter()
     obs = legality(program, s)
-    maps: list = []
-    k, src = stage_source(program, s, maps)
-    res = _refuse_unlaunchable(resource_obligations(k), program)
-    bar = barrier_obligations(k)
-    obs = obs + _refuse_refuted(bar + coverage_obligations(maps) + tree_obligations(program, maps)) \
-        + res
+    k, src, maps, res, simt = lowering_obligations(program, s)
+    obs = obs + _refuse_refuted(simt) + res
     built = _build(src, cache=cache)
     from ...proofs import gpu
 
@@ -313,6 +336,7 @@ def _store(dkey: str, ck: CudaKernel) -> None:
                 "obligations": [KC.obligation_json(o) for o in ck.obligations],
                 "precondition": None if pc is None else _precondition_json(pc),
                 "kernels": [_info_json(i) for i in ck.source.kernels],
+                "maps": [m.to_json() for m in ck.source.maps],
                 "trees": {str(oid): t.to_json() for oid, t in ck.trees.items()},
                 "index": {"bits": ck.source.index_bits,
                           "check": _index_json(ck.index_precondition),
@@ -356,7 +380,8 @@ def _load(dkey: str, program: TileProgram, s: Schedule, dev: str) -> CudaKernel 
         ix = meta["index"]
         src = CudaSource(parts["source"].decode(), tuple(_info_of(i) for i in meta["kernels"]),
                          int(ix["bits"]), ix["why"] or next(
-                             (o for o in obs if o.kind == "index.width"), None))
+                             (o for o in obs if o.kind == "index.width"), None),
+                         tuple(MapSpec.from_json(m) for m in meta.get("maps", [])))
         ck = CudaKernel(program, KC.CallFacts.from_json(meta["facts"]), s, src, built, dev, obs,
                         0.0, lower=lambda: lower_verified(program, s))
         ck.trees = {int(oid): tree_from_json(t) for oid, t in meta.get("trees", {}).items()}

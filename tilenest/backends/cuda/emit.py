@@ -22,6 +22,7 @@ from ..simt.emitter import KernelInfo, Source
 from .dialect import REG, const  # noqa: F401  (the CUDA spelling of types and literals)
 from .rules import CudaEmitter as Emitter
 from .rules import wgmma_wrapper  # noqa: F401
+from .tensormaps import MapSpec
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,10 @@ class CudaKernelInfo(KernelInfo):
 @dataclass(frozen=True)
 class CudaSource(Source):
     """The CUDA C++ text of a kernel and its launch facts
-    (:class:`..simt.emitter.Source`)."""
+    (:class:`..simt.emitter.Source`); ``maps``: the tensor maps its bulk
+    copies read, passed after the status word (``tensormaps.py``)."""
+
+    maps: tuple[MapSpec, ...] = ()
 
 
 def _source(em: Emitter) -> CudaSource:
@@ -40,7 +44,7 @@ def _source(em: Emitter) -> CudaSource:
     src = em.source()
     infos = tuple(CudaKernelInfo(**{f: getattr(i, f) for f in i.__dataclass_fields__})
                   for i in src.kernels)
-    return CudaSource(src.text, infos, src.index_bits, src.index)
+    return CudaSource(src.text, infos, src.index_bits, src.index, tuple(em.tensor_maps))
 
 
 def emit_cuda(k: L.Kernel, aliased: frozenset[str] = frozenset(),

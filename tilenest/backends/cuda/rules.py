@@ -21,8 +21,10 @@ from ...lowering import loopir as L
 from ...semantics import expr as E
 from ..simt import analysis as A
 from ..simt.analysis import LanePlan
+from ...lowering.bulk_copy import BARRIERS, standing
 from ..simt.emitter import Emitter
 from .dialect import CUDA
+from .tensormaps import MapSpec
 
 
 class CudaEmitter(Emitter):
@@ -35,8 +37,11 @@ class CudaEmitter(Emitter):
         super().__init__(k, CUDA, **kw)
         #: WarpMma tag -> what to emit of it ("load", "steps", "store"; else whole)
         self.mma_mode: dict[str, str] = {}
-        #: whether some store may be an asynchronous copy (waited for at barriers)
-        self.has_async = any(isinstance(s, L.Store) and s.mode == "async"
+        #: whether some store may be a ``cp.async`` copy (waited for at
+        #: barriers); those of bulk copies are not
+        bulk = {id(x) for ph in k.phases for s in L.walk(ph.body) if standing(s)
+                for x in L.walk(s.body)}
+        self.has_async = any(isinstance(s, L.Store) and s.mode == "async" and id(s) not in bulk
                              for ph in k.phases for s in L.walk(ph.body))
         #: whether a warpgroup mma (wgmma) reads shared memory
         self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
@@ -46,6 +51,22 @@ class CudaEmitter(Emitter):
         #: shared buffers whose 32-bit base address the phase being emitted
         #: uses (:meth:`saddr`); declared at the phase's start (:meth:`phase_decls`)
         self.shared_bases: set[str] = set()
+        #: bulk tensor copies (lowering/bulk_copy.py): the tensor maps the
+        #: kernel takes, the completion barriers' buffer and count, the
+        #: phases that issue copies and whether the one being emitted does
+        self.tensor_maps: list[MapSpec] = []
+        self.tma_bars = next((b for b in k.locals if b.name == BARRIERS), None)
+        self.tma_phases: set[str] = set()
+        self.phase_now: str = ""
+        for ph in k.phases:
+            for s in L.walk(ph.body):
+                if standing(s):
+                    self.tma_phases.add(ph.name)
+                    spec = map_spec(s.bulk)
+                    if spec not in self.tensor_maps:
+                        self.tensor_maps.append(spec)
+        if self.tma_phases and self.tma_bars is None:
+            raise NotAvailableError("internal: bulk copies without completion barriers")
 
     # -- hooks ------------------------------------------------------------------------------
     def barrier_waits(self, s: L.Barrier) -> list[str]:
@@ -53,6 +74,12 @@ class CudaEmitter(Emitter):
         ``wgmma`` groups the barrier's ``keep`` / ``mma_keep`` say must be
         complete."""
         out = []
+        if self.phase_now in self.tma_phases:  # bulk copies: the same groups, on
+            # completion barriers (lowering/bulk_copy.py)
+            M = int(self.tma_bars.size.value)
+            bars = self.saddr(self.tma_bars, E.Const(0))
+            out.append(f"tn_tma_commit_wait<{s.keep}, {M}>({bars}, tn_tma_issued, "
+                       "tn_tma_done);")
         if self.has_async:  # the copies since the last barrier form a group;
             # all but the newest `keep` groups complete before it (Barrier.keep)
             out.append(f"tn_cp_async_commit(); tn_cp_async_wait<{s.keep}>();")
@@ -63,6 +90,46 @@ class CudaEmitter(Emitter):
             # next by the tensor cores' async proxy
             out.append(f"tn_wgmma_wait<{s.mma_keep}>(); tn_fence_proxy_async();")
         return out
+
+    def params(self) -> list[tuple[str, str]]:
+        """The core's parameters, then one tensor map per :attr:`tensor_maps`."""
+        return super().params() + [("const __grid_constant__ tn_tmap", f"tn_map{i}")
+                                   for i in range(len(self.tensor_maps))]
+
+    def phase_head(self, ph: L.Phase) -> list[str]:
+        self.phase_now = ph.name
+        return super().phase_head(ph)
+
+    def loop(self, s: L.For) -> None:
+        """A thread loop with a standing bulk-copy permission becomes the
+        copy's bulk tensor copies, issued by thread 0 (:meth:`bulk_loop`)."""
+        if not self.in_thread and standing(s):
+            self.bulk_loop(s)
+            return
+        super().loop(s)
+
+    def bulk_loop(self, s: L.For) -> None:
+        """``s``'s box (:class:`~tilenest.lowering.loopir.BulkCopy`) as one
+        ``cp.async.bulk.tensor`` per 128-byte panel, issued by thread 0 on
+        the completion barrier of the group being formed, after announcing
+        the group's bytes (``tn_mbar_expect``)."""
+        bc = s.bulk
+        lay = bc.layout
+        n = self.tensor_maps.index(map_spec(bc))
+        M = int(self.tma_bars.size.value)
+        last = len(bc.shape) - 1
+        bars = self.saddr(self.tma_bars, E.Const(0))
+        self.w(f"if ({self.d.thread_id} == 0) {{  // {bc}")
+        self.w(f"  const unsigned tn_bar = {bars} + 8u * (tn_tma_issued % {M}u);")
+        self.w(f"  const tn_tmap* const tn_m = &tn_map{n};")
+        self.w(f"  tn_mbar_expect(tn_bar, {lay.rows * lay.cols * lay.itemsize}u);")
+        for p in range(lay.cols // lay.panel):
+            coords = [E.add(o, p * lay.panel) if d == last else o
+                      for d, o in enumerate(bc.origin)]
+            cs = ", ".join(f"(int)({self.idx(c)})" for c in reversed(coords))
+            dst = self.saddr(bc.dst, E.add(bc.at, p * lay.panel))
+            self.w(f"  {{ const unsigned tn_dst = {dst}; TN_TMA_LOAD({len(coords)}, {cs}); }}")
+        self.w("}")
 
     def group_copies(self, plan: LanePlan) -> dict:
         """The asynchronous stores of a wide group that copy a widened load
@@ -100,6 +167,16 @@ class CudaEmitter(Emitter):
         out = [f"const unsigned {self.buf(b)}_s = tn_smem_addr({self.buf(b)});"
                for b, _ in layout if b.name in self.shared_bases]
         self.shared_bases = set()
+        if self.phase_now in self.tma_phases:
+            # the completion barriers, one arrival per phase, before any copy
+            M = int(self.tma_bars.size.value)
+            bars = f"{self.buf(self.tma_bars)}_s"
+            out += ["unsigned tn_tma_issued = 0u, tn_tma_done = 0u;",
+                    f"if ({self.d.thread_id} == 0) {{",
+                    f"  for (unsigned i = 0; i < {M}u; ++i) tn_mbar_init({bars} + 8u * i, 1u);",
+                    "  tn_mbar_init_fence();",
+                    "}",
+                    self.d.barriers["block"]]
         return out
 
     def preamble(self) -> list[str]:
@@ -316,6 +393,11 @@ class CudaEmitter(Emitter):
         isz = max(1, b.dtype.itemsize)
         return f"({self.buf(b)}_s + {isz}u * (unsigned)({self.position(b, index)}))"
 
+
+
+def map_spec(bc: L.BulkCopy) -> MapSpec:
+    """The tensor map bulk copy ``bc`` reads through."""
+    return MapSpec(bc.src.arg, bc.src.name, bc.shape, bc.box(), bc.dst.dtype.itemsize)
 
 
 #: the PTX names of the FP8 formats (``mma.sync`` and ``wgmma`` operand types)

@@ -147,16 +147,31 @@ class CudaKernel(ArgumentBinder):
         return f"<compiled {self.program.name} for cuda ({self.device})>"
 
     def variant(self, aliases: tuple[tuple[str, ...], ...],
-                strided: tuple[str, ...] = (), index_bits: int | None = None) -> "CudaKernel":
+                strided: tuple[str, ...] = (), index_bits: int | None = None,
+                tma: bool | None = None) -> "CudaKernel":
         """This kernel compiled for a call whose parameters alias as ``aliases``
         (no ``__restrict__`` on them; legality checked with each group as one
-        tensor), whose ``strided`` parameters are strided views, and with
-        ``index_bits`` of index arithmetic (default: this kernel's)."""
+        tensor), whose ``strided`` parameters are strided views, with
+        ``index_bits`` of index arithmetic and bulk tensor copies per ``tma``
+        (default: this kernel's)."""
         from . import compile_program
 
         s = self.schedule.with_(aliases=aliases, strided=strided,
-                                index_bits=index_bits or self.schedule.index_bits)
+                                index_bits=index_bits or self.schedule.index_bits,
+                                tma=self.schedule.tma if tma is None else tma)
         return compile_program(self.program, s, device=self.device)
+
+    def maps_fit(self, keep: list, syms: dict[str, int]) -> bool:
+        """Whether this call's arrays and sizes meet the tensor maps'
+        encoding preconditions (``tensormaps.fits``; a host array bound for
+        the GPU is copied to an aligned device array first)."""
+        if not self.source.maps:
+            return True
+        from .tensormaps import fits
+
+        env = {E.Sym(s): int(syms[s]) for s in self.facts.syms}
+        return all(fits(m, _address(keep[m.arg], self.device), m.extents(env))
+                   for m in self.source.maps)
 
     def index_fits(self, syms: dict[str, int]) -> bool:
         """Whether this kernel's index arithmetic is exact for a call with these
@@ -211,9 +226,12 @@ class CudaKernel(ArgumentBinder):
                 dev.append(None)
         env = bind_call(p, tuple(metas), params)
         syms = {k.name: int(v) for k, v in env.items()}
-        if not self.index_fits(syms):
+        fits, maps = self.index_fits(syms), self.maps_fit(
+            [d if d is not None else m for m, d in zip(metas, dev, strict=True)], syms)
+        if not fits or not maps:
             return self.variant(self.schedule.aliases, self.schedule.strided,
-                                64).bound(*arrays, params=params)
+                                None if fits else 64, None if maps else False
+                                ).bound(*arrays, params=params)
         keep = []
         for v, a, d in zip(p.args, metas, dev, strict=True):
             if d is not None:
@@ -246,8 +264,10 @@ class CudaKernel(ArgumentBinder):
         keep, syms = self.bind(arrays, params)
         groups, strided = self.aliases(keep), self.strided(keep)
         fits = self.index_fits(syms)
-        if groups != self.schedule.aliases or strided != self.schedule.strided or not fits:
-            return self.variant(groups, strided, None if fits else 64)(
+        maps = self.maps_fit(keep, syms)
+        if (groups != self.schedule.aliases or strided != self.schedule.strided or not fits
+                or not maps):
+            return self.variant(groups, strided, None if fits else 64, None if maps else False)(
                 *arrays, params=params, policy=policy, seed=seed, poison=poison)
         k = self.facts
         keep = keep + scratch_arrays(k, len(keep), syms)
@@ -300,6 +320,7 @@ class CudaKernel(ArgumentBinder):
         kernel's global buffers in argument order (bool elements as bytes,
         each through ``conv``), one ``int64`` per symbol, the status word."""
         args = []
+        at: dict[int, int] = {}
         for b in sorted(self.facts.globals, key=lambda b: b.arg):
             a = keep[b.arg]
             a = a.reshape(-1) if a.ndim == 0 else a  # numpy, or cupy on a GPU
@@ -308,9 +329,24 @@ class CudaKernel(ArgumentBinder):
             if a.dtype == np.bool_:
                 a = a.view(np.uint8)  # bool elements are bytes (emit.mem)
             args.append(conv(a))
+            at[b.arg] = _address(args[-1], self.device)
         args += [np.int64(v) for v in symvals]
         args.append(conv(status))
-        return args
+        return args + self.map_args(at, symvals)
+
+    def map_args(self, at: dict[int, int], symvals: list[int]) -> list:
+        """The encoded tensor maps of a call (``tensormaps.py``; ``at``: the
+        base address of each tensor argument as the kernel sees it)."""
+        if not self.source.maps:
+            return []
+        from .tensormaps import map_arguments
+
+        env = {E.Sym(s): v for s, v in zip(self.facts.syms, symvals, strict=True)}
+        out = map_arguments(self.source.maps, at, env, self.device == "gpu")
+        if out is None:
+            raise TilenestError("internal: a call whose tensor maps cannot be encoded reached "
+                                "a kernel with bulk copies")
+        return out
 
     def _launch_emulated(self, info: Any, n: int, smem: int, keep: list, symvals: list[int],
                          status: Any, policy: str, seed: int, poison: str) -> None:
@@ -361,6 +397,18 @@ class CudaKernel(ArgumentBinder):
                 host[...] = cp.asnumpy(d).reshape(host.shape)
 
 
+def _address(a: Any, device: str) -> int:
+    """The base address of array ``a`` as a kernel on ``device`` sees it: a
+    device array's own; a host array's on the emulator, and 0 (aligned) on a
+    GPU, where it is copied to a fresh device array."""
+    if isinstance(a, np.ndarray):
+        return a.ctypes.data if device != "gpu" else 0
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    return int(a.data.ptr)
+
+
 def _load_cubin(cubin: bytes, names: list[str]) -> Any:
     """A CuPy module of ``cubin`` with the functions ``names`` loaded (the
     module reads its file lazily, so the functions are fetched before the
@@ -398,6 +446,8 @@ class BoundLaunch:
             args.append(a.view(cp.uint8) if a.dtype == np.bool_ else a)
         args += [np.int64(syms[s]) for s in k.syms]
         args.append(self.status)
+        args += ck.map_args({b.arg: _address(keep[b.arg], "gpu") for b in k.globals},
+                            [int(syms[s]) for s in k.syms])
         self.steps = []
         for info, n, smem in plan:
             fn = ck._mod[info.name]

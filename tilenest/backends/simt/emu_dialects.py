@@ -103,7 +103,10 @@ class Dialect:
     attribute arguments use words the shim defines as macros
     (``[[threadgroup(0)]]``), and the launcher has read them already.
     ``refused`` maps a pattern of source text the emulator cannot run
-    faithfully to the hint of the error it raises for it."""
+    faithfully to the hint of the error it raises for it. ``structs``: the
+    struct types a kernel may take by value, with their sizes; the caller
+    passes such a parameter as an array of exactly that many bytes (CUDA's
+    ``__grid_constant__`` tensor maps, ``tn_tmap``)."""
 
     name: str
     title: str
@@ -122,6 +125,7 @@ class Dialect:
     type_names: Mapping[str, str] = field(default_factory=dict)
     strip_attributes: bool = False
     refused: Mapping[str, str] = field(default_factory=dict)
+    structs: Mapping[str, int] = field(default_factory=dict)
 
     def flags(self) -> tuple[str, ...]:
         """The compiler options of the language: source kind, standard, macros."""
@@ -155,6 +159,7 @@ CUDA = Dialect(
     std="c++17",
     defines=("TN_EMULATE=1",),
     kernel_marker="__global__",
+    structs={"tn_tmap": 128},
     # the cuda row's profile (an H200: 32-lane warps, 1024 threads, the 228 KiB
     # shared window of a multiprocessor); CUDA itself caps a block's z at 64
     limits=Limits(lanes=profile("cuda").lanes, max_threads=profile("cuda").max_threads,
@@ -175,6 +180,9 @@ CUDA = Dialect(
         8: "an integer division by zero (or INT_MIN / -1) in the kernel",
         9: "every lane named in a collective's mask must call it; narrow the mask to the lanes "
            "that reach the call",
+        10: "a bulk copy's completion barrier (mbarrier) must expect its bytes before they "
+            "land, see one arrival per phase, and be waited for before the next group "
+            "reuses it; the issuing thread waits for its copies before it exits",
     },
 )
 

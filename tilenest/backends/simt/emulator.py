@@ -127,6 +127,7 @@ _ERROR_KINDS = {
     7: "bad launch",
     8: "arithmetic fault",
     9: "warp collective lane exited",
+    10: "asynchronous copy protocol violation",
 }
 
 
@@ -208,7 +209,7 @@ _POINTEES: dict[str, np.dtype] = {
         "half": np.float16, "bfloat": np.uint16,
     }.items()
 }
-_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict)\b")
+_QUALIFIERS = re.compile(r"\b(const|volatile|__restrict__|__restrict|restrict|__grid_constant__)\b")
 
 
 def _norm(t: str) -> str:
@@ -230,6 +231,8 @@ class _Param:
     const: bool
     reference: bool = False
     builtin: str | None = None
+    #: bytes of a struct passed by value (``Dialect.structs``); 0 for none
+    struct: int = 0
 
     @property
     def argument(self) -> bool:
@@ -263,6 +266,8 @@ def _param(ctype: str, kernel: str, dia: Dialect = CUDA) -> _Param:
     if text.endswith("&"):
         return _Param(ctype, True, None, None, read_only, reference=True)
     base = _base_type(text, dia)
+    if base in dia.structs:
+        return _Param(ctype, False, None, None, True, struct=dia.structs[base])
     if base not in _SCALARS:
         raise LaunchError(f"kernel {kernel}: parameter type {ctype!r} is not a pointer or a "
                           f"scalar the emulator knows",
@@ -783,6 +788,12 @@ class EmuModule:
         for i, (p, a) in enumerate(zip(params, args, strict=True)):
             if p.builtin is not None:
                 slot = ctypes.c_void_p(0)  # the launcher passes it
+            elif p.struct:
+                if not isinstance(a, np.ndarray) or a.nbytes != p.struct:
+                    raise LaunchError(f"kernel {name}: argument {i} ({p.ctype}) needs an array "
+                                      f"of {p.struct} bytes")
+                a = np.ascontiguousarray(a)
+                slot = (ctypes.c_char * p.struct).from_buffer(a.view(np.uint8))
             elif p.pointer:
                 if a is None:
                     slot = ctypes.c_void_p(0)

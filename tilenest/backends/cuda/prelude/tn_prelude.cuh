@@ -443,6 +443,128 @@ template <int N> TN_FN void tn_cp_async_wait() {
 }
 #endif
 
+// ---------------------------------------------------------------------------
+// bulk tensor copies (the Tensor Memory Accelerator) and their completion
+// barriers (lowering/bulk_copy.py).
+//
+// tn_tmap is a tensor map: on the device the driver's encoding
+// (cuTensorMapEncodeTiled), passed as a __grid_constant__ parameter; on the
+// emulator the runtime's own (backends/cuda/tensormaps.py): word 0 the base
+// address, word 1 rank | element bytes << 8 | swizzle bytes << 16, words 2-6
+// the extents and 7-10 the byte strides of dims 1-4 (innermost first), word
+// 11 the box extents of dims 0-3 (16 bits each), word 12 that of dim 4.
+//
+// A completion barrier (mbarrier, 8 bytes of shared memory) expects one
+// arrival per phase: the thread that issues a group's copies announces their
+// bytes (tn_mbar_expect) before issuing them and arrives when the group is
+// committed; the phase completes once it has arrived and every byte landed.
+// tn_tma_commit_wait<KEEP, M> is the loop IR's Barrier(keep=KEEP) for bulk
+// copies: the group since the previous barrier is committed on barrier
+// `issued % M`, then every group but the KEEP newest is waited for, phase
+// parity (g / M) % 2 (M > the largest KEEP: the tma.phases obligation).
+struct alignas(64) tn_tmap {
+  tn_u64 w[16];
+};
+#ifdef TN_EMULATE
+TN_FN void tn_mbar_init(unsigned bar, unsigned n) { tn_emu::mbar_init(0, bar, n); }
+TN_FN void tn_mbar_init_fence() {}
+TN_FN void tn_mbar_expect(unsigned bar, unsigned bytes) { tn_emu::mbar_expect(0, bar, bytes); }
+TN_FN void tn_mbar_arrive(unsigned bar) { tn_emu::mbar_arrive(0, bar); }
+TN_FN void tn_mbar_wait(unsigned bar, unsigned parity) { tn_emu::mbar_wait(0, bar, parity); }
+// the box at coordinates c (innermost first) gathered as the device lays it
+// out: dense, innermost fastest, zeros outside the tensor, 16-byte chunks
+// swizzled by the destination's address bits (128-byte mode)
+template <int R> TN_FN void tn_tma_load(unsigned dst, const tn_tmap* m, unsigned bar,
+                                        const int (&c)[R]) {
+  const tn_u64* w = m->w;
+  const int rank = (int)(w[1] & 0xff), isz = (int)((w[1] >> 8) & 0xff);
+  const int swz = (int)((w[1] >> 16) & 0xffff);
+  if (rank != R) tn_emu::fail(TN_EMU_BAD_LAUNCH, 0, "a %d-d bulk copy through a %d-d tensor map", R, rank);
+  if (swz != 128 || dst % 1024u)
+    tn_emu::fail(TN_EMU_MEMORY_FAULT, 0, "a 128-byte swizzled bulk copy to shared address %#x "
+                 "(needs 1024-byte alignment)", dst);
+  long box[5], n = 1;
+  for (int d = 0; d < R; ++d) {
+    box[d] = d < 4 ? (long)((w[11] >> (16 * d)) & 0xffff) : (long)w[12];
+    n *= box[d];
+  }
+  if (box[0] * isz != 128)
+    tn_emu::fail(TN_EMU_BAD_LAUNCH, 0, "a 128-byte swizzled box row of %ld bytes", box[0] * isz);
+  const int bytes = (int)(n * isz);
+  unsigned char* img = (unsigned char*)malloc((size_t)bytes);
+  const unsigned char* base = (const unsigned char*)(uintptr_t)w[0];
+  for (long e = 0; e < n; ++e) {
+    long rest = e, off = 0;
+    bool in = true;
+    for (int d = 0; d < R; ++d) {
+      const long x = c[d] + rest % box[d];
+      rest /= box[d];
+      in = in && x >= 0 && x < (long)w[2 + d];
+      off += d == 0 ? x * isz : x * (long)w[6 + d];
+    }
+    const unsigned a = dst + (unsigned)(e * isz);
+    unsigned char* out = img + ((a ^ (((a >> 7) & 7u) << 4)) - dst);
+    if (in)
+      memcpy(out, base + off, (size_t)isz);
+    else
+      memset(out, 0, (size_t)isz);
+  }
+  tn_emu::tma_issue(0, bar, tn_emu::smem_ptr(0, dst, (unsigned)bytes), img, bytes);
+  free(img);
+}
+#define TN_TMA_LOAD(R, ...)                                                             \
+  {                                                                                     \
+    const int tn_c[R] = {__VA_ARGS__};                                                  \
+    tn_tma_load<R>(tn_dst, tn_m, tn_bar, tn_c);                                         \
+  }
+#else
+TN_FN void tn_mbar_init(unsigned bar, unsigned n) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(n) : "memory");
+}
+// the barriers' initialization is visible to the async proxy (a block
+// barrier follows)
+TN_FN void tn_mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+TN_FN void tn_mbar_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+TN_FN void tn_mbar_arrive(unsigned bar) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.shared::cta.b64 st, [%0]; }" ::"r"(bar) : "memory");
+}
+TN_FN void tn_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; "
+                 "selp.u32 %0, 1, 0, p; }"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  } while (!ok);
+}
+#define TN_TMA_LOAD(R, ...) TN_TMA_LOAD_##R(__VA_ARGS__)
+#define TN_TMA_ASM(R, C) \
+  "cp.async.bulk.tensor." #R "d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {" C "}], [%2];"
+#define TN_TMA_LOAD_2(a, b) \
+  asm volatile(TN_TMA_ASM(2, "%3, %4") ::"r"(tn_dst), "l"((tn_u64)tn_m), "r"(tn_bar), "r"(a), "r"(b) : "memory")
+#define TN_TMA_LOAD_3(a, b, c)                                                                 \
+  asm volatile(TN_TMA_ASM(3, "%3, %4, %5") ::"r"(tn_dst), "l"((tn_u64)tn_m), "r"(tn_bar), "r"(a), \
+               "r"(b), "r"(c) : "memory")
+#define TN_TMA_LOAD_4(a, b, c, d)                                                             \
+  asm volatile(TN_TMA_ASM(4, "%3, %4, %5, %6") ::"r"(tn_dst), "l"((tn_u64)tn_m), "r"(tn_bar), \
+               "r"(a), "r"(b), "r"(c), "r"(d) : "memory")
+#define TN_TMA_LOAD_5(a, b, c, d, e)                                                              \
+  asm volatile(TN_TMA_ASM(5, "%3, %4, %5, %6, %7") ::"r"(tn_dst), "l"((tn_u64)tn_m), "r"(tn_bar), \
+               "r"(a), "r"(b), "r"(c), "r"(d), "r"(e) : "memory")
+#endif
+// the loop IR's Barrier(keep=KEEP) for bulk copies (above); thread 0 issues them
+template <int KEEP, int M>
+TN_FN void tn_tma_commit_wait(unsigned bars, unsigned& issued, unsigned& done) {
+  if (threadIdx.x == 0) tn_mbar_arrive(bars + 8u * (issued % M));
+  ++issued;
+  while (done + KEEP < issued) {
+    tn_mbar_wait(bars + 8u * (done % M), (done / M) & 1u);
+    ++done;
+  }
+}
+
 // the device faults on a misaligned vector access by itself; the host
 // emulator must be told, since x86 loads most misaligned addresses silently
 #ifdef TN_EMULATE

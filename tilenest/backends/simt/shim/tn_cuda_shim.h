@@ -543,13 +543,121 @@ TN_RT int async_complete(int keep, void **dst, unsigned char *out) {
     return n;
 }
 
+/* Bulk tensor copies (TMA) and their completion barriers (mbarrier).
+ *
+ * A completion barrier is 8 bytes of shared memory holding, in the emulator,
+ * its state: bits 0-15 the arrivals a phase expects, 16-31 the arrivals
+ * still pending, 32-62 the bytes still expected, 63 the phase parity. A bulk
+ * copy is queued when issued (its source box gathered then, with the zeros
+ * of the elements outside the tensor, and the swizzle applied to its shared
+ * placement) and lands only when a thread waits on its barrier's phase: the
+ * latest completion the PTX semantics permit, so a consumer that reads a
+ * tile before waiting reads the poison or an older version. The queue is the
+ * block's (one block runs at a time). */
+struct TmaCopy {
+    unsigned bar;
+    unsigned char *dst;
+    unsigned char *data;
+    int bytes;
+    int line;
+};
+static TmaCopy tmaq[256];
+static int tman;
+static inline uint64_t *mbar_word(int line, unsigned bar) {
+    if (bar % 8)
+        fail(TN_EMU_MEMORY_FAULT, line, "line %d: an mbarrier at shared address %#x, not 8-byte "
+             "aligned", line, bar);
+    return (uint64_t *)smem_ptr(line, bar, 8);
+}
+TN_RT void mbar_init(int line, unsigned bar, unsigned count) {
+    if (count == 0 || count > 0xffffu)
+        fail(TN_EMU_BAD_LAUNCH, line, "line %d: an mbarrier expecting %u arrivals", line, count);
+    *mbar_word(line, bar) = (uint64_t)count | ((uint64_t)count << 16);
+}
+TN_RT void mbar_expect(int line, unsigned bar, unsigned bytes) {
+    uint64_t *w = mbar_word(line, bar);
+    const uint64_t expected = *w & 0xffffu, pending = (*w >> 16) & 0xffffu;
+    if (pending != expected)
+        fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: bulk copies signal the completion "
+             "barrier at %#x while its previous phase awaits completion (%llu of %llu arrivals "
+             "pending): a barrier is reused before the group it tracked was waited for",
+             line, bar, (unsigned long long)pending, (unsigned long long)expected);
+    const uint64_t tx = ((*w >> 32) & 0x7fffffffu) + bytes;
+    *w = (*w & ~(0x7fffffffull << 32)) | ((tx & 0x7fffffffu) << 32);
+}
+TN_RT void mbar_arrive(int line, unsigned bar) {
+    uint64_t *w = mbar_word(line, bar);
+    const uint64_t pending = (*w >> 16) & 0xffffu;
+    if (pending == 0)
+        fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: an arrival on the mbarrier at %#x, "
+             "whose phase has had all its arrivals", line, bar);
+    *w -= 1ull << 16;
+}
+/* Queue the copy of `bytes` bytes to dst (the caller gathered them). */
+TN_RT void tma_issue(int line, unsigned bar, void *dst, const unsigned char *data, int bytes) {
+    if (tman == (int)(sizeof tmaq / sizeof tmaq[0]))
+        fail(TN_EMU_BAD_LAUNCH, line, "line %d: more than %d bulk copies in flight", line, tman);
+    unsigned char *copy = (unsigned char *)malloc((size_t)bytes);
+    memcpy(copy, data, (size_t)bytes);
+    tmaq[tman++] = TmaCopy{bar, (unsigned char *)dst, copy, bytes, line};
+}
+/* Whether the phase of parity `parity` of the barrier at `bar` is complete;
+ * the copies it waits for land first when its arrivals are all in. */
+TN_RT bool mbar_test(int line, unsigned bar, unsigned parity) {
+    uint64_t *w = mbar_word(line, bar);
+    if ((*w >> 63) != (parity & 1u)) return true;
+    if ((*w >> 16) & 0xffffu) return false;  /* arrivals pending */
+    int kept = 0;
+    uint64_t tx = (*w >> 32) & 0x7fffffffu;
+    for (int i = 0; i < tman; ++i) {
+        TmaCopy &c = tmaq[i];
+        if (c.bar != bar) {
+            tmaq[kept++] = c;
+            continue;
+        }
+        memcpy(c.dst, c.data, (size_t)c.bytes);
+        free(c.data);
+        if ((uint64_t)c.bytes > tx)
+            fail(TN_EMU_ASYNC_PROTOCOL, c.line, "line %d: a bulk copy of %d bytes signals "
+                 "a barrier expecting only %llu more", c.line, c.bytes, (unsigned long long)tx);
+        tx -= (uint64_t)c.bytes;
+    }
+    tman = kept;
+    if (tx)
+        fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: the completion barrier at %#x expects %llu bytes "
+             "that no bulk copy brings", line, bar, (unsigned long long)tx);
+    const uint64_t expected = *w & 0xffffu;
+    *w = (expected | (expected << 16)) | ((uint64_t)((*w >> 63) ^ 1u) << 63);
+#ifdef __SANITIZE_THREAD__
+    __tsan_release(w);
+#endif
+    return true;
+}
+TN_RT void mbar_wait(int line, unsigned bar, unsigned parity) {
+    for (long polls = 0; !mbar_test(line, bar, parity); ++polls) {
+        if (polls > 4096)  /* every other thread ran until it blocked, 4096 times */
+            fail(TN_EMU_DEADLOCK, line, "line %d: the wait for phase parity %u of the completion "
+                 "barrier at %#x never ends (an arrival is missing)", line, parity, bar);
+        poll_again();
+    }
+#ifdef __SANITIZE_THREAD__
+    __tsan_acquire(mbar_word(line, bar));
+#endif
+}
 
-/* The runtime's hooks: a block starts with no wgmma pending; a thread may not
- * exit with its warp's wgmmas pending. */
+/* The runtime's hooks: a block starts with no wgmma or bulk copy pending; a
+ * thread may not exit with its warp's wgmmas pending, nor the issuing thread
+ * with bulk copies in flight. */
 TN_RT void cuda_block_start() {
     for (WgQueue &q : wgq) q.n = 0;
+    for (int i = 0; i < tman; ++i) free(tmaq[i].data);
+    tman = 0;
 }
 TN_RT void cuda_thread_exit(Fiber *me) {
+    if (me->lin == 0 && tman)
+        fail(TN_EMU_ASYNC_PROTOCOL, tmaq[0].line,
+             "thread 0 exits while the bulk copy it issued at line %d is in flight: a wait on "
+             "its completion barrier is missing", tmaq[0].line);
     if (me->lin / 32 >= WG_WARPS) return;  /* a warp that cannot have issued a wgmma */
     const WgQueue &wq = wgq[me->lin / 32];
     if (wq.n)

@@ -146,6 +146,7 @@ enum {
     TN_EMU_BAD_LAUNCH = 7,
     TN_EMU_ARITH_FAULT = 8,
     TN_EMU_COLLECTIVE_EXITED = 9,
+    TN_EMU_ASYNC_PROTOCOL = 10,
 };
 
 
@@ -228,6 +229,7 @@ struct Fiber {
     uint64_t res;
     void *tsan_fiber;
     long *token;         /* TSan sync object of the rendezvous it takes part in */
+    int spin;            /* it polls a condition (poll_again): others run first */
 #ifdef TN_EMU_FIBER_EXT
     TN_EMU_FIBER_EXT ext; /* the dialect's per-thread state */
 #endif
@@ -626,34 +628,60 @@ TN_RT uint64_t next_rand() {
     return z ^ (z >> 31);
 }
 
+/** Whether fiber i may run now: ready, and not polling (poll_again). */
+static inline bool runnable(int i) { return S.fibers[i].state == F_READY && !S.fibers[i].spin; }
+
 /** The runnable fiber the policy runs next, or -1 when none is runnable. */
-TN_RT int pick() {
+TN_RT int pick_runnable() {
     const int n = S.nthreads;
     switch (S.cfg.policy) {
     case 1:
         for (int i = n - 1; i >= 0; --i)
-            if (S.fibers[i].state == F_READY) return i;
+            if (runnable(i)) return i;
         return -1;
     case 2: {
         int lo = S.ahead_warp * S.lanes, hi = std::min(n, lo + S.lanes);
         for (int i = lo; i < hi; ++i)
-            if (S.fibers[i].state == F_READY) return i;
+            if (runnable(i)) return i;
         break;
     }
     case 3: {
         int ready = 0;
-        for (int i = 0; i < n; ++i) ready += S.fibers[i].state == F_READY;
+        for (int i = 0; i < n; ++i) ready += runnable(i);
         if (ready == 0) return -1;
         int k = (int)(next_rand() % (uint64_t)ready);
         for (int i = 0; i < n; ++i)
-            if (S.fibers[i].state == F_READY && k-- == 0) return i;
+            if (runnable(i) && k-- == 0) return i;
         return -1;
     }
     default: break;
     }
     for (int i = 0; i < n; ++i)
-        if (S.fibers[i].state == F_READY) return i;
+        if (runnable(i)) return i;
     return -1;
+}
+
+/** The fiber to run next: a runnable one by the policy; when only polling
+ * fibers are left, each of them polls once more. -1: none can run. */
+TN_RT int pick() {
+    int k = pick_runnable();
+    if (k >= 0) return k;
+    bool polling = false;
+    for (int i = 0; i < S.nthreads; ++i)
+        if (S.fibers[i].spin) {
+            S.fibers[i].spin = 0;
+            polling = true;
+        }
+    return polling ? pick_runnable() : -1;
+}
+
+/** The running fiber waits for a condition another thread makes true (an
+ * mbarrier phase): it stays ready but runs again only once every other
+ * thread has run until it blocked, polled or exited. */
+TN_RT void poll_again() {
+    S.cur->state = F_READY;
+    S.cur->spin = 1;
+    yield_to_scheduler();
 }
 
 /** A thread returned from the kernel: mark it done and check that nobody waits for it. */
