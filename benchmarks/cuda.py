@@ -140,8 +140,15 @@ GEMM_SIZES = (4096, 8192)
 _WG = {"mma_unit": "wgmma"}
 #: ``mma.sync`` named explicitly (``auto`` takes ``wgmma`` where its plan applies)
 _TC = {"mma_unit": "tensor"}
+#: warpgroup tensor cores fed by bulk tensor copies (``Schedule.tma``)
+_TMA = {**_WG, "tma": True}
 GEMM_SCHEDULES = (({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 4, "block_threads": 512}),
+                  ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 4}),
+                  ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 5}),
+                  ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
+                   {**_TMA, "stages": 4, "block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 4}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 3, "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_WG, "stages": 4}),
@@ -1456,7 +1463,12 @@ FP8_GEMM_TILES = (({"bm": 128, "bn": 128, "bk": 64}, {**_TC}),
                   ({"bm": 128, "bn": 256, "bk": 128}, {**_WG, "stages": 3}),
                   ({"bm": 256, "bn": 128, "bk": 128}, {**_WG, "stages": 3,
                                                        "block_threads": 512}),
-                  ({"bm": 128, "bn": 128, "bk": 128}, {**_WG, "stages": 4}))
+                  ({"bm": 128, "bn": 128, "bk": 128}, {**_WG, "stages": 4}),
+                  # the same fed by bulk tensor copies
+                  ({"bm": 128, "bn": 128, "bk": 128}, {**_TMA, "stages": 4}),
+                  ({"bm": 128, "bn": 256, "bk": 128}, {**_TMA, "stages": 3}),
+                  ({"bm": 256, "bn": 128, "bk": 128}, {**_TMA, "stages": 3,
+                                                        "block_threads": 512}))
 
 
 def bench_fp8_gemm(run: Run) -> list[dict[str, Any]]:

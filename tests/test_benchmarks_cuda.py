@@ -175,6 +175,22 @@ def test_every_fp8_gemm_variant_lowers_for_its_unit(bench):
                                                                          **gpu)))
         assert "mma on tensor cores" in text, (consts, gpu)
         assert ("warpgroup tiles of wgmma" in text) == (gpu.get("mma_unit") == "wgmma")
+        # the variants fed by bulk tensor copies copy both operands so
+        assert text.count("bulk(") >= (4 if gpu.get("tma") else 0), (consts, gpu)
+        assert ("bulk(" in text) == bool(gpu.get("tma")), (consts, gpu)
+
+
+def test_every_tma_gemm_variant_copies_its_tiles_in_bulk(bench):
+    from tilenest.lowering import default_schedule, lower_verified, print_kernel
+    from tilenest.workloads import WORKLOADS
+
+    tma = [(t, g) for t, g in bench.GEMM_SCHEDULES if g.get("tma")]
+    assert tma
+    for consts, gpu in tma:
+        k = WORKLOADS["gemm"].kernel(tn.bf16, consts)
+        text = print_kernel(lower_verified(k.program, default_schedule(k.program, "cuda",
+                                                                         **gpu)))
+        assert "bulk(A[" in text and "bulk(B[" in text, (consts, gpu)
 
 
 LAUNCH = SCRIPT.parent / "cuda_launch.py"

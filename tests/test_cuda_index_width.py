@@ -84,8 +84,8 @@ def test_a_call_the_bound_excludes_runs_the_64_bit_variant(monkeypatch):
     used = []
     real = type(ck).variant
 
-    def spy(self, aliases, strided=(), index_bits=None):
-        v = real(self, aliases, strided, index_bits)
+    def spy(self, aliases, strided=(), index_bits=None, tma=None):
+        v = real(self, aliases, strided, index_bits, tma)
         used.append(v.source.index_bits)
         return v
 

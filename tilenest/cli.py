@@ -359,6 +359,10 @@ def cmd_check(a: argparse.Namespace) -> int:
     printed report and the exit status are the same with or without it."""
     from .proofs.report import check
 
+    if a.set_fields and (a.target != "cuda" or a.transform):
+        raise UsageError("check --set states a cuda schedule whose lowering is checked: it "
+                         "needs --target cuda and the program as written (no --transform)",
+                         hint="tilenest check FILE --target cuda --set tma=True")
     if a.sarif is not None:
         from . import sarif
 
@@ -368,9 +372,9 @@ def cmd_check(a: argparse.Namespace) -> int:
         reports = [check(p, a.transform or (), a.target, timeout=a.timeout,
                          assume=a.assume or (), engine=a.engine, debug=a.debug)
                    for _, p in progs]
-        if a.target == "cuda":
+        if a.set_fields:
             for (_, p), r in zip(progs, reports, strict=True):
-                _add_lowering_obligations(r, p, a.target, dict(a.set_fields or ()))
+                _add_lowering_obligations(r, p, a.target, dict(a.set_fields))
     except Exception as e:
         if a.sarif is not None:  # a log that says the check stopped, not a stale or no file
             try:
@@ -822,8 +826,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "(schema tilenest.check/1)")
     s.add_argument("--set", action="append", metavar="FIELD=VALUE", type=schedule_field_arg,
                    dest="set_fields",
-                   help="with --target cuda: a field of the schedule whose SIMT lowering's "
-                        "obligations are checked too, e.g. tma=True, stages=4 (repeatable)")
+                   help="with --target cuda: also check the obligations of the program's SIMT "
+                        "lowering under the target's default schedule with this field set, "
+                        "e.g. tma=True, stages=4 (repeatable; the program as written, so not "
+                        "with --transform)")
     s.add_argument("--timeout", type=_positive_seconds, default=5.0, help="seconds per query (default 5)")
     s.add_argument("--assume", action="append", metavar="SEL", type=_selector_arg,
                    help="take obligations matching KIND[@SITE] as axioms (reported as assumed)")
