@@ -439,6 +439,14 @@ class Lowerer:
             # the copy a CPU micro-kernel reads as ``b``: its vector dim
             # contiguous (a transposed operand is transposed as it is copied)
             out = BufH(buf, h.dims, h.extents, None, order, zero_from=zero)
+            if all(isinstance(x, E.Const) for x in h.extents):
+                # first as stored (contiguous reads, the bounds handled
+                # there), then the transposing copy between two local tiles
+                # of constant extents, which the CPU code generator runs as
+                # blocks transposed in registers (backends/llvm/transpose.py)
+                src = BufH(self.local(f"{base}.rows", h.dtype, h.extents), h.dims, h.extents)
+                self.store_into(h, src)
+                h = src
         with self.collect() as copy:
             self.store_into(h, out)
         self.emit(*self.bulk_copy(h, out, copy))

@@ -54,6 +54,7 @@ from . import prefetch as PF
 from . import streaming as ST
 from . import softfloat as SF
 from .mathlib import MathLib
+from .transpose import TransposedCopies
 from .vector import VectorLoops, suffix
 
 DIV_ZERO, NEG_SHIFT = L.DIV_ZERO, L.NEG_SHIFT
@@ -83,7 +84,7 @@ def mem_type(dt: D.DType) -> ir.Type:
     return I8 if dt.is_bool else reg_type(dt)
 
 
-class FnGen(VectorLoops):
+class FnGen(VectorLoops, TransposedCopies):
     """Generates one phase body function (``for.vector`` loops as vector code
     where :mod:`.vector` can: :class:`.vector.VectorLoops`)."""
 
@@ -163,7 +164,8 @@ class FnGen(VectorLoops):
                 with b.if_then(g):
                     self.store(s.buf, self.expr(s.index), self.expr(s.value))
         elif isinstance(s, L.For):
-            self.loop(s.var, self.idx(s.lo), self.idx(s.hi), s.body, s.kind, s.reverse)
+            if not self.transposed_copy(s):
+                self.loop(s.var, self.idx(s.lo), self.idx(s.hi), s.body, s.kind, s.reverse)
         elif isinstance(s, L.If):
             c = self.expr(s.cond)
             if s.orelse:
