@@ -403,3 +403,84 @@ def test_a_register_limit_below_the_warpgroup_mma_is_an_error_naming_min_blocks(
         cuda.compile_program(kern.program, _sched(kern, block_threads=128, min_blocks=16),
                              device="emulated", cache=False)
     assert "min_blocks" in info.value.hint
+
+
+# ------------------------------------------------------------------ K-major b
+def _gemm_nt(bm, bn, bk):  # type: ignore[no-untyped-def]
+    """``C = A W^T`` in bf16 with ``W`` stored ``N x K`` (a linear layer's
+    weight), unit scales: ``bench.kernels.fp8_gemm_kernel`` on bf16."""
+    from tilenest.bench.kernels import fp8_gemm_kernel
+
+    return fp8_gemm_kernel(tn.bf16, tn.bf16, tn.bf16).specialize(bm=bm, bn=bn, bk=bk)
+
+
+def _run_nt(kern, sched, M, K, N, runs=(("in_order", "nan"), ("random", "big")),
+            cache=True):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(M + 7 * N + 13 * K)
+    A = rng.standard_normal((M, K)).astype(tn.bf16.np)
+    W = rng.standard_normal((N, K)).astype(tn.bf16.np)
+    one = np.float32(1.0)
+    oracle = tn.reference(kern, A, W, np.zeros((M, N), tn.bf16.np), one, one)
+    ck = cuda.compile_program(kern.program, sched, cache=cache, device="emulated")
+    for policy, poison in runs:
+        C = np.zeros((M, N), tn.bf16.np)
+        ck(A, W, C, one, one, policy=policy, poison=poison, seed=2)
+        v = oracle.admits(C)
+        assert v.ok, f"{policy}/{poison}: {v}"
+    return ck
+
+
+def test_a_16_bit_b_stored_n_by_k_is_read_k_major():
+    """``x @ W^T``: the 16-bit ``b`` tile stored ``N x K`` is swizzled like
+    ``a`` and read K-major (``imm-trans-b = 0``, a descriptor of ``a``'s
+    form), where it used to fall back to ``mma.sync``."""
+    kern = _gemm_nt(128, 128, 64)
+    sched = _sched(kern, stages=3)
+    text = print_kernel(lower_verified(kern.program, sched))
+    assert "warpgroup tiles of wgmma m64n128k16" in text
+    assert re.search(r"shared %w\.\d+: bf16\[24576\] swizzle128\(128x64\)", text)
+    ck = cuda.compile_program(kern.program, sched, device="emulated")
+    src = ck.source.text
+    assert "tn_wgmma_bf16_n128_kb(" in src and "p, 1, 1, 0, 0;" in src
+    assert "tn_wgmma_bf16_n128(" not in src
+    assert re.search(r"_b = tn_wgmma_desc\(\(b__w_\d+_s \+ 2u \* .*, 16u, 1024u\);", src)
+    auto = default_schedule(kern.program, "cuda", stages=3)
+    assert "warpgroup tiles of wgmma" in print_kernel(lower_verified(kern.program, auto))
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_k_major_b_validates_emulated(tma):
+    kern = _gemm_nt(128, 128, 64)
+    _run_nt(kern, _sched(kern, stages=4, tma=tma), 137, 200, 264)
+
+
+def test_k_major_b_read_transposed_is_caught(monkeypatch):
+    """Mutation: the instruction told to read ``b`` MN-major (the transpose
+    bit) while the tile is stored ``N x K``; the emulated wgmma reads the
+    wrong elements and the oracle rejects it."""
+    real = Emitter.source
+
+    def transposed(self):  # type: ignore[no-untyped-def]
+        src = real(self)
+        text = src.text.replace("tn_emu::wgmma_at(__LINE__, 9,", "tn_emu::wgmma_at(__LINE__, 1,")
+        assert text != src.text
+        return replace(src, text=text)
+
+    monkeypatch.setattr(Emitter, "source", transposed)
+    kern = _gemm_nt(128, 128, 64)
+    with pytest.raises(AssertionError, match="not admitted"):
+        _run_nt(kern, _sched(kern, stages=2), 128, 128, 128, runs=(("in_order", "nan"),),
+                cache=False)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("tma", [False, True])
+def test_k_major_b_on_the_gpu(tma):
+    """On a CUDA GPU: ``x @ W^T`` in bf16 with the K-major ``b`` descriptor,
+    over the validator's shape classes."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = _gemm_nt(128, 128, 64)
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=4, tma=tma), device="gpu")
+    rep = tn.validate(kern, "cuda", compiled=ck, cases=8, seed=4)
+    assert rep.ok and rep.count("ok") == 8, rep.summary()

@@ -422,16 +422,18 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
     tiles in the :class:`~tilenest.lowering.loopir.Swizzle128` arrangement
     (row-major ``M x K`` and ``K x N``; FP8: ``M x K`` and ``N x K``, both
     read along K: given to ``mma``-only tiles of suitable extents by
-    ``Lowerer.operand_layout``), ``M`` a multiple of 64 and the block a
-    whole number of warpgroups."""
+    ``Lowerer.operand_layout``; a 16-bit ``b`` may be stored either way),
+    ``M`` a multiple of 64 and the block a whole number of warpgroups."""
     W = lw.sched.block_threads
     if W % 128:
         return f"block_threads={W} is not a whole number of warpgroups (128 threads)"
     if M % 64:
         return f"tile {M}x{N}x{K}: wgmma needs rows in multiples of 64"
-    # 16-bit b is read MN-major (K x N, the transpose bit); FP8 b K-major (N x K)
+    # b is read K-major (stored N x K, as x @ W^T's W is) or, 16-bit only,
+    # MN-major (K x N, the transpose bit): FP8 has no transpose
     fp8 = a.dtype.is_fp8
-    kn = ((N, K), (1, K)) if fp8 else ((K, N), (N, 1))
+    kmajor = fp8 or strides[1] == (1, K)
+    kn = ((N, K), (1, K)) if kmajor else ((K, N), (N, 1))
     for h, (R, C), (si, sj), want, what in ((a, (M, K), strides[0], (K, 1), "a"),
                                             (b, kn[0], strides[1], kn[1], "b")):
         lay = h.buf.layout

@@ -255,15 +255,18 @@ class _Checker:
             if s.m != 64 or s.n > 256:
                 raise self.fail(f"warpgroup tile {s.m}x{s.n}: 64 rows, at most 256 columns",
                                 what)
-            # a is read K-major; b MN-major, or K-major (stored N x K) for FP8
+            # a is read K-major; b MN-major (16-bit only), or K-major (stored
+            # N x K: contiguous along k)
+            kb = fp8 or s.b.si == 1
             for f, (R, C), kmajor in ((s.a, (s.m, s.k), False),
-                                      (s.b, (s.n, s.k) if fp8 else (s.k, s.n), fp8)):
+                                      (s.b, (s.n, s.k) if kb else (s.k, s.n), kb)):
                 lay = f.buf.layout
                 inner, outer = (f.si, f.sj) if kmajor else (f.sj, f.si)
                 if (lay is None or inner != 1 or outer != lay.cols or lay.rows < R
                         or lay.cols < C or lay.rows % 8):
                     raise self.fail("warpgroup operands are row-major tiles of a buffer in the "
-                                    "swizzle128 layout (an FP8 b stored N x K)", what)
+                                    "swizzle128 layout (a b read along k stored N x K; an FP8 b "
+                                    "always)", what)
         if s.overlap and (s.group != 4 or not s.c.lane_cols):
             # its registers are complete only at a later barrier's wait: an
             # accumulator copied out of them at the statement would be stale

@@ -46,8 +46,9 @@ class CudaEmitter(Emitter):
         #: whether a warpgroup mma (wgmma) reads shared memory
         self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
                                  for ph in k.phases for s in L.walk(ph.body))
-        #: (operand dtype, n) of each wgmma instruction wrapper the source needs
-        self.wgmma_shapes: set[tuple[str, int]] = set()
+        #: (operand dtype, n, b K-major) of each wgmma instruction wrapper the
+        #: source needs
+        self.wgmma_shapes: set[tuple[str, int, bool]] = set()
         #: shared buffers whose 32-bit base address the phase being emitted
         #: uses (:meth:`saddr`); declared at the phase's start (:meth:`phase_decls`)
         self.shared_bases: set[str] = set()
@@ -181,7 +182,8 @@ class CudaEmitter(Emitter):
 
     def preamble(self) -> list[str]:
         """The ``wgmma`` instruction wrappers of the shapes the source uses."""
-        return [line for dt, n in sorted(self.wgmma_shapes) for line in wgmma_wrapper(dt, n)]
+        return [line for dt, n, kb in sorted(self.wgmma_shapes)
+                for line in wgmma_wrapper(dt, n, kb)]
 
     # -- tensor cores -----------------------------------------------------------------------
     def resident_plan(self, s: L.For) -> "tuple[L.For, L.WarpMma] | None":
@@ -303,7 +305,9 @@ class CudaEmitter(Emitter):
                                     "operands", hint="use mma_unit='tensor'")
         fp8 = s.a.buf.dtype.is_fp8
         dt = operand_kind(s.a.buf.dtype, s.b.buf.dtype)
-        self.wgmma_shapes.add((dt, s.n))
+        kb = fp8 or s.b.si == 1  # b K-major: stored n x k (FP8 always)
+        self.wgmma_shapes.add((dt, s.n, kb))
+        fn = wgmma_name(dt, s.n, kb)
         u = self.names(s.tag, "mma")
         isz = max(1, s.a.buf.dtype.itemsize)
         step = 32 if fp8 else 16  # the instruction's depth: 32 bytes of a row either way
@@ -312,8 +316,8 @@ class CudaEmitter(Emitter):
         self.ind += 1
         self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
         # one descriptor per operand; a later step adds its byte offset / 16
-        # to the address field (tn_wgmma_desc_at). An FP8 b is K-major like a.
-        blead = 16 if fp8 else lb.rows * 128
+        # to the address field (tn_wgmma_desc_at). A K-major b is laid out as a.
+        blead = 16 if kb else lb.rows * 128
         self.w(f"const tn_u64 {u}_a = tn_wgmma_desc({self.saddr(s.a.buf, s.a.offset)}, 16u, "
                f"1024u), {u}_b = tn_wgmma_desc({self.saddr(s.b.buf, s.b.offset)}, "
                f"{blead}u, 1024u);")
@@ -328,8 +332,8 @@ class CudaEmitter(Emitter):
         for j in range(s.k // step):
             k0 = step * j
             ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
-            bo = (k0 // lb.panel) * lb.rows * 128 + (k0 % lb.panel) * isz if fp8 else k0 * 128
-            self.w(f"tn_wgmma_{dt}_n{s.n}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
+            bo = (k0 // lb.panel) * lb.rows * 128 + (k0 % lb.panel) * isz if kb else k0 * 128
+            self.w(f"{fn}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
                    f"tn_wgmma_desc_at({u}_b, {bo}u));")
         # an overlapped mma completes at a later barrier (Barrier.mma_keep)
         self.w("tn_wgmma_commit();" if s.overlap else "tn_wgmma_commit(); tn_wgmma_wait<0>();")
@@ -414,17 +418,24 @@ def operand_kind(a: Any, b: Any) -> str:
     return f"{_PTX_FP8[a.name]}_{_PTX_FP8[b.name]}" if a.is_fp8 else a.name
 
 
-def wgmma_wrapper(dt: str, n: int) -> list[str]:
-    """The source lines defining ``tn_wgmma_<dt>_n<n>(d, desc_a, desc_b)``:
+def wgmma_name(dt: str, n: int, kb: bool) -> str:
+    """The wrapper of :func:`wgmma_wrapper` for these operands (``_kb``: a
+    16-bit ``b`` read K-major)."""
+    return f"tn_wgmma_{dt}_n{n}" + ("_kb" if kb and "_" not in dt else "")
+
+
+def wgmma_wrapper(dt: str, n: int, kb: bool = False) -> list[str]:
+    """The source lines defining ``tn_wgmma_<dt>_n<n>[_kb](d, desc_a, desc_b)``:
     ``d += a * b`` for one step of a warpgroup (64 x ``n`` x 16 for 16-bit
     operands, ``dt`` ``f16`` or ``bf16``; 64 x ``n`` x 32 for FP8, ``dt`` the
     two formats as :func:`operand_kind` names them), ``d`` the thread's ``n/2``
-    accumulator registers, ``a`` K-major and ``b`` MN-major (transposed; FP8:
-    K-major, the instruction takes no transpose for 8-bit types) in shared
-    memory. On the device one ``wgmma.mma_async`` (asynchronous:
-    ``tn_wgmma_commit``/``tn_wgmma_wait0`` complete it); in the emulator a
-    collective of each warp computing its 16 rows (``tn_cuda_shim.h``)."""
-    name = f"tn_wgmma_{dt}_n{n}"
+    accumulator registers, ``a`` K-major and ``b`` MN-major (transposed) or,
+    with ``kb``, K-major (stored ``n x k``; FP8 always, the instruction takes
+    no transpose for 8-bit types) in shared memory. On the device one
+    ``wgmma.mma_async`` (asynchronous: ``tn_wgmma_commit``/``tn_wgmma_wait0``
+    complete it); in the emulator a collective of each warp computing its 16
+    rows (``tn_cuda_shim.h``; kind bit 8: a 16-bit ``b`` read K-major)."""
+    name = wgmma_name(dt, n, kb)
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -433,8 +444,9 @@ def wgmma_wrapper(dt: str, n: int) -> list[str]:
         kind = 2 + (fa == "e5m2") + 2 * (fb == "e5m2")
         shape, types, imms = f"m64n{n}k32", f"{fa}.{fb}", "p, 1, 1"
     else:
-        kind = 1 if dt == "bf16" else 0
-        shape, types, imms = f"m64n{n}k16", f"{dt}.{dt}", "p, 1, 1, 0, 1"
+        kind = (1 if dt == "bf16" else 0) | (8 if kb else 0)
+        shape, types = f"m64n{n}k16", f"{dt}.{dt}"
+        imms = f"p, 1, 1, 0, {0 if kb else 1}"
     return [
         "#ifdef TN_EMULATE",
         f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {kind}, {n}, (d), (da), (db))",

@@ -215,9 +215,10 @@ static inline float toward_zero(double x) {
  * (the descriptors uniform over the warp) computing rows 16 wg .. 16 wg + 15.
  * Operand element addresses follow the canonical layouts of the 128-byte
  * swizzle mode, the only one emulated: A (r, k): start + (r % 8) 128 +
- * (r / 8) SBO + s k (s the element size); 16-bit B (k, j): start + 2 (j % 64)
- * + (j / 64) LBO + (k % 8) 128 + (k / 8) SBO; FP8 B (k, j), stored N x K:
- * start + (j % 8) 128 + (j / 8) SBO + k; then the swizzle of the address
+ * (r / 8) SBO + s k (s the element size); 16-bit B (k, j) MN-major: start +
+ * 2 (j % 64) + (j / 64) LBO + (k % 8) 128 + (k / 8) SBO; K-major B (FP8
+ * always, 16-bit with kind bit 8), stored N x K: start + (j % 8) 128 +
+ * (j / 8) SBO + s k; then the swizzle of the address
  * itself, bits 4-6 XOR bits 7-9.
  * The accumulator of lane l is d[4 q + 2 h + e] = D(16 wg + l / 4 + 8 h,
  * 8 q + 2 (l % 4) + e). Like the device, the emulator runs it asynchronously:
@@ -230,6 +231,7 @@ static inline float toward_zero(double x) {
 static inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
 
 static float wgmma_operand(uint32_t addr, int kind, int which, int line) {
+    kind &= 7;  /* bit 8: a 16-bit B read K-major (the layout, not the type) */
     const int size = kind >= 2 ? 1 : 2;
     if ((uint64_t)addr + size > TN_EMU_SMEM_STORAGE)
         fail(TN_EMU_MEMORY_FAULT, line, "wgmma at line %d reads shared address %u, outside the "
@@ -279,7 +281,7 @@ static void wgmma_issue(MatLane *const *ln, int line, int warp) {
  * latest moment the hardware may read them) and update the lanes' registers. */
 static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
     const int n = p.n, line = p.line, wg = p.wg;
-    const bool fp8 = p.kind >= 2;
+    const bool fp8 = (p.kind & 7) >= 2, kmajor_b = fp8 || (p.kind & 8);
     const int depth = fp8 ? 32 : 16, size = fp8 ? 1 : 2;
     const uint32_t a0 = (uint32_t)(p.da & 0x3fffu) << 4,
                    asbo = (uint32_t)(p.da >> 32 & 0x3fffu) << 4;
@@ -296,9 +298,10 @@ static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
     for (int j = 0; j < n; ++j) {
         float b[32];
         for (int k = 0; k < depth; ++k)
-            b[k] = wgmma_operand(swizzle128(fp8 ? b0 + (j % 8) * 128u + (j / 8) * bsbo + k
-                                                : b0 + 2u * (j % 64) + (j / 64) * blbo +
-                                                  (k % 8) * 128u + (k / 8) * bsbo),
+            b[k] = wgmma_operand(swizzle128(kmajor_b ? b0 + (j % 8) * 128u + (j / 8) * bsbo +
+                                                           size * k
+                                                     : b0 + 2u * (j % 64) + (j / 64) * blbo +
+                                                       (k % 8) * 128u + (k / 8) * bsbo),
                                  p.kind, 1, line);
         for (int i = 0; i < 16; ++i) {
             const int l = 4 * (i % 8) + (j % 8) / 2;
@@ -443,7 +446,8 @@ static inline void wgmma_at(int line, int kind, int n, float *d, uint64_t da, ui
         fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d in warp %d: a CUDA block has at "
              "most %d warps", line, m.warp, (int)WG_WARPS);
     m.group = S.cur->ext.wg_committed;
-    collective(kind >= 2 ? OP_WGMMA_FP8 : kind ? OP_WGMMA_BF16 : OP_WGMMA_F16, line, 0xffffffffu,
+    collective((kind & 7) >= 2 ? OP_WGMMA_FP8 : (kind & 7) ? OP_WGMMA_BF16 : OP_WGMMA_F16,
+               line, 0xffffffffu,
                32, 0, (uint64_t)(uintptr_t)&m);
 }
 static inline void wgmma_commit() { S.cur->ext.wg_committed++; }
