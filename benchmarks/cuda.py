@@ -179,7 +179,10 @@ EPILOGUE_N = 4096
 #: SDPA without a mask.
 _ATT = {"dh": 128, "dv": 128}
 #: prefill on 8 warps, one block per SM or (registers capped at 128) two
-_PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2})
+_PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
+                # both products on warpgroup tensor cores (K read K-major, P
+                # through a swizzled shared tile): asked for, not auto's choice
+                {"block_threads": 256, "mma_unit": "wgmma"})
 #: prefill query tiles of 64 rows (8 warps share each row of scores) and of
 #: 128 (a warp's 16 x 64 score tiles span whole rows: the row folds stay in warps)
 _PREFILL_TILES = ({"bq": 64, "bk": 64, **_ATT}, {"bq": 128, "bk": 64, **_ATT})

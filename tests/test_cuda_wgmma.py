@@ -484,3 +484,55 @@ def test_k_major_b_on_the_gpu(tma):
     ck = cuda.compile_program(kern.program, _sched(kern, stages=4, tma=tma), device="gpu")
     rep = tn.validate(kern, "cuda", compiled=ck, cases=8, seed=4)
     assert rep.ok and rep.count("ok") == 8, rep.summary()
+
+
+# ------------------------------------------------------------------ attention
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_attention_on_warpgroups_validates_emulated(causal):
+    """``mma_unit="wgmma"`` on the flash kernel: its ``[1, 1, rows, D]``
+    tiles are 2-d apart from their unit dims, so ``Q K^T`` (``K`` read
+    K-major) and ``P V`` (``P`` rounded to bf16 into a swizzled tile) both
+    run on warpgroup tensor cores; ragged queries and keys, GQA, against the
+    oracle. Under ``auto`` such tiles keep ``mma.sync`` (not yet run on a GPU)."""
+    from tilenest.workloads.attention import flash_kernel
+
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=64, dv=64, causal=causal)
+    sched = _sched(kern, stages=2)
+    text = print_kernel(lower_verified(kern.program, sched))
+    assert text.count("warpgroup tiles of wgmma") == 2
+    auto = default_schedule(kern.program, "cuda", stages=2)
+    assert "warpgroup tiles" not in print_kernel(lower_verified(kern.program, auto))
+    ck = cuda.compile_program(kern.program, sched, device="emulated")
+    assert "_kb(" in ck.source.text  # K read along the contraction
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((1, 2, 130, 64)).astype(tn.bf16.np)
+    k = rng.standard_normal((1, 1, 130, 64)).astype(tn.bf16.np)
+    v = rng.standard_normal((1, 1, 130, 64)).astype(tn.bf16.np)
+    scale = np.float32(0.125)
+    oracle = tn.reference(kern, q, k, v, np.zeros_like(q), scale)
+    for policy in ("in_order", "random"):
+        o = np.zeros_like(q)
+        ck(q, k, v, o, scale, policy=policy, poison="nan", seed=3)
+        res = oracle.admits(o)
+        assert res.ok, f"{policy}: {res}"
+
+
+@pytest.mark.device
+def test_flash_attention_on_warpgroups_on_the_gpu():
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    from tilenest.workloads.attention import flash_kernel
+
+    for causal in (True, False):
+        kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=128, dv=128, causal=causal)
+        ck = cuda.compile_program(kern.program, _sched(kern, stages=2), device="gpu")
+        rng = np.random.default_rng(5)
+        q = rng.standard_normal((2, 4, 300, 128)).astype(tn.bf16.np)
+        k = rng.standard_normal((2, 2, 300, 128)).astype(tn.bf16.np)
+        v = rng.standard_normal((2, 2, 300, 128)).astype(tn.bf16.np)
+        scale = np.float32(128 ** -0.5)
+        oracle = tn.reference(kern, q, k, v, np.zeros_like(q), scale)
+        o = np.zeros_like(q)
+        ck(q, k, v, o, scale)
+        res = oracle.admits(o)
+        assert res.ok, f"causal={causal}: {res}"

@@ -459,18 +459,22 @@ class Lowerer:
         tensor memory accelerator, the schedule's ``tma`` is on, and ``h``
         reads a box of a dense tensor: the tile's rows along one tensor dim,
         its columns along the last, unit steps, ``+0`` outside the tensor
-        (``LazyH.box``). Anything else keeps the element copies."""
+        (``LazyH.box``); the tile's dims of extent 1 are single coordinates.
+        Anything else keeps the element copies."""
         box = getattr(h, "box", None)
         lay = out.buf.layout
+        # the tile's two dims of extent above 1 (the layout's rows and columns)
+        sides = [d for d, x in zip(h.dims, h.extents, strict=True) if x != E.Const(1)]
         if (box is None or lay is None or len(copy) != 1 or not isinstance(copy[0], L.For)
                 or not self.sched.tma or "tma" not in self.profile.async_copy
-                or len(h.dims) != 2 or not 2 <= len(box.tensor.shape) <= 5):
+                or len(sides) != 2 or not 2 <= len(box.tensor.shape) <= 5):
             return copy
-        rows_d, cols_d = h.dims
-        origin = box.coords({rows_d: E.Const(0), cols_d: E.Const(0)})
+        rows_d, cols_d = sides
+        zero = {d: E.Const(0) for d in h.dims}
+        origin = box.coords(zero)
         i, j = E.Var("%bulk.i"), E.Var("%bulk.j")
-        moved = [E.add(x, E.mul(-1, o)) for x, o in zip(box.coords({rows_d: i, cols_d: j}),
-                                                         origin, strict=True)]
+        moved = [E.add(x, E.mul(-1, o))
+                 for x, o in zip(box.coords({**zero, rows_d: i, cols_d: j}), origin, strict=True)]
         axes = {x: d for d, x in enumerate(moved) if x != E.Const(0)}
         last = len(origin) - 1
         if len(axes) != 2 or axes.get(j) != last or i not in axes:
@@ -485,11 +489,15 @@ class Lowerer:
         multiple of 8 and a whole number of 128-byte panels per row
         (:class:`~tilenest.lowering.loopir.Swizzle128`); None otherwise."""
         if not (self.sched.block_threads and self.sched.mma_unit == "wgmma"
-                and base in self.mma_only and h.rank == 2
+                and base in self.mma_only
                 and (h.dtype.itemsize == 2 or h.dtype.is_fp8)
                 and all(isinstance(x, E.Const) for x in h.extents)):
             return None
-        rows, cols = (x.value for x in h.extents)
+        # dims of extent 1 add nothing to a row-major index: the tile is 2-d
+        sides = [x.value for x in h.extents if x.value != 1]
+        if len(sides) != 2:
+            return None
+        rows, cols = sides
         if rows % 8 or cols % (128 // h.dtype.itemsize):
             return None
         return L.Swizzle128(rows, cols, h.dtype.itemsize)

@@ -238,16 +238,21 @@ def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
     """Whether ``mma_unit="auto"`` tries the warpgroup tensor cores first
     (``lower_verified``): the target has them (``Profile.tensor_cores``), the
     schedule distributes programs over a whole number of warpgroups, and
-    some ``mma`` of ``program`` may regroup its sum with operands of a dtype
-    they take (16-bit floats or FP8). Whether each ``mma`` then fits their
-    plan is the plan's own decision (:func:`tensor_plan`); a program where
-    one does not is lowered for ``mma.sync`` instead."""
+    some ``mma`` of ``program`` may regroup its sum with 2-d operands of a
+    dtype they take (16-bit floats or FP8). Whether each ``mma`` then fits
+    their plan is the plan's own decision (:func:`tensor_plan`); a program
+    where one does not is lowered for ``mma.sync`` instead. Operand tiles
+    with dims of extent 1 (attention's ``[1, 1, rows, D]`` tiles) fit the
+    plan when ``mma_unit="wgmma"`` is asked for, but are not tried here:
+    that form has run only on the emulator so far (``spec/lowering.md``,
+    L-10)."""
     if not (sched.mma_unit == "auto" and "wgmma" in profile.tensor_cores
             and sched.block_threads and sched.block_threads % 128 == 0):
         return False
     return any(op.name == "mma" and op.attrs.get("allow_reassociation")
-               and all((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
-                       or o.type.dtype.is_fp8 for o in op.operands[:2])
+               and all(((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
+                        or o.type.dtype.is_fp8) and o.type.rank == 2
+                       for o in op.operands[:2])
                for op in program.walk())
 
 
@@ -398,8 +403,8 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
                 "contiguous along its contraction dim and b too (b stored N x K, as "
                 "torch._scaled_mm takes it)")
     if lw.sched.mma_unit == "wgmma":
-        if looped or any(h.rank != 2 for h in (a, b)):
-            return "wgmma takes 2-d operand tiles (no batch dims, no dims of extent 1)"
+        if looped or any(sum(not _unit(x) for x in h.extents) != 2 for h in (a, b)):
+            return "wgmma takes 2-d operand tiles (no batch dims; dims of extent 1 aside)"
         return _group_plan(lw, a, b, M, N, K, strides, dims)
     wm, wn = warp_tile(M, N, lw.sched.block_threads // 32,
                        whole_rows=op.results[0].name in lw.row_reduced)
