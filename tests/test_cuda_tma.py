@@ -276,3 +276,43 @@ def test_bulk_copy_gemm_on_the_gpu(tile, kw, shape):
     assert ck.source.maps
     M, K, N = shape
     _run(ck, kern, M, K, N, runs=((None, None),))
+
+
+def test_batched_tiles_with_a_unit_dim_are_rank_3_boxes():
+    """A batched GEMM whose tiles are ``[1, rows, cols]`` of rank-3 tensors:
+    the unit dim is one coordinate of the box (``cp.async.bulk.tensor.3d``),
+    validated emulated with a ragged batch member."""
+    from tilenest import bf16, f32
+
+    @tn.kernel
+    def bgemm(A: tn.Tensor[bf16, "B M K"], Bm: tn.Tensor[bf16, "B K N"],
+              C: tn.Tensor[f32, "B M N"], *, bm=128, bn=128, bk=64):
+        nb, M, K = A.shape
+        N = Bm.shape[2]
+        b, m, k = A.dims()
+        n = C.dim(2)
+        Bm = Bm.with_dims(b, k, n)
+        C = C.with_dims(b, m, n)
+        for p in tn.parallel(tn.shape(nb, tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            z, i, j = p.index(0), p.index(1), p.index(2)
+            acc = tn.zeros(f32, tn.shape(1, bm, bn), dims=(b, m, n))
+            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(z, i * bm, kk.index() * bk), tn.shape(1, bm, bk), tn.bounds.zero]
+                w = Bm[tn.coord(z, kk.index() * bk, j * bn), tn.shape(1, bk, bn),
+                       tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, w, acc, allow_reassociation=True)
+            C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
+
+    ck = cuda.compile_program(bgemm.program, _sched(bgemm, stages=3), device="emulated")
+    assert [len(m.shape) for m in ck.source.maps] == [3, 3]
+    assert ck.source.maps[0].box == (1, 128, 64) and "TN_TMA_LOAD(3, " in ck.source.text
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((2, 150, 136)).astype(tn.bf16.np)
+    B = rng.standard_normal((2, 136, 200)).astype(tn.bf16.np)
+    oracle = tn.reference(bgemm, A, B, np.zeros((2, 150, 200), np.float32))
+    C = np.zeros((2, 150, 200), np.float32)
+    ck(A, B, C, policy="random", poison="nan", seed=1)
+    res = oracle.admits(C)
+    assert res.ok, str(res)
