@@ -12,32 +12,9 @@ import tilenest as tn
 from tilenest import f32, f64
 from tilenest.backends import target
 from tilenest.backends.llvm.transpose import transpose_shape
+from tilenest.bench.kernels import bmm_nt_kernel
 from tilenest.lowering import default_schedule, lower_verified
 from tilenest.lowering import loopir as L
-
-
-def _bmm_nt(dt):  # type: ignore[no-untyped-def]
-    @tn.kernel
-    def bmm_nt(A: tn.Tensor[dt, "B M K"], Bt: tn.Tensor[dt, "B N K"],
-               C: tn.Tensor[dt, "B M N"], *, bm=32, bn=32, bk=32):
-        nb, M, K = A.shape
-        N = Bt.shape[1]
-        b, m, k = A.dims()
-        n = C.dim(2)
-        Bt = Bt.with_dims(b, n, k)
-        C = C.with_dims(b, m, n)
-        for p in tn.parallel(tn.shape(nb, tn.cdiv(M, bm), tn.cdiv(N, bn))):
-            z, i, j = p.index(0), p.index(1), p.index(2)
-            acc = tn.zeros(dt, tn.shape(1, bm, bn), dims=(b, m, n))
-            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
-                kk.stage("load")
-                a = A[tn.coord(z, i * bm, kk.index() * bk), tn.shape(1, bm, bk), tn.bounds.zero]
-                w = Bt[tn.coord(z, j * bn, kk.index() * bk), tn.shape(1, bn, bk),
-                       tn.bounds.zero]
-                kk.stage("compute")
-                acc = tn.mma(a, w, acc)
-            C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
-    return bmm_nt
 
 
 def _copies(k, bits):  # type: ignore[no-untyped-def]
@@ -47,7 +24,7 @@ def _copies(k, bits):  # type: ignore[no-untyped-def]
 
 
 def test_the_transposed_operand_is_copied_as_register_blocks():
-    k = _bmm_nt(f32).specialize(bm=32, bn=32, bk=32)
+    k = bmm_nt_kernel(f32).specialize(bm=32, bn=32, bk=32)
     (copy,) = _copies(k, 512)
     assert copy.hi == copy.body[0].hi  # 32 x 32, a multiple of 16 lanes
     sched = default_schedule(k.program, "llvm", threads=1)
@@ -59,7 +36,7 @@ def test_the_transposed_operand_is_copied_as_register_blocks():
 
 
 def test_tiles_that_are_not_whole_blocks_keep_the_element_copy():
-    k = _bmm_nt(f32).specialize(bm=32, bn=24, bk=20)
+    k = bmm_nt_kernel(f32).specialize(bm=32, bn=24, bk=20)
     assert not _copies(k, 512)
 
 
@@ -72,7 +49,7 @@ def test_tiles_that_are_not_whole_blocks_keep_the_element_copy():
 def test_transposed_operand_results(dt, tiles):
     """Ragged sizes in every dim (the bounds are the first copy's), against
     the oracle."""
-    k = _bmm_nt(dt).specialize(**tiles)
+    k = bmm_nt_kernel(dt).specialize(**tiles)
     rng = np.random.default_rng(7)
     A = rng.standard_normal((3, 70, 45)).astype(dt.np)
     Bt = rng.standard_normal((3, 33, 45)).astype(dt.np)

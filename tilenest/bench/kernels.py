@@ -61,6 +61,36 @@ def fp8_gemm_kernel(out: Any, a_dt: Any = None, b_dt: Any = None) -> Any:
 
 
 @functools.cache
+def bmm_nt_kernel(dt: Any) -> Any:
+    """``C[z] = A[z] B[z]^T`` with ``B`` stored ``[batch, N, K]``, ``dt``
+    throughout (``kernels()["bmm_nt"]``: f32): one program per batch member
+    and ``bm x bn`` output tile."""
+    import tilenest as tn
+
+    @tn.kernel
+    def bmm_nt(A: tn.Tensor[dt, "B M K"], Bt: tn.Tensor[dt, "B N K"],
+               C: tn.Tensor[dt, "B M N"], *, bm=32, bn=32, bk=32):
+        nb, M, K = A.shape
+        N = Bt.shape[1]
+        b, m, k = A.dims()
+        n = C.dim(2)
+        Bt = Bt.with_dims(b, n, k)
+        C = C.with_dims(b, m, n)
+        for p in tn.parallel(tn.shape(nb, tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            z, i, j = p.index(0), p.index(1), p.index(2)
+            acc = tn.zeros(dt, tn.shape(1, bm, bn), dims=(b, m, n))
+            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
+                kk.stage("load")
+                a = A[tn.coord(z, i * bm, kk.index() * bk), tn.shape(1, bm, bk), tn.bounds.zero]
+                w = Bt[tn.coord(z, j * bn, kk.index() * bk), tn.shape(1, bn, bk), tn.bounds.zero]
+                kk.stage("compute")
+                acc = tn.mma(a, w, acc)   # contracts k, the dimension a and w share
+            C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
+
+    return bmm_nt
+
+
+@functools.cache
 def kernels() -> dict[str, Any]:
     """name -> kernel: softmax, rmsnorm (a row per program), rmsnorm_rows
     (``rows_per_program`` rows), layernorm, add, fp8_quantize, fp8_dequantize,
@@ -215,26 +245,6 @@ def kernels() -> dict[str, Any]:
             h(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(gate * tn.sigmoid(gate) * up)
 
     @tn.kernel
-    def bmm_nt(A: tn.Tensor[f32, "B M K"], Bt: tn.Tensor[f32, "B N K"],
-               C: tn.Tensor[f32, "B M N"], *, bm=32, bn=32, bk=32):
-        nb, M, K = A.shape
-        N = Bt.shape[1]
-        b, m, k = A.dims()
-        n = C.dim(2)
-        Bt = Bt.with_dims(b, n, k)
-        C = C.with_dims(b, m, n)
-        for p in tn.parallel(tn.shape(nb, tn.cdiv(M, bm), tn.cdiv(N, bn))):
-            z, i, j = p.index(0), p.index(1), p.index(2)
-            acc = tn.zeros(f32, tn.shape(1, bm, bn), dims=(b, m, n))
-            for kk in p.pipeline(tn.shape(tn.cdiv(K, bk)), tn.pipeline_policy(window=2)):
-                kk.stage("load")
-                a = A[tn.coord(z, i * bm, kk.index() * bk), tn.shape(1, bm, bk), tn.bounds.zero]
-                w = Bt[tn.coord(z, j * bn, kk.index() * bk), tn.shape(1, bn, bk), tn.bounds.zero]
-                kk.stage("compute")
-                acc = tn.mma(a, w, acc)   # contracts k, the dimension a and w share
-            C(tn.coord(z, i * bm, j * bn), tn.shape(1, bm, bn)).store(acc)
-
-    @tn.kernel
     def global_sum(x: tn.Tensor[f32, "N"], total: tn.Tensor[f32, "1"], *,  # noqa: F821
                    chunk=16384):
         (n,) = x.shape
@@ -267,5 +277,5 @@ def kernels() -> dict[str, Any]:
             "layernorm": layernorm, "add": add, "fp8_quantize": fp8_quantize,
             "fp8_dequantize": fp8_dequantize, "fp8_gemm": fp8_gemm_kernel(tn.bf16),
             "row_sum": row_sum, "logsumexp": logsumexp, "gemm": gemm,
-            "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt,
+            "gemm_strict": gemm.specialize(reassoc=False), "swiglu": swiglu, "bmm_nt": bmm_nt_kernel(f32),
             "global_sum": global_sum, "read": read, "copy": copy}

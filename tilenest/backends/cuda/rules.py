@@ -77,8 +77,7 @@ class CudaEmitter(Emitter):
         out = []
         if self.phase_now in self.tma_phases:  # bulk copies: the same groups, on
             # completion barriers (lowering/bulk_copy.py)
-            M = int(self.tma_bars.size.value)
-            bars = self.saddr(self.tma_bars, E.Const(0))
+            M, bars = self.tma_barriers()
             out.append(f"tn_tma_commit_wait<{s.keep}, {M}>({bars}, tn_tma_issued, "
                        "tn_tma_done);")
         if self.has_async:  # the copies since the last barrier form a group;
@@ -117,9 +116,8 @@ class CudaEmitter(Emitter):
         bc = s.bulk
         lay = bc.layout
         n = self.tensor_maps.index(map_spec(bc))
-        M = int(self.tma_bars.size.value)
+        M, bars = self.tma_barriers()
         last = len(bc.shape) - 1
-        bars = self.saddr(self.tma_bars, E.Const(0))
         self.w(f"if ({self.d.thread_id} == 0) {{  // {bc}")
         self.w(f"  const unsigned tn_bar = {bars} + 8u * (tn_tma_issued % {M}u);")
         self.w(f"  const tn_tmap* const tn_m = &tn_map{n};")
@@ -131,6 +129,10 @@ class CudaEmitter(Emitter):
             dst = self.saddr(bc.dst, E.add(bc.at, p * lay.panel))
             self.w(f"  {{ const unsigned tn_dst = {dst}; TN_TMA_LOAD({len(coords)}, {cs}); }}")
         self.w("}")
+
+    def tma_barriers(self) -> tuple[int, str]:
+        """The number of completion barriers and their shared-window address."""
+        return int(self.tma_bars.size.value), self.saddr(self.tma_bars, E.Const(0))
 
     def group_copies(self, plan: LanePlan) -> dict:
         """The asynchronous stores of a wide group that copy a widened load
@@ -170,8 +172,8 @@ class CudaEmitter(Emitter):
         self.shared_bases = set()
         if self.phase_now in self.tma_phases:
             # the completion barriers, one arrival per phase, before any copy
-            M = int(self.tma_bars.size.value)
-            bars = f"{self.buf(self.tma_bars)}_s"
+            # (their base is declared above: the body addressed them)
+            M, bars = int(self.tma_bars.size.value), f"{self.buf(self.tma_bars)}_s"
             out += ["unsigned tn_tma_issued = 0u, tn_tma_done = 0u;",
                     f"if ({self.d.thread_id} == 0) {{",
                     f"  for (unsigned i = 0; i < {M}u; ++i) tn_mbar_init({bars} + 8u * i, 1u);",

@@ -70,14 +70,8 @@ def fits(spec: MapSpec, address: int, extents: list[int]) -> bool:
     """Whether the map of a tensor at ``address`` with ``extents`` can be
     encoded: a 16-byte aligned base, every pitch a multiple of 16 bytes below
     2^40, every extent in ``[1, 2^32)``."""
-    if address % 16 or not all(1 <= n < 2**32 for n in extents):
-        return False
-    pitch = spec.itemsize
-    for n in reversed(extents[1:]):
-        pitch *= n
-        if pitch % 16 or pitch >= 2**40:
-            return False
-    return True
+    return (address % 16 == 0 and all(1 <= n < 2**32 for n in extents)
+            and all(p % 16 == 0 and p < 2**40 for p in _strides(spec, extents)))
 
 
 def _strides(spec: MapSpec, extents: list[int]) -> list[int]:
