@@ -140,3 +140,24 @@ def test_expr_interval_bounds_signed_products_pinned_divisors_and_partial_sums()
     E.interval(E.add(E.add(E.mul(1000, i), E.mul(-1000, E.Var("k"))), 1), {**ranges,
                E.Var("k"): (0, 1)}, seen.append)
     assert (-4000, 5000) in seen  # the partial sum 1000 i - 1000 k, before the + 1
+
+
+def test_a_loop_bound_by_the_least_of_two_index_values_keeps_32_bit_code():
+    """Causal attention's key loop runs to ``minimum(K, (qb + 1) bq + K -
+    Q)``: the least of two index expressions is one, so its trip count stays
+    index arithmetic the width proof bounds (held in a local as a data value
+    it made the whole kernel 64-bit)."""
+    from tilenest.workloads.attention import flash_kernel
+
+    kern = flash_kernel(bf16).specialize(bq=32, bk=32, dh=32, dv=32, causal=True)
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
+                              device="emulated", cache=False)
+    assert ck.source.index_bits == 32, ck.source.index
+    assert "long long v_" not in ck.source.text
+    assert "tn_imin" in ck.source.text or "min(" in ck.source.text
+    assert ck.index_fits({"B": 4, "HQ": 16, "Q": 2048, "D": 32, "HK": 4, "K": 2048, "DV": 32})
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((1, 2, n, 32)).astype(bf16.np) for n in (70, 45, 45))
+    o = np.zeros((1, 2, 70, 32), bf16.np)
+    rep = tn.validate(kern, "cuda", inputs=[q, k, v, o, np.float32(0.125)], compiled=ck)
+    assert rep.ok and rep.count("ok") == 1, rep.summary()

@@ -1,5 +1,5 @@
 """Bulk tensor copies (the Tensor Memory Accelerator) of ``wgmma`` operand tiles
-(``Schedule.tma``, opt-in until validated on a GPU: ``spec/lowering.md`` L-11).
+(``Schedule.tma``, on by default on ``cuda``: ``spec/lowering.md`` L-11).
 
 A tile that a warpgroup mma reads from swizzled shared memory, loaded from a
 box of a dense tensor with zeros outside it, is copied by one thread with
@@ -78,7 +78,8 @@ def test_operand_tiles_become_bulk_copies_with_enough_barriers(stages):
 
 def test_no_bulk_copy_without_tma_or_for_a_read_that_is_not_a_box():
     kern = _gemm(128, 128, 64)
-    assert not default_schedule(kern.program, "cuda").tma  # opt-in (module docstring)
+    assert default_schedule(kern.program, "cuda").tma  # the cuda row's default
+    assert not default_schedule(kern.program, "llvm").tma
     plain = lower_verified(kern.program, _sched(kern, stages=3, tma=False))
     assert "bulk(" not in print_kernel(plain)
     assert not any(b.name == BC.BARRIERS for b in plain.locals)

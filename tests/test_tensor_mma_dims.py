@@ -261,3 +261,18 @@ def test_row_reductions_of_a_score_tile_fold_one_row_per_thread():
     row = WORKLOADS["softmax"].kernel(tn.f32, {"rp": 1})
     kr = lower_verified(row.program, default_schedule(row.program, "cuda"))
     assert any(isinstance(s, L.LaneReduce) for ph in kr.phases for s in L.walk(ph.body))
+
+
+def test_a_probability_tile_with_unit_dims_gets_a_conflict_free_pitch():
+    """``P V``'s ``a`` is attention's probabilities cast to bf16, a tile
+    ``[bq, bk, 1, 1]`` (its dims of extent 1 last) evaluated into shared
+    memory for the tensor cores. Its rows must be padded like any operand
+    copy's (an odd number of 16-byte units apart), which needs the unit dims
+    stored first: dense 64-byte rows put the eight rows of a fragment read on
+    the same banks."""
+    kern = flash_kernel(tn.bf16).specialize(bq=32, bk=32, dh=32, dv=32, causal=True)
+    k, mmas = _mmas(kern, "cuda", mma_unit="tensor")
+    qk, pv = mmas  # in program order
+    assert pv.a.buf is not qk.a.buf and pv.a.buf.dtype == tn.bf16 and pv.a.sj == 1
+    assert pv.a.si == 40 and (pv.a.si * 2 // 16) % 2 == 1  # 32 columns + 16 bytes
+    assert int(pv.a.buf.size.value) == 32 * 40

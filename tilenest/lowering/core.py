@@ -100,6 +100,14 @@ def _zero_from(h: Handle) -> dict[Dim, E.Expr] | None:
     return upper_bounds(h.zero_where(q), names) or None  # type: ignore[return-value]
 
 
+def _units_first(extents: tuple[E.Expr, ...]) -> tuple[int, ...] | None:
+    """A storage order of a tile with ``extents`` that puts its dims of
+    extent 1 first and keeps the others in order (None: already so)."""
+    unit = [i for i, x in enumerate(extents) if x == E.Const(1)]
+    order = tuple(unit) + tuple(i for i in range(len(extents)) if i not in unit)
+    return None if order == tuple(range(len(extents))) else order
+
+
 def _row_reduced(prog: TileProgram) -> tuple[set[str], set[str]]:
     """Names of the ``mma`` results whose rows are reduced, and of the values
     computed from them on the way to such a reduce. Rows are reduced when a
@@ -295,8 +303,20 @@ class Lowerer:
             if isinstance(lf, E.Var) and lf.name in self.ivars:
                 m[lf] = self.ivars[lf.name]
             elif isinstance(lf, E.Val):
-                m[lf] = E.Val(self.scalar_var(lf.name).name)
+                e = self.index_value(lf.name)
+                m[lf] = e if e is not None else E.Val(self.scalar_var(lf.name).name)
         return E.subst(x, m) if m else x
+
+    def index_value(self, name: str) -> E.Expr | None:
+        """The index expression that integer scalar value ``name`` equals (an
+        ``index`` op, or extremes and the like of such, not yet evaluated
+        into a local), so indices and trip counts built from it stay index
+        arithmetic the proofs see through; None for a data value."""
+        h = self.env[name]
+        if not isinstance(h, LazyH) or h.rank != 0:
+            return None
+        x = h.at(self, {})
+        return x.e if isinstance(x, L.IExpr) else None
 
     def scalar_var(self, name: str) -> L.LVar:
         """The local holding integer scalar value ``name`` (materialized if lazy)."""
@@ -321,9 +341,11 @@ class Lowerer:
             raise TilenestError(f"internal: %{v.name} used before it was lowered") from None
 
     def define(self, v: Value, h: Any) -> None:
-        """Bind ``v`` to ``h``, materializing it when the storage plan says so."""
+        """Bind ``v`` to ``h``, materializing it when the storage plan says so
+        (a scalar that is an index expression stays one: :meth:`index_value`)."""
         if (isinstance(h, LazyH) and not self.expr_mode
-                and self.plan.get(v.name, "inline") == "materialize"):
+                and self.plan.get(v.name, "inline") == "materialize"
+                and not (h.rank == 0 and isinstance(h.at(self, {}), L.IExpr))):
             h = self.materialize(h, v.name)
         self.env[v.name] = h
         self.def_depth[v.name] = self.depth
@@ -430,10 +452,16 @@ class Lowerer:
             self.emit(L.Assign(v, h.at(self, {})))
             return VarH(v)
         pitch = self.operand_pitch(h, base)
-        ext = h.extents if pitch is None else h.extents[:-1] + (pitch,)
+        ext, padded = h.extents, None
+        if pitch is not None:
+            # dims of extent 1 add nothing to an offset: stored first, they
+            # leave the tile's column dim last, the one the pitch pads
+            padded = _units_first(h.extents)
+            col = (padded or range(h.rank))[-1]
+            ext = h.extents[:col] + (pitch,) + h.extents[col + 1:]
         buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
         zero = _zero_from(h) if base in self.mma_only else None
-        out = BufH(buf, h.dims, h.extents, pitch, zero_from=zero)
+        out = BufH(buf, h.dims, h.extents, pitch, padded, zero_from=zero)
         order = self.column_last.get(h.dims) if base in self.mma_only else None
         if order is not None and pitch is None:
             # the copy a CPU micro-kernel reads as ``b``: its vector dim
@@ -509,16 +537,20 @@ class Lowerer:
         16 bytes at a time; rows an even number of 16-byte units apart fall
         on the same shared-memory banks (an 8-way conflict at 128 bytes), so
         such rows get 16 bytes of padding (an odd number of units: the eight
-        rows hit distinct banks)."""
+        rows hit distinct banks). The rows are those of the tile's last dim of
+        extent above 1 (:meth:`materialize` stores dims of extent 1 first)."""
         if not ("mma.sync" in self.profile.tensor_cores and self.sched.block_threads and base in self.mma_only
-                and h.rank >= 2 and isinstance(h.extents[-1], E.Const)) or \
+                and h.rank >= 2) or \
                 self.operand_layout(h, base) is not None:
             return None
+        cols = [x for x in h.extents if x != E.Const(1)]
+        if not cols or not isinstance(cols[-1], E.Const):
+            return None
         size = max(1, h.dtype.itemsize)
-        row = h.extents[-1].value * size
+        row = cols[-1].value * size
         if row % 16 or (row // 16) % 2:
             return None
-        return E.Const(h.extents[-1].value + 16 // size)
+        return E.Const(cols[-1].value + 16 // size)
 
     def store_into(self, h: Handle, dst: Handle) -> None:
         """``dst[q] = h[q]`` for every q (``dst`` a VarH or BufH over h's dims)."""

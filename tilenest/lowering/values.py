@@ -33,12 +33,21 @@ from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, un
 from .mma import MMA_UNITS, Clamp, TensorPlan, contract, tensor_contract, tensor_plan
 
 
+#: integer extremes whose operands and result are index expressions
+INDEX_EXTREMES = {"minimum": E.minimum, "maximum": E.maximum}
+
+
 def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Expr:
     """The loop-IR expression of elementwise ``op`` on scalar operands."""
     n = op.name
     rt = op.results[0].type.dtype
     if n in UNARY:
         return L.Un(n, args[0], rt)
+    if n in INDEX_EXTREMES and rt == L.INDEX and all(isinstance(a, L.IExpr) for a in args):
+        # the least or greatest of two index expressions is one (exact: no
+        # rounding, no overflow), so code that bounds by it (a loop's trip
+        # count, a clamp) keeps index arithmetic the width proof can bound
+        return L.IExpr(INDEX_EXTREMES[n](args[0].e, args[1].e))
     if n in BINARY or n in COMPARE:
         return L.Bin(n, args[0], args[1], rt, flags)
     if n == "ite":
