@@ -27,6 +27,7 @@ from ..errors import TilenestError
 from ..semantics import expr as E
 from . import loopir
 from .bulk_copy import bulk_copies
+from .invariants import hoist_divisions
 from .core import RULES, lower, target_row
 from .loopir import Kernel, print_kernel
 from .schedule import Schedule, default_schedule, host_vector_bits, storage_plan
@@ -126,6 +127,7 @@ def _lower_simt(program, schedule: Schedule | None, maps: list | None) -> Kernel
         from .row_registers import keep_rows_in_registers
 
         k = keep_rows_in_registers(async_staging(reuse_in_place(k)), schedule.row_registers)
+        k = hoist_divisions(k)
     k = bulk_copies(k)
     verify_kernel(k)
     return k
