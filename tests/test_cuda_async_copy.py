@@ -144,7 +144,8 @@ def test_dominated_bounds():
 def test_gemm_copy_tests_drop_the_dominated_bound():
     """A group's last element against ``K`` implies its first: one test."""
     k = WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"})
-    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3)
+    # the element copies (bulk tensor copies, the default, issue none)
+    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3, tma=False)
     text = cuda.compile_program(k.program, s, device="emulated").source.text
     # the main loop's tests of a copy group of A (its hoisted bit, then K)
     tests = [x for x in text.splitlines() if "(tn_ok_" in x and "S_K" in x and "v_kk" in x]
@@ -155,7 +156,8 @@ def test_copy_steps_unswitched():
     """A thread's unrolled copy steps test all their groups first: when all
     are full and aligned the copies run without a test, else per group."""
     k = WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"})
-    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3)
+    # the element copies (bulk tensor copies, the default, issue none)
+    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3, tma=False)
     text = cuda.compile_program(k.program, s, device="emulated").source.text
     lines = text.splitlines()
     heads = [i for i, x in enumerate(lines) if x.strip().startswith("if (tn_all_")]
@@ -169,7 +171,8 @@ def test_shared_bases_taken_once():
     """cp.async destinations and wgmma descriptors use each buffer's 32-bit
     shared-window base, converted once at the kernel's start."""
     k = WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"})
-    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3)
+    # the element copies (bulk tensor copies, the default, issue none)
+    s = default_schedule(k.program, "cuda", mma_unit="wgmma", stages=3, tma=False)
     text = cuda.compile_program(k.program, s, device="emulated").source.text
     bases = [x.strip() for x in text.splitlines() if "_s = tn_smem_addr(" in x]
     assert len(bases) == 2
