@@ -33,7 +33,9 @@ is baseline time / tilenest time (> 1: tilenest is faster).
 
 GEMM (``--only gemm``): bf16 ``C = A @ B`` with f32 accumulation, 4096^3 and
 8192^3 (``--quick``: 4096^3 only), TFLOP/s (2 n^3 operations) and the fraction
-of the cuBLAS rate. Schedules (tile sizes) are chosen here (``GEMM_SCHEDULES``);
+of the cuBLAS rate. Schedules (tile sizes) are chosen here (``GEMM_SCHEDULES``:
+warpgroup tiles fed by bulk tensor copies, the cuda default, and by
+``cp.async`` copies, ``tma=False``, then ``mma.sync`` tiles);
 8192^3 runs only the schedule that was fastest at 4096^3. A slow kernel
 (a call over ``SLOW_S``) is timed with as many single calls as fit in
 ``GEMM_BUDGET_S`` (at least two), and 8192^3 is skipped when the 4096^3 time
