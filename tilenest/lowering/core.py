@@ -303,19 +303,23 @@ class Lowerer:
             if isinstance(lf, E.Var) and lf.name in self.ivars:
                 m[lf] = self.ivars[lf.name]
             elif isinstance(lf, E.Val):
-                e = self.index_value(lf.name)
+                e = self.index_value(self.env[lf.name])
                 m[lf] = e if e is not None else E.Val(self.scalar_var(lf.name).name)
         return E.subst(x, m) if m else x
 
-    def index_value(self, name: str) -> E.Expr | None:
-        """The index expression that integer scalar value ``name`` equals (an
-        ``index`` op, or extremes and the like of such, not yet evaluated
+    def index_value(self, h: Handle) -> E.Expr | None:
+        """The index expression that the integer scalar ``h`` equals (an
+        ``index`` op, or the least or greatest of such, not yet evaluated
         into a local), so indices and trip counts built from it stay index
-        arithmetic the proofs see through; None for a data value."""
-        h = self.env[name]
-        if not isinstance(h, LazyH) or h.rank != 0:
+        arithmetic the proofs see through; None for a data value. Asking
+        emits nothing: what evaluating ``h`` would emit or check is dropped
+        (an index expression needs neither)."""
+        if not (isinstance(h, LazyH) and h.rank == 0 and h.dtype == L.INDEX and not h.reads):
             return None
-        x = h.at(self, {})
+        pending = list(self.pending)
+        with self.collect():
+            x = h.at(self, {})
+        self.pending = pending
         return x.e if isinstance(x, L.IExpr) else None
 
     def scalar_var(self, name: str) -> L.LVar:
@@ -345,7 +349,7 @@ class Lowerer:
         (a scalar that is an index expression stays one: :meth:`index_value`)."""
         if (isinstance(h, LazyH) and not self.expr_mode
                 and self.plan.get(v.name, "inline") == "materialize"
-                and not (h.rank == 0 and isinstance(h.at(self, {}), L.IExpr))):
+                and self.index_value(h) is None):
             h = self.materialize(h, v.name)
         self.env[v.name] = h
         self.def_depth[v.name] = self.depth
