@@ -25,10 +25,15 @@ loads ``semantics`` alone; nothing else of ``lowering`` is used. Per program
   store, across up to the largest ``Barrier.mma_keep`` of the phase.
 
 * an asynchronous store (``Store.mode = "async"``) stays in flight across
-  up to ``lag`` barriers after its issue, ``lag`` the largest ``keep`` of
-  the phase's block barriers (``Barrier.keep``: a barrier orders only the
-  groups of async stores older than its ``keep`` newest), and until then it
-  is unordered with every access, its own thread's included.
+  up to ``lag`` barriers after its issue, and until then it is unordered
+  with every access, its own thread's included. A barrier orders only the
+  groups of async stores older than its ``keep`` newest (``Barrier.keep``),
+  each barrier committing one group: a store that has crossed ``j``
+  barriers is the ``j + 1``-th newest group at the next one, which
+  completes it when ``j >= keep``. Its ``lag`` is the largest such ``j`` on
+  any path from the store on (:func:`async_lag`: every branch taken, every
+  loop run any number of times, the phase's end completing everything), at
+  most the phase's largest ``keep``.
 
 Two dynamic accesses lie in one interval when some path from the earlier to
 the later executes no barrier (at most ``lag`` barriers when the earlier is
@@ -237,6 +242,78 @@ def _loop_ctx(ctx: _Ctx, s: Any) -> _Ctx:
 
 
 # ---------------------------------------------------------------------------
+# how long an asynchronous store stays in flight
+
+
+def async_lag(frames: list[_Frame]) -> int:
+    """The most block barriers an asynchronous store stays in flight across
+    on any path from its position (``frames``: the statement lists enclosing
+    it, outermost first) to the phase's end. A state is the number ``j`` of
+    barriers crossed since the store; a block barrier with ``keep <= j``
+    completes it there (its group is then older than the ``keep`` newest),
+    else the state becomes ``j + 1``. Branches give the union of their
+    states, loops any number of further iterations (a fixpoint: states stay
+    below the largest ``keep``), and the enclosing lists are walked outward
+    from the store, a loop's list iterating again before its exit."""
+    done: set[int] = set()
+    states = {0}
+    for f in reversed(frames):
+        lp = f.loop
+        if lp is not None and lp.kind == "while":
+            # items are pre + body; the loop exits after a run of pre
+            cut = f.exit_at or 0
+            pre, body = f.items[:cut], f.items[cut:]
+            if f.pos < cut:
+                exits = _walk(f.items[f.pos + 1:cut], states, f.ctx, done)
+                head = _walk(body, exits, f.ctx, done)
+            else:
+                exits, head = set(), _walk(f.items[f.pos + 1:], states, f.ctx, done)
+            head = _repeat(pre + body, head, f.ctx, done)
+            states = exits | _walk(pre, head, f.ctx, done)
+            continue
+        states = _walk(f.items[f.pos + 1:], states, f.ctx, done)
+        if lp is not None:  # further iterations of a for loop, then its exit
+            states = _repeat(f.items, states, f.ctx, done)
+    return max(done | states, default=0)
+
+
+def _repeat(items: tuple, states: set[int], ctx: _Ctx, done: set[int]) -> set[int]:
+    """The states after zero or more runs of ``items`` from ``states``."""
+    seen = set(states)
+    frontier = set(states)
+    while frontier:
+        frontier = _walk(items, frontier, ctx, done) - seen
+        seen |= frontier
+    return seen
+
+
+def _walk(items: tuple, states: set[int], ctx: _Ctx, done: set[int]) -> set[int]:
+    """The states after running ``items`` (:func:`async_lag`); the ``j`` of
+    every completion on the way is added to ``done``."""
+    L = _L()
+    for s in items:
+        if not states:
+            break
+        if isinstance(s, L.Barrier):
+            if s.scope == "block" and not ctx.div:
+                done |= {j for j in states if j >= s.keep}
+                states = {j + 1 for j in states if j < s.keep}
+        elif isinstance(s, L.If):
+            inner = _branch_ctx(ctx, s.cond)
+            states = _walk(s.then, states, inner, done) | _walk(s.orelse, states, inner, done)
+        elif isinstance(s, L.For) and s.kind == "thread":
+            ran = _walk(s.body, states, _thread_ctx(ctx, s), done)
+            states = ran if isinstance(s.hi, E.Const) and s.hi.value > 0 else ran | states
+        elif isinstance(s, L.For):
+            states = _repeat(s.body, states, _loop_ctx(ctx, s), done)
+        elif isinstance(s, L.While):
+            inner = _branch_ctx(ctx, None, s)
+            head = _repeat(s.pre + s.body, states, inner, done)
+            states = _walk(s.pre, head, inner, done)
+    return states
+
+
+# ---------------------------------------------------------------------------
 # collecting the accesses of a phase
 
 
@@ -255,14 +332,10 @@ class _Collector:
         #: by symbolic extents (which no linear engine decides)
         self.coords = {c: _coordinate(ph, i) for i, c in enumerate(ph.coordinates())}
         self.twidth: E.Expr = E.Const(width)
-        # an asynchronous store may stay in flight across as many barriers as
-        # the largest ``keep`` lets it (Barrier.keep; the bound over all of
-        # the phase's barriers, which is conservative)
+        # an asynchronous store's lag is its own (async_lag); the shared
+        # reads of an overlapped warpgroup mma (WarpMma.overlap) stay in
+        # flight across the phase's largest ``mma_keep``
         L = _L()
-        self.lag = max([st.keep for st in L.walk(ph.body)
-                        if isinstance(st, L.Barrier) and st.scope == "block"], default=0)
-        # likewise the shared reads of an overlapped warpgroup mma
-        # (WarpMma.overlap) across the largest ``mma_keep``
         self.mma_lag = max([st.mma_keep for st in L.walk(ph.body)
                             if isinstance(st, L.Barrier) and st.scope == "block"], default=0)
         #: the lag of the loads being recorded (an overlapped mma's reads)
@@ -360,7 +433,7 @@ class _Collector:
             self.access(s.buf, True, s.index, s.guard, frames, loops, guards, thread, dropped,
                         f"store {s.buf.name}[{L.expr_str(s.index)}] = "
                         f"{_short(L.expr_str(s.value))}{g}",
-                        self.lag if s.mode == "async" else 0, s.mode == "async")
+                        async_lag(frames) if s.mode == "async" else 0, s.mode == "async")
         elif isinstance(s, (L.Check, L.Shuffle, L.LaneReduce)):
             for x in L.stmt_exprs(s):
                 self.loads(x, frames, loops, guards, thread, dropped)
