@@ -87,3 +87,24 @@ def test_hoisting_keeps_the_proofs_and_the_results():
     o = np.zeros((2, 4, 45, 32), tn.bf16.np)
     rep = tn.validate(kern, "cuda", inputs=[q, kk, v, o, np.float32(0.17)], compiled=ck)
     assert rep.ok and rep.count("ok") == 1, rep.summary()
+
+
+def test_hoisted_locals_take_names_no_other_local_has():
+    """A division ``p // (N // 4)`` inside a loop of a hand-built phase that
+    already has a local named like the first hoisted one."""
+    from tilenest.semantics import dtypes as D
+
+    s = L.Buffer("s", D.f32, "global", E.Const(1024), arg=0)
+    pid, taken = L.LVar("pid", D.i64), L.LVar(f"{I.PREFIX}.h0", D.i64)
+    i = L.LVar("i", D.i64)
+    div = E.floordiv(E.Var("pid"), E.floordiv(E.Sym("N"), 4))
+    body = (L.Assign(taken, L.IExpr(E.Const(3))),
+            L.For(i, E.Const(0), E.Const(4), (
+                L.Store(s, L.IExpr(E.add(div, E.Var(taken.name))), L.Const(1.0, D.f32)),)))
+    ph = L.Phase("ph", (E.Const(8),), pid, body)
+    out = I.hoist_divisions(L.Kernel("k", (), ("N",), (), (ph,))).phases[0].body
+    new = [st.var.name for st in out if isinstance(st, L.Assign) and st.var is not taken]
+    assert new == [f"{I.PREFIX}.h1"]  # pid // (N // 4); N // 4 divides by a constant
+    loop = next(st for st in out if isinstance(st, L.For))
+    assert not _in_loops(L.Kernel("k", (), ("N",), (), (L.Phase("ph", (E.Const(8),), pid,
+                                                                  (loop,)),)))

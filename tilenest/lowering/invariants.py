@@ -69,6 +69,14 @@ def _phase(ph: L.Phase) -> L.Phase:
             fixed.add(i)
     hoisted: dict[E.Expr, L.LVar] = {}
     order: list[tuple[int, L.Assign]] = []
+    taken = set(L.assigned(ph.body)) | L.referenced(ph.body)
+
+    def fresh() -> L.LVar:
+        n = len(hoisted)
+        while f"{PREFIX}.h{n}" in taken:
+            n += 1
+        taken.add(f"{PREFIX}.h{n}")
+        return L.LVar(f"{PREFIX}.h{n}", L.INDEX)
 
     def position(e: E.Expr) -> int:
         return max((where[lf.name] for lf in E.leaves(e) if isinstance(lf, E.Var)), default=-1)
@@ -81,7 +89,7 @@ def _phase(ph: L.Phase) -> L.Phase:
                 and invariant(e)):
             v = hoisted.get(e)
             if v is None:
-                v = hoisted[e] = L.LVar(f"{PREFIX}.{len(hoisted)}", L.INDEX)
+                v = hoisted[e] = fresh()
                 at = position(e)
                 order.append((at, L.Assign(v, L.IExpr(e))))
                 where[v.name] = at
