@@ -52,3 +52,27 @@ def no_nvrtc(monkeypatch):
             raise AssertionError(f"NVRTC was used ({name})")
 
     monkeypatch.setitem(sys.modules, "tilenest.backends.cuda.nvrtc", Exploding("nvrtc"))
+
+
+@pytest.fixture
+def mutate_source(monkeypatch):
+    """``mutate_source(old, new)``: every CUDA/Metal source the SIMT emitter
+    produces from now on in the test has ``old`` replaced by ``new`` (a
+    mutation of the emitted code); a source without ``old`` fails the test,
+    so a mutation that no longer applies is noticed."""
+    from dataclasses import replace as _replace
+
+    from tilenest.backends.simt.emitter import Emitter
+
+    def apply(old: str, new: str) -> None:
+        real = Emitter.source
+
+        def mutated(self):  # type: ignore[no-untyped-def]
+            src = real(self)
+            text = src.text.replace(old, new)
+            assert text != src.text, f"the emitted source has no {old!r}"
+            return _replace(src, text=text)
+
+        monkeypatch.setattr(Emitter, "source", mutated)
+
+    return apply

@@ -24,7 +24,6 @@ import pytest
 
 import tilenest as tn
 from tilenest.backends import cuda
-from tilenest.backends.cuda.emit import Emitter
 from tilenest.backends.cuda.tensormaps import MapSpec, encode_emulated, fits
 from tilenest.errors import TilenestError
 from tilenest.lowering import bulk_copy as BC
@@ -191,21 +190,13 @@ def test_too_few_completion_barriers_are_refuted_and_caught(monkeypatch):
         _run(ck, kern, 128, 512, 128, runs=(("in_order", "nan"),))
 
 
-def test_a_missing_wait_is_caught(monkeypatch):
+def test_a_missing_wait_is_caught(mutate_source):
     """Mutation: the ring's barriers wait for one group fewer than the
     barrier proof requires. Depending on the interleaving a consumer reads
     a tile whose copy has not landed (the poison), thread 0 leaves with
     copies in flight, or the next group reuses a barrier not yet waited
     for; the run fails in each case."""
-    real = Emitter.source
-
-    def late(self):  # type: ignore[no-untyped-def]
-        src = real(self)
-        text = src.text.replace("tn_tma_commit_wait<1, 2>", "tn_tma_commit_wait<2, 2>")
-        assert text != src.text
-        return replace(src, text=text)
-
-    monkeypatch.setattr(Emitter, "source", late)
+    mutate_source("tn_tma_commit_wait<1, 2>", "tn_tma_commit_wait<2, 2>")
     kern = _gemm(128, 128, 64)
     ck = cuda.compile_program(kern.program, _sched(kern, stages=4), device="emulated",
                               cache=False)

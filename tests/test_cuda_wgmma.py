@@ -286,19 +286,11 @@ def test_unswizzled_placement_is_caught(monkeypatch):
              runs=(("in_order", "nan"),), cache=False)
 
 
-def test_missing_wgmma_wait_is_caught(monkeypatch):
+def test_missing_wgmma_wait_is_caught(mutate_source):
     """Mutation: an overlapped mma never waited for before the epilogue
     reads its registers; the emulator reports the pending wgmma at the
     thread's exit."""
-    real = Emitter.source
-
-    def no_wait(self):  # type: ignore[no-untyped-def]
-        src = real(self)
-        text = src.text.replace("tn_wgmma_wait<0>();", "")
-        assert text != src.text
-        return replace(src, text=text)
-
-    monkeypatch.setattr(Emitter, "source", no_wait)
+    mutate_source("tn_wgmma_wait<0>();", "")
     kern = _gemm(128, 128, 64)
     with pytest.raises(TilenestError, match="wait_group is missing"):
         _run(kern, _sched(kern, stages=3), 128, 256, 128, runs=(("in_order", "nan"),),
@@ -454,19 +446,11 @@ def test_k_major_b_validates_emulated(tma):
     _run_nt(kern, _sched(kern, stages=4, tma=tma), 137, 200, 264)
 
 
-def test_k_major_b_read_transposed_is_caught(monkeypatch):
+def test_k_major_b_read_transposed_is_caught(mutate_source):
     """Mutation: the instruction told to read ``b`` MN-major (the transpose
     bit) while the tile is stored ``N x K``; the emulated wgmma reads the
     wrong elements and the oracle rejects it."""
-    real = Emitter.source
-
-    def transposed(self):  # type: ignore[no-untyped-def]
-        src = real(self)
-        text = src.text.replace("tn_emu::wgmma_at(__LINE__, 9,", "tn_emu::wgmma_at(__LINE__, 1,")
-        assert text != src.text
-        return replace(src, text=text)
-
-    monkeypatch.setattr(Emitter, "source", transposed)
+    mutate_source("tn_emu::wgmma_at(__LINE__, 9,", "tn_emu::wgmma_at(__LINE__, 1,")
     kern = _gemm_nt(128, 128, 64)
     with pytest.raises(AssertionError, match="not admitted"):
         _run_nt(kern, _sched(kern, stages=2), 128, 128, 128, runs=(("in_order", "nan"),),

@@ -313,20 +313,12 @@ def test_ring_keep_is_proved_and_one_more_is_refuted():
     assert any("lower the keep" in line for o in bad for line in o.counterexample_lines())
 
 
-def test_ring_wait_one_group_short_is_caught_by_the_emulator(monkeypatch):
+def test_ring_wait_one_group_short_is_caught_by_the_emulator(mutate_source):
     """Mutation of the emitted code: waiting for one group fewer than the
     barrier's ``keep`` says leaves the version a step reads still in flight;
     the emulator (copies land at the wait) feeds the poison to the ``mma``
     and the oracle rejects the result."""
-    real = Emitter.source
-
-    def short(self):  # type: ignore[no-untyped-def]
-        src = real(self)
-        text = src.text.replace("tn_cp_async_wait<1>()", "tn_cp_async_wait<2>()")
-        assert text != src.text
-        return replace(src, text=text)
-
-    monkeypatch.setattr(Emitter, "source", short)
+    mutate_source("tn_cp_async_wait<1>()", "tn_cp_async_wait<2>()")
     kern = _gemm(32, 32, 16)
     sched = default_schedule(kern.program, "cuda", block_threads=64, stages=3)
     with pytest.raises(AssertionError, match="not admitted"):
