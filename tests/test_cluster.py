@@ -90,7 +90,7 @@ def _same_on_ray_and_local(tmp_path: Path, targets: str, count: int, seed: int) 
 
 
 def test_fuzz_campaign_on_ray_equals_the_local_pool(ray_session, tmp_path):
-    figs = _same_on_ray_and_local(tmp_path, "llvm", 20, 3)
+    figs = _same_on_ray_and_local(tmp_path, "llvm", 10, 3)
     assert set(figs["targets"]) == {"llvm"}
 
 

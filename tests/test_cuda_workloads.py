@@ -18,20 +18,22 @@ workload is judged the same way at the small size in f32.
 
 The default run (every kind of kernel, each narrow dtype on most of them):
 
-* every workload at the ``small`` size in f32, and in one narrow dtype (f16
+* every workload but WORKLOADS_SLOW (gemm_relu: gemm_gelu runs the same
+  tiles with a heavier epilogue) at the ``small`` size in f32, and in one
+  narrow dtype (f16
   and bf16 alternating over the workloads; gemm in both) except NARROW_SLOW:
   gemm_relu, gemm_gelu and bmm (gemm's narrow-operand contraction covers
   theirs), residual_layernorm (layernorm's and rmsnorm's), sort_desc
   and topk (sort's sorting network, in bf16; NVRTC takes some 20 s per
   narrow build of each);
-* the other small shape variants in f32 (of topk, whose variants are each a
-  kernel of their own, the ``wide`` one: thread loops of many rounds);
+* the other small shape variants in f32 (none of topk's, whose variants are
+  each a kernel of their own to build and run: its ``small`` size stays);
 * the second schedule of every workload but SCHEDULE_SLOW (gemm_gelu's is
   gemm's tiling, sort_desc's sort's);
 * the staged loads of the row workloads at the medium size, f32, 4 lanes.
 
-``-m slow`` adds the other narrow dtypes,
-the topk variants ``k1`` and ``near_n``, the remaining schedules and staged
+``-m slow`` adds gemm_relu, the other narrow dtypes,
+the topk variants ``k1``, ``near_n`` and ``wide``, the remaining schedules and staged
 variants, and the medium sizes (thread loops of many rounds, full vector
 groups).
 """
@@ -65,14 +67,14 @@ def _params(sizes) -> list:  # type: ignore[no-untyped-def]
 SMALL = _params(lambda w: [s for s in w.sizes if s not in _BIG])
 MEDIUM = _params(lambda w: [s for s in w.sizes if s == "medium"])
 #: workloads run under -m slow only (see the module docstring)
-WORKLOADS_SLOW: tuple[str, ...] = ()
+WORKLOADS_SLOW: tuple[str, ...] = ("gemm_relu",)
 #: workloads whose narrow-dtype builds all run under -m slow only (another
 #: workload's narrow build covers the same code; see the module docstring)
 NARROW_SLOW = ("gemm_relu", "gemm_gelu", "bmm", "residual_layernorm", "sort_desc", "topk")
 #: workloads run in both narrow dtypes by default
 NARROW_BOTH = ("gemm",)
 #: small variants under -m slow only (each a kernel of its own to build and prove)
-VARIANTS_SLOW = (("topk", "k1"), ("topk", "near_n"))
+VARIANTS_SLOW = (("topk", "k1"), ("topk", "near_n"), ("topk", "wide"))
 
 
 def _narrow_default(name: str) -> set:  # type: ignore[type-arg]

@@ -1,6 +1,6 @@
 """Differential fuzzing of the whole lowering with random well-typed kernels.
 
-The default run checks 100 hypothesis-generated kernels (derandomized, so CI
+The default run checks 60 hypothesis-generated kernels (derandomized, so CI
 is reproducible; a failure shrinks to a minimal spec and is reported with its
 TileIR and DSL source), plus a seeded campaign whose skip and refusal rates
 must stay low. ``-m slow`` runs 500 more hypothesis kernels (another
@@ -51,7 +51,7 @@ def _fuzz_settings(env: str, default: int) -> settings:
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-@_fuzz_settings("TILENEST_FUZZ_EXAMPLES", 100)
+@_fuzz_settings("TILENEST_FUZZ_EXAMPLES", 60)
 @given(specs())
 def test_random_kernels_validate(spec):
     _validates(spec)
