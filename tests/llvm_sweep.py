@@ -433,19 +433,26 @@ def sweep(cs: list[Combo] | None = None) -> dict[str, dict]:
 
 
 #: accumulator dtypes whose mma groups the default test run leaves to -m slow
-#: (LLVM takes seconds to optimize each mma group; the f32, i32, u8, u64, f16
-#: and bf16 accumulators, with every input dtype that widens into them, run
-#: by default: every dtype but i64 and f64 as an input)
-MMA_SLOW = ("i8", "i16", "u16", "u32", "i64", "f64")
+#: (LLVM takes seconds to optimize each mma group; the f32, i32, u64 and f16
+#: accumulators, with every input dtype that widens into them, run by
+#: default: every dtype but i64 and f64 as an input)
+MMA_SLOW = ("i8", "i16", "u8", "u16", "u32", "i64", "bf16", "f64")
+#: dtypes whose elementwise, conversion and reduce groups run under ``slow``
+#: only; the default part keeps one of each kind of lowering: bool, a narrow
+#: signed (i8) and unsigned (u16) integer, i32, u64, one FP8 format, f16,
+#: bf16, f32 and f64
+ELEMENTWISE_SLOW = ("i16", "i64", "u8", "u32", "f8e5m2")
 PARTS = ("all", "default", "slow")
 
 
 def in_part(g: Group, part: str) -> bool:
     """Whether group ``g`` belongs to ``part``: ``all``; ``slow``, the mma
-    groups of the MMA_SLOW accumulators; ``default``, every other group."""
+    groups of the MMA_SLOW accumulators and the other groups of the
+    ELEMENTWISE_SLOW dtypes; ``default``, every other group."""
     if part not in PARTS:
         raise ValueError(f"no sweep part {part!r}: one of {PARTS}")
-    slow = g.name.startswith("mma-") and g.name[len("mma-"):] in MMA_SLOW
+    kind, dt = g.name.split("-", 1)
+    slow = dt in (MMA_SLOW if kind == "mma" else ELEMENTWISE_SLOW)
     return part == "all" or slow == (part == "slow")
 
 

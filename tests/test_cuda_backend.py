@@ -22,6 +22,8 @@ from tilenest.backends.cuda.runtime import CudaKernel
 from tilenest.backends.simt.emulator import POLICIES, EmulatorError
 from tilenest.lowering import default_schedule
 
+from suite_shares import cuda_share
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
 
@@ -172,18 +174,29 @@ def test_kernel_compile_and_validate_target_cuda():
     assert rep.ok and rep.target == "cuda", rep.summary()
 
 
-def test_conformance_suite_on_the_emulated_device(capsys):
-    """Every conformance case through the cuda target on the host emulator."""
-    from tilenest.conformance import main
+def _conformance_on_the_emulated_device(capsys, select: list[str]) -> None:
+    """The conformance cases ``select`` (every case when empty) through the
+    cuda target on the host emulator: every one compared, every one passing."""
+    from tilenest.conformance import load_suite, main
 
-    status = main(backend="cuda")
+    status = main(backend="cuda", select=select)
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
-    from tilenest.conformance import load_suite
-
-    n = len(load_suite())
+    n = len(select) if select else len(load_suite())
     m = re.search(r"(\d+)/(\d+) passed", out)
     assert m and int(m.group(1)) == int(m.group(2)) == n, out[-3000:]  # every case compared
+
+
+def test_conformance_share_on_the_emulated_device(capsys):
+    """Two thirds of the conformance suite, from every rule group, on the
+    emulated CUDA device (``suite_shares.cuda_share``: Metal runs the rest)."""
+    _conformance_on_the_emulated_device(capsys, cuda_share())
+
+
+@pytest.mark.slow
+def test_conformance_suite_on_the_emulated_device(capsys):
+    """Every conformance case through the cuda target on the host emulator."""
+    _conformance_on_the_emulated_device(capsys, [])
 
 
 @pytest.mark.parametrize("lanes", [2, 4, 8])

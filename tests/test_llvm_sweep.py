@@ -6,10 +6,13 @@
   pair) compiles and runs in a fresh interpreter that loads nothing but
   tilenest and its dependencies (``python -I``, an empty environment but for
   the persistent cache switched off, as in the rest of the suite), each
-  result judged by ``tn.reference``. The default run leaves the ``mma``
-  pairs of six accumulator dtypes (``llvm_sweep.MMA_SLOW``: i8, i16, u16,
-  u32, i64, f64) to ``-m slow``; by default every dtype but i64 and f64 is
-  an ``mma`` input (into the f32, i32, u8, u64, f16 and bf16 accumulators).
+  result judged by ``tn.reference``. The default run leaves to ``-m slow``
+  the ``mma`` pairs of eight accumulator dtypes (``llvm_sweep.MMA_SLOW``)
+  and the other groups of five dtypes (``ELEMENTWISE_SLOW``: i16, i64, u8,
+  u32, f8e5m2); by default every kind of op runs on one dtype of each
+  kind of lowering, every dtype is a cast's target, and every dtype but
+  i64 and f64 is an ``mma`` input (into the f32, i32, u64 and f16
+  accumulators).
 * The JIT refuses a module importing a symbol tilenest has not bound
   (``UnresolvedSymbolError``, before anything is loaded or called).
 * The soft-float helpers LLVM calls for f16 conversions the host has no
@@ -93,15 +96,19 @@ def test_sweep_covers_every_op_and_dtype():
     assert sorted(keys) == sorted(c.key for c in COMBOS)
     assert len(set(keys)) == len(keys)
     # ... and in exactly one part; the default part keeps every kind, every
-    # dtype as an mma input, and integer and float accumulators
+    # dtype as a cast's target and every dtype but i64 and f64 as an mma
+    # input, with integer and float accumulators
     assert PART_KEYS["default"] | PART_KEYS["slow"] == set(keys)
     assert not PART_KEYS["default"] & PART_KEYS["slow"]
     default = [c for c in COMBOS if c.key in PART_KEYS["default"]]
     assert {c.kind for c in default} == {c.kind for c in COMBOS}
+    assert {c.result for c in default if c.kind == "cast"} == set(names)
     assert {c.dtype for c in default if c.kind == "mma"} == set(names) - {"i64", "f64"}
-    assert {c.result for c in default if c.kind == "mma"} == {"f32", "i32", "u8", "u64", "f16",
-                                                                "bf16"}
-    assert all(c.kind == "mma" for c in COMBOS if c.key in PART_KEYS["slow"])
+    assert {c.result for c in default if c.kind == "mma"} == {"f32", "i32", "u64", "f16"}
+    for kind in ("unary", "binary", "reduce", "cast"):
+        got = {c.dtype for c in default if c.kind == kind}
+        assert got == {c.dtype for c in COMBOS if c.kind == kind} - set(S.ELEMENTWISE_SLOW)
+        assert {"bool", "i8", "u16", "i32", "u64", "f16", "bf16", "f32", "f64"} <= got
 
 
 # ---------------------------------------------------------------------------
@@ -151,14 +158,13 @@ def _run_sweep(tmp_path_factory, part: str) -> dict:  # type: ignore[no-untyped-
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """The records of the sweep's default part (every group but the mma
-    groups of ``llvm_sweep.MMA_SLOW``)."""
+    """The records of the sweep's default part (``llvm_sweep.in_part``)."""
     return _run_sweep(tmp_path_factory, "default")
 
 
 @pytest.fixture(scope="module")
 def sweep_slow(tmp_path_factory):
-    """The records of the sweep's slow part (the mma groups of ``MMA_SLOW``)."""
+    """The records of the sweep's slow part (``llvm_sweep.in_part``)."""
     return _run_sweep(tmp_path_factory, "slow")
 
 

@@ -29,6 +29,8 @@ from tilenest.cli import load_programs
 from tilenest.errors import BoundsError, NotAvailableError
 from tilenest.targets import row
 
+from suite_shares import metal_share
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "examples", "*.py")))
 #: examples validated by default with fewer generated cases and smaller
@@ -193,12 +195,11 @@ def test_a_refusal_in_a_text_program_names_the_op_line(tmp_path) -> None:
     assert [(s.file, s.line) for s in e.value.sites] == [("w.tile", 4)], e.value.sites
 
 
-def test_conformance_on_metal() -> None:
-    """The conformance suite on the emulated Metal device: every case passes
-    except those whose programs hold f64 values, which the metal row cannot
-    run, and the FP8 ones (V-24), which it does not compile yet: those are
-    unsupported (skipped) with the site of Metal's refusal."""
-    rep = _conformance()
+def _check_metal_report(rep: dict) -> None:
+    """Every case passes except those whose programs hold f64 values, which
+    the metal row cannot run, and the FP8 ones (V-24), which it does not
+    compile yet: those are unsupported (skipped) with the site of Metal's
+    refusal."""
     bad = [c for c in rep["cases"] if c["status"] != "pass"]
     assert rep["summary"]["passed"] + len(bad) == rep["summary"]["cases"]
     assert all(c["status"] == "skip" and ".tile:" in c["detail"] and (
@@ -206,3 +207,18 @@ def test_conformance_on_metal() -> None:
     assert any("does not compile FP8" in c["detail"] for c in bad)
     assert {c["name"] for c in rep["cases"] if c["name"].startswith("V24-")
             and c["expect"] == "admitted"} <= {c["name"] for c in bad}
+
+
+def test_conformance_share_on_metal() -> None:
+    """A third of the conformance suite, from every rule group, on the
+    emulated Metal device (``suite_shares.metal_share``: CUDA runs the rest)."""
+    names = metal_share()
+    rep = _conformance(*[a for n in names for a in ("--case", n)])
+    assert sorted(c["name"] for c in rep["cases"]) == names  # exactly the sample, once each
+    _check_metal_report(rep)
+
+
+@pytest.mark.slow
+def test_conformance_on_metal() -> None:
+    """The whole conformance suite on the emulated Metal device."""
+    _check_metal_report(_conformance())

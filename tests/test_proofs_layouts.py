@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import tilenest as tn
 from tilenest import f32
 from tilenest.errors import TilenestError, VerifyError
+from tilenest.lowering import legality
 from tilenest.proofs import gf2
 from tilenest.proofs.layouts import layout_obligations, obligations_of
 from tilenest.proofs.model import Model
@@ -105,8 +106,11 @@ def row_xor(x: tn.Tensor[f32, "R C"], y: tn.Tensor[f32, "R C"]):
     y(tn.coord(0, 0), tn.shape(rows, cols)).store(m.load())
 
 
-def test_unknown_layout_is_refused_unless_assumed():
-    obs = discharge(layout_obligations(Model(row_xor.program)), timeout=1.0)
+def test_unknown_layout_is_refused_unless_assumed(monkeypatch):
+    # the engines exhaust any budget on this XOR layout: a small one says
+    # "unknown" as surely as the gate's own, in a fraction of the time
+    monkeypatch.setattr(legality, "TIMEOUT", 0.25)
+    obs = discharge(layout_obligations(Model(row_xor.program)), timeout=0.25)
     assert {o.status for o in obs} == {UNKNOWN}
     with pytest.raises(TilenestError) as ei:
         row_xor.compile(target="llvm")
