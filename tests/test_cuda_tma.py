@@ -61,18 +61,18 @@ def test_operand_tiles_become_bulk_copies_with_enough_barriers(stages):
     kern = _gemm(128, 256, 64)
     k = lower_verified(kern.program, _sched(kern, stages=stages))
     text = print_kernel(k)
-    # the prologue's and the ring's producers of both operands carry the permission
-    assert len(re.findall(r"bulk\(A\[128\*\$p0\.\d+, ", text)) == stages - 1
-    assert len(re.findall(r"bulk\(B\[", text)) == stages - 1
+    # the prologue's S - 1 and the ring's producers of both operands carry the permission
+    assert len(re.findall(r"bulk\(A\[128\*\$p0\.\d+, ", text)) == stages
+    assert len(re.findall(r"bulk\(B\[", text)) == stages
     assert re.search(r"bulk\(A\[128\*\$p0\.\d+, 64\*\$kk\.\d+ \+ \d+\] 128x64 -> %a\.\d+\+8192\*",
                      text)
     bars = [b for b in k.locals if b.name == BC.BARRIERS]
     assert len(bars) == 1 and bars[0].space == "shared"
-    assert int(bars[0].size.value) == BC.max_keep(k) + 1 == max(1, stages - 2)
+    assert int(bars[0].size.value) == BC.max_keep(k) + 1 == stages - 1
     obs = cuda.tma_obligations(k)
     assert [o.kind for o in obs].count(gpu.TMA_PHASES) == 1
     assert all(o.status == "proved" for o in obs)
-    assert sum(o.kind == gpu.TMA_PLACEMENT for o in obs) == 2 * (stages - 1)
+    assert sum(o.kind == gpu.TMA_PLACEMENT for o in obs) == 2 * stages
 
 
 def test_no_bulk_copy_without_tma_or_for_a_read_that_is_not_a_box():
@@ -119,11 +119,11 @@ def test_emitted_bulk_copies_and_completion_barriers():
     body = text[text.index('extern "C"'):]
     assert "tn_cp_async" not in body  # every tile copy is a bulk copy
     # one copy of A's 128 x 64 tile, four panels of B's 64 x 256 (16 + 32 KiB)
-    assert body.count("tn_mbar_expect(tn_bar, 16384u);") == 3
-    assert body.count("tn_mbar_expect(tn_bar, 32768u);") == 3
-    assert body.count("TN_TMA_LOAD(2, ") == 3 * (1 + 4)
-    # barriers: keep 1 inside the ring over 2 completion barriers
-    assert "tn_tma_commit_wait<1, 2>(" in body and "tn_tma_commit_wait<0, 2>(" in body
+    assert body.count("tn_mbar_expect(tn_bar, 16384u);") == 4
+    assert body.count("tn_mbar_expect(tn_bar, 32768u);") == 4
+    assert body.count("TN_TMA_LOAD(2, ") == 4 * (1 + 4)
+    # barriers: keep 2 inside the ring over 3 completion barriers
+    assert "tn_tma_commit_wait<2, 3>(" in body and "tn_tma_commit_wait<0, 3>(" in body
     assert "tn_mbar_init(b__tma_bars_s + 8u * i, 1u);" in body
     ptx = cuda._build(ck.source, want_ptx=True, cache=False).ptx
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
@@ -195,22 +195,26 @@ def test_a_missing_wait_is_caught(mutate_source):
     barrier proof requires. Depending on the interleaving a consumer reads
     a tile whose copy has not landed (the poison), thread 0 leaves with
     copies in flight, or the next group reuses a barrier not yet waited
-    for; the run fails in each case."""
-    mutate_source("tn_tma_commit_wait<1, 2>", "tn_tma_commit_wait<2, 2>")
+    for (or arrives on one whose phase is complete); the run fails in each
+    case."""
+    mutate_source("tn_tma_commit_wait<2, 3>", "tn_tma_commit_wait<3, 3>")
     kern = _gemm(128, 128, 64)
     ck = cuda.compile_program(kern.program, _sched(kern, stages=4), device="emulated",
                               cache=False)
     with pytest.raises((AssertionError, TilenestError),
                        match="not admitted|bulk copy it issued .* is in flight|"
-                             "reused before the group it tracked was waited for"):
+                             "reused before the group it tracked was waited for|"
+                             "whose phase has had all its arrivals"):
         _run(ck, kern, 128, 384, 128, runs=(("in_order", "nan"),))
 
 
 def test_a_slot_released_early_is_refuted(monkeypatch):
-    """Mutation of the ring: producing ``S - 1`` steps ahead while the mma
-    runs on across a barrier has a bulk copy overwrite the version the
-    previous step's mma may still read; the barrier proof (the copies are
-    the loop's asynchronous stores) refutes it."""
+    """Mutation of the ring: producing ``S - 1`` steps ahead with no barrier
+    after the consumer's mma (the version released at the top of the step,
+    while the previous step's mma may still read it) has a bulk copy
+    overwrite it; the barrier proof (the copies are the loop's asynchronous
+    stores) refutes it."""
+    monkeypatch.setattr(DB, "RELEASE_AFTER", False)
     monkeypatch.setattr(DB, "lookahead", lambda stages, overlap: stages - 1)
     kern = _gemm(128, 128, 64)
     with pytest.raises(TilenestError, match=r"barrier.sufficiency.*%(a|b)\.\d+"):

@@ -25,19 +25,28 @@ version ``v`` at offset ``v * |X|``), iteration ``k`` using version
 registers (``WarpMma.group > 1`` with a lane-fragment accumulator) and ``S
 >= 3``, the tensor cores are kept busy across the barrier instead: the mma
 is *overlapped* (``WarpMma.overlap``: issued, then completed at a later
-barrier) and runs ahead of the producer of the next tile, which fills the
-version the mma of two steps back read::
+barrier) and runs on while the version the previous step's mma read is
+released and refilled (:data:`RELEASE_AFTER`)::
 
-    P(lo) .. P(lo + S - 3)  (as above)
+    P(lo) .. P(lo + S - 2)  (as above)
+    for k in [lo, hi):
+        barrier keep=S-2 mma_keep=1
+        C(k) reading version (k - lo) % S   -- still running at the next barriers
+        barrier keep=S-2 mma_keep=1
+        if k + S - 1 < hi: P(k + S - 1) into version (k + S - 1 - lo) % S
+
+At the second barrier of iteration ``k`` the mma of ``k - 1`` is complete in
+every thread (``mma_keep = 1``: only ``C(k)``'s may run on), so its version,
+``(k + S - 1 - lo) % S``, may be refilled: ``S - 1`` tiles are in flight
+while the tensor cores work through ``C(k)``. Without the second barrier
+(``RELEASE_AFTER`` false) the version of ``k - 2`` is the one refilled, at
+the top of the iteration, and ``S - 2`` tiles are in flight::
+
+    P(lo) .. P(lo + S - 3)
     for k in [lo, hi):
         barrier keep=S-3 mma_keep=1
-        C(k) reading version (k - lo) % S   -- still running at the next barrier
+        C(k) reading version (k - lo) % S
         if k + S - 2 < hi: P(k + S - 2) into version (k + S - 2 - lo) % S
-    barrier
-
-At the top of iteration ``k`` the mma of ``k - 2`` is complete in every
-thread (``mma_keep = 1``), so its version may be refilled; ``C(k - 1)`` may
-still be reading its own.
 
 The producers' stores are
 asynchronous (``Store.mode = "async"``: ``cp.async`` on ``cuda``), and a
@@ -243,11 +252,18 @@ def _at(body: tuple, var: L.LVar, value: E.Expr) -> tuple:
     return L.map_stmts(body, fe)
 
 
+#: the overlapped ring releases the previous step's version at a second
+#: barrier after the consumer's mma is issued (``S - 1`` tiles ahead) instead
+#: of the version of two steps back at the top of the step (``S - 2``)
+RELEASE_AFTER = True
+
+
 def lookahead(stages: int, overlap: bool) -> int:
     """Steps whose tiles are produced ahead of the one consumed: ``S - 1``,
-    or ``S - 2`` when the consumer's mma overlaps the next step (module
+    or ``S - 2`` when the consumer's mma overlaps the next step and the
+    version it leaves is released at the next step's barrier (module
     docstring: one version is still being read)."""
-    return stages - 2 if overlap else stages - 1
+    return stages - 2 if overlap and not RELEASE_AFTER else stages - 1
 
 
 def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages: int
@@ -286,7 +302,8 @@ def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages:
             return None
 
         consume = L.map_stmts(consume, lambda x: None, fs)
-        body = (L.Barrier("block", keep=ahead - 1, mma_keep=1),) + consume + \
+        release = (L.Barrier("block", keep=ahead - 1, mma_keep=1),) if RELEASE_AFTER else ()
+        body = (L.Barrier("block", keep=ahead - 1, mma_keep=1),) + consume + release + \
             (produce(E.add(kv, ahead)),)
     else:
         body = (L.Barrier("block", keep=ahead - 1), produce(E.add(kv, ahead))) + consume

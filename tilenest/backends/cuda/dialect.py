@@ -76,6 +76,7 @@ CUDA = Dialect(
     vstore="tn_vstore",
     unroll="#pragma unroll",
     unroll_n="#pragma unroll {n}",
+    outline="static __device__ __noinline__",
     math={"round": "rint"},
     f32_suffix="f",
     fma="fma",

@@ -171,9 +171,10 @@ def needed(conds: Iterable[E.Pred], facts: IndexFacts) -> list[E.Pred]:
 class LanePlan:
     """The widenable accesses of one lane loop (:func:`lane_plan`): ``loop``
     the ``for.vector v in [0, V)``, its lanes in bounds while ``first + v <
-    n``; ``stmts`` the guarded body; ``loads``/``stores`` map each widened
-    access to its index at ``v = 0``; ``conds`` the tests that make the
-    widened guarded loads' guards true for every lane."""
+    n`` (``bounded``; otherwise every lane runs); ``stmts`` the guarded body;
+    ``loads``/``stores`` map each widened access to its index at ``v = 0``;
+    ``conds`` the tests that make the widened guarded loads' and stores'
+    guards true for every lane."""
 
     loop: Any
     V: int
@@ -183,6 +184,7 @@ class LanePlan:
     loads: dict
     stores: dict
     conds: tuple = ()
+    bounded: bool = True
 
     def accesses(self) -> list[tuple[Any, E.Expr]]:
         """Every widened access with its index at ``v = 0``, loads first."""
@@ -200,32 +202,47 @@ def contiguous(b: L.Buffer, V: int) -> bool:
     return b.layout is None or V * max(1, b.dtype.itemsize) <= 16
 
 
+#: lane loops every lane runs (a register tile's column pairs) are widened too
+WIDEN_UNBOUNDED = True
+
+
 def lane_plan(s: L.For, bounds_only: bool = False) -> LanePlan | None:
     """The vector accesses of a thread's ``V`` consecutive elements, or None.
 
     ``s`` must be ``for.vector v in [0, V): if l < n: body`` with ``l = l0 +
-    v`` (as ``lowering/simt.py`` distributes). Every unguarded load or store
-    of the top-level body whose index is ``e0 + v`` in a global or shared
-    buffer can become one ``V``-wide access when the whole group is in bounds
-    (``l0 + V <= n``) and each address is aligned to the group's size; a
-    guarded load too when its guard is an interval over the lanes (true at
-    the first and the last lane: :attr:`LanePlan.conds`). Buffers the body
-    both loads and stores keep scalar accesses (the lanes' order matters for
-    them), except one updated in place (:func:`in_place`). None when the loop
-    has another shape or nothing to widen, unless ``bounds_only``: then a
-    plan with nothing widened, whose full group runs its lanes without the
-    bounds test."""
+    v`` (as ``lowering/simt.py`` distributes), or ``for.vector v in [0, V):
+    body`` with every lane running (a thread's cells of a register tile,
+    ``simt._Phase.distribute_cells``: the lane is a column). Every unguarded
+    load or store of the top-level body whose index is ``e0 + v`` in a
+    global or shared buffer can become one ``V``-wide access when the whole
+    group is in bounds (``l0 + V <= n``) and each address is aligned to the
+    group's size; a guarded load or store too when its guard is an interval
+    over the lanes (true at the first and the last lane:
+    :attr:`LanePlan.conds`). Buffers the body both loads and stores keep
+    scalar accesses (the lanes' order matters for them), except one updated
+    in place (:func:`in_place`). None when the loop has another shape or
+    nothing to widen, unless ``bounds_only`` (and bounded): then a plan with
+    nothing widened, whose full group runs its lanes without the bounds
+    test."""
     if not (isinstance(s.lo, E.Const) and s.lo.value == 0 and isinstance(s.hi, E.Const)
-            and s.hi.value in (2, 4, 8) and len(s.body) == 1
-            and isinstance(s.body[0], L.If) and not s.body[0].orelse
-            and isinstance(s.body[0].cond, L.IPred)):
+            and s.hi.value in (2, 4, 8) and s.body):
         return None
     V = int(s.hi.value)
-    cond = s.body[0].cond.p
+    v = E.Var(s.var.name)
+    bounded = (len(s.body) == 1 and isinstance(s.body[0], L.If) and not s.body[0].orelse
+               and isinstance(s.body[0].cond, L.IPred))
+    if bounded:
+        cond = s.body[0].cond.p
+        stmts = s.body[0].then
+    else:  # every lane runs: a bound no lane reaches
+        if not WIDEN_UNBOUNDED:
+            return None
+        cond = E.cmp("<", v, V)
+        stmts = s.body
+        if any(isinstance(st, (L.If, L.For, L.While)) for st in stmts):
+            return None
     if not (isinstance(cond, E.Cmp) and cond.op == "<"):
         return None
-    stmts = s.body[0].then
-    v = E.Var(s.var.name)
     sub: dict = {}
     for st in stmts:
         if isinstance(st, L.Assign) and isinstance(st.value, L.IExpr):
@@ -280,16 +297,19 @@ def lane_plan(s: L.For, bounds_only: bool = False) -> LanePlan | None:
     read = {y.buf.name for y in L.evaluated(stmts) if isinstance(y, L.Load)}
     stores: dict = {}
     for st in stmts:
-        if (isinstance(st, L.Store) and st.guard is None and isinstance(st.index, L.IExpr)
+        if (isinstance(st, L.Store) and isinstance(st.index, L.IExpr)
                 and st.buf.space in ("global", "shared")
                 and (st.buf.name not in read or st.buf.name in inplace)
                 and unit(st.index.e) and contiguous(st.buf, V)
                 and sum(isinstance(o, L.Store) and o.buf.name == st.buf.name
                         for o in L.walk(stmts)) == 1):
-            stores[st] = at(st.index.e, 0)
-    if not loads and not stores and not bounds_only:
+            ends = [] if st.guard is None else convex(st.guard)
+            if ends is not None:
+                stores[st] = at(st.index.e, 0)
+                conds += [c for c in ends if c not in conds]
+    if not loads and not stores and not (bounds_only and bounded):
         return None
-    return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds))
+    return LanePlan(s, V, at(cond.a, 0), cond.b, stmts, loads, stores, tuple(conds), bounded)
 
 
 def in_place(stmts: tuple, name: str) -> bool:

@@ -87,6 +87,9 @@ class Dialect:
     fma: str
     #: a literal of a dtype holding a Python value
     literal: Callable[[Any, D.DType], str]
+    #: the qualifiers of a helper function compiled once and called, never
+    #: inlined (:meth:`Emitter.outlined`); None: every helper is inlined
+    outline: str | None = None
 
     def reg(self, dt: D.DType) -> str:
         """The register type of ``dt``."""

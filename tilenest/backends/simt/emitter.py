@@ -57,6 +57,9 @@ from .dialect import Dialect
 UNROLL = 4
 #: iterations whose wide-access tests one hoisted mask holds (its bits)
 MASK_BITS = 32
+#: copies of a call that fully unrolled loops make from which a function
+#: evaluated in double is called out of line (:meth:`Emitter.via_f64`)
+OUTLINE_COPIES = 16
 
 _CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
@@ -192,6 +195,11 @@ class Emitter:
         #: flag (:meth:`guarded_lanes`): functions with a common case emit it
         #: alone and fold their test into the flag
         self.lanes_ok: str | None = None
+        #: copies of the statement being emitted that fully unrolled loops
+        #: around it make (the product of their trip counts)
+        self.copies = 1
+        #: helper functions kept out of line (:meth:`outlined`): name -> definition
+        self.helpers: dict[str, str] = {}
 
     # -- output ---------------------------------------------------------------
     def w(self, line: str) -> None:
@@ -438,10 +446,35 @@ class Emitter:
                 return self.narrow(f"tn_exp_f32_ok({w}, {self.lanes_ok})", dt)
             return self.narrow(f"tn_exp_f32({w})", dt)
         if op in A.TRANSCENDENTAL:
-            return self.from_f64(f"{op}({self.to_f64(v, dt)})", dt)
+            return self.via_f64(op, [v], dt)
         if op in ("sigmoid", "rsqrt"):
-            return self.from_f64(f"tn_{op}({self.to_f64(v, dt)})", dt)
+            return self.via_f64(f"tn_{op}", [v], dt)
         raise NotAvailableError(f"op '{op}' on {dt} has no {self.d.name} lowering")
+
+    def via_f64(self, fn: str, args: list[str], dt: D.DType) -> str:
+        """``fn`` (a double function) of ``args`` (values of ``dt``), each
+        widened exactly to double, its result rounded once to ``dt``. Where
+        unrolled loops would copy the call :data:`OUTLINE_COPIES` times or
+        more, a narrow dtype's call goes through one out-of-line helper
+        (:meth:`outlined`) computing exactly the same value: a double
+        function's body is long (hundreds of instructions in a GPU's double
+        arithmetic), and a copy per unrolled cell would multiply the code."""
+        if self.copies < OUTLINE_COPIES or dt.name == "f64" or self.d.outline is None:
+            return self.from_f64(f"{fn}({', '.join(self.to_f64(a, dt) for a in args)})", dt)
+        params = [f"x{i}" for i in range(len(args))]
+        body = self.from_f64(f"{fn}({', '.join(f'(double){p}' for p in params)})", dt)
+        name = self.outlined(f"tn_ol_{fn.removeprefix('tn_')}_{dt.name}", self.d.reg(dt),
+                             [("float", p) for p in params], body)
+        return f"{name}({', '.join(self.wide(a, dt) for a in args)})"
+
+    def outlined(self, name: str, ret: str, params: list[tuple[str, str]], value: str) -> str:
+        """``name``, a helper returning ``value`` of ``params``, defined once
+        before the kernel's functions (:meth:`source`) with the dialect's
+        out-of-line qualifiers (:attr:`Dialect.outline`)."""
+        if name not in self.helpers:
+            ps = ", ".join(f"{t} {p}" for t, p in params)
+            self.helpers[name] = f"{self.d.outline} {ret} {name}({ps}) {{ return {value}; }}"
+        return name
 
     # -- binary ---------------------------------------------------------------------------
     def binary(self, op: str, a: str, b: str, dt: D.DType) -> str:
@@ -472,7 +505,7 @@ class Emitter:
         if op in ("floordiv", "mod"):
             return self.narrow(f"tn_f{op}({wa}, {wb})", dt)
         if op in ("pow", "atan2"):
-            return self.from_f64(f"{op}({self.to_f64(a, dt)}, {self.to_f64(b, dt)})", dt)
+            return self.via_f64(op, [a, b], dt)
         raise NotAvailableError(f"op '{op}' on {n} has no {self.d.name} lowering")
 
     def int_binary(self, op: str, a: str, b: str, dt: D.DType) -> str:
@@ -716,8 +749,8 @@ class Emitter:
             return not any(isinstance(lf, (E.Var, E.Val)) and lf.name in free
                            for lf in E.leaves(p))
 
-        group = E.cmp("<=", E.add(plan.first, plan.V), plan.n)
-        preds = [p for p in [group, *self.needed(plan.conds)] if invariant(p)]
+        group = [E.cmp("<=", E.add(plan.first, plan.V), plan.n)] if plan.bounded else []
+        preds = [p for p in [*group, *self.needed(plan.conds)] if invariant(p)]
         aligns = [t for t, inv in self.alignment_tests(plan) if inv]
         if n > MASK_BITS or not (preds or aligns):
             return
@@ -742,14 +775,17 @@ class Emitter:
     def plain_loop(self, s: L.For) -> None:
         v = self.names(s.var.name)
         lo, hi = self.idx(s.lo), self.idx(s.hi)
+        copies = self.copies
         if self.unrolled(s):
             self.w(self.d.unroll)
+            self.copies *= int(s.hi.value - s.lo.value)
         if s.reverse:
             self.w(f"for ({v} = {hi} - 1; {v} >= {lo}; --{v}) {{")
         else:
             self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}) {{")
         self.block(s.body)
         self.w("}")
+        self.copies = copies
 
     def unrolled(self, s: L.For) -> bool:
         """Whether loop ``s`` is emitted fully unrolled (:func:`analysis.unrolled`)."""
@@ -805,6 +841,11 @@ class Emitter:
         if plan is None:
             return False
         conds = self.lane_test(s, plan)
+        if not conds:  # every lane runs, nothing to check: always the wide group
+            self.w(f"{{  // {plan.V} lanes, vector accesses")
+            self.block_of(lambda: self.vector_group(plan))
+            self.w("}")
+            return True
         self.w(f"if ({' && '.join(conds)}) {{  // {plan.V} lanes, vector accesses")
         self.block_of(lambda: self.vector_group(plan))
         self.w("} else {")
@@ -818,8 +859,9 @@ class Emitter:
         invariant part as its hoisted bit, :meth:`hoist_tests`)."""
         got = self.hoisted.get(id(s))
         if got is None:
-            return [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}",
-                    *self.aligned(plan), *(self.pred(p) for p in self.needed(plan.conds))]
+            group = [f"{self.idx(plan.first)} + {plan.V} <= {self.idx(plan.n)}"] \
+                if plan.bounded else []
+            return [*group, *self.aligned(plan), *(self.pred(p) for p in self.needed(plan.conds))]
         bit, done, aligns = got  # tested before the enclosing loop
         return [bit, *(c for c in self.aligned(plan) if c not in aligns),
                 *(self.pred(p) for p in self.needed(plan.conds) if p not in done)]
@@ -868,7 +910,9 @@ class Emitter:
         vn = self.names(s.var.name)
         self.w(self.d.unroll)
         self.w(f"for ({vn} = 0; {vn} < {s.hi.value}; ++{vn}) {{")
+        copies, self.copies = self.copies, self.copies * int(s.hi.value)
         self.block(s.body)
+        self.copies = copies
         self.w("}")
 
     def vector_group(self, plan: "LanePlan") -> None:
@@ -936,7 +980,9 @@ class Emitter:
                                             for y in L.evaluated(body, nested=False))):
             self.w(self.d.unroll)
             self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
+            copies, self.copies = self.copies, self.copies * V
             self.block(body)
+            self.copies = copies
             self.w("}")
             return
         ok = self.names(f"ok.{vn}", "tn")
@@ -1237,7 +1283,7 @@ class Emitter:
         self.w("")
         head = len(self.lines)
         infos = tuple(self.phase(ph, layout, total) for ph in self.k.phases)
-        self.lines[head:head] = self.preamble()
+        self.lines[head:head] = self.preamble() + list(self.helpers.values())
         return Source("\n".join(self.lines) + "\n", infos)
 
 
