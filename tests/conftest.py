@@ -35,6 +35,31 @@ def fresh_proof_answers():
     obligation._RECENT.clear()
 
 
+def _of_tilenest(obj) -> bool:  # type: ignore[no-untyped-def]
+    name = getattr(obj, "__name__", "") if isinstance(obj, types.ModuleType) else \
+        getattr(obj, "__module__", None) or type(obj).__module__
+    return name == "tilenest" or name.startswith("tilenest.")
+
+
+@pytest.fixture(autouse=True)
+def no_kernels_compiled_under_a_patch(request):
+    """A test that patches tilenest itself (``monkeypatch.setattr`` on one of
+    its modules, classes or objects: a lowering threshold, an emitter method)
+    leaves none of the kernels compiled under the patch in the process's
+    caches: the in-memory kernel caches key on the program and schedule, not
+    on the code that lowered them, so a later test asking for the same
+    kernel would get the patched one. Cleared before the patch is undone."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    mp = request.getfixturevalue("monkeypatch")  # set up first, so undone after this
+    yield
+    if any(_of_tilenest(target) for target, _, _ in mp._setattr):
+        import tilenest as tn
+
+        tn.clear_cache()
+
+
 @pytest.fixture
 def no_nvrtc(monkeypatch):
     """NVRTC unusable: its module raises on any use, whether imported before or after."""
