@@ -7,6 +7,7 @@ import importlib.util
 import os
 import pathlib
 
+import numpy as np
 import pytest
 
 import tilenest as tn
@@ -71,6 +72,46 @@ def test_storage_plan_materializes_broadcast_compute_only_at_the_top():
     assert plan["scale"] == "materialize"  # broadcast over the row: computed once per row
     assert plan["ms"] == "inline" and plan["8"] == "inline"
     assert plan["10"] == "inline"  # the w read is re-read from memory, not copied
+
+
+@tn.kernel
+def _centred(x: tn.Tensor[tn.f32, "R C"], y: tn.Tensor[tn.f32, "R C"],
+             z: tn.Tensor[tn.f32, "R C"]):
+    """LayerNorm's shape: a centred row ``d`` read by a reduction and a store
+    (two uses), and ``e`` read by four stores."""
+    rows, cols = x.shape
+    c = x.dim(1)
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        t = x[o, tn.shape(1, cols)]
+        d = t - tn.reduce(t, c, tn.add) / tn.cast(cols, tn.f32)
+        e = t * 3.0
+        var = tn.reduce(d * d, c, tn.add)
+        y(o, tn.shape(1, cols)).store(d * var)
+        z(o, tn.shape(1, cols)).store(e + e + e + e)
+
+
+def test_cheap_ops_are_recomputed_at_a_few_uses_on_the_cpu():
+    """A subtraction used twice is recomputed on the CPU (no row buffer for
+    it in the loop IR); a product used four times, more than
+    ``CPU_RECOMPUTE_USES``, is kept in a row buffer; on cuda both are
+    recomputed."""
+    from tilenest.lowering import schedule as S
+
+    p = _centred.program
+    defs = {op.results[0].name: op.name for op in p.walk() if len(op.results) == 1}
+    d = next(n for n, o in defs.items() if o == "sub")
+    e = next(n for n, o in defs.items() if o == "mul" and n != d
+             and any(u.name == "add" for u in p.walk() if any(v.name == n for v in u.operands)))
+    assert S.CPU_RECOMPUTE_USES < 4
+    plan = storage_plan(p, default_schedule(p, "llvm"))
+    assert plan[d] == "inline" and plan[e] == "materialize"
+    gpu = storage_plan(p, default_schedule(p, "cuda"))
+    assert gpu[d] == "inline" and gpu[e] == "inline"
+    text = print_kernel(lower_verified(p, default_schedule(p, "llvm")))
+    assert text.count("sub(") == 3  # the variance's two operands and the store's
+    x = np.random.default_rng(0).standard_normal((5, 37)).astype(np.float32)
+    assert tn.validate(_centred, "llvm", inputs=[x, np.zeros_like(x), np.zeros_like(x)]).ok
 
 
 def test_storage_plan_packs_mma_operands():

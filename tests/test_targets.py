@@ -125,12 +125,22 @@ def test_a_backend_takes_its_defaults_from_the_row_once(monkeypatch):
     assert for_target(p, Schedule(block_threads=64), "cuda").block_threads == 64
 
 
+@tn.kernel
+def _four_uses(x: tn.Tensor[tn.f32, "R C"], y: tn.Tensor[tn.f32, "R C"]):
+    rows, cols = x.shape
+    for p in tn.parallel(tn.shape(rows)):
+        o = tn.coord(p.index(), 0)
+        e = x[o, tn.shape(1, cols)] * 3.0
+        y(o, tn.shape(1, cols)).store(e + e + e + e)
+
+
 def test_storage_plan_follows_the_profile_not_the_name(small):
-    p = example("causal_attention").program
+    for p in (example("causal_attention").program, _four_uses.program):
+        gpu_plan = storage_plan(p, default_schedule(p, "cuda"))
+        assert storage_plan(p, default_schedule(p, "smallgpu")) == gpu_plan
+    # a cheap value used four times: kept on the CPU, recomputed on a GPU
     cpu = storage_plan(p, default_schedule(p, "llvm"))
-    gpu_plan = storage_plan(p, default_schedule(p, "cuda"))
-    assert cpu != gpu_plan  # the GPU recomputes cheap values instead of keeping them
-    assert storage_plan(p, default_schedule(p, "smallgpu")) == gpu_plan
+    assert cpu != gpu_plan and "materialize" in cpu.values()
 
 
 def test_legality_binds_blocks_in_the_rows_catalogue(small):

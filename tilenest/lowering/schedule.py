@@ -158,11 +158,15 @@ from ..semantics.ops.values import ELEMENTWISE
 VIEW_OPS = frozenset({"const", "index", "broadcast", "reindex", "permute", "per", "reshape"})
 #: ops that can be computed lazily at their use
 LAZY_OPS = VIEW_OPS | frozenset(ELEMENTWISE) | {"map"}
-#: elementwise ops a GPU recomputes at each use rather than keep in shared
-#: memory (a few instructions each; a materialized row would cost shared
-#: capacity, hence occupancy, and a pass over it)
-GPU_RECOMPUTE = frozenset({"cast", "add", "sub", "mul", "neg", "abs", "maximum", "minimum",
-                           "select", "ite", "bitcast"})
+#: cheap elementwise ops recomputed at each use rather than kept in a
+#: buffer (a few instructions each): on a SIMT target at any count short of a
+#: broadcast (a materialized row would cost shared capacity, hence
+#: occupancy, and a pass over it), on the CPU at up to
+#: :data:`CPU_RECOMPUTE_USES` uses (a row stored and read back from the cache
+#: costs a store and a load per element and use, more than the op)
+RECOMPUTE = frozenset({"cast", "add", "sub", "mul", "neg", "abs", "maximum", "minimum",
+                       "select", "ite", "bitcast"})
+CPU_RECOMPUTE_USES = 3
 
 
 @dataclass(frozen=True)
@@ -559,10 +563,11 @@ def storage_plan(program: TileProgram, schedule: Schedule | None = None) -> dict
     never stores to (the read is then a snapshot wherever it happens), and its
     bounds are ``zero``/``fill``/``assume``. On a SIMT target (``profile.simt``
     of the schedule's target, e.g. ``cuda``) a load used a few
-    times is re-read (from the L2 cache) and the cheap elementwise ops of
-    :data:`GPU_RECOMPUTE` are recomputed at each use, rather than kept in
-    shared memory (with ``schedule.stage_loads`` such a load is kept, in shared
-memory, as on the CPU). Rank-0 results are kept in scalar
+    times is re-read (from the L2 cache) (with ``schedule.stage_loads`` such
+    a load is kept, in shared memory, as on the CPU). The cheap elementwise
+    ops of :data:`RECOMPUTE` are recomputed at each use rather than kept: on
+    a SIMT target at any count short of ``MANY``, on the CPU at up to
+    :data:`CPU_RECOMPUTE_USES`. Rank-0 results are kept in scalar
     locals. Explicit ``schedule.storage`` entries win. Decisions are made
     users-first (reverse program order)."""
     uses, stage_of = _uses(program)
@@ -612,7 +617,7 @@ memory, as on the CPU). Rank-0 results are kept in scalar
             reread = gpu and op.name == "cast" and op.operands[0].name in loads
             n = count(r.name, rank, reread)
             eff[r.name] = n
-            cheap = gpu and op.name in GPU_RECOMPUTE and n < MANY
+            cheap = op.name in RECOMPUTE and n < (MANY if gpu else CPU_RECOMPUTE_USES + 1)
             plan[r.name] = "materialize" if rank == 0 or (n > 1 and not cheap) else "inline"
         elif op.name == "tensor.load":
             n = count(r.name, rank, True)
