@@ -44,21 +44,28 @@ def _row_loops(k: L.Kernel) -> list[L.For]:
 
 
 def test_softmax_and_layernorm_lose_a_pass_over_the_row():
-    """softmax: max, exp, sum, divide -> max, exp + sum, divide; LayerNorm:
-    sum, d, sum of squares, scale -> sum, d + sum of squares, scale. The
-    fused loop stores the row's values and accumulates them."""
+    """softmax: max, exp, sum, divide -> max, exp + sum, divide; LayerNorm
+    with its centred row ``d`` kept in a buffer: sum, d, sum of squares,
+    scale -> sum, d + sum of squares, scale. The fused loop stores the row's
+    values and accumulates them. (By default the CPU recomputes ``d`` at its
+    two uses, the storage plan's choice: LayerNorm then has the three passes
+    without fusing.)"""
     ks = kernels()
-    for name, before, after in (("softmax", 4, 3), ("layernorm", 4, 3)):
+    for name, storage, before, after in (("softmax", (), 4, 3),
+                                         ("layernorm", (("d", "materialize"),), 4, 3),
+                                         ("layernorm", (), 3, 3)):
         prog = ks[name].program
-        plain = stage_serial(stage_loopir(prog, default_schedule(prog, "llvm")))
-        assert len(_row_loops(fusion.fuse_kernel(plain, 512))) == after, name
+        s = default_schedule(prog, "llvm").with_(storage=storage)
+        plain = stage_serial(stage_loopir(prog, s))
+        fused_k = fusion.fuse_kernel(plain, 512)
+        assert len(_row_loops(fused_k)) == after, name
         assert len([s for ph in plain.phases for s in L.walk(ph.body)
                     if isinstance(s, L.For) and s.kind == "vector"
                     and s.hi == E.Sym("C")]) == before, name
-        fused = [lp for lp in _row_loops(_fused(ks[name]))
+        fused = [lp for lp in _row_loops(fused_k)
                  if any(isinstance(s, L.Assign) for s in lp.body)
                  and any(isinstance(s, L.Store) for s in lp.body)]
-        assert len(fused) == 1, name
+        assert len(fused) == (1 if before > after else 0), name
 
 
 def test_the_fused_softmax_step_computes_and_sums_the_exponentials():
