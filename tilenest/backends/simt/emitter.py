@@ -775,17 +775,25 @@ class Emitter:
     def plain_loop(self, s: L.For) -> None:
         v = self.names(s.var.name)
         lo, hi = self.idx(s.lo), self.idx(s.hi)
-        copies = self.copies
-        if self.unrolled(s):
+        unrolled = self.unrolled(s)
+        if unrolled:
             self.w(self.d.unroll)
-            self.copies *= int(s.hi.value - s.lo.value)
         if s.reverse:
             self.w(f"for ({v} = {hi} - 1; {v} >= {lo}; --{v}) {{")
         else:
             self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}) {{")
-        self.block(s.body)
+        self.copied_block(s.body, int(s.hi.value - s.lo.value) if unrolled else 1)
         self.w("}")
-        self.copies = copies
+
+    def copied_block(self, body: tuple, n: int) -> None:
+        """``body`` as the body of a fully unrolled loop of ``n`` iterations:
+        each statement in it is copied ``n`` more times (:attr:`copies`)."""
+        copies = self.copies
+        self.copies *= n
+        try:
+            self.block(body)
+        finally:
+            self.copies = copies
 
     def unrolled(self, s: L.For) -> bool:
         """Whether loop ``s`` is emitted fully unrolled (:func:`analysis.unrolled`)."""
@@ -910,9 +918,7 @@ class Emitter:
         vn = self.names(s.var.name)
         self.w(self.d.unroll)
         self.w(f"for ({vn} = 0; {vn} < {s.hi.value}; ++{vn}) {{")
-        copies, self.copies = self.copies, self.copies * int(s.hi.value)
-        self.block(s.body)
-        self.copies = copies
+        self.copied_block(s.body, int(s.hi.value))
         self.w("}")
 
     def vector_group(self, plan: "LanePlan") -> None:
@@ -980,9 +986,7 @@ class Emitter:
                                             for y in L.evaluated(body, nested=False))):
             self.w(self.d.unroll)
             self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
-            copies, self.copies = self.copies, self.copies * V
-            self.block(body)
-            self.copies = copies
+            self.copied_block(body, V)
             self.w("}")
             return
         ok = self.names(f"ok.{vn}", "tn")
