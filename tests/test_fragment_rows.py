@@ -19,6 +19,7 @@ import tilenest as tn
 from tilenest.backends import cuda
 from tilenest.lowering import default_schedule, lower_verified, print_kernel
 from tilenest.lowering import loopir as L
+from tilenest.semantics import expr as E
 from tilenest.workloads.attention import flash_kernel
 from test_tensor_mma_dims import _attention_inputs
 
@@ -169,6 +170,46 @@ def test_attention_key_and_value_tiles_are_double_buffered():
                               device="emulated")
     q, kk, v, o0, sc = _attention_inputs(tn.bf16)
     _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=2)
+
+
+def test_ring_tiles_stay_in_flight_across_the_consumers_barriers():
+    """The key-block loop's consumer has block barriers of its own (the row
+    states and P pass through shared memory): the next block's K and V
+    copies stay in flight across them and land at the next iteration's top
+    barrier (every barrier of the loop keeps ``ahead * (c + 1) - 1`` groups,
+    ``c`` the consumer's barriers; the prologue commits its copies as the
+    loop does). The barrier proof proves the rewritten kernel; one barrier
+    more of lag lets a copy land after the tile is read, which it refutes;
+    the emulated kernel validates."""
+    from dataclasses import replace
+
+    from tilenest.lowering import double_buffer as DB
+    from tilenest.proofs.barriers import check_barriers
+    from tilenest.proofs.obligation import PROVED, REFUTED
+
+    kern = flash_kernel(tn.bf16).specialize(bq=32, bk=32, dh=32, dv=32)
+    sched = default_schedule(kern.program, "cuda", block_threads=128)
+    k = lower_verified(kern.program, sched)
+    (loop,) = [s for ph in k.phases for s in ph.body
+               if isinstance(s, L.For) and s.kind == "serial"]
+    keeps = [s.keep for s in loop.body if L.is_block_barrier(s)]
+    c = len(keeps) - 1
+    assert c >= 1 and keeps == [c] * (c + 1), keeps  # ahead = 1: keep = c everywhere
+    assert all(o.status == PROVED for o in check_barriers(k))
+
+    def late(body: tuple) -> tuple:
+        return tuple(replace(s, keep=s.keep + 1) if L.is_block_barrier(s) else s for s in body)
+
+    ph = k.phases[0]
+    bad = replace(k, phases=(replace(ph, body=tuple(
+        replace(s, body=late(s.body)) if s is loop else s for s in ph.body)),))
+    assert any(o.status == REFUTED for o in check_barriers(bad))
+    assert DB.consumer_barriers((L.Barrier("block"), L.If(L.IPred(E.TRUE),
+                                                           (L.Barrier("block"),)))) == 0
+
+    ck = cuda.compile_program(kern.program, sched, device="emulated")
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
 
 
 def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():

@@ -266,6 +266,18 @@ def lookahead(stages: int, overlap: bool) -> int:
     return stages - 2 if overlap and not RELEASE_AFTER else stages - 1
 
 
+def consumer_barriers(cons: tuple) -> int:
+    """How many block barriers the consumer ``cons`` runs in each iteration,
+    when they all lie directly in it with no ``keep`` of their own (so every
+    iteration runs the same number of them, in every thread), else 0: the
+    ring's tiles are then kept in flight across them (:func:`rewrite`)."""
+    top = [x for x in cons if L.is_block_barrier(x)]
+    every = [x for x in L.walk(cons) if isinstance(x, L.Barrier)]
+    if len(every) != len(top) or any(x.keep or x.mma_keep for x in top):
+        return 0
+    return len(top)
+
+
 def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages: int
             ) -> tuple[tuple, dict[str, L.Buffer]]:
     """The statements replacing ``loop`` (``stages`` versions of each buffer
@@ -287,14 +299,30 @@ def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages:
     what = (f"the consumer's warpgroup mmas run on across one barrier; tiles of the next "
             f"{ahead} steps are in flight" if overlap else
             f"tiles of the next {ahead} steps are in flight while one is consumed")
+    consume = _versioned(cons, version(kv), "")
+    inner = 0 if overlap else consumer_barriers(consume)
+    if inner:  # the tiles stay in flight across the consumer's own barriers
+        lag = ahead * (inner + 1) - 1
+        consume = tuple(replace(x, keep=lag) if L.is_block_barrier(x) else x for x in consume)
+        what += f" (across the consumer's {inner} barrier{'s' if inner > 1 else ''} too)"
+    else:
+        lag = ahead - 1
     pre: list = [L.Barrier("block"),
                  L.Comment(f"{stages}-stage ring: {', '.join(b.name for b in olds)} in "
                            f"{stages} versions; {what}")]
+    crossed = 0  # barriers of the prologue after its first: the i-th keeps min(i, lag)
+
+    def barriers(n: int) -> list:
+        nonlocal crossed
+        crossed += n
+        return [L.Barrier("block", keep=min(i, lag)) for i in range(crossed - n + 1, crossed + 1)]
+
     for j in range(ahead):
         if j:
-            pre.append(L.Barrier("block", keep=j))
+            pre.extend(barriers(inner + 1))
         pre.append(produce(E.add(loop.lo, j)))
-    consume = _versioned(cons, version(kv), "")
+    # as in the loop, each tile's group is committed ``inner`` barriers before a top one
+    pre.extend(barriers(inner))
     if overlap:
         def fs(x: Any) -> Any:
             if isinstance(x, L.WarpMma) and x.group > 1 and x.c.lane_cols:
@@ -306,7 +334,7 @@ def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages:
         body = (L.Barrier("block", keep=ahead - 1, mma_keep=1),) + consume + release + \
             (produce(E.add(kv, ahead)),)
     else:
-        body = (L.Barrier("block", keep=ahead - 1), produce(E.add(kv, ahead))) + consume
+        body = (L.Barrier("block", keep=lag), produce(E.add(kv, ahead))) + consume
     return tuple(pre) + (replace(loop, body=body), L.Barrier("block")), news
 
 
