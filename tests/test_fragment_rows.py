@@ -212,22 +212,59 @@ def test_ring_tiles_stay_in_flight_across_the_consumers_barriers():
     _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
 
 
+def test_attention_row_statistics_live_in_the_quads_registers():
+    """With the scores and ``P V`` in whole-row warp tiles of one layout,
+    the online softmax's row vectors (the running maximum and sum, alpha and
+    the folds' results) are registers of the lanes owning each row: no
+    shared buffer of one element per row is left, the row folds' statements
+    run in every lane of the quad (no ``lane % 4 == 0`` guard), and the key
+    loop's consumer keeps one block barrier (the P tile's); the emulated
+    kernel validates, causal and not, ragged."""
+    from tilenest.lowering import fragments
+
+    for causal in (True, False):
+        kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32, causal=causal)
+        k = _lowered(kern, 128)
+        rows = [b for b in k.locals if ".rows" in b.name]
+        assert len(rows) == 6 and all(b.space == "local" and b.size.value == 2 for b in rows)
+        assert not [b for b in k.locals if b.space == "shared" and b.size.value == 64]
+        (loop,) = [s for ph in k.phases for s in ph.body
+                   if isinstance(s, L.For) and s.kind == "serial"]
+        assert sum(1 for s in loop.body if L.is_block_barrier(s)) == 2  # the ring's, P's
+        assert "% 32 % 4 == 0" not in print_kernel(k)
+        ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                                 block_threads=128),
+                                  device="emulated")
+        q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=90, D=30)
+        _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=5)
+    # without whole-row tiles (64 query rows on eight warps) the row vectors
+    # have no layout of their own: they stay in shared memory
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32)
+    k = _lowered(kern, 256)
+    assert not [b for b in k.locals if ".rows" in b.name]
+    assert [b for b in k.locals if b.space == "shared" and b.size.value == 64]
+
+
 def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():
     """An ``mma`` whose rows are reduced prefers warp tiles spanning whole
     rows when they still give every warp a tile: attention's folds then
     finish within each warp (quads only, no partials through shared memory)
-    and the kernel validates on the emulator; the plain choice is kept where
-    no such tile exists or nothing reduces the rows."""
+    and the kernel validates on the emulator. ``P V``, whose first operand
+    is computed from the scores, takes them too (up to 128 wide), so its rows
+    are owned by the warps owning them in the scores; the plain choice is
+    kept where no such tile exists or nothing reduces the rows."""
     from tilenest.lowering.mma import warp_tile
 
     assert warp_tile(128, 64, 8, whole_rows=True) == (16, 64)
     assert warp_tile(128, 64, 8) == (32, 32)
     assert warp_tile(64, 64, 8, whole_rows=True) == warp_tile(64, 64, 8) == (32, 16)
+    assert warp_tile(128, 128, 8, whole_rows=True) == (16, 128)
+    assert warp_tile(128, 256, 8, whole_rows=True) == warp_tile(128, 256, 8)
     kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32)
     k = _lowered(kern, 128)
     text = print_kernel(k)
-    assert "64x32x32 in 16x32 warp tiles" in text  # the scores: whole rows
-    assert "64x32x32 in 32x16 warp tiles" in text  # P V: nothing reduces its rows
+    # the scores and P V: whole rows
+    assert text.count("64x32x32 in 16x32 warp tiles") == 2
     assert not [b for b in k.locals if b.name.startswith("rowpart_")]
     ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
                                                              block_threads=128),

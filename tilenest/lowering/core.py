@@ -118,7 +118,12 @@ def _row_reduced(prog: TileProgram) -> tuple[set[str], set[str]]:
     domain runs over the ``mma``'s free ``b`` dim (a row maximum or sum).
     Their tensor-core tiles
     then prefer warp tiles spanning whole rows (``mma.warp_tile``), so that
-    the row folds of ``fragments.py`` finish within each warp."""
+    the row folds of ``fragments.py`` finish within each warp. So does an
+    ``mma`` whose first operand is computed, by such ops, from a value on
+    the way to those reduces (attention's ``P V``, ``P`` the cast
+    probabilities): its rows are then owned by the warps that own them in the
+    scores, and the row statistics they are rescaled by can stay in those
+    warps' registers (``fragments.plan_rows``)."""
     from ..semantics.ops.values import mma_roles
 
     users: dict[str, list[Any]] = {}
@@ -157,6 +162,19 @@ def _row_reduced(prog: TileProgram) -> tuple[set[str], set[str]]:
                         and u.results[0].name not in seen):
                     seen.add(u.results[0].name)
                     todo.append(u.results[0].name)
+    # values computed elementwise from a row-derived one, and the products they feed
+    todo = list(derived)
+    grown = set(derived)
+    while todo:
+        v = todo.pop()
+        for u in users.get(v, []):
+            if u.name == "mma" and u.operands[0].name == v:
+                out.add(u.results[0].name)
+            elif (len(u.results) == 1 and not u.regions and u.results[0].name not in grown
+                  and set(getattr(u.results[0].type, "dims", ())) == set(next(
+                      o for o in u.operands if o.name == v).type.dims)):
+                grown.add(u.results[0].name)
+                todo.append(u.results[0].name)
     return out, derived
 
 

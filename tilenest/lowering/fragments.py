@@ -365,3 +365,161 @@ def lane_frag(ft: FragTile, rep: E.Expr) -> L.Frag:
     """The ``WarpMma`` accumulator of warp tile ``rep`` of a thread: its cells
     in the thread's fragment buffer."""
     return L.Frag(ft.local, E.mul(rep, ft.cells), 0, 0, ft.wn, 16 * ft.group)
+
+
+# ---------------------------------------------------------------------------
+# row statistics kept in the lanes' registers
+
+
+@dataclass(frozen=True)
+class RowRegs:
+    """A row vector ``buf`` (one element per row of register tiles whose
+    warp tiles span whole rows, ``wm`` rows each, ``tm`` of them) kept in the
+    registers of the lanes owning each row in those tiles: lane ``l`` of the
+    warp running warp tile ``wi`` at its step ``r`` holds row ``wi wm + 16 p
+    + 8 h + l // 4`` at :meth:`slot` ``(r, p, h)`` of ``local`` -- the four
+    lanes of a quad each hold a copy of their two rows per 16-row block."""
+
+    buf: L.Buffer
+    local: L.Buffer
+    wm: int
+    tm: int
+    reps: int
+
+    @property
+    def slots(self) -> int:
+        """Rows a lane holds per warp tile: two per 16-row block."""
+        return self.wm // 8
+
+    def slot(self, rep: E.Expr, p: E.Expr, h: E.Expr) -> L.IExpr:
+        return L.IExpr(E.add(E.mul(rep, self.slots), E.add(E.mul(p, 2), h)))
+
+
+def _maximal_nests(body: tuple) -> list[L.For]:
+    """The ``vector`` loops of ``body`` that no other ``vector`` loop encloses."""
+    out: list[L.For] = []
+    for s in body:
+        if isinstance(s, L.For) and s.kind == "vector":
+            out.append(s)
+        elif isinstance(s, L.For):
+            out.extend(_maximal_nests(s.body))
+        elif isinstance(s, L.If):
+            out.extend(_maximal_nests(s.then) + _maximal_nests(s.orelse))
+        elif isinstance(s, L.While):
+            out.extend(_maximal_nests(s.pre + s.body))
+    return out
+
+
+def _at_row(acc: Any, units: dict, row: str) -> bool:
+    """Does access ``acc`` (a load or store) index its row vector by ``row``
+    alone (the nest's unit loops at their one value)?"""
+    return isinstance(acc.index, L.IExpr) and _affine_is(E.subst(acc.index.e, units), [row], [1])
+
+
+def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, RowRegs]:
+    """The row vectors of phase ``body`` (sequential form) that can live in
+    the lanes' registers beside the register tiles ``tiles``, by buffer name.
+
+    A candidate is a ``shared`` buffer of one element per row of some
+    register tiles whose warp tiles span whole rows (``tn = 1``, one warp
+    each), accessed only inside ``vector`` nests of three kinds, each at the
+    nest's row:
+
+    * a row fold over such tiles (:func:`row_fold`), reading it anywhere and
+      storing it in the statements after the fold, which store nothing but
+      such vectors (they run in every lane of the quad owning the row, on
+      the quad's combined value, instead of in one lane);
+    * an elementwise nest over such tiles, reading it (the rescaling of
+      attention's accumulator by ``alpha``, its division by the row sums);
+    * a nest over the rows alone that touches no tile and stores nothing but
+      such vectors (their initial values), run by every lane for the rows it
+      owns.
+
+    Every nest touching one runs in one row layout (the same ``wm`` and
+    ``tm``), so each element is read and written only by the lanes holding
+    it, in program order, each lane computing the same value from the same
+    operands: the vector is private to those lanes, and needs no shared
+    memory and no barrier."""
+    layouts = {(ft.wm, ft.tm, ft.reps) for ft in tiles.values() if ft.tn == 1 and ft.group == 1}
+    if not layouts:
+        return {}
+    stmts = list(L.walk(body))
+    in_mma = {f.buf.name for m in stmts if isinstance(m, L.WarpMma) for f in (m.a, m.b, m.c)}
+    bufs: dict[str, L.Buffer] = {}
+    for t in stmts:
+        for y in L.evaluated((t,), nested=False):
+            if isinstance(y, L.Load):
+                bufs.setdefault(y.buf.name, y.buf)
+        if isinstance(t, L.Store):
+            bufs.setdefault(t.buf.name, t.buf)
+            if t.mode:
+                in_mma.add(t.buf.name)  # an asynchronous store: left in memory
+    rows_of = {wm * tm for wm, tm, _ in layouts}
+    cands = {n for n, b in bufs.items()
+             if b.space == "shared" and b.layout is None and n not in tiles and n not in in_mma
+             and _const(b.size) in rows_of}
+    nests = _maximal_nests(body)
+    inside = {id(t) for s in nests for t in L.walk((s,))}
+    # every access outside a nest leaves the vector in memory
+    for t in stmts:
+        if id(t) not in inside:
+            cands -= {n for n in list(cands) if _x_accesses(t, n)}
+    uses: dict[str, set] = {n: set() for n in cands}  # name -> layouts of its tile nests
+    stores_in: list[tuple[set[str], set[str]]] = []  # (vectors touched, other buffers stored)
+    for s in nests:
+        touched = {n for n in cands if any(_x_accesses(t, n) for t in L.walk((s,)))}
+        if not touched:
+            continue
+        loops, inner = nest(s)
+        kept, units = squeeze(loops)
+        fts = tiles_in((s,), tiles)
+        lay = {(f.wm, f.tm, f.reps) for f in fts}
+        stored = {t.buf.name for t in L.walk((s,)) if isinstance(t, L.Store)}
+        ok = False
+        if fts and len(lay) == 1 and lay <= layouts and all(f.tn == 1 for f in fts):
+            ft = fts[0]
+            rows, cols = ft.tm * ft.wm, ft.cols
+            rf = row_fold(loops, inner, {f.buf.name for f in fts}, rows, cols)
+            if rf is not None and _private(s, inner, body):
+                row = rf.row.var.name
+                post = {id(t) for t in L.walk(rf.post)}
+                ok = all(_at_row(a, units, row) and (isinstance(a, L.Load) or id(t) in post)
+                         for t in L.walk((s,)) for n in touched for a in _x_accesses(t, n))
+                ok = ok and not any(isinstance(t, L.Store) and t.buf.name in {
+                    f.buf.name for f in fts} for t in L.walk(rf.post))
+            elif rf is None and _elementwise(s, ft.buf.name, rows, cols, nest, body):
+                i = kept[0].var.name
+                ok = all(isinstance(a, L.Load) and _at_row(a, units, i)
+                         for t in L.walk((s,)) for n in touched for a in _x_accesses(t, n))
+                stored = set()  # its stores are to its tiles, in their layout
+            if ok:
+                for n in touched:
+                    uses[n] |= lay
+        elif not fts and len(kept) == 1 and _const(kept[0].lo) == 0 and _private(s, inner, body) \
+                and not any(isinstance(t, (L.For, L.While, L.WarpMma, L.Shuffle, L.LaneReduce,
+                                           L.Barrier)) for t in L.walk(inner)):
+            i = kept[0].var.name
+            ok = all(_at_row(a, units, i) and _const(kept[0].hi) == _const(bufs[n].size)
+                     for t in L.walk((s,)) for n in touched for a in _x_accesses(t, n))
+        if not ok:
+            cands -= touched
+            continue
+        stores_in.append((touched, stored))
+    # one layout per vector, of its own length; statements storing a vector
+    # store nothing that stays in memory (they run in four lanes at once)
+    keep = {n for n in cands if len(uses[n]) == 1
+            and next(iter(uses[n]))[0] * next(iter(uses[n]))[1] == _const(bufs[n].size)}
+    changed = True
+    while changed:
+        changed = False
+        for touched, stored in stores_in:
+            if touched & keep and stored - keep:
+                keep -= touched
+                changed = True
+    out: dict[str, RowRegs] = {}
+    for n in sorted(keep):
+        wm, tm, reps = next(iter(uses[n]))
+        b = bufs[n]
+        local = L.Buffer(f"{n}.rows{next(_ids)}", b.dtype, "local", E.Const(reps * wm // 8))
+        out[n] = RowRegs(b, local, wm, tm, reps)
+    return out

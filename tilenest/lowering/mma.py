@@ -262,10 +262,14 @@ def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32
     ``warps`` warps: sides in ``sides`` dividing the output, the largest
     area that still gives every warp a tile (the smallest when none does),
     the squarer one among equals (fewest fragment loads per ``mma``). With
-    ``whole_rows`` (an output whose rows are reduced) a tile spanning the
-    whole row is taken when one still gives every warp a tile."""
+    ``whole_rows`` (an output whose rows are reduced, or rescaled by row
+    statistics) a tile spanning the whole row is taken when one still gives
+    every warp a tile, up to twice :data:`WARP_TILE` wide."""
     sides = tuple(x for x in sides if x <= WARP_TILE)
-    cands = [(wm, wn) for wm in sides for wn in sides if rows % wm == 0 and cols % wn == 0]
+    wide = (cols,) if whole_rows and cols not in sides and cols <= 2 * WARP_TILE \
+        and cols % 8 == 0 else ()
+    cands = [(wm, wn) for wm in sides for wn in sides + wide
+             if rows % wm == 0 and cols % wn == 0]
     full = [c for c in cands if (rows // c[0]) * (cols // c[1]) >= warps]
     if whole_rows and any(c[1] == cols for c in full):
         full = [c for c in full if c[1] == cols]

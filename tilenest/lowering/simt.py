@@ -175,12 +175,16 @@ class _Phase:
     """SIMT rewrite of one phase body with ``W`` threads."""
 
     def __init__(self, W: int, scratch: list[L.Buffer], lanes: int = 1,
-                 maps: list | None = None, frags: dict | None = None):
+                 maps: list | None = None, frags: dict | None = None,
+                 rows: dict | None = None):
         self.W = W
         self.lanes = lanes
         self.scratch = scratch
         #: accumulator tiles kept in the lanes' registers (``fragments.py``)
         self.frags: dict = frags or {}
+        #: row vectors kept in the registers of the lanes owning their rows
+        #: in those tiles (``fragments.plan_rows``)
+        self.rows: dict = rows or {}
         #: the task map of every distributed loop, with the extent it covers
         self.maps: list = [] if maps is None else maps
         self.red: dict[str, L.Buffer] = {}
@@ -278,6 +282,8 @@ class _Phase:
         if any(isinstance(t, L.WarpMma) for t in L.walk(inner)):
             return None if merges else self.distribute_warps(loops, inner)
         tiles = fragments.tiles_in(inner, self.frags)
+        if not tiles and fragments.tiles_in(inner, self.rows):
+            return self.distribute_rows(loops, inner)
         if tiles:  # an elementwise nest or a row fold over register tiles: their layout
             ft = tiles[0]
             fold = fragments.row_fold(loops, inner, {x.buf.name for x in tiles},
@@ -484,7 +490,8 @@ class _Phase:
         second: list = []
         if ft.tn == 1:
             last = rf.pre + tuple(L.Assign(v, L.Bin(op, L.Ref(v), L.Ref(tv), dt, fl))
-                                  for tv, (v, op, _c, dt, fl) in zip(totals, rf.merges)) + rf.post
+                                  for tv, (v, op, _c, dt, fl) in zip(totals, rf.merges)) + \
+                L.map_stmts(rf.post, fe, c.fs)
         else:
             bufs = [self.row_partials(v, dt, ft.tn * rows) for v, _o, _c, dt, _f in rf.merges]
             slot = L.IExpr(E.add(E.mul(wj, rows), row))
@@ -499,10 +506,38 @@ class _Phase:
             second = self.distribute(nest, defined) or []
             if not second:
                 raise NotAvailableError("a row fold's partials could not be combined")
-        per_row += (L.If(L.IPred(E.cmp("==", E.mod(lane, 4), 0)), last),)
+        if all(st.buf.space == "local" for st in L.walk(last) if isinstance(st, L.Store)):
+            # only registers of the thread (row vectors kept by the quad):
+            # every lane of the quad runs it on the quad's combined value
+            per_row += last
+        else:
+            per_row += (L.If(L.IPred(E.cmp("==", E.mod(lane, 4), 0)), last),)
         work: tuple = (L.For(cv[2], E.Const(0), E.Const(2), per_row, "serial"),)
         work = (L.For(cv[0], E.Const(0), E.Const(ft.wm // 16), work, "serial"),)
         return self.warp_loop(c.t, c.r, c.n, c.lin, work) + second
+
+    def distribute_rows(self, loops: list[L.For], inner: tuple) -> list:
+        """A nest over the rows alone whose row vectors are kept in registers
+        (``fragments.plan_rows``): every lane runs it for each row it holds
+        -- row ``wi wm + 16 p + 8 h + lane // 4`` of warp tile ``wi`` at step
+        ``r`` -- with the vectors' accesses at that row's slot. The four
+        lanes of a quad compute the same values into their own copies."""
+        rr = fragments.tiles_in(inner, self.rows)[0]
+        n = E.Const(rr.tm)
+        t, r, lin = self.warp_step(n)
+        lane = E.mod(E.Var(t.name), WARP)
+        p, h = _fresh("p", D.i64), _fresh("h", D.i64)
+        pv, hv = E.Var(p.name), E.Var(h.name)
+        row = E.add(E.mul(lin, rr.wm), E.add(E.mul(pv, 16), E.add(E.floordiv(lane, 4),
+                                                                  E.mul(hv, 8))))
+        (kept,), units = fragments.squeeze(loops)
+        fe, fs = _row_mappers(self.rows, rr.slot(E.Var(r.name), pv, hv))
+        work = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in loops
+                     if E.Var(lp.var.name) in units)
+        work += (L.Assign(kept.var, L.IExpr(row)),) + L.map_stmts(inner, fe, fs)
+        work = (L.For(h, E.Const(0), E.Const(2), work, "vector"),)
+        work = (L.For(p, E.Const(0), E.Const(rr.wm // 16), work, "vector"),)
+        return self.warp_loop(t, r, n, lin, work)
 
     def row_partials(self, acc: L.LVar, dt: D.DType, size: int) -> L.Buffer:
         """The shared scratch of a row fold's partials of accumulator ``acc``
@@ -549,6 +584,8 @@ class _CellTask:
     j0: E.Expr
     cell: L.IExpr
     local: dict
+    #: row vectors kept in registers: name -> (local buffer, the cell's row slot)
+    rows: dict = field(default_factory=dict)
 
     @staticmethod
     def of(phase: "_Phase", tiles: list) -> "_CellTask":
@@ -561,13 +598,41 @@ class _CellTask:
         p, q, h, e = (E.Var(v.name) for v in cv)
         i0, j0 = L.lane_cell(lane, p, q, h, e, ft.group)
         cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
+        rows = {name: (rr.local, rr.slot(E.Var(r.name), p, h))
+                for name, rr in phase.rows.items()}
         return _CellTask(ft, n, t, r, lin, wi, wj, lane, cv, i0, j0, cell,
-                         {x.buf.name: x.local for x in tiles})
+                         {x.buf.name: x.local for x in tiles}, rows)
 
     def fe(self, x: Any) -> Any:
         if isinstance(x, L.Load) and x.buf.name in self.local:
             return L.Load(self.local[x.buf.name], self.cell, x.guard, x.fill)
+        if isinstance(x, L.Load) and x.buf.name in self.rows:
+            local, slot = self.rows[x.buf.name]
+            return L.Load(local, slot, x.guard, x.fill)
         return None
+
+    def fs(self, st: Any) -> Any:
+        """A store to a row vector kept in registers, at the cell's row slot."""
+        if isinstance(st, L.Store) and st.buf.name in self.rows:
+            local, slot = self.rows[st.buf.name]
+            return (L.Store(local, slot, st.value, st.guard, st.mode),)
+        return None
+
+
+def _row_mappers(rows: dict, slot: L.IExpr) -> tuple[Any, Any]:
+    """Expression and statement mappers moving every access to a row vector
+    of ``rows`` (``fragments.RowRegs`` by name) to ``slot`` of its registers."""
+    def fe(x: Any) -> Any:
+        if isinstance(x, L.Load) and x.buf.name in rows:
+            return L.Load(rows[x.buf.name].local, slot, x.guard, x.fill)
+        return None
+
+    def fs(st: Any) -> Any:
+        if isinstance(st, L.Store) and st.buf.name in rows:
+            return (L.Store(rows[st.buf.name].local, slot, st.value, st.guard, st.mode),)
+        return None
+
+    return fe, fs
 
 
 def _product(sizes: list[E.Expr]) -> E.Expr:
@@ -713,10 +778,16 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
             if any(fragments.tiles_in(b, {name: frags[name]}) for m, b in enumerate(bodies)
                    if m != n) or name in others:
                 del frags[name]
+        rows = fragments.plan_rows(body, frags, _nest)
+        for name in list(rows):
+            if any(fragments.tiles_in(b, {name: rows[name]}) for m, b in enumerate(bodies)
+                   if m != n) or name in others:
+                del rows[name]
         scratch.extend(ft.local for ft in frags.values())
-        kept |= set(frags)
-        new, _ = _Phase(threads, scratch, lanes, maps, frags).body(body, {ph.pid.name},
-                                                                    Accesses())
+        scratch.extend(rr.local for rr in rows.values())
+        kept |= set(frags) | set(rows)
+        new, _ = _Phase(threads, scratch, lanes, maps, frags, rows).body(body, {ph.pid.name},
+                                                                          Accesses())
         phases.append(replace(ph, body=new))
     bufs = tuple(b for b in shared.values() if b.name not in kept | gone)
     return replace(k, locals=bufs + tuple(scratch), phases=tuple(phases))
