@@ -101,3 +101,33 @@ def test_tensors_named_like_their_dims(target):
     x = np.arange(35, dtype=np.float32).reshape(5, 7)
     rep = tn.validate(same_names, target, inputs=[x, np.zeros_like(x)])
     assert rep.ok and rep.count("ok") == 1, rep
+
+
+def test_a_register_nest_of_exponentials_shares_one_common_case_flag():
+    """Attention's probabilities, ``exp`` over the cells of a register tile:
+    the unrolled nest runs every cell's common case with one flag and runs
+    again whole only when some input left it (no branch per cell, so the
+    cells' arithmetic interleaves); a nest that reads the register array it
+    writes (the accumulator's rescaling) is not guarded. The emulated kernel
+    validates with masked (``-inf``) scores, which take the whole run."""
+    from tilenest.backends import cuda
+    from tilenest.workloads.attention import flash_kernel
+    from test_fragment_rows import _admitted
+    from test_tensor_mma_dims import _attention_inputs
+
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32, causal=True)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=128))
+    text = emit_cuda(k).text
+    flags = [ln for ln in text.splitlines() if "every call of the nest inside" in ln]
+    assert len(flags) == 1
+    ok = flags[0].split()[1]
+    nest = text.split(flags[0])[1].split(f"if (!{ok})")[0]
+    assert nest.count("tn_exp_f32_ok(") == 1 and "tn_exp_f32(" not in nest
+    assert "pr_" in nest and "acc_" not in nest.split("=")[0]
+    whole = text.split(f"if (!{ok})")[1]
+    assert "tn_exp_f32(" in whole.split("tn_exp_f32_ok")[0]
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                             block_threads=128),
+                              device="emulated")
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=90, D=30)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=6)

@@ -195,6 +195,8 @@ class Emitter:
         #: flag (:meth:`guarded_lanes`): functions with a common case emit it
         #: alone and fold their test into the flag
         self.lanes_ok: str | None = None
+        #: inside the second, whole run of a guarded nest: no flag of its own
+        self.whole_run = False
         #: copies of the statement being emitted that fully unrolled loops
         #: around it make (the product of their trip counts)
         self.copies = 1
@@ -655,7 +657,7 @@ class Emitter:
             self.in_thread = False
             self.w("}")
             return
-        if s.kind == "vector" and self.in_thread and self.lane_loop(s):
+        if s.kind == "vector" and self.in_thread and (self.guarded_nest(s) or self.lane_loop(s)):
             return
         if not self.in_thread:
             self.hoist_tests(s)
@@ -968,6 +970,50 @@ class Emitter:
             fn = self.wide_store_fn(node)
             self.w(f"{fn}<{t}, {V}>(&{self.elem(node.buf, e0)}, {q});")
 
+    def guarded_nest(self, s: L.For) -> bool:
+        """A thread's fully unrolled nest of ``vector`` loops (a register
+        tile's cells) whose straight-line body calls a function with a common
+        case (:meth:`guarded_lanes`'s conditions, over the whole nest): every
+        cell first runs the common cases alone, folding their tests into one
+        flag, and the nest runs again, whole, only if some input was outside
+        them. The calls of different cells then share no branch, so their
+        arithmetic interleaves. False (nothing emitted) for any other loop,
+        and inside a group that already folds its tests into a flag."""
+        if self.lanes_ok is not None or self.whole_run:
+            return False
+        loops, inner = [s], s.body
+        while len(inner) == 1 and isinstance(inner[0], L.For) and inner[0].kind == "vector":
+            loops.append(inner[0])
+            inner = inner[0].body
+        if len(loops) < 2 or not all(self.unrolled(lp) and not lp.reverse for lp in loops):
+            return False
+        carried = A.carried_locals(inner)
+        if carried is None or not any(A.has_common_case(y, self.shared_divisors)
+                                      for y in L.evaluated(inner, nested=False)):
+            return False
+        ok = self.names(f"ok.{s.var.name}", "tn")
+        keep = {x: self.names(f"keep.{x.name}", "tn") for x in carried}
+        self.w(f"bool {ok} = true;  // every call of the nest inside its common case")
+        for x, kx in keep.items():
+            self.w(f"const {self.d.reg(x.dtype)} {kx} = {self.names(x.name)};")
+        self.lanes_ok = ok
+        try:
+            self.plain_loop(s)
+        finally:
+            self.lanes_ok = None
+        self.w(f"if (!{ok}) {{  // again with the whole functions")
+        self.ind += 1
+        for x, kx in keep.items():
+            self.w(f"{self.names(x.name)} = {kx};")
+        self.whole_run = True
+        try:
+            self.plain_loop(s)
+        finally:
+            self.whole_run = False
+        self.ind -= 1
+        self.w("}")
+        return True
+
     def guarded_lanes(self, vn: str, V: int, body: tuple) -> None:
         """The lanes ``for vn in [0, V): body`` of a wide group. When the body
         only assigns locals (the widened stores assign the lanes of packs,
@@ -982,8 +1028,10 @@ class Emitter:
         nothing). Either way the group's values are those of the whole
         functions (``tn_prelude.cuh``, guarded lane groups)."""
         carried = A.carried_locals(body)
-        if not (carried is not None and any(A.has_common_case(y, self.shared_divisors)
+        if self.lanes_ok is not None or self.whole_run or not (
+                carried is not None and any(A.has_common_case(y, self.shared_divisors)
                                             for y in L.evaluated(body, nested=False))):
+            # (inside a guarded nest its calls fold into the nest's flag)
             self.w(self.d.unroll)
             self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
             self.copied_block(body, V)
