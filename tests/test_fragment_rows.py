@@ -218,8 +218,8 @@ def test_attention_row_statistics_live_in_the_quads_registers():
     the folds' results) are registers of the lanes owning each row: no
     shared buffer of one element per row is left, the row folds' statements
     run in every lane of the quad (no ``lane % 4 == 0`` guard), and the key
-    loop's consumer keeps one block barrier (the P tile's); the emulated
-    kernel validates, causal and not, ragged."""
+    loop's consumer has no block barrier; the emulated kernel validates,
+    causal and not, ragged."""
     from tilenest.lowering import fragments
 
     for causal in (True, False):
@@ -230,7 +230,8 @@ def test_attention_row_statistics_live_in_the_quads_registers():
         assert not [b for b in k.locals if b.space == "shared" and b.size.value == 64]
         (loop,) = [s for ph in k.phases for s in ph.body
                    if isinstance(s, L.For) and s.kind == "serial"]
-        assert sum(1 for s in loop.body if L.is_block_barrier(s)) == 2  # the ring's, P's
+        # the ring's barrier alone: P is a register operand of P V as well
+        assert sum(1 for s in L.walk(loop.body) if L.is_block_barrier(s)) == 1
         assert "% 32 % 4 == 0" not in print_kernel(k)
         ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
                                                                  block_threads=128),
@@ -243,6 +244,45 @@ def test_attention_row_statistics_live_in_the_quads_registers():
     k = _lowered(kern, 256)
     assert not [b for b in k.locals if ".rows" in b.name]
     assert [b for b in k.locals if b.space == "shared" and b.size.value == 64]
+
+
+def test_attention_first_operands_are_the_lanes_registers():
+    """With whole-row warp tiles, attention's ``Q`` (first operand of ``Q
+    K^T``, in the layout of the ``P V`` accumulator: 128 columns) and ``P``
+    (first operand of ``P V``, computed in the scores' layout) are read by
+    the tensor-core instruction from the lanes' own registers: shared memory
+    holds only the key and value rings, and the emulated kernel validates.
+    A lane-fragment first operand with other than ``k`` columns is refused
+    by the verifier."""
+    from dataclasses import replace
+
+    from tilenest.errors import VerifyError
+    from tilenest.lowering.verify import verify_kernel
+
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32, causal=False)
+    k = _lowered(kern, 128)
+    mmas = [w for ph in k.phases for w in L.walk(ph.body) if isinstance(w, L.WarpMma)]
+    assert len(mmas) == 2 and all(w.a.lane_cols == w.k and w.a.buf.space == "local"
+                                  for w in mmas)
+    assert all(".frag" in w.a.buf.name for w in mmas)
+    shared = [b for b in k.locals if b.space == "shared"]
+    assert {b.name for b in shared} == {w.b.buf.name for w in mmas}  # the K and V rings
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda",
+                                                             block_threads=128),
+                              device="emulated")
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=90, D=30)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=7)
+    w = mmas[0]
+    bad = replace(w, a=replace(w.a, lane_cols=w.k // 2))
+
+    def swap(x):  # noqa: ANN001, ANN202
+        return (bad,) if x == w else None
+
+    broken = replace(k, phases=tuple(replace(ph, body=L.map_stmts(ph.body, lambda e: None,
+                                                                  swap))
+                                     for ph in k.phases))
+    with pytest.raises(VerifyError, match="first operand"):
+        verify_kernel(broken)
 
 
 def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():

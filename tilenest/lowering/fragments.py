@@ -179,6 +179,7 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
         local = L.Buffer(f"{X.name}.frag{next(_ids)}", X.dtype, "local", E.Const(reps * cells))
         out[X.name] = FragTile(X, local, w.m, w.n, tm, tn, reps, w.group)
     _companions(out, stmts, mmas, nest, body)
+    _operand_tiles(out, stmts, mmas, nest, body)
     # a nest touching several tiles runs in one layout: they must share it
     # (a loop holding nests, such as a serial loop over key blocks, is not one)
     changed = True
@@ -233,6 +234,57 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                                      E.Const(ft.reps * ft.cells))
                     out[Y.name] = replace(ft, buf=Y, local=local)
                     grew = True
+
+
+def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
+                   body: tuple) -> None:
+    """Add to ``out`` the first operands that can stay in registers: a shared
+    16-bit tile ``Y`` that is the ``a`` of one warp ``WarpMma`` ``W`` (and no
+    other operand), whose warp tiles span whole rows (``wm x n``, ``tm`` of
+    them, one warp tile per row of tiles) of a ``Y`` of ``tm wm x k``, every
+    other access of which is in an elementwise nest (at its element) -- when
+    a register tile of ``out`` has that layout over ``tm wm x k`` (``wm``
+    rows, ``k`` columns per warp tile: attention's probabilities, computed in
+    the scores' layout, for ``P V``). The lane owning element ``(i, j)`` in
+    that layout then holds it; the ``m16n8k16`` instruction's first operand
+    takes, for rows ``16 p + l // 4 (+ 8)`` and columns ``16 kk + 2 (l % 4)
+    (+ 1, + 8, + 9)``, exactly the lane's cells of column blocks ``2 kk`` and
+    ``2 kk + 1`` (``Frag.lane_cols`` on ``a``), so ``W`` reads them from the
+    lane's registers instead of shared memory."""
+    nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"]
+    for w in mmas:
+        Y = w.a.buf
+        if (w.opaque or w.group != 1 or w.a.lane_cols or Y.name in out or Y.space != "shared"
+                or Y.layout is not None or Y.dtype.name not in ("f16", "bf16")
+                or sum(Y.name in (m.a.buf.name, m.b.buf.name, m.c.buf.name)
+                       for m in mmas) != 1 or Y.name in (w.b.buf.name, w.c.buf.name)):
+            continue
+        owner = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
+                 and nest(s)[1] == (w,)][:1]
+        if not owner:
+            continue
+        loops, _ = nest(owner[0])
+        if len(loops) != 2 or any(_const(lp.lo) != 0 or _const(lp.hi) is None for lp in loops):
+            continue
+        tm, tn = (_const(lp.hi) for lp in loops)
+        pitch = w.a.si
+        if (tn != 1 or w.a.sj != 1 or _const(Y.size) != tm * w.m * pitch
+                or not _affine_is(w.a.offset, [lp.var.name for lp in loops],
+                                  [w.m * pitch, 0])):
+            continue
+        src = [ft for ft in out.values() if ft.group == 1 and ft.tn == 1 and ft.wm == w.m
+               and ft.tm == tm and ft.wn == w.k]
+        if not src:
+            continue
+        rows, cols = tm * w.m, w.k
+        homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, body, pitch)]
+        inside = {id(t) for n in homes for t in L.walk((n,))} | \
+            {id(t) for t in L.walk((owner[0],))}
+        if any(_x_accesses(t, Y.name) and id(t) not in inside for t in stmts):
+            continue
+        local = L.Buffer(f"{Y.name}.frag{next(_ids)}", Y.dtype, "local",
+                         E.Const(src[0].reps * src[0].cells))
+        out[Y.name] = replace(src[0], buf=Y, local=local)
 
 
 def _buffers(s: Any) -> list[L.Buffer]:
@@ -341,9 +393,11 @@ def _private(s: L.For, inner: tuple, body: tuple) -> bool:
     return not any(own & L.own_references(t) for t in L.walk(body) if id(t) not in inside)
 
 
-def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple) -> bool:
+def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple,
+                 pitch: int | None = None) -> bool:
     """Is ``s`` a nest over the ``rows x cols`` tile accessing ``name`` only
-    at its own element, with independent iterations (module docstring)?"""
+    at its own element (rows ``pitch`` elements apart, ``cols`` unless
+    given), with independent iterations (module docstring)?"""
     loops, inner = nest(s)
     loops, units = squeeze(loops)
     if len(loops) != 2 or [(_const(lp.lo), _const(lp.hi)) for lp in loops] != [(0, rows),
@@ -356,7 +410,7 @@ def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tup
             return False
         for acc in _x_accesses(st, name):
             if not (isinstance(acc.index, L.IExpr)
-                    and _affine_is(E.subst(acc.index.e, units), vs, [cols, 1])):
+                    and _affine_is(E.subst(acc.index.e, units), vs, [pitch or cols, 1])):
                 return False
     return _private(s, inner, body)
 

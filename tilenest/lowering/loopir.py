@@ -518,7 +518,13 @@ class Frag:
     buffer, element ``(16 p + l // 4 + 8 h, 8 q + 2 (l % 4) + e)`` at
     ``offset + cell(p, q, h, e)`` with ``cell = 4 (p n/8 + q) + 2 h + e``
     (:func:`frag_cell`): each lane's registers, in the order the
-    instruction's accumulator operands take them."""
+    instruction's accumulator operands take them. The first operand ``a``
+    (``m x k``) of one warp's collective may be such a fragment too, in the
+    same layout with ``k`` columns: the ``m16n8k16`` instruction's ``a``
+    registers for rows ``16 p + l // 4 + 8 h`` and 16 columns from ``16 kk``
+    are then the lane's cells of column blocks ``2 kk`` and ``2 kk + 1``, in
+    order -- the lanes of the warp hold the block between them, each its own
+    elements, so :meth:`WarpMma.reference` (one lane alone) does not apply."""
 
     buf: Buffer
     offset: E.Expr

@@ -422,7 +422,9 @@ class _Phase:
                 return None
             ft = self.frags.get(st.c.buf.name)
             c = st.c if ft is None else fragments.lane_frag(ft, E.Var(r.name))
-            return (replace(st, lane=lane, c=c),)
+            fa = self.frags.get(st.a.buf.name)  # a first operand in registers
+            a = st.a if fa is None else fragments.lane_frag(fa, E.Var(r.name))
+            return (replace(st, lane=lane, a=a, c=c),)
 
         work = L.map_stmts(inner, lambda x: None, fs)
         return self.warp_loop(t, r, n, lin, tuple(assigns) + work, group)

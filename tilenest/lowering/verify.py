@@ -22,9 +22,10 @@ well formed, so that a backend may translate it without further checks:
    two up to 32; ``shared`` buffers are program buffers, never arguments;
 6. tensor cores -- a ``WarpMma`` tile is a multiple of ``MMA_SHAPE``, reads
    two f16 or two bf16 operands into an f32 accumulator, and as a warp
-   collective (with a lane) stands inside a thread loop; only its
-   accumulator may be a lane fragment (``Frag.lane_cols``), in a ``local``
-   buffer of a collective, with the tile's columns; a warpgroup collective
+   collective (with a lane) stands inside a thread loop; its accumulator
+   may be a lane fragment (``Frag.lane_cols``), in a ``local`` buffer of a
+   collective, with the tile's columns, and so may the first operand of one
+   warp's collective (16-bit, ``k`` columns); a warpgroup collective
    (``group = 4``, ``wgmma``) has 64 rows, at most 256 columns and row-major
    operands in ``Swizzle128`` buffers; only such a collective on a lane-fragment
    accumulator may be overlapped (``overlap``: completed at a later barrier);
@@ -242,9 +243,14 @@ class _Checker:
             self.index(f.offset, defined, what)
         if s.lane is not None:
             self.index(s.lane, defined, what)
-        for f in (s.a, s.b):
-            if f.lane_cols:
-                raise self.fail("only the accumulator of a warp_mma may be a lane fragment", what)
+        if s.b.lane_cols:
+            raise self.fail("the second operand of a warp_mma is never a lane fragment", what)
+        if s.a.lane_cols and (s.lane is None or s.group != 1 or s.opaque
+                              or s.a.lane_cols != s.k or s.a.buf.space != "local"
+                              or s.a.lane_period != 16 or s.a.buf.dtype.itemsize != 2):
+            raise self.fail("a lane-fragment first operand belongs to one warp's collective "
+                            "(lane given), is 16-bit, has the tile's k columns and lives in a "
+                            "local buffer", what)
         if s.c.lane_cols and (s.lane is None or s.c.lane_cols != s.n
                               or s.c.buf.space != "local" or s.c.lane_period != 16 * s.group):
             raise self.fail("a lane-fragment accumulator belongs to a warp collective (lane "

@@ -258,6 +258,12 @@ class CudaEmitter(Emitter):
             self.ind += 1
             self.w(f"unsigned {u}_fa[{MT}][4], {u}_fb[{NT}][2], {u}_t[4];")
             for p in range(MT):
+                if s.a.lane_cols:  # the lane's own cells of column blocks 2 kk, 2 kk + 1
+                    a, first = self.buf(s.a.buf), f"{u}_oa + {4 * p * (s.k // 8)} + 8 * {u}_k"
+                    for j in range(4):
+                        self.w(f"{u}_fa[{p}][{j}] = (unsigned)tn_get16({a}[{first} + {2 * j}]) "
+                               f"| ((unsigned)tn_get16({a}[{first} + {2 * j + 1}]) << 16);")
+                    continue
                 self.w(self.ldsm(s.a, u, f"{u}_fa[{p}]", f"{16 * p}", f"{ks} * {u}_k", pair="j")
                        + ";")
             for q2 in range(NT // 2):
