@@ -183,6 +183,8 @@ EPILOGUE_N = 4096
 _ATT = {"dh": 128, "dv": 128}
 #: prefill on 8 warps, one block per SM or (registers capped at 128) two
 _PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
+                # four warps: 64 query rows give each its own whole-row tiles
+                {"block_threads": 128},
                 # both products on warpgroup tensor cores (K read K-major, P
                 # through a swizzled shared tile): asked for, not auto's choice
                 {"block_threads": 256, "mma_unit": "wgmma"})
