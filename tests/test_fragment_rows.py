@@ -283,6 +283,14 @@ def test_attention_first_operands_are_the_lanes_registers():
                                      for ph in k.phases))
     with pytest.raises(VerifyError, match="first operand"):
         verify_kernel(broken)
+    # a batched product's A tile, copied in from memory at every step of its
+    # K loop (whole-row tiles of k columns too), stays a shared tile
+    from tilenest.workloads import WORKLOADS
+
+    bmm = WORKLOADS["bmm"].kernel(tn.f16, size="small")
+    kb = lower_verified(bmm.program, default_schedule(bmm.program, "cuda"))
+    (w,) = [w for ph in kb.phases for w in L.walk(ph.body) if isinstance(w, L.WarpMma)]
+    assert not w.a.lane_cols and w.a.buf.space == "shared"
 
 
 def test_row_reduced_scores_take_warp_tiles_spanning_whole_rows():

@@ -282,9 +282,35 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
             {id(t) for t in L.walk((owner[0],))}
         if any(_x_accesses(t, Y.name) and id(t) not in inside for t in stmts):
             continue
+        # a tile copied in from memory at every step of the loop around the
+        # product stays a shared tile (its copies coalesce there, and a ring
+        # overlaps them): only values computed in registers, or written
+        # before that loop, are taken
+        loops_of = _loops_around(body)
+        around = set(loops_of.get(id(owner[0]), ()))
+        if any(any(isinstance(t, L.Store) and t.buf.name == Y.name for t in L.walk((n,)))
+               and not any(_x_accesses(t, x) for t in L.walk((n,)) for x in out)
+               and around & set(loops_of.get(id(n), ())) for n in homes):
+            continue
         local = L.Buffer(f"{Y.name}.frag{next(_ids)}", Y.dtype, "local",
                          E.Const(src[0].reps * src[0].cells))
         out[Y.name] = replace(src[0], buf=Y, local=local)
+
+
+def _loops_around(body: tuple, outer: tuple = ()) -> dict[int, tuple[int, ...]]:
+    """For each statement of ``body`` (nested ones too), the ``id`` of every
+    loop other than a ``vector`` one that encloses it."""
+    out: dict[int, tuple[int, ...]] = {}
+    for s in body:
+        out[id(s)] = outer
+        if isinstance(s, L.For):
+            out.update(_loops_around(s.body, outer + (() if s.kind == "vector" else (id(s),))))
+        elif isinstance(s, L.If):
+            out.update(_loops_around(s.then, outer))
+            out.update(_loops_around(s.orelse, outer))
+        elif isinstance(s, L.While):
+            out.update(_loops_around(s.pre + s.body, outer + (id(s),)))
+    return out
 
 
 def _buffers(s: Any) -> list[L.Buffer]:
