@@ -149,15 +149,10 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
         if sum(m.c.buf.name == X.name for m in mmas) != 1 or X.name in (w.a.buf.name,
                                                                         w.b.buf.name):
             continue
-        # the outermost loop of the nest holding exactly this statement
-        owner = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
-                 and nest(s)[1] == (w,)][:1]
-        if not owner:
+        got = _tile_nest(w, stmts, nest)
+        if got is None:
             continue
-        loops, _ = nest(owner[0])
-        if len(loops) != 2 or any(_const(lp.lo) != 0 or _const(lp.hi) is None for lp in loops):
-            continue
-        tm, tn = (_const(lp.hi) for lp in loops)
+        owner, loops, tm, tn = got
         rows, cols = tm * w.m, tn * w.n
         if (w.c.lane_cols or w.c.sj != 1 or w.c.si != cols or _const(X.size) != rows * cols
                 or not _affine_is(w.c.offset, [lp.var.name for lp in loops],
@@ -170,7 +165,7 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
             continue
         if any(X.name in (m.a.buf.name, m.b.buf.name) for m in mmas):
             continue
-        inside = {id(s) for s in L.walk((owner[0],))}
+        inside = {id(s) for s in L.walk((owner,))}
         nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
                  and id(s) not in inside and _home(s, X.name, rows, cols, nest, body, w.group)]
         covered = {id(t) for s in nests for t in L.walk((s,))} | inside
@@ -195,6 +190,21 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
                     out.pop(f.buf.name, None)
                 changed = True
     return out
+
+
+def _tile_nest(w: L.WarpMma, stmts: list, nest: Any) -> tuple[L.For, list, int, int] | None:
+    """The nest of warp tiles holding exactly ``w``: ``(outermost loop,
+    loops, tm, tn)`` when it is two loops ``[0, tm) x [0, tn)`` of constant
+    extents, else None."""
+    owner = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
+             and nest(s)[1] == (w,)][:1]
+    if not owner:
+        return None
+    loops, _ = nest(owner[0])
+    if len(loops) != 2 or any(_const(lp.lo) != 0 or _const(lp.hi) is None for lp in loops):
+        return None
+    tm, tn = (_const(lp.hi) for lp in loops)
+    return owner[0], loops, tm, tn
 
 
 def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
@@ -259,14 +269,10 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                 or sum(Y.name in (m.a.buf.name, m.b.buf.name, m.c.buf.name)
                        for m in mmas) != 1 or Y.name in (w.b.buf.name, w.c.buf.name)):
             continue
-        owner = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
-                 and nest(s)[1] == (w,)][:1]
-        if not owner:
+        got = _tile_nest(w, stmts, nest)
+        if got is None:
             continue
-        loops, _ = nest(owner[0])
-        if len(loops) != 2 or any(_const(lp.lo) != 0 or _const(lp.hi) is None for lp in loops):
-            continue
-        tm, tn = (_const(lp.hi) for lp in loops)
+        owner, loops, tm, tn = got
         pitch = w.a.si
         if (tn != 1 or w.a.sj != 1 or _const(Y.size) != tm * w.m * pitch
                 or not _affine_is(w.a.offset, [lp.var.name for lp in loops],
@@ -279,7 +285,7 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         rows, cols = tm * w.m, w.k
         homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, body, pitch)]
         inside = {id(t) for n in homes for t in L.walk((n,))} | \
-            {id(t) for t in L.walk((owner[0],))}
+            {id(t) for t in L.walk((owner,))}
         if any(_x_accesses(t, Y.name) and id(t) not in inside for t in stmts):
             continue
         # a tile copied in from memory at every step of the loop around the
@@ -287,7 +293,7 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         # overlaps them): only values computed in registers, or written
         # before that loop, are taken
         loops_of = _loops_around(body)
-        around = set(loops_of.get(id(owner[0]), ()))
+        around = set(loops_of.get(id(owner), ()))
         if any(any(isinstance(t, L.Store) and t.buf.name == Y.name for t in L.walk((n,)))
                and not any(_x_accesses(t, x) for t in L.walk((n,)) for x in out)
                and around & set(loops_of.get(id(n), ())) for n in homes):

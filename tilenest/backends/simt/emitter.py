@@ -991,14 +991,25 @@ class Emitter:
         if carried is None or not any(A.has_common_case(y, self.shared_divisors)
                                       for y in L.evaluated(inner, nested=False)):
             return False
-        ok = self.names(f"ok.{s.var.name}", "tn")
+        self.common_cases_first(s.var.name, "of the nest ", carried, lambda: self.plain_loop(s))
+        return True
+
+    def common_cases_first(self, label: str, what: str, carried: list,
+                           emit: Callable[[], None]) -> None:
+        """``emit()`` with every call that has a common case running that
+        case alone and folding its test into one flag, then ``emit()`` again
+        with the whole functions only when the flag ended false, the
+        ``carried`` locals (read before assigned) first restored to their
+        values before the first run (:meth:`guarded_lanes`,
+        :meth:`guarded_nest`)."""
+        ok = self.names(f"ok.{label}", "tn")
         keep = {x: self.names(f"keep.{x.name}", "tn") for x in carried}
-        self.w(f"bool {ok} = true;  // every call of the nest inside its common case")
+        self.w(f"bool {ok} = true;  // every call {what}inside its common case")
         for x, kx in keep.items():
             self.w(f"const {self.d.reg(x.dtype)} {kx} = {self.names(x.name)};")
         self.lanes_ok = ok
         try:
-            self.plain_loop(s)
+            emit()
         finally:
             self.lanes_ok = None
         self.w(f"if (!{ok}) {{  // again with the whole functions")
@@ -1007,12 +1018,11 @@ class Emitter:
             self.w(f"{self.names(x.name)} = {kx};")
         self.whole_run = True
         try:
-            self.plain_loop(s)
+            emit()
         finally:
             self.whole_run = False
         self.ind -= 1
         self.w("}")
-        return True
 
     def guarded_lanes(self, vn: str, V: int, body: tuple) -> None:
         """The lanes ``for vn in [0, V): body`` of a wide group. When the body
@@ -1037,29 +1047,13 @@ class Emitter:
             self.copied_block(body, V)
             self.w("}")
             return
-        ok = self.names(f"ok.{vn}", "tn")
-        keep = {x: self.names(f"keep.{x.name}", "tn") for x in carried}
-        self.w(f"bool {ok} = true;  // every call inside its common case")
-        for x, kx in keep.items():
-            self.w(f"const {self.d.reg(x.dtype)} {kx} = {self.names(x.name)};")
-        self.w(self.d.unroll)
-        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
-        self.lanes_ok = ok
-        try:
+        def lanes() -> None:
+            self.w(self.d.unroll)
+            self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
             self.block(body)
-        finally:
-            self.lanes_ok = None
-        self.w("}")
-        self.w(f"if (!{ok}) {{  // again with the whole functions")
-        self.ind += 1
-        for x, kx in keep.items():
-            self.w(f"{self.names(x.name)} = {kx};")
-        self.w(self.d.unroll)
-        self.w(f"for ({vn} = 0; {vn} < {V}; ++{vn}) {{")
-        self.block(body)
-        self.w("}")
-        self.ind -= 1
-        self.w("}")
+            self.w("}")
+
+        self.common_cases_first(vn, "", carried, lanes)
 
     def promoted_loop(self, s: L.For) -> bool:
         """Scalar replacement: a thread's serial loop whose straight-line body
