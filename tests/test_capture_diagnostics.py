@@ -241,6 +241,24 @@ def k_unsupported(x: tn.Tensor[f32, 1]):
             pass
 
 
+@tn.kernel
+def k_index_tile_staged(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    for p in tn.parallel(tn.shape(1)):
+        m = tn.cast(tn.reduce(x[tn.coord(0), tn.shape(4), tn.bounds.zero], x.dim(0),
+                              tn.maximum), tn.i64)
+        at = tn.index_tile(tn.shape(4), lambda i: m * 2 + i)  # ERR
+        y(tn.coord(0), tn.shape(4), tn.bounds.zero).store(tn.cast(at, f32))
+
+
+@tn.kernel
+def k_index_tile_staged_cond(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+    for p in tn.parallel(tn.shape(1)):
+        m = tn.cast(tn.reduce(x[tn.coord(0), tn.shape(4), tn.bounds.zero], x.dim(0),
+                              tn.maximum), tn.i64)
+        at = tn.index_tile(tn.shape(4), lambda i: tn.ite(i < 2, m, i))  # ERR
+        y(tn.coord(0), tn.shape(4), tn.bounds.zero).store(tn.cast(at, f32))
+
+
 CASES = [
     (k_break, CaptureError, ("break",), "tn.while_"),
     (k_continue, CaptureError, ("continue",), "tn.if_"),
@@ -268,12 +286,32 @@ CASES = [
     (k_outer_handle, CaptureError, ("innermost",), None),
     (k_undefined_name, CaptureError, ("not defined",), None),
     (k_unsupported, CaptureError, ("unsupported",), None),
+    (k_index_tile_staged, CaptureError, ("coordinate #0", "staged value"), "outside"),
+    (k_index_tile_staged_cond, CaptureError, ("coordinate #0", "staged value"), "outside"),
 ]
 
 
 @pytest.mark.parametrize("k,exc,needles,hint", CASES, ids=[c[0].fn.__name__ for c in CASES])
 def test_diagnostic(k, exc, needles, hint):
     expect(k, exc, *needles, hint=hint)
+
+
+def test_staged_values_combine_with_index_tiles_outside_their_function():
+    """The form the index-function diagnostic suggests captures and runs."""
+    @tn.kernel
+    def shifted(x: tn.Tensor[f32, 1], y: tn.Tensor[f32, 1]):
+        for p in tn.parallel(tn.shape(1)):
+            m = tn.cast(tn.reduce(x[tn.coord(0), tn.shape(4), tn.bounds.zero], x.dim(0),
+                                  tn.maximum), tn.i64)
+            at = m * 2 + tn.index_tile(tn.shape(4), lambda i: i)
+            y(tn.coord(0), tn.shape(4), tn.bounds.zero).store(tn.cast(at, f32))
+
+    import numpy as np
+
+    x = np.array([1.0, 3.0, 2.0, 0.0], np.float32)
+    y = np.zeros(4, np.float32)
+    tn.interpret(shifted, x, y)
+    assert list(y) == [6.0, 7.0, 8.0, 9.0]
 
 
 def test_dims_mismatch_is_about_identity_not_extent():

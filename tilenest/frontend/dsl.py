@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
@@ -92,10 +93,50 @@ class Index:
 
     def value(self, dtype: DType = D.INDEX) -> "Tile":
         """This index as a staged scalar of integer dtype ``dtype``."""
+        _refuse_coordinates(self.expr, "combine staged values with the result outside the "
+                            "function, e.g. `v * 4 + tn.index_tile(shape, lambda i, j: j)`")
         return _index_tile(self.expr, (), dtype)
 
     def __repr__(self) -> str:
         return f"Index({self.expr})"
+
+
+#: the element coordinates of the index functions being traced (per thread):
+#: ``tn.index_tile`` and ``tn.reindex`` call their function with them
+_TRACING = threading.local()
+
+
+def _coordinates_in(e: "E.Expr | E.Pred") -> set[str]:
+    """The element coordinates of an enclosing index function that ``e`` reads."""
+    open_ = getattr(_TRACING, "coords", ())
+    if not open_:
+        return set()
+    names = {v for vs in open_ for v in vs}
+    return {lf.name for lf in E.leaves(e) if isinstance(lf, E.Var) and lf.name in names}
+
+
+def _refuse_coordinates(e: "E.Expr | E.Pred", hint: str) -> None:
+    """A CaptureError when ``e`` reads an element coordinate of the index
+    function being traced: it is about to become a staged value (an operand
+    of an elementwise op), outside the element it names."""
+    coords = _coordinates_in(e)
+    if coords:
+        which = ", ".join(f"#{c}" for c in sorted(coords))
+        raise CaptureError(
+            f"coordinate {which} of a tn.index_tile or tn.reindex function was combined with "
+            "a staged value: those functions compute indices from their coordinates, ints, "
+            "symbols and region indices only", hint=hint)
+
+
+def _call_with_coordinates(fn: Callable[..., Any], vars_: tuple[str, ...]) -> Any:
+    """``fn`` of the element coordinates ``vars_`` (as indices), traced so that
+    a coordinate turned into a staged value is refused (:meth:`Index.value`)."""
+    stack = getattr(_TRACING, "coords", ())
+    _TRACING.coords = stack + (frozenset(vars_),)
+    try:
+        return fn(*(Index(E.Var(v)) for v in vars_))
+    finally:
+        _TRACING.coords = stack
 
 
 class IndexCond:
@@ -120,6 +161,8 @@ class IndexCond:
 
     def value(self) -> "Tile":
         """This condition as a staged bool scalar."""
+        _refuse_coordinates(self.pred, "build the condition as a tile outside the function, "
+                            "e.g. `tn.index_tile(shape, lambda i, j: j) < v`")
         return _pred_tile(self.pred)
 
     def __repr__(self) -> str:
@@ -662,7 +705,7 @@ def index_tile(shp: Any, fn: Callable[..., Any], dtype: DType = D.INDEX,
     ``fn(*q)`` (which may use region coordinates and extents)."""
     space = _space_for(shp, dims, "tn.index_tile")
     vars_ = tuple(str(i) for i in range(space.rank))
-    e = as_expr(fn(*(Index(E.Var(v)) for v in vars_)))
+    e = as_expr(_call_with_coordinates(fn, vars_))
     return _index_tile(e, vars_, dtype, space)
 
 
@@ -697,7 +740,7 @@ def reindex(x: Tile, shp: Any, fn: Callable[..., Any], dims: Sequence[Dim] | Non
     space = (_space_for(shp, dims, "tn.reindex") if not isinstance(shp, Tile)
              else shp.type.space)
     vars_ = tuple(str(i) for i in range(space.rank))
-    src = fn(*(Index(E.Var(v)) for v in vars_))
+    src = _call_with_coordinates(fn, vars_)
     src = coord(*(src if isinstance(src, (tuple, list)) else (src,)))
     return _emit("reindex", [x], {"vars": vars_, "map": tuple(src)},
                  (TileType(x.dtype, space),))[0]
