@@ -262,6 +262,7 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
     ``2 kk + 1`` (``Frag.lane_cols`` on ``a``), so ``W`` reads them from the
     lane's registers instead of shared memory."""
     nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"]
+    loops_of = _loops_around(body)
     for w in mmas:
         Y = w.a.buf
         if (w.opaque or w.group != 1 or w.a.lane_cols or Y.name in out or Y.space != "shared"
@@ -292,7 +293,6 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         # product stays a shared tile (its copies coalesce there, and a ring
         # overlaps them): only values computed in registers, or written
         # before that loop, are taken
-        loops_of = _loops_around(body)
         around = set(loops_of.get(id(owner), ()))
         if any(any(isinstance(t, L.Store) and t.buf.name == Y.name for t in L.walk((n,)))
                and not any(_x_accesses(t, x) for t in L.walk((n,)) for x in out)
@@ -531,15 +531,9 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
         return {}
     stmts = list(L.walk(body))
     in_mma = {f.buf.name for m in stmts if isinstance(m, L.WarpMma) for f in (m.a, m.b, m.c)}
-    bufs: dict[str, L.Buffer] = {}
-    for t in stmts:
-        for y in L.evaluated((t,), nested=False):
-            if isinstance(y, L.Load):
-                bufs.setdefault(y.buf.name, y.buf)
-        if isinstance(t, L.Store):
-            bufs.setdefault(t.buf.name, t.buf)
-            if t.mode:
-                in_mma.add(t.buf.name)  # an asynchronous store: left in memory
+    # (a buffer with an asynchronous store is left in memory too)
+    in_mma |= {t.buf.name for t in stmts if isinstance(t, L.Store) and t.mode}
+    bufs = {b.name: b for t in body for b in _buffers(t)}
     rows_of = {wm * tm for wm, tm, _ in layouts}
     cands = {n for n, b in bufs.items()
              if b.space == "shared" and b.layout is None and n not in tiles and n not in in_mma
@@ -552,6 +546,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
             cands -= {n for n in list(cands) if _x_accesses(t, n)}
     uses: dict[str, set] = {n: set() for n in cands}  # name -> layouts of its tile nests
     stores_in: list[tuple[set[str], set[str]]] = []  # (vectors touched, other buffers stored)
+    row_nests: list[set[str]] = []  # the vectors of each nest over the rows alone
     for s in nests:
         touched = {n for n in cands if any(_x_accesses(t, n) for t in L.walk((s,)))}
         if not touched:
@@ -587,6 +582,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
             i = kept[0].var.name
             ok = all(_at_row(a, units, i) and _const(kept[0].hi) == _const(bufs[n].size)
                      for t in L.walk((s,)) for n in touched for a in _x_accesses(t, n))
+            row_nests.append(touched)
         if not ok:
             cands -= touched
             continue
@@ -595,6 +591,10 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
     # store nothing that stays in memory (they run in four lanes at once)
     keep = {n for n in cands if len(uses[n]) == 1
             and next(iter(uses[n]))[0] * next(iter(uses[n]))[1] == _const(bufs[n].size)}
+    # a nest over the rows alone runs in the layout of all its vectors
+    for touched in row_nests:
+        if len({frozenset(uses[n]) for n in touched & keep}) > 1:
+            keep -= touched
     changed = True
     while changed:
         changed = False

@@ -533,7 +533,7 @@ class _Phase:
         row = E.add(E.mul(lin, rr.wm), E.add(E.mul(pv, 16), E.add(E.floordiv(lane, 4),
                                                                   E.mul(hv, 8))))
         (kept,), units = fragments.squeeze(loops)
-        fe, fs = _row_mappers(self.rows, rr.slot(E.Var(r.name), pv, hv))
+        fe, fs = _row_mappers(self.rows, E.Var(r.name), pv, hv)
         work = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in loops
                      if E.Var(lp.var.name) in units)
         work += (L.Assign(kept.var, L.IExpr(row)),) + L.map_stmts(inner, fe, fs)
@@ -586,8 +586,9 @@ class _CellTask:
     j0: E.Expr
     cell: L.IExpr
     local: dict
-    #: row vectors kept in registers: name -> (local buffer, the cell's row slot)
-    rows: dict = field(default_factory=dict)
+    #: moves accesses of the row vectors kept in registers to the cell's row
+    #: slot (:func:`_row_mappers`): ``(expression mapper, statement mapper)``
+    rows: tuple = (None, None)
 
     @staticmethod
     def of(phase: "_Phase", tiles: list) -> "_CellTask":
@@ -600,38 +601,34 @@ class _CellTask:
         p, q, h, e = (E.Var(v.name) for v in cv)
         i0, j0 = L.lane_cell(lane, p, q, h, e, ft.group)
         cell = L.IExpr(E.add(E.mul(E.Var(r.name), ft.cells), L.frag_cell(p, q, h, e, ft.wn)))
-        rows = {name: (rr.local, rr.slot(E.Var(r.name), p, h))
-                for name, rr in phase.rows.items()}
         return _CellTask(ft, n, t, r, lin, wi, wj, lane, cv, i0, j0, cell,
-                         {x.buf.name: x.local for x in tiles}, rows)
+                         {x.buf.name: x.local for x in tiles},
+                         _row_mappers(phase.rows, E.Var(r.name), p, h))
 
     def fe(self, x: Any) -> Any:
         if isinstance(x, L.Load) and x.buf.name in self.local:
             return L.Load(self.local[x.buf.name], self.cell, x.guard, x.fill)
-        if isinstance(x, L.Load) and x.buf.name in self.rows:
-            local, slot = self.rows[x.buf.name]
-            return L.Load(local, slot, x.guard, x.fill)
-        return None
+        return self.rows[0](x)
 
     def fs(self, st: Any) -> Any:
         """A store to a row vector kept in registers, at the cell's row slot."""
-        if isinstance(st, L.Store) and st.buf.name in self.rows:
-            local, slot = self.rows[st.buf.name]
-            return (L.Store(local, slot, st.value, st.guard, st.mode),)
-        return None
+        return self.rows[1](st)
 
 
-def _row_mappers(rows: dict, slot: L.IExpr) -> tuple[Any, Any]:
+def _row_mappers(rows: dict, rep: E.Expr, p: E.Expr, h: E.Expr) -> tuple[Any, Any]:
     """Expression and statement mappers moving every access to a row vector
-    of ``rows`` (``fragments.RowRegs`` by name) to ``slot`` of its registers."""
+    of ``rows`` (``fragments.RowRegs`` by name) to its slot ``(rep, p, h)``
+    (:meth:`fragments.RowRegs.slot`) in the thread's registers."""
     def fe(x: Any) -> Any:
         if isinstance(x, L.Load) and x.buf.name in rows:
-            return L.Load(rows[x.buf.name].local, slot, x.guard, x.fill)
+            rr = rows[x.buf.name]
+            return L.Load(rr.local, rr.slot(rep, p, h), x.guard, x.fill)
         return None
 
     def fs(st: Any) -> Any:
         if isinstance(st, L.Store) and st.buf.name in rows:
-            return (L.Store(rows[st.buf.name].local, slot, st.value, st.guard, st.mode),)
+            rr = rows[st.buf.name]
+            return (L.Store(rr.local, rr.slot(rep, p, h), st.value, st.guard, st.mode),)
         return None
 
     return fe, fs
@@ -774,17 +771,15 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
     bodies, gone = absorb_copies_back(bodies, _nest)
     bodies = [fuse_row_nests(b, _nest) for b in bodies]
     for n, (ph, body) in enumerate(zip(k.phases, bodies)):
-        frags = fragments.plan(body, threads, _nest)
         others = L.referenced(tuple(s for m, b in enumerate(bodies) if m != n for s in b))
-        for name in list(frags):  # a tile another phase touches keeps its memory
-            if any(fragments.tiles_in(b, {name: frags[name]}) for m, b in enumerate(bodies)
-                   if m != n) or name in others:
-                del frags[name]
-        rows = fragments.plan_rows(body, frags, _nest)
-        for name in list(rows):
-            if any(fragments.tiles_in(b, {name: rows[name]}) for m, b in enumerate(bodies)
-                   if m != n) or name in others:
-                del rows[name]
+
+        def own(plan: dict) -> dict:
+            """``plan`` without the buffers another phase touches (they keep memory)."""
+            return {name: x for name, x in plan.items() if name not in others and not any(
+                fragments.tiles_in(b, {name: x}) for m, b in enumerate(bodies) if m != n)}
+
+        frags = own(fragments.plan(body, threads, _nest))
+        rows = own(fragments.plan_rows(body, frags, _nest))
         scratch.extend(ft.local for ft in frags.values())
         scratch.extend(rr.local for rr in rows.values())
         kept |= set(frags) | set(rows)
