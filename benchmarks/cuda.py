@@ -51,7 +51,9 @@ Attention (``--only attention``): bf16 causal and non-causal GQA prefill
 (B 4, 16 query and 4 key/value heads, T 2048, D 128: ``flash_attention``
 with 64- and 128-row query tiles, on 8 warps with one or two blocks per SM)
 and decode (one query per head against 8k and 32k cached keys:
-``split_kv_attention``, its key blocks split over programs by the
+``split_kv_attention``, one program per query head, and
+``gqa_decode_attention``, one per key/value head with its group of query
+heads as the rows of the tiles, their key blocks split over programs by the
 ``reduce_splits`` schedule field), cases ``ATTENTION_CASES`` (``--quick``:
 every other one), against torch's ``scaled_dot_product_attention`` under its
 flash backend, under its own backend choice, and ``torch.compile`` of the
@@ -173,13 +175,15 @@ GEMM_SCHEDULES = (({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA
 EPILOGUES = (("gemm_relu", "relu"), ("gemm_gelu", "gelu"))
 EPILOGUE_N = 4096
 
-#: attention cases: (label, workload, sizes, kernel constants tried, GPU
-#: overrides tried with each, SDPA's is_causal). Prefill is causal GQA at T = 2048 and D = 128
-#: (the flash kernel, 64 x 64 tiles); decode is one query per head against a
-#: long cache, its key blocks split over ``reduce_splits`` programs (the
-#: split-KV kernel). SDPA's causal mask is aligned top-left, tilenest's
-#: bottom-right: they agree for Q = K, and decode (Q = 1, every key seen) runs
-#: SDPA without a mask.
+#: attention cases: (label, sizes, variants, SDPA's is_causal), each variant
+#: (workload, kernel constants tried, GPU overrides tried with each). Prefill
+#: is causal GQA at T = 2048 and D = 128 (the flash kernel, 64 x 64 tiles);
+#: decode is one query per head against a long cache, its key blocks split
+#: over ``reduce_splits`` programs (the split-KV kernel, one program per query
+#: head, and the GQA decode kernel, one program per key/value head with the
+#: group's query heads as rows). SDPA's causal mask is aligned top-left,
+#: tilenest's bottom-right: they agree for Q = K, and decode (Q = 1, every
+#: key seen) runs SDPA without a mask.
 _ATT = {"dh": 128, "dv": 128}
 #: prefill on 8 warps, one block per SM or (registers capped at 128) two
 _PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
@@ -191,19 +195,29 @@ _PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
 #: prefill query tiles of 64 rows (8 warps share each row of scores) and of
 #: 128 (a warp's 16 x 64 score tiles span whole rows: the row folds stay in warps)
 _PREFILL_TILES = ({"bq": 64, "bk": 64, **_ATT}, {"bq": 128, "bk": 64, **_ATT})
+
+
+def _prefill(causal: bool) -> tuple[tuple[str, tuple, tuple], ...]:
+    return (("flash_attention", tuple({**c, "causal": causal} for c in _PREFILL_TILES),
+             _PREFILL_GPU),)
+
+
+def _decode(splits: tuple[int, ...], gqa_splits: tuple[int, ...]) -> tuple:
+    return (("split_kv_attention", ({"bq": 16, "bk": 64, **_ATT},),
+             tuple({"reduce_splits": n} for n in splits)),
+            ("gqa_decode_attention", ({"bg": 16, "bk": 64, **_ATT},),
+             tuple({"block_threads": 128, "reduce_splits": n} for n in gqa_splits)))
+
+
+_PREFILL_SIZES = {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128}
 ATTENTION_CASES = (
-    ("prefill causal B4 H16/4 T2048", "flash_attention",
-     {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
-     tuple({**c, "causal": True} for c in _PREFILL_TILES), _PREFILL_GPU, True),
-    ("prefill B4 H16/4 T2048", "flash_attention",
-     {"B": 4, "HQ": 16, "HK": 4, "Q": 2048, "K": 2048, "D": 128, "DV": 128},
-     tuple({**c, "causal": False} for c in _PREFILL_TILES), _PREFILL_GPU, False),
-    ("decode B1 H32/8 KV8k", "split_kv_attention",
-     {"B": 1, "HQ": 32, "HK": 8, "Q": 1, "K": 8192, "D": 128, "DV": 128},
-     ({"bq": 16, "bk": 64, **_ATT},), ({"reduce_splits": 8}, {"reduce_splits": 16}), False),
-    ("decode B8 H32/8 KV32k", "split_kv_attention",
+    ("prefill causal B4 H16/4 T2048", _PREFILL_SIZES, _prefill(True), True),
+    ("prefill B4 H16/4 T2048", _PREFILL_SIZES, _prefill(False), False),
+    ("decode B1 H32/8 KV8k", {"B": 1, "HQ": 32, "HK": 8, "Q": 1, "K": 8192, "D": 128, "DV": 128},
+     _decode((8, 16), (8, 16, 32)), False),
+    ("decode B8 H32/8 KV32k",
      {"B": 8, "HQ": 32, "HK": 8, "Q": 1, "K": 32768, "D": 128, "DV": 128},
-     ({"bq": 16, "bk": 64, **_ATT},), ({"reduce_splits": 4}, {"reduce_splits": 8}), False),
+     _decode((4, 8), (4, 8)), False),
 )
 #: relative error norm allowed for attention against torch's float32 math
 ATTENTION_TOL = 2e-2
@@ -259,6 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor"), default="all",
                     help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma) or the "
                          "warp ones (mma.sync)")
+    ap.add_argument("--case", action="append", metavar="TEXT", dest="cases", default=[],
+                    help="time only the attention cases whose label contains TEXT (e.g. "
+                         "decode; repeatable; overrides --quick's choice of cases)")
     ap.add_argument("--out", type=Path, metavar="FILE.json", help="write every number here")
     a = ap.parse_args(argv)
     if a.samples is not None and a.samples < 1:
@@ -291,6 +308,8 @@ class Config:
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: kernel constants a row workload's schedule must have to be timed
     row_schedule: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: label texts of the attention cases to time (none: all, or --quick's)
+    cases: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------ timing
@@ -1121,6 +1140,14 @@ def _sdpa(run: Run, causal: bool, backend: str | None) -> Callable[..., Any]:
     return call
 
 
+def attention_cases(cfg: Config) -> tuple:
+    """The attention cases a run times: those whose label contains one of
+    ``cfg.cases``, else every other one with ``--quick``, else all."""
+    if cfg.cases:
+        return tuple(c for c in ATTENTION_CASES if any(t in c[0] for t in cfg.cases))
+    return ATTENTION_CASES[::2] if cfg.quick else ATTENTION_CASES
+
+
 def bench_attention(run: Run) -> list[dict[str, Any]]:
     """Every case of ``ATTENTION_CASES``: each GPU override of the tilenest
     kernel (checked against torch's float32 math SDPA first), SDPA under its
@@ -1130,14 +1157,15 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
 
     torch, cfg = run.torch, run.cfg
     recs: list[dict[str, Any]] = []
-    cases = ATTENTION_CASES[::2] if cfg.quick else ATTENTION_CASES
-    for label, wname, sz, variants, gpus, causal in cases:
+    cases = attention_cases(cfg)
+    for label, sz, variants, causal in cases:
         print(f"--- attention {label}", flush=True)
         B, HQ, HK, Q, K, D, DV = (sz[x] for x in ("B", "HQ", "HK", "Q", "K", "D", "DV"))
         scale = 1.0 / math.sqrt(D)
         flop = 2 * B * HQ * Q * K * (D + DV) * (0.5 if causal and Q == K else 1.0)
-        rec: dict[str, Any] = {"workload": wname, "case": label, "sizes": sz, "flop": flop,
-                               "causal": causal, "tilenest": [], "baselines": {}}
+        rec: dict[str, Any] = {"workload": " ".join(w for w, _, _ in variants), "case": label,
+                               "sizes": sz, "flop": flop, "causal": causal, "tilenest": [],
+                               "baselines": {}}
         recs.append(rec)
 
         def inputs() -> tuple[Any, Any, Any]:
@@ -1150,9 +1178,10 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         o = torch.empty((B, HQ, Q, DV), dtype=torch.bfloat16, device="cuda")
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
-        for consts, gpu in ((c, g) for c in variants for g in gpus):
+        for wname, consts, gpu in ((w, c, g) for w, cs, gs in variants for c in cs for g in gs):
             ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
                                      consts, sz, gpu)
+            v["workload"] = wname
             if ck is None:
                 continue
             try:
@@ -1647,7 +1676,7 @@ def main(argv: list[str] | None = None) -> int:
                  compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0],
                  block_threads=a.block_threads, vector_lanes=a.vector_lanes,
                  gemm_unit=a.gemm_unit, fields=dict(a.set_fields),
-                 row_schedule=dict(a.row_schedule))
+                 row_schedule=dict(a.row_schedule), cases=tuple(a.cases))
     seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
     only = set(a.only or NAMES)
     print(f"seed {seed}", flush=True)

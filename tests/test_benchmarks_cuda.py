@@ -71,6 +71,22 @@ def test_set_fields_join_the_fixed_overrides_of_every_variant(bench):
     assert all(g.items() >= fixed.items() for g in bench.gpu_search(cfg))
 
 
+def test_case_option_picks_attention_cases_by_label(bench):
+    def cfg(argv):  # type: ignore[no-untyped-def]
+        a = bench.parse_args(argv)
+        return bench.Config(quick=a.quick, samples=1, compile=False, gemm_budget_s=1.0,
+                            cases=tuple(a.cases))
+
+    labels = [c[0] for c in bench.ATTENTION_CASES]
+    assert [c[0] for c in bench.attention_cases(cfg([]))] == labels
+    assert [c[0] for c in bench.attention_cases(cfg(["--quick"]))] == labels[::2]
+    decode = [c[0] for c in bench.attention_cases(cfg(["--quick", "--case", "decode"]))]
+    assert decode == [x for x in labels if "decode" in x] and len(decode) == 2
+    both = bench.attention_cases(cfg(["--case", "B8", "--case", "causal"]))
+    assert {c[0] for c in both} == {x for x in labels if "B8" in x or "causal" in x}
+    assert bench.attention_cases(cfg(["--case", "no such case"])) == ()
+
+
 @pytest.mark.parametrize("argv", [["--only", "conv2d"], ["--dtypes", "f16"],
                                   ["--samples", "0"], ["--bogus"], ["--set", "min_blocks=x"],
                                   ["--set", "warps=4"], ["--set", "min_blocks"]])
@@ -98,15 +114,20 @@ def test_attention_cases_name_workloads_and_their_constants(bench):
     from tilenest.workloads import WORKLOADS
 
     assert bench.ATTENTION_CASES
-    for label, wname, sizes, variants, gpus, causal in bench.ATTENTION_CASES:
-        wl = WORKLOADS[wname]
-        assert set(sizes) == set(wl.sizes["small"]), label
+    for label, sizes, variants, causal in bench.ATTENTION_CASES:
         assert variants, label
-        for consts in variants:
-            wl.kernel(tn.bf16, consts)  # a constant the kernel does not take raises
-            assert causal == consts.get("causal", False) or sizes["Q"] == 1, label
-        for g in gpus:
-            check_overrides(dict(g))
+        for wname, consts_tried, gpus in variants:
+            wl = WORKLOADS[wname]
+            assert set(sizes) == set(wl.sizes["small"]), label
+            assert consts_tried and gpus, label
+            for consts in consts_tried:
+                wl.kernel(tn.bf16, consts)  # a constant the kernel does not take raises
+                assert causal == consts.get("causal", False) or sizes["Q"] == 1, label
+            for g in gpus:
+                check_overrides(dict(g))
+    # decode is timed with both the per-query-head and the grouped kernel
+    decode = [v[0] for c in bench.ATTENTION_CASES if c[1]["Q"] == 1 for v in c[2]]
+    assert {"split_kv_attention", "gqa_decode_attention"} <= set(decode)
 
 
 def test_attention_table_reports_each_implementation(bench):

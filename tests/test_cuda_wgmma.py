@@ -370,8 +370,8 @@ def test_auto_falls_back_when_the_warpgroup_tiles_do_not_fit_shared_memory(monke
     assert _unit_of(kern) == "wgmma"
     real = loopir.shared_arrangement
 
-    def huge(k):  # type: ignore[no-untyped-def]
-        placed, need = real(k)
+    def huge(k, phase=None):  # type: ignore[no-untyped-def]
+        placed, need = real(k, phase)
         swz = any(b.layout is not None for b, _ in placed)
         return placed, (loopir.E.Const(1 << 30) if swz else need)
 

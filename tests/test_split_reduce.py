@@ -15,6 +15,7 @@ from tilenest import f32
 from tilenest.backends import cuda
 from tilenest.errors import RuntimeSemanticError, VerifyError
 from tilenest.lowering import default_schedule, lower
+from tilenest.semantics import expr as E
 from tilenest.semantics.trees import RunTree, tree_from_json
 from tilenest.validation.validate import validate
 from tilenest.workloads import WORKLOADS
@@ -126,6 +127,51 @@ def test_split_kv_attention_validates(target, splits):
     assert [r.status for r in rep.results] == ["ok"] * 4
 
 
+def _gqa_decode(dh=16, bk=16):
+    return WORKLOADS["gqa_decode_attention"].kernel(tn.bf16, {"bg": 16, "bk": bk, "dh": dh,
+                                                              "dv": dh})
+
+
+@pytest.mark.parametrize("target,splits", [("llvm", 2), ("cuda", 3)])
+def test_gqa_decode_validates_with_split_keys(target, splits):
+    kern = _gqa_decode()
+    ck = kern.compile(target=target, reduce_splits=splits)
+    laws = [o for o in ck.obligations if o.kind.startswith("reduction.law.")]
+    assert laws and all(o.status == "proved" for o in laws)
+    assert list(ck.trees.values()) == [RunTree(splits=splits)]
+    rep = validate(kern, target=target, cases=4, compiled=ck)
+    assert [r.status for r in rep.results] == ["ok"] * 4
+
+
+def test_gqa_decode_reads_each_key_head_once_and_stores_only_its_group():
+    # 3 query heads per key/value head in a 16-row tile: the 13 rows past the
+    # group read +0 and their stores are dropped, so the other groups' rows
+    # of o keep what the program of their own group wrote
+    kern = _gqa_decode()
+    ck = kern.compile(target="cuda", device="emulated", reduce_splits=2, block_threads=64)
+    # both products on tensor cores (the heads as the rows of their tiles)
+    assert ck.source.text.count("// mma on tensor cores: 16x") == 2
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 6, 2, 11)).astype(tn.bf16.np)
+    k = rng.standard_normal((2, 2, 23, 11)).astype(tn.bf16.np)
+    v = rng.standard_normal((2, 2, 23, 11)).astype(tn.bf16.np)
+    o0 = np.full((2, 6, 2, 11), np.nan, tn.bf16.np)
+    sc = np.float32(1 / np.sqrt(11))
+    o = o0.copy()
+    ck(q, k, v, o, sc)
+    assert not np.isnan(o.astype(np.float32)).any()
+    verdict = tn.reference(kern, q, k, v, o0.copy(), sc, trees=ck.trees).admits(o)
+    assert verdict.ok, str(verdict)
+    # the product of each group reads its own heads: swapping the second
+    # group's queries changes only that group's outputs
+    q2 = q.copy()
+    q2[:, 3:] = q[:, :3]
+    o2 = o0.copy()
+    ck(q2, k, v, o2, sc)
+    np.testing.assert_array_equal(o2[:, :3].astype(np.float32), o[:, :3].astype(np.float32))
+    assert (o2[:, 3:] != o[:, 3:]).any()
+
+
 def test_a_division_by_a_zero_size_is_a_runtime_error_naming_the_site():
     @tn.kernel
     def grouped(x: tn.Tensor[f32, "H N"], heads: tn.Tensor[f32, "G"],
@@ -161,6 +207,52 @@ def test_split_kv_attention_validates_on_gpu(D, Q, K, splits):
     k = rng.standard_normal((2, 2, K, D - 3)).astype(tn.bf16.np)
     v = rng.standard_normal((2, 2, K, D - 3)).astype(tn.bf16.np)
     o0 = np.zeros((2, 8, Q, D - 3), tn.bf16.np)
+    sc = np.float32(1 / np.sqrt(D - 3))
+    o = o0.copy()
+    ck(q, k, v, o, sc)
+    verdict = tn.reference(kern, q, k, v, o0.copy(), sc, trees=ck.trees).admits(o)
+    assert verdict.ok, str(verdict)
+
+
+def test_each_phase_allocates_only_its_own_shared_buffers():
+    # the combine phase of a split reduce is a launch of its own: it places
+    # only the shared tiles it uses, and the partials phase none of its tiles
+    from tilenest.lowering import loopir as L
+
+    kern = _gqa_decode(dh=64, bk=64)
+    ck = kern.compile(target="cuda", device="emulated", reduce_splits=4, block_threads=128)
+    k = ck.kernel
+    assert len(k.phases) == 2
+    every = L.shared_arrangement(k)[1]
+    sizes = dict(B=1, HQ=8, HK=2, Q=1, K=1000, D=64, DV=64)
+    env = {E.Sym(n): v for n, v in sizes.items()}
+    per = [int(E.evaluate(L.shared_arrangement(k, ph)[1], env)) for ph in k.phases]
+    launched = [smem for _, _, smem in ck.launches(sizes)]
+    assert launched == per
+    assert max(per) < int(E.evaluate(every, env))
+    assert int(E.evaluate(L.shared_bytes(k), env)) == max(per)
+    for ph in k.phases:
+        placed = {b.name for b, _ in L.shared_arrangement(k, ph)[0]}
+        assert placed == L.shared_buffers(ph.body)
+    # the emulated launches run with exactly these sizes and agree with the oracle
+    rep = validate(kern, target="cuda", cases=2, compiled=ck)
+    assert [r.status for r in rep.results] == ["ok"] * 2
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("D,Q,K,group,splits", [(128, 1, 8192, 4, 8), (128, 1, 4099, 8, 9),
+                                                (64, 3, 515, 3, 4), (64, 1, 77, 16, 1)])
+def test_gqa_decode_validates_on_gpu(D, Q, K, group, splits):
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = _gqa_decode(dh=D, bk=64)
+    ck = cuda.compile_program(kern.program, default_schedule(
+        kern.program, "cuda", reduce_splits=splits, block_threads=128), device="gpu")
+    rng = np.random.default_rng(K)
+    q = rng.standard_normal((2, 2 * group, Q, D - 3)).astype(tn.bf16.np)
+    k = rng.standard_normal((2, 2, K, D - 3)).astype(tn.bf16.np)
+    v = rng.standard_normal((2, 2, K, D - 3)).astype(tn.bf16.np)
+    o0 = np.zeros((2, 2 * group, Q, D - 3), tn.bf16.np)
     sc = np.float32(1 / np.sqrt(D - 3))
     o = o0.copy()
     ck(q, k, v, o, sc)

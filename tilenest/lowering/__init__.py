@@ -61,7 +61,7 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
         except TilenestError:
             pass
         else:
-            need = loopir.shared_arrangement(k)[1]
+            need = loopir.shared_bytes(k)
             if not (isinstance(need, E.Const) and need.value > prof.shared_bytes):
                 if maps is not None:
                     maps.extend(tried)

@@ -56,6 +56,7 @@ renders it; ``verify.py`` checks it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any, Union
 
@@ -906,7 +907,35 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
 SHARED_ALIGN = 16
 
 
-def shared_arrangement(k: "Kernel") -> tuple[list[tuple[Buffer, E.Expr]], E.Expr]:
+def shared_buffers(node: Any) -> set[str]:
+    """The names of the ``shared`` buffers loop-IR ``node`` (a statement
+    tuple, a statement or an expression) reads or writes, anywhere inside it."""
+    out: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(x: Any) -> None:
+        if isinstance(x, (str, int, float, bool, type(None), E.Expr, E.Pred, D.DType)):
+            return
+        if id(x) in seen:
+            return
+        seen.add(id(x))
+        if isinstance(x, Buffer):
+            if x.space == "shared":
+                out.add(x.name)
+            return
+        if isinstance(x, (tuple, list)):
+            for y in x:
+                visit(y)
+        elif dataclasses.is_dataclass(x):
+            for f in dataclasses.fields(x):
+                visit(getattr(x, f.name))
+
+    visit(node)
+    return out
+
+
+def shared_arrangement(k: "Kernel", phase: "Phase | None" = None
+                       ) -> tuple[list[tuple[Buffer, E.Expr]], E.Expr]:
     """Where each ``shared`` buffer of ``k`` lies in a block's shared memory:
     ``([(buffer, byte offset)], bytes to allocate)``. Buffers with a layout
     (:class:`Swizzle128`, whose sizes are whole 1024-byte atoms) come first,
@@ -914,10 +943,19 @@ def shared_arrangement(k: "Kernel") -> tuple[list[tuple[Buffer, E.Expr]], E.Expr
     at multiples of :data:`SHARED_ALIGN`. Offsets count from a base aligned
     to the strictest of these; since a block's dynamic shared memory is only
     guaranteed 16-byte alignment, a kernel with laid-out buffers allocates
-    1024 bytes more and rounds its base up at run time. This is the one
-    definition both the code generator and the ``shared.capacity``
-    obligation use."""
+    1024 bytes more and rounds its base up at run time.
+
+    Each phase is its own launch, so nothing in shared memory outlives it:
+    with ``phase``, only the buffers that phase reads or writes are placed
+    (and those no phase names, which the code generator uses on its own,
+    such as the completion barriers of bulk copies), from offset 0. Without
+    it, every buffer. This is the one definition both the code generator and
+    the ``shared.capacity`` obligation (:func:`shared_bytes`) use."""
     bufs = [b for b in k.locals if b.space == "shared"]
+    if phase is not None:
+        named = set().union(*(shared_buffers(ph.body) for ph in k.phases))
+        mine = shared_buffers(phase.body)
+        bufs = [b for b in bufs if b.name in mine or b.name not in named]
     swz = [b for b in bufs if b.layout is not None]
     off: E.Expr = E.Const(0)
     out = []
@@ -926,6 +964,15 @@ def shared_arrangement(k: "Kernel") -> tuple[list[tuple[Buffer, E.Expr]], E.Expr
         nbytes = E.mul(b.size, max(1, b.dtype.itemsize))
         off = E.add(off, E.mul(E.cdiv(nbytes, SHARED_ALIGN), SHARED_ALIGN))
     return out, (E.add(off, Swizzle128.ATOM_BYTES) if swz else off)
+
+
+def shared_bytes(k: "Kernel") -> E.Expr:
+    """The most shared memory one block of any phase of ``k`` allocates
+    (:func:`shared_arrangement` per phase)."""
+    most: E.Expr = E.Const(0)
+    for ph in k.phases:
+        most = E.maximum(most, shared_arrangement(k, ph)[1])
+    return most
 
 
 def print_kernel(k: Kernel) -> str:

@@ -143,18 +143,20 @@ def _roundup(x: E.Expr, align: int) -> E.Expr:
 
 
 def shared_bytes(kernel: Any) -> E.Expr:
-    """Bytes of ``shared`` memory of one block, as the code generator
-    allocates them (``loopir.shared_arrangement``: each buffer rounded up to
-    its alignment, plus the slack that aligns swizzled buffers)."""
+    """Bytes of ``shared`` memory of one block of the kernel's largest phase,
+    as the code generator allocates them (``loopir.shared_arrangement`` per
+    phase: each buffer rounded up to its alignment, plus the slack that
+    aligns swizzled buffers)."""
     from ..lowering import loopir as L
 
-    return L.shared_arrangement(kernel)[1]
+    return L.shared_bytes(kernel)
 
 
 def shared_capacity(kernel: Any, limit_bytes: int = SHARED_LIMIT) -> Obligation:
-    """``shared.capacity``: the block's shared buffers fit in ``limit_bytes``
-    for all symbol values (module docstring); the precondition is
-    ``shared_bytes(kernel) <= limit_bytes``."""
+    """``shared.capacity``: the shared buffers of every phase's block fit in
+    ``limit_bytes`` for all symbol values (module docstring); the
+    precondition is ``shared_bytes(kernel) <= limit_bytes``, the largest
+    phase's bytes."""
     from ..lowering import loopir as L
 
     total = shared_bytes(kernel)

@@ -227,6 +227,70 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
     return split_kv_attention
 
 
+@functools.cache
+def gqa_decode_kernel(dt):  # type: ignore[no-untyped-def]
+    """Decode attention with the query heads of a key/value group as the rows
+    of one tile: one program per (batch, key/value head, query position)
+    reads that head's keys and values once for all ``HQ / HK`` query heads
+    that share them, where :func:`split_kv_kernel` reads them once per query
+    head. The ``bg`` rows of the tile are the group's heads (a tile constant,
+    at least the group size): the query is read through a view of the group
+    (rows past it read ``+0``) and the output stored through one (rows past
+    it are dropped). Key blocks reduce under the online-softmax contract, as
+    in :func:`split_kv_kernel`, so a schedule may split them over programs
+    (``reduce_splits``)."""
+    @tn.kernel
+    def gqa_decode_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
+                             v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
+                             scale: tn.Scalar[f32], *, bg=16, bk=16, dh=16, dv=16):
+        nb, hq, nq, ndh = q.shape
+        hk, nk = k.shape[1], k.shape[2]
+        ndv = v.shape[3]
+        tn.assume(ndh <= dh)
+        tn.assume(ndv <= dv)
+        tn.assume(hk >= 1)
+        tn.assume(hq % hk == 0)
+        group = hq // hk
+        tn.assume(group <= bg)  # the tile's rows hold the whole group
+        b, h, qd, d = q.dims()
+        kd, e = k.dim(2), v.dim(3)
+        # keys and values: the query's batch dim, its (unit) position dim as
+        # their head dim, so the products' only free dims are heads and keys
+        kk, vv = k.with_dims(b, qd, kd, d), v.with_dims(b, qd, kd, e)
+        osm = tn.reducer("online_softmax", identity=(-np.inf, 0.0, 0.0), merge=softmax_merge,
+                         dtype=(f32, f32, f32))
+        for p in tn.parallel(tn.shape(nb, hk, nq), exec=tn.exec.block):
+            z, kvh, qi = p.index(0), p.index(1), p.index(2)
+            heads = tn.coord(z, kvh * group, qi, 0)
+            qt = q.view(heads, tn.shape(1, group, 1, ndh))[
+                tn.coord(0, 0, 0, 0), tn.shape(1, bg, 1, dh), tn.bounds.zero]
+            out = tn.shape(1, bg, 1, dv)
+            m = tn.full(f32, tn.shape(1, bg, 1), -np.inf, dims=(b, h, qd))
+            den = tn.zeros(f32, tn.shape(1, bg, 1), dims=(b, h, qd))
+            acc = tn.zeros(f32, out, dims=(b, h, qd, e))
+            for kb in p.reduce(tn.shape(tn.cdiv(nk, bk)), contract=osm,
+                               policy=tn.unordered_tree):
+                pos = tn.coord(z, kvh, kb.index() * bk, 0)
+                kt = kk[pos, tn.shape(1, 1, bk, dh), tn.bounds.zero]
+                vt = vv[pos, tn.shape(1, 1, bk, dv), tn.bounds.zero]
+                s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, bg, 1, bk), dims=(b, h, qd, kd)),
+                           allow_reassociation=True) * scale
+                kpos = tn.index_tile(tn.shape(tn.axis(h, bg), tn.axis(qd, 1), tn.axis(kd, bk)),
+                                     lambda i, j, c: kb.index() * bk + c)
+                # query position qi sits at key position nk - nq + qi (bottom-right)
+                s = tn.ite((kpos <= qi + nk - nq) & (kpos < nk), s, -np.inf)
+                mc = tn.reduce(s, kd, tn.maximum)
+                pr = tn.exp(s - tn.ite(mc > -np.inf, mc, 0.0))  # a row with no key: all 0
+                lc = tn.reduce(pr, kd, tn.add)
+                ac = tn.mma(tn.cast(pr, dt), vt, tn.zeros(f32, out, dims=(b, h, qd, e)),
+                            allow_reassociation=True)
+                m, den, acc = softmax_merge(m, den, acc, mc, lc, ac)
+            o.view(heads, tn.shape(1, group, 1, ndv))(
+                tn.coord(0, 0, 0, 0), out).store(tn.cast(acc / den, dt))
+
+    return gqa_decode_attention
+
+
 def _head_tiles(s):  # type: ignore[no-untyped-def]
     """The head-dim tiles of a size: D and DV rounded up to 16."""
     return {"dh": -(-s["D"] // 16) * 16, "dv": -(-s["DV"] // 16) * 16}
@@ -311,4 +375,11 @@ WORKLOADS = [
                     gqa=(2, 4, 2, 3, 37, 8, 8), medium=(1, 8, 2, 1, 300, 29, 29),
                     large=(2, 16, 4, 1, 4096, 128, 128)),
              ({"bq": 16, "bk": 16}, {"bq": 16, "bk": 32}), size_consts=_head_tiles),
+    Workload("gqa_decode_attention", "attention",
+             "decode attention reading each key/value head once for its group of query heads",
+             gqa_decode_kernel, _args, functools.partial(_formula, fast=True),
+             _sizes(small=(1, 4, 2, 1, 9, 4, 4), decode=(2, 4, 1, 1, 41, 16, 16),
+                    gqa=(2, 8, 2, 3, 37, 8, 8), medium=(1, 8, 2, 1, 300, 29, 29),
+                    large=(2, 16, 4, 1, 4096, 128, 128)),
+             ({"bg": 16, "bk": 16}, {"bg": 16, "bk": 32}), size_consts=_head_tiles),
 ]

@@ -46,7 +46,7 @@ def register_words(k: L.Kernel) -> int:
 def default_min_blocks(k: L.Kernel, threads: int, profile: Any) -> int | None:
     """``min_blocks`` for SIMT-form kernel ``k`` on ``threads`` threads a block
     when the schedule leaves it unset: 2 for a kernel with tensor-core steps
-    (``WarpMma``) whose shared memory (a constant: ``shared_arrangement``,
+    (``WarpMma``) whose shared memory (a constant: ``loopir.shared_bytes``,
     plus what the system reserves per block) fits twice in one
     multiprocessor and whose private tiles take between a quarter and three
     quarters of the registers the cap of two blocks leaves a thread (below,
@@ -56,7 +56,7 @@ def default_min_blocks(k: L.Kernel, threads: int, profile: Any) -> int | None:
     if not threads or not any(isinstance(s, L.WarpMma) for ph in k.phases
                               for s in L.walk(ph.body)):
         return None
-    need = L.shared_arrangement(k)[1]
+    need = L.shared_bytes(k)
     if not isinstance(need, E.Const):
         return None
     if 2 * (need.value + profile.reserved_shared_bytes) > profile.sm_shared_bytes:

@@ -52,33 +52,6 @@ MATHF_UNARY = ("exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "e
 MATHF_BINARY = ("pow", "atan2")
 
 
-def shared_buffers(node: Any) -> set[str]:
-    """The names of the shared buffers loop-IR ``node`` (a statement tuple,
-    a statement or an expression) reads or writes, anywhere inside it."""
-    out: set[str] = set()
-    seen: set[int] = set()
-
-    def visit(x: Any) -> None:
-        if isinstance(x, (str, int, float, bool, type(None), E.Expr, E.Pred, D.DType)):
-            return
-        if id(x) in seen:
-            return
-        seen.add(id(x))
-        if isinstance(x, L.Buffer):
-            if x.space == "shared":
-                out.add(x.name)
-            return
-        if isinstance(x, (tuple, list)):
-            for y in x:
-                visit(y)
-        elif dataclasses.is_dataclass(x):
-            for f in dataclasses.fields(x):
-                visit(getattr(x, f.name))
-
-    visit(node)
-    return out
-
-
 class MetalEmitter(Emitter):
     """MSL for one SIMT-form loop-IR kernel (see the module docstring).
     ``args``: the kernel's argument layout (:func:`.arguments.layout`)."""
@@ -123,7 +96,7 @@ class MetalEmitter(Emitter):
         return layout if self.uses_shared[ph.name] else []
 
     def phase(self, ph: L.Phase, layout: list, total: E.Expr) -> Any:
-        self.uses_shared[ph.name] = bool(layout) and bool(shared_buffers(ph.body))
+        self.uses_shared[ph.name] = bool(layout) and bool(L.shared_buffers(ph.body))
         self._phase = ph
         return super().phase(ph, layout, total)
 

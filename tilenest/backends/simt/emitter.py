@@ -15,8 +15,10 @@ t`` is the block itself: ``t`` = the thread index. Barriers have a scope;
 ``Shuffle`` and ``LaneReduce`` are the dialect's lane shuffles with their
 mask and width.
 
-Shared buffers are placed one after another in the dynamic shared memory
-``tn_smem``, each at a 16-byte aligned offset; the offsets and the total
+Each phase places the shared buffers it uses one after another in the
+dynamic shared memory ``tn_smem``, each at a 16-byte aligned offset
+(``loopir.shared_arrangement``; a phase is a launch of its own, so phases
+share nothing there); the offsets and the total
 (:attr:`KernelInfo.shared_bytes`) are expressions over the kernel's symbols,
 evaluated per launch.
 
@@ -1236,11 +1238,6 @@ class Emitter:
         out.append((self.d.status_param, "tn_status"))
         return out
 
-    def shared_layout(self) -> tuple[list[tuple[L.Buffer, E.Expr]], E.Expr]:
-        """Each shared buffer with its byte offset, and the total bytes
-        (``loopir.shared_arrangement``)."""
-        return L.shared_arrangement(self.k)
-
     def phase(self, ph: L.Phase, layout: list, total: E.Expr) -> KernelInfo:
         """One phase's kernel function (see the module docstring)."""
         d = self.d
@@ -1323,12 +1320,12 @@ class Emitter:
     def source(self) -> Source:
         """The kernel's source text: the prelude, then the dialect's
         :meth:`preamble`, then one function per phase."""
-        layout, total = self.shared_layout()
         self.w(f"// tilenest: kernel {self.k.name}")
         self.w(self.d.include)
         self.w("")
         head = len(self.lines)
-        infos = tuple(self.phase(ph, layout, total) for ph in self.k.phases)
+        # each phase its own shared arrangement: nothing outlives a launch
+        infos = tuple(self.phase(ph, *L.shared_arrangement(self.k, ph)) for ph in self.k.phases)
         self.lines[head:head] = self.preamble() + list(self.helpers.values())
         return Source("\n".join(self.lines) + "\n", infos)
 
