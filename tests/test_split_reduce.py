@@ -116,25 +116,15 @@ def _split_kv(dh=16):
                                                             "dv": dh})
 
 
-@pytest.mark.parametrize("target,splits", [("llvm", 2), ("cuda", 3)])
-def test_split_kv_attention_validates(target, splits):
-    kern = _split_kv()
-    ck = kern.compile(target=target, reduce_splits=splits)
-    laws = [o for o in ck.obligations if o.kind.startswith("reduction.law.")]
-    assert laws and all(o.status == "proved" for o in laws)
-    assert list(ck.trees.values()) == [RunTree(splits=splits)]
-    rep = validate(kern, target=target, cases=4, compiled=ck)
-    assert [r.status for r in rep.results] == ["ok"] * 4
-
-
 def _gqa_decode(dh=16, bk=16):
     return WORKLOADS["gqa_decode_attention"].kernel(tn.bf16, {"bg": 16, "bk": bk, "dh": dh,
                                                               "dv": dh})
 
 
+@pytest.mark.parametrize("make", [_split_kv, _gqa_decode], ids=["split_kv", "gqa_decode"])
 @pytest.mark.parametrize("target,splits", [("llvm", 2), ("cuda", 3)])
-def test_gqa_decode_validates_with_split_keys(target, splits):
-    kern = _gqa_decode()
+def test_decode_attention_validates_with_split_keys(make, target, splits):
+    kern = make()
     ck = kern.compile(target=target, reduce_splits=splits)
     laws = [o for o in ck.obligations if o.kind.startswith("reduction.law.")]
     assert laws and all(o.status == "proved" for o in laws)
