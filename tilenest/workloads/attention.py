@@ -185,20 +185,6 @@ def softmax_merge(ma, la, aa, mb, lb, ab):  # type: ignore[no-untyped-def]
     return m, la * wa + lb * wb, aa * wa + ab * wb
 
 
-def _block_state(s, vt, kd, out, dims, dt):  # type: ignore[no-untyped-def]
-    """One key block's online-softmax state ``(m, l, acc)`` of the split
-    decode kernels: the row maxima of the f32 scores ``s`` (``-inf`` where a
-    row sees no key), the sums of ``exp(s - m)`` (0 for such a row) and the
-    ``exp(s - m)``-weighted values ``vt``, the probabilities rounded to
-    ``dt`` for a reassociating ``P V`` into f32 (``out``: its shape, ``dims``
-    its dims); ``kd`` is the key dim."""
-    mc = tn.reduce(s, kd, tn.maximum)
-    pr = tn.exp(s - tn.ite(mc > -np.inf, mc, 0.0))  # a row with no key: all 0
-    lc = tn.reduce(pr, kd, tn.add)
-    ac = tn.mma(tn.cast(pr, dt), vt, tn.zeros(f32, out, dims=dims), allow_reassociation=True)
-    return mc, lc, ac
-
-
 @functools.cache
 def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
     """Attention for decode: each program's key blocks form a ``reduce``
@@ -230,8 +216,12 @@ def split_kv_kernel(dt):  # type: ignore[no-untyped-def]
                                policy=tn.unordered_tree):
                 s, vt = _block_scores(qt, k, v, (z, kvh, qb, kb.index()), (bq, bk, dh, dv),
                                       (nq, nk), (b, h, qd, kd), scale, True)
-                m, den, acc = softmax_merge(m, den, acc,
-                                            *_block_state(s, vt, kd, out, (b, h, qd, e), dt))
+                mc = tn.reduce(s, kd, tn.maximum)
+                pr = tn.exp(s - tn.ite(mc > -np.inf, mc, 0.0))  # a row with no key: all 0
+                lc = tn.reduce(pr, kd, tn.add)
+                ac = tn.mma(tn.cast(pr, dt), vt, tn.zeros(f32, out, dims=(b, h, qd, e)),
+                            allow_reassociation=True)
+                m, den, acc = softmax_merge(m, den, acc, mc, lc, ac)
             o(tn.coord(z, hh, qb * bq, 0), out).store(tn.cast(acc / den, dt))
 
     return split_kv_attention
@@ -289,8 +279,12 @@ def gqa_decode_kernel(dt):  # type: ignore[no-untyped-def]
                                      lambda i, j, c: kb.index() * bk + c)
                 # query position qi sits at key position nk - nq + qi (bottom-right)
                 s = tn.ite((kpos <= qi + nk - nq) & (kpos < nk), s, -np.inf)
-                m, den, acc = softmax_merge(m, den, acc,
-                                            *_block_state(s, vt, kd, out, (b, h, qd, e), dt))
+                mc = tn.reduce(s, kd, tn.maximum)
+                pr = tn.exp(s - tn.ite(mc > -np.inf, mc, 0.0))  # a row with no key: all 0
+                lc = tn.reduce(pr, kd, tn.add)
+                ac = tn.mma(tn.cast(pr, dt), vt, tn.zeros(f32, out, dims=(b, h, qd, e)),
+                            allow_reassociation=True)
+                m, den, acc = softmax_merge(m, den, acc, mc, lc, ac)
             o.view(heads, tn.shape(1, group, 1, ndv))(
                 tn.coord(0, 0, 0, 0), out).store(tn.cast(acc / den, dt))
 
