@@ -133,7 +133,7 @@ def test_decode_attention_validates_with_split_keys(make, target, splits):
     assert [r.status for r in rep.results] == ["ok"] * 4
 
 
-def test_gqa_decode_reads_each_key_head_once_and_stores_only_its_group():
+def test_gqa_decode_stores_only_its_group_with_products_on_tensor_cores():
     # 3 query heads per key/value head in a 16-row tile: the 13 rows past the
     # group read +0 and their stores are dropped, so the other groups' rows
     # of o keep what the program of their own group wrote

@@ -951,11 +951,23 @@ def shared_arrangement(k: "Kernel", phase: "Phase | None" = None
     such as the completion barriers of bulk copies), from offset 0. Without
     it, every buffer. This is the one definition both the code generator and
     the ``shared.capacity`` obligation (:func:`shared_bytes`) use."""
-    bufs = [b for b in k.locals if b.space == "shared"]
-    if phase is not None:
-        named = set().union(*(shared_buffers(ph.body) for ph in k.phases))
-        mine = shared_buffers(phase.body)
-        bufs = [b for b in bufs if b.name in mine or b.name not in named]
+    return _arrange(k, None if phase is None else _phase_buffers(k)[phase.name])
+
+
+def _phase_buffers(k: "Kernel") -> dict[str, set[str]]:
+    """The names of the shared buffers each phase places (by phase name):
+    those it reads or writes, and those no phase names."""
+    used = {ph.name: shared_buffers(ph.body) for ph in k.phases}
+    named = set().union(*used.values())
+    unnamed = {b.name for b in k.locals if b.space == "shared"} - named
+    return {n: u | unnamed for n, u in used.items()}
+
+
+def _arrange(k: "Kernel", placed: set[str] | None
+             ) -> tuple[list[tuple[Buffer, E.Expr]], E.Expr]:
+    """:func:`shared_arrangement` of the buffers named in ``placed`` (None:
+    all of them)."""
+    bufs = [b for b in k.locals if b.space == "shared" and (placed is None or b.name in placed)]
     swz = [b for b in bufs if b.layout is not None]
     off: E.Expr = E.Const(0)
     out = []
@@ -966,12 +978,17 @@ def shared_arrangement(k: "Kernel", phase: "Phase | None" = None
     return out, (E.add(off, Swizzle128.ATOM_BYTES) if swz else off)
 
 
+def phase_arrangements(k: "Kernel") -> dict[str, tuple[list[tuple[Buffer, E.Expr]], E.Expr]]:
+    """:func:`shared_arrangement` of every phase of ``k``, by phase name."""
+    return {n: _arrange(k, placed) for n, placed in _phase_buffers(k).items()}
+
+
 def shared_bytes(k: "Kernel") -> E.Expr:
     """The most shared memory one block of any phase of ``k`` allocates
     (:func:`shared_arrangement` per phase)."""
     most: E.Expr = E.Const(0)
-    for ph in k.phases:
-        most = E.maximum(most, shared_arrangement(k, ph)[1])
+    for _, total in phase_arrangements(k).values():
+        most = E.maximum(most, total)
     return most
 
 

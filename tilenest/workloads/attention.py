@@ -243,17 +243,9 @@ def gqa_decode_kernel(dt):  # type: ignore[no-untyped-def]
     def gqa_decode_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                              v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                              scale: tn.Scalar[f32], *, bg=16, bk=16, dh=16, dv=16):
-        nb, hq, nq, ndh = q.shape
-        hk, nk = k.shape[1], k.shape[2]
-        ndv = v.shape[3]
-        tn.assume(ndh <= dh)
-        tn.assume(ndv <= dv)
-        tn.assume(hk >= 1)
-        tn.assume(hq % hk == 0)
-        group = hq // hk
+        (nb, hq, nq, hk, nk, ndh, ndv), (b, h, qd, d, kd, e), _, group = _gqa(
+            q, k, v, o, dh, dv)
         tn.assume(group <= bg)  # the tile's rows hold the whole group
-        b, h, qd, d = q.dims()
-        kd, e = k.dim(2), v.dim(3)
         # keys and values: the query's batch dim, its (unit) position dim as
         # their head dim, so the products' only free dims are heads and keys
         kk, vv = k.with_dims(b, qd, kd, d), v.with_dims(b, qd, kd, e)

@@ -1325,7 +1325,8 @@ class Emitter:
         self.w("")
         head = len(self.lines)
         # each phase its own shared arrangement: nothing outlives a launch
-        infos = tuple(self.phase(ph, *L.shared_arrangement(self.k, ph)) for ph in self.k.phases)
+        placed = L.phase_arrangements(self.k)
+        infos = tuple(self.phase(ph, *placed[ph.name]) for ph in self.k.phases)
         self.lines[head:head] = self.preamble() + list(self.helpers.values())
         return Source("\n".join(self.lines) + "\n", infos)
 
