@@ -368,14 +368,16 @@ def test_auto_falls_back_when_the_warpgroup_tiles_do_not_fit_shared_memory(monke
 
     kern = _gemm(128, 128, 64)
     assert _unit_of(kern) == "wgmma"
-    real = loopir.shared_arrangement
+    real = loopir.phase_arrangements
 
-    def huge(k, phase=None):  # type: ignore[no-untyped-def]
-        placed, need = real(k, phase)
-        swz = any(b.layout is not None for b, _ in placed)
-        return placed, (loopir.E.Const(1 << 30) if swz else need)
+    def huge(k):  # type: ignore[no-untyped-def]
+        out = {}
+        for name, (placed, need) in real(k).items():
+            swz = any(b.layout is not None for b, _ in placed)
+            out[name] = placed, (loopir.E.Const(1 << 30) if swz else need)
+        return out
 
-    monkeypatch.setattr(loopir, "shared_arrangement", huge)
+    monkeypatch.setattr(loopir, "phase_arrangements", huge)
     assert _unit_of(kern) == "mma.sync"
 
 
