@@ -340,6 +340,12 @@ def _sizes(**named):  # type: ignore[no-untyped-def]
 _SCHEDULES = ({"bq": 2, "bk": 3, "loop": "serial"}, {"bq": 3, "bk": 5, "loop": "pipeline"},
               {"bq": 1, "bk": 1, "loop": "serial"}, {"bq": 8, "bk": 16, "loop": "serial"})
 
+def _decode_sizes(gqa: tuple[int, ...]) -> dict:
+    """The decode kernels' sizes, all but their GQA case ``gqa`` shared (the
+    GQA decode kernel's takes a group of four query heads)."""
+    return _sizes(small=(1, 4, 2, 1, 9, 4, 4), decode=(2, 4, 1, 1, 41, 16, 16), gqa=gqa,
+                  medium=(1, 8, 2, 1, 300, 29, 29), large=(2, 16, 4, 1, 4096, 128, 128))
+
 WORKLOADS = [
     Workload("attention_gqa", "attention", "online causal GQA/MQA attention, bottom-right mask",
              attention_kernel, _args, _formula,
@@ -363,15 +369,11 @@ WORKLOADS = [
     Workload("split_kv_attention", "attention",
              "decode attention whose key blocks reduce under the online-softmax contract",
              split_kv_kernel, _args, functools.partial(_formula, fast=True),
-             _sizes(small=(1, 4, 2, 1, 9, 4, 4), decode=(2, 4, 1, 1, 41, 16, 16),
-                    gqa=(2, 4, 2, 3, 37, 8, 8), medium=(1, 8, 2, 1, 300, 29, 29),
-                    large=(2, 16, 4, 1, 4096, 128, 128)),
+             _decode_sizes((2, 4, 2, 3, 37, 8, 8)),
              ({"bq": 16, "bk": 16}, {"bq": 16, "bk": 32}), size_consts=_head_tiles),
     Workload("gqa_decode_attention", "attention",
              "decode attention reading each key/value head once for its group of query heads",
              gqa_decode_kernel, _args, functools.partial(_formula, fast=True),
-             _sizes(small=(1, 4, 2, 1, 9, 4, 4), decode=(2, 4, 1, 1, 41, 16, 16),
-                    gqa=(2, 8, 2, 3, 37, 8, 8), medium=(1, 8, 2, 1, 300, 29, 29),
-                    large=(2, 16, 4, 1, 4096, 128, 128)),
+             _decode_sizes((2, 8, 2, 3, 37, 8, 8)),
              ({"bg": 16, "bk": 16}, {"bg": 16, "bk": 32}), size_consts=_head_tiles),
 ]
