@@ -229,6 +229,33 @@ def test_each_phase_allocates_only_its_own_shared_buffers():
     assert [r.status for r in rep.results] == ["ok"] * 2
 
 
+def test_the_combine_folds_runs_outermost_and_runs_only_what_it_merges():
+    # GQA decode split four ways, lowered for llvm (the loop IR every target
+    # shares): the combine phase loads no query (the ops before the reduce
+    # only fed its body, which the partials ran), its runs loop holds the
+    # nests over the state's elements (one step merges every element, so a
+    # thread's elements overlap their loads) instead of one runs loop per
+    # element, and the merge's new maximum and each rescaling factor are
+    # computed once, not at every use
+    from collections import Counter
+
+    from tilenest.lowering import loopir as L
+
+    p = _gqa_decode(dh=64, bk=64).program
+    k = lower(p, default_schedule(p, "llvm", reduce_splits=4))
+    partials, combine = k.phases
+    loaded = {x.buf.name for x in L.evaluated(combine.body) if isinstance(x, L.Load)}
+    assert "q" in {x.buf.name for x in L.evaluated(partials.body) if isinstance(x, L.Load)}
+    assert "q" not in loaded and not any(n.startswith("%qt") for n in loaded)
+    runs = [s for s in L.walk(combine.body)
+            if isinstance(s, L.For) and s.kind == "serial" and not isinstance(s.hi, E.Const)]
+    assert len(runs) == 1 and any(isinstance(s, L.For) for s in L.walk(runs[0].body))
+    for st in L.walk(combine.body):
+        ops = Counter(x.op for e in L.stmt_exprs(st) for x in L.subexprs(e)
+                      if isinstance(x, (L.Bin, L.Un)))
+        assert ops["maximum"] <= 1 and ops["exp"] <= 1, L.expr_str(L.stmt_exprs(st)[0])
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("D,Q,K,group,splits", [(128, 1, 8192, 4, 8), (128, 1, 4099, 8, 9),
                                                 (64, 3, 515, 3, 4), (64, 1, 77, 16, 1)])

@@ -392,7 +392,7 @@ def _fold_run(lw: Lowerer, op: Operation, c: E.Expr, per: Any, count: E.Expr,
 
 def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
              place: Place | None = None, kind: str = "serial") -> None:
-    """Per state element ``q`` (a nest of ``kind``), the partials
+    """Per state element ``q`` (nests of ``kind``), the partials
     ``part[place(|s|, lin(q), c)]`` (default :func:`_side_by_side`) merged
     into the seed. With builtin contracts only: ``s[q] =
     merge(s[q], part[..c])`` for ``c`` in chunk order from the seed, the merge
@@ -400,7 +400,7 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
     and the policy permits it). With a custom contract (whose merge has no
     closed-form envelope, so the reference evaluates the same tree, its
     :class:`~tilenest.semantics.trees.RunTree`): the partials folded left,
-    then merged into the seed, each group jointly."""
+    then merged into the seed, each group jointly (:func:`_fold_runs`)."""
     from .reductions import contract_groups
 
     plan = contract_groups(lw, op)
@@ -416,39 +416,33 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
         outs = [lw.new_storage(op.results[j].type, op.results[j].name) for j in idx]
         parts = [bufs[j] for j in idx]
 
+        def at(q: Any, n: int, run: E.Expr, types: Any = types) -> E.Expr:
+            e_n = lw.extents(types[n])
+            return place(_size(e_n), linear(e_n, [q[d] for d in types[n].dims]), run)
+
+        runs = _fold_runs(lw, r, t, types, dts, parts, count, at, kind) if custom else None
+
         def element(q: Any, seeds: Any = seeds, outs: Any = outs, parts: Any = parts,
                     types: Any = types, dims: Any = t.dims, r: Any = r, dts: Any = dts,
-                    idx: Any = idx) -> None:
+                    idx: Any = idx, runs: Any = runs, at: Any = at) -> None:
             accs = [lw.fresh(f"acc_{op.results[j].name}", dt)
                     for j, dt in zip(idx, dts, strict=True)]
             mine = [{d: q[d] for d in x.dims} for x in types]  # each state's own element
             for a, sd, qq in zip(accs, seeds, mine, strict=True):
                 lw.emit(L.Assign(a, sd.at(lw, qq)))
-            c = lw.fresh("c", L.INDEX)
-
-            def at(n: int, run: E.Expr) -> E.Expr:
-                e_n = lw.extents(types[n])
-                return place(_size(e_n), linear(e_n, [q[d] for d in types[n].dims]), run)
-
-            if custom:  # T = merge(..merge(p_0, p_1).., p_last); s = merge(seed, T)
-                tot = [lw.fresh("runs", dt) for dt in dts]
-                with lw.collect() as first:
-                    for n, (tv, buf) in enumerate(zip(tot, parts, strict=True)):
-                        lw.emit(L.Assign(tv, L.Load(buf, L.IExpr(at(n, E.Const(0))))))
-                with lw.collect() as step:
-                    bs = [lw.fresh("part", dt) for dt in dts]
-                    for n, (b, buf) in enumerate(zip(bs, parts, strict=True)):
-                        lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at(n, E.Var(c.name))))))
-                    _merge_into(lw, r, tot, bs, dts)
+            if runs is not None:  # s = merge(seed, T), T the runs folded left
                 with lw.collect() as seeded:
+                    tot = [lw.fresh("runs", dt) for dt in dts]
+                    for tv, h in zip(tot, runs, strict=True):
+                        lw.emit(L.Assign(tv, h.at(lw, q)))
                     _merge_into(lw, r, accs, tot, dts)
-                lw.emit(L.If(L.IPred(E.Const(0).lt(count)), tuple(first) + (
-                    L.For(c, E.Const(1), count, tuple(step), "serial", False),) + tuple(seeded)))
+                lw.emit(L.If(L.IPred(E.Const(0).lt(count)), tuple(seeded)))
             else:
                 dt = dts[0]
+                c = lw.fresh("c", L.INDEX)
                 flags = frozenset({"reassoc"}) if dt.is_float else frozenset()
                 step1 = L.Assign(accs[0], L.Bin(r.op, L.Ref(accs[0]),
-                                                L.Load(parts[0], L.IExpr(at(0, E.Var(c.name)))),
+                                                L.Load(parts[0], L.IExpr(at(q, 0, E.Var(c.name)))),
                                                 dt, flags))
                 lw.emit(L.For(c, E.Const(0), count, (step1,), "vector", False))
             for a, out, x, qq in zip(accs, outs, types, mine, strict=True):
@@ -466,6 +460,65 @@ def _combine(lw: Lowerer, op: Operation, bufs: list[L.Buffer], count: E.Expr,
         for j, out in zip(idx, outs, strict=True):
             lw.env[op.results[j].name] = out
             lw.def_depth[op.results[j].name] = lw.depth
+
+
+def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: list[Any],
+               parts: list[L.Buffer], count: E.Expr, at: Any, kind: str) -> list[BufH]:
+    """The partials of one custom contract group folded left,
+    ``T = merge(..merge(p_0, p_1).., p_last)``, into tiles ``T`` of each
+    state's own type (``at(q, n, c)``: where component ``n`` of run ``c``
+    lies).
+
+    The runs loop is outermost and each of its steps one nest over the
+    elements ``q`` of the group's widest state ``t``, so the merges of
+    different elements are independent statements of one step (on a SIMT
+    target a thread's elements overlap their loads and arithmetic) and every
+    element is still folded in run order. The joint merge at ``q`` reads each
+    component at ``q``'s projection onto its own dims (the elements of a row
+    read one statistic, the same load) and writes the merged components to
+    tiles ``U`` of their own types, a narrower one only from the first element
+    it spans; a second nest per component copies ``U`` back into ``T``. The merging nest
+    reads nothing it writes, so it may run again from the same state (a
+    guarded lane group's second run). Runs only when there is a run
+    (``0 < count``); returns the tiles ``T``."""
+    exts = [lw.extents(x) for x in types]
+    tot = [BufH(lw.local("runs", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
+                                                                       strict=True)]
+    nxt = [BufH(lw.local("next", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
+                                                                       strict=True)]
+
+    def step(q: Any, c: E.Expr) -> None:
+        acc = [lw.fresh("runs", dt) for dt in dts]
+        got = [lw.fresh("part", dt) for dt in dts]
+        for n, (a, b, h, buf) in enumerate(zip(acc, got, tot, parts, strict=True)):
+            lw.emit(L.Assign(a, h.at(lw, q)))
+            lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at(q, n, c)))))
+        _merge_into(lw, r, acc, got, dts)
+        for a, h, x in zip(acc, nxt, types, strict=True):
+            st = L.Store(h.buf, L.IExpr(h.offset(q)), L.Ref(a))
+            extra = [q[d] for d in t.dims if d not in x.dims]
+            lw.emit(L.If(L.IPred(E.conj([v.eq(0) for v in extra])), (st,)) if extra else st)
+
+    def each(fn: Any) -> None:
+        for n, (x, e) in enumerate(zip(types, exts, strict=True)):
+            lw.nest(x.dims, e, lambda q, n=n: fn(n, q), kind=kind)
+
+    def first(n: int, q: Any) -> None:
+        h = tot[n]
+        lw.emit(L.Store(h.buf, L.IExpr(h.offset(q)), L.Load(parts[n], L.IExpr(at(q, n, E.Const(0))))))
+
+    def back(n: int, q: Any) -> None:
+        lw.emit(L.Store(tot[n].buf, L.IExpr(tot[n].offset(q)), nxt[n].at(lw, q)))
+
+    c = lw.fresh("c", L.INDEX)
+    with lw.collect() as body:
+        each(first)
+        with lw.collect() as steps:
+            lw.nest(t.dims, lw.extents(t), lambda q: step(q, E.Var(c.name)), kind=kind)
+            each(back)
+        lw.emit(L.For(c, E.Const(1), count, tuple(steps), "serial", False))
+    lw.emit(L.If(L.IPred(E.Const(0).lt(count)), tuple(body)))
+    return tot
 
 
 def has_custom(plan: list[tuple[list[int], Any]]) -> bool:
@@ -592,12 +645,48 @@ def parallel_phases(lw: Lowerer, par: Operation, prefix: list[Operation], k: int
         base = linear(exts, [lw.ivars[v] for v in par.attrs["vars"]])
         _combine(lw, op, bufs, count, _per_run(base, count), kind="vector")
 
+    dead = _only_for(par, red)
     lw.instead[red.oid] = combine
+    for o in dead:
+        lw.instead[o.oid] = _skip
     try:
         second = lower_phase_parallel(lw, par, prefix, k + 1)
     finally:
-        del lw.instead[red.oid]
+        for o in [red, *dead]:
+            del lw.instead[o.oid]
     return [first, second]
+
+
+def _only_for(par: Operation, red: Operation) -> list[Operation]:
+    """The ops of ``par``'s body before ``red`` that the combine phase need not
+    run: ones with results, none of which anything but ``red``'s body reads
+    (directly or through other such ops; its seeds and its domain stay
+    live), and without effects of their own (no store, no nested
+    ``parallel``). The partials phase computed what ``red``'s body read from
+    them; the combine merges its partials instead."""
+    body = list(par.regions[0].ops)
+    j = body.index(red)
+    live = {o.name for o in red.operands} | {n for v in red.attrs.values() for n in _vals(v)}
+    for o in body[j + 1:]:
+        live |= uses(o)
+    dead: list[Operation] = []
+    for o in reversed(body[:j]):
+        if o.results and _pure(o) and not any(r.name in live for r in o.results):
+            dead.append(o)
+        else:
+            live |= uses(o)
+    return dead
+
+
+def _pure(op: Operation) -> bool:
+    """Whether leaving ``op`` out changes nothing but its results."""
+    if op.name in ("tensor.store", "memory.store", "parallel"):
+        return False
+    return all(_pure(o) for r in op.regions for o in r.ops if o.name != "yield")
+
+
+def _skip(lw: Lowerer, op: Operation) -> None:
+    """A rule that lowers nothing (an op :func:`_only_for` leaves out)."""
 
 
 def _split_partials(lw: Lowerer, par: Operation, red: Operation, prefix: list[Operation],

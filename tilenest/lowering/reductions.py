@@ -166,16 +166,39 @@ def identity_of(r: Any, dt: Any, j: int = 0) -> Any:
 def lower_merge(lw: Lowerer, r: Any, a: list[Any], b: list[Any], dts: list[Any]) -> list[Any]:
     """Loop-IR expressions of ``merge(a, b)`` for contract ``r`` on scalar
     variables ``a`` and ``b`` (one per component); the statements the merge
-    needs are emitted where the caller collects."""
+    needs are emitted where the caller collects.
+
+    A value of the merge that two or more of its ops (or results) read is
+    assigned to a variable once, where it is computed, and read from there:
+    the online-softmax merge's new maximum feeds both rescaling factors and
+    each factor both components, and an expression repeated at every use is
+    evaluated again at each (a compiler cannot always merge the copies: the
+    CUDA maximum is an inline instruction it does not deduplicate)."""
     if not isinstance(r, CustomReducer):
         return [L.Bin(r.op, L.Ref(a[0]), L.Ref(b[0]), dts[0])]
     # the merge's own names must not shadow the program's
     mine = [v.name for v in r.merge.args] + [x.name for o in r.merge.ops for x in o.results]
     saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
+    reads: dict[str, int] = {}
+    for o in r.merge.ops:
+        for x in o.operands:
+            reads[x.name] = reads.get(x.name, 0) + 1
     lw.expr_mode += 1
     try:
-        hs = lw.lower_block(r.merge, [VarH(x) for x in a] + [VarH(x) for x in b])
-        return [h.at(lw, {}) for h in hs]
+        for v, x in zip(r.merge.args, [*a, *b], strict=True):
+            lw.env[v.name] = VarH(x)
+        for o in r.merge.ops:
+            if o.name == "yield":
+                return [lw.env[x.name].at(lw, {}) for x in o.operands]
+            lw.lower_op(o)
+            for x in o.results:
+                h = lw.env[x.name]
+                if reads.get(x.name, 0) > 1 and not isinstance(h, VarH):
+                    var = lw.fresh(x.name, x.type.dtype)
+                    lw.emit(L.Assign(var, h.at(lw, {})))
+                    lw.env[x.name] = VarH(var)
+        raise ContractError(f"the merge of {r.name} yields nothing", None,
+                            "end the merge region with its merged components")
     finally:
         lw.expr_mode -= 1
         for nm in mine:
