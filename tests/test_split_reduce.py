@@ -235,8 +235,9 @@ def test_the_combine_folds_runs_outermost_and_runs_only_what_it_merges():
     # only fed its body, which the partials ran), its runs loop holds the
     # nests over the state's elements (one step merges every element, so a
     # thread's elements overlap their loads) instead of one runs loop per
-    # element, and the merge's new maximum and each rescaling factor are
-    # computed once, not at every use
+    # element, the merge's new maximum and each rescaling factor are
+    # computed once, not at every use, and the factors (functions of the row
+    # maxima alone) once a row per run, not at each of the row's elements
     from collections import Counter
 
     from tilenest.lowering import loopir as L
@@ -254,6 +255,16 @@ def test_the_combine_folds_runs_outermost_and_runs_only_what_it_merges():
         ops = Counter(x.op for e in L.stmt_exprs(st) for x in L.subexprs(e)
                       if isinstance(x, (L.Bin, L.Un)))
         assert ops["maximum"] <= 1 and ops["exp"] <= 1, L.expr_str(L.stmt_exprs(st)[0])
+    trips = []
+    for st, path in L.walk_paths(runs[0].body):
+        if any(isinstance(x, L.Un) and x.op == "exp" for e in L.stmt_exprs(st)
+               for x in L.subexprs(e)):
+            n = 1
+            for f in path:
+                if isinstance(f, L.For):
+                    n *= E.evaluate(E.add(f.hi, E.mul(-1, f.lo)), {})
+            trips.append(n)
+    assert trips == [16, 16]  # the two factors, once for each of the 16 rows
 
 
 @pytest.mark.device

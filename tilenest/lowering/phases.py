@@ -477,27 +477,75 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     component at ``q``'s projection onto its own dims (the elements of a row
     read one statistic, the same load) and writes the merged components to
     tiles ``U`` of their own types, a narrower one only from the first element
-    it spans; a second nest per component copies ``U`` back into ``T``. The merging nest
-    reads nothing it writes, so it may run again from the same state (a
-    guarded lane group's second run). Runs only when there is a run
-    (``0 < count``); returns the tiles ``T``."""
+    it spans; a nest per component copies ``U`` back into ``T``.
+
+    When the narrower components share their dims (the rows), a step first
+    runs a nest over the rows: it merges them and keeps, in row tiles, the
+    merge values that depend on them alone and that the wider components'
+    merge reads (:func:`~.reductions.row_values`: the online-softmax
+    rescaling factors); the nest over ``t`` then merges only the wider
+    components, reading those values instead of computing them at each
+    element of a row. The merging nests read nothing they write, so either
+    may run again from the same state (a guarded lane group's second run).
+    Runs only when there is a run (``0 < count``); returns the tiles ``T``."""
+    from .reductions import merge_needs, merge_values, merged_names, row_values
+
     exts = [lw.extents(x) for x in types]
     tot = [BufH(lw.local("runs", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
                                                                        strict=True)]
     nxt = [BufH(lw.local("next", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
                                                                        strict=True)]
 
-    def step(q: Any, c: E.Expr) -> None:
+    narrow = [n for n, x in enumerate(types) if x.dims != t.dims]
+    rows = {types[n].dims for n in narrow}
+    held = row_values(r, narrow) if len(rows) == 1 and len(narrow) < len(types) else []
+    row_t = types[narrow[0]] if held else t
+    dtype_of = {x.name: x.type.dtype for o in r.merge.ops for x in o.results}
+    row_ext = lw.extents(row_t)
+    kept = {nm: BufH(lw.local("held", dtype_of[nm], row_ext), row_t.dims, row_ext)
+            for nm in held}
+    outs = merged_names(r)
+
+    def merge_at(q: Any, c: E.Expr, comps: list[int]) -> None:
+        """Merge run ``c`` into ``T`` at element ``q`` for components
+        ``comps``, writing their ``U``: in the row nest (the narrow
+        components) the kept values too; in the nest over ``t`` (the wider
+        ones) reading them from ``kept``; with no kept values, every
+        component at every element of ``t``. A component that none of the
+        wanted values reads is not loaded."""
+        want = [outs[n] for n in comps] + (held if held and comps == narrow else [])
+        given = {}
+        if held and comps != narrow:
+            for nm, h in kept.items():
+                v = lw.fresh(nm, dtype_of[nm])
+                lw.emit(L.Assign(v, h.at(lw, q)))
+                given[nm] = v
+        _, reads = merge_needs(r, want, set(given))
+        k = len(types)
         acc = [lw.fresh("runs", dt) for dt in dts]
         got = [lw.fresh("part", dt) for dt in dts]
         for n, (a, b, h, buf) in enumerate(zip(acc, got, tot, parts, strict=True)):
-            lw.emit(L.Assign(a, h.at(lw, q)))
-            lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at(q, n, c)))))
-        _merge_into(lw, r, acc, got, dts)
-        for a, h, x in zip(acc, nxt, types, strict=True):
-            st = L.Store(h.buf, L.IExpr(h.offset(q)), L.Ref(a))
-            extra = [q[d] for d in t.dims if d not in x.dims]
+            used = {r.merge.args[n].name, r.merge.args[k + n].name} & reads
+            lw.emit(L.Assign(a, h.at(lw, q) if used else L.Const(0, dts[n])))
+            lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at(q, n, c))) if used
+                             else L.Const(0, dts[n])))
+        vals = merge_values(lw, r, acc, got, want, given)
+        for n in comps:
+            h, x = nxt[n], types[n]
+            st = L.Store(h.buf, L.IExpr(h.offset(q)), vals[outs[n]])
+            extra = [q[d] for d in t.dims if d not in x.dims and d in q]
             lw.emit(L.If(L.IPred(E.conj([v.eq(0) for v in extra])), (st,)) if extra else st)
+        for nm in want[len(comps):]:
+            lw.emit(L.Store(kept[nm].buf, L.IExpr(kept[nm].offset(q)), vals[nm]))
+
+    def step(c: E.Expr) -> None:
+        if not held:
+            lw.nest(t.dims, lw.extents(t), lambda q: merge_at(q, c, list(range(len(types)))),
+                    kind=kind)
+            return
+        lw.nest(row_t.dims, row_ext, lambda q: merge_at(q, c, narrow), kind=kind)
+        wide = [n for n in range(len(types)) if n not in narrow]
+        lw.nest(t.dims, lw.extents(t), lambda q: merge_at(q, c, wide), kind=kind)
 
     def each(fn: Any) -> None:
         for n, (x, e) in enumerate(zip(types, exts, strict=True)):
@@ -514,7 +562,7 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     with lw.collect() as body:
         each(first)
         with lw.collect() as steps:
-            lw.nest(t.dims, lw.extents(t), lambda q: step(q, E.Var(c.name)), kind=kind)
+            step(E.Var(c.name))
             each(back)
         lw.emit(L.For(c, E.Const(1), count, tuple(steps), "serial", False))
     lw.emit(L.If(L.IPred(E.Const(0).lt(count)), tuple(body)))

@@ -166,30 +166,92 @@ def identity_of(r: Any, dt: Any, j: int = 0) -> Any:
 def lower_merge(lw: Lowerer, r: Any, a: list[Any], b: list[Any], dts: list[Any]) -> list[Any]:
     """Loop-IR expressions of ``merge(a, b)`` for contract ``r`` on scalar
     variables ``a`` and ``b`` (one per component); the statements the merge
-    needs are emitted where the caller collects.
-
-    A value of the merge that two or more of its ops (or results) read is
-    assigned to a variable once, where it is computed, and read from there:
-    the online-softmax merge's new maximum feeds both rescaling factors and
-    each factor both components, and an expression repeated at every use is
-    evaluated again at each (a compiler cannot always merge the copies: the
-    CUDA maximum is an inline instruction it does not deduplicate)."""
+    needs are emitted where the caller collects (:func:`merge_values`)."""
     if not isinstance(r, CustomReducer):
         return [L.Bin(r.op, L.Ref(a[0]), L.Ref(b[0]), dts[0])]
-    # the merge's own names must not shadow the program's
-    mine = [v.name for v in r.merge.args] + [x.name for o in r.merge.ops for x in o.results]
-    saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
-    reads: dict[str, int] = {}
+    outs = merged_names(r)
+    got = merge_values(lw, r, a, b, outs)
+    return [got[n] for n in outs]
+
+
+def merged_names(r: CustomReducer) -> list[str]:
+    """The names of the values custom contract ``r``'s merge yields, one per
+    component, in order."""
+    (y,) = [o for o in r.merge.ops if o.name == "yield"] or [None]
+    if y is None:
+        raise ContractError(f"the merge of {r.name} yields nothing", None,
+                            "end the merge region with its merged components")
+    return [x.name for x in y.operands]
+
+
+def merge_needs(r: CustomReducer, want: list[str], given: set[str]
+                ) -> tuple[list[Operation], set[str]]:
+    """The ops of ``r``'s merge that computing the values named ``want``
+    runs when those named ``given`` are known (in program order), and every
+    name those ops and ``want`` read."""
+    need: set[str] = set(want)
+    run: list[Operation] = []
+    for o in reversed([o for o in r.merge.ops if o.name != "yield"]):
+        if any(x.name in need for x in o.results) and not all(x.name in given for x in o.results):
+            run.append(o)
+            need.update(x.name for x in o.operands)
+    run.reverse()
+    return run, need
+
+
+def row_values(r: CustomReducer, narrow: list[int]) -> list[str]:
+    """The values of ``r``'s merge that depend only on the components
+    ``narrow`` (both sides' arguments) and that an op depending on another
+    component reads: what a merge over the widest state's elements needs of
+    the narrow states, beyond their own values (the online-softmax merge's
+    two rescaling factors, functions of the maxima alone)."""
+    k = len(r.merge.args) // 2
+    own = {r.merge.args[side * k + n].name for side in (0, 1) for n in narrow}
+    derived = set(own)
+    out: list[str] = []
     for o in r.merge.ops:
+        if o.name == "yield":
+            continue
+        if all(x.name in derived for x in o.operands):
+            derived.update(x.name for x in o.results)
+            continue
+        out.extend(x.name for x in o.operands
+                   if x.name in derived and x.name not in own and x.name not in out)
+    return out
+
+
+def merge_values(lw: Lowerer, r: CustomReducer, a: list[Any], b: list[Any],
+                 want: list[str], given: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Loop-IR expressions of the values named ``want`` of custom contract
+    ``r``'s merge region on scalar variables ``a`` and ``b`` (its arguments,
+    one per component each), lowering only the ops they need; a value in
+    ``given`` (name -> scalar variable holding it) is read from there instead
+    of computed. The statements the values need are emitted where the caller
+    collects.
+
+    A value that two or more of the lowered ops (or ``want``) read is
+    assigned to a variable once, where it is computed, and read from there:
+    the online-softmax merge's new maximum feeds both rescaling factors and
+    each factor two components, and an expression repeated at every use is
+    evaluated again at each (a compiler cannot always merge the copies: the
+    CUDA maximum is an inline instruction it does not deduplicate)."""
+    given = given or {}
+    ops = [o for o in r.merge.ops if o.name != "yield"]
+    run, _ = merge_needs(r, want, set(given))
+    reads: dict[str, int] = {n: 1 for n in want}
+    for o in run:
         for x in o.operands:
             reads[x.name] = reads.get(x.name, 0) + 1
+    # the merge's own names must not shadow the program's
+    mine = [v.name for v in r.merge.args] + [x.name for o in ops for x in o.results]
+    saved = {nm: lw.env[nm] for nm in mine if nm in lw.env}
     lw.expr_mode += 1
     try:
         for v, x in zip(r.merge.args, [*a, *b], strict=True):
             lw.env[v.name] = VarH(x)
-        for o in r.merge.ops:
-            if o.name == "yield":
-                return [lw.env[x.name].at(lw, {}) for x in o.operands]
+        for nm, x in given.items():
+            lw.env[nm] = VarH(x)
+        for o in run:
             lw.lower_op(o)
             for x in o.results:
                 h = lw.env[x.name]
@@ -197,8 +259,7 @@ def lower_merge(lw: Lowerer, r: Any, a: list[Any], b: list[Any], dts: list[Any])
                     var = lw.fresh(x.name, x.type.dtype)
                     lw.emit(L.Assign(var, h.at(lw, {})))
                     lw.env[x.name] = VarH(var)
-        raise ContractError(f"the merge of {r.name} yields nothing", None,
-                            "end the merge region with its merged components")
+        return {n: lw.env[n].at(lw, {}) for n in want}
     finally:
         lw.expr_mode -= 1
         for nm in mine:
