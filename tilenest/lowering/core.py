@@ -33,6 +33,7 @@ from ..semantics.ir import Block, Operation, TileProgram, Value
 from ..semantics.space import Dim
 from ..semantics.types import TensorType, TileType
 from . import loopir as L
+from .accumulators import accumulations
 from .facts import Facts, conjuncts, residual, split_range, upper_bounds
 from .handles import BufH, Handle, Index, LazyH, TensorH, VarH, linear
 from .schedule import LAZY_OPS, Schedule, default_schedule, storage_plan, target_row
@@ -236,6 +237,18 @@ class Lowerer:
         self.row_reduced, self.row_derived = _row_reduced(prog)
         #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
         self.column_last = {} if schedule.block_threads else _column_last(prog)
+        #: mma op id -> the loop tile it accumulates into, whose fill and
+        #: store it may fold into its micro-kernels (``accumulators.py``)
+        self.accums = {} if schedule.block_threads else accumulations(prog)
+        #: loop op id -> ``(first, last, none)``: the predicates of its first
+        #: and last step and of its having no step, while its body is
+        #: lowered (forward, unchunked loops of one variable)
+        self.steps: dict[int, tuple[E.Pred, E.Pred, E.Pred]] = {}
+        #: the fills folded: ``(loop id, position)``
+        self.folded: set[tuple[int, int]] = set()
+        #: store op id -> the condition under which it still runs (its loop
+        #: has no step), for stores folded into the loop's last step
+        self.folded_stores: dict[int, E.Pred] = {}
         #: reduce op id -> ``(lo, hi)``: the part of the domain's points, in
         #: lexicographic order, a program of a partials phase runs (``phases.py``)
         self.chunks: dict[int, tuple[E.Expr, E.Expr]] = {}

@@ -24,6 +24,7 @@ snapshot later stores cannot change).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..semantics import expr as E
 from ..semantics.ir import Operation
@@ -110,13 +111,14 @@ def _tload(lw: Lowerer, op: Operation) -> None:
     lw.def_depth[op.results[0].name] = lw.depth
 
 
-@rule("tensor.store")
-def _tstore(lw: Lowerer, op: Operation) -> None:
+def store_elements(lw: Lowerer, op: Operation, v: Any) -> tuple[Any, Any, bool]:
+    """How ``tensor.store`` ``op`` stores the tile ``v``: ``(body, guards,
+    checked)``, ``body(q)`` emitting the store of element ``q`` (guarded by
+    the view, or checked), ``guards`` the view's conjuncts to range-restrict
+    a nest over the tile by (None: no guard)."""
     t: TensorH = lw.handle(op.operands[0])
-    v = lw.handle(op.operands[1])
-    pol = op.attrs["bounds"]
     coords, conj = _view(lw, op, t, v.dims)
-    kind, why = _kind(lw, pol)
+    kind, why = _kind(lw, op.attrs["bounds"])
     checked = kind is Bounds.checked
     code = lw.error("out of bounds", f"store to {t.buf.name} is outside its view {why}",
                     op.loc) if checked else 0
@@ -132,8 +134,25 @@ def _tstore(lw: Lowerer, op: Operation) -> None:
             lw.check(g.p, code)
         lw.emit(L.Store(t.buf, off, val, g))
 
-    guards = None if kind is Bounds.assume else conj
-    lw.nest(v.dims, v.extents, body, guards, exclusive=not checked)
+    return body, None if kind is Bounds.assume else conj, checked
+
+
+def bounds_kind(lw: Lowerer, op: Operation) -> Bounds:
+    """The bounds behaviour the access ``op`` is lowered with (:func:`_kind`)."""
+    return _kind(lw, op.attrs["bounds"])[0]
+
+
+@rule("tensor.store")
+def _tstore(lw: Lowerer, op: Operation) -> None:
+    v = lw.handle(op.operands[1])
+    body, guards, checked = store_elements(lw, op, v)
+    folded = lw.folded_stores.get(op.oid)
+    with lw.collect() as nest:
+        lw.nest(v.dims, v.extents, body, guards, exclusive=not checked)
+    if folded is None:
+        lw.emit(*nest)
+    else:  # stored by the last step of the loop (``accumulators.py``)
+        lw.emit(L.If(L.IPred(folded), tuple(nest), ()))
 
 
 @rule("memory.alloc")

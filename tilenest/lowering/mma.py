@@ -83,35 +83,61 @@ class Clamp:
             lw.emit(L.If(L.IPred(self.skipped), tuple(stmts), ()))
 
 
+@dataclass(frozen=True)
+class Edges:
+    """Work a micro-kernel does on its micro-tile's elements around its
+    contraction (``accumulators.py``): ``fill(q)`` before it where ``first``
+    holds, ``store(q)`` after it where ``last`` holds (either may be None)."""
+
+    first: E.Pred
+    fill: Callable[[Index], None] | None
+    last: E.Pred
+    store: Callable[[Index], None] | None
+
+
 def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
              update: Callable[[Index], None], site: Any = None,
-             clamp: Clamp | None = None) -> None:
+             clamp: Clamp | None = None, edges: Edges | None = None) -> bool:
     """Emit loops calling ``update(q)`` once for every point ``q`` of the
     ``mma`` iteration space (batch, free and contraction dims), such that for
     each output element the contraction points come in lexicographic order
     (``site``: the ``mma`` op's location, for schedule errors); with
-    ``clamp``, only the contraction points before the operands' padding."""
+    ``clamp``, only the contraction points before the operands' padding.
+    ``edges`` run around each micro-tile's contraction where the nest has
+    micro-tiles (the CPU's, with a free dim in ``b``): returns whether they
+    did."""
     fa, fb = list(roles["free_a"]), list(roles["free_b"])
     batch, red = list(roles["batch"]), list(roles["contraction"])
     if clamp is not None:  # only the contraction dims' extents change
         ext_of = ext_of | clamp.extents
     if lw.sched.block_threads:
         simt_contract(lw, roles, ext_of, update, clamp)
-        return
+        return False
     if not fb:
         def point(q: Index) -> None:
             _box(lw, red, ext_of, q, update)
             if clamp is not None:
                 clamp.around(lw, lambda settle: settle(q))
         _box(lw, batch + fa, ext_of, {}, point)
-        return
+        return False
     rows_blk, vecs = block_of(lw.sched, site)
     cols_blk = vecs * lanes(res.dtype, lw.sched.vector_bits or 128)
     rdim, cdim = (fa[-1] if fa else None), fb[-1]
     outer = batch + fa[:-1] + fb[:-1]
 
+    def edge(when: E.Pred, fn: Callable[[Index], None] | None, q: Index, r0: E.Expr,
+             rows: E.Expr, c0: E.Expr, cols: E.Expr) -> None:
+        if fn is None:
+            return
+        with lw.collect() as stmts:
+            _cells(lw, rdim, rows, r0, cdim, cols, c0, q, fn)
+        if stmts:
+            lw.emit(L.If(L.IPred(when), tuple(stmts), ()))
+
     def micro(q: Index, r0: E.Expr, rows: E.Expr, c0: E.Expr, cols: E.Expr) -> None:
         """One micro-tile: the contraction nest around rows x cols."""
+        if edges is not None:
+            edge(edges.first, edges.fill, q, r0, rows, c0, cols)
         def inner(qk: Index) -> None:
             def row(qr: Index) -> None:
                 _loop(lw, E.Const(0), cols, "vector",
@@ -127,6 +153,8 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
         if clamp is not None:
             clamp.around(lw, lambda settle: _cells(lw, rdim, rows, r0, cdim, cols, c0, q,
                                                    settle))
+        if edges is not None:
+            edge(edges.last, edges.store, q, r0, rows, c0, cols)
 
     def band(q: Index, r0: E.Expr, rows: E.Expr) -> None:
         """A band of ``rows`` rows: full column blocks, then the column tail."""
@@ -140,6 +168,7 @@ def contract(lw: Lowerer, res: BufH, roles: dict, ext_of: dict[Dim, E.Expr],
         _blocks(lw, ext_of[rdim], rows_blk, lambda r0, rows: band(q, r0, rows))
 
     _box(lw, outer, ext_of, {}, tiles)
+    return True
 
 
 #: the largest SIMT micro-tile side (accumulators per thread: at most 64)

@@ -232,10 +232,11 @@ def _store_footprint(lw: Lowerer, name: str, stop: set[str], defs: dict[str, Ope
 # carried state
 
 
-def carry_init(lw: Lowerer, op: Operation, seeds: list[Any]) -> list[Handle]:
-    """Fresh storage for each carried value, initialized from its seed."""
+def carry_init(lw: Lowerer, op: Operation, seeds: list[Any], first: int = 0) -> list[Handle]:
+    """Fresh storage for each carried value, initialized from its seed
+    (``seeds``: those of ``op``'s results ``first, first + 1, ...``)."""
     out: list[Handle] = []
-    for r, h in zip(op.results, seeds, strict=True):
+    for r, h in zip(op.results[first:first + len(seeds)], seeds, strict=True):
         if not isinstance(r.type, TileType):
             out.append(h)  # memory state tokens: effects happen in place
             continue
@@ -277,13 +278,33 @@ def _tile_type(h: Any) -> TileType:
 
 
 def _loop_region(lw: Lowerer, op: Operation, reverse: bool) -> None:
-    states = carry_init(lw, op, [lw.handle(o) for o in op.operands])
+    seeds = [lw.handle(o) for o in op.operands]
+    inits, states = [], []
+    for i, seed in enumerate(seeds):  # each carried value's initialization apart
+        with lw.collect() as init:
+            states.extend(carry_init(lw, op, [seed], i))
+        inits.append(init)
+    trips = lw.ix(op.attrs["domain"].space.extents[0])
 
     def body() -> None:
-        outs = lw.lower_block(op.regions[0], list(states))
+        # the step's position for an accumulator's fold (``accumulators.py``)
+        x = lw.ivars[op.attrs["vars"][0]] if len(op.attrs["vars"]) == 1 else None
+        if x is not None and not reverse and op.oid not in lw.chunks:
+            lw.steps[op.oid] = (x.le(0), x.ge(E.add(trips, -1)), trips.le(0))
+        try:
+            outs = lw.lower_block(op.regions[0], list(states))
+        finally:
+            lw.steps.pop(op.oid, None)
         carry_update(lw, states, outs)
 
-    lw.domain_loops(op, body, reverse=reverse)
+    with lw.collect() as loop:
+        lw.domain_loops(op, body, reverse=reverse)
+    for i, init in enumerate(inits):
+        if (op.oid, i) in lw.folded:  # the first step fills it
+            lw.emit(L.If(L.IPred(trips.le(0)), tuple(init), ()))
+        else:
+            lw.emit(*init)
+    lw.emit(*loop)
     for r, s in zip(op.results, states, strict=True):
         lw.env[r.name] = s
         lw.def_depth[r.name] = lw.depth

@@ -26,11 +26,12 @@ from ..semantics import dtypes as D
 from ..semantics import expr as E
 from ..semantics.ir import Operation
 from ..semantics.ops.values import BINARY, COMPARE, UNARY, mma_roles
+from ..semantics.policies import Bounds
 from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule, unsupported
 from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, union_reads
-from .mma import MMA_UNITS, Clamp, TensorPlan, contract, tensor_contract, tensor_plan
+from .mma import MMA_UNITS, Clamp, Edges, TensorPlan, contract, tensor_contract, tensor_plan
 
 
 #: integer extremes whose operands and result are index expressions
@@ -230,6 +231,7 @@ def _mma(lw: Lowerer, op: Operation) -> None:
     roles = mma_roles(at, bt, ct)
     dt = ct.dtype
     res = _writable(lw, op, 2)
+    in_place = res is not None
     if res is None:
         ext = lw.extents(ct)
         res = BufH(lw.local(op.results[0].name, dt, ext), ct.dims, ext)
@@ -262,10 +264,44 @@ def _mma(lw: Lowerer, op: Operation) -> None:
         tensor_contract(lw, res, plan)
     else:
         clamp = _padding_clamp(lw, op, a, b, roles, ext_of)
-        contract(lw, res, roles, ext_of, update, op.loc,
-                 clamp and Clamp(clamp[0], clamp[1], settle))
+        edges = _edges(lw, op, res, ct.dims) if in_place else None
+        if contract(lw, res, roles, ext_of, update, op.loc,
+                    clamp and Clamp(clamp[0], clamp[1], settle), edges) and edges:
+            acc = lw.accums[op.oid]
+            if edges.fill is not None:
+                lw.folded.add((acc.loop.oid, acc.position))
+            if edges.store is not None:
+                lw.folded_stores[acc.store.oid] = lw.steps[acc.loop.oid][2]
     lw.env[op.results[0].name] = res
     lw.def_depth[op.results[0].name] = lw.depth
+
+
+def _edges(lw: Lowerer, op: Operation, res: BufH, dims: tuple) -> Edges | None:
+    """The fill and the store that an ``mma`` updating its loop's carried
+    tile in place may fold into its micro-kernels (``accumulators.py``), or
+    None: ``res`` is the carried tile, the loop's steps are known and
+    nothing is left to fold."""
+    from .memory import bounds_kind, store_elements
+
+    acc = lw.accums.get(op.oid)
+    steps = lw.steps.get(acc.loop.oid) if acc is not None else None
+    if steps is None:
+        return None
+    first, last, _ = steps
+    fill = store = None
+    if acc.fill is not None:
+        value = constant(acc.fill, res.dtype)
+
+        def fill(q: Index) -> None:
+            lw.emit(L.Store(res.buf, L.IExpr(res.offset(project(q, dims))), value))
+    if acc.store is not None and bounds_kind(lw, acc.store) is not Bounds.checked:
+        body = store_elements(lw, acc.store, res)[0]
+
+        def store(q: Index) -> None:
+            body(project(q, dims))
+    if fill is None and store is None:
+        return None
+    return Edges(first, fill, last, store)
 
 
 def _padding_clamp(lw: Lowerer, op: Operation, a: Any, b: Any, roles: dict,
