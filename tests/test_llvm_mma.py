@@ -147,6 +147,77 @@ def test_micro_tile_rows_share_the_contraction_loop():
         assert all(v.hi == E.Const(32) for t in tiles for v in t.body)
 
 
+def _b_strides(ck) -> set[tuple[int, int]]:
+    """``(stride along the contraction loop, stride along the columns)`` of
+    every read of the packed ``b`` tile inside a micro-tile's contraction."""
+    out = set()
+    for t in _micro_tiles(ck.kernel.phases[0].body):
+        k = E.Var(t.var.name)
+        for v in t.body:
+            c = E.Var(v.var.name)
+            for load in _loads(v.body[0].value):
+                if load.buf.name.startswith("%b"):
+                    out.add((E.stride(load.index.e, k), E.stride(load.index.e, c)))
+    return out
+
+
+def _loads(x) -> list:
+    """The loads of the expression ``x`` (the operands of a micro-kernel's update)."""
+    if isinstance(x, L.Load):
+        return [x]
+    parts = {L.Fma: ("a", "b", "c"), L.Bin: ("a", "b"), L.Cast: ("a",)}.get(type(x), ())
+    return [y for f in parts for y in _loads(getattr(x, f))]
+
+
+@pytest.mark.parametrize("bn", [64, 80, 1000])
+def test_b_is_packed_in_column_panels_of_the_micro_tile(bn):
+    """At (8, 2) x 16 lanes a micro-tile is 32 columns wide: the packed ``b``
+    tile holds them as panels of 32 columns (the last one narrower), so a
+    micro-kernel reads 32 consecutive elements a contraction step, whatever
+    the tile's width, and the results stay bitwise the interpreter's."""
+    tiles = dict(bm=16, bn=bn, bk=8)
+    _, ck = compiled(REASSOC, tiles, mma_block=(8, 2), vector_bits=512)
+    assert _b_strides(ck) == {(32, 1)} | ({(bn % 32, 1)} if bn % 32 else set())
+    k, ck = compiled(STRICT, tiles, mma_block=(8, 2), vector_bits=512)
+    a, b, c = operands(37, 19, bn + 13)
+    assert ck(a, b, c.copy()).tobytes() == k(a, b, c.copy()).tobytes()
+
+
+def test_panel_offsets_in_both_forms_place_every_element_once():
+    """``handles.panel_offset`` over lines of 3 x 5 and 70 columns in panels
+    of 32 (32, 32 and a last one of 6): the general form (floor division,
+    for a column it cannot split) and the affine form (a column ``32 j + c``
+    with the facts ``0 <= j < 2``, ``0 <= c < 32``, or the last panel's)
+    give the same offset of each element, panel ``j`` at ``j 32 15``, a
+    line's columns consecutive, every offset once."""
+    from tilenest.lowering.facts import Facts
+    from tilenest.lowering.handles import panel_offset
+
+    ext = (E.Const(3), E.Const(5), E.Const(70))
+    u, v, col, j, c = (E.Var(n) for n in ("u", "v", "col", "j", "c"))
+    general = panel_offset(32, ext, [u, v, col])
+    assert isinstance(general, E.Expr) and E.leaves(general) >= {u, v, col}
+    facts = Facts()
+    facts.push([j.ge(0), j.lt(2), c.ge(0), c.lt(32)])
+    full = panel_offset(32, ext, [u, v, 32 * j + c], facts)
+    facts = Facts()
+    facts.push([c.ge(0), c.lt(6)])
+    last = panel_offset(32, ext, [u, v, 64 + c], facts)
+    assert not any(isinstance(x, (E.FloorDiv, E.Mod)) for x in E.leaves(full) | E.leaves(last))
+    seen = set()
+    for a in range(3):
+        for b in range(5):
+            for n in range(70):
+                off = E.evaluate(general, {u: a, v: b, col: n})
+                q, r = divmod(n, 32)
+                w = 32 if q < 2 else 6
+                assert off == q * 32 * 15 + (a * 5 + b) * w + r
+                affine = full if q < 2 else last
+                assert E.evaluate(affine, {u: a, v: b, j: q, c: r if q < 2 else n - 64}) == off
+                seen.add(off)
+    assert seen == set(range(3 * 5 * 70))
+
+
 def _full_extent(hi: E.Expr) -> int:
     """A contraction loop's bound where no padding is skipped (every size
     symbol and loop variable of the clamp ``min(bk, max(K - kk*bk, 0))`` at

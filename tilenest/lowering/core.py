@@ -179,24 +179,33 @@ def _row_reduced(prog: TileProgram) -> tuple[set[str], set[str]]:
     return out, derived
 
 
-def _column_last(prog: TileProgram) -> dict[tuple[Dim, ...], tuple[int, ...]]:
-    """For the dims of every ``mma``'s ``b`` operand whose vector dim -- the
-    last free dim of ``b`` in the accumulator's order, along which the
-    micro-kernel keeps its accumulators in vector registers
-    (``mma.contract``) -- is not its last dim: the storage order
-    (``BufH.order``) with that dim moved last (the first ``mma`` met
-    decides)."""
+def _b_copies(prog: TileProgram, sched: Schedule) -> dict[tuple[Dim, ...], tuple[Any, int]]:
+    """How the CPU packs the copy of every ``mma``'s ``b`` operand that has
+    a free dim, per dims of the operand (the first ``mma`` met decides):
+    ``(order, panel)``. The micro-kernel (``mma.contract``) keeps its
+    accumulators in vector registers along the last free dim of ``b`` in the
+    accumulator's order, ``panel`` elements at a time (its column block: the
+    register block's vectors times the accumulator type's lanes). ``order``
+    is the storage order (``BufH.order``) with that dim moved last, None when
+    it is last already; the copy is stored in column panels of ``panel``
+    elements (``BufH.panel``), so that the micro-kernel reads one panel's
+    rows from one contiguous stretch whatever the tile's width."""
     from ..semantics.ops.values import mma_roles
+    from .mma import block_of, lanes
 
-    out: dict[tuple[Dim, ...], tuple[int, ...]] = {}
+    out: dict[tuple[Dim, ...], tuple[Any, int]] = {}
     for op in prog.walk():
         if op.name != "mma":
             continue
         at, bt, ct = (o.type for o in op.operands)
         fb = mma_roles(at, bt, ct)["free_b"]
-        if fb and bt.dims[-1] != fb[-1] and bt.dims not in out:
-            col = bt.dims.index(fb[-1])
-            out[bt.dims] = tuple(i for i in range(bt.rank) if i != col) + (col,)
+        if not fb or bt.dims in out:
+            continue
+        col = bt.dims.index(fb[-1])
+        order = None if col == bt.rank - 1 else \
+            tuple(i for i in range(bt.rank) if i != col) + (col,)
+        width = block_of(sched, op.loc)[1] * lanes(ct.dtype, sched.vector_bits or 128)
+        out[bt.dims] = (order, width)
     return out
 
 
@@ -235,8 +244,9 @@ class Lowerer:
         #: mma results whose rows are reduced, and the values computed from
         #: them on the way (:func:`_row_reduced`)
         self.row_reduced, self.row_derived = _row_reduced(prog)
-        #: the dim order of the local copies of ``mma`` ``b`` operands (CPU)
-        self.column_last = {} if schedule.block_threads else _column_last(prog)
+        #: the storage order and panel width of the local copies of ``mma``
+        #: ``b`` operands (CPU)
+        self.b_copies = {} if schedule.block_threads else _b_copies(prog, schedule)
         #: mma op id -> the loop tile it accumulates into, whose fill and
         #: store it may fold into its micro-kernels (``accumulators.py``)
         self.accums = {} if schedule.block_threads else accumulations(prog)
@@ -497,12 +507,16 @@ class Lowerer:
         buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
         zero = _zero_from(h) if base in self.mma_only else None
         out = BufH(buf, h.dims, h.extents, pitch, padded, zero_from=zero)
-        order = self.column_last.get(h.dims) if base in self.mma_only else None
-        if order is not None and pitch is None:
+        packing = self.b_copies.get(h.dims) if base in self.mma_only else None
+        if packing is not None and pitch is None:
             # the copy a CPU micro-kernel reads as ``b``: its vector dim
-            # contiguous (a transposed operand is transposed as it is copied)
-            out = BufH(buf, h.dims, h.extents, None, order, zero_from=zero)
-            if all(isinstance(x, E.Const) for x in h.extents):
+            # contiguous (a transposed operand is transposed as it is
+            # copied), in column panels when the extents are constants
+            order, width = packing
+            const = all(isinstance(x, E.Const) for x in h.extents)
+            out = BufH(buf, h.dims, h.extents, None, order, zero_from=zero,
+                       panel=width if const else None)
+            if order is not None and const:
                 # first as stored (contiguous reads, the bounds handled
                 # there), then the transposing copy between two local tiles
                 # of constant extents, which the CPU code generator runs as
@@ -594,12 +608,37 @@ class Lowerer:
             return
 
         def body(q: Index) -> None:
-            self.emit(L.Store(dst.buf, L.IExpr(dst.offset(q)), h.at(self, q)))
+            self.emit(L.Store(dst.buf, L.IExpr(dst.offset(q, self.facts)), h.at(self, q)))
 
         # in storage order: the innermost loop stores consecutive elements
         order = dst.order or range(len(dst.dims))
-        self.nest(tuple(dst.dims[i] for i in order), tuple(dst.extents[i] for i in order), body,
-                  h.guards)
+        dims = dst.storage_dims()
+        extents = tuple(dst.extents[i] for i in order)
+        if dst.panel is None:
+            self.nest(dims, extents, body, h.guards)
+            return
+        # a panel's columns innermost; the panels inside the lines (the
+        # source's rows read in order), or, for a copy that transposes (its
+        # source runs along the lines), around them, so that each panel is
+        # one transposing copy (``backends/llvm/transpose.py``)
+        col, width = dims[-1], dst.panel
+        full, tail = divmod(extents[-1].value, width)
+        hi = Dim.fresh("panel")
+        outer = dst.order is not None and dst.order[-1] != len(dims) - 1
+
+        def at(q: Index, j: E.Expr) -> Index:
+            return {d: x for d, x in q.items() if d != hi} | {col: E.add(E.mul(j, width), q[col])}
+
+        def panels(lines: tuple, n: int, w: int, j: Callable[[Index], E.Expr]) -> None:
+            order = ((hi,) + lines if outer else lines + (hi,)) if n > 1 else lines
+            ext = dict(zip(lines, extents[:-1], strict=True)) | {hi: E.Const(n)}
+            self.nest(order + (col,), tuple(ext[d] for d in order) + (E.Const(w),),
+                      lambda q: body(at(q, j(q))), lambda q: h.guards(at(q, j(q))))
+
+        if full:
+            panels(dims[:-1], full, width, lambda q: q[hi] if full > 1 else E.Const(0))
+        if tail:
+            panels(dims[:-1], 1, tail, lambda q: E.Const(full))
 
     def new_storage(self, t: TileType, base: str) -> Handle:
         if t.rank == 0:

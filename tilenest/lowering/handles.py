@@ -33,6 +33,7 @@ from . import loopir as L
 
 if TYPE_CHECKING:
     from .core import Lowerer
+    from .facts import Facts
 
 Index = dict[Dim, E.Expr]
 
@@ -69,6 +70,52 @@ def linear(extents: tuple[E.Expr, ...], coords: list[E.Expr]) -> E.Expr:
     return off
 
 
+def panel_offset(width: int, extents: tuple[E.Expr, ...], coords: list[E.Expr],
+                 facts: "Facts | None" = None) -> E.Expr:
+    """The offset of ``coords`` (storage order) in a tile of constant
+    ``extents`` whose last dim is cut into column panels of ``width``
+    elements (``BufH.panel``): ``j (width R) + line w + c`` for column ``j
+    width + c`` (``R`` the lines, ``line`` the row-major index of the other
+    coordinates, ``w`` the width of panel ``j``: ``width``, or what is left
+    for the last).
+
+    The column is split by its linear form (``j``: the terms whose
+    coefficients ``width`` divides, ``c``: the rest); that split is the
+    column's quotient and remainder when ``facts`` show ``0 <= c < w`` --
+    as they do for a micro-kernel's column block, which starts at a multiple
+    of ``width`` and spans at most one panel -- and the offset is then affine.
+    Otherwise it is computed by floor division and remainder."""
+    *rest, last = extents
+    lines = 1
+    for x in rest:
+        lines *= x.value
+    full, tail = divmod(last.value, width)
+    line = linear(tuple(rest), coords[:-1])
+    col = coords[-1]
+    terms, k = E._linear(col)
+    j = E.Const(k // width)
+    c = E.Const(k % width)
+    for x, v in terms.items():
+        if v % width == 0:
+            j = E.add(j, E.mul(v // width, x))
+        else:
+            c = E.add(c, E.mul(v, x))
+    if isinstance(j, E.Const):
+        w = width if j.value < full else tail if j.value == full else 0
+    else:
+        w = width if facts is not None and facts.implied(j.le(full - 1)) else 0
+    if w and (isinstance(c, E.Const) and 0 <= c.value < w or facts is not None and (
+            facts.implied(c.ge(0)) and facts.implied(c.lt(w)))):
+        return E.add(E.add(E.mul(j, width * lines), E.mul(line, w)), c)
+    j, c = E.floordiv(col, width), E.mod(col, width)
+    # the width of panel j: ``width``, and ``tail`` for the last narrow one
+    w_j: E.Expr = E.Const(width)
+    if tail:
+        last_one = E.maximum(0, E.minimum(1, E.add(j, 1 - full)))  # 1 at j = full, else 0
+        w_j = E.add(width, E.mul(last_one, tail - width))
+    return E.add(E.add(E.mul(j, width * lines), E.mul(line, w_j)), c)
+
+
 @dataclass
 class VarH(Handle):
     var: L.LVar
@@ -93,7 +140,15 @@ class BufH(Handle):
     dims[order[1]], ...`` (the storage order; ``dims`` and ``extents`` keep
     the tile type's order, which every consumer zips with its own). The
     last dim of the storage order has consecutive elements; consecutive
-    lines of it lie ``pitch`` elements apart (default: its extent, dense)."""
+    lines of it lie ``pitch`` elements apart (default: its extent, dense).
+
+    With ``panel = P`` (constant extents, no pitch) that last dim is cut into
+    *column panels* of ``P`` elements, the last one narrower when ``P`` does
+    not divide its extent: panel ``j`` holds its columns of every line, the
+    lines row-major over the other dims, each line's ``w`` elements (``w``
+    the panel's width) consecutive; the panels follow one another. A CPU
+    ``mma`` micro-kernel whose column block is one panel then reads its ``b``
+    rows from one contiguous stretch (:func:`panel_offset`)."""
 
     buf: L.Buffer
     dims: tuple[Dim, ...]
@@ -104,21 +159,34 @@ class BufH(Handle):
     #: ``q[d] >= zero_from[d]`` holds exactly ``+0`` (the copy of a view read
     #: with ``bounds.zero`` past the tensor's edge)
     zero_from: dict[Dim, E.Expr] | None = None
+    #: the width of the column panels of the last storage dim (class doc)
+    panel: int | None = None
 
     def __post_init__(self) -> None:
         self.dtype = self.buf.dtype
         self.reads = frozenset({self.buf.name})
         assert self.order is None or sorted(self.order) == list(range(len(self.dims)))
+        assert self.panel is None or (self.pitch is None and all(
+            isinstance(x, E.Const) for x in self.extents))
 
-    def offset(self, q: Index) -> E.Expr:
+    def storage_dims(self) -> tuple[Dim, ...]:
+        """The dims in storage order (the last one's elements consecutive)."""
+        return tuple(self.dims[i] for i in (self.order or range(len(self.dims))))
+
+    def offset(self, q: Index, facts: "Facts | None" = None) -> E.Expr:
+        """The element offset of ``q`` in ``buf``; ``facts`` (the known facts
+        where the access is made) let a panel offset take its affine form."""
         order = self.order or range(len(self.dims))
         ext = [self.extents[i] for i in order]
+        coords = [q[self.dims[i]] for i in order]
+        if self.panel is not None:
+            return panel_offset(self.panel, tuple(ext), coords, facts)
         if self.pitch is not None:
             ext[-1] = self.pitch
-        return linear(tuple(ext), [q[self.dims[i]] for i in order])
+        return linear(tuple(ext), coords)
 
     def at(self, lw: "Lowerer", q: Index) -> L.Expr:
-        return L.Load(self.buf, L.IExpr(self.offset(q)))
+        return L.Load(self.buf, L.IExpr(self.offset(q, lw.facts)))
 
     def storage(self) -> Any:
         return self.buf
