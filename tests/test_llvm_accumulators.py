@@ -24,8 +24,9 @@ from tilenest.lowering import loopir as L
 def accumulating_gemm(loop: str = "pipeline", init: float = 0.0, store_bounds=None,
                       reads_c: bool = False, reassoc: bool = False):
     """``C = init + A @ B`` (``reads_c``: ``C += A @ B``) in tiles of
-    ``bm x bn``, its K loop a ``pipeline`` or a ``serial`` region (``"reverse"``:
-    a serial loop run backwards), the result stored with ``store_bounds``."""
+    ``bm x bn``, its K loop a ``pipeline``, a ``serial`` region (``"reverse"``:
+    run backwards) or a ``reduce`` folding left (``"reduce_right"``: right),
+    the result stored with ``store_bounds``."""
     sb = store_bounds if store_bounds is not None else tn.bounds.zero
 
     @tn.kernel
@@ -46,7 +47,9 @@ def accumulating_gemm(loop: str = "pipeline", init: float = 0.0, store_bounds=No
             steps = tn.shape(tn.cdiv(K, bk))
             loops = {"pipeline": lambda: p.pipeline(steps, tn.pipeline_policy(window=2)),
                      "serial": lambda: p.serial(steps),
-                     "reverse": lambda: p.serial(steps, order="reverse")}
+                     "reverse": lambda: p.serial(steps, order="reverse"),
+                     "reduce": lambda: p.reduce(steps, policy=tn.fold_left),
+                     "reduce_right": lambda: p.reduce(steps, policy=tn.fold_right)}
             for kk in loops[loop]():
                 a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
                 b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
@@ -106,7 +109,7 @@ def same_as_interpreter(kern, shapes, threads=(1, 2), **consts):
 SHAPES = [(37, 19, 53), (16, 8, 32), (40, 3, 70), (5, 0, 9), (1, 1, 1)]
 
 
-@pytest.mark.parametrize("loop", ["pipeline", "serial"])
+@pytest.mark.parametrize("loop", ["pipeline", "serial", "reduce"])
 @pytest.mark.parametrize("init", [0.0, 1.5])
 def test_fill_and_store_fold_and_keep_the_bits(loop, init):
     ck = same_as_interpreter(accumulating_gemm(loop, init), SHAPES, bm=13, bn=37, bk=5)
@@ -115,10 +118,12 @@ def test_fill_and_store_fold_and_keep_the_bits(loop, init):
     assert folds(ck) == (True, True)
 
 
-def test_without_the_folds_the_fill_and_the_store_are_passes_of_their_own():
-    """The reverse loop's first step is its last index: nothing folds, and
-    the result is the same."""
-    ck = same_as_interpreter(accumulating_gemm("reverse"), SHAPES[:3])
+@pytest.mark.parametrize("loop", ["reverse", "reduce_right"])
+def test_without_the_folds_the_fill_and_the_store_are_passes_of_their_own(loop):
+    """A loop run backwards (a serial region in reverse, a right fold) has
+    its first step at its last index: nothing folds, and the result is the
+    same."""
+    ck = same_as_interpreter(accumulating_gemm(loop), SHAPES[:3])
     assert folds(ck) == (False, False)
 
 
@@ -170,3 +175,20 @@ def test_the_shipped_gemm_and_batched_products_fold():
                                A @ Bt.transpose(0, 2, 1), rtol=1e-5, atol=1e-5)
     ck = ks["gemm"].specialize(bm=32, bn=64, bk=16).compile(target="llvm")
     assert folds(ck) == (True, True)
+
+
+def test_the_workload_gemm_folds_with_either_k_loop():
+    """The workload library's GEMM with its K loop a pipeline or a ``reduce``
+    under the ``add`` contract (a tile-level fold, run in order on the CPU)."""
+    from tilenest.workloads import WORKLOADS
+
+    wl = WORKLOADS["gemm"]
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((45, 70)).astype(np.float32)
+    B = rng.standard_normal((70, 33)).astype(np.float32)
+    for loop in ("pipeline", "reduce"):
+        k = wl.kernel(f32, {"bm": 16, "bn": 32, "bk": 16, "loop": loop})
+        ck = k.compile(target="llvm")
+        assert folds(ck) == (True, True), loop
+        np.testing.assert_allclose(ck(A, B, np.empty((45, 33), np.float32)), A @ B,
+                                   rtol=1e-4, atol=1e-4)

@@ -3,7 +3,7 @@
 A program that sums into a tile over a loop and then stores the sum::
 
     acc = broadcast(const c)                    -- the seed: a constant fill
-    r = serial / pipeline over [0, T), carrying acc:
+    r = serial / pipeline / reduce over [0, T), carrying acc:
         acc' = mma(a, b, acc)                   -- once per step, yielded back
     tensor.store C, r                           -- r's only use
 
@@ -35,11 +35,12 @@ from dataclasses import dataclass
 
 from ..semantics import expr as E
 from ..semantics.ir import Operation, TileProgram
-from ..semantics.policies import Bounds
+from ..semantics.policies import Bounds, ReductionPolicy
 from ..semantics.types import TileType
 
-#: the loop regions whose carried tiles may be folded
-LOOPS = ("serial", "pipeline")
+#: the loop regions whose carried tiles may be folded (a ``reduce`` that
+#: folds whole tiles runs as a serial region does, ``reductions.py``)
+LOOPS = ("serial", "pipeline", "reduce")
 
 
 @dataclass(frozen=True)
@@ -103,12 +104,16 @@ def accumulations(prog: TileProgram) -> dict[int, Accumulation]:
 
 
 def _simple_loop(op: Operation) -> bool:
-    """A ``serial`` or ``pipeline`` region of one variable over a domain
-    without predicate, run forward."""
+    """A ``serial``, ``pipeline`` or ``reduce`` region of one variable over a
+    domain without predicate, run forward (the lowering folds only where it
+    runs the region as one loop: ``Lowerer.steps``)."""
     if op.name not in LOOPS or len(op.attrs.get("vars", ())) != 1:
         return False
     dom = op.attrs["domain"]
-    return dom.pred == E.TRUE and op.attrs.get("order", "forward") != "reverse"
+    policy = op.attrs.get("policy")
+    backward = op.attrs.get("order") == "reverse" or (
+        policy is not None and policy is ReductionPolicy.fold_right)
+    return dom.pred == E.TRUE and not backward
 
 
 def _only_mma(us: list[tuple[Operation, int]], loop: Operation,

@@ -39,7 +39,7 @@ from ..semantics.types import TileType
 from . import loopir as L
 from .core import Lowerer, rule
 from .handles import BufH, Index, VarH
-from .regions import carry_init, carry_update
+from .regions import loop_region
 from .schedule import LAZY_OPS
 
 
@@ -126,8 +126,8 @@ def _reduce(lw: Lowerer, op: Operation) -> None:
         # a run of a reduce split over programs folds in order (its RunTree)
         tree = custom_tree(lw, op) if auto and op.oid not in lw.chunks else None
         _per_element(lw, op, reverse, set() if tree is not None else granted, tree)
-    else:
-        _tile_level(lw, op, reverse, granted)
+    else:  # whole tiles folded in order, as a serial region carries them
+        loop_region(lw, op, reverse)
 
 
 def contract_groups(lw: Lowerer, op: Operation) -> list[tuple[list[int], Any]] | None:
@@ -417,14 +417,3 @@ def _threads_per_point(lw: Lowerer, op: Operation, kept: tuple[E.Expr, ...]) -> 
     return (points >= max(32, W // 4) or on_matrix_unit) and n <= POINT_FOLD
 
 
-def _tile_level(lw: Lowerer, op: Operation, reverse: bool, granted: set[int]) -> None:
-    states = carry_init(lw, op, [lw.handle(o) for o in op.operands])
-
-    def body() -> None:
-        outs = lw.lower_block(op.regions[0], list(states))
-        carry_update(lw, states, outs)
-
-    lw.domain_loops(op, body, reverse=reverse)
-    for r, s in zip(op.results, states, strict=True):
-        lw.env[r.name] = s
-        lw.def_depth[r.name] = lw.depth

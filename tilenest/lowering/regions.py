@@ -277,7 +277,9 @@ def _tile_type(h: Any) -> TileType:
     return TileType(h.dtype, Space.of(*zip(h.dims, h.extents, strict=True)))
 
 
-def _loop_region(lw: Lowerer, op: Operation, reverse: bool) -> None:
+def loop_region(lw: Lowerer, op: Operation, reverse: bool) -> None:
+    """A region run as one loop over its domain, in order (or reversed),
+    carrying its tiles from step to step."""
     seeds = [lw.handle(o) for o in op.operands]
     inits, states = [], []
     for i, seed in enumerate(seeds):  # each carried value's initialization apart
@@ -312,12 +314,12 @@ def _loop_region(lw: Lowerer, op: Operation, reverse: bool) -> None:
 
 @rule("serial")
 def _serial(lw: Lowerer, op: Operation) -> None:
-    _loop_region(lw, op, op.attrs["order"] == "reverse")
+    loop_region(lw, op, op.attrs["order"] == "reverse")
 
 
 @rule("pipeline")
 def _pipeline(lw: Lowerer, op: Operation) -> None:
-    _loop_region(lw, op, False)
+    loop_region(lw, op, False)
 
 
 @rule("stage")
