@@ -149,6 +149,52 @@ def test_a_checked_store_is_not_moved_into_the_loop():
         ck(a, b, c.copy())
 
 
+def limited_gemm(limit_after_loop: bool):
+    """``C = A @ B`` stored into the rows of C below ``Lim[0]``: a view whose
+    extent is a value, computed after the K loop or before it."""
+    from tilenest import i32
+
+    @tn.kernel
+    def gemm(A: tn.Tensor[f32, "M K"], B: tn.Tensor[f32, "K N"], C: tn.Tensor[f32, "M N"],
+             Lim: tn.Tensor[i32, "P"], *, bm=16, bn=32, bk=8):
+        M, K = A.shape
+        N = B.shape[1]
+        m, k = A.dims()
+        n = C.dim(1)
+        B = B.with_dims(k, n)
+        C = C.with_dims(m, n)
+        for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+            i, j = p.index(0), p.index(1)
+            if not limit_after_loop:
+                lt = Lim[tn.coord(0), tn.shape(1)]
+                rows = tn.reduce(lt, dims=lt.dims(), reducer="add")
+            acc = tn.full(f32, tn.shape(bm, bn), 0.0, dims=(m, n))
+            for kk in p.serial(tn.shape(tn.cdiv(K, bk))):
+                a = A[tn.coord(i * bm, kk.index() * bk), tn.shape(bm, bk), tn.bounds.zero]
+                b = B[tn.coord(kk.index() * bk, j * bn), tn.shape(bk, bn), tn.bounds.zero]
+                acc = tn.mma(a, b, acc, allow_reassociation=False)
+            if limit_after_loop:
+                lt = Lim[tn.coord(0), tn.shape(1)]
+                rows = tn.reduce(lt, dims=lt.dims(), reducer="add")
+            C.view((0, 0), tn.shape(rows, N))(tn.coord(i * bm, j * bn),
+                                              tn.shape(bm, bn)).store(acc)
+
+    return gemm
+
+
+@pytest.mark.parametrize("after", [True, False])
+def test_a_store_whose_view_reads_a_value_folds_only_if_the_value_comes_first(after):
+    """The folded store is lowered inside the loop's last step, so its view
+    may read only values defined before the loop: a row limit computed after
+    the loop keeps the store after it."""
+    k = limited_gemm(after)
+    ck = k.compile(target="llvm")
+    assert folds(ck) == (True, not after)
+    a, b, c = operands(37, 19, 53)
+    lim = np.array([20], np.int32)
+    assert ck(a, b, c.copy(), lim).tobytes() == k(a, b, c.copy(), lim).tobytes()
+
+
 def test_reassociating_products_fold_and_stay_in_the_envelope():
     from tilenest.validation import validate
 

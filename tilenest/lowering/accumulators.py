@@ -66,8 +66,9 @@ def accumulations(prog: TileProgram) -> dict[int, Accumulation]:
     The loop has one variable, no domain predicate and runs forward; the fill
     folds when the seed is a ``broadcast`` of a ``const``; the store folds
     when the loop's result at that position has one use, a ``tensor.store``
-    in the loop's block whose bounds are not ``checked`` and whose map reads
-    no value, into a tensor that no other op of the program reads or writes."""
+    in the loop's block whose bounds are not ``checked`` and whose view (map
+    and validity) reads no value defined from the loop on, into a tensor that
+    no other op of the program reads or writes."""
     uses: dict[str, list[tuple[Operation, int]]] = {}
     defs: dict[str, Operation] = {}
     parent: dict[int, Operation | None] = {}
@@ -172,8 +173,15 @@ def _lone_store(loop: Operation, p: int, uses: dict[str, list[tuple[Operation, i
     st, i = us[0]
     if st.name != "tensor.store" or i != 1 or block_of.get(st.oid) is not block_of.get(loop.oid):
         return None
-    if st.attrs["bounds"].kind is Bounds.checked or any(
-            isinstance(x, E.Val) for m in st.attrs["map"] for x in E.leaves(m)):
+    if st.attrs["bounds"].kind is Bounds.checked:
+        return None
+    # the store is lowered inside the loop: its view may read only values
+    # defined before the loop (none of its block's ops from the loop on)
+    block = block_of[loop.oid]
+    at = next(i for i, o in enumerate(block) if o is loop)
+    later = {r.name for o in block[at:] for r in o.results}
+    view = [*st.attrs["map"], st.attrs["valid"]]
+    if any(isinstance(x, E.Val) and x.name in later for v in view for x in E.leaves(v)):
         return None
     tensor = st.operands[0].name
     return st if len(uses.get(tensor, [])) == 1 else None
