@@ -6,11 +6,16 @@ STYLE #3/#8). This module binds a call's arrays and parameters, walks blocks,
 and owns the state every rule shares.
 
 A value leaves the environment after its last use in the block that defines
-it (:func:`last_uses`), and an elementwise op reading a value for the last
-time may write its result into that value's array when nothing else holds it
-(:meth:`Interpreter.reusable`): a chain of whole-tile ops then runs in one
-array instead of allocating (and first touching) a fresh one per op, and the
-dead tiles do not stay alive to the end of the call.
+it, or that binds it as an argument (:func:`last_uses`), and an op reading a
+value for the last time may write its result into that value's array when
+nothing else holds it (:meth:`Interpreter.reusable`): a chain of whole-tile
+ops then runs in one array instead of allocating (and first touching) a fresh
+one per op, an ``mma`` accumulates into its accumulator's array, and the dead
+tiles do not stay alive to the end of the call. A value whose last use in its
+block is a ``stage`` (whose block runs once each time the stage does) dies at
+its last use inside that stage; a loop hands each iteration's carried values
+to the body (:meth:`Interpreter.block`), so a carried accumulator dies at its
+last use in the iteration too.
 """
 
 from __future__ import annotations
@@ -51,13 +56,18 @@ EXACT_REFCOUNTS = (sys.implementation.name == "cpython" and sys.version_info < (
                    and not sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
-def last_uses(b: Block) -> dict[int, tuple[tuple[str, int], ...]]:
-    """For each op of ``b`` without regions: the values defined by ops of ``b``
-    that it reads for the last time in ``b``, each with its defining op's index.
-    A use inside a nested region counts as a use by the op holding the region,
-    the ``yield`` as one more use; a value read in a region op's blocks (which
-    may run many times) thus never dies inside them."""
-    defined = {r.name: k for k, op in enumerate(b.ops) for r in op.results}
+def last_uses(b: Block, inherited: frozenset[str] = frozenset()
+              ) -> dict[int, tuple[tuple[str, int], ...]]:
+    """For each op of ``b``: the values that ``b`` holds and that op reads for the
+    last time in ``b``, each with its defining op's index (-1 for ``b``'s
+    arguments and for ``inherited``: values of an enclosing block whose last use
+    there is the op that runs ``b``, once). A use inside a nested region counts
+    as a use by the op holding the region; a value read in a region op's blocks
+    (which may run many times) thus dies only after that op, unless the op
+    hands it to its block (``stage``, :meth:`Interpreter.block`). A value the
+    ``yield`` names dies there, once handed to the op that ran ``b``."""
+    defined = {a.name: -1 for a in b.args} | dict.fromkeys(inherited, -1)
+    defined |= {r.name: k for k, op in enumerate(b.ops) for r in op.results}
     last: dict[str, int] = {}
     for k, op in enumerate(b.ops):
         names = [o.name for o in op.operands]
@@ -68,8 +78,7 @@ def last_uses(b: Block) -> dict[int, tuple[tuple[str, int], ...]]:
                 last[n] = k
     plan: dict[int, list[tuple[str, int]]] = {}
     for n, k in last.items():
-        if not b.ops[k].regions and b.ops[k].name != "yield":
-            plan.setdefault(k, []).append((n, defined[n]))
+        plan.setdefault(k, []).append((n, defined[n]))
     return {k: tuple(v) for k, v in plan.items()}
 
 
@@ -241,11 +250,13 @@ class Interpreter:
         # region op id -> per-instance box constraint of a domain whose extents
         # differ between the instances executing it together (regions.domain_points)
         self.ragged: dict[int, E.Pred] = {}
-        #: id of a block -> the block (held, so that its id is not reused) and
-        #: {op index: the values defined in the block whose last use is that op,
-        #: with their defining op's index} (:func:`last_uses`)
-        self.last_uses: dict[int, tuple[Block, dict[int, tuple[tuple[str, int], ...]]]] = {}
-        #: the values the running op reads for the last time (:meth:`reusable`)
+        #: (id of a block, inherited names) -> the block (held, so that its id is
+        #: not reused) and {op index: the values the block holds whose last use
+        #: is that op, with their defining op's index} (:func:`last_uses`)
+        self.last_uses: dict[tuple[int, frozenset[str]],
+                             tuple[Block, dict[int, tuple[tuple[str, int], ...]]]] = {}
+        #: the values the running op reads for the last time (:meth:`reusable`;
+        #: a ``stage`` hands them to its block)
         self.dying: frozenset[str] = frozenset()
         self.ienv = IndexEnv(self._bind(args, params))
 
@@ -315,29 +326,47 @@ class Interpreter:
     def run(self) -> None:
         self.block(self.prog.body, [])
 
-    def block(self, b: Block, args: Sequence[Any]) -> list[Any]:
-        for a, v in zip(b.args, args, strict=True):
-            self.values[a.name] = v
-        return self._ops(b, 0)
+    def block(self, b: Block, args: Sequence[Any], inherit: frozenset[str] = frozenset(),
+              handover: bool = False) -> list[Any]:
+        """Run ``b`` with its arguments bound to ``args``; the values it yields.
+        ``inherit``: values of the enclosing block that die in ``b`` (the op
+        running ``b`` is their last use and runs ``b`` once: :func:`last_uses`).
+        ``handover``: the caller keeps no other reference to the values of the
+        list ``args``, which is emptied once they are bound, so that ``b`` may
+        write into an argument's array at its last use (:meth:`reusable`)."""
+        # bound without a loop variable, which would hold the last value
+        self.values.update(zip([a.name for a in b.args], args, strict=True))
+        if handover:
+            assert isinstance(args, list)
+            args.clear()
+        return self._ops(b, 0, inherit)
 
-    def _ops(self, b: Block, start: int) -> list[Any]:
+    def _ops(self, b: Block, start: int, inherit: frozenset[str] = frozenset(),
+             whole: bool = True) -> list[Any]:
         """Run ``b.ops[start:]``; the values its ``yield`` names (``[]`` without one).
 
-        A value defined in ``b`` (at ``start`` or later: the ops before it are
-        not run again) leaves the environment after its last use, and that op
-        may write its result into the value's array (:meth:`reusable`)."""
-        held = self.last_uses.get(id(b))
+        A value ``b`` holds leaves the environment after its last use, and that op
+        may write its result into the value's array (:meth:`reusable`): one
+        defined at ``start`` or later (the ops before it are not run again), or,
+        in a ``whole`` run of ``b`` (not one group of a regrouped tail:
+        :meth:`_regroup`), an argument of ``b`` or a name in ``inherit``."""
+        key = (id(b), inherit)
+        held = self.last_uses.get(key)
         if held is None or held[0] is not b:
-            held = self.last_uses[id(b)] = (b, last_uses(b))
+            held = self.last_uses[key] = (b, last_uses(b, inherit))
         plan = held[1]
         for k in range(start, len(b.ops)):
             op = b.ops[k]
             if op.name == "yield":
-                return [self.values[o.name] for o in op.operands]
+                outs = [self.values[o.name] for o in op.operands]
+                for n, at in plan.get(k, ()):
+                    if whole or at >= start:
+                        self.values.pop(n, None)
+                return outs
             fn = RULES.get(op.name)
             if fn is None:
                 raise TilenestError(f"the interpreter has no rule for op '{op.name}'", op.loc)
-            dead = [n for n, at in plan.get(k, ()) if at >= start]
+            dead = [n for n, at in plan.get(k, ()) if whole or at >= start]
             try:
                 if op.regions:
                     self._result_extents(op)
@@ -347,7 +376,7 @@ class Interpreter:
                 finally:
                     self.dying = frozenset()
                 for n in dead:
-                    del self.values[n]
+                    self.values.pop(n, None)  # an inherited one died inside already
                 if self.track and not op.regions and op.name != "put":
                     self._propagate(op)
             except ExtentDiverges as dv:
@@ -394,7 +423,7 @@ class Interpreter:
         try:
             for g in dv.groups:
                 self.lane_mask = g
-                outs = self._ops(b, k)
+                outs = self._ops(b, k, whole=False)
                 d = self.track[-1][1] if self.track else {}
                 runs.append((g, outs, [d.get(n) for n in names]))
         finally:
@@ -501,22 +530,32 @@ class Interpreter:
         be written into, or None. It is given when this op reads ``v`` for the
         last time (``v`` leaves the environment after it: :meth:`_ops`), the
         run computes no oracle bounds (they are made from the operands after
-        the result), and ``v``'s array is a C-contiguous, writeable array of
-        its own of at least :data:`REUSE_BYTES`, which nothing but ``v``'s
-        entry holds (no view of it, no other value or tensor: the reference
-        counts say so, where they count every holder: :data:`EXACT_REFCOUNTS`)."""
+        the result), and ``v``'s array is a writeable array of at least
+        :data:`REUSE_BYTES` that owns its memory (C-contiguous) or views the
+        whole of an array that does, which nothing but ``v``'s entry holds (no
+        other view, value or tensor: the reference counts say so, where they
+        count every holder: :data:`EXACT_REFCOUNTS`). Callers check the layout
+        they need (an owning array's may be reshaped; a view's strides are its
+        own)."""
         if v.name not in self.dying or self.opts.oracle or not EXACT_REFCOUNTS:
             return None
         rv = self.values.get(v.name)
         if type(rv) is not RV:
             return None
         a = rv.a
-        if (type(a) is not np.ndarray or a.base is not None or a.nbytes < REUSE_BYTES
-                or not (a.flags.c_contiguous and a.flags.writeable)):
+        if type(a) is not np.ndarray or a.nbytes < REUSE_BYTES or not a.flags.writeable:
             return None
         # held by the environment and here (``rv``), by ``rv`` and here (``a``),
         # and by getrefcount's argument
         if sys.getrefcount(rv) != 3 or sys.getrefcount(a) != 3:
+            return None
+        if a.base is None:
+            return a if a.flags.c_contiguous else None
+        owner = a.base
+        # a view of all of an owning array, held by the view's base and here
+        if (type(owner) is not np.ndarray or owner.base is not None
+                or owner.nbytes != a.nbytes or not owner.flags.c_contiguous
+                or sys.getrefcount(owner) != 3):
             return None
         return a
 

@@ -14,7 +14,9 @@ snapshot: later stores cannot change it).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -67,6 +69,14 @@ def _bounds_error(op: Operation, t: TensorRT, coords: list[np.ndarray], bad: np.
         "use bounds zero/fill to mask ragged edges, or fix the view's origin and shape")
 
 
+@lru_cache(maxsize=4096)
+def _linear(e: E.Expr) -> tuple[tuple[tuple[E.Expr, int], ...], int]:
+    """``E._linear`` of a view's coordinate, kept: an access runs once per
+    iteration of the loops around it."""
+    d, c0 = E._linear(e)
+    return tuple(d.items()), c0
+
+
 def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tuple[int, ...],
                 write: bool) -> tuple[np.ndarray, np.ndarray] | None:
     """The fast path of a view access: when every coordinate is affine in the
@@ -87,9 +97,9 @@ def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tup
             consts[k] = int(v)
     base, coef = [], []
     for e in op.attrs["map"]:
-        d, c0 = E._linear(e)
+        d, c0 = _linear(e)
         row = [0] * len(full)
-        for atom, cf in d.items():
+        for atom, cf in d:
             if atom in axis_of:
                 row[axis_of[atom]] += cf
                 c0 += cf * it.batch_base.get(atom, 0)
@@ -117,7 +127,7 @@ def affine_view(it: Interpreter, op: Operation, arr: np.ndarray, tile_shape: tup
     start = arr[tuple(slice(b, None) for b in base)] if arr.ndim else arr
     view = strided(start, tuple(full), [s * arr.itemsize for s in step], write)
     # flat (row-major, logical) indices, only needed by the effect log
-    lstr = [int(np.prod(arr.shape[k + 1:])) for k in range(arr.ndim)]
+    lstr = [math.prod(arr.shape[k + 1:]) for k in range(arr.ndim)]
     lbase = sum(b * s for b, s in zip(base, lstr, strict=True))
     lstep = [sum(coef[k][a] * lstr[k] for k in range(arr.ndim)) for a in range(len(full))]
     return view, np.array([lbase] + lstep, dtype=np.int64)

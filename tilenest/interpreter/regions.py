@@ -400,13 +400,16 @@ def _iterate(it: Interpreter, op: Operation, body: Block, states: list, points: 
     """Run ``body`` for each active point in order, threading the carried values."""
     vars_ = op.attrs["vars"]
     y = body.terminator
+    states = list(states)  # this function's own list (block empties it: handover)
     with it.progress(op, len(points)) as step:
         for pt in points:
             step()
             _bind_point(it, vars_, pt)
             pv = _pred_value(it, op)
             if pv is True or (np.ndim(pv) == 0 and bool(pv)):
-                states = it.block(body, states)
+                # the previous iteration's values are this one's alone: a carried
+                # accumulator may be updated in its own array
+                states = it.block(body, states, handover=True)
             elif np.ndim(pv) == 0:
                 continue
             else:
@@ -497,16 +500,19 @@ def _pipeline(it: Interpreter, op: Operation) -> None:
 
 @rule("stage")
 def _stage(it: Interpreter, op: Operation) -> None:
+    # a stage's block runs once each time the stage does: the values whose last
+    # use in the enclosing block is this stage die at their last use inside it
+    dying = it.dying
     rec = it.stage_rec
     if rec is not None and op in rec[0].regions[0].ops:
         sink = rec[2].setdefault((rec[1], op.attrs["ordinal"]), [])
         it.effects.sinks.append(sink)
         try:
-            outs = it.block(op.regions[0], [])
+            outs = it.block(op.regions[0], [], dying)
         finally:
             it.effects.sinks.pop()
     else:
-        outs = it.block(op.regions[0], [])
+        outs = it.block(op.regions[0], [], dying)
     for r, v in zip(op.results, outs, strict=True):
         it.set(r, v)
     if it.track:

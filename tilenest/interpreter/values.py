@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import string
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -93,7 +93,8 @@ def _into(it: Interpreter, op: Operation, xs: list[np.ndarray],
     want = op.result.type.dtype.np
     for a, x in zip(dead, xs, strict=True):
         if (a is not None and a.dtype == want and x.shape == shape and x.size == a.size
-                and x.flags.c_contiguous and x.ctypes.data == a.ctypes.data):
+                and a.flags.c_contiguous and x.flags.c_contiguous
+                and x.ctypes.data == a.ctypes.data):
             a.shape = shape  # nothing else holds it (it.reusable)
             return a
     return None
@@ -396,6 +397,8 @@ _LETTERS = string.ascii_letters
 @rule("mma")
 def _mma(it: Interpreter, op: Operation) -> None:
     at, bt, ct = (o.type for o in op.operands)
+    fast = it.opts.fast and op.attrs["allow_reassociation"]
+    dead = it.reusable(op.operands[2]) if fast else None
     a, b, c = (it.val(o) for o in op.operands)
     roles = mma_roles(at, bt, ct)
     dt = ct.dtype
@@ -403,7 +406,13 @@ def _mma(it: Interpreter, op: Operation) -> None:
     A = N.cast(a.lift(nb), at.dtype, dt) if at.dtype != dt else a.lift(nb)
     B = N.cast(b.lift(nb), bt.dtype, dt) if bt.dtype != dt else b.lift(nb)
     C = c.lift(nb)
-    if it.opts.fast and op.attrs["allow_reassociation"]:
+    if fast:
+        if dead is not None:
+            # the accumulator dies here: add the product into its array
+            got = _accumulate(dead, C, A, B, at, bt, ct, roles, nb)
+            if got is not None:
+                it.set(op.result, RV(got, nb))  # no oracle bounds: reusable says so
+                return
         wide = np.float32 if dt.name in ("f16", "bf16") else dt.np
         prod = product(A.astype(wide, copy=False), B.astype(wide, copy=False), at, bt, ct,
                        roles, nb)
@@ -526,8 +535,20 @@ def product(A: np.ndarray, B: np.ndarray, at: Any, bt: Any, ct: TileType, roles:
 def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,
             roles: dict, nb: int) -> np.ndarray | None:
     """``A x B`` through one batched matrix product (BLAS) when there are no mma
-    batch dims: A as [batch][free_a][K], B as [batch][K][free_b], result over
-    ct's dims."""
+    batch dims (:func:`_matmul_plan`)."""
+    plan = _matmul_plan(A, B, at, bt, ct, roles, nb)
+    if plan is None:
+        return None
+    lhs, rhs, lay = plan
+    return lay(np.matmul(lhs, rhs))
+
+
+def _matmul_plan(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileType,
+                 roles: dict, nb: int) -> tuple[np.ndarray, np.ndarray, Callable] | None:
+    """``(lhs, rhs, lay)`` with ``A x B == lay(lhs @ rhs)`` over ct's dims: A
+    arranged as [batch][free_a][K], B as [batch][K][free_b] (batch axes of
+    the instances only: None when the mma has batch dims); ``lay`` views the
+    product's array over ct's dims without copying it."""
     if roles["batch"]:
         return None
     fa, k, fb = roles["free_a"], roles["contraction"], roles["free_b"]
@@ -539,37 +560,82 @@ def _matmul(A: np.ndarray, B: np.ndarray, at: TileType, bt: TileType, ct: TileTy
     kk = int(np.prod([a2.shape[nb + len(fa) + i] for i in range(len(k))]))
     a3 = a2.reshape(a2.shape[:nb] + (int(np.prod(ea)), kk))
     b3 = b2.reshape(b2.shape[:nb] + (kk, int(np.prod(eb))))
+    order = list(fa) + list(fb)
+    to_ct = list(range(nb)) + [nb + order.index(d) for d in ct.dims]
+
+    def tiles(r: np.ndarray) -> np.ndarray:
+        r = r.reshape(r.shape[:nb] + tuple(ea) + tuple(eb))
+        return r.transpose(to_ct)
+
     sa = [i for i in range(nb) if a3.shape[i] > 1 and b3.shape[i] == 1]
     sb = [i for i in range(nb) if b3.shape[i] > 1 and a3.shape[i] == 1]
-    if nb and not any(a3.shape[i] > 1 and b3.shape[i] > 1 for i in range(nb)):
-        # outer-product batch structure: fold A-only lanes into M and B-only lanes into
-        # N, making one large matrix product instead of many small ones
-        m, n = a3.shape[-2], b3.shape[-1]
-        am = a3.reshape([a3.shape[i] for i in sa] + [m, kk])
-        am = am.reshape(-1, kk) if sa else am.reshape(m, kk)
-        bm = b3.reshape([b3.shape[i] for i in sb] + [kk, n])
-        bm = np.moveaxis(bm, -2, 0).reshape(kk, -1)
-        r = am @ bm  # (prod(sa)*m, prod(sb)*n)
+    if not nb or any(a3.shape[i] > 1 and b3.shape[i] > 1 for i in range(nb)):
+        return a3, b3, tiles
+    # outer-product batch structure: fold A-only lanes into M and B-only lanes into
+    # N, making one large matrix product instead of many small ones
+    m, n = a3.shape[-2], b3.shape[-1]
+    am = a3.reshape([a3.shape[i] for i in sa] + [m, kk])
+    am = am.reshape(-1, kk) if sa else am.reshape(m, kk)
+    bm = b3.reshape([b3.shape[i] for i in sb] + [kk, n])
+    bm = np.moveaxis(bm, -2, 0).reshape(kk, -1)
+    na, nbb = len(sa), len(sb)
+    full_b = [1] * nb
+    for i in sa:
+        full_b[i] = a3.shape[i]
+    for i in sb:
+        full_b[i] = b3.shape[i]
+    order_b = sa + sb
+    inv = [order_b.index(i) for i in range(nb) if i in order_b]
+
+    def lanes(r: np.ndarray) -> np.ndarray:
+        # r: (prod(sa)*m, prod(sb)*n) -> batch axes (sa then sb, in place order) + (m, n)
         r = r.reshape([a3.shape[i] for i in sa] + [m] + [b3.shape[i] for i in sb] + [n])
-        # -> batch axes (sa then sb, in place order) + (m, n)
-        na, nbb = len(sa), len(sb)
         perm = list(range(na)) + list(range(na + 1, na + 1 + nbb)) + [na, na + 1 + nbb]
         r = r.transpose(perm)
-        full_b = [1] * nb
-        for i in sa:
-            full_b[i] = a3.shape[i]
-        for i in sb:
-            full_b[i] = b3.shape[i]
-        order_b = sa + sb
         r = r.reshape([full_b[i] for i in order_b] + [m, n])
-        inv = [order_b.index(i) for i in range(nb) if i in order_b]
         r = r.transpose(inv + [len(order_b), len(order_b) + 1]) if order_b else r
-        r = r.reshape(full_b + [m, n])
-    else:
-        r = np.matmul(a3, b3)
-    r = r.reshape(r.shape[:nb] + tuple(ea) + tuple(eb))
-    order = list(fa) + list(fb)
-    return r.transpose(list(range(nb)) + [nb + order.index(d) for d in ct.dims])
+        return tiles(r.reshape(full_b + [m, n]))
+
+    return am, bm, lanes
+
+
+def _accumulate(dead: np.ndarray, C: np.ndarray, A: np.ndarray, B: np.ndarray,
+                at: TileType, bt: TileType, ct: TileType, roles: dict,
+                nb: int) -> np.ndarray | None:
+    """``C + A x B`` written into ``C``'s own array ``dead`` (the accumulator's,
+    read here for the last time: ``it.reusable``) by one BLAS product that adds
+    into its output, ``out += lhs @ rhs`` (a grouping of the sum a reassociating
+    ``mma`` admits: R-9, V-22); ``C`` itself, or None where the product is not
+    one 2-D BLAS product, the dtype not f32/f64, or ``C`` not laid out in
+    ``dead``'s memory as that product's output is."""
+    if dead.dtype not in (np.float32, np.float64) or not (A.dtype == B.dtype == dead.dtype):
+        return None
+    plan = _matmul_plan(A, B, at, bt, ct, roles, nb)
+    if plan is None or plan[0].ndim != 2:
+        return None
+    lhs, rhs, lay = plan
+    owner = dead if dead.base is None else dead.base
+    shape = (lhs.shape[0], rhs.shape[1])
+    if owner.size != shape[0] * shape[1] or not owner.flags.c_contiguous:
+        return None
+    out = owner.reshape(shape)
+    if not _same_memory_layout(lay(out), C):
+        return None
+    from scipy.linalg import blas
+
+    gemm = blas.sgemm if out.dtype == np.float32 else blas.dgemm
+    # out^T (Fortran order) += rhs^T lhs^T, in place
+    got = gemm(1.0, rhs.T, lhs.T, beta=1.0, c=out.T, overwrite_c=True)
+    if not np.shares_memory(got, out):  # pragma: no cover - BLAS copied the output
+        out[...] = got.T
+    return C
+
+
+def _same_memory_layout(x: np.ndarray, y: np.ndarray) -> bool:
+    """``x`` and ``y`` address the same elements in the same positions."""
+    return (x.shape == y.shape and x.ctypes.data == y.ctypes.data
+            and all(sx == sy for sx, sy, n in zip(x.strides, y.strides, y.shape, strict=True)
+                    if n > 1))
 
 
 def _out_shape(A, B, at, bt, ct, nb, a, b) -> tuple[int, ...]:
