@@ -244,3 +244,59 @@ def test_in_place_accumulation_agrees_with_the_reference_order(schedule):
     ref = tn.reference(gemm, A, B, np.zeros((200, 136), np.float32))
     verdict = ref.admits(C)
     assert verdict.ok, verdict
+
+
+@tn.kernel
+def _minus_c(A: tn.Tensor[f32, 2], B: tn.Tensor[f32, 2], C: tn.Tensor[f32, 2],
+             D: tn.Tensor[f32, 2], *, bm=128, bn=128):
+    M, K = A.shape
+    N = B.shape[1]
+    m, k = A.dims()
+    n = C.dim(1)
+    B = B.with_dims(k, n)
+    C = C.with_dims(m, n)
+    D = D.with_dims(m, n)
+    for p in tn.parallel(tn.shape(tn.cdiv(M, bm), tn.cdiv(N, bn))):
+        i, j = p.index(0), p.index(1)
+        a = A[tn.coord(i * bm, 0), tn.shape(bm, K), tn.bounds.zero]
+        b = B[tn.coord(0, j * bn), tn.shape(K, bn), tn.bounds.zero]
+        c = C[tn.coord(i * bm, j * bn), tn.shape(bm, bn), tn.bounds.zero]
+        D(tn.coord(i * bm, j * bn), tn.shape(bm, bn)).store(tn.mma(a, b, -c))
+
+
+@pytest.mark.parametrize("schedule", ["batched", "canonical"])
+def test_an_accumulator_viewing_integer_bits_is_not_accumulated_into(schedule):
+    # -c is computed on c's bits: an f32 view of a fresh uint32 array, which dies at
+    # the mma; the product must not be added into the integer array
+    A, B = _gemm_operands(256, 256, 64, seed=3)
+    C = np.random.default_rng(4).standard_normal((256, 256)).astype(np.float32)
+    D = np.zeros((256, 256), np.float32)
+    tn.interpret(_minus_c, A, B, C, D, fast=True, schedule=schedule)
+    verdict = tn.reference(_minus_c, A, B, C, np.zeros_like(D)).admits(D)
+    assert verdict.ok, verdict
+    np.testing.assert_allclose(D, A.astype(np.float64) @ B - C, rtol=1e-4, atol=1e-4)
+
+
+@tn.kernel
+def _cursor(X: tn.Tensor[f32, 2], Y: tn.Tensor[f32, 2]):
+    R, C = X.shape
+    r, c = X.dims()
+    Y = Y.with_dims(r, c)
+    for p in tn.parallel(tn.shape(1)):
+        pos = tn.scalar(0, tn.i32)
+        acc = tn.zeros(f32, tn.shape(1, C), dims=(r, c))
+        for kk in p.pipeline(tn.shape(R // 2), tn.pipeline_policy(window=2)):
+            kk.stage("load")
+            nxt = pos + 2  # the last use of the carried pos as an operand...
+            kk.stage("compute")
+            acc = acc + X[tn.coord(pos, 0), tn.shape(1, C)]  # ...but an index reads it
+            pos = nxt
+        Y(tn.coord(0, 0), tn.shape(1, C)).store(acc)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_value_read_only_by_an_index_lives_until_that_read(fast):
+    X = np.arange(32, dtype=np.float32).reshape(8, 4)
+    Y = np.zeros((8, 4), np.float32)
+    tn.interpret(_cursor, X, Y, fast=fast)
+    np.testing.assert_array_equal(Y[0], X[::2].sum(axis=0))

@@ -47,7 +47,7 @@ from ..semantics.policies import ReductionPolicy
 from ..semantics.types import TileType
 from . import batching
 from .core import Interpreter
-from .pipelines import _uses
+from ..semantics.analysis import values_read
 from .runtime import RV
 
 
@@ -75,7 +75,7 @@ def plan(op: Operation) -> ContractionPlan | None:
             continue
         if o.regions:
             return None
-        if _uses(o) & (states | set(updates)):
+        if values_read(o) & (states | set(updates)):
             if not _is_update(o, states | set(updates)):
                 return None
             updates[o.results[0].name] = o

@@ -35,6 +35,7 @@ import numpy as np
 from ..semantics.arrays import host_arguments, poison_value
 from ..errors import (RuntimeSemanticError, Site, TilenestError, UninitializedReadError)
 from ..semantics import expr as E
+from ..semantics.analysis import values_read
 from ..semantics.ir import Block, Operation, TileProgram
 from ..semantics.signature import bind_call, stored_tensors
 from ..semantics.types import TensorType, TileType
@@ -62,7 +63,9 @@ def last_uses(b: Block, inherited: frozenset[str] = frozenset()
     last time in ``b``, each with its defining op's index (-1 for ``b``'s
     arguments and for ``inherited``: values of an enclosing block whose last use
     there is the op that runs ``b``, once). A use inside a nested region counts
-    as a use by the op holding the region; a value read in a region op's blocks
+    as a use by the op holding the region, and so does a value an index
+    expression, attribute or result extent mentions
+    (:func:`~tilenest.semantics.analysis.values_read`); a value read in a region op's blocks
     (which may run many times) thus dies only after that op, unless the op
     hands it to its block (``stage``, :meth:`Interpreter.block`). A value the
     ``yield`` names dies there, once handed to the op that ran ``b``."""
@@ -70,10 +73,8 @@ def last_uses(b: Block, inherited: frozenset[str] = frozenset()
     defined |= {r.name: k for k, op in enumerate(b.ops) for r in op.results}
     last: dict[str, int] = {}
     for k, op in enumerate(b.ops):
-        names = [o.name for o in op.operands]
-        for r in op.regions:
-            names += [o.name for inner in r.walk() for o in inner.operands]
-        for n in names:
+        # operands, and values read by index expressions, extents and nested blocks
+        for n in values_read(op):
             if n in defined:
                 last[n] = k
     plan: dict[int, list[tuple[str, int]]] = {}
@@ -552,10 +553,12 @@ class Interpreter:
         if a.base is None:
             return a if a.flags.c_contiguous else None
         owner = a.base
-        # a view of all of an owning array, held by the view's base and here
+        # a view of all of an owning array of the same dtype (not a reinterpretation
+        # of its bits: ``bitcast``, a sign flip done on the integer bits), held by
+        # the view's base and here
         if (type(owner) is not np.ndarray or owner.base is not None
-                or owner.nbytes != a.nbytes or not owner.flags.c_contiguous
-                or sys.getrefcount(owner) != 3):
+                or owner.dtype != a.dtype or owner.nbytes != a.nbytes
+                or not owner.flags.c_contiguous or sys.getrefcount(owner) != 3):
             return None
         return a
 

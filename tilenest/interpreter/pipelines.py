@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RaceError
+from ..semantics.analysis import values_read
 from ..semantics.ir import Block, Operation
 
 
@@ -54,7 +55,7 @@ def stage_deps(body: Block) -> tuple[list[Operation], dict[int, set[int]], dict[
     same: dict[int, set[int]] = defaultdict(set)
     carried: dict[int, set[int]] = defaultdict(set)
     for k, s in enumerate(stages):
-        for name in _uses(s):
+        for name in values_read(s):
             if name in producer and producer[name] != k:
                 same[k].add(producer[name])
             if name in args:
@@ -72,33 +73,9 @@ def whole_body_carries(body: Block) -> bool:
         return False
     used: set[str] = set()
     for op in body.ops:
-        used |= _uses(op)
+        used |= values_read(op)
     return any(a.name in used and v.name != a.name
                for a, v in zip(body.args, y.operands, strict=False))
-
-
-def _uses(op: Operation) -> set[str]:
-    out = {o.name for o in op.operands}
-    for r in op.regions:
-        for inner in r.ops:
-            out |= _uses(inner)
-    from ..semantics import expr as E
-
-    for v in op.attrs.values():
-        for leaf in _leaves(v):
-            if isinstance(leaf, E.Val):
-                out.add(leaf.name)
-    return out
-
-
-def _leaves(v: Any) -> list:
-    from ..semantics import expr as E
-
-    if isinstance(v, (E.Expr, E.Pred)):
-        return list(E.leaves(v))
-    if isinstance(v, tuple):
-        return [x for i in v for x in _leaves(i)]
-    return []
 
 
 def check(op: Operation, records: dict[tuple[int, int], list], n_iter: int) -> None:

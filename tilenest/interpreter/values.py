@@ -616,7 +616,8 @@ def _accumulate(dead: np.ndarray, C: np.ndarray, A: np.ndarray, B: np.ndarray,
     lhs, rhs, lay = plan
     owner = dead if dead.base is None else dead.base
     shape = (lhs.shape[0], rhs.shape[1])
-    if owner.size != shape[0] * shape[1] or not owner.flags.c_contiguous:
+    if (owner.dtype != dead.dtype or owner.size != shape[0] * shape[1]
+            or not owner.flags.c_contiguous):
         return None
     out = owner.reshape(shape)
     if not _same_memory_layout(lay(out), C):

@@ -239,19 +239,42 @@ class _Walker:
             a.owner[op.results[0].name] = frontier
 
 
+def values_read(op: Operation) -> set[str]:
+    """The names of every value ``op`` reads: its operands, the values its index
+    expressions and attributes mention (``E.Val``), those its result types'
+    extents mention, and, for a region op, every value its blocks read (the
+    types of their arguments included) that they do not define."""
+    out = {o.name for o in op.operands}
+    for v in op.attrs.values():
+        out.update(lf.name for lf in attr_leaves(v) if isinstance(lf, E.Val))
+    out.update(lf.name for lf in _type_leaves(op) if isinstance(lf, E.Val))
+    for r in op.regions:
+        inner: set[str] = set()
+        own = {a.name for a in r.args}
+        inner.update(lf.name for a in r.args for lf in _value_type_leaves(a.type)
+                     if isinstance(lf, E.Val))
+        for o in r.ops:
+            inner |= values_read(o)
+            own.update(x.name for x in o.results)
+        out |= inner - own
+    return out
+
+
 def _type_leaves(op: Operation) -> list[E.Expr]:
     """The free leaves of the extents (and Memory layouts) of ``op``'s result types."""
-    out: list[E.Expr] = []
-    for r in op.results:
-        t = r.type
-        if isinstance(t, TileType):
-            out += attr_leaves(t.extents)
-        elif isinstance(t, MemoryType):
-            own = set(t.layout.vars)
-            out += [lf for lf in attr_leaves(t.space.extents) +
-                    attr_leaves((t.layout.size, t.layout.offset))
-                    if not (isinstance(lf, E.Var) and lf.name in own)]
-    return out
+    return [lf for r in op.results for lf in _value_type_leaves(r.type)]
+
+
+def _value_type_leaves(t: Any) -> list[E.Expr]:
+    """The free leaves of the extents (and Memory layout) of the type ``t``."""
+    if isinstance(t, TileType):
+        return attr_leaves(t.extents)
+    if isinstance(t, MemoryType):
+        own = set(t.layout.vars)
+        return [lf for lf in attr_leaves(t.space.extents) +
+                attr_leaves((t.layout.size, t.layout.offset))
+                if not (isinstance(lf, E.Var) and lf.name in own)]
+    return []
 
 
 def _leaves(x: Any) -> list[E.Expr]:

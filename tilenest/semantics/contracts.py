@@ -16,7 +16,7 @@ need no contract. Violations are :class:`ContractError` s at the region.
 from __future__ import annotations
 
 from ..errors import ContractError
-from . import expr as E
+from .analysis import values_read
 from .ir import Block, Operation, TileProgram
 from .policies import ReductionPolicy
 from .reducers import BUILTINS
@@ -24,26 +24,6 @@ from .reducers import BUILTINS
 _FOLD_HINT = ("a strict fold needs no merge law: policy=tn.fold_left (or tn.fold_right); "
               "or write the update as `s = s + x` / `s = tn.maximum(s, x)` with x independent "
               "of the states, or pass contract=...")
-
-
-def _uses(op: Operation) -> set[str]:
-    """Every value name ``op`` reads, including inside its regions and indices."""
-    out = {o.name for o in op.operands}
-    for v in op.attrs.values():
-        for leaf in _attr_vals(v):
-            out.add(leaf)
-    for r in op.regions:
-        for inner in r.ops:
-            out |= _uses(inner)
-    return out
-
-
-def _attr_vals(v: object) -> list[str]:
-    if isinstance(v, (E.Expr, E.Pred)):
-        return [lf.name for lf in E.leaves(v) if isinstance(lf, E.Val)]
-    if isinstance(v, tuple):
-        return [n for i in v for n in _attr_vals(i)]
-    return []
 
 
 def _depends(name: str, targets: set[str], defs: dict[str, Operation]) -> bool:
@@ -58,7 +38,7 @@ def _depends(name: str, targets: set[str], defs: dict[str, Operation]) -> bool:
         seen.add(n)
         d = defs.get(n)
         if d is not None:
-            stack.extend(_uses(d))
+            stack.extend(values_read(d))
     return False
 
 
