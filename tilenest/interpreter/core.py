@@ -533,7 +533,7 @@ class Interpreter:
         run computes no oracle bounds (they are made from the operands after
         the result), and ``v``'s array is a writeable array of at least
         :data:`REUSE_BYTES` that owns its memory (C-contiguous) or views the
-        whole of an array that does, which nothing but ``v``'s entry holds (no
+        whole of an array of its dtype that does, which nothing but ``v``'s entry holds (no
         other view, value or tensor: the reference counts say so, where they
         count every holder: :data:`EXACT_REFCOUNTS`). Callers check the layout
         they need (an owning array's may be reshaped; a view's strides are its
