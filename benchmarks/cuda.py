@@ -2,7 +2,7 @@
 
     python benchmarks/cuda.py [--quick] [--only NAME ...] [--dtypes f32 bf16]
                               [--no-compile] [--samples N] [--seed N] [--out FILE.json]
-                              [--gemm-unit all|wgmma|tensor] [--set FIELD=VALUE ...]
+                              [--gemm-unit all|wgmma|tensor|roles] [--set FIELD=VALUE ...]
 
 Ceilings, measured first in the same process: the device-to-device copy
 bandwidth (a 2 GiB tensor copied by torch ``y.copy_(x)`` and by CuPy
@@ -147,7 +147,14 @@ _TC = {"mma_unit": "tensor"}
 #: warpgroup tensor cores fed by bulk tensor copies (``Schedule.tma``, the
 #: cuda default; ``_WG`` above names the ``cp.async`` copies)
 _TMA = {**_WG, "tma": True}
+#: the same, warp-specialized (``Schedule.warp_roles``: a producer warp and
+#: completion-barrier handshakes instead of block barriers in the ring)
+_ROLES = {**_TMA, "warp_roles": True}
 GEMM_SCHEDULES = (({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 4}),
+                  ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_ROLES, "stages": 4}),
+                  ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
+                   {**_ROLES, "stages": 4, "block_threads": 512}),
+                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_ROLES, "stages": 5}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 4, "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 3}),
@@ -270,9 +277,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     dest="row_schedule", type=_kernel_constant, default=[],
                     help="time only the row workloads' schedules with this kernel constant "
                          "(e.g. rp=1; repeatable)")
-    ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor"), default="all",
-                    help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma) or the "
-                         "warp ones (mma.sync)")
+    ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor", "roles"), default="all",
+                    help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma), the "
+                         "warp ones (mma.sync), or the warp-specialized ones (warp_roles) after "
+                         "the first schedule (bf16 and FP8)")
     ap.add_argument("--case", action="append", metavar="TEXT", dest="cases", default=[],
                     help="time only the attention cases whose label contains TEXT (e.g. "
                          "decode; repeatable; overrides --quick's choice of cases)")
@@ -957,8 +965,11 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
     wl = WORKLOADS["gemm"]
     recs: list[dict[str, Any]] = []
     sizes = GEMM_SIZES[:1] if cfg.quick else GEMM_SIZES
-    pool = [(t, g) for t, g in GEMM_SCHEDULES if cfg.gemm_unit == "all"
-            or (g.get("mma_unit") == "wgmma") == (cfg.gemm_unit == "wgmma")]
+    if cfg.gemm_unit == "roles":
+        pool = GEMM_SCHEDULES[:1] + tuple((t, g) for t, g in GEMM_SCHEDULES if g.get("warp_roles"))
+    else:
+        pool = [(t, g) for t, g in GEMM_SCHEDULES if cfg.gemm_unit == "all"
+                or (g.get("mma_unit") == "wgmma") == (cfg.gemm_unit == "wgmma")]
     scheds: list[tuple[dict[str, Any], dict[str, Any]]] = pool[:1] if cfg.quick else pool
     prev: tuple[int, float] | None = None  # (n, best seconds per call)
     for n in sizes:
@@ -1496,6 +1507,11 @@ FP8_GEMM_TILES = (# the fastest measured first (``--quick`` times it alone): war
                   # tensor cores on K-major swizzled tiles (k32 steps, a whole
                   # 128-byte panel of K per tile) fed by bulk tensor copies
                   ({"bm": 128, "bn": 128, "bk": 128}, {**_TMA, "stages": 4}),
+                  # the same, warp-specialized
+                  ({"bm": 128, "bn": 128, "bk": 128}, {**_ROLES, "stages": 4}),
+                  ({"bm": 128, "bn": 256, "bk": 128}, {**_ROLES, "stages": 3}),
+                  ({"bm": 256, "bn": 128, "bk": 128}, {**_ROLES, "stages": 3,
+                                                         "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 128}, {**_TMA, "stages": 3}),
                   ({"bm": 256, "bn": 128, "bk": 128}, {**_TMA, "stages": 3,
                                                         "block_threads": 512}),
@@ -1542,7 +1558,10 @@ def bench_fp8_gemm(run: Run) -> list[dict[str, Any]]:
         ref = scaled(*sets[0], False).double()
         impls: list[Impl] = []
         timed = []
-        tiles = FP8_GEMM_TILES if n == FP8_GEMM_SIZES[0] or best is None else (best,)
+        pool = FP8_GEMM_TILES
+        if cfg.gemm_unit == "roles":  # the first tile and the warp-specialized ones
+            pool = pool[:1] + tuple((c, g) for c, g in pool if g.get("warp_roles"))
+        tiles = pool if n == FP8_GEMM_SIZES[0] or best is None else (best,)
         for consts, gpu in tiles[:1] if cfg.quick else tiles:
             v: dict[str, Any] = {"label": f"{consts['bm']}x{consts['bn']}x{consts['bk']}"
                                  + _gpu_label(gpu), "consts": consts, "gpu": gpu}

@@ -212,7 +212,8 @@ LLVM = Target(
     Profile(simt=False, lanes=1, max_threads=SIMT_MAX_THREADS, shared_bytes=0,
             static_shared_bytes=0, f64=True, index_bits=64, max_grid=2**63 - 1, fp8=True),
     CPU_CATALOGUE,
-    unused=("index_bits", "min_blocks", "cache_hints", "grid_blocks", "row_registers", "tma"),
+    unused=("index_bits", "min_blocks", "cache_hints", "grid_blocks", "row_registers", "tma",
+            "warp_roles"),
     module="tilenest.backends.llvm")
 CUDA = Target(
     "cuda", "NVIDIA GPUs (sm_90a) through CUDA C++ and NVRTC; on a GPU, or on the host "
@@ -246,7 +247,7 @@ METAL = Target(
             max_grid=2**32 - 1, tensor_cores=("simdgroup_matrix",)),
     METAL_CATALOGUE,
     defaults=_frozen(block_threads=256),
-    unused=("threads", "chunk", "tma"),
+    unused=("threads", "chunk", "tma", "warp_roles"),
     module="tilenest.backends.metal",
     host_run=_frozen(device="emulated"))
 

@@ -129,5 +129,14 @@ def _lower_simt(program, schedule: Schedule | None, maps: list | None) -> Kernel
         k = keep_rows_in_registers(async_staging(reuse_in_place(k)), schedule.row_registers)
         k = hoist_divisions(k)
     k = bulk_copies(k)
+    if schedule is not None and schedule.warp_roles:
+        from .warp_roles import warp_roles
+
+        if not schedule.block_threads:
+            from ..errors import UsageError
+
+            raise UsageError("warp_roles needs the SIMT form (block_threads)",
+                             hint="warp_roles is a cuda schedule field")
+        k = warp_roles(k, schedule.stages, schedule.block_threads)
     verify_kernel(k)
     return k

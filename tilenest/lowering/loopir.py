@@ -336,6 +336,75 @@ class For:
     scope: str = ""
     tree: "TreeFold | None" = None
     bulk: "BulkCopy | None" = None
+    roles: "Roles | None" = None
+
+
+@dataclass(frozen=True)
+class Roles:
+    """The permission of a program-level ``serial`` loop of the shape
+
+        for i in [lo, hi):
+            P(i)             -- ``produce`` statements: bulk copies (standing
+                                ``BulkCopy`` thread loops, possibly under an
+                                ``If``) into version ``(i - lo) % stages`` of
+                                the ring's tiles
+            barrier block
+            C(i)             -- ``consume`` statements: thread loops whose only
+                                shared-memory accesses are overlapped warpgroup
+                                mmas reading those versions
+            barrier block
+
+    to be run *warp-specialized*: a producer warp of ``producers`` threads
+    (numbered after the block's ``consumers`` threads) issues ``P(i)`` up to
+    ``stages`` steps ahead of the consumers, and the two roles hand each
+    version over through two rings of completion barriers (``full`` and
+    ``empty``, ``stages`` each) instead of block barriers. The loop's body is
+    the meaning (the barrier proof discharges it as written); the handshake
+    that makes the overlapped schedule equivalent to it is these fields,
+    which the ``roles.*`` obligations discharge (``proofs/gpu.py``):
+
+    * step ``n`` of the phase's specialized rings -- counted across every run
+      of them, so a ring inside an outer loop keeps the barriers' phases --
+      uses slot ``n % stages`` of both rings, in phase ``n // stages``, while
+      its tiles are the version the loop's own index expressions name (a
+      block barrier follows every run of the ring, so only steps of one run
+      are ever in flight together);
+    * the producer waits, before writing step ``i >= stages``, for the
+      ``empty`` phase of step ``i - stages``, then announces the copies'
+      bytes on ``full`` and arrives there;
+    * a consumer waits for the ``full`` phase of step ``i`` before ``C(i)``
+      when ``wait_full`` (always, in a kernel the lowering makes; the flag
+      exists so that a missing wait can be stated and refuted);
+    * after ``C(i)`` it completes all but its ``release_keep`` newest mma
+      groups and arrives on the ``empty`` slot of step ``i - release_lag``;
+      after the loop it completes every group and releases the steps it has
+      not released yet. The producer, before it leaves, waits for the
+      release of its last ``stages`` steps.
+
+    ``split`` is the number of ``produce`` statements at the head of the
+    body (``body[split]`` and ``body[-1]`` are the two barriers)."""
+
+    stages: int
+    producers: int
+    consumers: int
+    split: int
+    release_lag: int = 1
+    release_keep: int = 1
+    wait_full: bool = True
+
+    def produce(self, loop: "For") -> tuple:
+        """The producer's statements of ``loop``'s body."""
+        return loop.body[:self.split]
+
+    def consume(self, loop: "For") -> tuple:
+        """The consumers' statements of ``loop``'s body."""
+        return loop.body[self.split + 1:-1]
+
+    def __str__(self) -> str:
+        extra = "" if self.wait_full else ", no full wait"
+        return (f"roles(producer warp of {self.producers} after {self.consumers} consumers, "
+                f"{self.stages} slots, release step i-{self.release_lag} after "
+                f"mma_keep={self.release_keep}{extra})")
 
 
 @dataclass(frozen=True)
@@ -866,6 +935,7 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
                 tree = (f" tree({'ordered' if s.tree.ordered else 'unordered'}, "
                         f"{', '.join(v.name for v in s.tree.states)})")
             bulk = f" {s.bulk}" if s.bulk is not None else ""
+            bulk += f" {s.roles}" if s.roles is not None else ""
             out.append(f"{pad}for{kind} {s.var.name} in "
                        f"[{E.to_str(s.lo)}, {E.to_str(s.hi)}){rev}{tree}{bulk}:")
             _stmts(s.body, ind + 1, out)
@@ -1135,7 +1205,7 @@ def map_stmts(body: tuple, fe: Any, fs: Any = None) -> tuple:
                         guard=None if s.guard is None else map_expr(s.guard, fe))
         elif isinstance(s, For):
             s = For(s.var, ix(s.lo), ix(s.hi), map_stmts(s.body, fe, fs), s.kind, s.reverse,
-                    s.scope, s.tree, None if s.bulk is None else s.bulk.mapped(ix))
+                    s.scope, s.tree, None if s.bulk is None else s.bulk.mapped(ix), s.roles)
         elif isinstance(s, If):
             s = If(map_expr(s.cond, fe), map_stmts(s.then, fe, fs), map_stmts(s.orelse, fe, fs))
         elif isinstance(s, While):

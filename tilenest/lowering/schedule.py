@@ -102,6 +102,14 @@ those the program admits:
   are consumed (``lowering/double_buffer.py``; 1: no rewrite, 2: double
   buffering, the default on ``cuda``, where the producers' stores become
   ``cp.async`` copies; each version counts against the shared capacity).
+* ``warp_roles`` -- on ``cuda``, with ``tma`` and ``stages >= 3``: a ring
+  whose producers are all bulk tensor copies and whose consumer is a
+  warpgroup mma into registers runs *warp-specialized*
+  (``lowering/warp_roles.py``): one extra warp issues the copies up to
+  ``stages`` steps ahead and the consumers hand each version back through
+  completion barriers, with no block barrier in the loop (the ``roles.*``
+  obligations of ``proofs/gpu.py``). A program with no such ring is an
+  error naming why.
 * ``index_bits`` -- on ``cuda``, the width of the generated code's index
   arithmetic: 32 (the default) where every index value is bounded by the
   loop ranges (the ``index.width`` obligation of ``proofs/gpu.py``; a call
@@ -199,6 +207,7 @@ class Schedule:
     row_registers: int = 0
     reduce_splits: int = 1
     tma: bool = False
+    warp_roles: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a field value outside its range (:data:`VALUE_RULES`): a
@@ -217,7 +226,8 @@ class Schedule:
                      self.check_assumes, self.aliases, self.strided, self.mma_block, self.block_threads, self.vector_lanes,
                      self.stage_loads, self.mma_unit, self.stages, self.index_bits,
                      self.min_blocks, self.cache_hints, self.grid_blocks,
-                     self.row_registers, self.reduce_splits, self.tma))
+                     self.row_registers, self.reduce_splits, self.tma,
+                     self.warp_roles))
 
     def written(self, program: TileProgram) -> set[str]:
         """Tensor parameters whose storage ``program`` may write: those it stores

@@ -791,10 +791,14 @@ def simt_kernel(k: L.Kernel, threads: int = 256, lanes: int = 1,
 
 
 def block_threads(k: L.Kernel) -> dict[str, int]:
-    """Threads per program of each phase (1 for a phase without thread loops)."""
+    """Threads per program of each phase (1 for a phase without thread loops):
+    the widest thread loop, plus the producer warp of a warp-specialized ring
+    (``loopir.Roles``: its threads come after the consumers')."""
     out = {}
     for ph in k.phases:
         ws = {int(s.hi.value) for s in L.walk(ph.body)
               if isinstance(s, L.For) and s.kind == "thread" and isinstance(s.hi, E.Const)}
+        ws |= {s.roles.consumers + s.roles.producers for s in L.walk(ph.body)
+               if isinstance(s, L.For) and s.roles is not None}
         out[ph.name] = max(ws) if ws else 1
     return out

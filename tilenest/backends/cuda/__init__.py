@@ -132,7 +132,8 @@ def _build(src: CudaSource, want_ptx: bool = False, cache: bool = True) -> Any:
 def lowering_obligations(program: TileProgram, s: Schedule) -> tuple:
     """Lower ``program`` under ``s`` to its SIMT form and discharge what the
     lowering decided: ``(kernel, source, task maps, resource obligations,
-    the others)`` -- barrier sufficiency, the bulk copies' ``tma.*``, task-map
+    the others)`` -- barrier sufficiency, the bulk copies' ``tma.*`` and
+    their warp-specialized rings' ``roles.*``, task-map
     coverage and tree placement. A schedule that fits no GPU is an error
     (:func:`_refuse_unlaunchable`); refuted obligations are returned, not
     raised (``tilenest check --target cuda`` reports them)."""
@@ -170,11 +171,13 @@ def barrier_obligations(k: Any) -> list:
 
 def tma_obligations(k: Any) -> list:
     """The bulk tensor copies' obligations (``tma.phases``, ``tma.placement``:
-    :func:`tilenest.proofs.gpu.tma_obligations`), discharged."""
+    :func:`tilenest.proofs.gpu.tma_obligations`) and the handshake of the
+    warp-specialized rings that issue them (``roles.*``:
+    :func:`tilenest.proofs.gpu.roles_obligations`), discharged."""
     from ...proofs import gpu
     from ...proofs.obligation import discharge
 
-    obs = gpu.tma_obligations(k)
+    obs = gpu.tma_obligations(k) + gpu.roles_obligations(k)
     discharge(obs, timeout=2.0)
     return obs
 
@@ -420,7 +423,7 @@ def _refuse_refuted(obs: list) -> list:
         o = bad[0]
         raise TilenestError(f"the cuda lowering is illegal: {o.kind}: {o.title}", o.sites,
                             "this is a bug of the SIMT lowering; please report it with the "
-                            "kernel", notes=tuple(str(getattr(o, "detail", "")).splitlines()[:4]))
+                            "kernel", notes=tuple(o.counterexample_lines()[:4]))
     return obs
 
 

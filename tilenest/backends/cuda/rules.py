@@ -22,6 +22,7 @@ from ...semantics import expr as E
 from ..simt import analysis as A
 from ..simt.analysis import LanePlan
 from ...lowering.bulk_copy import BARRIERS, standing
+from ...lowering.warp_roles import ROLE_BARRIERS, in_roles
 from ..simt.emitter import Emitter
 from .dialect import CUDA
 from .tensormaps import MapSpec
@@ -59,15 +60,30 @@ class CudaEmitter(Emitter):
         self.tma_bars = next((b for b in k.locals if b.name == BARRIERS), None)
         self.tma_phases: set[str] = set()
         self.phase_now: str = ""
+        #: warp-specialized rings (lowering/warp_roles.py): their completion
+        #: barriers, the phases holding one, and the barrier (address text)
+        #: the bulk copies being emitted signal (None: the block-barrier
+        #: groups of tma_barriers, issued by thread 0)
+        self.role_bars = next((b for b in k.locals if b.name == ROLE_BARRIERS), None)
+        self.role_phases: dict[str, "L.Roles"] = {}
+        self.role_signal: "str | None" = None
+        inside = in_roles(k)
         for ph in k.phases:
             for s in L.walk(ph.body):
                 if standing(s):
-                    self.tma_phases.add(ph.name)
+                    if id(s) not in inside:
+                        self.tma_phases.add(ph.name)
                     spec = map_spec(s.bulk)
                     if spec not in self.tensor_maps:
                         self.tensor_maps.append(spec)
+                if isinstance(s, L.For) and s.roles is not None:
+                    if self.role_phases.setdefault(ph.name, s.roles).stages != s.roles.stages:
+                        raise NotAvailableError("internal: specialized rings of one phase "
+                                                "with different stages")
         if self.tma_phases and self.tma_bars is None:
             raise NotAvailableError("internal: bulk copies without completion barriers")
+        if self.role_phases and self.role_bars is None:
+            raise NotAvailableError("internal: specialized rings without completion barriers")
 
     # -- hooks ------------------------------------------------------------------------------
     def barrier_waits(self, s: L.Barrier) -> list[str]:
@@ -102,24 +118,114 @@ class CudaEmitter(Emitter):
 
     def loop(self, s: L.For) -> None:
         """A thread loop with a standing bulk-copy permission becomes the
-        copy's bulk tensor copies, issued by thread 0 (:meth:`bulk_loop`)."""
+        copy's bulk tensor copies, issued by thread 0 (:meth:`bulk_loop`); a
+        ring with a ``Roles`` permission runs warp-specialized
+        (:meth:`roles_loop`)."""
         if not self.in_thread and standing(s):
             self.bulk_loop(s)
             return
+        if not self.in_thread and s.roles is not None:
+            self.roles_loop(s)
+            return
         super().loop(s)
+
+    def roles_loop(self, s: L.For) -> None:
+        """The ring ``s`` warp-specialized (``loopir.Roles``; its fields are the
+        handshake the ``roles.*`` obligations discharge). Step counters run on
+        across every execution of the phase's rings (``tn_ring_p`` for the
+        producer, ``tn_ring_c`` for each consumer), so step ``n`` of the phase
+        uses slot ``n % S`` of the ``full`` and ``empty`` barriers in phase
+        ``n / S`` however often a ring runs. The producer warp's first lane
+        waits for the release of the slot, announces the step's bytes, issues
+        its copies and arrives on ``full``; each consumer thread waits for
+        ``full``, issues the step's mmas, completes all but the
+        ``release_keep`` newest mma groups and releases the step
+        ``release_lag`` back on ``empty``. After the loop the consumers
+        complete every mma group and release what they have not, and the
+        producer waits for the release of its last steps, so nothing is in
+        flight when the roles meet again at the block barrier that follows the
+        ring."""
+        r = s.roles
+        body = s.body
+        if not (len(body) >= r.split + 2 and L.is_block_barrier(body[r.split])
+                and L.is_block_barrier(body[-1])):
+            raise NotAvailableError("internal: a specialized ring without its two barriers")
+        S, T = r.stages, r.consumers
+        full, empty = self.role_barriers()
+        v = self.names(s.var.name)
+        lo, hi = self.idx(s.lo), self.idx(s.hi)
+        tid = self.d.thread_id
+        self.w(f"{{  // warp-specialized ring: {r}")
+        self.ind += 1
+        self.w(f"if ({tid} >= {T}u) {{  // the producer warp")
+        self.ind += 1
+        self.w(f"if ({tid} == {T}u) {{")
+        self.ind += 1
+        self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}, ++tn_ring_p) {{")
+        self.ind += 1
+        self.w(f"const unsigned tn_slot = tn_ring_p % {S}u;")
+        self.w(f"if (tn_ring_p >= {S}u) tn_mbar_wait({empty} + 8u * tn_slot, "
+               f"((tn_ring_p / {S}u) + 1u) & 1u);  // released by step n - {S}")
+        self.w(f"const unsigned tn_full = {full} + 8u * tn_slot;")
+        self.role_signal = "tn_full"
+        self.stmts(r.produce(s))
+        self.role_signal = None
+        self.w("tn_mbar_arrive(tn_full);")
+        self.ind -= 1
+        self.w("}")
+        self.w(f"for (unsigned tn_n = tn_ring_p > {S}u ? tn_ring_p - {S}u : 0u; tn_n < tn_ring_p; "
+               "++tn_n)")
+        self.w(f"  tn_mbar_wait({empty} + 8u * (tn_n % {S}u), (tn_n / {S}u) & 1u);")
+        self.ind -= 1
+        self.w("}")
+        self.ind -= 1
+        self.w("} else {  // the consumers")
+        self.ind += 1
+        self.w("const unsigned tn_first = tn_ring_c;")
+        self.w(f"for ({v} = {lo}; {v} < {hi}; ++{v}, ++tn_ring_c) {{")
+        self.ind += 1
+        if r.wait_full:
+            self.w(f"tn_mbar_wait({full} + 8u * (tn_ring_c % {S}u), (tn_ring_c / {S}u) & 1u);")
+        self.stmts(r.consume(s))
+        self.w(f"tn_wgmma_wait<{r.release_keep}>();")
+        lag = r.release_lag
+        self.w(f"if (tn_ring_c >= tn_first + {lag}u) tn_mbar_arrive({empty} + 8u * "
+               f"((tn_ring_c - {lag}u) % {S}u));")
+        self.ind -= 1
+        self.w("}")
+        self.w("tn_wgmma_wait<0>();")
+        self.w(f"for (unsigned tn_n = tn_ring_c > tn_first + {lag}u ? tn_ring_c - {lag}u : "
+               "tn_first; tn_n < tn_ring_c; ++tn_n)")
+        self.w(f"  tn_mbar_arrive({empty} + 8u * (tn_n % {S}u));")
+        self.ind -= 1
+        self.w("}")
+        self.ind -= 1
+        self.w("}")
+
+    def role_barriers(self) -> tuple[str, str]:
+        """The shared-window addresses of the specialized rings' ``full`` and
+        ``empty`` completion barriers."""
+        S = int(self.role_bars.size.value) // 2
+        return (self.saddr(self.role_bars, E.Const(0)), self.saddr(self.role_bars, E.Const(S)))
 
     def bulk_loop(self, s: L.For) -> None:
         """``s``'s box (:class:`~tilenest.lowering.loopir.BulkCopy`) as one
         ``cp.async.bulk.tensor`` per 128-byte panel, issued by thread 0 on
         the completion barrier of the group being formed, after announcing
-        the group's bytes (``tn_mbar_expect``)."""
+        the group's bytes (``tn_mbar_expect``); in a specialized ring's
+        producer, by the thread running it, on the ring's ``full`` slot
+        (:attr:`role_signal`)."""
         bc = s.bulk
         lay = bc.layout
         n = self.tensor_maps.index(map_spec(bc))
-        M, bars = self.tma_barriers()
         last = len(bc.shape) - 1
-        self.w(f"if ({self.d.thread_id} == 0) {{  // {bc}")
-        self.w(f"  const unsigned tn_bar = {bars} + 8u * (tn_tma_issued % {M}u);")
+        if self.role_signal is not None:
+            self.w(f"{{  // {bc}")
+            self.w(f"  const unsigned tn_bar = {self.role_signal};")
+        else:
+            M, bars = self.tma_barriers()
+            self.w(f"if ({self.d.thread_id} == 0) {{  // {bc}")
+            self.w(f"  const unsigned tn_bar = {bars} + 8u * (tn_tma_issued % {M}u);")
         self.w(f"  const tn_tmap* const tn_m = &tn_map{n};")
         self.w(f"  tn_mbar_expect(tn_bar, {lay.rows * lay.cols * lay.itemsize}u);")
         for p in range(lay.cols // lay.panel):
@@ -170,15 +276,24 @@ class CudaEmitter(Emitter):
         out = [f"const unsigned {self.buf(b)}_s = tn_smem_addr({self.buf(b)});"
                for b, _ in layout if b.name in self.shared_bases]
         self.shared_bases = set()
+        inits = []
         if self.phase_now in self.tma_phases:
             # the completion barriers, one arrival per phase, before any copy
             # (their base is declared above: the body addressed them)
             M, bars = int(self.tma_bars.size.value), f"{self.buf(self.tma_bars)}_s"
-            out += ["unsigned tn_tma_issued = 0u, tn_tma_done = 0u;",
-                    f"if ({self.d.thread_id} == 0) {{",
-                    f"  for (unsigned i = 0; i < {M}u; ++i) tn_mbar_init({bars} + 8u * i, 1u);",
-                    "  tn_mbar_init_fence();",
-                    "}",
+            out.append("unsigned tn_tma_issued = 0u, tn_tma_done = 0u;")
+            inits.append(f"  for (unsigned i = 0; i < {M}u; ++i) tn_mbar_init({bars} + 8u * i, 1u);")
+        r = self.role_phases.get(self.phase_now)
+        if r is not None:
+            # a specialized ring's full slots (the producer's one arrival and
+            # the copies' bytes) and empty slots (one arrival per consumer)
+            bars = f"{self.buf(self.role_bars)}_s"
+            S = int(self.role_bars.size.value) // 2
+            out.append("unsigned tn_ring_p = 0u, tn_ring_c = 0u;  // steps of the rings so far")
+            inits.append(f"  for (unsigned i = 0; i < {S}u; ++i) {{ tn_mbar_init({bars} + 8u * i, "
+                         f"1u); tn_mbar_init({bars} + 8u * ({S}u + i), {r.consumers}u); }}")
+        if inits:
+            out += [f"if ({self.d.thread_id} == 0) {{", *inits, "  tn_mbar_init_fence();", "}",
                     self.d.barriers["block"]]
         return out
 

@@ -153,12 +153,14 @@ class CudaKernel(ArgumentBinder):
         (no ``__restrict__`` on them; legality checked with each group as one
         tensor), whose ``strided`` parameters are strided views, with
         ``index_bits`` of index arithmetic and bulk tensor copies per ``tma``
-        (default: this kernel's)."""
+        (default: this kernel's; without them no ring is warp-specialized,
+        ``Schedule.warp_roles``)."""
         from . import compile_program
 
+        tma = self.schedule.tma if tma is None else tma
         s = self.schedule.with_(aliases=aliases, strided=strided,
                                 index_bits=index_bits or self.schedule.index_bits,
-                                tma=self.schedule.tma if tma is None else tma)
+                                tma=tma, warp_roles=self.schedule.warp_roles and tma)
         return compile_program(self.program, s, device=self.device)
 
     def maps_fit(self, keep: list, syms: dict[str, int]) -> bool:

@@ -177,6 +177,8 @@ class Emitter:
         self.lines: list[str] = []
         self.ind = 0
         self.threads_of = block_threads(k)
+        #: threads per block of the phase being emitted
+        self.block_w = 1
         self.in_thread = False
         #: lane plans by loop (``id`` of the node, kept alive with it): the
         #: hoisting of loop-invariant tests and the loop's emission ask for
@@ -653,7 +655,10 @@ class Emitter:
             if self.in_thread:
                 raise NotAvailableError(f"nested thread loops have no {self.d.name} lowering")
             self.w(f"{v} = ({self.it}){self.d.thread_id};  // thread loop over [0, {E.to_str(s.hi)})")
-            self.w("{")
+            # a block wider than the loop (a warp-specialized ring's producer
+            # warp, loopir.Roles): the threads past it skip it
+            narrow = isinstance(s.hi, E.Const) and s.hi.value < self.block_w
+            self.w(f"if ({v} < {self.idx(s.hi)}) {{" if narrow else "{")
             self.in_thread = True
             self.block(s.body)
             self.in_thread = False
@@ -1242,6 +1247,7 @@ class Emitter:
         """One phase's kernel function (see the module docstring)."""
         d = self.d
         W = self.threads_of[ph.name]  # 1 for a phase without thread loops
+        self.block_w = W
         name = re.sub(r"[^0-9A-Za-z_]", "_", f"{self.k.name}_{ph.name}")
         params = self.params()
         bounds = (d.launch_bounds_min.format(threads=W, min_blocks=self.min_blocks)

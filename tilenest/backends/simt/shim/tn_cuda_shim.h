@@ -564,6 +564,7 @@ struct TmaCopy {
     unsigned char *data;
     int bytes;
     int line;
+    int issuer;  /* the thread that issued it */
 };
 static TmaCopy tmaq[256];
 static int tman;
@@ -603,7 +604,7 @@ TN_RT void tma_issue(int line, unsigned bar, void *dst, const unsigned char *dat
         fail(TN_EMU_BAD_LAUNCH, line, "line %d: more than %d bulk copies in flight", line, tman);
     unsigned char *copy = (unsigned char *)malloc((size_t)bytes);
     memcpy(copy, data, (size_t)bytes);
-    tmaq[tman++] = TmaCopy{bar, (unsigned char *)dst, copy, bytes, line};
+    tmaq[tman++] = TmaCopy{bar, (unsigned char *)dst, copy, bytes, line, S.cur->lin};
 }
 /* Whether the phase of parity `parity` of the barrier at `bar` is complete;
  * the copies it waits for land first when its arrivals are all in. */
@@ -658,10 +659,11 @@ TN_RT void cuda_block_start() {
     tman = 0;
 }
 TN_RT void cuda_thread_exit(Fiber *me) {
-    if (me->lin == 0 && tman)
-        fail(TN_EMU_ASYNC_PROTOCOL, tmaq[0].line,
-             "thread 0 exits while the bulk copy it issued at line %d is in flight: a wait on "
-             "its completion barrier is missing", tmaq[0].line);
+    for (int i = 0; i < tman; ++i)
+        if (tmaq[i].issuer == me->lin)
+            fail(TN_EMU_ASYNC_PROTOCOL, tmaq[i].line,
+                 "thread %d exits while the bulk copy it issued at line %d is in flight: a "
+                 "wait on its completion barrier is missing", me->lin, tmaq[i].line);
     if (me->lin / 32 >= WG_WARPS) return;  /* a warp that cannot have issued a wgmma */
     const WgQueue &wq = wgq[me->lin / 32];
     if (wq.n)

@@ -1,0 +1,172 @@
+"""Warp-specialized rings (SIMT form, ``Schedule.warp_roles``).
+
+The overlapped ring of ``double_buffer.py`` runs every thread through two
+block barriers per step: one so that the step's tiles have landed before
+the consumers' warpgroup mmas read them, one so that every mma of the
+previous step is complete before its version is refilled. When the
+producers are all bulk tensor copies (``bulk_copy.py``: one thread issues
+them) and the consumer touches shared memory only through those mmas, the
+two roles can instead run on different warps and hand each version over
+through completion barriers, as Hopper GEMMs do: the block gets one more
+warp, which issues the copies of step ``i`` as soon as the consumers have
+released the version it overwrites, while the consumers wait only for the
+copies of the step they are about to read.
+
+:func:`warp_roles` rewrites such a ring -- the prologue of its first
+``S - 1`` producer steps and the loop
+
+    for i in [lo, hi):
+        barrier keep=S-2 mma_keep=1;  C(i);  barrier keep=S-2 mma_keep=1
+        if i + S - 1 < hi: P(i + S - 1)
+
+-- into one loop in the *meaning* form of a :class:`~.loopir.Roles` permission
+
+    for i in [lo, hi) roles(...):
+        if i < hi: P(i)
+        barrier block
+        C(i)
+        barrier block
+
+whose body, run as written, is a plain sequential ring (every copy complete
+before the mmas read it, every mma complete before the next copy): the
+barrier proof discharges it as it stands. The permission's handshake is what
+lets the target overlap the roles (``loopir.Roles``); its obligations are
+``roles.*`` in ``proofs/gpu.py``. The kernel's completion barriers for the
+ring (:data:`ROLE_BARRIERS`: ``S`` *full* then ``S`` *empty* ones) replace
+those of the block-barrier groups, which the kernel keeps only for bulk
+copies outside a specialized ring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import NotAvailableError
+from ..semantics import dtypes as D
+from ..semantics import expr as E
+from . import loopir as L
+from .bulk_copy import BARRIERS, barrier_count, standing
+from .double_buffer import _at
+
+#: the name of the specialized rings' completion barriers (``full`` slots,
+#: then ``empty`` slots)
+ROLE_BARRIERS = "%roles.bars"
+#: threads of the producer role: one warp (only its first lane issues)
+PRODUCERS = 32
+
+
+def in_roles(k: L.Kernel) -> set[int]:
+    """``id`` of every statement nested in a specialized ring's body."""
+    return {id(x) for ph in k.phases for s in L.walk(ph.body)
+            if isinstance(s, L.For) and s.roles is not None for x in L.walk(s.body)}
+
+
+def _why_not(loop: L.For, stages: int) -> str | None:
+    """Why ``loop`` is not an overlapped ring whose producers are bulk copies
+    and whose consumer only runs warpgroup mmas on the ring's tiles (None:
+    it is one)."""
+    b = loop.body
+    if loop.kind != "serial" or len(b) < 4:
+        return "not a ring loop"
+    top, mid, last = b[0], b[-2], b[-1]
+    ahead = stages - 1
+    if not (L.is_block_barrier(top) and L.is_block_barrier(mid) and top.mma_keep == 1
+            and mid.mma_keep == 1 and top.keep == mid.keep == ahead - 1):
+        return "not an overlapped ring (stages >= 3, a warpgroup mma into registers)"
+    if not (isinstance(last, L.If) and not last.orelse and last.then
+            and all(standing(s) for s in last.then)):
+        return "its producers are not all bulk tensor copies (Schedule.tma, L-11)"
+    ring = {s.bulk.dst.name for s in last.then}
+    for s in L.walk(b[1:-2]):
+        if isinstance(s, (L.Store, L.Barrier, L.Shuffle, L.LaneReduce, L.While)):
+            return f"its consumer does more than warpgroup mmas ({type(s).__name__})"
+        if isinstance(s, L.WarpMma) and not (s.group > 1 and s.overlap and s.c.lane_cols
+                                             and {s.a.buf.name, s.b.buf.name} <= ring):
+            return "its consumer's mma is not an overlapped warpgroup mma on the ring's tiles"
+    if not any(isinstance(s, L.WarpMma) for s in L.walk(b[1:-2])):
+        return "its consumer runs no mma"
+    for x in L.evaluated(b[1:-2]):
+        if isinstance(x, L.Load) and x.buf.space in ("shared", "global"):
+            return f"its consumer reads {x.buf.name} outside its mmas"
+    return None
+
+
+def _prologue(body: list, at: int, loop: L.For, produce: L.If, ahead: int) -> int | None:
+    """The index in ``body`` where the ring's prologue before ``body[at]``
+    (``loop``) starts: ``ahead`` groups ``if lo + j < hi: P(lo + j)`` separated
+    by block barriers, each equal to ``produce`` at step ``lo + j`` (None
+    when the statements before the loop are not that)."""
+    i, found = at, 0
+    while i > 0 and found < ahead:
+        s = body[i - 1]
+        if isinstance(s, L.If):
+            want = _at((produce,), loop.var, E.add(loop.lo, ahead - 1 - found))[0]
+            if s != want:
+                return None
+            found += 1
+        elif not L.is_block_barrier(s):
+            return None
+        i -= 1
+    return i if found == ahead else None
+
+
+def _specialize(body: tuple, stages: int, threads: int, why: list[str]) -> tuple:
+    """``body`` with every ring at program level specialized."""
+    out: list = list(body)
+    i = 0
+    while i < len(out):
+        s = out[i]
+        if isinstance(s, L.For) and s.kind != "thread" and s.roles is None:
+            reason = _why_not(s, stages)
+            if reason is None and not (i + 1 < len(out) and L.is_block_barrier(out[i + 1])
+                                       and not out[i + 1].keep and not out[i + 1].mma_keep):
+                # the roles meet again there: a later ring starts with nothing in flight
+                reason = "no block barrier completes it"
+            if reason is None:
+                ahead = stages - 1
+                step = _at((s.body[-1],), s.var, E.add(E.Var(s.var.name), -ahead))[0]
+                start = _prologue(out, i, s, step, ahead)
+                if start is None:
+                    why.append(f"loop {s.var.name}: its prologue is not the ring's first "
+                               f"{ahead} producer steps")
+                else:
+                    consume = s.body[1:-2]
+                    roles = L.Roles(stages, PRODUCERS, threads, split=1)
+                    loop = replace(s, body=(step, L.Barrier("block")) + consume
+                                   + (L.Barrier("block"),), roles=roles)
+                    out[start:i + 1] = [loop]
+                    i = start + 1
+                    continue
+            else:
+                why.append(f"loop {s.var.name}: {reason}")
+                out[i] = replace(s, body=_specialize(s.body, stages, threads, why))
+        elif isinstance(s, L.If):
+            out[i] = replace(s, then=_specialize(s.then, stages, threads, why),
+                             orelse=_specialize(s.orelse, stages, threads, why))
+        i += 1
+    return tuple(out)
+
+
+def warp_roles(k: L.Kernel, stages: int, threads: int) -> L.Kernel:
+    """``k`` (SIMT form, bulk copies settled, ``threads`` per block) with every
+    qualifying ring specialized (module docstring); an error naming why when
+    none qualifies."""
+    why: list[str] = []
+    phases = tuple(replace(ph, body=_specialize(ph.body, stages, threads, why))
+                   for ph in k.phases)
+    k = replace(k, phases=phases)
+    if not any(isinstance(s, L.For) and s.roles is not None
+               for ph in k.phases for s in L.walk(ph.body)):
+        detail = "; ".join(why) if why else "it has no loop producing tiles for an mma"
+        raise NotAvailableError(
+            f"warp_roles: no ring of {k.name} can be warp-specialized ({detail})",
+            hint="warp_roles needs mma_unit='wgmma', tma=True, stages >= 3 and a consumer "
+                 "that only runs the warpgroup mma; leave warp_roles off otherwise")
+    inside = in_roles(k)
+    outside = any(standing(s) for ph in k.phases for s in L.walk(ph.body)
+                  if id(s) not in inside)
+    locals_ = [b for b in k.locals if b.name != BARRIERS]
+    if outside:  # block-barrier groups of the other bulk copies (bulk_copy.py)
+        locals_.append(L.Buffer(BARRIERS, D.i64, "shared", E.Const(barrier_count(k))))
+    locals_.append(L.Buffer(ROLE_BARRIERS, D.i64, "shared", E.Const(2 * stages)))
+    return replace(k, locals=tuple(locals_))
