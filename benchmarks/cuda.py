@@ -205,8 +205,12 @@ _PREFILL_TILES = ({"bq": 64, "bk": 64, **_ATT}, {"bq": 128, "bk": 64, **_ATT})
 
 
 def _prefill(causal: bool) -> tuple[tuple[str, tuple, tuple], ...]:
-    return (("flash_attention", tuple({**c, "causal": causal} for c in _PREFILL_TILES),
-             _PREFILL_GPU),)
+    # causal: also with the key blocks every query row sees whole in a loop
+    # of their own, with no mask (``split``)
+    tiles = tuple({**c, "causal": causal} for c in _PREFILL_TILES)
+    if causal:
+        tiles += tuple({**c, "split": True} for c in tiles)
+    return (("flash_attention", tiles, _PREFILL_GPU),)
 
 
 def _decode(splits: tuple[int, ...], gqa_splits: tuple[int, ...]) -> tuple:

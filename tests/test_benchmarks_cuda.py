@@ -196,9 +196,12 @@ def test_every_fp8_gemm_variant_lowers_for_its_unit(bench):
                                                                          **gpu)))
         assert "mma on tensor cores" in text, (consts, gpu)
         assert ("warpgroup tiles of wgmma" in text) == (gpu.get("mma_unit") == "wgmma")
-        # the variants fed by bulk tensor copies copy both operands so
-        assert text.count("bulk(") >= (4 if gpu.get("tma") else 0), (consts, gpu)
+        # the variants fed by bulk tensor copies copy both operands so (a
+        # warp-specialized ring once per step, with no prologue)
+        assert text.count("bulk(") >= (0 if not gpu.get("tma") else 2 if gpu.get("warp_roles")
+                                       else 4), (consts, gpu)
         assert ("bulk(" in text) == bool(gpu.get("tma")), (consts, gpu)
+        assert (" roles(" in text) == bool(gpu.get("warp_roles")), (consts, gpu)
 
 
 def test_every_tma_gemm_variant_copies_its_tiles_in_bulk(bench):

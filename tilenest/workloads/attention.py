@@ -68,14 +68,15 @@ def _gqa(q, k, v, o, dh=None, dv=None):  # type: ignore[no-untyped-def]
     return (nb, hq, nq, hk, nk, ndh, ndv), (b, h, qd, d, kd, e), views, hq // hk
 
 
-def _block_scores(qt, k, v, at, tiles, sizes, dims, scale, causal):  # type: ignore[no-untyped-def]
+def _block_scores(qt, k, v, at, tiles, sizes, dims, scale, causal, masked=True):  # type: ignore[no-untyped-def]
     """One key block of the 16-bit attention kernels: the ``dt`` key and value
     tiles at ``at = (batch, kv head, query block, key block)`` (zero-filled
     past the ends), and the f32 scores ``q . k * scale`` of the query tile
     ``qt`` from a reassociating ``mma``, ``-inf`` where a key lies past the
     keys or, with ``causal``, after the query (bottom-right aligned).
     ``tiles = (bq, bk, dh, dv)``, ``sizes = (Q, K)``, ``dims = (b, h, qd,
-    kd)``. Returns ``(scores, value tile)``."""
+    kd)``; ``masked`` false: the caller knows every key of the block is seen
+    by every query row (no mask computed). Returns ``(scores, value tile)``."""
     z, kvh, qb, kb = at
     bq, bk, dh, dv = tiles
     nq, nk = sizes
@@ -85,9 +86,11 @@ def _block_scores(qt, k, v, at, tiles, sizes, dims, scale, causal):  # type: ign
     vt = v[pos, tn.shape(1, 1, bk, dv), tn.bounds.zero]
     s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
                allow_reassociation=True) * scale
+    if not masked:
+        return s, vt
     pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
     qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
-    kpos = tn.index_tile(pair, lambda i, j: kb * bk + j)
+    kpos = tn.index_tile(pair, lambda i, j: j) + kb * bk
     seen = (kpos <= qpos) & (kpos < nk) if causal else kpos < nk
     return tn.ite(seen, s, -np.inf), vt
 
@@ -146,7 +149,8 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     @tn.kernel
     def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                         v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
-                        scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True):
+                        scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True,
+                        split=False):
         (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
             q, k, v, o, dh, dv)
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
@@ -157,15 +161,23 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
             den = tn.zeros(f32, tn.shape(1, 1, bq), dims=(b, h, qd))
             acc = tn.zeros(f32, tn.shape(1, 1, bq, dv), dims=(b, h, qd, e))
             last = tn.minimum(nk, qb * bq + bq + nk - nq) if causal else nk
-            for kb in p.serial(tn.shape(tn.cdiv(last, bk))):
-                s, vt = _block_scores(qt, k, v, (z, kvh, qb, kb.index()), (bq, bk, dh, dv),
-                                      (nq, nk), (b, h, qd, kd), scale, causal)
-                m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
-                alpha = tn.exp(m - m_new)
-                pr = tn.exp(s - m_new)
-                den = den * alpha + tn.reduce(pr, kd, tn.add)
-                acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
-                m = m_new
+            # the key blocks every query row of the block sees whole (no key
+            # past the end, none after the block's first query) need no mask
+            whole = tn.maximum(0, tn.minimum(nk // bk, (qb * bq + nk - nq + 1) // bk)) \
+                if causal else nk // bk
+            spans = ((0, whole, False), (whole, tn.cdiv(last, bk) - whole, True)) if split \
+                else ((0, tn.cdiv(last, bk), True),)
+            for first, count, masked in spans:
+                for kb in p.serial(tn.shape(count)):
+                    s, vt = _block_scores(qt, k, v, (z, kvh, qb, first + kb.index()),
+                                          (bq, bk, dh, dv), (nq, nk), (b, h, qd, kd), scale,
+                                          causal, masked)
+                    m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
+                    alpha = tn.exp(m - m_new)
+                    pr = tn.exp(s - m_new)
+                    den = den * alpha + tn.reduce(pr, kd, tn.add)
+                    acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
+                    m = m_new
             o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dv)).store(tn.cast(acc / den, dt))
 
     return flash_attention
