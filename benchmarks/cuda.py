@@ -280,7 +280,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--row-schedule", action="append", metavar="FIELD=VALUE",
                     dest="row_schedule", type=_kernel_constant, default=[],
                     help="time only the row workloads' schedules with this kernel constant "
-                         "(e.g. rp=1; repeatable)")
+                         "(e.g. rp=1; repeatable), and only the attention variants whose "
+                         "constants include it (e.g. bq=128)")
     ap.add_argument("--gemm-unit", choices=("all", "wgmma", "tensor", "roles"), default="all",
                     help="GEMM schedules tried: all, the warpgroup ones (mma_unit=wgmma), the "
                          "warp ones (mma.sync), or the warp-specialized ones (warp_roles) after "
@@ -1193,7 +1194,9 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         o = torch.empty((B, HQ, Q, DV), dtype=torch.bfloat16, device="cuda")
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
-        for wname, consts, gpu in ((w, c, g) for w, cs, gs in variants for c in cs for g in gs):
+        for wname, consts, gpu in ((w, c, g) for w, cs, gs in variants for c in cs for g in gs
+                                   if all(c.get(f, val) == val
+                                          for f, val in cfg.row_schedule.items())):
             ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
                                      consts, sz, gpu)
             v["workload"] = wname
