@@ -209,7 +209,7 @@ def _prefill(causal: bool) -> tuple[tuple[str, tuple, tuple], ...]:
     # of their own, with no mask (``split``)
     tiles = tuple({**c, "causal": causal} for c in _PREFILL_TILES)
     if causal:
-        tiles += tuple({**c, "split": True} for c in tiles)
+        tiles = tuple({**c, "split": sp} for sp in (False, True) for c in tiles)
     return (("flash_attention", tiles, _PREFILL_GPU),)
 
 
@@ -1195,8 +1195,7 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
         for wname, consts, gpu in ((w, c, g) for w, cs, gs in variants for c in cs for g in gs
-                                   if all(c.get(f, val) == val
-                                          for f, val in cfg.row_schedule.items())):
+                                   if all(c.get(f) == val for f, val in cfg.row_schedule.items())):
             ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
                                      consts, sz, gpu)
             v["workload"] = wname
