@@ -185,3 +185,28 @@ def test_a_specialized_scaled_fp8_gemm_validates_emulated():
     assert "warp-specialized ring" in ck.source.text and "tn_wgmma_e4m3_e4m3_n" in ck.source.text
     rep = tn.validate(kern, "cuda", compiled=ck, inputs=[args])
     assert rep.ok and rep.count("ok") == 1, rep.summary()
+
+
+@pytest.mark.parametrize("muts", [
+    [("tn_wgmma_wait<1>();\n", "tn_wgmma_wait<2>();\n")],
+    [("if (tn_ring_c >= tn_first + 1u) tn_mbar_arrive((b__roles_bars_s + 8u * (unsigned)(4)) "
+      "+ 8u * ((tn_ring_c - 1u) % 4u));",
+      "tn_mbar_arrive((b__roles_bars_s + 8u * (unsigned)(4)) + 8u * ((tn_ring_c) % 4u));"),
+     ("tn_ring_c > tn_first + 1u ? tn_ring_c - 1u : tn_first; tn_n < tn_ring_c",
+      "tn_ring_c; tn_n < tn_ring_c")],
+], ids=["release-with-two-groups-pending", "release-before-the-mma"])
+def test_a_slot_released_before_its_mma_completes_is_caught(mutate_source, muts):
+    """Mutations of the emitted handshake that release a slot while an mma
+    reading it may still run: the emulator refuses a bulk copy into shared
+    memory that a queued wgmma has yet to read, or that one read whose warp
+    released it before completing it (the issuing thread is ordered after
+    the release, not after that read; on the device the copy may land at
+    any time after its issue) -- whatever the interleaving."""
+    for old, new in muts:
+        mutate_source(old, new)
+    kern = _gemm(128, 128, 64)
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=4), device="emulated",
+                              cache=False)
+    for M, K in ((128, 576), (256, 384)):
+        with pytest.raises(TilenestError, match="(has not|may not have) read yet"):
+            _run(ck, kern, M, K, 128, runs=(("in_order", "nan"),))

@@ -364,7 +364,8 @@ class Roles:
     which the ``roles.*`` obligations discharge (``proofs/gpu.py``):
 
     * step ``n`` of the phase's specialized rings -- counted across every run
-      of them, so a ring inside an outer loop keeps the barriers' phases --
+      of them, so a block that runs rings several times (several rings in a
+      phase, or grid-stride programs) keeps the barriers' phases --
       uses slot ``n % stages`` of both rings, in phase ``n // stages``, while
       its tiles are the version the loop's own index expressions name (a
       block barrier follows every run of the ring, so only steps of one run

@@ -70,6 +70,9 @@ def _why_not(loop: L.For, stages: int) -> str | None:
         return "not a ring loop"
     top, mid, last = b[0], b[-2], b[-1]
     ahead = stages - 1
+    if not any(isinstance(x, L.Store) and x.mode == "async" for x in L.walk(b)):
+        return ("its tiles are not kept in versions (no ring of double_buffer.py: "
+                "Schedule.stages, and a loop whose producers and consumer are its own)")
     if not (L.is_block_barrier(top) and L.is_block_barrier(mid) and top.mma_keep == 1
             and mid.mma_keep == 1 and top.keep == mid.keep == ahead - 1):
         return "not an overlapped ring (stages >= 3, a warpgroup mma into registers)"

@@ -743,9 +743,9 @@ def roles_obligations(kernel: Any) -> list[Obligation]:
       the one written at ``i`` are disjoint.
     * ``roles.release`` (two) -- *completion*: at every consumer step ``i``
       with ``i - lag >= lo``, the step it releases, ``i - lag``, is at most
-      ``i - keep`` (with one mma group per thread per step, waiting until at
-      most ``keep`` groups are pending completes every step up to ``i -
-      keep``), ``keep >= 0``, and every mma of the consumer runs at every
+      ``i - keep`` (with at least one mma group per thread per step, waiting
+      until at most ``keep`` groups are pending completes every step up to
+      ``i - keep``), ``keep >= 0``, and every mma of the consumer runs at every
       step (its guards do not depend on ``i``); *progress*: at every producer
       step ``lo + S <= j < hi`` the release it waits for, made at consumer
       step ``j - S + lag``, comes from a step before ``j`` (``j - S + lag <=

@@ -178,6 +178,8 @@ class CudaEmitter(Emitter):
         self.w(f"  tn_mbar_wait({empty} + 8u * (tn_n % {S}u), (tn_n / {S}u) & 1u);")
         self.ind -= 1
         self.w("}")
+        # the warp reconverges before the aligned instructions after the ring
+        self.w("__syncwarp(0xffffffffu);")
         self.ind -= 1
         self.w("} else {  // the consumers")
         self.ind += 1

@@ -28,6 +28,8 @@
 #define TN_EMU_THREAD_EXIT cuda_thread_exit
 #define TN_EMU_FIBER_EXT CudaFiber
 
+#include <cstdint>
+
 namespace tn_emu {
 
 /* An asynchronous copy (cp.async) issued and not yet complete: its source
@@ -40,12 +42,25 @@ struct AsyncCopy {
 };
 enum { ASYNC_MAX = 64 };  /* pending copies per thread; the oldest completes early past it */
 
-/* A thread's NVIDIA state: its asynchronous-copy and wgmma groups. */
+/* A shared-memory range [lo, hi) that the wgmma number `seq` of warp `warp`
+ * reads (see wgmma_reads_at). */
+struct WgRead {
+    int warp, seq;
+    uint32_t lo, hi;
+};
+enum { WG_READS_MAX = 256 };
+
+/* A thread's NVIDIA state: its asynchronous-copy and wgmma groups, and the
+ * wgmma reads not ordered before it: those still queued when their threads
+ * arrived on the completion barrier whose phase it last waited for (dropped
+ * at a block barrier once complete). */
 struct CudaFiber {
     int committed;       /* cp.async groups committed */
     int wg_committed;    /* wgmma groups committed */
     int npending;
     AsyncCopy pending[ASYNC_MAX];  /* oldest first */
+    int nunordered;
+    WgRead unordered[WG_READS_MAX];
 };
 
 } /* namespace tn_emu */
@@ -125,6 +140,7 @@ TN_RT void async_words(void *dst, const void *src, int bytes) {
 struct WgPending {
     int kind;  /* 0 f16, 1 bf16, 2 + (a e5m2) + 2 (b e5m2): FP8 (else e4m3fn) */
     int n, wg, line, group;
+    int seq;   /* its number among its warp's wgmmas (wg_issued) */
     uint64_t da, db;
     float *d[32];
 };
@@ -136,6 +152,7 @@ struct WgQueue {
 };
 enum { WG_WARPS = 32 };  /* warps of a CUDA block (1024 threads) */
 static WgQueue wgq[WG_WARPS];  /* each warp's issued, not yet complete wgmmas */
+static int wg_issued[WG_WARPS], wg_completed[WG_WARPS];  /* each warp's wgmmas so far */
 
 /* ------------------------------------------------------ tensor-core fragments
  * ldmatrix and mma.sync are warp collectives whose operands are per-lane
@@ -272,37 +289,50 @@ static void wgmma_issue(MatLane *const *ln, int line, int warp) {
     p.wg = ln[0]->wg;
     p.line = line;
     p.group = ln[0]->group;
+    p.seq = wg_issued[warp]++;
     p.da = da;
     p.db = db;
     for (int k = 0; k < 32; ++k) p.d[k] = ln[k]->d;
 }
 
+/* The shared-window byte addresses a queued wgmma reads: element (i, k) of
+ * its warp's 16 rows of `a`, element (k, j) of `b` (the descriptors' canonical
+ * layouts, then the 128-byte address swizzle). */
+struct WgOperands {
+    bool fp8, kmajor_b;
+    int depth, size;
+    uint32_t a0, asbo, b0, blbo, bsbo;
+    explicit WgOperands(const WgPending &p)
+        : fp8((p.kind & 7) >= 2), kmajor_b(fp8 || (p.kind & 8)), depth(fp8 ? 32 : 16),
+          size(fp8 ? 1 : 2), a0((uint32_t)(p.da & 0x3fffu) << 4),
+          asbo((uint32_t)(p.da >> 32 & 0x3fffu) << 4), b0((uint32_t)(p.db & 0x3fffu) << 4),
+          blbo((uint32_t)(p.db >> 16 & 0x3fffu) << 4),
+          bsbo((uint32_t)(p.db >> 32 & 0x3fffu) << 4) {}
+    uint32_t a(int wg, int i, int k) const {
+        const int r = 16 * wg + i;
+        return swizzle128(a0 + (r % 8) * 128u + (r / 8) * asbo + size * k);
+    }
+    uint32_t b(int j, int k) const {
+        return swizzle128(kmajor_b ? b0 + (j % 8) * 128u + (j / 8) * bsbo + size * k
+                                   : b0 + 2u * (j % 64) + (j / 64) * blbo + (k % 8) * 128u +
+                                         (k / 8) * bsbo);
+    }
+};
+
 /* Run one queued wgmma: read its operands from shared memory now (the
  * latest moment the hardware may read them) and update the lanes' registers. */
 static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
     const int n = p.n, line = p.line, wg = p.wg;
-    const bool fp8 = (p.kind & 7) >= 2, kmajor_b = fp8 || (p.kind & 8);
-    const int depth = fp8 ? 32 : 16, size = fp8 ? 1 : 2;
-    const uint32_t a0 = (uint32_t)(p.da & 0x3fffu) << 4,
-                   asbo = (uint32_t)(p.da >> 32 & 0x3fffu) << 4;
-    const uint32_t b0 = (uint32_t)(p.db & 0x3fffu) << 4,
-                   blbo = (uint32_t)(p.db >> 16 & 0x3fffu) << 4,
-                   bsbo = (uint32_t)(p.db >> 32 & 0x3fffu) << 4;
+    const WgOperands op(p);
+    const int depth = op.depth;
     float A[16][32];
-    for (int i = 0; i < 16; ++i) {
-        const int r = 16 * wg + i;
+    for (int i = 0; i < 16; ++i)
         for (int k = 0; k < depth; ++k)
-            A[i][k] = wgmma_operand(swizzle128(a0 + (r % 8) * 128u + (r / 8) * asbo + size * k),
-                                    p.kind, 0, line);
-    }
+            A[i][k] = wgmma_operand(op.a(wg, i, k), p.kind, 0, line);
     for (int j = 0; j < n; ++j) {
         float b[32];
         for (int k = 0; k < depth; ++k)
-            b[k] = wgmma_operand(swizzle128(kmajor_b ? b0 + (j % 8) * 128u + (j / 8) * bsbo +
-                                                           size * k
-                                                     : b0 + 2u * (j % 64) + (j / 64) * blbo +
-                                                       (k % 8) * 128u + (k / 8) * bsbo),
-                                 p.kind, 1, line);
+            b[k] = wgmma_operand(op.b(j, k), p.kind, 1, line);
         for (int i = 0; i < 16; ++i) {
             const int l = 4 * (i % 8) + (j % 8) / 2;
             float *c = &p.d[l][4 * (j / 8) + 2 * (i / 8) + j % 2];
@@ -311,6 +341,43 @@ static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
             *c = toward_zero(s);
         }
     }
+}
+
+/* The two ranges of the shared window (a's rows, b) a queued wgmma of warp
+ * `warp` reads. */
+static void wgmma_reads_at(const WgPending &p, int warp, WgRead out[2]) {
+    const WgOperands op(p);
+    uint32_t alo = ~0u, ahi = 0, blo = ~0u, bhi = 0;
+    for (int k = 0; k < op.depth; ++k) {
+        for (int i = 0; i < 16; ++i) {
+            const uint32_t x = op.a(p.wg, i, k);
+            alo = x < alo ? x : alo;
+            ahi = x + op.size > ahi ? x + op.size : ahi;
+        }
+        for (int j = 0; j < p.n; ++j) {
+            const uint32_t x = op.b(j, k);
+            blo = x < blo ? x : blo;
+            bhi = x + op.size > bhi ? x + op.size : bhi;
+        }
+    }
+    out[0] = WgRead{warp, p.seq, alo, ahi};
+    out[1] = WgRead{warp, p.seq, blo, bhi};
+}
+
+/* Whether a queued wgmma will read a byte of the shared window [lo, hi). */
+static bool wgmma_reads(const WgPending &p, uint32_t lo, uint32_t hi) {
+    const WgOperands op(p);
+    for (int k = 0; k < op.depth; ++k) {
+        for (int i = 0; i < 16; ++i) {
+            const uint32_t x = op.a(p.wg, i, k);
+            if (x + op.size > lo && x < hi) return true;
+        }
+        for (int j = 0; j < p.n; ++j) {
+            const uint32_t x = op.b(j, k);
+            if (x + op.size > lo && x < hi) return true;
+        }
+    }
+    return false;
 }
 
 /* The data movement and arithmetic, instrumented under TSan (the completing
@@ -457,6 +524,7 @@ static inline void wgmma_wait(int n) {
     const int limit = S.cur->ext.wg_committed - n;
     int done = 0;
     while (done < q.n && q.items[done].group < limit) wgmma_run(q.items[done++]);
+    wg_completed[S.cur->lin / 32] += done;
     if (done) {
         memmove(q.items, q.items + done, sizeof(WgPending) * (size_t)(q.n - done));
         q.n -= done;
@@ -574,7 +642,42 @@ static inline uint64_t *mbar_word(int line, unsigned bar) {
              "aligned", line, bar);
     return (uint64_t *)smem_ptr(line, bar, 8);
 }
+/* Per completion barrier, the wgmma reads still queued in the warps of the
+ * threads that arrived in its current phase, and those of its last complete
+ * phase: a thread that waits for that phase is ordered after the arrivals
+ * but not after those reads, so a bulk copy it issues may not overwrite them
+ * (tma_issue). */
+struct MbarReads {
+    unsigned bar;
+    int ncur, ndone;
+    WgRead cur[WG_READS_MAX], done[WG_READS_MAX];
+};
+enum { MBAR_TRACKED = 32 };
+static MbarReads mbar_reads[MBAR_TRACKED];
+static int n_mbar_reads;
+static MbarReads &mbar_reads_of(int line, unsigned bar) {
+    for (int i = 0; i < n_mbar_reads; ++i)
+        if (mbar_reads[i].bar == bar) return mbar_reads[i];
+    if (n_mbar_reads == MBAR_TRACKED)
+        fail(TN_EMU_BAD_LAUNCH, line, "line %d: more than %d completion barriers in a block",
+             line, (int)MBAR_TRACKED);
+    MbarReads &r = mbar_reads[n_mbar_reads++];
+    r.bar = bar;
+    r.ncur = r.ndone = 0;
+    return r;
+}
+static void add_read(int line, WgRead *set, int &n, const WgRead &x) {
+    for (int i = 0; i < n; ++i)
+        if (set[i].warp == x.warp && set[i].seq == x.seq && set[i].lo == x.lo) return;
+    if (n == WG_READS_MAX)
+        fail(TN_EMU_BAD_LAUNCH, line, "line %d: more than %d wgmma reads in flight across a "
+             "completion barrier", line, (int)WG_READS_MAX);
+    set[n++] = x;
+}
+
 TN_RT void mbar_init(int line, unsigned bar, unsigned count) {
+    MbarReads &r = mbar_reads_of(line, bar);
+    r.ncur = r.ndone = 0;
     if (count == 0 || count > 0xffffu)
         fail(TN_EMU_BAD_LAUNCH, line, "line %d: an mbarrier expecting %u arrivals", line, count);
     *mbar_word(line, bar) = (uint64_t)count | ((uint64_t)count << 16);
@@ -592,6 +695,17 @@ TN_RT void mbar_expect(int line, unsigned bar, unsigned bytes) {
 }
 TN_RT void mbar_arrive(int line, unsigned bar) {
     uint64_t *w = mbar_word(line, bar);
+    {  /* what this thread's warp has not read yet is not ordered by the arrival */
+        MbarReads &r = mbar_reads_of(line, bar);
+        const int warp = S.cur->lin / 32;
+        if (warp < WG_WARPS)
+            for (int i = 0; i < wgq[warp].n; ++i) {
+                WgRead two[2];
+                wgmma_reads_at(wgq[warp].items[i], warp, two);
+                add_read(line, r.cur, r.ncur, two[0]);
+                add_read(line, r.cur, r.ncur, two[1]);
+            }
+    }
     const uint64_t pending = (*w >> 16) & 0xffffu;
     if (pending == 0)
         fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: an arrival on the mbarrier at %#x, "
@@ -602,6 +716,24 @@ TN_RT void mbar_arrive(int line, unsigned bar) {
 TN_RT void tma_issue(int line, unsigned bar, void *dst, const unsigned char *data, int bytes) {
     if (tman == (int)(sizeof tmaq / sizeof tmaq[0]))
         fail(TN_EMU_BAD_LAUNCH, line, "line %d: more than %d bulk copies in flight", line, tman);
+    /* the copy may land at any time from now on: no wgmma still queued may
+     * read what it writes (a slot released before its mma completed) */
+    const uint32_t lo = (uint32_t)((unsigned char *)dst - tn_smem), hi = lo + (uint32_t)bytes;
+    for (int w = 0; w < WG_WARPS; ++w)
+        for (int i = 0; i < wgq[w].n; ++i)
+            if (wgmma_reads(wgq[w].items[i], lo, hi))
+                fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: a bulk copy overwrites shared "
+                     "memory that the wgmma warp %d issued at line %d has not read yet: its "
+                     "buffer was released before that mma completed", line, w,
+                     wgq[w].items[i].line);
+    /* ... nor one whose reads the issuing thread is not ordered after */
+    const CudaFiber &me = S.cur->ext;
+    for (int i = 0; i < me.nunordered; ++i)
+        if (me.unordered[i].lo < hi && lo < me.unordered[i].hi)
+            fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: a bulk copy overwrites shared memory "
+                 "that wgmma %d of warp %d may not have read yet: it was still queued when "
+                 "its warp released the buffer on the completion barrier this thread waited "
+                 "for", line, me.unordered[i].seq, me.unordered[i].warp);
     unsigned char *copy = (unsigned char *)malloc((size_t)bytes);
     memcpy(copy, data, (size_t)bytes);
     tmaq[tman++] = TmaCopy{bar, (unsigned char *)dst, copy, bytes, line, S.cur->lin};
@@ -633,6 +765,12 @@ TN_RT bool mbar_test(int line, unsigned bar, unsigned parity) {
              "that no bulk copy brings", line, bar, (unsigned long long)tx);
     const uint64_t expected = *w & 0xffffu;
     *w = (expected | (expected << 16)) | ((uint64_t)((*w >> 63) ^ 1u) << 63);
+    {  /* the phase is complete: its arrivals' unread wgmma operands go with it */
+        MbarReads &r = mbar_reads_of(line, bar);
+        memcpy(r.done, r.cur, sizeof(WgRead) * (size_t)r.ncur);
+        r.ndone = r.ncur;
+        r.ncur = 0;
+    }
 #ifdef __SANITIZE_THREAD__
     __tsan_release(w);
 #endif
@@ -645,9 +783,24 @@ TN_RT void mbar_wait(int line, unsigned bar, unsigned parity) {
                  "barrier at %#x never ends (an arrival is missing)", line, parity, bar);
         poll_again();
     }
+    const MbarReads &r = mbar_reads_of(line, bar);
+    memcpy(S.cur->ext.unordered, r.done, sizeof(WgRead) * (size_t)r.ndone);
+    S.cur->ext.nunordered = r.ndone;
 #ifdef __SANITIZE_THREAD__
     __tsan_acquire(mbar_word(line, bar));
 #endif
+}
+/* A block barrier: every wgmma complete before it is ordered before what
+ * follows it in every thread. */
+TN_RT int cuda_syncthreads(int line, int pred) {
+    const int r = syncthreads_impl(line, pred);
+    CudaFiber &me = S.cur->ext;
+    int kept = 0;
+    for (int i = 0; i < me.nunordered; ++i)
+        if (me.unordered[i].seq >= wg_completed[me.unordered[i].warp])
+            me.unordered[kept++] = me.unordered[i];
+    me.nunordered = kept;
+    return r;
 }
 
 /* The runtime's hooks: a block starts with no wgmma or bulk copy pending; a
@@ -655,6 +808,8 @@ TN_RT void mbar_wait(int line, unsigned bar, unsigned parity) {
  * with bulk copies in flight. */
 TN_RT void cuda_block_start() {
     for (WgQueue &q : wgq) q.n = 0;
+    for (int w = 0; w < WG_WARPS; ++w) wg_issued[w] = wg_completed[w] = 0;
+    n_mbar_reads = 0;
     for (int i = 0; i < tman; ++i) free(tmaq[i].data);
     tman = 0;
 }
@@ -682,10 +837,10 @@ TN_RT void cuda_thread_exit(Fiber *me) {
 #define gridDim (tn_emu::cur_grid_dim())
 #define warpSize (tn_emu::S.lanes)
 
-#define __syncthreads() tn_emu::syncthreads_impl(__LINE__, 0)
-#define __syncthreads_count(p) tn_emu::syncthreads_impl(__LINE__, (p) != 0)
-#define __syncthreads_and(p) (tn_emu::syncthreads_impl(__LINE__, (p) != 0) == (int)tn_emu::S.nthreads)
-#define __syncthreads_or(p) (tn_emu::syncthreads_impl(__LINE__, (p) != 0) != 0)
+#define __syncthreads() tn_emu::cuda_syncthreads(__LINE__, 0)
+#define __syncthreads_count(p) tn_emu::cuda_syncthreads(__LINE__, (p) != 0)
+#define __syncthreads_and(p) (tn_emu::cuda_syncthreads(__LINE__, (p) != 0) == (int)tn_emu::S.nthreads)
+#define __syncthreads_or(p) (tn_emu::cuda_syncthreads(__LINE__, (p) != 0) != 0)
 #define __syncwarp(...) tn_emu::syncwarp_at(__LINE__, ##__VA_ARGS__)
 #define __shfl_sync(...) tn_emu::shfl_at(__LINE__, __VA_ARGS__)
 #define __shfl_up_sync(...) tn_emu::shfl_up_at(__LINE__, __VA_ARGS__)
