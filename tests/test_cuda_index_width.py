@@ -161,3 +161,43 @@ def test_a_loop_bound_by_the_least_of_two_index_values_keeps_32_bit_code():
     o = np.zeros((1, 2, 70, 32), bf16.np)
     rep = tn.validate(kern, "cuda", inputs=[q, k, v, o, np.float32(0.125)], compiled=ck)
     assert rep.ok and rep.count("ok") == 1, rep.summary()
+
+
+def test_index_sums_and_literals_stay_index_arithmetic():
+    """The split causal key loops (``flash_attention`` with ``split=True``)
+    count ``maximum(0, minimum(K // bk, ...))`` whole blocks, then the
+    difference to the causal bound, and address key block ``whole + kb``:
+    an i64 literal, a sum, a difference and a product of index expressions
+    are index expressions, so the kernel keeps 32-bit code (each of them
+    held in a local as a data value made it 64-bit)."""
+    from types import SimpleNamespace
+
+    from tilenest.lowering import loopir as L
+    from tilenest.lowering import values as V
+    from tilenest.semantics import expr as E
+    from tilenest.workloads.attention import flash_kernel
+
+    def _scalar(name):  # type: ignore[no-untyped-def]  # an i64 op as scalar_op reads it
+        return SimpleNamespace(name=name, attrs={},
+                               results=(SimpleNamespace(type=SimpleNamespace(dtype=L.INDEX)),))
+
+    kern = flash_kernel(bf16).specialize(bq=32, bk=32, dh=32, dv=32, causal=True, split=True)
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
+                              device="emulated", cache=False)
+    assert ck.source.index_bits == 32, ck.source.index
+    assert "long long v_" not in ck.source.text
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((1, 2, n, 32)).astype(bf16.np) for n in (70, 100, 100))
+    o = np.zeros((1, 2, 70, 32), bf16.np)
+    rep = tn.validate(kern, "cuda", inputs=[q, k, v, o, np.float32(0.125)], compiled=ck)
+    assert rep.ok and rep.count("ok") == 1, rep.summary()
+    # the rule itself: i64 operands that are index expressions or literals
+    x = E.Sym("K")
+    for name, want in (("maximum", E.maximum(0, x)), ("sub", E.add(E.Const(0), -1 * x)),
+                       ("mul", E.mul(0, x)), ("add", E.add(0, x))):
+        got = V.scalar_op(_scalar(name), [L.Const(0, L.INDEX), L.IExpr(x)], frozenset())
+        assert got == L.IExpr(want), (name, got)
+    # a float or a data operand keeps its arithmetic
+    assert isinstance(V.scalar_op(_scalar("add"), [L.Const(0, L.INDEX),
+                                                    L.Ref(L.LVar("d", L.INDEX))],
+                                  frozenset()), L.Bin)

@@ -34,8 +34,21 @@ from .handles import BufH, Index, LazyH, VarH, const_handle, linear, project, un
 from .mma import MMA_UNITS, Clamp, Edges, TensorPlan, contract, tensor_contract, tensor_plan
 
 
-#: integer extremes whose operands and result are index expressions
-INDEX_EXTREMES = {"minimum": E.minimum, "maximum": E.maximum}
+#: i64 operations whose result is an index expression when their operands
+#: are: the extremes (exact), and the ring operations, which wrap in 64-bit
+#: two's complement exactly as index arithmetic is evaluated
+INDEX_EXACT = {"minimum": E.minimum, "maximum": E.maximum, "add": E.add,
+               "sub": lambda a, b: E.add(a, E.mul(-1, b)), "mul": E.mul}
+
+
+def _index_operand(a: L.Expr) -> E.Expr | None:
+    """``a`` as an index expression: an ``IExpr``'s own, an i64 literal's
+    value; else None."""
+    if isinstance(a, L.IExpr):
+        return a.e
+    if isinstance(a, L.Const) and a.dtype == L.INDEX:
+        return E.Const(int(a.value))
+    return None
 
 
 def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Expr:
@@ -44,11 +57,13 @@ def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Exp
     rt = op.results[0].type.dtype
     if n in UNARY:
         return L.Un(n, args[0], rt)
-    if n in INDEX_EXTREMES and rt == L.INDEX and all(isinstance(a, L.IExpr) for a in args):
-        # the least or greatest of two index expressions is one (exact: no
-        # rounding, no overflow), so code that bounds by it (a loop's trip
-        # count, a clamp) keeps index arithmetic the width proof can bound
-        return L.IExpr(INDEX_EXTREMES[n](args[0].e, args[1].e))
+    ix = [_index_operand(a) for a in args] if n in INDEX_EXACT and rt == L.INDEX else []
+    if ix and all(e is not None for e in ix):
+        # the least or greatest, sum, difference or product of index
+        # expressions (or literals) is one with the same value, so code that
+        # bounds by it (a loop's trip count, a clamp, a block's first key)
+        # keeps index arithmetic the width proof can bound
+        return L.IExpr(INDEX_EXACT[n](ix[0], ix[1]))
     if n in BINARY or n in COMPARE:
         return L.Bin(n, args[0], args[1], rt, flags)
     if n == "ite":

@@ -163,10 +163,11 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
             last = tn.minimum(nk, qb * bq + bq + nk - nq) if causal else nk
             # the key blocks every query row of the block sees whole (no key
             # past the end, none after the block's first query) need no mask
-            whole = tn.maximum(0, tn.minimum(nk // bk, (qb * bq + nk - nq + 1) // bk)) \
-                if causal else nk // bk
-            spans = ((0, whole, False), (whole, tn.cdiv(last, bk) - whole, True)) if split \
-                else ((0, tn.cdiv(last, bk), True),)
+            spans: tuple = ((0, tn.cdiv(last, bk), True),)
+            if split:
+                whole = tn.maximum(0, tn.minimum(nk // bk, (qb * bq + nk - nq + 1) // bk)) \
+                    if causal else nk // bk
+                spans = ((0, whole, False), (whole, tn.cdiv(last, bk) - whole, True))
             for first, count, masked in spans:
                 for kb in p.serial(tn.shape(count)):
                     s, vt = _block_scores(qt, k, v, (z, kvh, qb, first + kb.index()),
