@@ -83,9 +83,14 @@ def test_the_ring_becomes_one_loop_with_roles(stages):
     ({"stages": 4, "tma": False}, "not all bulk tensor copies"),
 ])
 def test_a_ring_that_cannot_be_specialized_is_an_error(kw, why):
+    """The refusal says why and points at the user's loop (the ``pipeline``
+    region the ring came from)."""
     kern = _gemm(128, 128, 64)
-    with pytest.raises(TilenestError, match=f"warp_roles: no ring of gemm.*{why}"):
+    with pytest.raises(TilenestError, match=f"warp_roles: no ring of gemm.*{why}") as err:
         lower_verified(kern.program, _sched(kern, **kw))
+    (site,) = err.value.sites
+    loop = next(op for op in kern.program.walk() if op.name == "pipeline")
+    assert site == loop.loc and site.file.endswith("workloads/gemm.py")
 
 
 def test_a_program_without_an_mma_ring_is_an_error():

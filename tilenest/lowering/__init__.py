@@ -69,6 +69,14 @@ def lower_verified(program, schedule: Schedule | None = None, maps: list | None 
     return _lower_simt(program, schedule, maps)
 
 
+def _loop_sites(program):  # type: ignore[no-untyped-def]
+    """The source site of the region op that introduced a loop-IR loop
+    variable (``kk.7`` -> the op whose ``vars`` holds ``kk``), by name."""
+    where = {v: op.loc for op in program.walk() if op.regions
+             for v in op.attrs.get("vars", ())}
+    return lambda name: where.get(name.rsplit(".", 1)[0])
+
+
 def _lower_simt(program, schedule: Schedule | None, maps: list | None) -> Kernel:
     """:func:`lower_verified` for the schedule's own ``mma_unit``."""
     from .simt import simt_kernel
@@ -137,6 +145,6 @@ def _lower_simt(program, schedule: Schedule | None, maps: list | None) -> Kernel
 
             raise UsageError("warp_roles needs the SIMT form (block_threads)",
                              hint="warp_roles is a cuda schedule field")
-        k = warp_roles(k, schedule.stages, schedule.block_threads)
+        k = warp_roles(k, schedule.stages, schedule.block_threads, _loop_sites(program))
     verify_kernel(k)
     return k

@@ -39,7 +39,9 @@ copies outside a specialized ring.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from ..errors import NotAvailableError
 from ..semantics import dtypes as D
@@ -113,7 +115,7 @@ def _prologue(body: list, at: int, loop: L.For, produce: L.If, ahead: int) -> in
     return i if found == ahead else None
 
 
-def _specialize(body: tuple, stages: int, threads: int, why: list[str]) -> tuple:
+def _specialize(body: tuple, stages: int, threads: int, why: list[tuple[str, str]]) -> tuple:
     """``body`` with every ring at program level specialized."""
     out: list = list(body)
     i = 0
@@ -130,8 +132,8 @@ def _specialize(body: tuple, stages: int, threads: int, why: list[str]) -> tuple
                 step = _at((s.body[-1],), s.var, E.add(E.Var(s.var.name), -ahead))[0]
                 start = _prologue(out, i, s, step, ahead)
                 if start is None:
-                    why.append(f"loop {s.var.name}: its prologue is not the ring's first "
-                               f"{ahead} producer steps")
+                    why.append((s.var.name, f"its prologue is not the ring's first {ahead} "
+                                            "producer steps"))
                 else:
                     consume = s.body[1:-2]
                     roles = L.Roles(stages, PRODUCERS, threads, split=1)
@@ -141,7 +143,7 @@ def _specialize(body: tuple, stages: int, threads: int, why: list[str]) -> tuple
                     i = start + 1
                     continue
             else:
-                why.append(f"loop {s.var.name}: {reason}")
+                why.append((s.var.name, reason))
                 out[i] = replace(s, body=_specialize(s.body, stages, threads, why))
         elif isinstance(s, L.If):
             out[i] = replace(s, then=_specialize(s.then, stages, threads, why),
@@ -150,19 +152,24 @@ def _specialize(body: tuple, stages: int, threads: int, why: list[str]) -> tuple
     return tuple(out)
 
 
-def warp_roles(k: L.Kernel, stages: int, threads: int) -> L.Kernel:
+def warp_roles(k: L.Kernel, stages: int, threads: int,
+               site_of: Callable[[str], Any] | None = None) -> L.Kernel:
     """``k`` (SIMT form, bulk copies settled, ``threads`` per block) with every
     qualifying ring specialized (module docstring); an error naming why when
-    none qualifies."""
-    why: list[str] = []
+    none qualifies, at the source sites ``site_of`` gives the loops (by
+    loop-IR variable name)."""
+    why: list[tuple[str, str]] = []
     phases = tuple(replace(ph, body=_specialize(ph.body, stages, threads, why))
                    for ph in k.phases)
     k = replace(k, phases=phases)
     if not any(isinstance(s, L.For) and s.roles is not None
                for ph in k.phases for s in L.walk(ph.body)):
-        detail = "; ".join(why) if why else "it has no loop producing tiles for an mma"
+        detail = "; ".join(f"loop {v}: {r}" for v, r in why) if why else \
+            "it has no loop producing tiles for an mma"
+        sites = tuple(x for x in (site_of(v) if site_of else None for v, _ in why)
+                      if x is not None)
         raise NotAvailableError(
-            f"warp_roles: no ring of {k.name} can be warp-specialized ({detail})",
+            f"warp_roles: no ring of {k.name} can be warp-specialized ({detail})", sites,
             hint="warp_roles needs mma_unit='wgmma', tma=True, stages >= 3 and a consumer "
                  "that only runs the warpgroup mma; leave warp_roles off otherwise")
     inside = in_roles(k)
