@@ -222,9 +222,8 @@ def test_a_slot_released_early_is_refuted(monkeypatch):
                              cache=False)
 
 
-def test_check_reports_the_tma_obligations(tmp_path):
-    src = tmp_path / "bgemm.py"
-    src.write_text('''
+#: a GEMM of 128 x 128 x 64 bf16 tiles in a pipelined K loop, as a user's file
+BGEMM_SOURCE = '''
 import tilenest as tn
 from tilenest import bf16, f32
 
@@ -246,7 +245,12 @@ def bgemm(A: tn.Tensor[bf16, "M K"], B: tn.Tensor[bf16, "K N"], C: tn.Tensor[f32
             kk.stage("compute")
             acc = tn.mma(a, b, acc, allow_reassociation=True)
         C(tn.coord(i * 128, j * 128), tn.shape(128, 128)).store(acc)
-''')
+'''
+
+
+def test_check_reports_the_tma_obligations(tmp_path):
+    src = tmp_path / "bgemm.py"
+    src.write_text(BGEMM_SOURCE)
     r = subprocess.run([sys.executable, "-m", "tilenest.cli", "check", str(src), "--target",
                         "cuda", "--set", "tma=True"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -26,6 +26,7 @@ from tilenest.proofs import gpu
 from tilenest.proofs.obligation import PROVED, REFUTED, discharge
 from tilenest.semantics import expr as E
 from tilenest.workloads import WORKLOADS
+from test_cuda_tma import BGEMM_SOURCE
 
 KINDS = (gpu.ROLES_FULL, gpu.ROLES_VERSIONS, gpu.ROLES_RELEASE, gpu.ROLES_PARITY)
 
@@ -257,29 +258,7 @@ def test_a_refuted_roles_obligation_refuses_the_compile(monkeypatch):
 # ------------------------------------------------------------------ command line
 def test_check_reports_the_roles_obligations(tmp_path):
     src = tmp_path / "bgemm.py"
-    src.write_text('''
-import tilenest as tn
-from tilenest import bf16, f32
-
-
-@tn.kernel
-def bgemm(A: tn.Tensor[bf16, "M K"], B: tn.Tensor[bf16, "K N"], C: tn.Tensor[f32, "M N"]):
-    m, k = A.dims()
-    n = C.dim(1)
-    B = B.with_dims(k, n)
-    C = C.with_dims(m, n)
-    M, K = A.shape
-    for nest in tn.parallel(tn.shape(tn.cdiv(M, 128), tn.cdiv(B.shape[1], 128))):
-        i, j = nest.index(0), nest.index(1)
-        acc = tn.zeros(f32, tn.shape(128, 128), dims=(m, n))
-        for kk in nest.pipeline(tn.shape(tn.cdiv(K, 64)), tn.pipeline_policy(window=2)):
-            kk.stage("load")
-            a = A[tn.coord(i * 128, kk.index() * 64), tn.shape(128, 64), tn.bounds.zero]
-            b = B[tn.coord(kk.index() * 64, j * 128), tn.shape(64, 128), tn.bounds.zero]
-            kk.stage("compute")
-            acc = tn.mma(a, b, acc, allow_reassociation=True)
-        C(tn.coord(i * 128, j * 128), tn.shape(128, 128)).store(acc)
-''')
+    src.write_text(BGEMM_SOURCE)
     r = subprocess.run([sys.executable, "-m", "tilenest.cli", "check", str(src), "--target",
                         "cuda", "--set", "tma=True", "--set", "warp_roles=True", "--set",
                         "stages=4", "--set", "mma_unit=wgmma"],

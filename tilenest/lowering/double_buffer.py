@@ -238,7 +238,7 @@ def _versioned(body: tuple, xs: dict[str, tuple[L.Buffer, E.Expr]], store_mode: 
     return L.map_stmts(body, fe, fs)
 
 
-def _at(body: tuple, var: L.LVar, value: E.Expr) -> tuple:
+def at_step(body: tuple, var: L.LVar, value: E.Expr) -> tuple:
     """``body`` with loop variable ``var`` replaced by ``value``."""
     v = E.Var(var.name)
 
@@ -291,7 +291,7 @@ def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages:
 
     def produce(k: E.Expr) -> L.If:
         return L.If(L.IPred(E.cmp("<", k, loop.hi)),
-                    _versioned(_at(prod, loop.var, k), version(k), "async"))
+                    _versioned(at_step(prod, loop.var, k), version(k), "async"))
 
     overlap = stages >= 3 and any(isinstance(x, L.WarpMma) and x.group > 1 and
                                   x.c.lane_cols for x in L.walk(cons))

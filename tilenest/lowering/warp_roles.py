@@ -48,7 +48,7 @@ from ..semantics import dtypes as D
 from ..semantics import expr as E
 from . import loopir as L
 from .bulk_copy import BARRIERS, barrier_count, standing
-from .double_buffer import _at
+from .double_buffer import at_step
 
 #: the name of the specialized rings' completion barriers (``full`` slots,
 #: then ``empty`` slots)
@@ -105,7 +105,7 @@ def _prologue(body: list, at: int, loop: L.For, produce: L.If, ahead: int) -> in
     while i > 0 and found < ahead:
         s = body[i - 1]
         if isinstance(s, L.If):
-            want = _at((produce,), loop.var, E.add(loop.lo, ahead - 1 - found))[0]
+            want = at_step((produce,), loop.var, E.add(loop.lo, ahead - 1 - found))[0]
             if s != want:
                 return None
             found += 1
@@ -129,7 +129,7 @@ def _specialize(body: tuple, stages: int, threads: int, why: list[tuple[str, str
                 reason = "no block barrier completes it"
             if reason is None:
                 ahead = stages - 1
-                step = _at((s.body[-1],), s.var, E.add(E.Var(s.var.name), -ahead))[0]
+                step = at_step((s.body[-1],), s.var, E.add(E.Var(s.var.name), -ahead))[0]
                 start = _prologue(out, i, s, step, ahead)
                 if start is None:
                     why.append((s.var.name, f"its prologue is not the ring's first {ahead} "

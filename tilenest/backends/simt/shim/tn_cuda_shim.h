@@ -344,7 +344,9 @@ static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
 }
 
 /* The two ranges of the shared window (a's rows, b) a queued wgmma of warp
- * `warp` reads. */
+ * `warp` reads: from the least to past the greatest byte address (each
+ * operand tile lies within its own 1024-byte atoms, so a range covers no
+ * other version of a ring). */
 static void wgmma_reads_at(const WgPending &p, int warp, WgRead out[2]) {
     const WgOperands op(p);
     uint32_t alo = ~0u, ahi = 0, blo = ~0u, bhi = 0;
@@ -364,21 +366,6 @@ static void wgmma_reads_at(const WgPending &p, int warp, WgRead out[2]) {
     out[1] = WgRead{warp, p.seq, blo, bhi};
 }
 
-/* Whether a queued wgmma will read a byte of the shared window [lo, hi). */
-static bool wgmma_reads(const WgPending &p, uint32_t lo, uint32_t hi) {
-    const WgOperands op(p);
-    for (int k = 0; k < op.depth; ++k) {
-        for (int i = 0; i < 16; ++i) {
-            const uint32_t x = op.a(p.wg, i, k);
-            if (x + op.size > lo && x < hi) return true;
-        }
-        for (int j = 0; j < p.n; ++j) {
-            const uint32_t x = op.b(j, k);
-            if (x + op.size > lo && x < hi) return true;
-        }
-    }
-    return false;
-}
 
 /* The data movement and arithmetic, instrumented under TSan (the completing
  * lane's reads of shared memory are real accesses); `matrix_op` below is the
@@ -720,12 +707,16 @@ TN_RT void tma_issue(int line, unsigned bar, void *dst, const unsigned char *dat
      * read what it writes (a slot released before its mma completed) */
     const uint32_t lo = (uint32_t)((unsigned char *)dst - tn_smem), hi = lo + (uint32_t)bytes;
     for (int w = 0; w < WG_WARPS; ++w)
-        for (int i = 0; i < wgq[w].n; ++i)
-            if (wgmma_reads(wgq[w].items[i], lo, hi))
-                fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: a bulk copy overwrites shared "
-                     "memory that the wgmma warp %d issued at line %d has not read yet: its "
-                     "buffer was released before that mma completed", line, w,
-                     wgq[w].items[i].line);
+        for (int i = 0; i < wgq[w].n; ++i) {
+            WgRead two[2];
+            wgmma_reads_at(wgq[w].items[i], w, two);
+            for (const WgRead &r : two)
+                if (r.lo < hi && lo < r.hi)
+                    fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: a bulk copy overwrites "
+                         "shared memory that the wgmma warp %d issued at line %d has not read "
+                         "yet: its buffer was released before that mma completed", line, w,
+                         wgq[w].items[i].line);
+        }
     /* ... nor one whose reads the issuing thread is not ordered after */
     const CudaFiber &me = S.cur->ext;
     for (int i = 0; i < me.nunordered; ++i)
