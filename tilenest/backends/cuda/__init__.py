@@ -120,8 +120,7 @@ def stage_source(program: TileProgram, s: Schedule, maps: list | None = None
     k = lower_verified(program, s, maps)
     aliased = frozenset(n for g in s.aliases for n in g)
     # the block's threads: a warp-specialized ring's producer warp included
-    threads = max(block_threads(k).values(), default=s.block_threads) if s.block_threads \
-        else s.block_threads
+    threads = max(block_threads(k).values()) if s.block_threads else None
     blocks = s.min_blocks if s.min_blocks is not None else \
         default_min_blocks(k, threads, CUDA_ROW.profile)
     return k, emit_cuda(k, aliased, s.index_bits, blocks, s.cache_hints, s.grid_blocks)
@@ -445,7 +444,8 @@ def _refuse_unlaunchable(res: list, program: TileProgram) -> list:
         hint = {gpu.SHARED: "use smaller tiles or fewer pipeline versions "
                             "(Schedule.stages); shared memory holds every live version",
                 gpu.LIMIT: "use fewer threads per block (Schedule.block_threads; "
-                           "warp_roles adds a producer warp) or fewer programs"}.get(o.kind, "use a smaller schedule")
+                           "warp_roles adds a producer warp) or fewer programs"
+                }.get(o.kind, "use a smaller schedule")
         raise TilenestError(f"the cuda schedule does not fit the GPU: {o.kind}: {o.title}",
                             o.sites or program.loc, hint, notes=tuple(o.counterexample_lines()))
     return res
