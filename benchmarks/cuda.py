@@ -155,6 +155,9 @@ GEMM_SCHEDULES = (({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_ROLES, "stages": 4, "block_threads": 512}),
                   ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_ROLES, "stages": 5}),
+                  # two blocks a multiprocessor (96 KiB of tiles each): one
+                  # block's epilogue overlaps the other's K loop
+                  ({"bm": 128, "bn": 128, "bk": 64, "loop": "pipeline"}, {**_ROLES, "stages": 3}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_WG, "stages": 4, "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 3}),
@@ -1516,6 +1519,9 @@ FP8_GEMM_TILES = (# the fastest measured first (``--quick`` times it alone): war
                   # the same, warp-specialized
                   ({"bm": 128, "bn": 128, "bk": 128}, {**_ROLES, "stages": 4}),
                   ({"bm": 128, "bn": 256, "bk": 128}, {**_ROLES, "stages": 3}),
+                  ({"bm": 128, "bn": 256, "bk": 128}, {**_ROLES, "stages": 4}),
+                  # two blocks a multiprocessor (96 KiB of tiles each)
+                  ({"bm": 128, "bn": 128, "bk": 128}, {**_ROLES, "stages": 3}),
                   ({"bm": 256, "bn": 128, "bk": 128}, {**_ROLES, "stages": 3,
                                                          "block_threads": 512}),
                   ({"bm": 128, "bn": 256, "bk": 128}, {**_TMA, "stages": 3}),

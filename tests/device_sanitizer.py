@@ -2,10 +2,11 @@
 
     python tests/device_sanitizer.py [--tools memcheck,racecheck,synccheck]
         [--workers N] [--chunk K] [--deadline SECONDS] [--timeout SECONDS]
-        [--log-dir DIR] [-k EXPR] [--slow]
+        [--log-dir DIR] [-k EXPR] [--slow] [PATH ...]
 
-Every test of ``tests/test_cuda_device.py`` (marker ``device``; ``--slow``
-adds the exhaustive ``slow`` ones) runs under each tool. A sanitizer
+Every test marked ``device`` under the given paths (default ``tests``, the
+whole device suite; ``--slow`` adds the exhaustive ``slow`` ones) runs under
+each tool. A sanitizer
 slows every kernel by one to three orders of magnitude and instruments
 every module a process loads, so the tests are cut into chunks of ``--chunk``
 test ids and each (tool, chunk) pair is one process,
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUITE = "tests/test_cuda_device.py"
+SUITE = ("tests",)
 TOOLS = ("racecheck", "memcheck", "synccheck")  # slowest first
 
 #: the sanitizer's closing line: ``ERROR SUMMARY: 3 errors`` (memcheck,
@@ -64,17 +65,18 @@ class Chunk:
     notes: list[str] = field(default_factory=list)
 
 
-def collect(kexpr: str | None, slow: bool) -> list[str]:
-    """The device suite's test ids (no GPU is needed to collect them)."""
+def collect(paths: list[str], kexpr: str | None, slow: bool) -> list[str]:
+    """The ids of the device tests under ``paths`` (no GPU is needed to
+    collect them)."""
     marker = "device" if slow else "device and not slow"
-    cmd = [sys.executable, "-m", "pytest", SUITE, "-m", marker, "--collect-only", "-q",
+    cmd = [sys.executable, "-m", "pytest", *paths, "-m", marker, "--collect-only", "-q",
            "-o", "addopts=", "-p", "no:xdist", "-p", "no:cacheprovider"]
     if kexpr:
         cmd += ["-k", kexpr]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     ids = [ln.strip() for ln in out.stdout.splitlines() if "::" in ln]
     if out.returncode not in (0, 5) or not ids:
-        sys.exit(f"tilenest: collecting {SUITE} failed (exit {out.returncode}):\n"
+        sys.exit(f"tilenest: collecting {' '.join(paths)} failed (exit {out.returncode}):\n"
                  f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
     return ids
 
@@ -167,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-dir", type=Path, default=Path("sanitizer-logs"))
     ap.add_argument("-k", dest="kexpr", help="pytest -k expression selecting tests")
     ap.add_argument("--slow", action="store_true", help="include the slow exhaustive tests")
+    ap.add_argument("paths", nargs="*", default=list(SUITE),
+                    help="test files or folders (default: tests, the whole device suite)")
     a = ap.parse_args(argv)
     tools = [t for t in a.tools.split(",") if t]
     bad = [t for t in tools if t not in TOOLS]
@@ -176,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         print("tilenest: compute-sanitizer is not on PATH (it comes with the CUDA toolkit)",
               file=sys.stderr)
         return 2
-    ids = collect(a.kexpr, a.slow)
+    ids = collect(a.paths, a.kexpr, a.slow)
     a.log_dir.mkdir(parents=True, exist_ok=True)
     work = sorted(chunks(ids, a.chunk, tools), key=lambda c: TOOLS.index(c.tool))
     deadline = time.monotonic() + a.deadline

@@ -60,7 +60,7 @@ def driver():  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="module")
 def n_examples(driver):  # type: ignore[no-untyped-def]
     """How many device tests ``-k example`` selects (one per example file)."""
-    return len(driver.collect("example", False))
+    return len(driver.collect(list(driver.SUITE), "example", False))
 
 
 @pytest.fixture
