@@ -47,9 +47,14 @@ class CudaEmitter(Emitter):
         #: whether a warpgroup mma (wgmma) reads shared memory
         self.has_group_mma = any(isinstance(s, L.WarpMma) and s.group > 1
                                  for ph in k.phases for s in L.walk(ph.body))
-        #: (operand dtype, n, b K-major) of each wgmma instruction wrapper the
-        #: source needs
-        self.wgmma_shapes: set[tuple[str, int, bool]] = set()
+        #: (operand dtype, n, b K-major, a in registers) of each wgmma
+        #: instruction wrapper the source needs
+        self.wgmma_shapes: set[tuple[str, int, bool, bool]] = set()
+        #: arrays the phase being emitted declares at its start, by name: the
+        #: A registers of register-A wgmmas, which the instructions may read
+        #: until the wait that completes them (for an overlapped one, after
+        #: the statement's own block)
+        self.phase_arrays: dict[str, str] = {}
         #: shared buffers whose 32-bit base address the phase being emitted
         #: uses (:meth:`saddr`); declared at the phase's start (:meth:`phase_decls`)
         self.shared_bases: set[str] = set()
@@ -274,10 +279,13 @@ class CudaEmitter(Emitter):
 
     def phase_decls(self, layout: list) -> list[str]:
         """The shared-window base of each buffer the phase addresses as such
-        (``cp.async`` destinations, ``wgmma`` operands), converted once."""
+        (``cp.async`` destinations, ``wgmma`` operands), converted once; the
+        arrays of :attr:`phase_arrays`."""
         out = [f"const unsigned {self.buf(b)}_s = tn_smem_addr({self.buf(b)});"
                for b, _ in layout if b.name in self.shared_bases]
         self.shared_bases = set()
+        out += self.phase_arrays.values()
+        self.phase_arrays = {}
         inits = []
         if self.phase_now in self.tma_phases:
             # the completion barriers, one arrival per phase, before any copy
@@ -301,8 +309,8 @@ class CudaEmitter(Emitter):
 
     def preamble(self) -> list[str]:
         """The ``wgmma`` instruction wrappers of the shapes the source uses."""
-        return [line for dt, n, kb in sorted(self.wgmma_shapes)
-                for line in wgmma_wrapper(dt, n, kb)]
+        return [line for dt, n, kb, ra in sorted(self.wgmma_shapes)
+                for line in wgmma_wrapper(dt, n, kb, ra)]
 
     # -- tensor cores -----------------------------------------------------------------------
     def resident_plan(self, s: L.For) -> "tuple[L.For, L.WarpMma] | None":
@@ -423,16 +431,36 @@ class CudaEmitter(Emitter):
         buffer. The accumulator
         is the thread's ``n/2`` registers in the instruction's order
         (``loopir.lane_cell``): the lane fragment itself, or a copy of the
-        thread's cells of ``c``."""
+        thread's cells of ``c``.
+
+        A 16-bit ``a`` that is a lane fragment (``a.lane_cols``: the thread's
+        ``local`` cells of the ``64 x k`` tile) is read from registers (the
+        register-A form, ``tn_wgmma_<dt>_n<n>_ra``): step ``kk``'s four A
+        registers are the thread's cells of column blocks ``2 kk`` and ``2 kk
+        + 1``, ``offset + 8 kk`` on, two to a register, the first in the low
+        half (the ``mma.sync`` order); ``a`` then has no descriptor and no
+        shared layout. All steps' registers are packed before the fence (a
+        register written between the fence and its wgmma makes ptxas insert
+        another fence there), into an array of the phase (:attr:`phase_arrays`:
+        the instruction may read it, like the accumulator, until the wait
+        that completes it). An overlapped one must therefore be complete
+        before the statement runs again, which packs the registers anew (the
+        emulator reports a write of them before the wait)."""
         la, lb = s.a.buf.layout, s.b.buf.layout
-        if la is None or lb is None or s.m != 64:
+        ra = bool(s.a.lane_cols)  # a in the thread's registers
+        if lb is None or s.m != 64 or (la is None and not ra):
             raise NotAvailableError("a warpgroup mma needs 64-row tiles of swizzled shared "
                                     "operands", hint="use mma_unit='tensor'")
         fp8 = s.a.buf.dtype.is_fp8
+        if ra and fp8:
+            raise NotAvailableError("a warpgroup mma of FP8 operands reads a from swizzled "
+                                    "shared memory only, not from the threads' registers",
+                                    hint="stage the FP8 a tile in shared memory, or use "
+                                    "mma_unit='tensor'")
         dt = operand_kind(s.a.buf.dtype, s.b.buf.dtype)
         kb = fp8 or s.b.si == 1  # b K-major: stored n x k (FP8 always)
-        self.wgmma_shapes.add((dt, s.n, kb))
-        fn = wgmma_name(dt, s.n, kb)
+        self.wgmma_shapes.add((dt, s.n, kb, ra))
+        fn = wgmma_name(dt, s.n, kb, ra)
         u = self.names(s.tag, "mma")
         isz = max(1, s.a.buf.dtype.itemsize)
         step = 32 if fp8 else 16  # the instruction's depth: 32 bytes of a row either way
@@ -440,12 +468,24 @@ class CudaEmitter(Emitter):
         self.w(f"{{  // group_mma {s.m}x{s.n}x{s.k}: {s.c} += {s.a} * {s.b}")
         self.ind += 1
         self.w(f"const int {u}_l = (int)({self.idx(s.lane)});")
-        # one descriptor per operand; a later step adds its byte offset / 16
-        # to the address field (tn_wgmma_desc_at). A K-major b is laid out as a.
+        # one descriptor per shared operand; a later step adds its byte offset
+        # / 16 to the address field (tn_wgmma_desc_at). A K-major b is laid
+        # out as a.
         blead = 16 if kb else lb.rows * 128
-        self.w(f"const tn_u64 {u}_a = tn_wgmma_desc({self.saddr(s.a.buf, s.a.offset)}, 16u, "
-               f"1024u), {u}_b = tn_wgmma_desc({self.saddr(s.b.buf, s.b.offset)}, "
-               f"{blead}u, 1024u);")
+        bdesc = f"tn_wgmma_desc({self.saddr(s.b.buf, s.b.offset)}, {blead}u, 1024u)"
+        if ra:
+            self.w(f"const tn_u64 {u}_b = {bdesc};")
+            self.w(f"const {self.it} {u}_oa = {self.idx(s.a.offset)};")
+            # register i of the steps (step i / 4, register i % 4): cells 2 i, 2 i + 1
+            regs, a = 4 * (s.k // step), self.buf(s.a.buf)
+            self.phase_arrays[f"{u}_ra"] = f"unsigned {u}_ra[{regs // 4}][4];"
+            self.w(self.d.unroll)
+            self.w(f"for (int {u}_i = 0; {u}_i < {regs}; ++{u}_i)")
+            self.w(f"  {u}_ra[{u}_i / 4][{u}_i % 4] = (unsigned)tn_get16({a}[{u}_oa + 2 * {u}_i]) "
+                   f"| ((unsigned)tn_get16({a}[{u}_oa + 2 * {u}_i + 1]) << 16);")
+        else:
+            self.w(f"const tn_u64 {u}_a = tn_wgmma_desc({self.saddr(s.a.buf, s.a.offset)}, "
+                   f"16u, 1024u), {u}_b = {bdesc};")
         if frag:
             d = f"&{self.buf(s.c.buf)}[{self.idx(s.c.offset)}]"
         else:
@@ -453,11 +493,16 @@ class CudaEmitter(Emitter):
             self.w(f"const {self.it} {u}_oc = {self.idx(s.c.offset)};")
             self.w(f"float {u}_d[{s.n // 2}];")
             self.group_cells(s, u, load=True)
+        # the fence orders the earlier writes of the registers the steps read
+        # (the accumulator, a's) before them
         self.w("tn_wgmma_fence();")
         for j in range(s.k // step):
             k0 = step * j
-            ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
             bo = (k0 // lb.panel) * lb.rows * 128 + (k0 % lb.panel) * isz if kb else k0 * 128
+            if ra:
+                self.w(f"{fn}({d}, {u}_ra[{j}], tn_wgmma_desc_at({u}_b, {bo}u));")
+                continue
+            ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
             self.w(f"{fn}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
                    f"tn_wgmma_desc_at({u}_b, {bo}u));")
         # an overlapped mma completes at a later barrier (Barrier.mma_keep)
@@ -543,13 +588,14 @@ def operand_kind(a: Any, b: Any) -> str:
     return f"{_PTX_FP8[a.name]}_{_PTX_FP8[b.name]}" if a.is_fp8 else a.name
 
 
-def wgmma_name(dt: str, n: int, kb: bool) -> str:
-    """The wrapper of :func:`wgmma_wrapper` for these operands (``_kb``: a
-    16-bit ``b`` read K-major)."""
-    return f"tn_wgmma_{dt}_n{n}" + ("_kb" if kb and "_" not in dt else "")
+def wgmma_name(dt: str, n: int, kb: bool, ra: bool = False) -> str:
+    """The wrapper of :func:`wgmma_wrapper` for these operands (``_ra``: a
+    16-bit ``a`` in registers; ``_kb``: a 16-bit ``b`` read K-major)."""
+    return (f"tn_wgmma_{dt}_n{n}" + ("_ra" if ra else "")
+            + ("_kb" if kb and "_" not in dt else ""))
 
 
-def wgmma_wrapper(dt: str, n: int, kb: bool = False) -> list[str]:
+def wgmma_wrapper(dt: str, n: int, kb: bool = False, ra: bool = False) -> list[str]:
     """The source lines defining ``tn_wgmma_<dt>_n<n>[_kb](d, desc_a, desc_b)``:
     ``d += a * b`` for one step of a warpgroup (64 x ``n`` x 16 for 16-bit
     operands, ``dt`` ``f16`` or ``bf16``; 64 x ``n`` x 32 for FP8, ``dt`` the
@@ -559,8 +605,19 @@ def wgmma_wrapper(dt: str, n: int, kb: bool = False) -> list[str]:
     no transpose for 8-bit types) in shared memory. On the device one
     ``wgmma.mma_async`` (asynchronous: ``tn_wgmma_commit``/``tn_wgmma_wait0``
     complete it); in the emulator a collective of each warp computing its 16
-    rows (``tn_cuda_shim.h``; kind bit 8: a 16-bit ``b`` read K-major)."""
-    name = wgmma_name(dt, n, kb)
+    rows (``tn_cuda_shim.h``; kind bit 8: a 16-bit ``b`` read K-major).
+
+    With ``ra`` (16-bit operands only) it is the register-A form
+    ``tn_wgmma_<dt>_n<n>_ra[_kb](d, a, desc_b)``: ``a`` the thread's four A
+    registers of the step (``unsigned[4]``, each two 16-bit elements, the
+    first in the low half; the PTX fragment of ``a`` is per warp
+    ``mma.m16n8k16``'s, warp ``w`` of the group holding rows ``16 w ..
+    16 w + 15``); the instruction has no ``imm-trans-a`` operand then. The
+    emulator's entry is ``tn_emu::wgmma_ra_at`` (kind bit 16)."""
+    if ra and "_" in dt:
+        raise NotAvailableError("a warpgroup mma of FP8 operands reads a from swizzled shared "
+                                "memory only", hint="stage the FP8 a tile in shared memory")
+    name = wgmma_name(dt, n, kb, ra)
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
@@ -571,7 +628,27 @@ def wgmma_wrapper(dt: str, n: int, kb: bool = False) -> list[str]:
     else:
         kind = (1 if dt == "bf16" else 0) | (8 if kb else 0)
         shape, types = f"m64n{n}k16", f"{dt}.{dt}"
-        imms = f"p, 1, 1, 0, {0 if kb else 1}"
+        # scale-d, imm-scale-a, imm-scale-b, [imm-trans-a,] imm-trans-b
+        imms = f"p, 1, 1, {0 if kb else 1}" if ra else f"p, 1, 1, 0, {0 if kb else 1}"
+    if ra:
+        # operands: d (regs), the four A registers, desc_b, the scale-d flag
+        ins = ", ".join(f"%{regs + j}" for j in range(4))
+        emulated = f"tn_emu::wgmma_ra_at(__LINE__, {kind}, {n}, (d), (a), (db))"
+        return [
+            "#ifdef TN_EMULATE",
+            f"#define {name}(d, a, db) {emulated}",
+            "#else",
+            f"TN_FN void {name}(float* d, const unsigned* a, tn_u64 db) {{",
+            '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 5) + ', 0;\\n"',
+            f'               "wgmma.mma_async.sync.aligned.{shape}.f32.{types} "',
+            f'               "{{{outs}}}, "',
+            f'               "{{{ins}}}, %{regs + 4}, {imms};\\n}}\\n"',
+            f"               : {cons}",
+            '               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));',
+            "}",
+            "#endif",
+            "",
+        ]
     return [
         "#ifdef TN_EMULATE",
         f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {kind}, {n}, (d), (da), (db))",

@@ -182,7 +182,9 @@ CUDA = Dialect(
            "that reach the call",
         10: "a bulk copy's completion barrier (mbarrier) must expect its bytes before they "
             "land, see one arrival per phase, and be waited for before the next group "
-            "reuses it; the issuing thread waits for its copies before it exits",
+            "reuses it; the issuing thread waits for its copies before it exits. A wgmma's "
+            "accumulator and A registers stay unwritten until the wgmma wait_group that "
+            "completes it",
     },
 )
 

@@ -136,13 +136,19 @@ TN_RT void async_words(void *dst, const void *src, int bytes) {
 
 /* A wgmma a warp issued and nobody has waited for yet (see wgmma_compute):
  * its shape, descriptors, the warp's index in its warpgroup, each lane's
- * accumulator registers, and its group (the lanes' commit count at issue). */
+ * accumulator registers with a digest of their values, and its group (the
+ * lanes' commit count at issue); with A in registers (kind bit 16), each
+ * lane's four A registers as they were at issue and where they are. */
 struct WgPending {
-    int kind;  /* 0 f16, 1 bf16, 2 + (a e5m2) + 2 (b e5m2): FP8 (else e4m3fn) */
+    int kind;  /* 0 f16, 1 bf16, 2 + (a e5m2) + 2 (b e5m2): FP8 (else e4m3fn);
+                  + 8: a 16-bit B read K-major; + 16: a 16-bit A in registers */
     int n, wg, line, group;
     int seq;   /* its number among its warp's wgmmas (wg_issued) */
     uint64_t da, db;
     float *d[32];
+    uint64_t dsum[32];     /* digest of each lane's accumulator as this wgmma reads it */
+    const void *ra_at[32];  /* register A: each lane's registers */
+    uint32_t ra[32][4];     /* register A: their values at issue */
 };
 enum { WG_MAX = 64 };  /* pending wgmmas per warp */
 struct WgQueue {
@@ -179,7 +185,7 @@ struct MatLane {
     const void *src;     /* ldmatrix: this lane's row address */
     unsigned *regs;      /* ldmatrix: the four registers it receives */
     float *d;            /* mma: accumulator fragment (read and written) */
-    const unsigned *a;   /* mma: A fragment (4 registers) */
+    const unsigned *a;   /* mma, and wgmma with A in registers: A fragment (4 registers) */
     const unsigned *b;   /* mma: B fragment (2 registers) */
     uint64_t da, db;     /* wgmma: the shared-memory matrix descriptors of A and B */
     int n;               /* wgmma: columns of the tile; FP8 mma: bit 0 (1) a (b) is e5m2 */
@@ -244,8 +250,29 @@ static inline float toward_zero(double x) {
  * but its N newest groups, reading the operands then -- the latest moment
  * the hardware may -- so that shared memory overwritten before the wait is
  * seen as the wrong operand it would be. A thread that exits with its warp's
- * wgmmas pending is an error. Arithmetic as for mma.sync. */
+ * wgmmas pending is an error. Arithmetic as for mma.sync.
+ * The register-A form (16-bit operands; kind bit 16) takes A from the lanes'
+ * registers instead of a descriptor: lane l of warp wg holds rows 16 wg + g
+ * and 16 wg + g + 8 of the 64 x 16 step, in mma.m16n8k16's layout -- a0 (g,
+ * 2q+e), a1 (g+8, 2q+e), a2 (g, 2q+8+e), a3 (g+8, 2q+8+e), e the half of the
+ * register (low first). Their values at issue are the operand.
+ * The device reads the accumulator and A registers of a wgmma at some moment
+ * before the wait that completes it, so writing them in between (other than
+ * by the wgmmas of the same accumulator, which chain in order) is undefined:
+ * at its run a wgmma whose accumulator (a digest of its values) or A
+ * registers differ from what it was issued with is an error. */
 static inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
+
+/* a digest of the n floats at d (their bits; FNV-1a) */
+static inline uint64_t digest(const float *d, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; ++i) {
+        uint32_t u;
+        memcpy(&u, d + i, 4);
+        h = (h ^ u) * 1099511628211ull;
+    }
+    return h;
+}
 
 static float wgmma_operand(uint32_t addr, int kind, int which, int line) {
     kind &= 7;  /* bit 8: a 16-bit B read K-major (the layout, not the type) */
@@ -265,6 +292,7 @@ static float wgmma_operand(uint32_t addr, int kind, int which, int line) {
 static void wgmma_issue(MatLane *const *ln, int line, int warp) {
     const int n = ln[0]->n;
     const uint64_t da = ln[0]->da, db = ln[0]->db;
+    const bool ra = ln[0]->kind & 16;
     for (int k = 1; k < 32; ++k)
         if (ln[k]->n != n || ln[k]->da != da || ln[k]->db != db || ln[k]->wg != ln[0]->wg ||
             ln[k]->group != ln[0]->group || ln[k]->kind != ln[0]->kind)
@@ -274,11 +302,12 @@ static void wgmma_issue(MatLane *const *ln, int line, int warp) {
     if (n < 8 || n > 256 || n % 8)
         fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: n = %d is not a multiple of "
              "8 in 8..256", line, n);
-    for (uint64_t desc : {da, db})
-        if ((desc >> 62) != 1u)
+    const uint64_t descs[2] = {db, da};
+    for (int i = 0; i < (ra ? 1 : 2); ++i)  /* A in registers has no descriptor */
+        if ((descs[i] >> 62) != 1u)
             fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: descriptor %#llx uses "
                  "swizzle mode %u; the emulator has the 128-byte mode (1) only", line,
-                 (unsigned long long)desc, (unsigned)(desc >> 62));
+                 (unsigned long long)descs[i], (unsigned)(descs[i] >> 62));
     WgQueue &q = wgq[warp];
     if (q.n == WG_MAX)
         fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: warp %d has %d wgmmas pending; "
@@ -292,7 +321,12 @@ static void wgmma_issue(MatLane *const *ln, int line, int warp) {
     p.seq = wg_issued[warp]++;
     p.da = da;
     p.db = db;
-    for (int k = 0; k < 32; ++k) p.d[k] = ln[k]->d;
+    for (int k = 0; k < 32; ++k) {
+        p.d[k] = ln[k]->d;
+        p.dsum[k] = digest(ln[k]->d, n / 2);
+        p.ra_at[k] = ra ? ln[k]->a : nullptr;
+        if (ra) memcpy(p.ra[k], ln[k]->a, sizeof p.ra[k]);
+    }
 }
 
 /* The shared-window byte addresses a queued wgmma reads: element (i, k) of
@@ -319,16 +353,36 @@ struct WgOperands {
     }
 };
 
-/* Run one queued wgmma: read its operands from shared memory now (the
- * latest moment the hardware may read them) and update the lanes' registers. */
+/* Run one queued wgmma: check that its lanes' accumulator and A registers
+ * are as it was issued with, read its shared operands now (the latest moment
+ * the hardware may read them) and update the lanes' registers. */
 static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
     const int n = p.n, line = p.line, wg = p.wg;
+    const bool ra = p.kind & 16;
+    for (int l = 0; l < 32; ++l) {
+        if (digest(p.d[l], n / 2) != p.dsum[l])
+            fail(TN_EMU_ASYNC_PROTOCOL, line, "wgmma at line %d: lane %d of warp %d of the "
+                 "warpgroup wrote its accumulator registers after issuing it and before the "
+                 "wgmma wait_group that completes it (undefined on the device)", line, l, wg);
+        uint32_t now[4];
+        if (ra && (memcpy(now, p.ra_at[l], sizeof now), memcmp(now, p.ra[l], sizeof now)))
+            fail(TN_EMU_ASYNC_PROTOCOL, line, "wgmma at line %d: lane %d of warp %d of the "
+                 "warpgroup wrote its A registers after issuing it and before the wgmma "
+                 "wait_group that completes it (undefined on the device)", line, l, wg);
+    }
     const WgOperands op(p);
     const int depth = op.depth;
     float A[16][32];
-    for (int i = 0; i < 16; ++i)
-        for (int k = 0; k < depth; ++k)
-            A[i][k] = wgmma_operand(op.a(wg, i, k), p.kind, 0, line);
+    if (ra)  /* the lanes' registers: rows g + 8 (r & 1), columns 2q + 8 (r >> 1) + e */
+        for (int l = 0; l < 32; ++l)
+            for (int r = 0; r < 4; ++r)
+                for (int e = 0; e < 2; ++e)
+                    A[l / 4 + 8 * (r & 1)][2 * (l % 4) + 8 * (r >> 1) + e] =
+                        half_bits_to_float(p.ra[l][r] >> (16 * e) & 0xffffu, (p.kind & 7) == 1);
+    else
+        for (int i = 0; i < 16; ++i)
+            for (int k = 0; k < depth; ++k)
+                A[i][k] = wgmma_operand(op.a(wg, i, k), p.kind, 0, line);
     for (int j = 0; j < n; ++j) {
         float b[32];
         for (int k = 0; k < depth; ++k)
@@ -343,15 +397,16 @@ static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
     }
 }
 
-/* The two ranges of the shared window (a's rows, b) a queued wgmma of warp
- * `warp` reads: from the least to past the greatest byte address (each
- * operand tile lies within its own 1024-byte atoms, so a range covers no
- * other version of a ring). */
-static void wgmma_reads_at(const WgPending &p, int warp, WgRead out[2]) {
+/* The ranges of the shared window a queued wgmma of warp `warp` reads (b's,
+ * then a's rows unless A is in registers), their number returned: from the
+ * least to past the greatest byte address (each operand tile lies within its
+ * own 1024-byte atoms, so a range covers no other version of a ring). */
+static int wgmma_reads_at(const WgPending &p, int warp, WgRead out[2]) {
     const WgOperands op(p);
+    const bool ra = p.kind & 16;
     uint32_t alo = ~0u, ahi = 0, blo = ~0u, bhi = 0;
     for (int k = 0; k < op.depth; ++k) {
-        for (int i = 0; i < 16; ++i) {
+        for (int i = 0; i < 16 && !ra; ++i) {
             const uint32_t x = op.a(p.wg, i, k);
             alo = x < alo ? x : alo;
             ahi = x + op.size > ahi ? x + op.size : ahi;
@@ -362,8 +417,9 @@ static void wgmma_reads_at(const WgPending &p, int warp, WgRead out[2]) {
             bhi = x + op.size > bhi ? x + op.size : bhi;
         }
     }
-    out[0] = WgRead{warp, p.seq, alo, ahi};
-    out[1] = WgRead{warp, p.seq, blo, bhi};
+    out[0] = WgRead{warp, p.seq, blo, bhi};
+    out[1] = WgRead{warp, p.seq, alo, ahi};
+    return ra ? 1 : 2;
 }
 
 
@@ -487,10 +543,14 @@ static inline void ldsm_at(int line, unsigned *regs, const void *p, bool trans) 
     MatLane m{p, regs, nullptr, nullptr, nullptr};
     collective(trans ? OP_LDSM_T : OP_LDSM, line, 0xffffffffu, 32, 0, (uint64_t)(uintptr_t)&m);
 }
-static inline void wgmma_at(int line, int kind, int n, float *d, uint64_t da, uint64_t db) {
+/* wgmma (kind as WgPending::kind) of the n/2 accumulator registers at d: A
+ * through the descriptor da, or (kind bit 16) in the 4 registers at a */
+static inline void wgmma_issue_at(int line, int kind, int n, float *d, const void *a,
+                                  uint64_t da, uint64_t db) {
     MatLane m{};
     m.kind = kind;
     m.d = d;
+    m.a = (const unsigned *)a;
     m.da = da;
     m.db = db;
     m.n = n;
@@ -504,13 +564,34 @@ static inline void wgmma_at(int line, int kind, int n, float *d, uint64_t da, ui
                line, 0xffffffffu,
                32, 0, (uint64_t)(uintptr_t)&m);
 }
+static inline void wgmma_at(int line, int kind, int n, float *d, uint64_t da, uint64_t db) {
+    wgmma_issue_at(line, kind, n, d, nullptr, da, db);
+}
+/* the register-A form: the lane's four A registers are those at a */
+static inline void wgmma_ra_at(int line, int kind, int n, float *d, const void *a,
+                               uint64_t db) {
+    if ((kind & 7) >= 2)
+        fail(TN_EMU_COLLECTIVE_MISMATCH, line, "wgmma at line %d: A in registers is emulated "
+             "for 16-bit operands only", line);
+    wgmma_issue_at(line, kind | 16, n, d, a, 0, db);
+}
 static inline void wgmma_commit() { S.cur->ext.wg_committed++; }
 /* all but the thread's n newest groups complete: run its warp's older wgmmas */
 static inline void wgmma_wait(int n) {
     WgQueue &q = wgq[S.cur->lin / 32];
     const int limit = S.cur->ext.wg_committed - n;
     int done = 0;
-    while (done < q.n && q.items[done].group < limit) wgmma_run(q.items[done++]);
+    while (done < q.n && q.items[done].group < limit) {
+        const WgPending &p = q.items[done++];
+        wgmma_run(p);
+        /* a later wgmma of an accumulator this one wrote reads its result */
+        for (int j = done; j < q.n; ++j) {
+            WgPending &x = q.items[j];
+            for (int l = 0; l < 32; ++l)
+                if (x.d[l] < p.d[l] + p.n / 2 && p.d[l] < x.d[l] + x.n / 2)
+                    x.dsum[l] = digest(x.d[l], x.n / 2);
+        }
+    }
     wg_completed[S.cur->lin / 32] += done;
     if (done) {
         memmove(q.items, q.items + done, sizeof(WgPending) * (size_t)(q.n - done));
@@ -688,9 +769,8 @@ TN_RT void mbar_arrive(int line, unsigned bar) {
         if (warp < WG_WARPS)
             for (int i = 0; i < wgq[warp].n; ++i) {
                 WgRead two[2];
-                wgmma_reads_at(wgq[warp].items[i], warp, two);
-                add_read(line, r.cur, r.ncur, two[0]);
-                add_read(line, r.cur, r.ncur, two[1]);
+                const int nr = wgmma_reads_at(wgq[warp].items[i], warp, two);
+                for (int j = 0; j < nr; ++j) add_read(line, r.cur, r.ncur, two[j]);
             }
     }
     const uint64_t pending = (*w >> 16) & 0xffffu;
@@ -709,9 +789,9 @@ TN_RT void tma_issue(int line, unsigned bar, void *dst, const unsigned char *dat
     for (int w = 0; w < WG_WARPS; ++w)
         for (int i = 0; i < wgq[w].n; ++i) {
             WgRead two[2];
-            wgmma_reads_at(wgq[w].items[i], w, two);
-            for (const WgRead &r : two)
-                if (r.lo < hi && lo < r.hi)
+            const int nr = wgmma_reads_at(wgq[w].items[i], w, two);
+            for (int j = 0; j < nr; ++j)
+                if (two[j].lo < hi && lo < two[j].hi)
                     fail(TN_EMU_ASYNC_PROTOCOL, line, "line %d: a bulk copy overwrites "
                          "shared memory that the wgmma warp %d issued at line %d has not read "
                          "yet: its buffer was released before that mma completed", line, w,
