@@ -199,9 +199,14 @@ _ATT = {"dh": 128, "dv": 128}
 _PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
                 # four warps: 64 query rows give each its own whole-row tiles
                 {"block_threads": 128},
-                # both products on warpgroup tensor cores (K read K-major, P
-                # through a swizzled shared tile): asked for, not auto's choice
-                {"block_threads": 256, "mma_unit": "wgmma"})
+                # both products on warpgroup tensor cores (K read K-major):
+                # asked for, not auto's choice. One warpgroup per 64 query
+                # rows (128 rows on 256 threads, 64 on 128) keeps the scores,
+                # probabilities and accumulator in registers, P the first
+                # operand of P V from registers; 64 rows on 256 threads pass
+                # P through a swizzled shared tile
+                {"block_threads": 256, "mma_unit": "wgmma"},
+                {"block_threads": 128, "mma_unit": "wgmma"})
 #: prefill query tiles of 64 rows (8 warps share each row of scores) and of
 #: 128 (a warp's 16 x 64 score tiles span whole rows: the row folds stay in warps)
 _PREFILL_TILES = ({"bq": 64, "bk": 64, **_ATT}, {"bq": 128, "bk": 64, **_ATT})

@@ -97,6 +97,14 @@ class FragTile:
     def cells(self) -> int:
         return self.wm * self.wn // (WARP * self.group)
 
+    @property
+    def folds(self) -> bool:
+        """Can row folds run in this layout? A warp's tiles always (partial
+        sums of several warp tiles of a row meet in shared memory); a
+        warpgroup's only when its tile spans whole rows (``tn = 1``), each of
+        its rows then being one warp's."""
+        return self.group == 1 or self.tn == 1
+
 
 def _const(e: E.Expr) -> int | None:
     return e.value if isinstance(e, E.Const) else None
@@ -166,8 +174,9 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
         if any(X.name in (m.a.buf.name, m.b.buf.name) for m in mmas):
             continue
         inside = {id(s) for s in L.walk((owner,))}
+        folds = w.group == 1 or tn == 1
         nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
-                 and id(s) not in inside and _home(s, X.name, rows, cols, nest, body, w.group)]
+                 and id(s) not in inside and _home(s, X.name, rows, cols, nest, body, folds)]
         covered = {id(t) for s in nests for t in L.walk((s,))} | inside
         if any(_x_accesses(s, X.name) and id(s) not in covered for s in stmts):
             continue
@@ -226,7 +235,7 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         for ft in list(out.values()):
             rows, cols = ft.tm * ft.wm, ft.cols
             for s in nests:
-                if not _home(s, ft.buf.name, rows, cols, nest, body, ft.group):
+                if not _home(s, ft.buf.name, rows, cols, nest, body, ft.folds):
                     continue
                 if not any(_x_accesses(t, ft.buf.name) for t in L.walk((s,))):
                     continue
@@ -236,7 +245,7 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                         continue
                     users = [t for t in stmts if _x_accesses(t, Y.name)]
                     homes = [n for n in nests
-                             if _home(n, Y.name, rows, cols, nest, body, ft.group)]
+                             if _home(n, Y.name, rows, cols, nest, body, ft.folds)]
                     inside = {id(t) for n in homes for t in L.walk((n,))}
                     if any(id(t) not in inside for t in users):
                         continue
@@ -260,13 +269,21 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
     takes, for rows ``16 p + l // 4 (+ 8)`` and columns ``16 kk + 2 (l % 4)
     (+ 1, + 8, + 9)``, exactly the lane's cells of column blocks ``2 kk`` and
     ``2 kk + 1`` (``Frag.lane_cols`` on ``a``), so ``W`` reads them from the
-    lane's registers instead of shared memory."""
+    lane's registers instead of shared memory. A warpgroup's ``wgmma`` (``W``
+    of four warps, ``wm = 64``) takes its first operand from registers in the
+    same per-warp layout, warp ``w`` of the group giving rows ``16 w`` to
+    ``16 w + 15``: the rows that warp owns in the register tile of the same
+    rows, so a warpgroup tile spanning whole rows passes its probabilities
+    to ``P V`` the same way."""
     nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"]
     loops_of = _loops_around(body)
     for w in mmas:
         Y = w.a.buf
-        if (w.opaque or w.group != 1 or w.a.lane_cols or Y.name in out or Y.space != "shared"
-                or Y.layout is not None or Y.dtype.name not in ("f16", "bf16")
+        # (a warpgroup's operand tile was given the swizzled layout its
+        # shared form needs; in registers it has none)
+        if (w.opaque or w.a.lane_cols or Y.name in out or Y.space != "shared"
+                or (Y.layout is not None and w.group == 1)
+                or Y.dtype.name not in ("f16", "bf16")
                 or sum(Y.name in (m.a.buf.name, m.b.buf.name, m.c.buf.name)
                        for m in mmas) != 1 or Y.name in (w.b.buf.name, w.c.buf.name)):
             continue
@@ -279,7 +296,7 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                 or not _affine_is(w.a.offset, [lp.var.name for lp in loops],
                                   [w.m * pitch, 0])):
             continue
-        src = [ft for ft in out.values() if ft.group == 1 and ft.tn == 1 and ft.wm == w.m
+        src = [ft for ft in out.values() if ft.group == w.group and ft.tn == 1 and ft.wm == w.m
                and ft.tm == tm and ft.wn == w.k]
         if not src:
             continue
@@ -407,13 +424,14 @@ def row_fold(loops: list[L.For], inner: tuple, names: set[str], rows: int,
 
 
 def _home(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple,
-          group: int) -> bool:
+          folds: bool) -> bool:
     """May nest ``s`` access tile ``name`` (``rows x cols``) in the tile's
-    layout: an elementwise nest, or (one warp per tile) a row fold."""
+    layout: an elementwise nest, or (where the layout runs them,
+    :attr:`FragTile.folds`) a row fold."""
     if _elementwise(s, name, rows, cols, nest, body):
         return True
     loops, inner = nest(s)
-    return (group == 1 and row_fold(loops, inner, {name}, rows, cols) is not None
+    return (folds and row_fold(loops, inner, {name}, rows, cols) is not None
             and _private(s, inner, body))
 
 
@@ -460,22 +478,26 @@ def lane_frag(ft: FragTile, rep: E.Expr) -> L.Frag:
 @dataclass(frozen=True)
 class RowRegs:
     """A row vector ``buf`` (one element per row of register tiles whose
-    warp tiles span whole rows, ``wm`` rows each, ``tm`` of them) kept in the
-    registers of the lanes owning each row in those tiles: lane ``l`` of the
-    warp running warp tile ``wi`` at its step ``r`` holds row ``wi wm + 16 p
-    + 8 h + l // 4`` at :meth:`slot` ``(r, p, h)`` of ``local`` -- the four
-    lanes of a quad each hold a copy of their two rows per 16-row block."""
+    warp tiles span whole rows, ``wm`` rows each, ``tm`` of them, tiles of
+    ``group`` warps) kept in the registers of the lanes owning each row in
+    those tiles: lane ``l`` (of the warp, or of the warpgroup) running tile
+    ``wi`` at its step ``r`` holds row ``wi wm + i`` at :meth:`slot` ``(r,
+    p, h)`` of ``local``, where ``i`` is the row of its cells ``(p, q, h,
+    e)`` (:func:`~tilenest.lowering.loopir.lane_cell`: ``16 p + 8 h + l //
+    4`` for one warp) -- the four lanes of a quad each hold a copy of their
+    two rows per 16-row block."""
 
     buf: L.Buffer
     local: L.Buffer
     wm: int
     tm: int
     reps: int
+    group: int = 1
 
     @property
     def slots(self) -> int:
-        """Rows a lane holds per warp tile: two per 16-row block."""
-        return self.wm // 8
+        """Rows a lane holds per tile: two per 16-row block of its warp."""
+        return self.wm // (8 * self.group)
 
     def slot(self, rep: E.Expr, p: E.Expr, h: E.Expr) -> L.IExpr:
         return L.IExpr(E.add(E.mul(rep, self.slots), E.add(E.mul(p, 2), h)))
@@ -507,8 +529,8 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
     the lanes' registers beside the register tiles ``tiles``, by buffer name.
 
     A candidate is a ``shared`` buffer of one element per row of some
-    register tiles whose warp tiles span whole rows (``tn = 1``, one warp
-    each), accessed only inside ``vector`` nests of three kinds, each at the
+    register tiles whose warp (or warpgroup) tiles span whole rows (``tn =
+    1``), accessed only inside ``vector`` nests of three kinds, each at the
     nest's row:
 
     * a row fold over such tiles (:func:`row_fold`), reading it anywhere and
@@ -526,7 +548,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
     it, in program order, each lane computing the same value from the same
     operands: the vector is private to those lanes, and needs no shared
     memory and no barrier."""
-    layouts = {(ft.wm, ft.tm, ft.reps) for ft in tiles.values() if ft.tn == 1 and ft.group == 1}
+    layouts = {(ft.wm, ft.tm, ft.reps, ft.group) for ft in tiles.values() if ft.tn == 1}
     if not layouts:
         return {}
     stmts = list(L.walk(body))
@@ -534,7 +556,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
     # (a buffer with an asynchronous store is left in memory too)
     in_mma |= {t.buf.name for t in stmts if isinstance(t, L.Store) and t.mode}
     bufs = {b.name: b for t in body for b in _buffers(t)}
-    rows_of = {wm * tm for wm, tm, _ in layouts}
+    rows_of = {wm * tm for wm, tm, _r, _g in layouts}
     cands = {n for n, b in bufs.items()
              if b.space == "shared" and b.layout is None and n not in tiles and n not in in_mma
              and _const(b.size) in rows_of}
@@ -554,7 +576,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
         loops, inner = nest(s)
         kept, units = squeeze(loops)
         fts = tiles_in((s,), tiles)
-        lay = {(f.wm, f.tm, f.reps) for f in fts}
+        lay = {(f.wm, f.tm, f.reps, f.group) for f in fts}
         stored = {t.buf.name for t in L.walk((s,)) if isinstance(t, L.Store)}
         ok = False
         if fts and len(lay) == 1 and lay <= layouts and all(f.tn == 1 for f in fts):
@@ -604,8 +626,9 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
                 changed = True
     out: dict[str, RowRegs] = {}
     for n in sorted(keep):
-        wm, tm, reps = next(iter(uses[n]))
+        wm, tm, reps, group = next(iter(uses[n]))
         b = bufs[n]
-        local = L.Buffer(f"{n}.rows{next(_ids)}", b.dtype, "local", E.Const(reps * wm // 8))
-        out[n] = RowRegs(b, local, wm, tm, reps)
+        local = L.Buffer(f"{n}.rows{next(_ids)}", b.dtype, "local",
+                         E.Const(reps * wm // (8 * group)))
+        out[n] = RowRegs(b, local, wm, tm, reps, group)
     return out

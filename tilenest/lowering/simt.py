@@ -459,8 +459,9 @@ class _Phase:
 
     def distribute_row_fold(self, tiles: list, rf: Any, defined: set[str]) -> list:
         """A row reduction over register tiles (``fragments.RowFold``), in
-        their layout: the warp of task ``(wi, wj)`` folds its ``wm x wn``
-        tile; each lane, for each row it owns, merges its cells of that row
+        their layout: the warp (or warpgroup, whose tiles then span whole
+        rows, each row within one warp) of task ``(wi, wj)`` folds its ``wm x
+        wn`` tile; each lane, for each row it owns, merges its cells of that row
         (columns in ascending order) into a partial starting at the merge's
         identity, and the four lanes sharing the row (a quad of the
         ``mma.m16n8k16`` layout) combine theirs by ``LaneReduce``. With one
@@ -515,31 +516,33 @@ class _Phase:
         else:
             per_row += (L.If(L.IPred(E.cmp("==", E.mod(lane, 4), 0)), last),)
         work: tuple = (L.For(cv[2], E.Const(0), E.Const(2), per_row, "serial"),)
-        work = (L.For(cv[0], E.Const(0), E.Const(ft.wm // 16), work, "serial"),)
-        return self.warp_loop(c.t, c.r, c.n, c.lin, work) + second
+        work = (L.For(cv[0], E.Const(0), E.Const(ft.wm // (16 * ft.group)), work, "serial"),)
+        return self.warp_loop(c.t, c.r, c.n, c.lin, work, ft.group) + second
 
     def distribute_rows(self, loops: list[L.For], inner: tuple) -> list:
         """A nest over the rows alone whose row vectors are kept in registers
         (``fragments.plan_rows``): every lane runs it for each row it holds
-        -- row ``wi wm + 16 p + 8 h + lane // 4`` of warp tile ``wi`` at step
-        ``r`` -- with the vectors' accesses at that row's slot. The four
-        lanes of a quad compute the same values into their own copies."""
+        -- row ``wi wm + i`` of tile ``wi`` at step ``r``, ``i`` the row of
+        its cells ``(p, h)`` (``loopir.lane_cell``; ``16 p + 8 h + lane //
+        4`` in a warp's tile) -- with the vectors' accesses at that row's
+        slot. The four lanes of a quad compute the same values into their
+        own copies."""
         rr = fragments.tiles_in(inner, self.rows)[0]
         n = E.Const(rr.tm)
-        t, r, lin = self.warp_step(n)
-        lane = E.mod(E.Var(t.name), WARP)
+        t, r, lin = self.warp_step(n, rr.group)
+        lane = E.mod(E.Var(t.name), WARP * rr.group)
         p, h = _fresh("p", D.i64), _fresh("h", D.i64)
         pv, hv = E.Var(p.name), E.Var(h.name)
-        row = E.add(E.mul(lin, rr.wm), E.add(E.mul(pv, 16), E.add(E.floordiv(lane, 4),
-                                                                  E.mul(hv, 8))))
+        i, _ = L.lane_cell(lane, pv, E.Const(0), hv, E.Const(0), rr.group)
+        row = E.add(E.mul(lin, rr.wm), i)
         (kept,), units = fragments.squeeze(loops)
         fe, fs = _row_mappers(self.rows, E.Var(r.name), pv, hv)
         work = tuple(L.Assign(lp.var, L.IExpr(lp.lo)) for lp in loops
                      if E.Var(lp.var.name) in units)
         work += (L.Assign(kept.var, L.IExpr(row)),) + L.map_stmts(inner, fe, fs)
         work = (L.For(h, E.Const(0), E.Const(2), work, "vector"),)
-        work = (L.For(p, E.Const(0), E.Const(rr.wm // 16), work, "vector"),)
-        return self.warp_loop(t, r, n, lin, work)
+        work = (L.For(p, E.Const(0), E.Const(rr.wm // (16 * rr.group)), work, "vector"),)
+        return self.warp_loop(t, r, n, lin, work, rr.group)
 
     def row_partials(self, acc: L.LVar, dt: D.DType, size: int) -> L.Buffer:
         """The shared scratch of a row fold's partials of accumulator ``acc``

@@ -245,12 +245,13 @@ class _Checker:
             self.index(s.lane, defined, what)
         if s.b.lane_cols:
             raise self.fail("the second operand of a warp_mma is never a lane fragment", what)
-        if s.a.lane_cols and (s.lane is None or s.group != 1 or s.opaque
+        if s.a.lane_cols and (s.lane is None or s.opaque
                               or s.a.lane_cols != s.k or s.a.buf.space != "local"
-                              or s.a.lane_period != 16 or s.a.buf.dtype.itemsize != 2):
-            raise self.fail("a lane-fragment first operand belongs to one warp's collective "
-                            "(lane given), is 16-bit, has the tile's k columns and lives in a "
-                            "local buffer", what)
+                              or s.a.lane_period != 16 * s.group
+                              or s.a.buf.dtype.itemsize != 2):
+            raise self.fail("a lane-fragment first operand belongs to a warp or warpgroup "
+                            "collective (lane given), is 16-bit, has the tile's k columns and "
+                            "lives in a local buffer", what)
         if s.c.lane_cols and (s.lane is None or s.c.lane_cols != s.n
                               or s.c.buf.space != "local" or s.c.lane_period != 16 * s.group):
             raise self.fail("a lane-fragment accumulator belongs to a warp collective (lane "
@@ -264,8 +265,9 @@ class _Checker:
             # a is read K-major; b MN-major (16-bit only), or K-major (stored
             # N x K: contiguous along k)
             kb = fp8 or s.b.si == 1
-            for f, (R, C), kmajor in ((s.a, (s.m, s.k), False),
-                                      (s.b, (s.n, s.k) if kb else (s.k, s.n), kb)):
+            # (a first operand in the lanes' registers has no shared layout)
+            for f, (R, C), kmajor in (((s.a, (s.m, s.k), False),) if not s.a.lane_cols
+                                      else ()) + ((s.b, (s.n, s.k) if kb else (s.k, s.n), kb),):
                 lay = f.buf.layout
                 inner, outer = (f.si, f.sj) if kmajor else (f.sj, f.si)
                 if (lay is None or inner != 1 or outer != lay.cols or lay.rows < R

@@ -1,0 +1,97 @@
+"""Warpgroup tensor-core tiles kept in registers (``lowering/fragments.py``
+with ``group = 4``).
+
+A ``wgmma`` tile of 64 rows spanning whole rows of its output (one
+warpgroup per row of tiles, ``tn = 1``) gives each of its rows to one warp
+of the group, in the same per-warp layout as ``mma.sync``. So the row folds
+of attention's scores run in quads there as they do for warp tiles, the row
+statistics live in the quads' registers, and the probabilities, computed in
+the scores' layout, are the first operand of ``P V`` straight from the
+lanes' registers (``wgmma``'s register-A form): no score, probability or
+accumulator tile in shared memory, and one block barrier per key block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tilenest as tn
+from tilenest.backends import cuda
+from tilenest.lowering import default_schedule, lower_verified
+from tilenest.lowering import loopir as L
+from tilenest.workloads.attention import flash_kernel
+from test_fragment_rows import _admitted, _inputs, row_stats
+from test_tensor_mma_dims import _attention_inputs
+
+WG = {"mma_unit": "wgmma"}
+
+
+def _sched(kern, threads):  # type: ignore[no-untyped-def]
+    return default_schedule(kern.program, "cuda", block_threads=threads, **WG)
+
+
+def _mmas(k):  # type: ignore[no-untyped-def]
+    return [w for ph in k.phases for w in L.walk(ph.body) if isinstance(w, L.WarpMma)]
+
+
+def test_row_folds_over_a_warpgroup_tile_run_in_quads_and_validate():
+    """The score tile of one ``wgmma`` (64 x 64, one warpgroup) is a lane
+    fragment; its row maximum and sum fold in quads (no partials in shared
+    memory), the mask and the exponentials follow it into registers, and the
+    emulated kernel is admitted by the oracle under two interleavings."""
+    kern = row_stats(tn.unordered_tree).specialize(bq=64, bk=64, dh=64)
+    k = lower_verified(kern.program, _sched(kern, 128))
+    (w,) = _mmas(k)
+    assert w.group == 4 and w.c.lane_cols == 64 and w.c.buf.space == "local"
+    body = [s for ph in k.phases for s in L.walk(ph.body)]
+    quads = [s for s in body if isinstance(s, L.LaneReduce) and s.width == 4]
+    assert {s.op for s in quads} == {"maximum", "add"}
+    assert not [b for b in k.locals if b.name.startswith("rowpart_")]
+    assert not [b for b in k.locals if b.space == "shared" and b.dtype == tn.f32
+                and b.size.value >= 64 * 64]
+    ck = cuda.compile_program(kern.program, _sched(kern, 128), device="emulated")
+    assert "wgmma.mma_async" in ck.source.text
+    q, kk = _inputs(T=100, S=61, D=60)
+    outs = (np.zeros(100, np.float32), np.zeros(100, np.float32),
+            np.zeros((100, 61), np.float32))
+    _admitted(ck, kern, (q, kk), outs, seed=3)
+
+
+@pytest.mark.parametrize("bq,threads,causal", [(64, 128, True), (128, 256, True),
+                                               (128, 256, False)])
+def test_attention_on_warpgroups_keeps_its_tiles_in_registers(bq, threads, causal):
+    """Both products of the attention kernel on ``wgmma`` with one warpgroup
+    per 64 query rows: the scores, mask, probabilities and accumulator are
+    lane fragments, the row statistics the quads' registers, ``P`` (and
+    ``Q``) the first operands from registers; shared memory holds only the
+    key and value tiles, the loop meets one block barrier per key block, and
+    the emulated kernel validates for ragged GQA shapes."""
+    kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=64, dv=64, causal=causal)
+    k = lower_verified(kern.program, _sched(kern, threads))
+    mmas = _mmas(k)
+    assert len(mmas) == 2 and all(w.group == 4 for w in mmas)
+    assert all(w.a.lane_cols == w.k and w.a.buf.space == "local" for w in mmas)
+    assert all(w.c.lane_cols and w.c.buf.space == "local" for w in mmas)
+    shared = {b.name for b in k.locals if b.space == "shared" and b.size.value > 64}
+    assert shared == {w.b.buf.name for w in mmas}  # the K and V tiles
+    assert [b for b in k.locals if ".rows" in b.name]
+    (loop,) = [s for ph in k.phases for s in ph.body if isinstance(s, L.For)
+               and s.kind == "serial"]
+    assert sum(1 for s in L.walk(loop.body) if L.is_block_barrier(s)) == 1
+    ck = cuda.compile_program(kern.program, _sched(kern, threads), device="emulated")
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=60)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=11)
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("bq,threads,causal", [(64, 128, True), (128, 256, True),
+                                               (128, 256, False)])
+def test_attention_on_warpgroups_validates_on_gpu(bq, threads, causal):
+    """The same kernels at D = 128 on the device, ragged GQA."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=128, dv=128, causal=causal)
+    ck = cuda.compile_program(kern.program, _sched(kern, threads), device="gpu")
+    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
+    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
