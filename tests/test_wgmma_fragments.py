@@ -63,18 +63,20 @@ def test_row_folds_over_a_warpgroup_tile_run_in_quads_and_validate():
 def test_attention_on_warpgroups_keeps_its_tiles_in_registers(bq, threads, causal):
     """Both products of the attention kernel on ``wgmma`` with one warpgroup
     per 64 query rows: the scores, mask, probabilities and accumulator are
-    lane fragments, the row statistics the quads' registers, ``P`` (and
-    ``Q``) the first operands from registers; shared memory holds only the
-    key and value tiles, the loop meets one block barrier per key block, and
-    the emulated kernel validates for ragged GQA shapes."""
+    lane fragments, the row statistics the quads' registers, ``P`` the
+    first operand of ``P V`` from registers; shared memory holds only the
+    query, key and value tiles (``Q``, loaded once, is read through its
+    descriptor), the loop meets one block barrier per key block, and the
+    emulated kernel validates for ragged GQA shapes."""
     kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=64, dv=64, causal=causal)
     k = lower_verified(kern.program, _sched(kern, threads))
-    mmas = _mmas(k)
-    assert len(mmas) == 2 and all(w.group == 4 for w in mmas)
-    assert all(w.a.lane_cols == w.k and w.a.buf.space == "local" for w in mmas)
-    assert all(w.c.lane_cols and w.c.buf.space == "local" for w in mmas)
+    qk, pv = _mmas(k)
+    assert qk.group == pv.group == 4
+    assert not qk.a.lane_cols and qk.a.buf.space == "shared" and qk.a.buf.layout is not None
+    assert pv.a.lane_cols == pv.k and pv.a.buf.space == "local"
+    assert all(w.c.lane_cols and w.c.buf.space == "local" for w in (qk, pv))
     shared = {b.name for b in k.locals if b.space == "shared" and b.size.value > 64}
-    assert shared == {w.b.buf.name for w in mmas}  # the K and V tiles
+    assert shared == {qk.a.buf.name, qk.b.buf.name, pv.b.buf.name}  # Q, K, V
     assert [b for b in k.locals if ".rows" in b.name]
     (loop,) = [s for ph in k.phases for s in ph.body if isinstance(s, L.For)
                and s.kind == "serial"]

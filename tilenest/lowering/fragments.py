@@ -309,11 +309,13 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         # a tile copied in from memory at every step of the loop around the
         # product stays a shared tile (its copies coalesce there, and a ring
         # overlaps them): only values computed in registers, or written
-        # before that loop, are taken
+        # before that loop, are taken. A warpgroup reads a shared operand
+        # through its descriptor at no cost in instructions or registers,
+        # so there only values computed in registers are taken (P, not Q)
         around = set(loops_of.get(id(owner), ()))
         if any(any(isinstance(t, L.Store) and t.buf.name == Y.name for t in L.walk((n,)))
                and not any(_x_accesses(t, x) for t in L.walk((n,)) for x in out)
-               and around & set(loops_of.get(id(n), ())) for n in homes):
+               and (w.group > 1 or around & set(loops_of.get(id(n), ()))) for n in homes):
             continue
         local = L.Buffer(f"{Y.name}.frag{next(_ids)}", Y.dtype, "local",
                          E.Const(src[0].reps * src[0].cells))
