@@ -150,6 +150,26 @@ def test_a_consumer_that_does_not_wait_for_its_slot_reads_poison(mutate_source):
         _run(ck, kern, 128, 384, 128, runs=(("in_order", "nan"),))
 
 
+def test_the_producer_warp_runs_no_warpgroup_instruction(mutate_source):
+    """The producer warp is a warpgroup of 32 threads, which no warpgroup
+    instruction (``wgmma.fence``, ``commit_group``, ``wait_group``: all
+    ``.sync.aligned`` over 128 threads) may run; at the block barriers
+    outside the ring only the consumers wait for their wgmma groups. With
+    that guard removed the emulator reports the instruction, as
+    ``compute-sanitizer --tool synccheck`` does on the device ("warpgroup
+    instruction executed with an incomplete warpgroup")."""
+    kern = _gemm(128, 128, 64)
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=4), device="emulated")
+    guarded = "if (threadIdx.x < 256u) tn_wgmma_wait<0>();"
+    assert guarded in ck.source.text
+    mutate_source(guarded, "tn_wgmma_wait<0>();")
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=4), device="emulated",
+                              cache=False)
+    with pytest.raises(TilenestError, match="wgmma.wait_group run by thread 2[5-8][0-9] of "
+                                            "warpgroup 2, which the block of 288 threads"):
+        _run(ck, kern, 128, 384, 128, runs=(("in_order", "nan"),))
+
+
 # ------------------------------------------------------------------ device
 @pytest.mark.device
 @pytest.mark.parametrize("tile,kw", [

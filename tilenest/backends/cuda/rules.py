@@ -109,7 +109,13 @@ class CudaEmitter(Emitter):
             # groups complete here (Barrier.mma_keep); shared memory
             # written by this thread (stores, completed copies) is read
             # next by the tensor cores' async proxy
-            out.append(f"tn_wgmma_wait<{s.mma_keep}>(); tn_fence_proxy_async();")
+            wait = f"tn_wgmma_wait<{s.mma_keep}>();"
+            whole = self.block_w // 128 * 128
+            if whole < self.block_w:
+                # threads past the last whole warpgroup (a specialized
+                # ring's producer warp) run no warpgroup instruction
+                wait = f"if ({self.d.thread_id} < {whole}u) {wait}"
+            out.append(f"{wait} tn_fence_proxy_async();")
         return out
 
     def params(self) -> list[tuple[str, str]]:

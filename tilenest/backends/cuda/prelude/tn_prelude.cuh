@@ -357,7 +357,7 @@ template <int R, int C, int A, int G, typename T> TN_FN T tn_swz128(T L) {
 
 #ifdef TN_EMULATE
 TN_FN unsigned tn_smem_addr(const void* p) { return tn_emu::smem_addr(0, p); }
-TN_FN void tn_wgmma_fence() {}
+TN_FN void tn_wgmma_fence() { tn_emu::wgmma_fence(); }
 #define tn_wgmma_commit() tn_emu::wgmma_commit()
 template <int N> TN_FN void tn_wgmma_wait() { tn_emu::wgmma_wait(N); }
 TN_FN void tn_fence_proxy_async() {}

@@ -575,9 +575,25 @@ static inline void wgmma_ra_at(int line, int kind, int n, float *d, const void *
              "for 16-bit operands only", line);
     wgmma_issue_at(line, kind | 16, n, d, a, 0, db);
 }
-static inline void wgmma_commit() { S.cur->ext.wg_committed++; }
+/* wgmma.fence, commit_group and wait_group are warpgroup instructions
+ * (.sync.aligned): every thread of the executing thread's warpgroup runs
+ * them, so a thread past the block's last whole warpgroup (a specialized
+ * ring's producer warp) may not run them at all. */
+static inline void wgmma_whole_group(const char *what) {
+    const int g = S.cur->lin / 128;
+    if (128 * (g + 1) > S.nthreads)
+        fail(TN_EMU_COLLECTIVE_MISMATCH, 0, "%s run by thread %d of warpgroup %d, which the "
+             "block of %d threads does not fill (a warpgroup instruction needs all 128 "
+             "threads of its group)", what, S.cur->lin, g, S.nthreads);
+}
+static inline void wgmma_fence() { wgmma_whole_group("wgmma.fence"); }
+static inline void wgmma_commit() {
+    wgmma_whole_group("wgmma.commit_group");
+    S.cur->ext.wg_committed++;
+}
 /* all but the thread's n newest groups complete: run its warp's older wgmmas */
 static inline void wgmma_wait(int n) {
+    wgmma_whole_group("wgmma.wait_group");
     WgQueue &q = wgq[S.cur->lin / 32];
     const int limit = S.cur->ext.wg_committed - n;
     int done = 0;
