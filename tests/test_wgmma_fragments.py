@@ -97,3 +97,16 @@ def test_attention_on_warpgroups_validates_on_gpu(bq, threads, causal):
     ck = cuda.compile_program(kern.program, _sched(kern, threads), device="gpu")
     q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
     _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
+
+
+@pytest.mark.parametrize("bq,threads,group", [(64, 128, 4), (128, 256, 4), (64, 256, 1),
+                                              (128, 512, 1)])
+def test_auto_takes_warpgroups_where_each_owns_whole_rows(bq, threads, group):
+    """Under ``mma_unit="auto"`` attention's unit-dim products run on
+    warpgroups when each warpgroup gets rows of its own (at least 64 output
+    rows per warpgroup), else on ``mma.sync``: two warpgroups sharing a row
+    of tiles would pass the probabilities through shared memory."""
+    kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=64, dv=64)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda",
+                                                      block_threads=threads))
+    assert {w.group for w in _mmas(k)} == {group}

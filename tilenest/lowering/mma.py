@@ -270,19 +270,43 @@ def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
     some ``mma`` of ``program`` may regroup its sum with 2-d operands of a
     dtype they take (16-bit floats or FP8). Whether each ``mma`` then fits
     their plan is the plan's own decision (:func:`tensor_plan`); a program
-    where one does not is lowered for ``mma.sync`` instead. Operand tiles
-    with dims of extent 1 (attention's ``[1, 1, rows, D]`` tiles) fit the
-    plan when ``mma_unit="wgmma"`` is asked for, but are not tried here:
-    that form has run only on the emulator so far (``spec/lowering.md``,
-    L-10)."""
+    where one does not is lowered for ``mma.sync`` instead.
+
+    Operand tiles with dims of extent 1 (attention's ``[1, 1, rows, D]``
+    tiles) are tried too when every such ``mma`` gives each warpgroup rows
+    of its own (constant output rows, at least 64 per warpgroup): then
+    its tiles span whole rows and the tiles computed from them stay in
+    registers (L-10, *Warpgroup tiles in registers*; attention 1.2-1.4x
+    faster than on ``mma.sync`` on an H200). With fewer rows two
+    warpgroups would share each row of tiles, and attention's
+    probabilities would go through shared memory, slower than
+    ``mma.sync``."""
     if not (sched.mma_unit == "auto" and "wgmma" in profile.tensor_cores
             and sched.block_threads and sched.block_threads % 128 == 0):
         return False
-    return any(op.name == "mma" and op.attrs.get("allow_reassociation")
-               and all(((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
-                        or o.type.dtype.is_fp8) and o.type.rank == 2
-                       for o in op.operands[:2])
-               for op in program.walk())
+    groups = sched.block_threads // 128
+    mmas = [op for op in program.walk() if op.name == "mma"
+            and op.attrs.get("allow_reassociation")
+            and all((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
+                    or o.type.dtype.is_fp8 for o in op.operands[:2])]
+    if any(all(o.type.rank == 2 for o in op.operands[:2]) for op in mmas):
+        return True
+    squeezed = [[_squeezed(o.type) for o in (*op.operands[:2], op.results[0])] for op in mmas]
+    return bool(squeezed) and all(
+        all(x is not None and len(x) == 2 for x in sq) and sq[2][0] >= 64 * groups
+        for sq in squeezed)
+
+
+def _squeezed(t: Any) -> list[int] | None:
+    """The extents of tile type ``t`` other than 1, or None when one is not
+    a constant."""
+    out = []
+    for x in t.extents:
+        if not isinstance(x, E.Const):
+            return None
+        if x.value != 1:
+            out.append(x.value)
+    return out
 
 
 def warp_tile(rows: int, cols: int, warps: int, sides: tuple[int, ...] = (16, 32, 64),
