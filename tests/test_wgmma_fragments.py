@@ -100,12 +100,13 @@ def test_attention_on_warpgroups_validates_on_gpu(bq, threads, causal):
 
 
 @pytest.mark.parametrize("bq,threads,group", [(64, 128, 4), (128, 256, 4), (64, 256, 1),
-                                              (128, 512, 1)])
+                                              (128, 512, 1), (128, 128, 1)])
 def test_auto_takes_warpgroups_where_each_owns_whole_rows(bq, threads, group):
     """Under ``mma_unit="auto"`` attention's unit-dim products run on
-    warpgroups when each warpgroup gets rows of its own (at least 64 output
-    rows per warpgroup), else on ``mma.sync``: two warpgroups sharing a row
-    of tiles would pass the probabilities through shared memory."""
+    warpgroups when each warpgroup gets one 64-row band of its own, else on
+    ``mma.sync``: two warpgroups sharing a row of tiles would pass the
+    probabilities through shared memory, and several bands a warpgroup
+    (a form not measured) would hold several tiles' registers."""
     kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=64, dv=64)
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda",
                                                       block_threads=threads))

@@ -273,14 +273,15 @@ def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
     where one does not is lowered for ``mma.sync`` instead.
 
     Operand tiles with dims of extent 1 (attention's ``[1, 1, rows, D]``
-    tiles) are tried too when every such ``mma`` gives each warpgroup rows
-    of its own (constant output rows, at least 64 per warpgroup): then
+    tiles) are tried too when every such ``mma`` gives each warpgroup one
+    64-row band of its own (constant output rows, 64 per warpgroup): then
     its tiles span whole rows and the tiles computed from them stay in
     registers (L-10, *Warpgroup tiles in registers*; attention 1.2-1.4x
     faster than on ``mma.sync`` on an H200). With fewer rows two
     warpgroups would share each row of tiles, and attention's
     probabilities would go through shared memory, slower than
-    ``mma.sync``."""
+    ``mma.sync``; with more, each warpgroup would keep several bands'
+    tiles in registers, a form not measured."""
     if not (sched.mma_unit == "auto" and "wgmma" in profile.tensor_cores
             and sched.block_threads and sched.block_threads % 128 == 0):
         return False
@@ -293,7 +294,7 @@ def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
         return True
     squeezed = [[_squeezed(o.type) for o in (*op.operands[:2], op.results[0])] for op in mmas]
     return bool(squeezed) and all(
-        all(x is not None and len(x) == 2 for x in sq) and sq[2][0] >= 64 * groups
+        all(x is not None and len(x) == 2 for x in sq) and sq[2][0] == 64 * groups
         for sq in squeezed)
 
 
