@@ -263,6 +263,11 @@ static inline float toward_zero(double x) {
  * registers differ from what it was issued with is an error. */
 static inline uint32_t swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
 
+/* mma.m16n8k16's 16-bit A fragment (also wgmma's register A, per warp): the
+ * row and column of the element in half e of register r of lane l */
+static inline int afrag_row(int l, int r) { return l / 4 + 8 * (r & 1); }
+static inline int afrag_col(int l, int r, int e) { return 2 * (l % 4) + 8 * (r >> 1) + e; }
+
 /* a digest of the n floats at d (their bits; FNV-1a) */
 static inline uint64_t digest(const float *d, int n) {
     uint64_t h = 1469598103934665603ull;
@@ -377,7 +382,7 @@ static __attribute__((noinline)) void wgmma_run(const WgPending &p) {
         for (int l = 0; l < 32; ++l)
             for (int r = 0; r < 4; ++r)
                 for (int e = 0; e < 2; ++e)
-                    A[l / 4 + 8 * (r & 1)][2 * (l % 4) + 8 * (r >> 1) + e] =
+                    A[afrag_row(l, r)][afrag_col(l, r, e)] =
                         half_bits_to_float(p.ra[l][r] >> (16 * e) & 0xffffu, (p.kind & 7) == 1);
     else
         for (int i = 0; i < 16; ++i)
@@ -495,7 +500,7 @@ static __attribute__((noinline)) void matrix_compute(MatLane *const *ln, int op,
         for (int e = 0; e < 2; ++e) {
             for (int r = 0; r < 4; ++r) {
                 unsigned w = ln[l]->a[r] >> (16 * e) & 0xffffu;
-                A[g + 8 * (r & 1)][2 * q + 8 * (r >> 1) + e] = half_bits_to_float(w, bf);
+                A[afrag_row(l, r)][afrag_col(l, r, e)] = half_bits_to_float(w, bf);
             }
             for (int r = 0; r < 2; ++r)
                 B[2 * q + 8 * r + e][g] = half_bits_to_float(ln[l]->b[r] >> (16 * e) & 0xffffu, bf);
