@@ -140,17 +140,22 @@ ROTATE = 3
 COPY_BYTES = 2 << 30
 GEMM_SIZES = (4096, 8192)
 #: (tile, GPU ``Schedule`` overrides) tried at 4096^3 (the first only with
-#: --quick); the fastest runs at 8192^3
-_WG = {"mma_unit": "wgmma", "tma": False}
+#: --quick); the first (no overrides: the default schedule) and the fastest
+#: run at 8192^3
+_WG = {"mma_unit": "wgmma", "tma": False, "warp_roles": False}
 #: ``mma.sync`` named explicitly (``auto`` takes ``wgmma`` where its plan applies)
 _TC = {"mma_unit": "tensor"}
 #: warpgroup tensor cores fed by bulk tensor copies (``Schedule.tma``, the
-#: cuda default; ``_WG`` above names the ``cp.async`` copies)
+#: cuda default; ``_WG`` above names the ``cp.async`` copies) on block
+#: barriers
 _TMA = {**_WG, "tma": True}
 #: the same, warp-specialized (``Schedule.warp_roles``: a producer warp and
 #: completion-barrier handshakes instead of block barriers in the ring)
 _ROLES = {**_TMA, "warp_roles": True}
-GEMM_SCHEDULES = (({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 4}),
+GEMM_SCHEDULES = (# the default schedule: the lowering chooses the warpgroup tensor cores
+                  # and a warp-specialized ring as deep as fits (4 versions here)
+                  ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {}),
+                  ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA, "stages": 4}),
                   ({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_ROLES, "stages": 4}),
                   ({"bm": 256, "bn": 128, "bk": 64, "loop": "pipeline"},
                    {**_ROLES, "stages": 4, "block_threads": 512}),
@@ -183,6 +188,9 @@ GEMM_SCHEDULES = (({"bm": 128, "bn": 256, "bk": 64, "loop": "pipeline"}, {**_TMA
                    {**_TC, "block_threads": 512, "stages": 3}))
 #: fused GEMM epilogues at 4096^3: (workload, torch's unfused form of it)
 EPILOGUES = (("gemm_relu", "relu"), ("gemm_gelu", "gelu"))
+#: their schedules: the default (warp-specialized) and the ring on block
+#: barriers (--quick: the first)
+EPILOGUE_SCHEDULES = GEMM_SCHEDULES[:2]
 EPILOGUE_N = 4096
 
 #: attention cases: (label, sizes, variants, SDPA's is_causal), each variant
@@ -577,6 +585,8 @@ def _sched_label(s: dict[str, Any]) -> str:
 
 
 def _gpu_label(g: dict[str, Any]) -> str:
+    if not g:
+        return " default"
     return "".join((f" bt{v}" if k == "block_threads" else " staged" if k == "stage_loads" and v
                     else " hints" if k == "cache_hints" and v
                     else f" grid={v}" if k == "grid_blocks"
@@ -1056,14 +1066,26 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
         torch.cuda.empty_cache()
         if best is None:
             break
+        _default_over_best(rec)
         prev = (n, best[0])
-        scheds = [best[1]]
+        # the default schedule again beside the fastest
+        scheds = [pool[0]] + ([best[1]] if best[1] != pool[0] else [])
     return recs
+
+
+def _default_over_best(rec: dict[str, Any]) -> None:
+    """Record in ``rec`` the best tilenest time over the default schedule's
+    (``default_over_best``: 1.0 when the default is the fastest), when both
+    were timed."""
+    timed = [v for v in rec["tilenest"] if "median_s" in v]
+    dflt = [v for v in timed if v.get("label", "").endswith(" default")]
+    if dflt and timed:
+        rec["default_over_best"] = min(v["median_s"] for v in timed) / dflt[0]["median_s"]
 
 
 def bench_epilogues(run: Run) -> list[dict[str, Any]]:
     """``gemm_relu`` and ``gemm_gelu`` at ``EPILOGUE_N``^3 in bf16 as one
-    kernel each (the first schedule of ``GEMM_SCHEDULES``), against eager
+    kernel each (the schedules of ``EPILOGUE_SCHEDULES``), against eager
     torch (cuBLAS, then the elementwise ops as separate kernels) and
     ``torch.compile`` of the same expression, checked first against the
     float64 formula."""
@@ -1072,7 +1094,6 @@ def bench_epilogues(run: Run) -> list[dict[str, Any]]:
     torch, cfg = run.torch, run.cfg
     F = torch.nn.functional
     n = EPILOGUE_N
-    sched, gpu = GEMM_SCHEDULES[0]
     recs: list[dict[str, Any]] = []
     for wname, which in EPILOGUES:
         print(f"--- {wname} bf16 {n}^3", flush=True)
@@ -1091,9 +1112,11 @@ def bench_epilogues(run: Run) -> list[dict[str, Any]]:
         c = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
-        ck, v = compiled_variant(run, rec, wname, WORKLOADS[wname], "bf16", sched,
-                                 {"M": n, "K": n, "N": n}, gpu)
-        if ck is not None:
+        for sched, gpu in EPILOGUE_SCHEDULES[:1] if cfg.quick else EPILOGUE_SCHEDULES:
+            ck, v = compiled_variant(run, rec, wname, WORKLOADS[wname], "bf16", sched,
+                                     {"M": n, "K": n, "N": n}, gpu)
+            if ck is None:
+                continue
             c.fill_(float("nan"))
             bl = ck.bound(run.view(A0), run.view(B0), run.view(c))
             bl.launch()
@@ -1101,14 +1124,14 @@ def bench_epilogues(run: Run) -> list[dict[str, Any]]:
             v["unwritten"] = _unwritten(torch, c)
             v["rel_err"] = _rel_err(torch, c, ref) if not v["unwritten"] else None
             if v["unwritten"] or v["rel_err"] >= TOL["bf16"]:
-                run.problem(f"{wname}: wrong result (rel err {v['rel_err']}, "
+                run.problem(f"{wname} {v['label']}: wrong result (rel err {v['rel_err']}, "
                             f"{v['unwritten']} not written)")
                 v["error"] = "wrong result"
-            else:
-                bls = [ck.bound(run.view(a), run.view(b), run.view(c)) for a, b in sets]
-                im = Impl(f"tilenest {v['label']}", "cupy", [x.launch for x in bls])
-                impls.append(im)
-                by_label[im.label] = v
+                continue
+            bls = [ck.bound(run.view(a), run.view(b), run.view(c)) for a, b in sets]
+            im = Impl(f"tilenest {v['label']}", "cupy", [x.launch for x in bls])
+            impls.append(im)
+            by_label[im.label] = v
         for name, compiled in (("eager", False), ("compile", True)):
             fn = torch_fn
             b: dict[str, Any] = {}
@@ -1139,6 +1162,10 @@ def bench_epilogues(run: Run) -> list[dict[str, Any]]:
                               rec["baselines"].get(k, {})}
                 print(f"tilenest {v['label']}: {v['median_s'] * 1e3:.2f} ms, ratios "
                       f"{v['ratio']}", flush=True)
+        timed = [v for v in rec["tilenest"] if "median_s" in v]
+        if timed:
+            rec["best"] = min(timed, key=lambda v: v["median_s"])["label"]
+        _default_over_best(rec)
         del A0, B0, y64, ref, sets, c
         torch.cuda.empty_cache()
     return recs
@@ -1352,12 +1379,14 @@ def table(out: dict[str, Any]) -> str:
                          f"{_f(v['fraction_of_cublas'], '8.2f', 100)}%{v['samples']:>8}"
                          f"{_f(v['compile_s'], '7.2f')}{_f(v.get('rel_err'), '9.1e')}"
                          + (" (slow: single calls)" if v.get("slow") else ""))
+            _default_line(L, w, r, 17)
     if out.get("epilogues"):
         L.append("")
         L.append(f"{'epilogue bf16':<17}{'impl':<26}{'ms':>9}{'TFLOP/s':>9}{'eager/tn':>9}"
                  f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
         for r in out["epilogues"]:
             _impl_lines(L, f"{r['workload']} {r['n']}", r, (17, 26), ("eager", "compile"))
+            _default_line(L, f"{r['workload']} {r['n']}", r, 17)
     if out.get("attention"):
         L.append("")
         L.append(f"{'attention bf16':<31}{'impl':<50}{'ms':>9}{'TFLOP/s':>9}{'sdpa/tn':>9}"
@@ -1372,6 +1401,7 @@ def table(out: dict[str, Any]) -> str:
                  f"{'smm/tn':>9}{'fast/tn':>9}{'spread':>7}{'rel err':>9}")
         for r in out["fp8_gemm"]:
             _impl_lines(L, f"{r['n']}^3", r, (17, 40), ("scaled_mm", "scaled_mm fast"))
+            _default_line(L, f"{r['n']}^3", r, 17)
     L.append("")
     L.append("ratios: baseline time / tilenest time (> 1: tilenest faster); spread: "
              "difference of the two rounds' medians; *: the fastest tilenest schedule")
@@ -1382,6 +1412,14 @@ def table(out: dict[str, Any]) -> str:
     for p in out["problems"]:
         L.append(f"FAIL: {p}")
     return "\n".join(L)
+
+
+def _default_line(L: list[str], w: str, r: dict[str, Any], cw: int) -> None:
+    """The default schedule's rate as a fraction of the fastest variant's, when
+    record ``r`` timed both (``_default_over_best``)."""
+    if "default_over_best" in r:
+        L.append(f"{w:<{cw}}default schedule at {100 * r['default_over_best']:.0f}% of the "
+                 "fastest's rate")
 
 
 def _impl_lines(L: list[str], w: str, r: dict[str, Any], cols: tuple[int, int],
@@ -1517,9 +1555,12 @@ def bench_fp8(run: Run) -> list[dict[str, Any]]:
 #: the scaled FP8 GEMM (e4m3fn x e4m3fn -> bf16, per-tensor scales): sizes
 #: and the kernel constants tried (``tilenest.bench.kernels``' ``fp8_gemm``)
 FP8_GEMM_SIZES = (4096, 8192)
-FP8_GEMM_TILES = (# the fastest measured first (``--quick`` times it alone): warpgroup
+FP8_GEMM_TILES = (# the default schedule first (``--quick`` times it alone): warpgroup
                   # tensor cores on K-major swizzled tiles (k32 steps, a whole
-                  # 128-byte panel of K per tile) fed by bulk tensor copies
+                  # 128-byte panel of K per tile) fed by bulk tensor copies, the
+                  # ring warp-specialized 4 versions deep
+                  ({"bm": 128, "bn": 256, "bk": 128}, {}),
+                  # on block barriers
                   ({"bm": 128, "bn": 128, "bk": 128}, {**_TMA, "stages": 4}),
                   # the same, warp-specialized
                   ({"bm": 128, "bn": 128, "bk": 128}, {**_ROLES, "stages": 4}),
@@ -1578,7 +1619,9 @@ def bench_fp8_gemm(run: Run) -> list[dict[str, Any]]:
         pool = FP8_GEMM_TILES
         if cfg.gemm_unit == "roles":  # the first tile and the warp-specialized ones
             pool = pool[:1] + tuple((c, g) for c, g in pool if g.get("warp_roles"))
-        tiles = pool if n == FP8_GEMM_SIZES[0] or best is None else (best,)
+        # at the larger sizes the default and the fastest of the first
+        tiles = pool if n == FP8_GEMM_SIZES[0] or best is None else (
+            (pool[0],) + ((best,) if best != pool[0] else ()))
         for consts, gpu in tiles[:1] if cfg.quick else tiles:
             v: dict[str, Any] = {"label": f"{consts['bm']}x{consts['bn']}x{consts['bk']}"
                                  + _gpu_label(gpu), "consts": consts, "gpu": gpu}
@@ -1633,6 +1676,7 @@ def bench_fp8_gemm(run: Run) -> list[dict[str, Any]]:
             top = min(timed, key=lambda v: v["median_s"])
             rec["best"] = top["label"]
             best = (top["consts"], top["gpu"])
+        _default_over_best(rec)
         out.append(rec)
     return out
 

@@ -184,16 +184,23 @@ def test_fp8_kernels_compile_for_the_gpu_and_run_on_the_emulator():
     assert (y == q.astype(np.float32) * s).all()
 
 
+#: what the default cuda schedule of the benchmark's GEMM tiles lowers to
+DEFAULT_GEMM = {"mma_unit": "wgmma", "tma": True, "warp_roles": True}
+
+
 def test_every_fp8_gemm_variant_lowers_for_its_unit(bench):
     """Each scaled FP8 GEMM variant the benchmark times lowers to the tensor
     cores it names (``mma.sync`` m16n8k32, or ``wgmma`` k32 steps)."""
     from tilenest.bench.kernels import kernels
     from tilenest.lowering import default_schedule, lower_verified, print_kernel
 
-    for consts, gpu in bench.FP8_GEMM_TILES:
+    assert bench.FP8_GEMM_TILES[0][1] == {}  # the default schedule, timed first
+    for consts, over in bench.FP8_GEMM_TILES:
         k = kernels()["fp8_gemm"].specialize(**consts)
         text = print_kernel(lower_verified(k.program, default_schedule(k.program, "cuda",
-                                                                         **gpu)))
+                                                                         **over)))
+        # the default schedule: warpgroups, bulk copies, a warp-specialized ring
+        gpu = over or DEFAULT_GEMM
         assert "mma on tensor cores" in text, (consts, gpu)
         assert ("warpgroup tiles of wgmma" in text) == (gpu.get("mma_unit") == "wgmma")
         # the variants fed by bulk tensor copies copy both operands so (a
@@ -208,7 +215,8 @@ def test_every_tma_gemm_variant_copies_its_tiles_in_bulk(bench):
     from tilenest.lowering import default_schedule, lower_verified, print_kernel
     from tilenest.workloads import WORKLOADS
 
-    tma = [(t, g) for t, g in bench.GEMM_SCHEDULES if g.get("tma")]
+    assert bench.GEMM_SCHEDULES[0][1] == {}  # the default schedule, timed first
+    tma = [(t, g) for t, g in bench.GEMM_SCHEDULES if g.get("tma") or not g]
     assert tma
     for consts, gpu in tma:
         k = WORKLOADS["gemm"].kernel(tn.bf16, consts)

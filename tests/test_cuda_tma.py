@@ -40,7 +40,9 @@ def _gemm(bm, bn, bk, dt=tn.bf16):  # type: ignore[no-untyped-def]
 
 
 def _sched(kern, **kw):  # type: ignore[no-untyped-def]
-    return default_schedule(kern.program, "cuda", mma_unit="wgmma", **{"tma": True, **kw})
+    """Bulk copies on block barriers (no warp roles: ``test_warp_roles.py``)."""
+    return default_schedule(kern.program, "cuda", mma_unit="wgmma",
+                            **{"tma": True, "warp_roles": False, **kw})
 
 
 def _run(ck, kern, M, K, N, runs=(("in_order", "nan"), ("random", "big"))):  # type: ignore[no-untyped-def]
@@ -251,12 +253,21 @@ def bgemm(A: tn.Tensor[bf16, "M K"], B: tn.Tensor[bf16, "K N"], C: tn.Tensor[f32
 def test_check_reports_the_tma_obligations(tmp_path):
     src = tmp_path / "bgemm.py"
     src.write_text(BGEMM_SOURCE)
+    # the ring on block barriers (warp roles off): the tiles' phases are proved
     r = subprocess.run([sys.executable, "-m", "tilenest.cli", "check", str(src), "--target",
-                        "cuda", "--set", "tma=True"], capture_output=True, text=True, timeout=600)
+                        "cuda", "--set", "tma=True", "--set", "warp_roles=False"],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"tma\.phases +proved", r.stdout)
     assert len(re.findall(r"tma\.placement +proved", r.stdout)) >= 2
     assert re.search(r"barrier\.sufficiency +proved", r.stdout)
+    # by default the ring is warp-specialized: its handshake is proved instead
+    r = subprocess.run([sys.executable, "-m", "tilenest.cli", "check", str(src), "--target",
+                        "cuda", "--set", "tma=True"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for kind in ("roles.full", "roles.versions", "roles.release", "roles.parity"):
+        assert re.search(kind.replace(".", r"\.") + " +proved", r.stdout), kind
+    assert not re.search(r"tma\.phases", r.stdout)
 
 
 # ------------------------------------------------------------------ device

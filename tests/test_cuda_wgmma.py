@@ -35,7 +35,9 @@ def _gemm(bm, bn, bk, dt=tn.bf16, loop="pipeline"):  # type: ignore[no-untyped-d
 
 
 def _sched(kern, **kw):  # type: ignore[no-untyped-def]
-    return default_schedule(kern.program, "cuda", mma_unit="wgmma", **kw)
+    """Warpgroup mmas on block-barrier rings (no warp roles: ``test_warp_roles.py``)."""
+    return default_schedule(kern.program, "cuda", mma_unit="wgmma",
+                            **{"warp_roles": False, **kw})
 
 
 def _run(kern, sched, M, K, N, dt=tn.bf16, runs=(("in_order", "nan"), ("random", "big")),

@@ -94,6 +94,69 @@ def test_a_program_without_an_mma_ring_is_an_error():
         lower_verified(kern.program, s)
 
 
+# ------------------------------------------------------------------ the lowering's choice
+@pytest.mark.parametrize("tile,threads,stages", [
+    ((128, 256, 64), 256, 4),   # 48 KiB a version: 4 fit a block
+    ((128, 128, 128), 256, 3),  # 64 KiB a version: 3 fit, 4 do not
+    ((256, 256, 64), 512, 3),
+])
+def test_the_default_schedule_specializes_the_deepest_ring_that_fits(tile, threads, stages):
+    """``stages`` and ``warp_roles`` left to the lowering (the cuda
+    defaults): a ring that qualifies runs warp-specialized, as many versions
+    deep (4, else 3) as fit the shared capacity."""
+    kern = _gemm(*tile)
+    s = default_schedule(kern.program, "cuda", block_threads=threads)
+    assert (s.stages, s.warp_roles, s.mma_unit) == (None, None, "auto")
+    k = lower_verified(kern.program, s)
+    assert [lp.roles.stages for lp in _roles_loops(k)] == [stages]
+    assert int(L.shared_bytes(k).value) <= 227 * 1024
+
+
+def test_a_ring_too_large_to_specialize_keeps_two_block_barrier_versions():
+    """96 KiB a version: three do not fit, so the ring is not specialized and
+    keeps double buffering; asking for the roles says why."""
+    kern = _gemm(128, 256, 128)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda"))
+    assert _roles_loops(k) == [] and "2-stage ring" in print_kernel(k)
+    with pytest.raises(TilenestError, match="no ring of gemm fits a block at 4 or 3 versions"):
+        lower_verified(kern.program, default_schedule(kern.program, "cuda", warp_roles=True,
+                                                      mma_unit="wgmma"))
+
+
+@pytest.mark.parametrize("kw,roles,ring", [
+    ({"warp_roles": False}, [], "2-stage ring"),           # no roles: double buffering
+    ({"warp_roles": False, "stages": 4}, [], "4-stage ring"),
+    ({"stages": 3}, [3], None),                            # the given depth, specialized
+    ({"stages": 2}, [], "2-stage ring"),                   # too shallow to specialize
+    ({"tma": False}, [], "2-stage ring"),                  # no bulk copies to hand over
+])
+def test_a_given_field_is_kept_and_the_other_chosen(kw, roles, ring):
+    kern = _gemm(128, 128, 64)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", **kw))
+    assert [lp.roles.stages for lp in _roles_loops(k)] == roles
+    if ring is not None:
+        assert ring in print_kernel(k)
+
+
+def test_attention_keeps_its_two_version_ring_by_default():
+    """A ring whose consumer does more than warpgroup mmas (attention's
+    softmax) is not specialized: it keeps the measured 2-version ring."""
+    kern = WORKLOADS["flash_attention"].kernel(tn.bf16, {"bq": 64, "bk": 64, "dh": 128,
+                                                         "dv": 128, "causal": True})
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=128))
+    text = print_kernel(k)
+    assert _roles_loops(k) == [] and "2-stage ring" in text and "wgmma" in text
+
+
+def test_the_default_schedule_gemm_validates_emulated():
+    """``compile_program`` with no schedule: the specialized 4-version ring,
+    run on a ragged shape against the oracle."""
+    kern = _gemm(128, 256, 64)
+    ck = cuda.compile_program(kern.program, device="emulated")
+    assert "warp-specialized ring" in ck.source.text and "__launch_bounds__(288" in ck.source.text
+    _run(ck, kern, 200, 328, 264)
+
+
 # ------------------------------------------------------------------ emission
 def test_emitted_roles_have_no_block_barrier_in_the_ring():
     kern = _gemm(128, 256, 64)
@@ -185,6 +248,19 @@ def test_specialized_gemm_on_the_gpu(tile, kw, shape):
     oracle (a race between the roles shows as a wrong tile)."""
     kern = _gemm(*tile)
     ck = cuda.compile_program(kern.program, _sched(kern, **kw), device="gpu")
+    assert "warp-specialized ring" in ck.source.text
+    _run(ck, kern, *shape, runs=((None, None),))
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("tile", [(128, 256, 64), (128, 128, 128)])
+@pytest.mark.parametrize("shape", [(512, 512, 512), (1000, 264, 776), (136, 40, 264)],
+                         ids=["square", "tall-ragged", "one-step"])
+def test_the_default_schedule_gemm_on_the_gpu(tile, shape):
+    """``compile_program`` with no schedule (4 and 3 versions, chosen by
+    the lowering) on the device against the oracle."""
+    kern = _gemm(*tile)
+    ck = cuda.compile_program(kern.program, device="gpu")
     assert "warp-specialized ring" in ck.source.text
     _run(ck, kern, *shape, runs=((None, None),))
 

@@ -128,7 +128,7 @@ def test_a_kernel_without_a_ring_has_no_roles_obligations():
     kern = WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 128, "bn": 128, "bk": 64,
                                               "loop": "pipeline"})
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda", mma_unit="wgmma",
-                                                      tma=True, stages=4))
+                                                      tma=True, stages=4, warp_roles=False))
     assert gpu.roles_obligations(k) == []
 
 

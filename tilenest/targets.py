@@ -227,8 +227,10 @@ CUDA = Target(
             async_copy=("cp.async", "tma"), tensor_cores=("mma.sync", "wgmma")),
     CUDA_CATALOGUE,
     # operand tiles of warpgroup mmas by bulk tensor copies: validated on an
-    # H100, 1.3-1.4x the GEMM rate of cp.async copies (spec/lowering.md L-11)
-    defaults=_frozen(block_threads=256, stages=2, tma=True),
+    # H100, 1.3-1.4x the GEMM rate of cp.async copies (spec/lowering.md L-11);
+    # the ring's depth and warp roles left to the lowering (a ring it can
+    # warp-specialize is, 4 versions deep where they fit; others keep 2)
+    defaults=_frozen(block_threads=256, stages=None, warp_roles=None, tma=True),
     # rows kept in registers and L2 policies: the fastest row kernels on an
     # H200 (spec/lowering.md, L-7's defaults)
     stream_defaults=_frozen(row_registers=32, cache_hints=True),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import TilenestError
+from ..errors import NotAvailableError, TilenestError
 from ..semantics import expr as E
 from . import loopir
 from .bulk_copy import bulk_copies
@@ -77,74 +77,129 @@ def _loop_sites(program):  # type: ignore[no-untyped-def]
     return lambda name: where.get(name.rsplit(".", 1)[0])
 
 
+#: the ring depths ``Schedule.stages=None`` tries for a ring it can
+#: warp-specialize, deepest first: the warp-specialized GEMMs measured fastest
+#: at 4 versions (bf16 128 x 256 x 64 and FP8 128 x 256 x 128 on an H200; 5
+#: gave nothing more at 128 x 128, spec/lowering.md L-12)
+AUTO_STAGES = (4, 3)
+#: the ring depth ``stages=None`` keeps for any other ring (double buffering:
+#: the measured default of rings on block barriers, attention's key loop)
+PLAIN_STAGES = 2
+
+
 def _lower_simt(program, schedule: Schedule | None, maps: list | None) -> Kernel:
     """:func:`lower_verified` for the schedule's own ``mma_unit``."""
     from .simt import simt_kernel
 
     k = lower(program, schedule)
-    if schedule is not None and schedule.block_threads:
-        k = simt_kernel(k, schedule.block_threads, schedule.vector_lanes, maps)
-        if not isinstance(schedule.stages, int) or not 1 <= schedule.stages <= 8:
-            from ..errors import UsageError
-
-            raise UsageError(f"stages={schedule.stages!r}: versions of each produced tile, "
-                             "an int in [1, 8]", hint="e.g. Schedule(stages=3); 1 turns "
-                             "the buffering off")
-        if schedule.min_blocks is not None and (
-                not isinstance(schedule.min_blocks, int) or isinstance(schedule.min_blocks, bool)
-                or schedule.min_blocks < 1):
-            from ..errors import UsageError
-
-            raise UsageError(f"min_blocks={schedule.min_blocks!r}: blocks per multiprocessor "
-                             "the registers must allow, a positive int (or None)",
-                             hint="e.g. Schedule(min_blocks=8) for 256-thread blocks")
-        if schedule.grid_blocks is not None and (
-                not isinstance(schedule.grid_blocks, int) or isinstance(schedule.grid_blocks, bool)
-                or schedule.grid_blocks < 1):
-            from ..errors import UsageError
-
-            raise UsageError(f"grid_blocks={schedule.grid_blocks!r}: the most blocks a parallel "
-                             "phase launches, a positive int (or None)",
-                             hint="e.g. Schedule(grid_blocks=1056): 132 multiprocessors "
-                                  "holding 8 blocks each")
-        if not isinstance(schedule.cache_hints, bool):
-            from ..errors import UsageError
-
-            raise UsageError(f"cache_hints={schedule.cache_hints!r}: L2 policies on wide "
-                             "global accesses, True or False",
-                             hint="e.g. Schedule(cache_hints=True)")
-        if (not isinstance(schedule.row_registers, int) or isinstance(schedule.row_registers, bool)
-                or not 0 <= schedule.row_registers <= 64):
-            from ..errors import UsageError
-
-            raise UsageError(f"row_registers={schedule.row_registers!r}: elements of a "
-                             "thread-private row each thread keeps in registers, an int in "
-                             "[0, 64]", hint="e.g. Schedule(row_registers=32); 0 keeps such "
-                             "rows in shared memory")
-        if schedule.index_bits not in (32, 64):
-            from ..errors import UsageError
-
-            raise UsageError(f"index_bits={schedule.index_bits!r}: the width of index "
-                             "arithmetic, 32 or 64", hint="e.g. Schedule(index_bits=64)")
-        if schedule.stages > 1:
-            from .double_buffer import double_buffer
-
-            k = double_buffer(k, schedule.stages)
-        from .async_copy import async_staging
-        from .inplace import reuse_in_place
-        from .row_registers import keep_rows_in_registers
-
-        k = keep_rows_in_registers(async_staging(reuse_in_place(k)), schedule.row_registers)
-        k = hoist_divisions(k)
-    k = bulk_copies(k)
-    if schedule is not None and schedule.warp_roles:
-        from .warp_roles import warp_roles
-
-        if not schedule.block_threads:
+    if schedule is None or not schedule.block_threads:
+        if schedule is not None and schedule.warp_roles:
             from ..errors import UsageError
 
             raise UsageError("warp_roles needs the SIMT form (block_threads)",
                              hint="warp_roles is a cuda schedule field")
-        k = warp_roles(k, schedule.stages, schedule.block_threads, _loop_sites(program))
+        k = bulk_copies(k)
+        verify_kernel(k)
+        return k
+    k = simt_kernel(k, schedule.block_threads, schedule.vector_lanes, maps)
+    _check_simt_fields(schedule)
+    if schedule.stages is not None and schedule.warp_roles is not None:
+        return _ring(k, program, schedule, schedule.stages, schedule.warp_roles)
+    return _auto_ring(k, program, schedule)
+
+
+def _auto_ring(k: Kernel, program, schedule: Schedule) -> Kernel:
+    """The SIMT kernel ``k`` finished with the ring the schedule leaves to the
+    lowering (``stages`` or ``warp_roles`` None): a ring that can be
+    warp-specialized is, with the most versions of :data:`AUTO_STAGES` whose
+    shared buffers fit a block (and whose producer warp fits the thread
+    limit); otherwise no ring is specialized and it keeps the given
+    ``stages``, or :data:`PLAIN_STAGES`. Deterministic: a function of the
+    program and the schedule."""
+    from .warp_roles import PRODUCERS
+
+    prof = target_row(schedule.target).profile
+    depths = AUTO_STAGES if schedule.stages is None else (schedule.stages,)
+    if schedule.warp_roles is not False and schedule.block_threads + PRODUCERS <= prof.max_threads:
+        for stages in (d for d in depths if d >= 3):
+            try:
+                got = _ring(k, program, schedule, stages, True)
+            except NotAvailableError:  # no ring of the kernel qualifies (warp_roles says why)
+                if schedule.warp_roles:
+                    raise
+                break
+            need = loopir.shared_bytes(got)
+            if isinstance(need, E.Const) and need.value <= prof.shared_bytes:
+                return got
+    if schedule.warp_roles:
+        from ..errors import UsageError
+
+        raise UsageError(f"warp_roles: no ring of {program.name} fits a block at "
+                         f"{' or '.join(map(str, depths))} versions", program.loc,
+                         hint="use smaller tiles, or give Schedule.stages")
+    return _ring(k, program, schedule,
+                 PLAIN_STAGES if schedule.stages is None else schedule.stages, False)
+
+
+def _ring(k: Kernel, program, schedule: Schedule, stages: int, roles: bool) -> Kernel:
+    """The SIMT kernel ``k`` with its loops buffered in ``stages`` versions,
+    its staging passes, bulk copies and (``roles``) warp-specialized rings,
+    verified."""
+    if stages > 1:
+        from .double_buffer import double_buffer
+
+        k = double_buffer(k, stages)
+    from .async_copy import async_staging
+    from .inplace import reuse_in_place
+    from .row_registers import keep_rows_in_registers
+
+    k = keep_rows_in_registers(async_staging(reuse_in_place(k)), schedule.row_registers)
+    k = hoist_divisions(k)
+    k = bulk_copies(k)
+    if roles:
+        from .warp_roles import warp_roles
+
+        k = warp_roles(k, stages, schedule.block_threads, _loop_sites(program))
     verify_kernel(k)
     return k
+
+
+def _check_simt_fields(schedule: Schedule) -> None:
+    """Refuse a SIMT schedule field of the wrong type or range (a
+    ``UsageError`` naming it and a value that would do)."""
+    from ..errors import UsageError
+
+    if schedule.stages is not None and (not isinstance(schedule.stages, int)
+                                        or not 1 <= schedule.stages <= 8):
+        raise UsageError(f"stages={schedule.stages!r}: versions of each produced tile, "
+                         "an int in [1, 8] (None: the lowering's choice)",
+                         hint="e.g. Schedule(stages=3); 1 turns the buffering off")
+    if schedule.warp_roles is not None and not isinstance(schedule.warp_roles, bool):
+        raise UsageError(f"warp_roles={schedule.warp_roles!r}: True, False or None "
+                         "(the lowering's choice)", hint="e.g. Schedule(warp_roles=True)")
+    if schedule.min_blocks is not None and (
+            not isinstance(schedule.min_blocks, int) or isinstance(schedule.min_blocks, bool)
+            or schedule.min_blocks < 1):
+        raise UsageError(f"min_blocks={schedule.min_blocks!r}: blocks per multiprocessor "
+                         "the registers must allow, a positive int (or None)",
+                         hint="e.g. Schedule(min_blocks=8) for 256-thread blocks")
+    if schedule.grid_blocks is not None and (
+            not isinstance(schedule.grid_blocks, int) or isinstance(schedule.grid_blocks, bool)
+            or schedule.grid_blocks < 1):
+        raise UsageError(f"grid_blocks={schedule.grid_blocks!r}: the most blocks a parallel "
+                         "phase launches, a positive int (or None)",
+                         hint="e.g. Schedule(grid_blocks=1056): 132 multiprocessors "
+                              "holding 8 blocks each")
+    if not isinstance(schedule.cache_hints, bool):
+        raise UsageError(f"cache_hints={schedule.cache_hints!r}: L2 policies on wide "
+                         "global accesses, True or False",
+                         hint="e.g. Schedule(cache_hints=True)")
+    if (not isinstance(schedule.row_registers, int) or isinstance(schedule.row_registers, bool)
+            or not 0 <= schedule.row_registers <= 64):
+        raise UsageError(f"row_registers={schedule.row_registers!r}: elements of a "
+                         "thread-private row each thread keeps in registers, an int in "
+                         "[0, 64]", hint="e.g. Schedule(row_registers=32); 0 keeps such "
+                         "rows in shared memory")
+    if schedule.index_bits not in (32, 64):
+        raise UsageError(f"index_bits={schedule.index_bits!r}: the width of index "
+                         "arithmetic, 32 or 64", hint="e.g. Schedule(index_bits=64)")

@@ -100,16 +100,22 @@ those the program admits:
   memory and then consume them keep that many versions of the tiles: the
   next ``stages - 1`` iterations' tiles are produced while the current ones
   are consumed (``lowering/double_buffer.py``; 1: no rewrite, 2: double
-  buffering, the default on ``cuda``, where the producers' stores become
-  ``cp.async`` copies; each version counts against the shared capacity).
+  buffering, where the producers' stores become ``cp.async`` copies; each
+  version counts against the shared capacity). ``None`` (the default on
+  ``cuda``): the lowering's choice, with ``warp_roles`` below.
 * ``warp_roles`` -- on ``cuda``, with ``tma`` and ``stages >= 3``: a ring
   whose producers are all bulk tensor copies and whose consumer is a
   warpgroup mma into registers runs *warp-specialized*
   (``lowering/warp_roles.py``): one extra warp issues the copies up to
   ``stages`` steps ahead and the consumers hand each version back through
   completion barriers, with no block barrier in the loop (the ``roles.*``
-  obligations of ``proofs/gpu.py``). A program with no such ring is an
-  error naming why.
+  obligations of ``proofs/gpu.py``). ``True``: a program with no such ring
+  is an error naming why; ``False``: no ring is specialized. ``None`` (the
+  default on ``cuda``): the lowering's choice (``lower_verified``): a ring
+  that qualifies is specialized, with the most versions of 4 or 3 whose
+  tiles fit a block when ``stages`` is ``None`` too (the warp-specialized
+  GEMMs measured fastest at 4 on an H200); any other ring keeps ``stages``,
+  2 when that is ``None``.
 * ``index_bits`` -- on ``cuda``, the width of the generated code's index
   arithmetic: 32 (the default) where every index value is bounded by the
   loop ranges (the ``index.width`` obligation of ``proofs/gpu.py``; a call
@@ -199,7 +205,7 @@ class Schedule:
     vector_lanes: int = 1
     stage_loads: bool = False
     mma_unit: str = "auto"
-    stages: int = 1
+    stages: int | None = 1
     index_bits: int = 32
     min_blocks: int | None = None
     cache_hints: bool = False
@@ -207,7 +213,7 @@ class Schedule:
     row_registers: int = 0
     reduce_splits: int = 1
     tma: bool = False
-    warp_roles: bool = False
+    warp_roles: bool | None = False
 
     def __post_init__(self) -> None:
         """Refuse a field value outside its range (:data:`VALUE_RULES`): a
