@@ -204,17 +204,18 @@ EPILOGUE_N = 4096
 #: key seen) runs SDPA without a mask.
 _ATT = {"dh": 128, "dv": 128}
 #: prefill on 8 warps, one block per SM or (registers capped at 128) two
-_PREFILL_GPU = ({"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
-                # four warps: 64 query rows give each its own whole-row tiles
-                {"block_threads": 128},
-                # both products on warpgroup tensor cores (K read K-major):
-                # asked for, not auto's choice. One warpgroup per 64 query
-                # rows (128 rows on 256 threads, 64 on 128) keeps the scores,
-                # probabilities and accumulator in registers, P the first
-                # operand of P V from registers; 64 rows on 256 threads pass
-                # P through a swizzled shared tile
-                {"block_threads": 256, "mma_unit": "wgmma"},
-                {"block_threads": 128, "mma_unit": "wgmma"})
+_PREFILL_GPU = (# the default schedule: a warpgroup per 64 query rows (128 threads at
+                # bq = 64, 256 at 128), both products on warpgroups
+                {},
+                # 8 warps: at bq = 64 on mma.sync (auto's choice there)
+                {"block_threads": 256}, {"block_threads": 256, "min_blocks": 2},
+                # four warps on mma.sync: 64 query rows give each its own
+                # whole-row tiles
+                {"block_threads": 128, "mma_unit": "tensor"},
+                # both products on warpgroups with 64 query rows on two
+                # warpgroups: they share each row of tiles and pass P through
+                # a swizzled shared tile
+                {"block_threads": 256, "mma_unit": "wgmma"})
 #: prefill query tiles of 64 rows (8 warps share each row of scores) and of
 #: 128 (a warp's 16 x 64 score tiles span whole rows: the row folds stay in warps)
 _PREFILL_TILES = ({"bq": 64, "bk": 64, **_ATT}, {"bq": 128, "bk": 64, **_ATT})
@@ -1074,13 +1075,14 @@ def bench_gemm(run: Run) -> list[dict[str, Any]]:
 
 
 def _default_over_best(rec: dict[str, Any]) -> None:
-    """Record in ``rec`` the best tilenest time over the default schedule's
-    (``default_over_best``: 1.0 when the default is the fastest), when both
-    were timed."""
+    """Record in ``rec`` the fastest tilenest time over each default-schedule
+    variant's (``default_over_best``, by label: 1.0 where the default is the
+    fastest), for the variants timed."""
     timed = [v for v in rec["tilenest"] if "median_s" in v]
-    dflt = [v for v in timed if v.get("label", "").endswith(" default")]
-    if dflt and timed:
-        rec["default_over_best"] = min(v["median_s"] for v in timed) / dflt[0]["median_s"]
+    if timed:
+        top = min(v["median_s"] for v in timed)
+        rec["default_over_best"] = {v["label"]: top / v["median_s"] for v in timed
+                                    if v.get("label", "").endswith(" default")}
 
 
 def bench_epilogues(run: Run) -> list[dict[str, Any]]:
@@ -1204,6 +1206,7 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
     kernel (checked against torch's float32 math SDPA first), SDPA under its
     flash backend (or its default choice where flash refuses the case) and
     ``torch.compile`` of the same SDPA call, in one run."""
+    from tilenest.backends.cuda.tune import same_code_key
     from tilenest.workloads import WORKLOADS
 
     torch, cfg = run.torch, run.cfg
@@ -1229,12 +1232,18 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         o = torch.empty((B, HQ, Q, DV), dtype=torch.bfloat16, device="cuda")
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
+        sources: dict[str, str] = {}  # the code (up to names) -> the first variant's label
         for wname, consts, gpu in ((w, c, g) for w, cs, gs in variants for c in cs for g in gs
                                    if all(c.get(f) == val for f, val in cfg.row_schedule.items())):
             ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
                                      consts, sz, gpu)
             v["workload"] = wname
             if ck is None:
+                continue
+            same = sources.setdefault(same_code_key(ck), v["label"])
+            if same != v["label"]:  # the default schedule is one of the explicit ones
+                v["skipped"] = f"same source as {same}"
+                print(f"tilenest {v['label']}: {v['skipped']}", flush=True)
                 continue
             try:
                 o.fill_(float("nan"))
@@ -1298,6 +1307,7 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         timed = [v for v in rec["tilenest"] if "median_s" in v]
         if timed:
             rec["best"] = min(timed, key=lambda v: v["median_s"])["label"]
+        _default_over_best(rec)
         del q0, k0, v0, ref, sets, o
         torch.cuda.empty_cache()
     return recs
@@ -1393,6 +1403,7 @@ def table(out: dict[str, Any]) -> str:
                  f"{'comp/tn':>9}{'spread':>7}{'rel err':>9}")
         for r in out["attention"]:
             _impl_lines(L, r["case"], r, (31, 50), ("sdpa", "compile"))
+            _default_line(L, r["case"], r, 31)
     if out.get("fp8"):
         _fp8_lines(L, out["fp8"])
     if out.get("fp8_gemm"):
@@ -1415,11 +1426,10 @@ def table(out: dict[str, Any]) -> str:
 
 
 def _default_line(L: list[str], w: str, r: dict[str, Any], cw: int) -> None:
-    """The default schedule's rate as a fraction of the fastest variant's, when
-    record ``r`` timed both (``_default_over_best``)."""
-    if "default_over_best" in r:
-        L.append(f"{w:<{cw}}default schedule at {100 * r['default_over_best']:.0f}% of the "
-                 "fastest's rate")
+    """Each default schedule's rate as a fraction of the fastest variant's
+    (``_default_over_best``)."""
+    for lab, x in r.get("default_over_best", {}).items():
+        L.append(f"{w:<{cw}}{lab}: {100 * x:.0f}% of the fastest's rate")
 
 
 def _impl_lines(L: list[str], w: str, r: dict[str, Any], cols: tuple[int, int],

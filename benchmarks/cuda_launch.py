@@ -1,6 +1,6 @@
 """Launch one tilenest CUDA kernel variant a few times, for a profiler or a checker.
 
-    python benchmarks/cuda_launch.py softmax|rmsnorm|layernorm|gemm [--dtype bf16]
+    python benchmarks/cuda_launch.py softmax|rmsnorm|layernorm|gemm|attention [--dtype bf16]
         [--schedule k=v,...] [--gpu k=v,...] [--n 4096] [--launches 3]
         [--cubin FILE] [--source FILE]
 
@@ -12,8 +12,10 @@ Meant to run under ``ncu`` or ``compute-sanitizer`` on the GPU, e.g.
 
 The variant is compiled exactly as ``benchmarks/cuda.py`` compiles it
 (``--schedule`` the workload's schedule, default its first, or for ``gemm``
-that file's first GEMM schedule; ``--gpu`` the ``Schedule`` overrides), on
-the inputs that file draws (row workloads at 8192 x 8192, GEMM at ``--n``).
+that file's first GEMM schedule, for ``attention`` ``flash_attention`` with
+that file's first prefill tile, causal; ``--gpu`` the ``Schedule``
+overrides), on the inputs that file draws (row workloads at 8192 x 8192,
+GEMM at ``--n``, attention at the prefill sizes, bf16).
 The first launch is checked against torch in float64 as the benchmark checks
 it (a wrong result exits nonzero); then ``--launches`` more run back to back
 and their mean device time (CUDA events, no input rotation: use the
@@ -63,7 +65,7 @@ def _pairs(text: str | None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="benchmarks/cuda_launch.py",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("workload", choices=("softmax", "rmsnorm", "layernorm", "gemm"))
+    ap.add_argument("workload", choices=("softmax", "rmsnorm", "layernorm", "gemm", "attention"))
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="bf16")
     ap.add_argument("--schedule", help="the workload's schedule, k=v,... (default: the first)")
     ap.add_argument("--gpu", help="Schedule overrides, k=v,...")
@@ -91,6 +93,19 @@ def main(argv: list[str] | None = None) -> int:
         out = torch.empty((n, n), dtype=torch.bfloat16, device="cuda")
         ref = A.double() @ Bm.double()
         args: tuple[Any, ...] = (run.view(A), run.view(Bm), run.view(out))
+    elif a.workload == "attention":
+        if a.dtype != "bf16":
+            raise SystemExit("cuda_launch: the attention benchmark is bf16 only")
+        sched = _pairs(a.schedule) or {**B._PREFILL_TILES[0], "causal": True}
+        sz = B._PREFILL_SIZES
+        ck, rec = B.compile_variant(run, WORKLOADS["flash_attention"], "bf16", sched, sz, gpu)
+        b, hq, hk, t, d = (sz[x] for x in ("B", "HQ", "HK", "Q", "D"))
+        q, k, v = (run.randn((b, h, t, d), "bf16") for h in (hq, hk, hk))
+        out = torch.empty((b, hq, t, d), dtype=torch.bfloat16, device="cuda")
+        scale = 1.0 / d ** 0.5
+        ref = B._sdpa(run, bool(sched.get("causal")), "math")(
+            q.float(), k.float(), v.float(), scale).double()
+        args = (run.view(q), run.view(k), run.view(v), run.view(out), run.np.float32(scale))
     else:
         wl = WORKLOADS[a.workload]
         sched = _pairs(a.schedule) or dict(wl.schedules[0])
@@ -120,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     bad, err = B._unwritten(torch, out), None
     if not bad:
         err = B._rel_err(torch, out, ref)
-    ok = not bad and err < B.TOL[a.dtype]
+    ok = not bad and err < (B.ATTENTION_TOL if a.workload == "attention" else B.TOL[a.dtype])
     print(f"check: rel err {err}, unwritten {bad}: {'ok' if ok else 'WRONG'}", flush=True)
     if not ok:
         return 1

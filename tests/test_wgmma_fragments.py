@@ -20,6 +20,7 @@ import tilenest as tn
 from tilenest.backends import cuda
 from tilenest.lowering import default_schedule, lower_verified
 from tilenest.lowering import loopir as L
+from tilenest.workloads import WORKLOADS
 from tilenest.workloads.attention import flash_kernel
 from test_fragment_rows import _admitted, _inputs, row_stats
 from test_tensor_mma_dims import _attention_inputs
@@ -111,3 +112,28 @@ def test_auto_takes_warpgroups_where_each_owns_whole_rows(bq, threads, group):
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda",
                                                       block_threads=threads))
     assert {w.group for w in _mmas(k)} == {group}
+
+
+@pytest.mark.parametrize("bq,threads", [(64, 128), (128, 256), (256, 512)])
+def test_the_default_schedule_gives_each_64_query_rows_a_warpgroup(bq, threads):
+    """With no ``block_threads`` given, a program whose tensor-core products
+    have unit dims gets one warpgroup per 64-row band of them
+    (``mma.band_threads``), so ``auto`` runs them on warpgroups with their
+    tiles in registers; a given ``block_threads`` is kept."""
+    kern = flash_kernel(tn.bf16).specialize(bq=bq, bk=64, dh=64, dv=64)
+    s = default_schedule(kern.program, "cuda")
+    assert s.block_threads == threads
+    assert {w.group for w in _mmas(lower_verified(kern.program, s))} == {4}
+    assert default_schedule(kern.program, "cuda", block_threads=256).block_threads == 256
+    assert cuda._schedule(kern.program, None).block_threads == threads
+
+
+@pytest.mark.parametrize("make", [
+    lambda: flash_kernel(tn.bf16).specialize(bq=32, bk=64, dh=64, dv=64),   # under 64 rows
+    lambda: flash_kernel(tn.f32).specialize(bq=64, bk=64, dh=64, dv=64),    # f32: no tensor cores
+    lambda: WORKLOADS["gemm"].kernel(tn.bf16, {"bm": 64, "bn": 64, "bk": 32}),  # 2-d operands
+])
+def test_other_programs_keep_the_rows_block_threads(make):
+    kern = make()
+    assert default_schedule(kern.program, "cuda").block_threads == 256
+    assert default_schedule(kern.program, "metal").block_threads == 256  # no warpgroups there

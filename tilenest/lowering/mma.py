@@ -285,17 +285,54 @@ def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
     if not (sched.mma_unit == "auto" and "wgmma" in profile.tensor_cores
             and sched.block_threads and sched.block_threads % 128 == 0):
         return False
-    groups = sched.block_threads // 128
-    mmas = [op for op in program.walk() if op.name == "mma"
+    mmas = _tensor_mmas(program)
+    if any(all(o.type.rank == 2 for o in op.operands[:2]) for op in mmas):
+        return True
+    return band_rows(program) == 64 * (sched.block_threads // 128)
+
+
+def band_threads(program: Any, profile: Any) -> int | None:
+    """The threads per block that give each warpgroup one 64-row band of
+    every tensor-core ``mma`` of ``program`` with unit dims (128 per 64 rows
+    of :func:`band_rows`), when the target has warpgroup tensor cores and
+    the block can hold them; else None. The default ``block_threads`` of
+    such a program on such a target (``default_schedule``): attention with
+    64-row query tiles then runs on one warpgroup, its tiles in registers
+    (0.534 ms against 0.634 on 256 threads with ``mma.sync``, an H200,
+    spec/lowering.md L-10)."""
+    rows = band_rows(program)
+    if rows is None or "wgmma" not in profile.tensor_cores:
+        return None
+    threads = 128 * (rows // 64)
+    return threads if threads <= profile.max_threads else None
+
+
+def band_rows(program: Any) -> int | None:
+    """The output rows ``R`` shared by every tensor-core ``mma`` of
+    ``program`` (a reassociating one on 16-bit or FP8 operands) when all of
+    them have operand tiles with unit dims (attention's ``[1, 1, rows, D]``),
+    two dims other than 1 in each operand and result, all constant, and
+    ``R`` a multiple of 64; else None."""
+    mmas = _tensor_mmas(program)
+    if not mmas or any(all(o.type.rank == 2 for o in op.operands[:2]) for op in mmas):
+        return None
+    rows = set()
+    for op in mmas:
+        sq = [_squeezed(o.type) for o in (*op.operands[:2], op.results[0])]
+        if not all(x is not None and len(x) == 2 for x in sq):
+            return None
+        rows.add(sq[2][0])  # type: ignore[index]
+    (r, *more) = rows
+    return r if not more and r % 64 == 0 else None
+
+
+def _tensor_mmas(program: Any) -> list:
+    """The ``mma`` ops of ``program`` tensor cores may compute: reassociating,
+    on 16-bit float or FP8 operands."""
+    return [op for op in program.walk() if op.name == "mma"
             and op.attrs.get("allow_reassociation")
             and all((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
                     or o.type.dtype.is_fp8 for o in op.operands[:2])]
-    if any(all(o.type.rank == 2 for o in op.operands[:2]) for op in mmas):
-        return True
-    squeezed = [[_squeezed(o.type) for o in (*op.operands[:2], op.results[0])] for op in mmas]
-    return bool(squeezed) and all(
-        all(x is not None and len(x) == 2 for x in sq) and sq[2][0] == 64 * groups
-        for sq in squeezed)
 
 
 def _squeezed(t: Any) -> list[int] | None:

@@ -433,8 +433,10 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
     host's cores (one worker per core) with its SIMD width and the
     ``mma`` register block for it. The row's ``defaults`` are then set
     (e.g. ``block_threads``), its ``stream_defaults`` for a program with no
-    ``mma`` (``cuda``: rows in registers and L2 policies), and the overrides
-    last."""
+    ``mma`` (``cuda``: rows in registers and L2 policies), on a target with
+    warpgroup tensor cores one warpgroup per 64-row band of a program whose
+    tensor-core products have unit dims (``mma.band_threads``: attention's
+    query tiles), and the overrides last."""
     row = target_row(target)
     check_overrides(overrides)
     unused = [f for f in row.unused if f in overrides]
@@ -450,6 +452,11 @@ def default_schedule(program: TileProgram, target: str = "llvm", **overrides: An
                      vector_lanes=default_lanes(program), **row.defaults)
         if row.stream_defaults and not any(op.name == "mma" for op in program.walk()):
             s = replace(s, **row.stream_defaults)
+        from .mma import band_threads
+
+        banded = band_threads(program, row.profile)
+        if banded is not None and "block_threads" in row.defaults:
+            s = replace(s, block_threads=banded)
     else:
         bits = overrides.get("vector_bits") or host_vector_bits()
         s = Schedule(target=target, threads=os.cpu_count() or 1, vector_bits=bits,
@@ -461,12 +468,12 @@ def for_target(program: TileProgram, schedule: Schedule | None, target: str) -> 
     """The schedule a backend of ``target`` compiles with: ``schedule``, or
     :func:`default_schedule` when none is given. A given schedule made for
     another target takes ``target``'s name, and on a SIMT target one without
-    ``block_threads`` takes the row's default (a SIMT target always runs the
-    SIMT form); its other fields stay as given."""
+    ``block_threads`` takes the default schedule's (a SIMT target always runs
+    the SIMT form); its other fields stay as given."""
     s = schedule or default_schedule(program, target)
     simt = target_row(target).profile.simt
     if s.target != target or (simt and not s.block_threads):
-        threads = s.block_threads or (target_row(target).defaults.get("block_threads")
+        threads = s.block_threads or (default_schedule(program, target).block_threads
                                       if simt else None)
         s = s.with_(target=target, block_threads=threads)
     return s

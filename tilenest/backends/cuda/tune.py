@@ -212,9 +212,7 @@ def tune(kernel: Any, *arrays: Any, params: dict[str, int] | None = None,
         except TilenestError as e:
             t.status, t.reason = "illegal", e.message
             continue
-        # the source up to its own names, and the launch facts (a grid cap,
-        # say, is not in the text)
-        text = _alpha(t.compiled.source.text) + repr(t.compiled.source.kernels)
+        text = same_code_key(t.compiled)
         if text in sources:
             t.status, t.same_as = "same", sources[text]
             continue
@@ -344,6 +342,18 @@ def _device_copies(arrays: tuple) -> tuple:
 
     return tuple(cp.array(a, copy=True, order="C") if isinstance(a, np.ndarray) or
                  hasattr(a, "__cuda_array_interface__") else a for a in arrays)
+
+
+def same_code_key(compiled: Any) -> str:
+    """A key equal for two compiled kernels exactly when they are the same
+    code: the generated source without its comments (which quote loop-IR
+    names) up to the names it declares itself (:func:`_alpha`), and the
+    launch facts (a grid cap, say, is not in the text)."""
+    text = _COMMENT.sub("", compiled.source.text)
+    return _alpha(text) + repr(compiled.source.kernels)
+
+
+_COMMENT = re.compile(r"//[^\n]*")
 
 
 def _alpha(text: str) -> str:
