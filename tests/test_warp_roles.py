@@ -127,6 +127,7 @@ def test_a_ring_too_large_to_specialize_keeps_two_block_barrier_versions():
     ({"warp_roles": False}, [], "2-stage ring"),           # no roles: double buffering
     ({"warp_roles": False, "stages": 4}, [], "4-stage ring"),
     ({"stages": 3}, [3], None),                            # the given depth, specialized
+    ({"warp_roles": True}, [4], None),                     # the deepest that fits
     ({"stages": 2}, [], "2-stage ring"),                   # too shallow to specialize
     ({"tma": False}, [], "2-stage ring"),                  # no bulk copies to hand over
 ])

@@ -120,7 +120,10 @@ def _auto_ring(k: Kernel, program, schedule: Schedule) -> Kernel:
 
     prof = target_row(schedule.target).profile
     depths = AUTO_STAGES if schedule.stages is None else (schedule.stages,)
-    if schedule.warp_roles is not False and schedule.block_threads + PRODUCERS <= prof.max_threads:
+    # asked for, the roles are tried whatever the threads (the resource check
+    # then says the producer warp is too many); chosen, only where it fits
+    room = schedule.block_threads + PRODUCERS <= prof.max_threads
+    if schedule.warp_roles or (schedule.warp_roles is None and room):
         for stages in (d for d in depths if d >= 3):
             try:
                 got = _ring(k, program, schedule, stages, True)
