@@ -483,14 +483,16 @@ def test_flash_attention_on_warpgroups_validates_emulated(causal):
     tiles are 2-d apart from their unit dims, so ``Q K^T`` (``K`` read
     K-major) and ``P V`` (``P`` rounded to bf16 into a swizzled tile) both
     run on warpgroup tensor cores; ragged queries and keys, GQA, against the
-    oracle. Under ``auto`` such tiles keep ``mma.sync`` (not yet run on a GPU)."""
+    oracle. Under ``auto`` on 256 threads (two warpgroups would share the 64
+    query rows) such tiles keep ``mma.sync``; with no ``block_threads``
+    given, the default gives them one warpgroup (``test_wgmma_fragments``)."""
     from tilenest.workloads.attention import flash_kernel
 
     kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=64, dv=64, causal=causal)
     sched = _sched(kern, stages=2)
     text = print_kernel(lower_verified(kern.program, sched))
     assert text.count("warpgroup tiles of wgmma") == 2
-    auto = default_schedule(kern.program, "cuda", stages=2)
+    auto = default_schedule(kern.program, "cuda", stages=2, block_threads=256)
     assert "warpgroup tiles" not in print_kernel(lower_verified(kern.program, auto))
     ck = cuda.compile_program(kern.program, sched, device="emulated")
     assert "_kb(" in ck.source.text  # K read along the contraction
