@@ -286,9 +286,9 @@ def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
             and sched.block_threads and sched.block_threads % 128 == 0):
         return False
     mmas = _tensor_mmas(program)
-    if any(all(o.type.rank == 2 for o in op.operands[:2]) for op in mmas):
+    if any(_plain(op) for op in mmas):
         return True
-    return band_rows(program) == 64 * (sched.block_threads // 128)
+    return _band_rows(mmas) == 64 * (sched.block_threads // 128)
 
 
 def band_threads(program: Any, profile: Any) -> int | None:
@@ -313,8 +313,12 @@ def band_rows(program: Any) -> int | None:
     them have operand tiles with unit dims (attention's ``[1, 1, rows, D]``),
     two dims other than 1 in each operand and result, all constant, and
     ``R`` a multiple of 64; else None."""
-    mmas = _tensor_mmas(program)
-    if not mmas or any(all(o.type.rank == 2 for o in op.operands[:2]) for op in mmas):
+    return _band_rows(_tensor_mmas(program))
+
+
+def _band_rows(mmas: list) -> int | None:
+    """:func:`band_rows` of the tensor-core ``mma`` ops ``mmas``."""
+    if not mmas or any(_plain(op) for op in mmas):
         return None
     rows = set()
     for op in mmas:
@@ -333,6 +337,11 @@ def _tensor_mmas(program: Any) -> list:
             and op.attrs.get("allow_reassociation")
             and all((o.type.dtype.is_float and o.type.dtype.itemsize == 2)
                     or o.type.dtype.is_fp8 for o in op.operands[:2])]
+
+
+def _plain(op: Any) -> bool:
+    """Whether ``mma`` op ``op`` has 2-d operands (no unit dims to squeeze)."""
+    return all(o.type.rank == 2 for o in op.operands[:2])
 
 
 def _squeezed(t: Any) -> list[int] | None:
