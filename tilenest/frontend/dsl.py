@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import CaptureError, TypeCheckError
 from ..semantics import dtypes as D
 from ..semantics import expr as E
+from ..semantics import numerics as N
 from ..semantics.dtypes import DType
 from ..semantics.maps import MemLayout, strided_layout
 from ..semantics.policies import (ASSUME, CHECKED, EXEC_SCOPES, ZERO, Bounds, BoundsPolicy,
@@ -573,9 +574,9 @@ def _binary(name: str, a: Any, b: Any) -> Tile:
     return _emit(name, [x, y])[0]
 
 
-def _unary(name: str, a: Any) -> Tile:
+def _unary(name: str, a: Any, ulp: float | None = None) -> Tile:
     (x,) = _operands([a], name)
-    return _emit(name, [x])[0]
+    return _emit(name, [x], {} if ulp is None else {"ulp": ulp})[0]
 
 
 class Fn:
@@ -586,10 +587,18 @@ class Fn:
         self.__doc__ = doc or f"elementwise {op}"
         self.__name__ = op
 
-    def __call__(self, *args: Any) -> Tile:
+    def __call__(self, *args: Any, ulp: float | None = None) -> Tile:
+        """The function applied elementwise. ``ulp`` (the functions of
+        ``numerics.DECLARABLE_ULP`` only) declares this application's accuracy
+        bound, in ulp of its dtype, looser than the function's own: any result
+        within it is admitted, and a target may compute it faster (spec V-14,
+        *Declared bounds*)."""
         if len(args) != self.arity:
             raise CaptureError(f"{self.op} takes {self.arity} arguments, got {len(args)}")
-        return _unary(self.op, args[0]) if self.arity == 1 else _binary(self.op, *args)
+        if ulp is not None and self.op not in N.DECLARABLE_ULP:
+            raise CaptureError(f"tn.{self.op} takes no ulp bound",
+                               hint=f"only {', '.join(N.DECLARABLE_ULP)} may declare one")
+        return _unary(self.op, args[0], ulp) if self.arity == 1 else _binary(self.op, *args)
 
     def __repr__(self) -> str:
         return f"tn.{self.op}"

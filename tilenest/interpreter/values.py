@@ -107,7 +107,7 @@ def _unary(it: Interpreter, op: Operation) -> None:
     dt = op.operands[0].type.dtype
     # numerics.unary's bits, faster
     out = RV(fastmath.unary(op.name, x, dt, out=_into(it, op, [x], dead)), nb)
-    ulp = N.ulp_bound(op.name, dt)
+    ulp = N.ulp_bound(op.name, dt, op.attr("ulp"))
     if shadowed(it, [it.val(op.operands[0])]):
         ins = bounds_on(it, op, nb)
         res = S.unary(op.name, ins[0], op.result.type.dtype, ulp)

@@ -125,11 +125,15 @@ class IPred:
 
 @dataclass(frozen=True)
 class Un:
-    """``op(a)`` with the meaning of ``numerics.unary``; ``dtype`` is the result's."""
+    """``op(a)`` with the meaning of ``numerics.unary``; ``dtype`` is the result's.
+    ``ulp`` is the accuracy bound the program declared for this application
+    (the op's ``ulp`` attribute, ``numerics.ulp_bound``), None for the
+    function's own: a target may realize it by any computation within it."""
 
     op: str
     a: "Expr"
     dtype: DType
+    ulp: float | None = None
 
 
 @dataclass(frozen=True)
@@ -897,7 +901,8 @@ def expr_str(x: Any) -> str:
     if isinstance(x, IPred):
         return f"[{E.pred_to_str(x.p)}]"
     if isinstance(x, Un):
-        return f"{x.op}({expr_str(x.a)})"
+        bound = "" if x.ulp is None else f"{{ulp={x.ulp:g}}}"
+        return f"{x.op}{bound}({expr_str(x.a)})"
     if isinstance(x, Bin):
         fl = "{" + ",".join(sorted(x.flags)) + "}" if x.flags else ""
         return f"{x.op}{fl}({expr_str(x.a)}, {expr_str(x.b)})"
@@ -1168,7 +1173,7 @@ def map_expr(x: Any, f: Any) -> Any:
     """Rebuild expression ``x`` bottom-up, replacing each node ``n`` by ``f(n)``
     when that is not ``None`` (children are rewritten first)."""
     if isinstance(x, Un):
-        x = Un(x.op, map_expr(x.a, f), x.dtype)
+        x = Un(x.op, map_expr(x.a, f), x.dtype, x.ulp)
     elif isinstance(x, Bin):
         x = Bin(x.op, map_expr(x.a, f), map_expr(x.b, f), x.dtype, x.flags)
     elif isinstance(x, Fma):

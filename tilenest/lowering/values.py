@@ -56,7 +56,7 @@ def scalar_op(op: Operation, args: list[L.Expr], flags: frozenset[str]) -> L.Exp
     n = op.name
     rt = op.results[0].type.dtype
     if n in UNARY:
-        return L.Un(n, args[0], rt)
+        return L.Un(n, args[0], rt, op.attr("ulp"))
     ix = [_index_operand(a) for a in args] if n in INDEX_EXACT and rt == L.INDEX else []
     if ix and all(e is not None for e in ix):
         # the least or greatest, sum, difference or product of index

@@ -79,8 +79,17 @@ TRANSCENDENTAL_ULP: dict[str, dict[str, float]] = {
 }
 
 
-def ulp_bound(op: str, dt: DType) -> float:
+#: the unary functions whose application may declare its own, looser bound
+#: (the op's optional ``ulp`` attribute, ``tn.exp(x, ulp=4)``)
+DECLARABLE_ULP = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "erf",
+                  "sigmoid", "rsqrt")
+
+
+def ulp_bound(op: str, dt: DType, declared: float | None = None) -> float:
     """The accuracy bound (ulp of ``dt``) of ``op``; 0.0 means bit-exact.
+    ``declared`` is the bound the program states for this application (the
+    op's ``ulp`` attribute, checked by :func:`check_declared_ulp`): it
+    replaces the function's own (:data:`TRANSCENDENTAL_ULP`).
 
     A bound ``k > 0`` admits, for operands ``x``, every value ``t`` of ``dt`` with
     ``|t - y| <= k * ulp_dt(y)``, where ``y = unrounded(op, dt, x)`` is the
@@ -89,7 +98,26 @@ def ulp_bound(op: str, dt: DType) -> float:
     below the least normal). Results that are NaN, infinite or zero are exact
     (spec V-14). The bound is the same mechanism for every op and dtype: unary
     and binary functions alike, f64 included."""
+    if declared is not None:
+        return float(declared)
     return TRANSCENDENTAL_ULP.get(op, {}).get(dt.name, 0.0)
+
+
+def check_declared_ulp(op: str, dt: DType, declared: Any) -> str | None:
+    """Why ``declared`` cannot be the bound of ``op`` on ``dt`` (None when it
+    can): a program may loosen a function's contract (spec V-14, *Declared
+    bounds*), to a finite number of ulp at least the function's own bound,
+    and only for the functions of :data:`DECLARABLE_ULP`."""
+    if op not in DECLARABLE_ULP:
+        return f"'{op}' takes no ulp bound (only {', '.join(DECLARABLE_ULP)} do)"
+    if isinstance(declared, bool) or not isinstance(declared, (int, float)) \
+            or not np.isfinite(declared):
+        return f"ulp={declared!r} is not a finite number"
+    own = TRANSCENDENTAL_ULP[op].get(dt.name, 0.0)
+    if declared < own:
+        return (f"ulp={declared!r} is tighter than {op}'s own bound on {dt} ({own:g} ulp): a "
+                "declared bound may only admit more results")
+    return None
 
 
 def unrounded(op: str, dt: DType, *xs: np.ndarray) -> np.ndarray:

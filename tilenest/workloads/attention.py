@@ -24,8 +24,9 @@ independent of the online recurrence. Its error bound, per output element
    ``|o* - o| <= (e^{2 sigma} - 1) * sum_j w_j |v_j - o|``;
 3. the recurrence: every ``exp`` of a difference of computed scores (at most
    the score range ``R`` apart) is off by a factor within
-   ``delta_e = (1 + 2u) e^{u R} - 1``; each term of ``l`` meets at most
-   ``T + 1`` such factors, ``2T`` roundings and one block sum, so
+   ``delta_e = (1 + 2ku) e^{u R} - 1`` for an ``exp`` within ``k`` ulp
+   (``k = 1`` unless the kernel declares more); each term of ``l`` meets at
+   most ``T + 1`` such factors, ``2T`` roundings and one block sum, so
    ``|l~/l* - 1| <= delta_l = (1 + delta_e)^{T+1} (1 + u)^{2T} (1 + gamma_K) - 1``,
    and the numerator likewise with ``gamma_{K+1}`` (``delta_a``);
 4. ``o~ = fl(acc~ / l~)``:
@@ -137,20 +138,29 @@ def attention_kernel(dt):  # type: ignore[no-untyped-def]
     return attention
 
 
+#: the accuracy bound, in ulp of f32, that :func:`flash_kernel` declares for its
+#: exponentials (``tn.exp(x, ulp=...)``, spec V-14): a target may then compute
+#: them by its fast approximation (the cuda row: the special function unit's
+#: ``ex2``), as attention kernels written for speed do
+FLASH_EXP_ULP = 4.0
+
+
 @functools.cache
 def flash_kernel(dt):  # type: ignore[no-untyped-def]
     """Attention as written for speed: ``dt`` operands straight into a
     reassociating ``mma`` (f32 scores), an online softmax in f32, the
     probabilities rounded to ``dt`` for ``P V`` accumulated into the rescaled
     accumulator, and with ``causal`` a key loop that stops at the last block
-    a query block sees. ``dh`` and ``dv`` are the head dims of the tiles
-    (constants, so that the products can run on a matrix unit); a call with
-    a larger ``D`` or ``DV`` violates the kernel's assumption."""
+    a query block sees. Its exponentials admit ``exp_ulp`` ulp of error
+    (:data:`FLASH_EXP_ULP`; 1.0 is exp's own bound on f32). ``dh`` and
+    ``dv`` are the head dims of the tiles (constants, so that the products
+    can run on a matrix unit); a call with a larger ``D`` or ``DV`` violates
+    the kernel's assumption."""
     @tn.kernel
     def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                         v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                         scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True,
-                        split=False):
+                        split=False, exp_ulp=FLASH_EXP_ULP):
         (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
             q, k, v, o, dh, dv)
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
@@ -174,8 +184,8 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                                           (bq, bk, dh, dv), (nq, nk), (b, h, qd, kd), scale,
                                           causal, masked)
                     m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
-                    alpha = tn.exp(m - m_new)
-                    pr = tn.exp(s - m_new)
+                    alpha = tn.exp(m - m_new, ulp=exp_ulp)
+                    pr = tn.exp(s - m_new, ulp=exp_ulp)
                     den = den * alpha + tn.reduce(pr, kd, tn.add)
                     acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
                     m = m_new
@@ -308,10 +318,11 @@ def _args(rng, s, dt):  # type: ignore[no-untyped-def]
             "scale": np.float32(1.0 / np.sqrt(dh))}
 
 
-def _formula(a, s, dt, fast=False):  # type: ignore[no-untyped-def]
+def _formula(a, s, dt, fast=False, exp_ulp=1.0):  # type: ignore[no-untyped-def]
     """The FP64 formula and its bound (module docstring); ``fast``: the
     kernel of :func:`flash_kernel` (products regrouped with faithful
-    additions, P rounded to ``dt`` before ``P V``)."""
+    additions, P rounded to ``dt`` before ``P V``); ``exp_ulp``: the bound of
+    its exponentials in ulp of f32 (each within a factor ``1 + 2 exp_ulp u``)."""
     u = B.unit(B.D.f32)
     nb, hq, hk, nq, nk = (s[x] for x in ("B", "HQ", "HK", "Q", "K"))
     heads = np.arange(hq) // (hq // hk)
@@ -331,7 +342,7 @@ def _formula(a, s, dt, fast=False):  # type: ignore[no-untyped-def]
     lo = np.where(valid, sc.v, np.inf).min(axis=-1, keepdims=True)
     rng_ = sc.v.max(axis=-1, keepdims=True) - lo + 2 * sigma
     t = nk
-    de = (1 + 2 * u) * np.exp(u * rng_) - 1
+    de = (1 + 2 * exp_ulp * u) * np.exp(u * rng_) - 1
     dl = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(nk, B.D.f32)) - 1
     terms = 2 * (nk + 1) if fast else nk + 1  # a faithful addition counts as two nearest
     da = (1 + de) ** (t + 1) * (1 + u) ** (2 * t) * (1 + B.gamma(terms, B.D.f32)) - 1
@@ -374,7 +385,7 @@ WORKLOADS = [
              (_SCHEDULES[0], _SCHEDULES[1], _SCHEDULES[3])),
     Workload("flash_attention", "attention",
              "causal GQA attention written for speed: 16-bit products, P cast, causal trip count",
-             flash_kernel, _args, functools.partial(_formula, fast=True),
+             flash_kernel, _args, functools.partial(_formula, fast=True, exp_ulp=FLASH_EXP_ULP),
              _sizes(small=(1, 4, 2, 5, 9, 4, 4), gqa=(2, 4, 2, 19, 37, 8, 8),
                     decode=(2, 4, 1, 1, 41, 16, 16), medium=(1, 4, 2, 40, 70, 29, 29),
                     large=(2, 16, 4, 512, 512, 128, 128)),

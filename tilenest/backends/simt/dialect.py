@@ -16,7 +16,7 @@ functions by their portable names.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...semantics import dtypes as D
@@ -90,6 +90,10 @@ class Dialect:
     #: the qualifiers of a helper function compiled once and called, never
     #: inlined (:meth:`Emitter.outlined`); None: every helper is inlined
     outline: str | None = None
+    #: cheaper realizations of functions under a declared accuracy bound
+    #: (``loopir.Un.ulp``): (op, dtype name) -> (prelude function, the ulp
+    #: bound it meets); taken where the declared bound is at least that
+    approx: Mapping[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
 
     def reg(self, dt: D.DType) -> str:
         """The register type of ``dt``."""

@@ -306,7 +306,23 @@ class Emitter:
         return self.bitcast(self.expr(x.a), x.a.dtype, x.dtype)
 
     def un_expr(self, x: L.Un) -> str:
+        fn = self.approx(x)
+        if fn is not None:
+            return f"{fn}({self.expr(x.a)})"
         return self.unary(x.op, self.expr(x.a), x.a.dtype)
+
+    def approx(self, x: L.Un) -> str | None:
+        """The dialect's cheaper function computing ``x`` where the bound the
+        program declared admits it (:attr:`Dialect.approx`), else None."""
+        got = self.d.approx.get((x.op, x.a.dtype.name))
+        return got[0] if got and x.ulp is not None and x.ulp >= got[1] else None
+
+    def common_case(self, x: Any) -> bool:
+        """Whether ``x`` is a call with a cheap common case and a whole
+        fallback (``analysis.has_common_case``) that this dialect computes so,
+        not by an approximation admitted by a declared bound (:meth:`approx`)."""
+        return A.has_common_case(x, self.shared_divisors) and not (
+            isinstance(x, L.Un) and self.approx(x) is not None)
 
     def bin_expr(self, x: L.Bin) -> str:
         """A float division by a shared divisor (:func:`divisors.shared_divisors`)
@@ -995,7 +1011,7 @@ class Emitter:
         if len(loops) < 2 or not all(self.unrolled(lp) and not lp.reverse for lp in loops):
             return False
         carried = A.carried_locals(inner)
-        if carried is None or not any(A.has_common_case(y, self.shared_divisors)
+        if carried is None or not any(self.common_case(y)
                                       for y in L.evaluated(inner, nested=False)):
             return False
         self.common_cases_first(s.var.name, "of the nest ", carried, lambda: self.plain_loop(s))
@@ -1046,7 +1062,7 @@ class Emitter:
         functions (``tn_prelude.cuh``, guarded lane groups)."""
         carried = A.carried_locals(body)
         if self.lanes_ok is not None or self.whole_run or not (
-                carried is not None and any(A.has_common_case(y, self.shared_divisors)
+                carried is not None and any(self.common_case(y)
                                             for y in L.evaluated(body, nested=False))):
             # (inside a guarded nest its calls fold into the nest's flag)
             self.w(self.d.unroll)

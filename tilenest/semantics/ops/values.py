@@ -39,7 +39,8 @@ BINARY = BINARY_ARITH + BINARY_BITS
 ELEMENTWISE = UNARY + BINARY + COMPARE + ("ite", "cast", "bitcast")
 
 for _n in UNARY:
-    define(_n, "values", traits=("pure", "elementwise"), operands=(1, 1))
+    define(_n, "values", optional=(("ulp", "number"),) if _n in N.DECLARABLE_ULP else (),
+           traits=("pure", "elementwise"), operands=(1, 1))
 for _n in BINARY + COMPARE:
     define(_n, "values", traits=("pure", "elementwise"), operands=(2, 2))
 define("ite", "values", traits=("pure", "elementwise"), operands=(3, 3))
@@ -165,8 +166,23 @@ def check_binary(name: str, a: TileType, b: TileType) -> TileType:
     return TileType(dt, space)
 
 
+def _declared_ulp(name: str, t: TileType, attrs: Any) -> TileType:
+    """``t``, after checking the bound the application declares, if any
+    (``numerics.check_declared_ulp``)."""
+    declared = (attrs or {}).get("ulp")
+    if declared is not None:
+        why = N.check_declared_ulp(name, t.dtype, declared)
+        if why:
+            raise TypeCheckError(
+                f"{name}(x, ulp={declared!r}): {why}",
+                hint=f"give a number of ulp of at least {N.ulp_bound(name, t.dtype):g}, or "
+                     "leave ulp out for the function's own bound")
+    return t
+
+
 for _n in UNARY:
-    type_rule(_n)(lambda ts, attrs, hint, _n=_n: (check_unary(_n, _tile(ts[0], "operand")),))
+    type_rule(_n)(lambda ts, attrs, hint, _n=_n: (
+        _declared_ulp(_n, check_unary(_n, _tile(ts[0], "operand")), attrs),))
 for _n in BINARY + COMPARE:
     type_rule(_n)(lambda ts, attrs, hint, _n=_n: (
         check_binary(_n, _tile(ts[0], "lhs"), _tile(ts[1], "rhs")),))

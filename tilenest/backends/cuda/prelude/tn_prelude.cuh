@@ -164,6 +164,39 @@ TN_FN tn_bf16 tn_round_bf16(double d) { return tn_to_bf16(tn_f64_to_f32_odd(d));
 TN_FN double tn_round_f64(double d) { return d; }
 
 // ---------------------------------------------------------------------------
+// approximations, each called only where the program declared a bound it
+// meets (the dialect's approx table, spec/values.md V-14 "Declared bounds")
+
+#ifndef TN_EMULATE
+// 2^a by the special function unit: within 2 ulp of the correctly rounded
+// value (PTX ISA), subnormal results kept (no .ftz), 2^-inf = 0, 2^inf = inf
+TN_FN float tn_ex2_approx(float a) {
+  float y;
+  asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(a));
+  return y;
+}
+#else
+// the emulator has no such unit: the host's 2^a, rounded once
+TN_FN float tn_ex2_approx(float a) { return (float)exp2((double)a); }
+#endif
+// e^x as 2^a (1 + r ln2), a = x log2e rounded to float and r the rest of
+// x log2e: the product's rounding error (exact by one fma) plus x times the
+// error of the float log2e. |r| < 2^-16 wherever 2^a is finite and nonzero;
+// for an infinite x, r is NaN and is clamped to 2^-16 (fmin/fmax return the
+// number), so the result is 2^a itself, 0 or inf. The error is 2^a's (2 ulp
+// plus its rounding) and the final fma's rounding: below 4 ulp, the bound
+// the dialect states, which tests/test_approx_exp.py measures on the device
+// over every float input.
+TN_FN float tn_exp_f32_approx(float x) {
+  const float a = x * 1.442695e+00f;                // 0x1.715476p+0
+  float r = fma(x, 1.442695e+00f, -a);
+  r = fma(x, 1.925963e-08f, r);                     // 0x1.4ae0c0p-26, log2e less 0x1.715476p+0
+  r = fmax(fmin(r, 1.5258789e-05f), -1.5258789e-05f);  // 2^-16
+  const float y = tn_ex2_approx(a);
+  return fma(y, r * 6.931472e-01f, y);              // 0x1.62e430p-1, ln2 rounded
+}
+
+// ---------------------------------------------------------------------------
 // float arithmetic in f64, and CUDA's instructions for the float forms
 
 #ifndef TN_EMULATE
