@@ -206,18 +206,27 @@ def round_in(lo: np.ndarray, hi: np.ndarray, dt: DType) -> tuple[np.ndarray, np.
     return cl.astype(_F64), ch.astype(_F64)
 
 
-def within_ulp(y: np.ndarray, canonical: np.ndarray, dt: DType, k: float) -> Parts:
+def within_ulp(y: np.ndarray, canonical: np.ndarray, dt: DType, k: float,
+               declared: bool = False) -> Parts:
     """The admitted set of a function with a ``k``-ulp bound whose operands are
     exact (spec V-14): the values ``t`` of ``dt`` with ``|t - y| <= k ulp_dt(y)``,
     ``y`` the unrounded float64 value. Where the canonical (rounded) result is NaN,
     infinite or zero, the contract is bitwise: the canonical value alone (a NaN:
-    NaN alone)."""
+    NaN alone). A ``declared`` bound (the op's ``ulp`` attribute) measures
+    every finite ``y`` by distance alone, the infinities standing at
+    ``+-2^(emax+1)``: zero is admitted where it is within the bound, an
+    infinity where ``y`` is within it of that power; only a NaN or infinite
+    ``y`` stays bitwise."""
     cf = as_f64(canonical)
     y = np.asarray(y, dtype=_F64)
-    point = ~np.isfinite(cf) | (cf == 0) | ~np.isfinite(y)
+    point = ~np.isfinite(y) if declared else ~np.isfinite(cf) | (cf == 0) | ~np.isfinite(y)
     with np.errstate(all="ignore"):
         w = k * ulp(np.where(point, 0.0, y), dt)
         lo, hi = round_in(y - w, y + w, dt)
+        if declared and dt.name != "f64":
+            top = 2.0 ** (FORMAT[dt.name][2] + 1)
+            lo = np.where(y - w <= -top, -np.inf, lo)
+            hi = np.where(y + w >= top, np.inf, hi)
     plo, phi, pnan = point_of(cf)
     # the canonical value is admitted by construction (it is y rounded once)
     lo, hi = np.where(point, plo, np.fmin(lo, cf)), np.where(point, phi, np.fmax(hi, cf))

@@ -57,7 +57,7 @@ def bounds_on(it: Interpreter, op: Operation, nb: int) -> list[tuple[np.ndarray,
 
 
 def _settled(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray],
-             ins: list[tuple], res: tuple) -> RV:
+             ins: list[tuple], res: tuple, declared: bool = False) -> RV:
     """``out`` with the shadow ``res`` of an elementwise op, except where every
     operand element is one value (a point or NaN alone): the op is then computed
     exactly -- the canonical value, or its ulp ball (V-14). An op that reads a
@@ -72,7 +72,7 @@ def _settled(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray],
         single = single & np.broadcast_to(one, shape)
     if ulp > 0:
         with np.errstate(all="ignore"):
-            pin = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp)
+            pin = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp, declared)
     else:
         pin = S.point_of(out.a)
     pin = tuple(np.broadcast_to(b, shape) for b in pin)
@@ -107,21 +107,25 @@ def _unary(it: Interpreter, op: Operation) -> None:
     dt = op.operands[0].type.dtype
     # numerics.unary's bits, faster
     out = RV(fastmath.unary(op.name, x, dt, out=_into(it, op, [x], dead)), nb)
+    declared = op.attr("ulp") is not None
     ulp = N.ulp_bound(op.name, dt, op.attr("ulp"))
     if shadowed(it, [it.val(op.operands[0])]):
         ins = bounds_on(it, op, nb)
         res = S.unary(op.name, ins[0], op.result.type.dtype, ulp)
-        out = _settled(out, op.name, dt, ulp, [x], ins, res)
+        out = _settled(out, op.name, dt, ulp, [x], ins, res, declared)
     elif it.opts.oracle and ulp > 0:
-        _ulp_bounds(out, op.name, dt, ulp, [x])
+        _ulp_bounds(out, op.name, dt, ulp, [x], declared)
     it.set(op.result, out)
 
 
-def _ulp_bounds(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray]) -> None:
-    """A function with a declared ulp bound on exact operands: its contract is that
+def _ulp_bounds(out: RV, name: str, dt: Any, ulp: float, xs: list[np.ndarray],
+                declared: bool = False) -> None:
+    """A function with an ulp bound on exact operands: its contract is that
     bound around the unrounded float64 value (``numerics.ulp_bound``), for every
-    op and dtype; the value stays exact where every element's contract is bitwise."""
-    parts = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp)
+    op and dtype, measured as ``shadow.within_ulp`` says (``declared``: the
+    program stated the bound); the value stays exact where every element's
+    contract is bitwise."""
+    parts = S.within_ulp(N.unrounded(name, dt, *xs), out.a, dt, ulp, declared)
     if not np.all(S.singleton(parts)):
         out.with_bounds(*(np.broadcast_to(b, out.a.shape).copy() for b in parts))
 

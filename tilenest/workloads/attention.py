@@ -141,8 +141,9 @@ def attention_kernel(dt):  # type: ignore[no-untyped-def]
 #: the accuracy bound, in ulp of f32, that :func:`flash_kernel` declares for its
 #: exponentials (``tn.exp(x, ulp=...)``, spec V-14): a target may then compute
 #: them by its fast approximation (the cuda row: the special function unit's
-#: ``ex2``), as attention kernels written for speed do
-FLASH_EXP_ULP = 4.0
+#: ``ex2`` of ``x log2e``), as attention kernels written for speed do. 96 ulp
+#: is below 2^-17 of each value, where ``P`` is then rounded to 16 bits.
+FLASH_EXP_ULP = 96.0
 
 
 @functools.cache

@@ -91,9 +91,11 @@ class Dialect:
     #: inlined (:meth:`Emitter.outlined`); None: every helper is inlined
     outline: str | None = None
     #: cheaper realizations of functions under a declared accuracy bound
-    #: (``loopir.Un.ulp``): (op, dtype name) -> (prelude function, the ulp
-    #: bound it meets); taken where the declared bound is at least that
-    approx: Mapping[tuple[str, str], tuple[str, float]] = field(default_factory=dict)
+    #: (``loopir.Un.ulp``): (op, dtype name) -> ((prelude function, the ulp
+    #: bound it meets), ...), cheapest first; the first whose bound the
+    #: declared one admits is taken
+    approx: Mapping[tuple[str, str], tuple[tuple[str, float], ...]] = field(
+        default_factory=dict)
 
     def reg(self, dt: D.DType) -> str:
         """The register type of ``dt``."""

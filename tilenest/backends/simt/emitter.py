@@ -314,8 +314,10 @@ class Emitter:
     def approx(self, x: L.Un) -> str | None:
         """The dialect's cheaper function computing ``x`` where the bound the
         program declared admits it (:attr:`Dialect.approx`), else None."""
-        got = self.d.approx.get((x.op, x.a.dtype.name))
-        return got[0] if got and x.ulp is not None and x.ulp >= got[1] else None
+        if x.ulp is None:
+            return None
+        return next((fn for fn, bound in self.d.approx.get((x.op, x.a.dtype.name), ())
+                     if x.ulp >= bound), None)
 
     def common_case(self, x: Any) -> bool:
         """Whether ``x`` is a call with a cheap common case and a whole

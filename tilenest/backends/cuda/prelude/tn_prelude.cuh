@@ -165,7 +165,9 @@ TN_FN double tn_round_f64(double d) { return d; }
 
 // ---------------------------------------------------------------------------
 // approximations, each called only where the program declared a bound it
-// meets (the dialect's approx table, spec/values.md V-14 "Declared bounds")
+// meets (the dialect's approx table, spec/values.md V-14 "Declared bounds");
+// that contract measures by distance alone, an infinity standing at 2^128,
+// so near the overflow and underflow thresholds they need no special case
 
 #ifndef TN_EMULATE
 // 2^a by the special function unit: within 2 ulp of the correctly rounded
@@ -175,26 +177,42 @@ TN_FN float tn_ex2_approx(float a) {
   asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(a));
   return y;
 }
+// x y rounded toward -inf
+TN_FN float tn_fmul_down(float x, float y) {
+  float p;
+  asm("mul.rm.f32 %0, %1, %2;" : "=f"(p) : "f"(x), "f"(y));
+  return p;
+}
 #else
 // the emulator has no such unit: the host's 2^a, rounded once
 TN_FN float tn_ex2_approx(float a) { return (float)exp2((double)a); }
-#endif
-// e^x as 2^a (1 + r ln2), a = x log2e rounded to float and r the rest of
-// x log2e: the product's rounding error (exact by one fma) plus x times the
-// error of the float log2e. |r| < 2^-16 wherever 2^a is finite and nonzero;
-// for an infinite x, r is NaN and is clamped to 2^-16 (fmin/fmax return the
-// number), so the result is 2^a itself, 0 or inf. The error is 2^a's (2 ulp
-// plus its rounding) and the final fma's rounding: below 4 ulp, the bound
-// the dialect states, which tests/test_approx_exp.py measures on the device
-// over every float input.
-TN_FN float tn_exp_f32_approx(float x) {
-  const float a = x * 1.442695e+00f;                // 0x1.715476p+0
-  float r = fma(x, 1.442695e+00f, -a);
-  r = fma(x, 1.925963e-08f, r);                     // 0x1.4ae0c0p-26, log2e less 0x1.715476p+0
-  r = fmax(fmin(r, 1.5258789e-05f), -1.5258789e-05f);  // 2^-16
-  const float y = tn_ex2_approx(a);
-  return fma(y, r * 6.931472e-01f, y);              // 0x1.62e430p-1, ln2 rounded
+TN_FN float tn_fmul_down(float x, float y) {
+  const double e = (double)x * (double)y;  // exact
+  const float p = (float)e;
+  return (double)p > e ? nextafterf(p, -INFINITY) : p;
 }
+#endif
+// e^x as 2^a (1 + r ln2): a = x log2e rounded down to a float, r >= 0 the
+// rest of x log2e -- the product's rounding error (exact by one fma) plus x
+// times the float log2e's own error. |r| < 2^-16 wherever 2^a is finite and
+// nonzero, and r >= 0 where 2^a is infinite for a finite x (x > 88), so the
+// final fma keeps that infinity; an infinite x gives r = NaN, which fmin
+// turns into 2^-16, keeping 2^a's 0 or infinity. The error is 2^a's (2 ulp
+// plus its rounding) and the final rounding: within 4 ulp, the bound the
+// dialect states; tests/test_approx_exp.py measures it on the device over
+// every float input.
+TN_FN float tn_exp_f32_approx(float x) {
+  const float a = tn_fmul_down(x, 1.442695e+00f);  // 0x1.715476p+0
+  float r = fma(x, 1.442695e+00f, -a);
+  r = fmin(fma(x, 1.925963e-08f, r), 1.5258789e-05f);  // 0x1.4ae0c0p-26: log2e less
+                                                        // 0x1.715476p+0; 2^-16
+  const float y = tn_ex2_approx(a);
+  return fma(y, r * 6.931472e-01f, y);             // 0x1.62e430p-1, ln2 rounded
+}
+// e^x as 2^a alone, a = x log2e rounded to nearest: 2^a's error plus that of
+// a, |x log2e - a| <= ulp(a)/2 + |x| 2^-25.6, which is up to 2^-18.5 of the
+// value's size (about 66 ulp) at |a| in [64, 128); the dialect states 96
+TN_FN float tn_exp_f32_coarse(float x) { return tn_ex2_approx(x * 1.442695e+00f); }
 
 // ---------------------------------------------------------------------------
 // float arithmetic in f64, and CUDA's instructions for the float forms
