@@ -107,7 +107,7 @@ extern "C" __global__ void __launch_bounds__(128) ra_mma(const unsigned short* a
   tn_wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < {K // 16}; ++kk)
-    {fn}(d, ra[kk], tn_wgmma_desc_at(db, {"32u" if kb else "2048u"} * kk));
+    {fn}(d, ra[kk], tn_wgmma_desc_at(db, {"32u" if kb else "2048u"} * kk), 1);
   tn_wgmma_commit();
 {writes}  tn_wgmma_wait<0>();
 #pragma unroll
@@ -197,7 +197,7 @@ def test_the_register_a_wrapper_compiles_for_sm90a():
         text = "\n".join(wgmma_wrapper(dt, n, kb, ra=True))
         r = n // 2
         assert f"TN_FN void {wgmma_name(dt, n, kb, True)}(float* d, const unsigned* a, " \
-               "tn_u64 db)" in text
+               "tn_u64 db, int sd)" in text
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{dt}.{dt} " in text
         assert (f"{{%{r}, %{r + 1}, %{r + 2}, %{r + 3}}}, %{r + 4}, p, 1, 1, "
                 f"{0 if kb else 1};") in text
@@ -314,10 +314,11 @@ def test_group_mma_reads_a_lane_fragment_from_registers(register_a, dt, tile, th
     assert w.a.lane_cols == 64 and w.group == 4
     fn = wgmma_name(dt.name, w.n, False, True)
     steps = re.findall(rf"{fn}\(&\w+\[[^\]]*\], (mma_\w+)_ra\[(\d+)\], "
-                       r"tn_wgmma_desc_at\(\1_b, (\d+)u\)\);", text)
+                       r"tn_wgmma_desc_at\(\1_b, (\d+)u\), 1\);", text)
     assert [(int(j), int(bo)) for _, j, bo in steps] == [(j, 2048 * j) for j in range(4)]
     u = steps[0][0]
-    assert f"#define {fn}(d, a, db) tn_emu::wgmma_ra_at(__LINE__, " in text
+    assert f"#define {fn}(d, a, db, sd) do {{ if (!(sd)) " in text
+    assert "tn_emu::wgmma_ra_at(__LINE__, " in text
     assert "_a = tn_wgmma_desc(" not in text
     # the phase's array of the steps' registers, all packed before the fence
     assert f"unsigned {u}_ra[4][4];" in text

@@ -87,6 +87,33 @@ def test_attention_on_warpgroups_keeps_its_tiles_in_registers(bq, threads, causa
     _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=11)
 
 
+def test_a_zero_accumulator_starts_in_the_warpgroup_mma():
+    """``Q K^T`` adds into ``tn.zeros``: its ``wgmma`` is ``fresh`` (scale-d 0
+    on the first step, no statement zeroes the scores first), while ``P V``
+    adds into the rescaled accumulator and reads it; the verifier refuses a
+    fresh accumulator anywhere but a warpgroup's mma."""
+    from dataclasses import replace
+
+    from tilenest.backends.cuda.emit import emit_cuda
+    from tilenest.lowering.verify import VerifyError, verify_kernel
+
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=64, dv=64, causal=True)
+    k = lower_verified(kern.program, _sched(kern, 128))
+    qk, pv = _mmas(k)
+    assert qk.fresh and not pv.fresh
+    stored = {s.buf.name for ph in k.phases for s in L.walk(ph.body) if isinstance(s, L.Store)}
+    assert qk.c.buf.name not in stored and pv.c.buf.name in stored
+    text = emit_cuda(k).text
+    calls = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("tn_wgmma_bf16_n64")]
+    assert calls[0].endswith(", 0);") and all(c.endswith(", 1);") for c in calls[1:])
+    bad = replace(k, phases=tuple(replace(ph, body=L.map_stmts(
+        ph.body, lambda x: None,
+        lambda s: (replace(s, overlap=True),) if isinstance(s, L.WarpMma) and s.fresh
+        else None)) for ph in k.phases))
+    with pytest.raises(VerifyError, match="fresh accumulator"):
+        verify_kernel(bad)
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("bq,threads,causal", [(64, 128, True), (128, 256, True),
                                                (128, 256, False)])

@@ -213,10 +213,10 @@ def within_ulp(y: np.ndarray, canonical: np.ndarray, dt: DType, k: float,
     ``y`` the unrounded float64 value. Where the canonical (rounded) result is NaN,
     infinite or zero, the contract is bitwise: the canonical value alone (a NaN:
     NaN alone). A ``declared`` bound (the op's ``ulp`` attribute) measures
-    every finite ``y`` by distance alone, the infinities standing at
-    ``+-2^(emax+1)``: zero is admitted where it is within the bound, an
-    infinity where ``y`` is within it of that power; only a NaN or infinite
-    ``y`` stays bitwise."""
+    every finite ``y`` by distance alone, an infinity standing for every
+    value from ``+-2^(emax+1)`` on: zero is admitted where it is within the
+    bound, an infinity where ``y`` is within it of that power or beyond; only
+    a NaN or infinite ``y`` stays bitwise."""
     cf = as_f64(canonical)
     y = np.asarray(y, dtype=_F64)
     point = ~np.isfinite(y) if declared else ~np.isfinite(cf) | (cf == 0) | ~np.isfinite(y)

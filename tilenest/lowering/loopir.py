@@ -716,6 +716,10 @@ class WarpMma:
     overlap: bool = False
     #: the lanes' shares are unspecified (simdgroup matrices; see above)
     opaque: bool = False
+    #: ``c`` starts at zero: ``c[i, j] = sum ...``, its prior contents neither
+    #: read nor needed (a warpgroup mma of a fresh accumulator, ``wgmma``'s
+    #: scale-d 0 on its first step, so no statement zeroes it first)
+    fresh: bool = False
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -746,7 +750,8 @@ class WarpMma:
         ca = IExpr(self.c.at(i, j))
         term = Fma(Cast(Load(self.a.buf, IExpr(self.a.at(i, kk))), dt),
                    Cast(Load(self.b.buf, IExpr(self.b.at(kk, j))), dt), Ref(acc))
-        return (Assign(acc, Load(self.c.buf, ca)),
+        start = Const(0.0, dt) if self.fresh else Load(self.c.buf, ca)
+        return (Assign(acc, start),
                 For(kv, E.Const(0), E.Const(self.k), (Assign(acc, term),)),
                 Store(self.c.buf, ca, Ref(acc)))
 
@@ -791,6 +796,8 @@ class WarpMma:
 
         def rmw(i: E.Expr, j: E.Expr) -> tuple:
             ca = IExpr(self.c.at(i, j))
+            if self.fresh:  # written, not read
+                return (Store(self.c.buf, ca, Const(0.0, self.c.buf.dtype)),)
             return (Assign(acc, Load(self.c.buf, ca)), Store(self.c.buf, ca, Ref(acc)))
 
         return self.cells(rmw)

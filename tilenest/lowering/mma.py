@@ -556,12 +556,13 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
     return TensorPlan(M, N, K, wm, wn, tuple(strides), 4, False, dims, a, b)
 
 
-def tensor_contract(lw: Lowerer, res: BufH, plan: TensorPlan) -> None:
+def tensor_contract(lw: Lowerer, res: BufH, plan: TensorPlan, fresh: bool = False) -> None:
     """The tensor-core nest of ``mma``: ``for.vector`` loops over the batch
     points, then ``for.vector ib: for.vector jb:`` over the ``wm x wn`` warp
     (or warpgroup) tiles of the output, each one ``WarpMma`` over the whole
     contraction (the SIMT form gives each iteration of the nest to one warp,
-    or one warpgroup). Dims of extent 1 stay at 0."""
+    or one warpgroup). Dims of extent 1 stay at 0. ``fresh``: ``res`` holds
+    nothing yet and the products start from zero (``WarpMma.fresh``)."""
     M, N, K, wm, wn = plan.m, plan.n, plan.k, plan.wm, plan.wn
     a, b = plan.a, plan.b
     (sam, sak), (sbk, sbn), (scm, scn) = plan.strides
@@ -589,7 +590,8 @@ def tensor_contract(lw: Lowerer, res: BufH, plan: TensorPlan) -> None:
         fr_a = L.Frag(a.buf, at(a, q | {fa: i0}), sam, sak)
         fr_b = L.Frag(b.buf, at(b, q | {fb: j0}), sbk, sbn)
         fr_c = L.Frag(res.buf, at(res, q | {fa: i0, fb: j0}), scm, scn)
-        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag, group=group, opaque=opaque))
+        lw.emit(L.WarpMma(fr_a, fr_b, fr_c, wm, wn, K, tag=tag, group=group, opaque=opaque,
+                          fresh=fresh))
 
     def tiles(q: Index) -> None:
         _loop(lw, E.Const(0), E.Const(M // wm), "vector",

@@ -18,6 +18,7 @@ index outside the source.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from ..errors import TilenestError
@@ -250,7 +251,6 @@ def _mma(lw: Lowerer, op: Operation) -> None:
     if res is None:
         ext = lw.extents(ct)
         res = BufH(lw.local(op.results[0].name, dt, ext), ct.dims, ext)
-        lw.store_into(c, res)
     fuse = bool(op.attrs["allow_reassociation"]) and lw.sched.fma and dt.is_float
     ext_of = dict(zip(at.dims, a.extents, strict=True)) | dict(zip(bt.dims, b.extents,
                                                                   strict=True))
@@ -275,8 +275,13 @@ def _mma(lw: Lowerer, op: Operation) -> None:
         lw.emit(L.Store(res.buf, off, L.Bin("add", L.Load(res.buf, off), constant(0, dt), dt)))
 
     plan = _mma_unit(lw, op, a, b, res, roles, ext_of)
+    # a warpgroup mma starts a zero accumulator itself (WarpMma.fresh)
+    fresh = (not in_place and isinstance(plan, TensorPlan) and plan.group == 4
+             and not plan.batch and _is_zero(lw, c, ct))
+    if not in_place and not fresh:
+        lw.store_into(c, res)
     if isinstance(plan, TensorPlan):
-        tensor_contract(lw, res, plan)
+        tensor_contract(lw, res, plan, fresh)
     else:
         clamp = _padding_clamp(lw, op, a, b, roles, ext_of)
         edges = _edges(lw, op, res, ct.dims) if in_place else None
@@ -289,6 +294,16 @@ def _mma(lw: Lowerer, op: Operation) -> None:
                 lw.folded_stores[acc.store.oid] = lw.steps[acc.loop.oid][2]
     lw.env[op.results[0].name] = res
     lw.def_depth[op.results[0].name] = lw.depth
+
+
+def _is_zero(lw: Lowerer, c: Any, ct: TileType) -> bool:
+    """Whether the accumulator operand ``c`` is +0.0 everywhere (``tn.zeros``):
+    its element at the origin is the literal, and it depends on no index."""
+    if isinstance(c, BufH) or not ct.dtype.is_float:
+        return False
+    q = {d: E.Var(f"zero.{i}") for i, d in enumerate(ct.dims)}
+    x = c.at(lw, q)
+    return isinstance(x, L.Const) and x.value == 0 and math.copysign(1.0, x.value) > 0
 
 
 def _edges(lw: Lowerer, op: Operation, res: BufH, dims: tuple) -> Edges | None:

@@ -280,6 +280,9 @@ class _Checker:
             # accumulator copied out of them at the statement would be stale
             raise self.fail("an overlapped mma is a warpgroup collective on a lane-fragment "
                             "accumulator", what)
+        if s.fresh and (s.group != 4 or s.opaque or s.overlap):
+            # only wgmma's scale-d starts an accumulator at zero
+            raise self.fail("a fresh accumulator is a warpgroup mma's, not overlapped", what)
 
 
 def verify_kernel(k: L.Kernel) -> None:

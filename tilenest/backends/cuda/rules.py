@@ -498,19 +498,21 @@ class CudaEmitter(Emitter):
             d = f"{u}_d"
             self.w(f"const {self.it} {u}_oc = {self.idx(s.c.offset)};")
             self.w(f"float {u}_d[{s.n // 2}];")
-            self.group_cells(s, u, load=True)
+            if not s.fresh:
+                self.group_cells(s, u, load=True)
         # the fence orders the earlier writes of the registers the steps read
         # (the accumulator, a's) before them
         self.w("tn_wgmma_fence();")
         for j in range(s.k // step):
             k0 = step * j
             bo = (k0 // lb.panel) * lb.rows * 128 + (k0 % lb.panel) * isz if kb else k0 * 128
+            sd = 0 if s.fresh and j == 0 else 1  # scale-d: a fresh accumulator's first step
             if ra:
-                self.w(f"{fn}({d}, {u}_ra[{j}], tn_wgmma_desc_at({u}_b, {bo}u));")
+                self.w(f"{fn}({d}, {u}_ra[{j}], tn_wgmma_desc_at({u}_b, {bo}u), {sd});")
                 continue
             ao = (k0 // la.panel) * la.rows * 128 + (k0 % la.panel) * isz
             self.w(f"{fn}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
-                   f"tn_wgmma_desc_at({u}_b, {bo}u));")
+                   f"tn_wgmma_desc_at({u}_b, {bo}u), {sd});")
         # an overlapped mma completes at a later barrier (Barrier.mma_keep)
         self.w("tn_wgmma_commit();" if s.overlap else "tn_wgmma_commit(); tn_wgmma_wait<0>();")
         if not frag:
@@ -602,8 +604,8 @@ def wgmma_name(dt: str, n: int, kb: bool, ra: bool = False) -> str:
 
 
 def wgmma_wrapper(dt: str, n: int, kb: bool = False, ra: bool = False) -> list[str]:
-    """The source lines defining ``tn_wgmma_<dt>_n<n>[_kb](d, desc_a, desc_b)``:
-    ``d += a * b`` for one step of a warpgroup (64 x ``n`` x 16 for 16-bit
+    """The source lines defining ``tn_wgmma_<dt>_n<n>[_kb](d, desc_a, desc_b, sd)``:
+    ``d = a * b + (sd ? d : 0)`` for one step of a warpgroup (64 x ``n`` x 16 for 16-bit
     operands, ``dt`` ``f16`` or ``bf16``; 64 x ``n`` x 32 for FP8, ``dt`` the
     two formats as :func:`operand_kind` names them), ``d`` the thread's ``n/2``
     accumulator registers, ``a`` K-major and ``b`` MN-major (transposed) or,
@@ -614,7 +616,7 @@ def wgmma_wrapper(dt: str, n: int, kb: bool = False, ra: bool = False) -> list[s
     rows (``tn_cuda_shim.h``; kind bit 8: a 16-bit ``b`` read K-major).
 
     With ``ra`` (16-bit operands only) it is the register-A form
-    ``tn_wgmma_<dt>_n<n>_ra[_kb](d, a, desc_b)``: ``a`` the thread's four A
+    ``tn_wgmma_<dt>_n<n>_ra[_kb](d, a, desc_b, sd)``: ``a`` the thread's four A
     registers of the step (``unsigned[4]``, each two 16-bit elements, the
     first in the low half; the PTX fragment of ``a`` is per warp
     ``mma.m16n8k16``'s, warp ``w`` of the group holding rows ``16 w ..
@@ -636,36 +638,40 @@ def wgmma_wrapper(dt: str, n: int, kb: bool = False, ra: bool = False) -> list[s
         shape, types = f"m64n{n}k16", f"{dt}.{dt}"
         # scale-d, imm-scale-a, imm-scale-b, [imm-trans-a,] imm-trans-b
         imms = f"p, 1, 1, {0 if kb else 1}" if ra else f"p, 1, 1, 0, {0 if kb else 1}"
+    # the emulator's collective adds into d: scale-d 0 zeroes the thread's
+    # registers first
+    zero = f"if (!(sd)) for (int tn_z = 0; tn_z < {regs}; ++tn_z) (d)[tn_z] = 0.0f;"
     if ra:
         # operands: d (regs), the four A registers, desc_b, the scale-d flag
         ins = ", ".join(f"%{regs + j}" for j in range(4))
         emulated = f"tn_emu::wgmma_ra_at(__LINE__, {kind}, {n}, (d), (a), (db))"
         return [
             "#ifdef TN_EMULATE",
-            f"#define {name}(d, a, db) {emulated}",
+            f"#define {name}(d, a, db, sd) do {{ {zero} {emulated}; }} while (0)",
             "#else",
-            f"TN_FN void {name}(float* d, const unsigned* a, tn_u64 db) {{",
+            f"TN_FN void {name}(float* d, const unsigned* a, tn_u64 db, int sd) {{",
             '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 5) + ', 0;\\n"',
             f'               "wgmma.mma_async.sync.aligned.{shape}.f32.{types} "',
             f'               "{{{outs}}}, "',
             f'               "{{{ins}}}, %{regs + 4}, {imms};\\n}}\\n"',
             f"               : {cons}",
-            '               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));',
+            '               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(sd));',
             "}",
             "#endif",
             "",
         ]
     return [
         "#ifdef TN_EMULATE",
-        f"#define {name}(d, da, db) tn_emu::wgmma_at(__LINE__, {kind}, {n}, (d), (da), (db))",
+        f"#define {name}(d, da, db, sd) do {{ {zero} "
+        f"tn_emu::wgmma_at(__LINE__, {kind}, {n}, (d), (da), (db)); }} while (0)",
         "#else",
-        f"TN_FN void {name}(float* d, tn_u64 da, tn_u64 db) {{",
+        f"TN_FN void {name}(float* d, tn_u64 da, tn_u64 db, int sd) {{",
         '  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(regs + 2) + ', 0;\\n"',
         f'               "wgmma.mma_async.sync.aligned.{shape}.f32.{types} "',
         f'               "{{{outs}}}, "',
         f'               "%{regs}, %{regs + 1}, {imms};\\n}}\\n"',
         f"               : {cons}",
-        '               : "l"(da), "l"(db), "r"(1));',
+        '               : "l"(da), "l"(db), "r"(sd));',
         "}",
         "#endif",
         "",

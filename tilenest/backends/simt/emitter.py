@@ -189,6 +189,8 @@ class Emitter:
         #: shared reads held in registers across the loop being emitted
         #: (:meth:`invariant_loads`): (buffer name, index) -> register
         self.invariant: dict[tuple[str, E.Expr], str] = {}
+        #: the ranges of the loop variables in scope (:meth:`loop`, :meth:`decided`)
+        self.ranges: dict[E.Expr, E.Interval] = {}
         #: lane ``q.e[v]`` of a loaded pack of 16-bit floats -> the same lane
         #: read from its 32-bit word (``tn_lane``), for widening it
         self.word_lanes: dict[str, str] = {}
@@ -615,6 +617,15 @@ class Emitter:
         self.w(f"if ({' && '.join(cond)}) {line}" if cond else line)
 
     def if_stmt(self, s: L.If) -> None:
+        known = self.decided(s.cond.p) if isinstance(s.cond, L.IPred) else None
+        if known is not None:  # the enclosing loops' ranges decide it
+            taken = s.then if known else s.orelse
+            if taken:
+                self.w("{  // " + ("true" if known else "false") +
+                       f" in every iteration: {E.pred_to_str(s.cond.p)}")
+                self.block(taken)
+                self.w("}")
+            return
         self.w(f"if ({self.expr(s.cond)}) {{")
         self.block(s.then)
         if s.orelse:
@@ -667,7 +678,55 @@ class Emitter:
         self.stmts(body)
         self.ind -= 1
 
+    def decided(self, p: E.Pred) -> bool | None:
+        """The value of index predicate ``p`` wherever it is evaluated, when
+        the ranges of the enclosing loops' variables (:attr:`ranges`) decide
+        it by interval bounds (``expr.interval``), else None: a thread loop's
+        tile guard ``r + t // 128 < 1`` on a block of 128 threads is true."""
+        if isinstance(p, E.BoolConst):
+            return p.value
+        if isinstance(p, (E.PAnd, E.POr)):
+            vals = [self.decided(q) for q in p.items]
+            want = isinstance(p, E.POr)
+            if want in vals:
+                return want
+            return None if None in vals else not want
+        if not isinstance(p, E.Cmp):
+            return None
+        lo, hi = E.interval(E.add(p.a, E.mul(-1, p.b)), self.ranges)
+        sure = {"<": (hi is not None and hi < 0, lo is not None and lo >= 0),
+                "<=": (hi is not None and hi <= 0, lo is not None and lo > 0),
+                ">": (lo is not None and lo > 0, hi is not None and hi <= 0),
+                ">=": (lo is not None and lo >= 0, hi is not None and hi < 0),
+                "==": (lo == hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
+                "!=": ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == hi == 0),
+                }.get(p.op)
+        if sure is None:
+            return None
+        return True if sure[0] else (False if sure[1] else None)
+
     def loop(self, s: L.For) -> None:
+        """Loop ``s`` in one of its forms, its variable's range known to
+        :meth:`decided` inside it: a thread loop's ``[0, threads)`` (and
+        below its bound), a constant loop's ``[lo, hi)``."""
+        key = E.Var(s.var.name)
+        old = self.ranges.get(key)
+        if s.kind == "thread":
+            top = self.block_w if not isinstance(s.hi, E.Const) else min(self.block_w, s.hi.value)
+            self.ranges[key] = (0, top - 1)
+        elif isinstance(s.lo, E.Const) and isinstance(s.hi, E.Const) and s.hi.value > s.lo.value:
+            self.ranges[key] = (s.lo.value, s.hi.value - 1)
+        else:
+            self.ranges.pop(key, None)
+        try:
+            self.loop_forms(s)
+        finally:
+            if old is None:
+                self.ranges.pop(key, None)
+            else:
+                self.ranges[key] = old
+
+    def loop_forms(self, s: L.For) -> None:
         v = self.names(s.var.name)
         if s.kind == "thread":
             if self.in_thread:
@@ -1261,6 +1320,22 @@ class Emitter:
         out.append((self.d.status_param, "tn_status"))
         return out
 
+    def scalar_args(self, ph: L.Phase) -> None:
+        """Each scalar argument phase ``ph`` reads, read once into a register
+        at its start (:attr:`invariant`; the program never writes one): a read
+        through the argument's pointer could not be moved by the compiler past
+        the asynchronous operations' memory clobbers, nor shared by two uses
+        on either side of one."""
+        for key in [k for k in self.invariant if k[0].startswith("arg.")]:
+            del self.invariant[key]  # an earlier phase's
+        read = {y.buf.name for y in L.evaluated(ph.body)
+                if isinstance(y, L.Load) and y.buf.space == "scalar"}
+        for b in sorted(self.k.globals, key=lambda b: b.arg):
+            if b.space == "scalar" and b.name in read:
+                r = self.names(f"arg.{b.name}", "tn")
+                self.w(f"const {self.d.reg(b.dtype)} {r} = {self.load(L.Load(b, L.IExpr(E.Const(0))))};")
+                self.invariant[(b.name, E.Const(0))] = r
+
     def phase(self, ph: L.Phase, layout: list, total: E.Expr) -> KernelInfo:
         """One phase's kernel function (see the module docstring)."""
         d = self.d
@@ -1304,6 +1379,7 @@ class Emitter:
                         "lowering", hint="use a shared buffer")
                 self.w(f"{d.spaces['local']}{d.mem(b.dtype)} {self.buf(b)}"
                        f"[{max(1, int(b.size.value))}];")
+        self.scalar_args(ph)
         decl: dict[str, L.LVar] = {ph.pid.name: ph.pid}
         decl.update(L.assigned(ph.body))
         for nm, var in decl.items():
