@@ -143,3 +143,26 @@ def test_a_register_nest_of_exponentials_shares_one_common_case_flag():
                               device="emulated")
     q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=90, D=30)
     _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=6)
+
+
+def test_scalar_arguments_are_read_once_and_decided_guards_are_not_emitted():
+    """A scalar argument is read into a register at the phase's start and
+    every use reads that register (the compiler may then share ``s * scale``
+    between the row maximum and the exponentials); a guard the enclosing
+    loops' ranges decide (a warpgroup tile's ``r + t // 128 < 1`` on 128
+    threads) is replaced by its branch, while guards that depend on the
+    sizes stay."""
+    from tilenest.workloads.attention import flash_kernel
+
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=64, dv=64, causal=True)
+    k = lower_verified(kern.program, default_schedule(kern.program, "cuda"))
+    text = emit_cuda(k).text
+    assert text.count("b_scale[") == 1  # the one read (the parameter is a pointer)
+    assert "const float tn_arg_scale = b_scale[0" in text and "* tn_arg_scale)" in text
+    assert "true in every iteration: $r.t" in text
+    assert not [ln for ln in text.splitlines() if ln.strip().startswith("if (")
+                and "128" in ln and "< 1" in ln]
+    assert [ln for ln in text.splitlines() if ln.strip().startswith("if (") and "S_Q" in ln]
+    guards = [s for ph in k.phases for s in L.walk(ph.body) if isinstance(s, L.If)]
+    assert any("// 128 < 1" in E.pred_to_str(g.cond.p) for g in guards
+               if isinstance(g.cond, L.IPred))

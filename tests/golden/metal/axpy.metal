@@ -11,6 +11,7 @@ kernel void axpy_axpy_0(
   const long S_N_w = tn_args.s_N;
   const float tn_s_a[1] = {tn_args.a_a};
   const int S_N = (int)S_N_w;
+  const float tn_arg_a = tn_s_a[0];
   int v_pid_1;
   int v_p_2;
   int v_t_t0;
@@ -32,7 +33,7 @@ kernel void axpy_axpy_0(
           #pragma unroll
           for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
             v_i_3 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2) + tn_xmax((-128 * ((int)v_p_2)), 0));
-            tn_vs_0_v_v_t2.e[v_v_t2] = ((tn_s_a[0] * tn_vq_0_v_v_t2.e[v_v_t2]) + tn_vq_1_v_v_t2.e[v_v_t2]);
+            tn_vs_0_v_v_t2.e[v_v_t2] = ((tn_arg_a * tn_vq_0_v_v_t2.e[v_v_t2]) + tn_vq_1_v_v_t2.e[v_v_t2]);
           }
           tn_vstore<float, 4>(&b_out[((128 * ((int)v_p_2)) + (1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + tn_xmax((-128 * ((int)v_p_2)), 0))], tn_vs_0_v_v_t2);
         }
@@ -41,7 +42,7 @@ kernel void axpy_axpy_0(
           for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
             if ((((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2)) < ((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128)))) {
               v_i_3 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2) + tn_xmax((-128 * ((int)v_p_2)), 0));
-              b_out[(((int)v_i_3) + (128 * ((int)v_p_2)))] = ((tn_s_a[0] * b_x[(((int)v_i_3) + (128 * ((int)v_p_2)))]) + b_y[(((int)v_i_3) + (128 * ((int)v_p_2)))]);
+              b_out[(((int)v_i_3) + (128 * ((int)v_p_2)))] = ((tn_arg_a * b_x[(((int)v_i_3) + (128 * ((int)v_p_2)))]) + b_y[(((int)v_i_3) + (128 * ((int)v_p_2)))]);
             }
           }
         }
@@ -51,7 +52,7 @@ kernel void axpy_axpy_0(
           for (v_v_t2 = 0; v_v_t2 < 4; ++v_v_t2) {
             if ((((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2)) < ((-1 * tn_xmax((-128 * ((int)v_p_2)), 0)) + tn_xmin(((-128 * ((int)v_p_2)) + S_N), 128)))) {
               v_i_3 = ((1024 * ((int)v_r_t1)) + (4 * ((int)v_t_t0)) + ((int)v_v_t2) + tn_xmax((-128 * ((int)v_p_2)), 0));
-              b_out[(((int)v_i_3) + (128 * ((int)v_p_2)))] = ((tn_s_a[0] * b_x[(((int)v_i_3) + (128 * ((int)v_p_2)))]) + b_y[(((int)v_i_3) + (128 * ((int)v_p_2)))]);
+              b_out[(((int)v_i_3) + (128 * ((int)v_p_2)))] = ((tn_arg_a * b_x[(((int)v_i_3) + (128 * ((int)v_p_2)))]) + b_y[(((int)v_i_3) + (128 * ((int)v_p_2)))]);
             }
           }
         }
