@@ -183,44 +183,12 @@ def test_approx_exp_error_for_every_f32_input_on_gpu(fn, tmp_path):
     declared bound is (an infinite result standing for every value from
     ``2^128`` on; ``shadow.within_ulp``),
     NaN stays NaN and the infinite inputs give exactly 0 and infinity."""
-    import cupy as cp
-
-    from test_cuda_device import _device_function
+    from test_cuda_device import sweep_exp
 
     from tilenest.backends.cuda.dialect import CUDA
 
-    src = r'''
-#include "tn_prelude.cuh"
-__device__ double ulp32(double y) {
-  int e = ilogb(fabs(y));
-  return ldexp(1.0, (e < -126 ? -126 : e) - 23);
-}
-extern "C" __global__ void sweep(unsigned long long* worst, unsigned long long* bad) {
-  double mx = 0.0;
-  unsigned long long nbad = 0;
-  unsigned stride = gridDim.x * blockDim.x;
-  for (unsigned long long u = blockIdx.x * blockDim.x + threadIdx.x; u < (1ull << 32); u += stride) {
-    float x = tn_bitsf((unsigned)u);
-    float y = FN(x);
-    if (x != x) { nbad += !(y != y); continue; }
-    if (x == -INFINITY || x == INFINITY) { nbad += tn_fbits(y) != (x > 0 ? 0x7f800000u : 0u); continue; }
-    if (y != y || y < 0) { ++nbad; continue; }
-    double ref = exp((double)x);
-    double t = y == INFINITY ? fmax(0x1p128, ref) : (double)y;  // every value from 2^128 on
-    double err = fabs(t - ref) / ulp32(ref);
-    mx = err > mx ? err : mx;
-  }
-  atomicMax(worst, (unsigned long long)__double_as_longlong(mx));
-  if (nbad) atomicAdd(bad, nbad);
-}
-'''
-    kern = _device_function(f"#define FN {fn}\n" + src, "sweep", tmp_path)
-    worst = cp.zeros(1, cp.uint64)
-    bad = cp.zeros(1, cp.uint64)
-    kern((132 * 16,), (256,), (worst, bad))
-    cp.cuda.Device().synchronize()
-    err = float(worst.view(cp.float64)[0])
+    err, bad = sweep_exp(fn, tmp_path, declared=True)
     bound = dict(CUDA.approx[("exp", "f32")])[fn]
     print(f"{fn}: at most {err:.3f} ulp over every f32 input (bound {bound:g})")
-    assert int(bad[0]) == 0
+    assert bad == 0
     assert 0.5 <= err <= bound, err
