@@ -299,6 +299,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     type=_schedule_field, default=[],
                     help="a field of every tilenest kernel's cuda schedule, e.g. min_blocks=8 "
                          "(repeatable; as `tilenest lower --set`)")
+    ap.add_argument("--default-only", action="store_true",
+                    help="attention: time only the default schedule of each variant's "
+                         "constants (no GPU overrides) beside the baselines")
     ap.add_argument("--row-schedule", action="append", metavar="FIELD=VALUE",
                     dest="row_schedule", type=_kernel_constant, default=[],
                     help="time only the row workloads' schedules with this kernel constant "
@@ -345,6 +348,9 @@ class Config:
     row_schedule: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: label texts of the attention cases to time (none: all, or --quick's)
     cases: tuple[str, ...] = ()
+    #: attention: time only the variants with no GPU override (the default
+    #: schedule of each kernel and constants), for a quick before / after
+    default_only: bool = False
 
 
 # ------------------------------------------------------------------------------ timing
@@ -1240,7 +1246,8 @@ def bench_attention(run: Run) -> list[dict[str, Any]]:
         by_label: dict[str, dict[str, Any]] = {}
         sources: dict[str, str] = {}  # the code (up to names) -> the first variant's label
         for wname, consts, gpu in ((w, c, g) for w, cs, gs in variants for c in cs for g in gs
-                                   if all(c.get(f) == val for f, val in cfg.row_schedule.items())):
+                                   if all(c.get(f) == val for f, val in cfg.row_schedule.items())
+                                   and not (cfg.default_only and g)):
             ck, v = compiled_variant(run, rec, f"attention {label}", WORKLOADS[wname], "bf16",
                                      consts, sz, gpu)
             v["workload"] = wname
@@ -1772,7 +1779,8 @@ def main(argv: list[str] | None = None) -> int:
                  compile=not a.no_compile, gemm_budget_s=GEMM_BUDGET_S[1 if a.quick else 0],
                  block_threads=a.block_threads, vector_lanes=a.vector_lanes,
                  gemm_unit=a.gemm_unit, fields=dict(a.set_fields),
-                 row_schedule=dict(a.row_schedule), cases=tuple(a.cases))
+                 row_schedule=dict(a.row_schedule), cases=tuple(a.cases),
+                 default_only=a.default_only)
     seed = a.seed if a.seed is not None else time.time_ns() % (2**31)
     only = set(a.only or NAMES)
     print(f"seed {seed}", flush=True)
