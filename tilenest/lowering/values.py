@@ -298,8 +298,9 @@ def _mma(lw: Lowerer, op: Operation) -> None:
 
 def _is_zero(lw: Lowerer, c: Any, ct: TileType) -> bool:
     """Whether the accumulator operand ``c`` is +0.0 everywhere (``tn.zeros``):
-    its element at the origin is the literal, and it depends on no index."""
-    if isinstance(c, BufH) or not ct.dtype.is_float:
+    a cheap lazy value (a constant or its broadcast: building its element
+    emits nothing) whose element at a symbolic index is the literal +0.0."""
+    if not (isinstance(c, LazyH) and c.cheap) or not ct.dtype.is_float:
         return False
     q = {d: E.Var(f"zero.{i}") for i, d in enumerate(ct.dims)}
     x = c.at(lw, q)
