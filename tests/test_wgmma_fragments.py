@@ -91,7 +91,10 @@ def test_a_zero_accumulator_starts_in_the_warpgroup_mma():
     """``Q K^T`` adds into ``tn.zeros``: its ``wgmma`` is ``fresh`` (scale-d 0
     on the first step, no statement zeroes the scores first), while ``P V``
     adds into the rescaled accumulator and reads it; the verifier refuses a
-    fresh accumulator anywhere but a warpgroup's mma."""
+    fresh accumulator anywhere but a warpgroup's mma. A 3-version ring
+    overlaps neither (the softmax reads the scores at once and writes ``P``,
+    the register operand of ``P V``, while it would run on: the emulator
+    reported that write), and the kernel validates emulated."""
     from dataclasses import replace
 
     from tilenest.backends.cuda.emit import emit_cuda
@@ -108,10 +111,17 @@ def test_a_zero_accumulator_starts_in_the_warpgroup_mma():
     assert calls[0].endswith(", 0);") and all(c.endswith(", 1);") for c in calls[1:])
     bad = replace(k, phases=tuple(replace(ph, body=L.map_stmts(
         ph.body, lambda x: None,
-        lambda s: (replace(s, overlap=True),) if isinstance(s, L.WarpMma) and s.fresh
+        lambda s: (replace(s, group=1),) if isinstance(s, L.WarpMma) and s.fresh
         else None)) for ph in k.phases))
     with pytest.raises(VerifyError, match="fresh accumulator"):
         verify_kernel(bad)
+    ring = default_schedule(kern.program, "cuda", block_threads=128, stages=3,
+                            warp_roles=False, **WG)
+    qk3, pv3 = _mmas(lower_verified(kern.program, ring))
+    assert qk3.fresh and not qk3.overlap and not pv3.overlap and not pv3.fresh
+    ck = cuda.compile_program(kern.program, ring, device="emulated")
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=70, K=131, D=60)
+    _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=5)
 
 
 @pytest.mark.device

@@ -278,6 +278,33 @@ def consumer_barriers(cons: tuple) -> int:
     return len(top)
 
 
+def overlappable(cons: tuple) -> bool:
+    """Whether the consumer's warpgroup mmas (on lane-fragment accumulators)
+    may run on across the next barrier (``WarpMma.overlap``): there is one,
+    and no other statement of the consumer reads or writes their
+    accumulators or writes the registers they read ``a`` from. A GEMM's step
+    is such a consumer; attention's is not: it reads its scores at once and
+    writes ``P``, the register operand of ``P V``, every step."""
+    mmas = [x for x in L.walk(cons) if isinstance(x, L.WarpMma) and x.group > 1
+            and x.c.lane_cols]
+    if not mmas:
+        return False
+    held = {x.c.buf.name for x in mmas}
+    regs = {x.a.buf.name for x in mmas if x.a.lane_cols}
+    for st in L.walk(cons):
+        if isinstance(st, L.WarpMma) and st in mmas:
+            continue
+        reads = {y.buf.name for x in L.stmt_exprs(st) for y in L.subexprs(x)
+                 if isinstance(y, L.Load)}
+        writes = {st.buf.name} if isinstance(st, L.Store) else set()
+        if isinstance(st, L.WarpMma):
+            reads |= {st.a.buf.name, st.b.buf.name, st.c.buf.name}
+            writes |= {st.c.buf.name}
+        if (reads | writes) & held or writes & regs:
+            return False
+    return True
+
+
 def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages: int
             ) -> tuple[tuple, dict[str, L.Buffer]]:
     """The statements replacing ``loop`` (``stages`` versions of each buffer
@@ -293,8 +320,7 @@ def rewrite(loop: L.For, prod: tuple, cons: tuple, olds: list[L.Buffer], stages:
         return L.If(L.IPred(E.cmp("<", k, loop.hi)),
                     _versioned(at_step(prod, loop.var, k), version(k), "async"))
 
-    overlap = stages >= 3 and any(isinstance(x, L.WarpMma) and x.group > 1 and
-                                  x.c.lane_cols for x in L.walk(cons))
+    overlap = stages >= 3 and overlappable(cons)
     ahead = lookahead(stages, overlap)
     what = (f"the consumer's warpgroup mmas run on across one barrier; tiles of the next "
             f"{ahead} steps are in flight" if overlap else

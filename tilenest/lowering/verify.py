@@ -222,6 +222,10 @@ class _Checker:
         if s.lane is not None and not threads:
             raise self.fail("a warp_mma collective outside a thread loop", what)
         M, N, K = s.shape
+        if s.fresh and (s.group != 4 or s.opaque):
+            # only wgmma's scale-d starts an accumulator at zero (issued
+            # asynchronously too: an overlapped ring's mma)
+            raise self.fail("a fresh accumulator is a warpgroup mma's", what)
         if s.m <= 0 or s.n <= 0 or s.k <= 0 or s.m % M or s.n % N or s.k % K:
             raise self.fail(f"warp_mma tile {s.m}x{s.n}x{s.k} is not a multiple of "
                             f"{M}x{N}x{K}", what)
@@ -280,9 +284,6 @@ class _Checker:
             # accumulator copied out of them at the statement would be stale
             raise self.fail("an overlapped mma is a warpgroup collective on a lane-fragment "
                             "accumulator", what)
-        if s.fresh and (s.group != 4 or s.opaque or s.overlap):
-            # only wgmma's scale-d starts an accumulator at zero
-            raise self.fail("a fresh accumulator is a warpgroup mma's, not overlapped", what)
 
 
 def verify_kernel(k: L.Kernel) -> None:

@@ -1326,11 +1326,11 @@ class Emitter:
         through the argument's pointer could not be moved by the compiler past
         the asynchronous operations' memory clobbers, nor shared by two uses
         on either side of one."""
-        for key in [k for k in self.invariant if k[0].startswith("arg.")]:
-            del self.invariant[key]  # an earlier phase's
         read = {y.buf.name for y in L.evaluated(ph.body)
                 if isinstance(y, L.Load) and y.buf.space == "scalar"}
         for b in sorted(self.k.globals, key=lambda b: b.arg):
+            if b.space == "scalar":
+                self.invariant.pop((b.name, E.Const(0)), None)  # an earlier phase's
             if b.space == "scalar" and b.name in read:
                 r = self.names(f"arg.{b.name}", "tn")
                 self.w(f"const {self.d.reg(b.dtype)} {r} = {self.load(L.Load(b, L.IExpr(E.Const(0))))};")
