@@ -124,6 +124,48 @@ def test_a_zero_accumulator_starts_in_the_warpgroup_mma():
     _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=5)
 
 
+def _tile_product():  # type: ignore[no-untyped-def]
+    """One 64 x 64 x 64 product into ``tn.zeros``, stored as it is."""
+    from tilenest import bf16, f32
+
+    @tn.kernel
+    def tile_mm(a: tn.Tensor[bf16, "M K"], b: tn.Tensor[bf16, "K N"],
+                c: tn.Tensor[f32, "M N"]):
+        b = b.with_dims(a.dim(1), b.dim(1))
+        c = c.with_dims(a.dim(0), b.dim(1))
+        for _ in tn.parallel(tn.shape(1)):
+            at = a[tn.coord(0, 0), tn.shape(64, 64), tn.bounds.zero]
+            bt = b[tn.coord(0, 0), tn.shape(64, 64), tn.bounds.zero]
+            r = tn.mma(at, bt, tn.zeros(f32, tn.shape(64, 64), dims=(at.dim(0), bt.dim(1))),
+                       allow_reassociation=True)
+            c(tn.coord(0, 0), tn.shape(64, 64)).store(r)
+
+    return tile_mm
+
+
+@pytest.mark.parametrize("device", ["emulated", pytest.param("gpu", marks=pytest.mark.device)])
+def test_a_fresh_accumulator_sums_negative_zeros_to_positive_zero(device):
+    """Products that are all ``-0`` (``a = -0``, ``b = 1``) summed into
+    ``tn.zeros`` give ``+0``, as ``+0 + sum`` does (the oracle pins the sign
+    of that zero): on the device the fresh ``wgmma`` adds them with scale-d 0,
+    from no accumulator at all, and must still give ``+0``; a random product
+    validates too."""
+    import ml_dtypes
+
+    kern = _tile_product()
+    sched = default_schedule(kern.program, "cuda", block_threads=128, **WG)
+    (w,) = _mmas(lower_verified(kern.program, sched))
+    assert w.fresh and w.group == 4
+    if device == "gpu" and not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    ck = cuda.compile_program(kern.program, sched, device=device)
+    b = np.ones((64, 64), ml_dtypes.bfloat16)
+    for a in (np.full((64, 64), -0.0, ml_dtypes.bfloat16),
+              np.random.default_rng(4).standard_normal((64, 64)).astype(ml_dtypes.bfloat16)):
+        _admitted(ck, kern, (a, b), (np.zeros((64, 64), np.float32),),
+                  emulated=device == "emulated")
+
+
 @pytest.mark.device
 @pytest.mark.parametrize("bq,threads,causal", [(64, 128, True), (128, 256, True),
                                                (128, 256, False)])
