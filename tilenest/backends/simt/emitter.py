@@ -1328,10 +1328,9 @@ class Emitter:
         on either side of one."""
         read = {y.buf.name for y in L.evaluated(ph.body)
                 if isinstance(y, L.Load) and y.buf.space == "scalar"}
-        for b in sorted(self.k.globals, key=lambda b: b.arg):
-            if b.space == "scalar":
-                self.invariant.pop((b.name, E.Const(0)), None)  # an earlier phase's
-            if b.space == "scalar" and b.name in read:
+        for b in sorted((b for b in self.k.globals if b.space == "scalar"), key=lambda b: b.arg):
+            self.invariant.pop((b.name, E.Const(0)), None)  # an earlier phase's
+            if b.name in read:
                 r = self.names(f"arg.{b.name}", "tn")
                 self.w(f"const {self.d.reg(b.dtype)} {r} = {self.load(L.Load(b, L.IExpr(E.Const(0))))};")
                 self.invariant[(b.name, E.Const(0))] = r

@@ -192,10 +192,10 @@ TN_FN float tn_fmul_down(float x, float y) {
   return (double)p > e ? nextafterf(p, -INFINITY) : p;
 }
 #endif
-// e^x as 2^a (1 + r ln2): a = x log2e rounded down to a float, r >= 0 the
-// rest of x log2e -- the product's rounding error (exact by one fma) plus x
-// times the float log2e's own error. |r| < 2^-16 wherever 2^a is finite and
-// nonzero, and r >= 0 where 2^a is infinite for a finite x (x > 88), so the
+// e^x as 2^a (1 + r ln2): a = x log2e rounded down to a float, r the rest
+// of x log2e -- the product's rounding error (exact by one fma, >= 0) plus x
+// times the float log2e's own error (of x's sign). |r| < 2^-16 wherever 2^a
+// is finite and nonzero, and r >= 0 where 2^a is infinite for a finite x (x > 88), so the
 // final fma keeps that infinity; an infinite x gives r = NaN, which fmin
 // turns into 2^-16, keeping 2^a's 0 or infinity. The error is 2^a's (2 ulp
 // plus its rounding) and the final rounding: within 4 ulp, the bound the
