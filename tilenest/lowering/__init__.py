@@ -163,6 +163,9 @@ def _ring(k: Kernel, program, schedule: Schedule, stages: int, roles: bool) -> K
         from .warp_roles import warp_roles
 
         k = warp_roles(k, stages, schedule.block_threads, _loop_sites(program))
+    from .lifetimes import share_disjoint
+
+    k = share_disjoint(k)
     verify_kernel(k)
     return k
 

@@ -59,10 +59,10 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
            for g in (t.a, t.b, t.c)}
     shared = {b.name: b for b in k.locals
               if b.space == "shared" and b.layout is None and b.name not in mma}
-    touched = [[_touched(s) for s in ph.body] for ph in k.phases]
+    where_all = [[touched(s) for s in ph.body] for ph in k.phases]
     for i, ph in enumerate(k.phases):
-        top, where = list(ph.body), touched[i]
-        elsewhere = {n for j, w in enumerate(touched) if j != i for d in w for n in d}
+        top, where = list(ph.body), where_all[i]
+        elsewhere = {n for j, w in enumerate(where_all) if j != i for d in w for n in d}
         for p, s in enumerate(top):
             for st, path in L.walk_paths((s,)):
                 e = shared.get(st.buf.name) if isinstance(st, L.Store) else None
@@ -87,7 +87,7 @@ def _operands(st: L.Store, shared: dict) -> list[L.Buffer]:
     return out
 
 
-def _touched(s: Any) -> dict[str, int]:
+def touched(s: Any) -> dict[str, int]:
     """How many accesses (loads, stores, mma operands) of each buffer ``s``
     makes, nested statements included."""
     n: dict[str, int] = {}
@@ -122,7 +122,7 @@ def _ordered(top: list, where: list, p: int, st: L.Store, e: str, x: str) -> boo
 
 def _merge(k: L.Kernel, e: L.Buffer, x: L.Buffer) -> L.Kernel:
     """``k`` with buffer ``e`` renamed to ``x`` everywhere and dropped."""
-    phases = tuple(replace(ph, body=_renamed(ph.body, e, x)) for ph in k.phases)
+    phases = tuple(replace(ph, body=renamed(ph.body, e, x)) for ph in k.phases)
     return replace(k, phases=phases, locals=tuple(b for b in k.locals if b.name != e.name))
 
 
@@ -168,7 +168,7 @@ def absorb_copies_back(bodies: list[tuple], nest: Any) -> tuple[list[tuple], set
 def _touched_all(body: tuple) -> dict[str, int]:
     n: dict[str, int] = {}
     for s in body:
-        for k, v in _touched(s).items():
+        for k, v in touched(s).items():
             n[k] = n.get(k, 0) + v
     return n
 
@@ -202,7 +202,7 @@ def _absorb(body: tuple, nest: Any, phase: dict[str, int], others: set) -> tuple
                 span = _touched_all(tuple(top[p:q + 1]))
                 if span.get(e.name) != phase.get(e.name):
                     break  # the temporary is read or written elsewhere
-                return tuple(top[:p]) + _renamed(tuple(top[p:q]), e, x) + tuple(top[q + 1:])
+                return tuple(top[:p]) + renamed(tuple(top[p:q]), e, x) + tuple(top[q + 1:])
     for p, s in enumerate(top):  # nested statement lists
         if isinstance(s, L.For) and s.kind != "vector":
             inner = _absorb(s.body, nest, phase, others)
@@ -246,7 +246,7 @@ def _whole_store(s: Any, nest: Any) -> tuple[L.Buffer, L.Store, list[int]] | Non
     return st.buf, st, ext
 
 
-def _renamed(stmts: tuple, e: L.Buffer, x: L.Buffer) -> tuple:
+def renamed(stmts: tuple, e: L.Buffer, x: L.Buffer) -> tuple:
     """``stmts`` with every access of ``e`` made to ``x`` instead."""
     def fe(y: Any) -> Any:
         if isinstance(y, L.Load) and y.buf.name == e.name:
@@ -260,6 +260,8 @@ def _renamed(stmts: tuple, e: L.Buffer, x: L.Buffer) -> tuple:
             fr = {f: replace(getattr(st, f), buf=x) for f in ("a", "b", "c")
                   if getattr(st, f).buf.name == e.name}
             return (replace(st, **fr),) if fr else None
+        if isinstance(st, L.For) and st.bulk is not None and st.bulk.dst.name == e.name:
+            return (replace(st, bulk=replace(st.bulk, dst=x)),)
         return None
 
     return L.map_stmts(stmts, fe, fs)
