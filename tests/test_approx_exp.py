@@ -149,16 +149,18 @@ def _plain_exp():  # type: ignore[no-untyped-def]
 
 def test_attention_written_for_speed_declares_its_bound():
     """The workload's flash kernel declares ``FLASH_EXP_ULP`` for its two
-    exponentials; its wgmma form on the cuda row computes them by the special
-    function unit alone and so needs no second, whole run of the
-    probabilities' nest."""
+    exponentials (powers of two of scores kept in units of log2); its wgmma
+    form on the cuda row computes them by the special function unit alone
+    (no multiplication of their own, no faithful ``exp2``) and so needs no
+    second, whole run of the probabilities' nest."""
     from tilenest.backends.cuda.emit import emit_cuda
     from tilenest.workloads.attention import FLASH_EXP_ULP, flash_kernel
 
     kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=64, dv=64, causal=True)
     assert str(kern.program).count(f"{{ulp = {FLASH_EXP_ULP!r}}}") == 2
     text = emit_cuda(lower_verified(kern.program, default_schedule(kern.program, "cuda"))).text
-    assert text.count("tn_exp_f32_coarse(") >= 2 and "tn_exp_f32_ok(" not in text
+    assert text.count("tn_ex2_approx(") >= 2 and "tnf_exp2(" not in text
+    assert "tn_exp_f32" not in text
 
 
 @pytest.mark.parametrize("ulp", [4, 96])
@@ -175,10 +177,12 @@ def test_softmax_with_a_declared_bound_validates_emulated(ulp):
 
 @pytest.mark.device
 @pytest.mark.slow
-@pytest.mark.parametrize("fn", ["tn_exp_f32_coarse", "tn_exp_f32_approx"])
-def test_approx_exp_error_for_every_f32_input_on_gpu(fn, tmp_path):
-    """Each of the cuda row's approximations of ``exp`` on f32, as the GPU
-    computes it, over all 2^32 f32 inputs against CUDA's double ``exp``: within
+@pytest.mark.parametrize("op,fn", [("exp", "tn_exp_f32_coarse"), ("exp", "tn_exp_f32_approx"),
+                                   ("exp2", "tn_ex2_approx")])
+def test_approx_exp_error_for_every_f32_input_on_gpu(op, fn, tmp_path):
+    """Each of the cuda row's approximations of ``exp`` and ``exp2`` on f32, as
+    the GPU computes it, over all 2^32 f32 inputs against CUDA's double ``exp``
+    (``exp2``): within
     the bound the row states for it (``dialect.CUDA.approx``), measured as a
     declared bound is (an infinite result standing for every value from
     ``2^128`` on; ``shadow.within_ulp``),
@@ -187,8 +191,8 @@ def test_approx_exp_error_for_every_f32_input_on_gpu(fn, tmp_path):
 
     from tilenest.backends.cuda.dialect import CUDA
 
-    err, bad = sweep_exp(fn, tmp_path, declared=True)
-    bound = dict(CUDA.approx[("exp", "f32")])[fn]
+    err, bad = sweep_exp(fn, tmp_path, declared=True, ref=op)
+    bound = dict(CUDA.approx[(op, "f32")])[fn]
     print(f"{fn}: at most {err:.3f} ulp over every f32 input (bound {bound:g})")
     assert bad == 0
     assert 0.5 <= err <= bound, err

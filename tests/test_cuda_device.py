@@ -236,9 +236,11 @@ extern "C" __global__ void pairs(unsigned b0, unsigned long long* bad) {
     assert int(bad[0]) == 0
 
 
-def sweep_exp(fn: str, tmp_path: Path, declared: bool = False) -> tuple[float, int]:
-    """The prelude's f32 function ``fn`` (an ``exp``) as the GPU computes it,
-    over all 2^32 f32 inputs against CUDA's double ``exp`` (within about 1 ulp
+def sweep_exp(fn: str, tmp_path: Path, declared: bool = False,
+              ref: str = "exp") -> tuple[float, int]:
+    """The prelude's f32 function ``fn`` (an ``exp``, or with ``ref="exp2"``
+    an ``exp2``) as the GPU computes it, over all 2^32 f32 inputs against
+    CUDA's double ``exp`` (``exp2``) (within about 1 ulp
     of double, far below the f32 ulp): ``(the largest error in ulp of f32,
     the count of inputs whose result breaks the contract's exact cases)``.
     NaN must stay NaN and the infinite inputs give exactly 0 and infinity.
@@ -273,7 +275,7 @@ extern "C" __global__ void sweep(unsigned long long* worst, unsigned long long* 
       continue;
     }
     if (y != y || y < 0) { ++nbad; continue; }
-    double ref = exp((double)x);
+    double ref = REF((double)x);
     EDGES
     double err = fabs(t - ref) / ulp32(ref);
     mx = err > mx ? err : mx;
@@ -282,7 +284,7 @@ extern "C" __global__ void sweep(unsigned long long* worst, unsigned long long* 
   if (nbad) atomicAdd(bad, nbad);
 }
 '''.replace("EDGES", edges)
-    kern = _device_function(f"#define FN {fn}\n" + src, "sweep", tmp_path)
+    kern = _device_function(f"#define FN {fn}\n#define REF {ref}\n" + src, "sweep", tmp_path)
     worst = cp.zeros(1, cp.uint64)
     bad = cp.zeros(1, cp.uint64)
     kern((132 * 16,), (256,), (worst, bad))

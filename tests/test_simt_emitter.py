@@ -111,9 +111,9 @@ def test_a_register_nest_of_exponentials_shares_one_common_case_flag():
     cells' arithmetic interleaves). A body that reads a register array it
     writes could not run twice from the same state, so it is not guarded.
     The emulated kernel validates with masked (``-inf``) scores, which take
-    the whole run. (The kernel here keeps ``exp``'s own bound; with its
-    declared one the cuda row computes it approximately, with no common
-    case: tests/test_approx_exp.py.)"""
+    the whole run. (The kernel here keeps natural units and
+    ``exp``'s own bound; with a declared one the cuda row computes it
+    approximately, with no common case: tests/test_approx_exp.py.)"""
     from tilenest.backends.simt import analysis as A
     from tilenest.backends import cuda
     from tilenest.workloads.attention import flash_kernel
@@ -121,7 +121,7 @@ def test_a_register_nest_of_exponentials_shares_one_common_case_flag():
     from test_tensor_mma_dims import _attention_inputs
 
     kern = flash_kernel(tn.bf16).specialize(bq=64, bk=32, dh=32, dv=32, causal=True,
-                                            exp_ulp=1.0)
+                                            exp_ulp=1.0, log2=False)
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda", block_threads=128))
     text = emit_cuda(k).text
     flags = [ln for ln in text.splitlines() if "every call of the nest inside" in ln]
@@ -148,7 +148,8 @@ def test_a_register_nest_of_exponentials_shares_one_common_case_flag():
 def test_scalar_arguments_are_read_once_and_decided_guards_are_not_emitted():
     """A scalar argument is read into a register at the phase's start and
     every use reads that register (the compiler may then share ``s * scale``
-    between the row maximum and the exponentials); a guard the enclosing
+    between the row maximum and the exponentials; the kernel here scales it
+    by log2e once per program); a guard the enclosing
     loops' ranges decide (a warpgroup tile's ``r + t // 128 < 1`` on 128
     threads) is replaced by its branch, while guards that depend on the
     sizes stay."""
@@ -158,7 +159,7 @@ def test_scalar_arguments_are_read_once_and_decided_guards_are_not_emitted():
     k = lower_verified(kern.program, default_schedule(kern.program, "cuda"))
     text = emit_cuda(k).text
     assert text.count("b_scale[") == 1  # the one read (the parameter is a pointer)
-    assert "const float tn_arg_scale = b_scale[0" in text and "* tn_arg_scale)" in text
+    assert "const float tn_arg_scale = b_scale[0" in text and "(tn_arg_scale * " in text
     assert "true in every iteration: $r.t" in text
     assert not [ln for ln in text.splitlines() if ln.strip().startswith("if (")
                 and "128" in ln and "< 1" in ln]

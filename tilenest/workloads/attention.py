@@ -139,21 +139,28 @@ def attention_kernel(dt):  # type: ignore[no-untyped-def]
 
 
 #: the accuracy bound, in ulp of f32, that :func:`flash_kernel` declares for its
-#: exponentials (``tn.exp(x, ulp=...)``, spec V-14): a target may then compute
+#: exponentials (``tn.exp2(x, ulp=...)``, spec V-14): a target may then compute
 #: them by its fast approximation (the cuda row: the special function unit's
-#: ``ex2`` of ``x log2e``), as attention kernels written for speed do. 96 ulp
-#: is below 2^-17 of each value, where ``P`` is then rounded to 16 bits.
-FLASH_EXP_ULP = 96.0
+#: ``ex2`` alone), as attention kernels written for speed do. 4 ulp is 2^-21
+#: of each value, where ``P`` is then rounded to 16 bits.
+FLASH_EXP_ULP = 4.0
+
+#: log2(e) rounded to f32: :func:`flash_kernel` keeps its scores in units of
+#: log2 (``q . k * scale * LOG2E``), so its exponentials are powers of two
+LOG2E = 1.4426950408889634
 
 
 @functools.cache
 def flash_kernel(dt):  # type: ignore[no-untyped-def]
     """Attention as written for speed: ``dt`` operands straight into a
-    reassociating ``mma`` (f32 scores), an online softmax in f32, the
-    probabilities rounded to ``dt`` for ``P V`` accumulated into the rescaled
-    accumulator, and with ``causal`` a key loop that stops at the last block
-    a query block sees. Its exponentials admit ``exp_ulp`` ulp of error
-    (:data:`FLASH_EXP_ULP`; 1.0 is exp's own bound on f32). ``dh`` and
+    reassociating ``mma`` (f32 scores, scaled by ``scale * LOG2E`` so that
+    ``exp(x) = exp2(x log2e)`` needs no multiplication of its own), an online
+    softmax in f32, the probabilities rounded to ``dt`` for ``P V``
+    accumulated into the rescaled accumulator, and with ``causal`` a key loop
+    that stops at the last block a query block sees. Its exponentials admit
+    ``exp_ulp`` ulp of error (:data:`FLASH_EXP_ULP`; 1.0 is exp2's own bound
+    on f32). ``log2=False`` keeps the scores in natural units and takes
+    ``exp`` instead (what the powers of two save). ``dh`` and
     ``dv`` are the head dims of the tiles (constants, so that the products
     can run on a matrix unit); a call with a larger ``D`` or ``DV`` violates
     the kernel's assumption."""
@@ -161,11 +168,12 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                         v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                         scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True,
-                        split=False, exp_ulp=FLASH_EXP_ULP):
+                        split=False, exp_ulp=FLASH_EXP_ULP, log2=True):
         (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
             q, k, v, o, dh, dv)
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
             z, hh, qb = p.index(0), p.index(1), p.index(2)
+            scale2 = scale * LOG2E if log2 else scale  # the scores in units of log2
             kvh = hh // group
             qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
             m = tn.full(f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
@@ -182,11 +190,12 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
             for first, count, masked in spans:
                 for kb in p.serial(tn.shape(count)):
                     s, vt = _block_scores(qt, k, v, (z, kvh, qb, first + kb.index()),
-                                          (bq, bk, dh, dv), (nq, nk), (b, h, qd, kd), scale,
+                                          (bq, bk, dh, dv), (nq, nk), (b, h, qd, kd), scale2,
                                           causal, masked)
                     m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
-                    alpha = tn.exp(m - m_new, ulp=exp_ulp)
-                    pr = tn.exp(s - m_new, ulp=exp_ulp)
+                    ex = tn.exp2 if log2 else tn.exp
+                    alpha = ex(m - m_new, ulp=exp_ulp)
+                    pr = ex(s - m_new, ulp=exp_ulp)
                     den = den * alpha + tn.reduce(pr, kd, tn.add)
                     acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
                     m = m_new
@@ -319,11 +328,17 @@ def _args(rng, s, dt):  # type: ignore[no-untyped-def]
             "scale": np.float32(1.0 / np.sqrt(dh))}
 
 
-def _formula(a, s, dt, fast=False, exp_ulp=1.0):  # type: ignore[no-untyped-def]
+def _formula(a, s, dt, fast=False, exp_ulp=1.0, log2=False):  # type: ignore[no-untyped-def]
     """The FP64 formula and its bound (module docstring); ``fast``: the
     kernel of :func:`flash_kernel` (products regrouped with faithful
     additions, P rounded to ``dt`` before ``P V``); ``exp_ulp``: the bound of
-    its exponentials in ulp of f32 (each within a factor ``1 + 2 exp_ulp u``)."""
+    its exponentials in ulp of f32 (each within a factor ``1 + 2 exp_ulp u``);
+    ``log2``: its scores are ``fl(q . k * c)`` with ``c = fl(scale * LOG2E)``
+    and its exponentials powers of two. ``fl(x c) ln2`` is ``fl(x scale)``'s
+    form times ``(1 + d1)(1 + d2)``, ``|d1|, |d2| <= u`` (the roundings of
+    ``c`` and of ``LOG2E``), which step 1's ``sigma`` takes in; a difference
+    of two such scores then rounds and exponentiates as before (``2^(u |d|)
+    = e^(u |d| ln2)``)."""
     u = B.unit(B.D.f32)
     nb, hq, hk, nq, nk = (s[x] for x in ("B", "HQ", "HK", "Q", "K"))
     heads = np.arange(hq) // (hq // hk)
@@ -332,6 +347,9 @@ def _formula(a, s, dt, fast=False, exp_ulp=1.0):  # type: ignore[no-untyped-def]
     vv = a["v"].astype(np.float64)[:, heads]                   # [B, Hq, K, Dv]
     zero = B.Approx.exact(np.zeros((nb, hq, nq, nk), np.float32))
     sc = B.contract("bhqd,bhkd->bhqk", qx, kx, zero) * B.Approx.const(float(a["scale"]), B.D.f32)
+    if log2:
+        grow = (1 + u) ** 2
+        sc = B.Approx(sc.v, sc.e * grow + (np.abs(sc.v) + sc.e) * (grow - 1), B.D.f32)
     valid = np.arange(nk)[None, :] <= (nk - nq + np.arange(nq))[:, None]     # [Q, K]
     sv = np.where(valid, sc.v, -np.inf)
     w = np.exp(sv - sv.max(axis=-1, keepdims=True))
@@ -386,7 +404,7 @@ WORKLOADS = [
              (_SCHEDULES[0], _SCHEDULES[1], _SCHEDULES[3])),
     Workload("flash_attention", "attention",
              "causal GQA attention written for speed: 16-bit products, P cast, causal trip count",
-             flash_kernel, _args, functools.partial(_formula, fast=True, exp_ulp=FLASH_EXP_ULP),
+             flash_kernel, _args, functools.partial(_formula, fast=True, exp_ulp=FLASH_EXP_ULP, log2=True),
              _sizes(small=(1, 4, 2, 5, 9, 4, 4), gqa=(2, 4, 2, 19, 37, 8, 8),
                     decode=(2, 4, 1, 1, 41, 16, 16), medium=(1, 4, 2, 40, 70, 29, 29),
                     large=(2, 16, 4, 512, 512, 128, 128)),
