@@ -16,7 +16,7 @@ from tilenest.lowering import default_schedule, lower_verified
 from tilenest.lowering import loopir as L
 from tilenest.proofs.barriers import check_barriers
 from tilenest.proofs.obligation import REFUTED
-from tilenest.lowering.inplace import touched
+from tilenest.lowering.inplace import merged, touched
 from tilenest.workloads.attention import flash_kernel
 
 #: the rule itself (the tests replace it by the identity to lower without it)
@@ -78,5 +78,5 @@ def test_a_merge_of_overlapping_lifetimes_is_refuted(monkeypatch):
             and b.name in touched(loop)]
     pairs = [(x, y) for x in live for y in live if x.name < y.name and x.size == y.size]
     assert pairs
-    wrong = lifetimes._merge(separate, *pairs[0])
+    wrong = merged(separate, pairs[0][1], pairs[0][0])
     assert any(o.status == REFUTED for o in check_barriers(wrong))

@@ -46,11 +46,17 @@ from .simt import once_per_element
 def reuse_in_place(k: L.Kernel) -> L.Kernel:
     """``k`` with every buffer that qualifies merged into its operand's
     storage (module doc), one pair at a time until none is left."""
+    return merge_while(k, _candidate)
+
+
+def merge_while(k: L.Kernel, candidate: Any) -> L.Kernel:
+    """``k`` with the pairs ``(gone, keep)`` that ``candidate(k)`` finds
+    merged (:func:`merged`), one at a time, until it finds none."""
     while True:
-        pair = _candidate(k)
+        pair = candidate(k)
         if pair is None:
             return k
-        k = _merge(k, *pair)
+        k = merged(k, *pair)
 
 
 def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
@@ -120,10 +126,14 @@ def _ordered(top: list, where: list, p: int, st: L.Store, e: str, x: str) -> boo
     return last is None or any(L.is_block_barrier(top[q]) for q in range(last + 1, p))
 
 
-def _merge(k: L.Kernel, e: L.Buffer, x: L.Buffer) -> L.Kernel:
-    """``k`` with buffer ``e`` renamed to ``x`` everywhere and dropped."""
-    phases = tuple(replace(ph, body=renamed(ph.body, e, x)) for ph in k.phases)
-    return replace(k, phases=phases, locals=tuple(b for b in k.locals if b.name != e.name))
+def merged(k: L.Kernel, gone: L.Buffer, keep: L.Buffer) -> L.Kernel:
+    """``k`` with buffer ``gone`` renamed to ``keep`` everywhere and dropped;
+    ``keep`` also replaces ``k``'s buffer of its name (it may be that buffer
+    resized)."""
+    phases = tuple(replace(ph, body=renamed(renamed(ph.body, gone, keep), keep, keep))
+                   for ph in k.phases)
+    return replace(k, phases=phases, locals=tuple(keep if b.name == keep.name else b
+                                                  for b in k.locals if b.name != gone.name))
 
 
 # ---------------------------------------------------------------------------

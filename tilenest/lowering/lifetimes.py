@@ -36,21 +36,18 @@ from dataclasses import replace
 
 from ..semantics import expr as E
 from . import loopir as L
-from .inplace import renamed, touched
+from .inplace import merge_while, touched
 
 
 def share_disjoint(k: L.Kernel) -> L.Kernel:
     """``k`` with each pair of shared buffers of disjoint lifetimes (module
     doc) merged into the earlier one, one pair at a time until none is left."""
-    while True:
-        pair = _candidate(k)
-        if pair is None:
-            return k
-        k = _merge(k, *pair)
+    return merge_while(k, _candidate)
 
 
 def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
-    """A pair ``(X, Y)``: ``Y`` may take ``X``'s storage, or None."""
+    """A pair ``(Y, X')``: ``Y`` may take the storage of ``X``, ``X'`` being
+    ``X`` sized for both; or None."""
     shared = {b.name: b for b in k.locals if b.space == "shared"}
     roles = {n for ph in k.phases for s in L.walk(ph.body)
              if isinstance(s, L.For) and s.roles is not None for n in touched(s)}
@@ -74,7 +71,7 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
                     continue
                 between = ph.body[span[x][1] + 1:span[y][0]]
                 if any(_complete(s) for s in between):
-                    return shared[x], shared[y]
+                    return shared[y], _sized_for_both(shared[x], shared[y])
     return None
 
 
@@ -92,12 +89,8 @@ def _complete(s: object) -> bool:
     return L.is_block_barrier(s) and s.keep == 0 and s.mma_keep == 0  # type: ignore[attr-defined]
 
 
-def _merge(k: L.Kernel, x: L.Buffer, y: L.Buffer) -> L.Kernel:
-    """``k`` with ``y`` renamed to ``x`` (sized for both) and dropped."""
-    keep = x
-    if x.size != y.size:
-        keep = replace(x, size=E.Const(max(x.size.value, y.size.value)))  # type: ignore[attr-defined]
-    phases = tuple(replace(ph, body=renamed(renamed(ph.body, x, keep), y, keep))
-                   for ph in k.phases)
-    locals_ = tuple(keep if b.name == x.name else b for b in k.locals if b.name != y.name)
-    return replace(k, phases=phases, locals=locals_)
+def _sized_for_both(x: L.Buffer, y: L.Buffer) -> L.Buffer:
+    """``x``, grown to ``y``'s size where that is larger (both constant)."""
+    if x.size == y.size:
+        return x
+    return replace(x, size=E.Const(max(x.size.value, y.size.value)))  # type: ignore[attr-defined]
