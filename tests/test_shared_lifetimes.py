@@ -14,9 +14,9 @@ import tilenest as tn
 import tilenest.lowering.lifetimes as lifetimes
 from tilenest.lowering import default_schedule, lower_verified
 from tilenest.lowering import loopir as L
+from tilenest.lowering.inplace import merged, touched
 from tilenest.proofs.barriers import check_barriers
 from tilenest.proofs.obligation import REFUTED
-from tilenest.lowering.inplace import merged, touched
 from tilenest.workloads.attention import flash_kernel
 
 #: the rule itself (the tests replace it by the identity to lower without it)
@@ -43,13 +43,13 @@ def test_two_key_loops_keep_one_ring(tiles, monkeypatch):
     for both loops), so as many blocks fit a multiprocessor; without the
     merge it needs a second key and value ring."""
     one = L.shared_bytes(_lowered(False, tiles))
-    merged = _lowered(True, tiles)
-    assert L.shared_bytes(merged) == one
+    shared_one = _lowered(True, tiles)
+    assert L.shared_bytes(shared_one) == one
     separate = _lowered(True, tiles, merge=False, monkeypatch=monkeypatch)
     ring = 2 * tiles["bk"] * (tiles["dh"] + tiles["dv"]) * 2  # two versions, bf16
     assert L.shared_bytes(separate).value - one.value >= ring
-    assert len(_shared(separate) - _shared(merged)) >= 2
-    assert all(o.status != REFUTED for o in check_barriers(merged))
+    assert len(_shared(separate) - _shared(shared_one)) >= 2
+    assert all(o.status != REFUTED for o in check_barriers(shared_one))
 
 
 def test_no_merge_without_a_barrier_that_completes_the_first_loop(monkeypatch):

@@ -26,8 +26,9 @@ Conditions: both ``shared``, one dtype and one layout (a swizzled tile keeps
 its swizzle), sizes equal or both constants (the merged buffer takes the
 larger); neither is touched by another phase nor inside a warp-specialized
 loop (``For.roles``: its producer runs ahead of the block's barriers). The
-barrier proof (``verify.py``) discharges the rewritten kernel, so a merge
-that let one access overtake another would be refuted, not trusted.
+barrier proof (``proofs/barriers.py``, discharged by every compile for a
+SIMT target) checks the rewritten kernel, so a merge that let one access
+overtake another would be refuted, not trusted.
 """
 
 from __future__ import annotations

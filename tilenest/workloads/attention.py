@@ -145,8 +145,9 @@ def attention_kernel(dt):  # type: ignore[no-untyped-def]
 #: of each value, where ``P`` is then rounded to 16 bits.
 FLASH_EXP_ULP = 4.0
 
-#: log2(e) rounded to f32: :func:`flash_kernel` keeps its scores in units of
-#: log2 (``q . k * scale * LOG2E``), so its exponentials are powers of two
+#: log2(e), a literal next to the f32 ``scale`` and so rounded to f32 (V-8):
+#: :func:`flash_kernel` keeps its scores in units of log2 (``q . k * scale *
+#: LOG2E``), so its exponentials are powers of two
 LOG2E = 1.4426950408889634
 
 
@@ -174,6 +175,7 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
             z, hh, qb = p.index(0), p.index(1), p.index(2)
             scale2 = scale * LOG2E if log2 else scale  # the scores in units of log2
+            ex = tn.exp2 if log2 else tn.exp
             kvh = hh // group
             qt = q[tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dh), tn.bounds.zero]
             m = tn.full(f32, tn.shape(1, 1, bq), -np.inf, dims=(b, h, qd))
@@ -193,7 +195,6 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                                           (bq, bk, dh, dv), (nq, nk), (b, h, qd, kd), scale2,
                                           causal, masked)
                     m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
-                    ex = tn.exp2 if log2 else tn.exp
                     alpha = ex(m - m_new, ulp=exp_ulp)
                     pr = ex(s - m_new, ulp=exp_ulp)
                     den = den * alpha + tn.reduce(pr, kd, tn.add)
@@ -404,7 +405,8 @@ WORKLOADS = [
              (_SCHEDULES[0], _SCHEDULES[1], _SCHEDULES[3])),
     Workload("flash_attention", "attention",
              "causal GQA attention written for speed: 16-bit products, P cast, causal trip count",
-             flash_kernel, _args, functools.partial(_formula, fast=True, exp_ulp=FLASH_EXP_ULP, log2=True),
+             flash_kernel, _args,
+             functools.partial(_formula, fast=True, exp_ulp=FLASH_EXP_ULP, log2=True),
              _sizes(small=(1, 4, 2, 5, 9, 4, 4), gqa=(2, 4, 2, 19, 37, 8, 8),
                     decode=(2, 4, 1, 1, 41, 16, 16), medium=(1, 4, 2, 40, 70, 29, 29),
                     large=(2, 16, 4, 512, 512, 128, 128)),
