@@ -165,7 +165,9 @@ def _ring(k: Kernel, program, schedule: Schedule, stages: int, roles: bool) -> K
         k = warp_roles(k, stages, schedule.block_threads, _loop_sites(program))
     from .lifetimes import share_disjoint
 
-    k = share_disjoint(k)
+    from .mma_waits import defer_mma_waits
+
+    k = defer_mma_waits(share_disjoint(k))
     verify_kernel(k)
     return k
 

@@ -711,8 +711,10 @@ class WarpMma:
     group: int = 1
     #: a warpgroup mma that runs on while later statements execute: its
     #: shared reads and accumulator updates complete at a later block barrier
-    #: (``Barrier.mma_keep``), and until then nothing but overlapped mmas of
-    #: the same accumulator may touch that accumulator (``verify.py``)
+    #: (``Barrier.mma_keep``) or wait (:class:`MmaWait`), and until then the
+    #: thread touches neither its accumulator nor writes what it reads
+    #: (``mma_waits.py`` checks this for the waits it places; a ring's
+    #: mmas by ``double_buffer.overlappable``)
     overlap: bool = False
     #: the lanes' shares are unspecified (simdgroup matrices; see above)
     opaque: bool = False
@@ -804,12 +806,31 @@ class WarpMma:
 
 
 @dataclass(frozen=True)
+class MmaWait:
+    """The thread's overlapped warpgroup mmas (``WarpMma.overlap``) complete,
+    all but its ``keep`` newest: each execution of an overlapped mma is one
+    group of tensor-core work, and a group is complete here when at least
+    ``keep`` groups were issued after it. Complete means its reads of ``a``
+    and ``b`` and its update of the accumulator are done, so the thread may
+    read the accumulator and write the registers and shared tiles it read.
+
+    It stands outside thread loops (every thread of the block runs it) and
+    orders only the thread's own accesses after its own mmas: what other
+    threads may do with the shared operands is ordered by block barriers,
+    which complete overlapped mmas too (``Barrier.mma_keep``).
+    ``lowering/mma_waits.py`` places these, each where a pending mma's
+    results are first needed."""
+
+    keep: int = 0
+
+
+@dataclass(frozen=True)
 class Comment:
     text: str
 
 
 Stmt = Union[Assign, Store, For, If, While, Check, Barrier, Shuffle, LaneReduce, WarpMma,
-             Comment]
+             MmaWait, Comment]
 
 #: statements at which the threads of a thread loop synchronize
 SYNC = (Barrier, Shuffle, LaneReduce, WarpMma)
@@ -980,6 +1001,8 @@ def _stmts(body: tuple, ind: int, out: list[str]) -> None:
             op = ("warp_mma" + (".opaque" if s.opaque else "") if s.group == 1
                   else "group_mma" + (".overlap" if s.overlap else ""))
             out.append(f"{pad}{op}.{s.m}x{s.n}x{s.k} {s.c} += {s.a} * {s.b}{who}")
+        elif isinstance(s, MmaWait):
+            out.append(f"{pad}mma_wait keep={s.keep}")
         elif isinstance(s, Comment):
             out.append(f"{pad}# {s.text}")
         else:
@@ -1094,6 +1117,13 @@ def print_kernel(k: Kernel) -> str:
         out.append(f"  phase {ph.name} {mode} {ph.pid.name} in [{ext}]:")
         _stmts(ph.body, 2, out)
     return "\n".join(out) + "\n"
+
+
+def format_stmts(body: tuple) -> list[str]:
+    """The lines :func:`print_kernel` gives statements ``body``."""
+    out: list[str] = []
+    _stmts(body, 0, out)
+    return out
 
 
 def walk(body: tuple) -> Any:

@@ -31,7 +31,10 @@ well formed, so that a backend may translate it without further checks:
    accumulator may be overlapped (``overlap``: completed at a later barrier);
    an opaque one (simdgroup matrices) is one warp's, a multiple of
    ``OPAQUE_SHAPE``, reads two f16 or two f32 operands (bf16 too) into
-   f32, with every matrix in memory contiguous along one axis.
+   f32, with every matrix in memory contiguous along one axis;
+7. waits -- an ``MmaWait`` stands outside thread loops, and where overlapped
+   mmas are completed by such waits no statement touches a pending one's
+   accumulator or writes what it reads (``mma_waits.check_waits``).
 
 A violation raises :class:`~tilenest.errors.VerifyError` naming the statement.
 """
@@ -212,6 +215,10 @@ class _Checker:
                     raise self.fail("check condition must be bool", s.cond)
                 if not any(e.code == s.code for e in self.k.errors):
                     raise self.fail(f"check names unknown error code {s.code}", s.cond)
+            elif isinstance(s, L.MmaWait):
+                if threads or not isinstance(s.keep, int) or s.keep < 0:
+                    raise self.fail(f"mma_wait keep={s.keep!r}: a count of groups, >= 0, "
+                                    "outside thread loops", "mma_wait")
             elif not isinstance(s, L.Comment):
                 raise self.fail("unknown statement", repr(s))
 
@@ -306,3 +313,6 @@ def verify_kernel(k: L.Kernel) -> None:
         for x in ph.extents:
             c.index(x, {}, ph.name)
         c.stmts(ph.body, {ph.pid.name: L.INDEX})
+    from .mma_waits import check_waits
+
+    check_waits(k)

@@ -80,20 +80,35 @@ def _block_scores(qt, k, v, at, tiles, sizes, dims, scale, causal, masked=True):
     by every query row (no mask computed). Returns ``(scores, value tile)``."""
     z, kvh, qb, kb = at
     bq, bk, dh, dv = tiles
-    nq, nk = sizes
-    b, h, qd, kd = dims
     pos = tn.coord(z, kvh, kb * bk, 0)
     kt = k[pos, tn.shape(1, 1, bk, dh), tn.bounds.zero]
     vt = v[pos, tn.shape(1, 1, bk, dv), tn.bounds.zero]
-    s = tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
-               allow_reassociation=True) * scale
-    if not masked:
-        return s, vt
+    s = _product(qt, kt, tiles, dims) * scale
+    return (_masked(s, at, tiles, sizes, dims, causal) if masked else s), vt
+
+
+def _product(qt, kt, tiles, dims):  # type: ignore[no-untyped-def]
+    """The f32 scores ``q . k`` of a ``bq``-row query and a ``bk``-key tile
+    (``tiles = (bq, bk, ..)``), unscaled, from a reassociating ``mma`` into
+    fresh zeros."""
+    bq, bk = tiles[:2]
+    b, h, qd, kd = dims
+    return tn.mma(qt, kt, tn.zeros(f32, tn.shape(1, 1, bq, bk), dims=(b, h, qd, kd)),
+                  allow_reassociation=True)
+
+
+def _masked(s, at, tiles, sizes, dims, causal):  # type: ignore[no-untyped-def]
+    """Scores ``s`` of key block ``at[3]`` with ``-inf`` where a key lies past
+    the keys or, with ``causal``, after the query (:func:`_block_scores`)."""
+    _, _, qb, kb = at
+    bq, bk = tiles[:2]
+    nq, nk = sizes
+    _, _, qd, kd = dims
     pair = tn.shape(tn.axis(qd, bq), tn.axis(kd, bk))
     qpos = tn.index_tile(pair, lambda i, j: qb * bq + i + nk - nq)
     kpos = tn.index_tile(pair, lambda i, j: j) + kb * bk
     seen = (kpos <= qpos) & (kpos < nk) if causal else kpos < nk
-    return tn.ite(seen, s, -np.inf), vt
+    return tn.ite(seen, s, -np.inf)
 
 
 @functools.cache
@@ -161,7 +176,12 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     that stops at the last block a query block sees. Its exponentials admit
     ``exp_ulp`` ulp of error (:data:`FLASH_EXP_ULP`; 1.0 is exp2's own bound
     on f32). ``log2=False`` keeps the scores in natural units and takes
-    ``exp`` instead (what the powers of two save). ``dh`` and
+    ``exp`` instead (what the powers of two save). With ``prefetch`` each
+    step issues the next key block's ``Q K^T`` before its own softmax, the
+    scores carried to the next step (one block's scores computed past the
+    last one and dropped): a target whose matrix unit runs asynchronously
+    overlaps that product with the softmax (``lowering/mma_waits.py``);
+    the arithmetic, and so the result, is the same bits. ``dh`` and
     ``dv`` are the head dims of the tiles (constants, so that the products
     can run on a matrix unit); a call with a larger ``D`` or ``DV`` violates
     the kernel's assumption."""
@@ -169,9 +189,10 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                         v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                         scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True,
-                        split=False, exp_ulp=FLASH_EXP_ULP, log2=True):
+                        split=False, exp_ulp=FLASH_EXP_ULP, log2=True, prefetch=False):
         (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
             q, k, v, o, dh, dv)
+        dims = (b, h, qd, kd)
         for p in tn.parallel(tn.shape(nb, hq, tn.cdiv(nq, bq)), exec=tn.exec.block):
             z, hh, qb = p.index(0), p.index(1), p.index(2)
             scale2 = scale * LOG2E if log2 else scale  # the scores in units of log2
@@ -189,17 +210,32 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                 whole = tn.maximum(0, tn.minimum(nk // bk, (qb * bq + nk - nq + 1) // bk)) \
                     if causal else nk // bk
                 spans = ((0, whole, False), (whole, tn.cdiv(last, bk) - whole, True))
+            if prefetch:  # the first key block's scores, before the loops
+                raw = _product(qt, k[tn.coord(z, kvh, 0, 0), tn.shape(1, 1, bk, dh),
+                                     tn.bounds.zero], (bq, bk), dims)
             for first, count, masked in spans:
                 for kb in p.serial(tn.shape(count)):
-                    s, vt = _block_scores(qt, k, v, (z, kvh, qb, first + kb.index()),
-                                          (bq, bk, dh, dv), (nq, nk), (b, h, qd, kd), scale2,
-                                          causal, masked)
+                    at = (z, kvh, qb, first + kb.index())
+                    if prefetch:
+                        vt = v[tn.coord(z, kvh, at[3] * bk, 0), tn.shape(1, 1, bk, dv),
+                               tn.bounds.zero]
+                        ahead = _product(qt, k[tn.coord(z, kvh, at[3] * bk + bk, 0),
+                                               tn.shape(1, 1, bk, dh), tn.bounds.zero],
+                                         (bq, bk), dims)
+                        s = raw * scale2
+                        if masked:
+                            s = _masked(s, at, (bq, bk), (nq, nk), dims, causal)
+                    else:
+                        s, vt = _block_scores(qt, k, v, at, (bq, bk, dh, dv), (nq, nk), dims,
+                                              scale2, causal, masked)
                     m_new = tn.maximum(m, tn.reduce(s, kd, tn.maximum))
                     alpha = ex(m - m_new, ulp=exp_ulp)
                     pr = ex(s - m_new, ulp=exp_ulp)
                     den = den * alpha + tn.reduce(pr, kd, tn.add)
                     acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
                     m = m_new
+                    if prefetch:
+                        raw = ahead
             o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dv)).store(tn.cast(acc / den, dt))
 
     return flash_attention

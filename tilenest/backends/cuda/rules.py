@@ -118,6 +118,14 @@ class CudaEmitter(Emitter):
             out.append(f"{wait} tn_fence_proxy_async();")
         return out
 
+    def mma_wait_stmt(self, s: L.MmaWait) -> None:
+        """``wgmma.wait_group keep``: the thread's overlapped warpgroup mmas
+        but its ``keep`` newest groups complete (threads past the last whole
+        warpgroup run no warpgroup instruction, as before a barrier)."""
+        wait = f"tn_wgmma_wait<{s.keep}>();"
+        whole = self.block_w // 128 * 128
+        self.w(wait if whole >= self.block_w else f"if ({self.d.thread_id} < {whole}u) {wait}")
+
     def params(self) -> list[tuple[str, str]]:
         """The core's parameters, then one tensor map per :attr:`tensor_maps`."""
         return super().params() + [("const __grid_constant__ tn_tmap", f"tn_map{i}")
@@ -514,6 +522,7 @@ class CudaEmitter(Emitter):
             self.w(f"{fn}({d}, tn_wgmma_desc_at({u}_a, {ao}u), "
                    f"tn_wgmma_desc_at({u}_b, {bo}u), {sd});")
         # an overlapped mma completes at a later barrier (Barrier.mma_keep)
+        # or wait (MmaWait)
         self.w("tn_wgmma_commit();" if s.overlap else "tn_wgmma_commit(); tn_wgmma_wait<0>();")
         if not frag:
             self.group_cells(s, u, load=False)

@@ -670,6 +670,12 @@ class Emitter:
         raise NotAvailableError(f"a {s.m}x{s.n}x{s.k} warp mma has no {self.d.name} lowering",
                                 hint="use mma_unit='simt'")
 
+    def mma_wait_stmt(self, s: L.MmaWait) -> None:
+        """A wait for overlapped warpgroup mmas: a dialect rule (only a
+        target with such mmas gets one)."""
+        raise NotAvailableError(f"a warpgroup mma wait has no {self.d.name} lowering",
+                                hint="use mma_unit='tensor'")
+
     def comment_stmt(self, s: L.Comment) -> None:
         self.w(f"// {s.text}")
 
@@ -1434,7 +1440,7 @@ Emitter.STMT_RULES = {
     L.Assign: "assign_stmt", L.Store: "store_stmt", L.For: "loop", L.If: "if_stmt",
     L.While: "while_stmt", L.Check: "check_stmt", L.Barrier: "barrier_stmt",
     L.Shuffle: "shuffle_stmt", L.LaneReduce: "lane_reduce", L.WarpMma: "mma_stmt",
-    L.Comment: "comment_stmt"}
+    L.MmaWait: "mma_wait_stmt", L.Comment: "comment_stmt"}
 Emitter.EXPR_RULES = {
     L.Const: "const_expr", L.Ref: "ref_expr", L.IExpr: "iexpr_expr", L.IPred: "ipred_expr",
     L.Load: "load", L.Select: "select_expr", L.Cast: "cast_expr", L.Bitcast: "bitcast_expr",
