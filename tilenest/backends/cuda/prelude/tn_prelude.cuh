@@ -177,6 +177,20 @@ TN_FN float tn_ex2_approx(float a) {
   asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(a));
   return y;
 }
+// the same for a >= 0, where no result is subnormal: the unit alone, without
+// the scaling that keeps subnormal results
+TN_FN float tn_ex2_approx_ftz(float a) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(a));
+  return y;
+}
+// 1/s by the special function unit, within 1 ulp (PTX ISA); subnormal results
+// flushed to 0, so callers take it only where those are below their bound
+TN_FN float tn_rcp_approx(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return r;
+}
 // x y rounded toward -inf
 TN_FN float tn_fmul_down(float x, float y) {
   float p;
@@ -184,8 +198,10 @@ TN_FN float tn_fmul_down(float x, float y) {
   return p;
 }
 #else
-// the emulator has no such unit: the host's 2^a, rounded once
+// the emulator has no such unit: the host's 2^a and 1/s, rounded once
 TN_FN float tn_ex2_approx(float a) { return (float)exp2((double)a); }
+TN_FN float tn_ex2_approx_ftz(float a) { return (float)exp2((double)a); }
+TN_FN float tn_rcp_approx(float s) { return (float)(1.0 / (double)s); }
 TN_FN float tn_fmul_down(float x, float y) {
   const double e = (double)x * (double)y;  // exact
   const float p = (float)e;
@@ -213,6 +229,33 @@ TN_FN float tn_exp_f32_approx(float x) {
 // a, |x log2e - a| <= ulp(a)/2 + |x| 2^-25.6, which is up to 2^-18.5 of the
 // value's size (about 66 ulp) at |a| in [64, 128); the dialect states 96
 TN_FN float tn_exp_f32_coarse(float x) { return tn_ex2_approx(x * 1.442695e+00f); }
+// tanh x, odd by construction: tanh |x| with the sign of x copied on (so
+// tanh(-0) = -0 and NaN stays NaN). Below 1: |x| + |x|^3 P(x^2), P of degree
+// 6 fitted to tanh's relative error on (0, 1] with float coefficients
+// (benchmarks/tanh_approx.py --fit), within 0.95 ulp there, where the form
+// below would lose the digits that 2/(e + 1) cancels. From 1 on: 1 - 2/(e +
+// 1), e = 2^(2 |x| log2e) >= 1 by the special function unit (no subnormal
+// result, so .ftz changes nothing) and 1/(e + 1) by rcp.approx, whose flushed
+// subnormal results lie where 2/(e + 1) is far below half an ulp of 1: from
+// |x| about 9.01 on the result is exactly 1, e = inf included, with no test.
+// There a relative error d of e moves the result by d (1 - tanh^2)/2 <= 0.21 d.
+// With every ex2 within 2.5 ulp of 2^a and every rcp within one float of the
+// rounded 1/s, at most 2.18 ulp over every input (benchmarks/tanh_approx.py);
+// the dialect states 3
+TN_FN float tn_tanh_approx(float x) {
+  const float ax = fabsf(x);
+  const float s = ax * ax;
+  float p = fma(-3.58630816e-04f, s, 2.30198470e-03f);  // -0x1.780d3ap-12, 0x1.2db9cap-9
+  p = fma(p, s, -7.94694945e-03f);                      // -0x1.0467d8p-7
+  p = fma(p, s, 2.14872230e-02f);                       // 0x1.600bf2p-6
+  p = fma(p, s, -5.38799949e-02f);                      // -0x1.b9628ap-5
+  p = fma(p, s, 1.33323476e-01f);                       // 0x1.110be6p-3
+  p = fma(p, s, -3.33332956e-01f);                      // -0x1.55553cp-2
+  const float small = fma(p, s * ax, ax);
+  const float e = tn_ex2_approx_ftz(ax * 2.88539004e+00f);  // 0x1.715476p+1, 2 log2e
+  const float big = fma(-2.0f, tn_rcp_approx(e + 1.0f), 1.0f);
+  return copysignf(ax < 1.0f ? small : big, x);
+}
 
 // ---------------------------------------------------------------------------
 // float arithmetic in f64, and CUDA's instructions for the float forms
