@@ -596,8 +596,9 @@ def _sched_label(s: dict[str, Any]) -> str:
     if set(s) == {"rp"}:
         return f"rp={s['rp']}"
     if "bm" in s:
+        rest = "".join(f" {k}={v}" for k, v in s.items() if k not in ("bm", "bn", "bk", "loop"))
         return f"{s['bm']}x{s['bn']}x{s['bk']}" + ("" if s.get("loop") == "pipeline"
-                                                    else f" {s.get('loop')}")
+                                                    else f" {s.get('loop')}") + rest
     return ",".join(f"{k}={v}" for k, v in s.items())
 
 
@@ -1131,8 +1132,8 @@ def bench_epilogues(run: Run) -> list[dict[str, Any]]:
         impls: list[Impl] = []
         by_label: dict[str, dict[str, Any]] = {}
         scheds = EPILOGUE_SCHEDULES[:1] if cfg.quick else EPILOGUE_SCHEDULES
-        if which == "gelu" and not cfg.quick:  # the default with tanh's own 1-ulp bound
-            scheds += (({**EPILOGUE_SCHEDULES[0][0], "tanh_ulp": 1.0}, EPILOGUE_SCHEDULES[0][1]),)
+        if which == "gelu" and not cfg.quick:  # and with tanh's own 1-ulp bound
+            scheds += tuple(({**c, "tanh_ulp": 1.0}, g) for c, g in EPILOGUE_SCHEDULES[::2])
         for sched, gpu in scheds:
             ck, v = compiled_variant(run, rec, wname, WORKLOADS[wname], "bf16", sched,
                                      {"M": n, "K": n, "N": n}, gpu)
