@@ -236,26 +236,11 @@ extern "C" __global__ void pairs(unsigned b0, unsigned long long* bad) {
     assert int(bad[0]) == 0
 
 
-def sweep_exp(fn: str, tmp_path: Path, declared: bool = False,
-              ref: str = "exp") -> tuple[float, int]:
-    """The prelude's f32 function ``fn`` (an ``exp``, or with ``ref="exp2"``
-    an ``exp2``) as the GPU computes it, over all 2^32 f32 inputs against
-    CUDA's double ``exp`` (``exp2``) (within about 1 ulp
-    of double, far below the f32 ulp): ``(the largest error in ulp of f32,
-    the count of inputs whose result breaks the contract's exact cases)``.
-    NaN must stay NaN and the infinite inputs give exactly 0 and infinity.
-    Under a function's own bound a result the reference rounds to infinity
-    must be infinity and no other may be (spec V-14); under a ``declared``
-    one an infinity stands for every value from 2^128 on and is measured by
-    distance like any other result (``shadow.within_ulp``)."""
-    import cupy as cp
-
-    edges = ("double t = tn_fbits(y) == 0x7f800000u ? fmax(0x1p128, ref) : (double)y;"
-             if declared else
-             "if (ref >= 0x1.fffffefffffffp+127) { nbad += tn_fbits(y) != 0x7f800000u; continue; }\n"
-             "    if (!(fabs((double)y) <= 0x1.fffffep+127)) { ++nbad; continue; }\n"
-             "    double t = (double)y;")
-    src = r'''
+#: a sweep of an f32 function ``FN`` over every f32 input against the
+#: double reference ``REF``: the largest error in ulp of f32 of the results
+#: that ``CASES`` leaves to measure (it sets ``double t`` to the result as
+#: measured), and the count of results breaking the exact cases (``nbad``)
+_SWEEP = r"""
 #include "tn_prelude.cuh"
 // ulp of f32 at |y| (y a double within the f32 range): 2^(max(e, -126) - 23)
 __device__ double ulp32(double y) {
@@ -270,26 +255,55 @@ extern "C" __global__ void sweep(unsigned long long* worst, unsigned long long* 
     float x = tn_bitsf((unsigned)u);
     float y = FN(x);
     if (x != x) { nbad += !(y != y); continue; }
-    if ((tn_fbits(x) & 0x7fffffffu) == 0x7f800000u) {  // an infinity: exactly 0 or inf
-      nbad += tn_fbits(y) != (x > 0 ? 0x7f800000u : 0u);
-      continue;
-    }
-    if (y != y || y < 0) { ++nbad; continue; }
-    double ref = REF((double)x);
-    EDGES
+    CASES
     double err = fabs(t - ref) / ulp32(ref);
     mx = err > mx ? err : mx;
   }
   atomicMax(worst, (unsigned long long)__double_as_longlong(mx));
   if (nbad) atomicAdd(bad, nbad);
 }
-'''.replace("EDGES", edges)
-    kern = _device_function(f"#define FN {fn}\n#define REF {ref}\n" + src, "sweep", tmp_path)
+"""
+
+
+def _sweep(fn: str, ref: str, cases: str, tmp_path: Path) -> tuple[float, int]:
+    """Run :data:`_SWEEP` for ``fn`` against ``ref`` with ``cases``:
+    ``(the largest error in ulp of f32, the count of broken exact cases)``."""
+    src = f"#define FN {fn}\n#define REF {ref}\n" + _SWEEP.replace("CASES", cases)
+    kern = _device_function(src, "sweep", tmp_path)
+    import cupy as cp
+
     worst = cp.zeros(1, cp.uint64)
     bad = cp.zeros(1, cp.uint64)
     kern((132 * 16,), (256,), (worst, bad))
     cp.cuda.Device().synchronize()
     return float(worst.view(cp.float64)[0]), int(bad[0])
+
+
+def sweep_exp(fn: str, tmp_path: Path, declared: bool = False,
+              ref: str = "exp") -> tuple[float, int]:
+    """The prelude's f32 function ``fn`` (an ``exp``, or with ``ref="exp2"``
+    an ``exp2``) as the GPU computes it, over all 2^32 f32 inputs against
+    CUDA's double ``exp`` (``exp2``) (within about 1 ulp
+    of double, far below the f32 ulp): ``(the largest error in ulp of f32,
+    the count of inputs whose result breaks the contract's exact cases)``.
+    NaN must stay NaN and the infinite inputs give exactly 0 and infinity.
+    Under a function's own bound a result the reference rounds to infinity
+    must be infinity and no other may be (spec V-14); under a ``declared``
+    one an infinity stands for every value from 2^128 on and is measured by
+    distance like any other result (``shadow.within_ulp``)."""
+    edges = ("double t = tn_fbits(y) == 0x7f800000u ? fmax(0x1p128, ref) : (double)y;"
+             if declared else
+             "if (ref >= 0x1.fffffefffffffp+127) { nbad += tn_fbits(y) != 0x7f800000u; continue; }\n"
+             "    if (!(fabs((double)y) <= 0x1.fffffep+127)) { ++nbad; continue; }\n"
+             "    double t = (double)y;")
+    cases = ("if ((tn_fbits(x) & 0x7fffffffu) == 0x7f800000u) {  // an infinity: exactly 0 or inf\n"
+             "      nbad += tn_fbits(y) != (x > 0 ? 0x7f800000u : 0u);\n"
+             "      continue;\n"
+             "    }\n"
+             "    if (y != y || y < 0) { ++nbad; continue; }\n"
+             "    double ref = REF((double)x);\n"
+             f"    {edges}")
+    return _sweep(fn, ref, cases, tmp_path)
 
 
 def sweep_tanh(fn: str, tmp_path: Path) -> tuple[float, int]:
@@ -298,39 +312,15 @@ def sweep_tanh(fn: str, tmp_path: Path) -> tuple[float, int]:
     error in ulp of f32, the count of inputs whose result breaks the exact
     cases)`` -- NaN stays NaN, +-0 and +-inf give exactly +-0 and +-1, and
     the result is odd (``fn(-x)`` is ``-fn(x)`` bit for bit)."""
-    import cupy as cp
-
-    src = r'''
-#include "tn_prelude.cuh"
-__device__ double ulp32(double y) {
-  int e = ilogb(fabs(y));
-  return ldexp(1.0, (e < -126 ? -126 : e) - 23);
-}
-extern "C" __global__ void sweep(unsigned long long* worst, unsigned long long* bad) {
-  double mx = 0.0;
-  unsigned long long nbad = 0;
-  unsigned stride = gridDim.x * blockDim.x;
-  for (unsigned long long u = blockIdx.x * blockDim.x + threadIdx.x; u < (1ull << 32); u += stride) {
-    float x = tn_bitsf((unsigned)u);
-    float y = FN(x);
-    if (x != x) { nbad += !(y != y); continue; }
-    nbad += tn_fbits(FN(-x)) != (tn_fbits(y) ^ 0x80000000u);
-    if (x == 0.0f) { nbad += tn_fbits(y) != tn_fbits(x); continue; }
-    if ((tn_fbits(x) & 0x7fffffffu) == 0x7f800000u) { nbad += y != (x > 0 ? 1.0f : -1.0f); continue; }
-    double ref = tanh((double)x);
-    double err = fabs((double)y - ref) / ulp32(ref);
-    mx = err > mx ? err : mx;
-  }
-  atomicMax(worst, (unsigned long long)__double_as_longlong(mx));
-  if (nbad) atomicAdd(bad, nbad);
-}
-'''
-    kern = _device_function(f"#define FN {fn}\n" + src, "sweep", tmp_path)
-    worst = cp.zeros(1, cp.uint64)
-    bad = cp.zeros(1, cp.uint64)
-    kern((132 * 16,), (256,), (worst, bad))
-    cp.cuda.Device().synchronize()
-    return float(worst.view(cp.float64)[0]), int(bad[0])
+    cases = ("nbad += tn_fbits(FN(-x)) != (tn_fbits(y) ^ 0x80000000u);\n"
+             "    if (x == 0.0f) { nbad += tn_fbits(y) != tn_fbits(x); continue; }\n"
+             "    if ((tn_fbits(x) & 0x7fffffffu) == 0x7f800000u) {\n"
+             "      nbad += y != (x > 0 ? 1.0f : -1.0f);\n"
+             "      continue;\n"
+             "    }\n"
+             "    double ref = REF((double)x);\n"
+             "    double t = (double)y;")
+    return _sweep(fn, "tanh", cases, tmp_path)
 
 
 @pytest.mark.slow
