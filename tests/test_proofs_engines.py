@@ -202,7 +202,9 @@ def test_isl_and_z3_agree_on_the_corpus():
 def test_isl_questions_keep_memory_flat():
     """Each isl question that finds a point used to run in a fresh context,
     which islpy never frees once it has sampled (about 2 KiB per question:
-    3 MiB over 1,500); the engine asks in one context per thread."""
+    6 MiB over 3,000); the engine asks in one context per thread. The
+    allowance, 2 MiB, leaves room for the allocator's own growth in a worker
+    that has run other tests (1.1 MiB seen once) and a third of that leak."""
     f = Fm.conj(Fm.atom(i.ge(0)), Fm.atom(i.lt(N)), POS)
 
     def rss_mib() -> float:
@@ -213,9 +215,9 @@ def test_isl_questions_keep_memory_flat():
     for _ in range(200):  # warm up: allocator pools, the context itself
         assert isl_engine.decide(f, ("N",), ("i",), (), 1.0).status == "point"
     before = rss_mib()
-    for _ in range(1500):
+    for _ in range(3000):
         isl_engine.decide(f, ("N",), ("i",), (), 1.0)
-    assert rss_mib() - before < 1.0
+    assert rss_mib() - before < 2.0
 
 
 def test_a_repeated_formula_is_decided_once_per_process(monkeypatch):
