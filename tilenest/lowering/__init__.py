@@ -12,7 +12,9 @@ Stages (each inspectable; ``tilenest lower --emit NAME``):
   after them -- its legality shared with the CPU's loop fusion --, and
   ``fragments.py`` keeps tensor-core accumulator tiles and the tiles around
   them in the lanes' registers), ``double_buffer.py`` overlaps the production of
-  the next tiles with the consumption of the current ones, and
+  the next tiles with the consumption of the current ones, ``lifetimes.py``
+  lets shared buffers of disjoint lifetimes share storage, ``mma_waits.py``
+  waits for each warpgroup mma where its result is first needed, and
   :func:`verify_kernel` checks it; ``serialize.py``
   turns the SIMT form back into one thread per program for the CPU.
 
