@@ -173,31 +173,13 @@ def _once(loop: L.For, target: L.WarpMma) -> bool:
                 then, orelse = find(s.then), find(s.orelse)
                 if then is None and orelse is None:
                     continue
-                return bool(then) and orelse is None and _true(s.cond, ranges)
+                return (bool(then) and orelse is None and isinstance(s.cond, L.IPred)
+                        and E.decided(s.cond.p, ranges) is True)
             if isinstance(s, L.While) and target in tuple(L.walk((s,))):
                 return False
         return None
 
     return bool(find(loop.body))
-
-
-def _true(cond: Any, ranges: dict) -> bool:
-    """Whether index condition ``cond`` holds wherever the variables lie in
-    ``ranges``: each comparison of a conjunction decided by interval bounds."""
-    if not isinstance(cond, L.IPred):
-        return False
-    items = cond.p.items if isinstance(cond.p, E.PAnd) else (cond.p,)
-    for p in items:
-        if isinstance(p, E.BoolConst) and p.value:
-            continue
-        if not isinstance(p, E.Cmp) or p.op not in ("<", "<=", ">", ">="):
-            return False
-        lo, hi = E.interval(E.add(p.a, E.mul(-1, p.b)), ranges)
-        ok = {"<": hi is not None and hi < 0, "<=": hi is not None and hi <= 0,
-              ">": lo is not None and lo > 0, ">=": lo is not None and lo >= 0}[p.op]
-        if not ok:
-            return False
-    return True
 
 
 class _Conflict(Exception):
@@ -245,12 +227,9 @@ class _Placer:
             return [], s, _waited(state, s.mma_keep) if L.is_block_barrier(s) else state
         if isinstance(s, L.Comment):
             return [], s, state
-        if isinstance(s, L.For) and s.kind != "thread":
-            pre = self.need(s, state, _reads_of(L.IExpr(s.lo)) | _reads_of(L.IExpr(s.hi)),
-                            set())
-            state = _waited(state, pre[0].keep) if pre else state
+        if isinstance(s, L.For) and s.kind != "thread":  # its bounds read no buffer
             s, state = self.loop(s, state)
-            return pre, s, state
+            return [], s, state
         if isinstance(s, L.If):
             pre = self.need(s, state, _reads_of(s.cond), set())
             state = _waited(state, pre[0].keep) if pre else state

@@ -775,6 +775,34 @@ def _positive(iv: Interval) -> int | None:
     return iv[0] if iv[0] is not None and iv[0] == iv[1] and iv[0] > 0 else None
 
 
+def decided(p: Pred, ranges: Mapping[Expr, Interval]) -> bool | None:
+    """The value of index predicate ``p`` wherever its leaves lie in
+    ``ranges``, when interval bounds (:func:`interval`) decide it, else None
+    (a thread loop's tile guard ``r + t // 128 < 1`` with ``t < 128`` and
+    ``r = 0`` is true)."""
+    if isinstance(p, BoolConst):
+        return p.value
+    if isinstance(p, (PAnd, POr)):
+        vals = [decided(q, ranges) for q in p.items]
+        want = isinstance(p, POr)
+        if want in vals:
+            return want
+        return None if None in vals else not want
+    if not isinstance(p, Cmp):
+        return None
+    lo, hi = interval(add(p.a, mul(-1, p.b)), ranges)
+    sure = {"<": (hi is not None and hi < 0, lo is not None and lo >= 0),
+            "<=": (hi is not None and hi <= 0, lo is not None and lo > 0),
+            ">": (lo is not None and lo > 0, hi is not None and hi <= 0),
+            ">=": (lo is not None and lo >= 0, hi is not None and hi < 0),
+            "==": (lo == hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
+            "!=": ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == hi == 0),
+            }.get(p.op)
+    if sure is None:
+        return None
+    return True if sure[0] else (False if sure[1] else None)
+
+
 def interval(x: Expr, ranges: Mapping[Expr, Interval],
              check: Callable[[Interval], None] | None = None) -> Interval:
     """Bounds ``(lo, hi)`` (``None`` = unbounded) on the values of ``x`` when each

@@ -109,22 +109,21 @@ class CudaEmitter(Emitter):
             # groups complete here (Barrier.mma_keep); shared memory
             # written by this thread (stores, completed copies) is read
             # next by the tensor cores' async proxy
-            wait = f"tn_wgmma_wait<{s.mma_keep}>();"
-            whole = self.block_w // 128 * 128
-            if whole < self.block_w:
-                # threads past the last whole warpgroup (a specialized
-                # ring's producer warp) run no warpgroup instruction
-                wait = f"if ({self.d.thread_id} < {whole}u) {wait}"
-            out.append(f"{wait} tn_fence_proxy_async();")
+            out.append(f"{self.in_warpgroups(f'tn_wgmma_wait<{s.mma_keep}>();')} "
+                       "tn_fence_proxy_async();")
         return out
+
+    def in_warpgroups(self, stmt: str) -> str:
+        """``stmt`` (a warpgroup instruction) for the threads of the block's
+        whole warpgroups: threads past the last (a specialized ring's
+        producer warp) run no warpgroup instruction."""
+        whole = self.block_w // 128 * 128
+        return stmt if whole >= self.block_w else f"if ({self.d.thread_id} < {whole}u) {stmt}"
 
     def mma_wait_stmt(self, s: L.MmaWait) -> None:
         """``wgmma.wait_group keep``: the thread's overlapped warpgroup mmas
-        but its ``keep`` newest groups complete (threads past the last whole
-        warpgroup run no warpgroup instruction, as before a barrier)."""
-        wait = f"tn_wgmma_wait<{s.keep}>();"
-        whole = self.block_w // 128 * 128
-        self.w(wait if whole >= self.block_w else f"if ({self.d.thread_id} < {whole}u) {wait}")
+        but its ``keep`` newest groups complete."""
+        self.w(self.in_warpgroups(f"tn_wgmma_wait<{s.keep}>();"))
 
     def params(self) -> list[tuple[str, str]]:
         """The core's parameters, then one tensor map per :attr:`tensor_maps`."""

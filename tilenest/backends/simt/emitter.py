@@ -687,29 +687,9 @@ class Emitter:
     def decided(self, p: E.Pred) -> bool | None:
         """The value of index predicate ``p`` wherever it is evaluated, when
         the ranges of the enclosing loops' variables (:attr:`ranges`) decide
-        it by interval bounds (``expr.interval``), else None: a thread loop's
+        it by interval bounds (``expr.decided``), else None: a thread loop's
         tile guard ``r + t // 128 < 1`` on a block of 128 threads is true."""
-        if isinstance(p, E.BoolConst):
-            return p.value
-        if isinstance(p, (E.PAnd, E.POr)):
-            vals = [self.decided(q) for q in p.items]
-            want = isinstance(p, E.POr)
-            if want in vals:
-                return want
-            return None if None in vals else not want
-        if not isinstance(p, E.Cmp):
-            return None
-        lo, hi = E.interval(E.add(p.a, E.mul(-1, p.b)), self.ranges)
-        sure = {"<": (hi is not None and hi < 0, lo is not None and lo >= 0),
-                "<=": (hi is not None and hi <= 0, lo is not None and lo > 0),
-                ">": (lo is not None and lo > 0, hi is not None and hi <= 0),
-                ">=": (lo is not None and lo >= 0, hi is not None and hi < 0),
-                "==": (lo == hi == 0, (lo is not None and lo > 0) or (hi is not None and hi < 0)),
-                "!=": ((lo is not None and lo > 0) or (hi is not None and hi < 0), lo == hi == 0),
-                }.get(p.op)
-        if sure is None:
-            return None
-        return True if sure[0] else (False if sure[1] else None)
+        return E.decided(p, self.ranges)
 
     def loop(self, s: L.For) -> None:
         """Loop ``s`` in one of its forms, its variable's range known to
