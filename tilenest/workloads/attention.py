@@ -87,6 +87,12 @@ def _block_scores(qt, k, v, at, tiles, sizes, dims, scale, causal, masked=True):
     return (_masked(s, at, tiles, sizes, dims, causal) if masked else s), vt
 
 
+def _block(t, z, kvh, kb, bk, width):  # type: ignore[no-untyped-def]
+    """Key (or value) block ``kb`` of ``bk`` rows and ``width`` columns of
+    head ``kvh`` of batch ``z``, zero-filled past the ends."""
+    return t[tn.coord(z, kvh, kb * bk, 0), tn.shape(1, 1, bk, width), tn.bounds.zero]
+
+
 def _product(qt, kt, tiles, dims):  # type: ignore[no-untyped-def]
     """The f32 scores ``q . k`` of a ``bq``-row query and a ``bk``-key tile
     (``tiles = (bq, bk, ..)``), unscaled, from a reassociating ``mma`` into
@@ -211,17 +217,13 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                     if causal else nk // bk
                 spans = ((0, whole, False), (whole, tn.cdiv(last, bk) - whole, True))
             if prefetch:  # the first key block's scores, before the loops
-                raw = _product(qt, k[tn.coord(z, kvh, 0, 0), tn.shape(1, 1, bk, dh),
-                                     tn.bounds.zero], (bq, bk), dims)
+                raw = _product(qt, _block(k, z, kvh, 0, bk, dh), (bq, bk), dims)
             for first, count, masked in spans:
                 for kb in p.serial(tn.shape(count)):
                     at = (z, kvh, qb, first + kb.index())
                     if prefetch:
-                        vt = v[tn.coord(z, kvh, at[3] * bk, 0), tn.shape(1, 1, bk, dv),
-                               tn.bounds.zero]
-                        ahead = _product(qt, k[tn.coord(z, kvh, at[3] * bk + bk, 0),
-                                               tn.shape(1, 1, bk, dh), tn.bounds.zero],
-                                         (bq, bk), dims)
+                        vt = _block(v, z, kvh, at[3], bk, dv)
+                        ahead = _product(qt, _block(k, z, kvh, at[3] + 1, bk, dh), (bq, bk), dims)
                         s = raw * scale2
                         if masked:
                             s = _masked(s, at, (bq, bk), (nq, nk), dims, causal)
