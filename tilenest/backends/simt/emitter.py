@@ -926,12 +926,64 @@ class Emitter:
             self.block_of(lambda: self.vector_group(plan))
             self.w("}")
             return True
+        if self.values_first(plan):
+            self.w(f"{{  // {plan.V} lanes: their values once, stored wide or lane by lane")
+            self.block_of(lambda: self.stored_once(s, plan, conds))
+            self.w("}")
+            return True
         self.w(f"if ({' && '.join(conds)}) {{  // {plan.V} lanes, vector accesses")
         self.block_of(lambda: self.vector_group(plan))
         self.w("} else {")
         self.block_of(lambda: self.scalar_group(s))
         self.w("}")
         return True
+
+    def values_first(self, plan: "LanePlan") -> bool:
+        """Whether a lane group's stored values may be computed for every lane
+        before the test that picks the wide or the per-lane stores
+        (:meth:`stored_once`): the group loads nothing wide, its statements
+        are index locals and the widened stores, and their values read only
+        registers -- the thread's ``local`` arrays at indices the enclosing
+        loops' ranges keep inside them, scalars, constants -- with no integer
+        division, so a lane whose store does not happen computes a value
+        harmlessly. Then the values' code exists once, not once per path
+        (a fused epilogue's 128 cells a thread, say)."""
+        if plan.loads or not plan.stores or self.group_copies(plan):
+            return False
+        if not all(st in plan.stores or (isinstance(st, L.Assign)
+                                          and isinstance(st.value, L.IExpr))
+                   for st in plan.stmts):
+            return False
+        ranges = {**self.ranges, E.Var(plan.loop.var.name): (0, plan.V - 1)}
+        for y in L.evaluated(tuple(st.value for st in plan.stores)):
+            if isinstance(y, L.Bin) and y.a.dtype.is_int and y.op in A.INT_DIVISIONS:
+                return False
+            if isinstance(y, L.Load):
+                b = y.buf
+                if not (b.space == "local" and y.guard is None and isinstance(y.index, L.IExpr)
+                        and isinstance(b.size, E.Const)):
+                    return False
+                lo, hi = E.interval(y.index.e, ranges)
+                if lo is None or hi is None or lo < 0 or hi >= b.size.value:
+                    return False
+        return True
+
+    def stored_once(self, s: L.For, plan: "LanePlan", conds: list[str]) -> None:
+        """Lane group ``s`` (:meth:`values_first`): the lanes' values into
+        packs, then one branch -- the wide stores of the packs when ``conds``
+        hold, else each lane's own guarded store of its pack element."""
+        outs = self.group_values(plan)
+        self.w(f"if ({' && '.join(conds)}) {{  // vector accesses")
+        self.block_of(lambda: self.group_stores(plan, outs))
+        self.w("} else {")
+        marker = {node: m for node, _, _, _, m in outs}
+
+        def fs(t: Any) -> Any:
+            return (replace(t, value=L.Ref(marker[t])),) if t in marker else None
+
+        self.block_of(lambda: self.scalar_group(
+            replace(s, body=L.map_stmts(s.body, lambda _: None, fs))))
+        self.w("}")
 
     def lane_test(self, s: L.For, plan: "LanePlan") -> list[str]:
         """The conjuncts that send a group of lane loop ``s`` down the wide
@@ -997,12 +1049,19 @@ class Emitter:
         """The widened body of one full, aligned group: one ``V``-wide load per
         widened load, the lanes' statements on the loaded packs, one ``V``-wide
         store per widened store."""
+        self.group_stores(plan, self.group_values(plan))
+
+    def group_values(self, plan: "LanePlan") -> list:
+        """A group's widened loads and lanes (:meth:`vector_group`), each
+        widened store's value assigned to its lane of a pack: ``(store,
+        index at lane 0, pack, element type, lane marker)`` per widened store
+        (none when the dialect's direct copies were all the group does)."""
         V, s = plan.V, plan.loop
         vn = self.names(s.var.name)
         direct = self.group_copies(plan)  # the dialect's direct copies, emitted
         rest = [st for st in plan.stmts if st not in direct]
         if direct and not any(isinstance(st, (L.Store, L.Check)) for st in L.walk(tuple(rest))):
-            return  # nothing else has an effect (index locals only)
+            return []  # nothing else has an effect (index locals only)
         used = set(L.evaluated(tuple(rest), nested=False))
         repl: dict = {}
         for k, (node, e0) in enumerate(plan.loads.items()):
@@ -1027,7 +1086,7 @@ class Emitter:
             self.w(f"{self.d.pack.format(t=t, n=V)} {q};")
             marker = L.LVar(f"@vs{k}.{vn}", node.buf.dtype)
             self.names.map[marker.name] = f"{q}.e[{vn}]"
-            outs.append((node, e0, q, t))
+            outs.append((node, e0, q, t, marker))
             repl[node] = marker
 
         def fe(x: Any) -> Any:
@@ -1036,9 +1095,13 @@ class Emitter:
         wide = tuple(L.Assign(repl[st], L.map_expr(st.value, fe)) if st in plan.stores
                      else L.map_stmts((st,), fe)[0] for st in rest)
         self.guarded_lanes(vn, V, wide)
-        for node, e0, q, t in outs:
+        return outs
+
+    def group_stores(self, plan: "LanePlan", outs: list) -> None:
+        """The ``V``-wide stores of a group's packs (:meth:`group_values`)."""
+        for node, e0, q, t, _ in outs:
             fn = self.wide_store_fn(node)
-            self.w(f"{fn}<{t}, {V}>(&{self.elem(node.buf, e0)}, {q});")
+            self.w(f"{fn}<{t}, {plan.V}>(&{self.elem(node.buf, e0)}, {q});")
 
     def guarded_nest(self, s: L.For) -> bool:
         """A thread's fully unrolled nest of ``vector`` loops (a register
