@@ -142,6 +142,44 @@ def test_expr_interval_bounds_signed_products_pinned_divisors_and_partial_sums()
     assert (-4000, 5000) in seen  # the partial sum 1000 i - 1000 k, before the + 1
 
 
+def test_narrowed_replaces_the_divisions_the_ranges_decide():
+    """``expr.narrowed``: a floor division or modulo by a positive constant
+    whose dividend stays within one multiple of it over the ranges becomes
+    that multiple's index and the offset within it; anything else stays,
+    and the value is the same at every point of the ranges."""
+    from tilenest.semantics import expr as E
+
+    t, r, j = E.Var("t"), E.Var("r"), E.Var("j")
+    ranges = {t: (0, 127), r: (0, 0), j: (256, 383)}
+    assert E.narrowed(E.add(r, E.floordiv(t, 128)), ranges) == r
+    assert E.narrowed(E.mod(t, 128), ranges) == t
+    assert E.narrowed(E.floordiv(j, 128), ranges) == E.Const(2)
+    assert E.narrowed(E.mod(j, 128), ranges) == E.add(j, -256)
+    # a dividend that crosses a multiple, or an unbounded one, keeps its division
+    kept = (E.floordiv(t, 64), E.mod(E.add(t, 1), 128), E.floordiv(E.Var("u"), 128),
+            E.mod(t, E.Sym("N")))
+    for x in kept:
+        assert E.narrowed(x, ranges) == x
+    # nested: the inner modulo goes, the outer division it fed follows
+    x = E.add(E.mul(16, E.floordiv(E.mod(t, 128), 32)), E.floordiv(E.mod(j, 128), 4))
+    y = E.narrowed(x, ranges)
+    for tv in range(0, 128, 7):
+        for jv in range(256, 384, 5):
+            env = {t: tv, r: 0, j: jv}
+            assert E.evaluate(y, env) == E.evaluate(x, env)
+
+
+def test_a_warpgroup_tile_index_takes_no_division_its_ranges_decide():
+    """On a block of one warpgroup (128 threads) a warpgroup tile's index
+    ``r + t // 128`` is ``r``, and a lane's ``t % 128`` is ``t``: the emitted
+    code computes neither division (fewer registers and instructions)."""
+    from tilenest.workloads.attention import flash_kernel
+
+    kern = flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=64, dv=64, causal=True)
+    text = cuda.stage_source(kern.program, default_schedule(kern.program, "cuda"))[1].text
+    assert "/ 128u" not in text and "% 128u" not in text
+
+
 def test_a_loop_bound_by_the_least_of_two_index_values_keeps_32_bit_code():
     """Causal attention's key loop runs to ``minimum(K, (qb + 1) bq + K -
     Q)``: the least of two index expressions is one, so its trip count stays

@@ -803,6 +803,25 @@ def decided(p: Pred, ranges: Mapping[Expr, Interval]) -> bool | None:
     return True if sure[0] else (False if sure[1] else None)
 
 
+def narrowed(x: Expr, ranges: Mapping[Expr, Interval]) -> Expr:
+    """``x`` with every floor division and modulo by a positive constant
+    ``c`` whose dividend lies, wherever ``x``'s leaves lie in ``ranges``
+    (:func:`interval`), within one multiple ``[k c, (k + 1) c)`` replaced
+    by what it equals there: ``k`` and ``a - k c``. The value is unchanged
+    wherever the ranges hold (a thread loop's ``t // 128`` on a block of 128
+    threads is 0, ``t % 128`` is ``t``)."""
+    if isinstance(x, (Const, Sym, Var, Val)):
+        return x
+    kids = tuple(narrowed(c, ranges) for c in x.children)
+    if isinstance(x, (FloorDiv, Mod)) and isinstance(kids[1], Const) and kids[1].value > 0:
+        c = kids[1].value
+        lo, hi = interval(kids[0], ranges)
+        if lo is not None and hi is not None and lo // c == hi // c:
+            k = lo // c
+            return Const(k) if isinstance(x, FloorDiv) else add(kids[0], -k * c)
+    return x if kids == x.children else x.rebuild(kids)
+
+
 def interval(x: Expr, ranges: Mapping[Expr, Interval],
              check: Callable[[Interval], None] | None = None) -> Interval:
     """Bounds ``(lo, hi)`` (``None`` = unbounded) on the values of ``x`` when each

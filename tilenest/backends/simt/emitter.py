@@ -215,7 +215,12 @@ class Emitter:
 
     # -- index expressions ------------------------------------------------------
     def idx(self, e: E.Expr) -> str:
+        """C text of index expression ``e``; at the top, ``e`` first narrowed
+        by the enclosing loops' ranges (``expr.narrowed``: a floor division
+        or modulo those ranges decide is not computed), and recorded among
+        :attr:`roots`."""
         if self._depth == 0:
+            e = E.narrowed(e, self.ranges)
             self.roots.append(e)
         self._depth += 1
         try:
