@@ -413,13 +413,17 @@ def _shift(op: str, x: np.ndarray, s: np.ndarray, dt: DType) -> np.ndarray:
     return np.asarray(np.where(big, fill, r))
 
 
+#: the integer divisions: a zero divisor is an error of the program (V-10),
+#: and undefined in C, so compiled code evaluates them only where it does
+INT_DIVISIONS = ("div", "rem", "floordiv", "mod")
+
 _INT_BINARY: dict[str, Callable[..., np.ndarray]] = {
     "add": _wrap(np.add), "sub": _wrap(np.subtract), "mul": _wrap(np.multiply),
     "maximum": lambda dt, a, b: np.maximum(a, b), "minimum": lambda dt, a, b: np.minimum(a, b),
     "and": lambda dt, a, b: np.bitwise_and(a, b), "or": lambda dt, a, b: np.bitwise_or(a, b),
     "xor": lambda dt, a, b: np.bitwise_xor(a, b),
     **{op: (lambda dt, a, b, op=op: _int_divide(op, a, b, dt))
-       for op in ("div", "rem", "floordiv", "mod")},
+       for op in INT_DIVISIONS},
     **{op: (lambda dt, a, b, op=op: _shift(op, a, b, dt)) for op in ("shl", "shr")},
 }
 _BOOL_BINARY: dict[str, Callable[..., np.ndarray]] = {

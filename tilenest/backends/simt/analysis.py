@@ -24,9 +24,6 @@ from ...semantics import expr as E
 #: unary ops computed by a libm-style function (or the exp formula): a lane
 #: group computing one is bound by its arithmetic, not by its accesses
 TRANSCENDENTAL = ("exp", "exp2", "log", "log2", "log1p", "expm1", "sin", "cos", "tanh", "erf")
-#: the integer ops C leaves undefined for a zero divisor (the emitted code
-#: evaluates them only where the program does)
-INT_DIVISIONS = ("div", "rem", "floordiv", "mod")
 
 
 # -- divisibility and sign ------------------------------------------------------------

@@ -50,6 +50,7 @@ from ...lowering.divisors import float_division, shared_divisors
 from ...lowering.simt import block_threads
 from ...semantics import dtypes as D
 from ...semantics import expr as E
+from ...semantics import numerics as N
 from . import analysis as A
 from .analysis import LanePlan
 from .dialect import Dialect
@@ -961,7 +962,7 @@ class Emitter:
             return False
         ranges = {**self.ranges, E.Var(plan.loop.var.name): (0, plan.V - 1)}
         for y in L.evaluated(tuple(st.value for st in plan.stores)):
-            if isinstance(y, L.Bin) and y.a.dtype.is_int and y.op in A.INT_DIVISIONS:
+            if isinstance(y, L.Bin) and y.a.dtype.is_int and y.op in N.INT_DIVISIONS:
                 return False
             if isinstance(y, L.Load):
                 b = y.buf
