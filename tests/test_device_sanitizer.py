@@ -57,10 +57,17 @@ def driver():  # type: ignore[no-untyped-def]
     return mod
 
 
+#: the device tests the driver runs here: the CUDA examples' (collecting one
+#: file takes a fraction of the whole suite's collection, which every run of
+#: the driver does first)
+PATHS = ["tests/test_cuda_device.py"]
+
+
 @pytest.fixture(scope="module")
 def n_examples(driver):  # type: ignore[no-untyped-def]
-    """How many device tests ``-k example`` selects (one per example file)."""
-    return len(driver.collect(list(driver.SUITE), "example", False))
+    """How many device tests ``-k example`` selects in :data:`PATHS` (one
+    per example file)."""
+    return len(driver.collect(PATHS, "example", False))
 
 
 @pytest.fixture
@@ -76,7 +83,7 @@ def fake(tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
 
 def _run(driver, fake, capsys, *extra):  # type: ignore[no-untyped-def]
     rc = driver.main(["-k", "example", "--workers", "3", "--chunk", "3",
-                      "--log-dir", str(fake / "logs"), *extra])
+                      "--log-dir", str(fake / "logs"), *extra, *PATHS])
     return rc, capsys.readouterr().out
 
 
