@@ -229,10 +229,12 @@ def _prefill(causal: bool) -> tuple[tuple[str, tuple, tuple], ...]:
     # declared bound buys: spec/values.md V-14), and with scores in natural
     # units and ``exp`` at 96 ulp (one multiplication more per score)
     # and each 64-row one with the next block's scores issued ahead (``prefetch``)
+    # or the previous block's ``P V`` issued late (``defer_pv``)
     tiles = tuple({**c, "causal": causal} for c in _PREFILL_TILES)
     if causal:
         tiles = tuple({**c, "split": sp} for sp in (False, True) for c in tiles)
-    tiles += tuple({**c, "prefetch": True} for c in tiles if c["bq"] == 64)
+    tiles += tuple({**c, flag: True} for flag in ("prefetch", "defer_pv")
+                   for c in tiles if c["bq"] == 64)
     return (("flash_attention", tiles, _PREFILL_GPU),
             ("flash_attention", ({**tiles[0], "exp_ulp": 1.0},
                                  {**tiles[0], "log2": False, "exp_ulp": 96.0}), ({},)))

@@ -23,9 +23,9 @@ from test_fragment_rows import _admitted
 from test_tensor_mma_dims import _attention_inputs
 
 
-def _flash(prefetch, causal=True, split=False, d=64):  # type: ignore[no-untyped-def]
+def _flash(prefetch, causal=True, split=False, d=64, defer_pv=False):  # type: ignore[no-untyped-def]
     return flash_kernel(tn.bf16).specialize(bq=64, bk=64, dh=d, dv=d, causal=causal,
-                                            split=split, prefetch=prefetch)
+                                            split=split, prefetch=prefetch, defer_pv=defer_pv)
 
 
 def _sched(kern):  # type: ignore[no-untyped-def]
@@ -133,6 +133,61 @@ def test_prefetched_scores_validate_on_gpu(causal, split):
     if not cuda.gpu_available():
         pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
     kern = _flash(True, causal, split, d=128)
+    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
+                              device="gpu")
+    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
+    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
+
+
+def test_the_previous_blocks_pv_runs_through_this_blocks_softmax():
+    """``defer_pv``: in the key loop ``Q K^T`` and the previous block's ``P
+    V`` are issued back to back; the scores are waited for keeping ``P V``
+    in flight (``keep = 1``) and ``P V`` only before the accumulator is
+    rescaled, after the exponentials. ``P`` and the accumulator stay in
+    registers (``P V`` takes ``P`` from them, in the loop and after it)."""
+    kern = _flash(False, defer_pv=True)
+    k = lower_verified(kern.program, _sched(kern))
+    body = _loop(k).body
+    (i_s, s_mma), (i_pv, pv) = _mmas(body)
+    assert s_mma.overlap and pv.overlap and i_s < i_pv
+    waits = [(i, s.keep) for i, s in enumerate(body) if isinstance(s, L.MmaWait)]
+    assert [w[1] for w in waits] == [1, 0], waits
+    (i_w1, _), (i_w0, _) = waits
+    assert i_pv < i_w1 < i_w0
+    assert any(isinstance(y, L.Un) and y.op == "exp2" for y in L.evaluated(body[i_w1:i_w0]))
+    pvs = [m for ph in k.phases for m in L.walk(ph.body)
+           if isinstance(m, L.WarpMma) and m.c.buf.name == pv.c.buf.name]
+    assert len(pvs) == 2 and all(m.a.lane_cols and m.c.lane_cols for m in pvs)
+    src = cuda.compile_program(kern.program, _sched(kern), device="emulated").source.text
+    assert "tn_wgmma_wait<1>();" in src and "tn_wgmma_bf16_n64_ra" in src
+
+
+@pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
+def test_deferred_pv_validates_emulated_and_matches_bit_for_bit(causal, split):
+    """Ragged GQA: the kernel issuing each block's ``P V`` one step late
+    (the value block ``-1`` of the first step all zeros, the last product
+    after the loop) is admitted by its oracle on the emulator and computes
+    the same bits as the kernel issuing ``P V`` in its own step."""
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=50)
+    outs = []
+    for defer in (False, True):
+        kern = _flash(False, causal, split, defer_pv=defer)
+        ck = cuda.compile_program(kern.program, _sched(kern), device="emulated")
+        if defer:
+            _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
+        o = o0.copy()
+        ck(q, kk, v, o, sc, policy="in_order", poison="nan", seed=3)
+        outs.append(o)
+    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
+def test_deferred_pv_validates_on_gpu(causal, split):
+    """The benchmark's tiles (64 x 64, D = 128, 128 threads), ragged GQA."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = _flash(False, causal, split, d=128, defer_pv=True)
     ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
                               device="gpu")
     q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)

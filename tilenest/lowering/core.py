@@ -59,24 +59,46 @@ def unsupported(op: Operation, target: str, why: str = "") -> NotAvailableError:
                              op.loc, "run it on the reference interpreter (call the kernel)")
 
 
+#: region ops whose operands seed values carried from step to step, which
+#: the steps' ``yield`` replaces and the op's results give after the loop
+CARRYING = ("serial", "pipeline")
+
+
 def _mma_only(prog: TileProgram) -> set[str]:
     """Names of the values whose every use is as operand ``a`` or ``b`` of an
     ``mma``, directly or through the ``yield`` of a pipeline ``stage`` into
-    the stage's result of the same position (a greatest fixpoint)."""
+    the stage's result of the same position, or through a loop's carried
+    value (a greatest fixpoint). A loop's carried value is one storage for
+    its seed, its steps' argument and ``yield`` and its result after the
+    loop (``regions.carry_init``, named for the result): its uses are those
+    of the step's argument and of the result, and the seed and the yielded
+    value reach it (attention's probabilities carried to the next key block
+    for a ``P V`` issued there)."""
     uses: dict[str, list[tuple[str, Any]]] = {}
+
+    def via(parent: Any, i: int) -> tuple[str, Any]:
+        return ("via", parent.results[i].name if i < len(parent.results) else None)
 
     def visit(ops: Any, parent: Any) -> None:
         for op in ops:
             for i, o in enumerate(op.operands):
                 if op.name == "mma" and i < 2:
                     use: Any = ("mma", None)
-                elif op.name == "yield" and parent is not None and parent.name == "stage":
-                    use = ("via", parent.results[i].name if i < len(parent.results) else None)
+                elif op.name == "yield" and parent is not None and parent.name in (
+                        "stage",) + CARRYING:
+                    use = via(parent, i)
+                elif op.name in CARRYING and op.regions:
+                    use = via(op, i)
                 else:
                     use = ("other", None)
                 uses.setdefault(o.name, []).append(use)
             for r in op.regions:
                 visit(r.ops, op)
+            if op.name in CARRYING and op.regions:
+                # a step's argument is the carried storage the result names
+                for a, res in zip(op.regions[0].args, op.results):
+                    uses.setdefault(res.name, []).extend(uses.get(a.name, []))
+                    uses[a.name] = [("via", res.name)]
 
     visit(prog.body.ops, None)
     good = set(uses)
@@ -565,19 +587,24 @@ class Lowerer:
         2-d tile of 16-bit or FP8 elements with constant extents, rows a
         multiple of 8 and a whole number of 128-byte panels per row
         (:class:`~tilenest.lowering.loopir.Swizzle128`); None otherwise."""
+        return self.swizzled(h.dtype, h.extents, base)
+
+    def swizzled(self, dtype: D.DType, extents: tuple[E.Expr, ...],
+                 base: str) -> L.Swizzle128 | None:
+        """:meth:`operand_layout` of a tile of ``dtype`` and ``extents``."""
         if not (self.sched.block_threads and self.sched.mma_unit == "wgmma"
                 and base in self.mma_only
-                and (h.dtype.itemsize == 2 or h.dtype.is_fp8)
-                and all(isinstance(x, E.Const) for x in h.extents)):
+                and (dtype.itemsize == 2 or dtype.is_fp8)
+                and all(isinstance(x, E.Const) for x in extents)):
             return None
         # dims of extent 1 add nothing to a row-major index: the tile is 2-d
-        sides = [x.value for x in h.extents if x.value != 1]
+        sides = [x.value for x in extents if x.value != 1]
         if len(sides) != 2:
             return None
         rows, cols = sides
-        if rows % 8 or cols % (128 // h.dtype.itemsize):
+        if rows % 8 or cols % (128 // dtype.itemsize):
             return None
-        return L.Swizzle128(rows, cols, h.dtype.itemsize)
+        return L.Swizzle128(rows, cols, dtype.itemsize)
 
     def operand_pitch(self, h: Handle, base: str) -> E.Expr | None:
         """The padded row pitch of the shared copy of an ``mma`` operand on a
@@ -641,10 +668,14 @@ class Lowerer:
             panels(dims[:-1], 1, tail, lambda q: E.Const(full))
 
     def new_storage(self, t: TileType, base: str) -> Handle:
+        """Storage for a value of type ``t`` named ``base`` (a loop's carried
+        value, an ``if``'s result): a variable, or a program buffer, in the
+        swizzled layout of an ``mma`` operand when ``base`` is one only."""
         if t.rank == 0:
             return VarH(self.fresh(base, t.dtype))
         ext = self.extents(t)
-        return BufH(self.local(base, t.dtype, ext), t.dims, ext)
+        return BufH(self.local(base, t.dtype, ext, self.swizzled(t.dtype, ext, base)),
+                    t.dims, ext)
 
     # -- blocks -------------------------------------------------------------
     def lower_block(self, b: Block, args: list[Any]) -> list[Any]:

@@ -19,10 +19,12 @@ the nests read and write it at the cell of their element.
 program's own buffers, sequential form); ``simt.py`` distributes the nests
 (``_Phase.distribute_cells``). The conditions, checked here:
 
-* ``X`` is the accumulator of exactly one ``WarpMma``, in a nest ``for wi in
-  [0, TM): for wj in [0, TN)`` of warp tiles ``wm x wn`` at offset ``wi wm C
-  + wj wn`` of a row-major ``TM wm x TN wn`` tile ``X`` (row length ``C``),
-  and is not one of its operands;
+* ``X`` is the accumulator of one or more warp mmas (``WarpMma``), each in a nest
+  ``for wi in [0, TM): for wj in [0, TN)`` of warp tiles ``wm x wn`` at
+  offset ``wi wm C + wj wn`` of a row-major ``TM wm x TN wn`` tile ``X`` (row
+  length ``C``), all of one tile shape (attention's accumulator, into which
+  a key loop's ``P V`` and the last block's after the loop both add), and
+  is no operand of any;
 * every other access to ``X`` is in a nest that the layout can run, whose
   body assigns no local used outside it (loops of extent 1 in a nest, such
   as those of a tile's unit batch and head dims, are set to their one
@@ -150,38 +152,48 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
     out: dict[str, FragTile] = {}
     stmts = list(L.walk(body))
     mmas = [s for s in stmts if isinstance(s, L.WarpMma)]
+    writers: dict[str, list[L.WarpMma]] = {}
     for w in mmas:
-        if w.opaque:  # its lanes' shares are unspecified: the tile stays in memory
+        writers.setdefault(w.c.buf.name, []).append(w)
+    for name, ws in writers.items():
+        X = ws[0].c.buf
+        # (an opaque mma's lanes' shares are unspecified: its tile stays in memory)
+        if any(w.opaque for w in ws) or any(name in (m.a.buf.name, m.b.buf.name)
+                                            for m in mmas):
             continue
-        X = w.c.buf
-        if sum(m.c.buf.name == X.name for m in mmas) != 1 or X.name in (w.a.buf.name,
-                                                                        w.b.buf.name):
+        owners, shapes = [], set()
+        for w in ws:
+            got = _tile_nest(w, stmts, nest)
+            if got is None:
+                break
+            owner, loops, tm, tn = got
+            rows, cols = tm * w.m, tn * w.n
+            if (w.c.lane_cols or w.c.sj != 1 or w.c.si != cols
+                    or _const(X.size) != rows * cols
+                    or not _affine_is(w.c.offset, [lp.var.name for lp in loops],
+                                      [w.m * cols, w.n])):
+                break
+            owners.append(owner)
+            shapes.add((w.m, w.n, w.group, w.threads, tm, tn))
+        # every mma into the tile (a loop's and the one after it) in one layout
+        if len(owners) != len(ws) or len(shapes) != 1:
             continue
-        got = _tile_nest(w, stmts, nest)
-        if got is None:
-            continue
-        owner, loops, tm, tn = got
-        rows, cols = tm * w.m, tn * w.n
-        if (w.c.lane_cols or w.c.sj != 1 or w.c.si != cols or _const(X.size) != rows * cols
-                or not _affine_is(w.c.offset, [lp.var.name for lp in loops],
-                                  [w.m * cols, w.n])):
-            continue
-        nw = threads // w.threads
+        wm_, wn_, group, wthreads, tm, tn = shapes.pop()
+        rows, cols = tm * wm_, tn * wn_
+        nw = threads // wthreads
         reps = -(-tm * tn // nw)
-        cells = w.m * w.n // w.threads
+        cells = wm_ * wn_ // wthreads
         if reps * cells > MAX_CELLS:
             continue
-        if any(X.name in (m.a.buf.name, m.b.buf.name) for m in mmas):
-            continue
-        inside = {id(s) for s in L.walk((owner,))}
-        folds = w.group == 1 or tn == 1
+        inside = {id(s) for o in owners for s in L.walk((o,))}
+        folds = group == 1 or tn == 1
         nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
                  and id(s) not in inside and _home(s, X.name, rows, cols, nest, body, folds)]
         covered = {id(t) for s in nests for t in L.walk((s,))} | inside
         if any(_x_accesses(s, X.name) and id(s) not in covered for s in stmts):
             continue
         local = L.Buffer(f"{X.name}.frag{next(_ids)}", X.dtype, "local", E.Const(reps * cells))
-        out[X.name] = FragTile(X, local, w.m, w.n, tm, tn, reps, w.group)
+        out[X.name] = FragTile(X, local, wm_, wn_, tm, tn, reps, group)
     _companions(out, stmts, mmas, nest, body)
     _operand_tiles(out, stmts, mmas, nest, body)
     # a nest touching several tiles runs in one layout: they must share it
@@ -258,52 +270,63 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
 def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                    body: tuple) -> None:
     """Add to ``out`` the first operands that can stay in registers: a shared
-    16-bit tile ``Y`` that is the ``a`` of one warp ``WarpMma`` ``W`` (and no
-    other operand), whose warp tiles span whole rows (``wm x n``, ``tm`` of
-    them, one warp tile per row of tiles) of a ``Y`` of ``tm wm x k``, every
-    other access of which is in an elementwise nest (at its element) -- when
-    a register tile of ``out`` has that layout over ``tm wm x k`` (``wm``
-    rows, ``k`` columns per warp tile: attention's probabilities, computed in
-    the scores' layout, for ``P V``). The lane owning element ``(i, j)`` in
-    that layout then holds it; the ``m16n8k16`` instruction's first operand
+    16-bit tile ``Y`` that is the ``a`` of one or more warp mmas (``WarpMma``;
+    no other operand of any), each of whose warp tiles span whole rows
+    (``wm x n``, ``tm`` of them, one warp tile per row of tiles) of a ``Y``
+    of ``tm wm x k``, every other access of which is in an elementwise nest
+    (at its element) -- when a register tile of ``out`` has that layout over
+    ``tm wm x k`` (``wm`` rows, ``k`` columns per warp tile: attention's
+    probabilities, computed in the scores' layout, for ``P V``; also when
+    they are carried to the next key block and the product after the loop
+    reads the last of them). The lane owning element ``(i, j)`` in that
+    layout then holds it; the ``m16n8k16`` instruction's first operand
     takes, for rows ``16 p + l // 4 (+ 8)`` and columns ``16 kk + 2 (l % 4)
     (+ 1, + 8, + 9)``, exactly the lane's cells of column blocks ``2 kk`` and
-    ``2 kk + 1`` (``Frag.lane_cols`` on ``a``), so ``W`` reads them from the
-    lane's registers instead of shared memory. A warpgroup's ``wgmma`` (``W``
-    of four warps, ``wm = 64``) takes its first operand from registers in the
-    same per-warp layout, warp ``w`` of the group giving rows ``16 w`` to
-    ``16 w + 15``: the rows that warp owns in the register tile of the same
-    rows, so a warpgroup tile spanning whole rows passes its probabilities
-    to ``P V`` the same way."""
+    ``2 kk + 1`` (``Frag.lane_cols`` on ``a``), so each product reads them
+    from the lane's registers instead of shared memory. A warpgroup's
+    ``wgmma`` (four warps, ``wm = 64``) takes its first operand from
+    registers in the same per-warp layout, warp ``w`` of the group giving
+    rows ``16 w`` to ``16 w + 15``: the rows that warp owns in the register
+    tile of the same rows, so a warpgroup tile spanning whole rows passes its
+    probabilities to ``P V`` the same way."""
     nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"]
     loops_of = _loops_around(body)
+    readers: dict[str, list[L.WarpMma]] = {}
     for w in mmas:
-        Y = w.a.buf
+        readers.setdefault(w.a.buf.name, []).append(w)
+    for name, ws in readers.items():
+        Y = ws[0].a.buf
         # (a warpgroup's operand tile was given the swizzled layout its
         # shared form needs; in registers it has none)
-        if (w.opaque or w.a.lane_cols or Y.name in out or Y.space != "shared"
-                or (Y.layout is not None and w.group == 1)
-                or Y.dtype.name not in ("f16", "bf16")
-                or sum(Y.name in (m.a.buf.name, m.b.buf.name, m.c.buf.name)
-                       for m in mmas) != 1 or Y.name in (w.b.buf.name, w.c.buf.name)):
+        if (name in out or Y.space != "shared" or Y.dtype.name not in ("f16", "bf16")
+                or any(w.opaque or w.a.lane_cols or (Y.layout is not None and w.group == 1)
+                       for w in ws)
+                or any(name in (m.b.buf.name, m.c.buf.name) for m in mmas)):
             continue
-        got = _tile_nest(w, stmts, nest)
-        if got is None:
+        owners, shapes = [], set()
+        for w in ws:
+            got = _tile_nest(w, stmts, nest)
+            if got is None:
+                break
+            owner, loops, tm, tn = got
+            pitch = w.a.si
+            if (tn != 1 or w.a.sj != 1 or _const(Y.size) != tm * w.m * pitch
+                    or not _affine_is(w.a.offset, [lp.var.name for lp in loops],
+                                      [w.m * pitch, 0])):
+                break
+            owners.append(owner)
+            shapes.add((w.group, w.m, w.k, tm, pitch))
+        if len(owners) != len(ws) or len(shapes) != 1:
             continue
-        owner, loops, tm, tn = got
-        pitch = w.a.si
-        if (tn != 1 or w.a.sj != 1 or _const(Y.size) != tm * w.m * pitch
-                or not _affine_is(w.a.offset, [lp.var.name for lp in loops],
-                                  [w.m * pitch, 0])):
-            continue
-        src = [ft for ft in out.values() if ft.group == w.group and ft.tn == 1 and ft.wm == w.m
-               and ft.tm == tm and ft.wn == w.k]
+        group, wm, wk, tm, pitch = shapes.pop()
+        src = [ft for ft in out.values() if ft.group == group and ft.tn == 1 and ft.wm == wm
+               and ft.tm == tm and ft.wn == wk]
         if not src:
             continue
-        rows, cols = tm * w.m, w.k
+        rows, cols = tm * wm, wk
         homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, body, pitch)]
         inside = {id(t) for n in homes for t in L.walk((n,))} | \
-            {id(t) for t in L.walk((owner,))}
+            {id(t) for o in owners for t in L.walk((o,))}
         if any(_x_accesses(t, Y.name) and id(t) not in inside for t in stmts):
             continue
         # a tile copied in from memory at every step of the loop around the
@@ -311,15 +334,27 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         # overlaps them): only values computed in registers, or written
         # before that loop, are taken. A warpgroup reads a shared operand
         # through its descriptor at no cost in instructions or registers,
-        # so there only values computed in registers are taken (P, not Q)
-        around = set(loops_of.get(id(owner), ()))
-        if any(any(isinstance(t, L.Store) and t.buf.name == Y.name for t in L.walk((n,)))
-               and not any(_x_accesses(t, x) for t in L.walk((n,)) for x in out)
-               and (w.group > 1 or around & set(loops_of.get(id(n), ()))) for n in homes):
+        # so there only values computed without reading memory are taken
+        # (P, or a fill of constants; not Q)
+        around = {x for o in owners for x in loops_of.get(id(o), ())}
+        writes = [n for n in homes
+                  if any(isinstance(t, L.Store) and t.buf.name == name for t in L.walk((n,)))]
+        if group > 1 and any(_reads_memory(n, out, name) for n in writes):
             continue
-        local = L.Buffer(f"{Y.name}.frag{next(_ids)}", Y.dtype, "local",
+        if group == 1 and any(not any(_x_accesses(t, x) for t in L.walk((n,)) for x in out)
+                              and around & set(loops_of.get(id(n), ())) for n in writes):
+            continue
+        local = L.Buffer(f"{name}.frag{next(_ids)}", Y.dtype, "local",
                          E.Const(src[0].reps * src[0].cells))
-        out[Y.name] = replace(src[0], buf=Y, local=local)
+        out[name] = replace(src[0], buf=Y, local=local)
+
+
+def _reads_memory(n: Any, tiles: dict[str, FragTile], own: str) -> bool:
+    """Does nest ``n`` read a shared or global buffer other than ``own`` and
+    the register tiles ``tiles``?"""
+    return any(isinstance(y, L.Load) and y.buf.space in ("shared", "global")
+               and y.buf.name != own and y.buf.name not in tiles
+               for t in L.walk((n,)) for y in L.evaluated((t,), nested=False))
 
 
 def _loops_around(body: tuple, outer: tuple = ()) -> dict[int, tuple[int, ...]]:

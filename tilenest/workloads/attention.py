@@ -187,7 +187,14 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     scores carried to the next step (one block's scores computed past the
     last one and dropped): a target whose matrix unit runs asynchronously
     overlaps that product with the softmax (``lowering/mma_waits.py``);
-    the arithmetic, and so the result, is the same bits. ``dh`` and
+    the arithmetic, and so the result, is the same bits. With ``defer_pv``
+    each step issues the previous key block's ``P V`` right after its own
+    ``Q K^T`` (``P`` carried to the next step in ``dt``, the value block read
+    one step late, block ``-1`` being all zeros, and the last block's product
+    after the loop), so that product runs during this block's softmax; the
+    accumulator meets the same operations in the same order (``acc`` plus
+    ``P V`` of block ``j``, then times block ``j + 1``'s ``alpha``), so the
+    result is the same bits as well. ``dh`` and
     ``dv`` are the head dims of the tiles (constants, so that the products
     can run on a matrix unit); a call with a larger ``D`` or ``DV`` violates
     the kernel's assumption."""
@@ -195,7 +202,8 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     def flash_attention(q: tn.Tensor[dt, "B HQ Q D"], k: tn.Tensor[dt, "B HK K D"],
                         v: tn.Tensor[dt, "B HK K DV"], o: tn.Tensor[dt, "B HQ Q DV"],
                         scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True,
-                        split=False, exp_ulp=FLASH_EXP_ULP, log2=True, prefetch=False):
+                        split=False, exp_ulp=FLASH_EXP_ULP, log2=True, prefetch=False,
+                        defer_pv=False):
         (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
             q, k, v, o, dh, dv)
         dims = (b, h, qd, kd)
@@ -218,10 +226,20 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                 spans = ((0, whole, False), (whole, tn.cdiv(last, bk) - whole, True))
             if prefetch:  # the first key block's scores, before the loops
                 raw = _product(qt, _block(k, z, kvh, 0, bk, dh), (bq, bk), dims)
+            if defer_pv:  # the probabilities of the block before the first: none
+                pp = tn.zeros(dt, tn.shape(1, 1, bq, bk), dims=dims)
             for first, count, masked in spans:
                 for kb in p.serial(tn.shape(count)):
                     at = (z, kvh, qb, first + kb.index())
-                    if prefetch:
+                    if defer_pv:  # both tiles first: the step's copies, which a ring overlaps
+                        kt = _block(k, z, kvh, at[3], bk, dh)
+                        vt = _block(v, z, kvh, at[3] - 1, bk, dv)
+                        raw = _product(qt, kt, (bq, bk), dims)
+                        acc = tn.mma(pp, vt, acc, allow_reassociation=True)
+                        s = raw * scale2
+                        if masked:
+                            s = _masked(s, at, (bq, bk), (nq, nk), dims, causal)
+                    elif prefetch:
                         vt = _block(v, z, kvh, at[3], bk, dv)
                         ahead = _product(qt, _block(k, z, kvh, at[3] + 1, bk, dh), (bq, bk), dims)
                         s = raw * scale2
@@ -234,10 +252,18 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                     alpha = ex(m - m_new, ulp=exp_ulp)
                     pr = ex(s - m_new, ulp=exp_ulp)
                     den = den * alpha + tn.reduce(pr, kd, tn.add)
-                    acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
+                    if defer_pv:
+                        acc = acc * alpha
+                        pp = tn.permute(tn.cast(pr, dt), dims)  # (a masked step's come as
+                        # the mask's dims first)
+                    else:
+                        acc = tn.mma(tn.cast(pr, dt), vt, acc * alpha, allow_reassociation=True)
                     m = m_new
                     if prefetch:
                         raw = ahead
+            if defer_pv:  # the last key block's product
+                acc = tn.mma(pp, _block(v, z, kvh, tn.cdiv(last, bk) - 1, bk, dv), acc,
+                             allow_reassociation=True)
             o(tn.coord(z, hh, qb * bq, 0), tn.shape(1, 1, bq, dv)).store(tn.cast(acc / den, dt))
 
     return flash_attention
