@@ -95,8 +95,14 @@ def test_swizzle128_matches_the_descriptor_address_rule(rows, cols):
 
 @pytest.mark.parametrize("M,N,groups,want", [(128, 256, 2, (64, 256)), (128, 128, 2, (64, 128)),
                                              (256, 128, 4, (64, 128)), (64, 64, 1, (64, 64)),
-                                             (64, 192, 4, (64, 64))])
+                                             (64, 192, 4, (64, 64)), (64, 32, 1, (64, 32)),
+                                             (128, 96, 2, (64, 32)), (64, 40, 1, (64, 8)),
+                                             (64, 12, 1, None)])
 def test_group_tile_shapes(M, N, groups, want):
+    """Widths below 64 only where no wider one divides ``N`` (the
+    instruction takes any multiple of 8 up to 256); none for an ``N`` that is
+    not a multiple of 8, which the plan then refuses with the reason (it used
+    to fail with an internal IndexError)."""
     assert group_tile(M, N, groups) == want
 
 
@@ -459,6 +465,17 @@ def test_k_major_b_validates_emulated(tma):
     _run_nt(kern, _sched(kern, stages=4, tma=tma), 137, 200, 264)
 
 
+def test_a_tile_32_columns_wide_runs_on_warpgroups_and_validates_emulated():
+    """``x @ W^T`` with 32-column output tiles: one ``m64n32k16`` warpgroup
+    tile per 64 rows, the K-major ``b`` a 32-row swizzled tile, ragged."""
+    kern = _gemm_nt(128, 32, 64)
+    sched = _sched(kern, stages=3)
+    assert "warpgroup tiles of wgmma m64n32k16" in print_kernel(
+        lower_verified(kern.program, sched))
+    ck = _run_nt(kern, sched, 136, 200, 72)
+    assert "tn_wgmma_bf16_n32_kb(" in ck.source.text
+
+
 def test_k_major_b_read_transposed_is_caught(mutate_source):
     """Mutation: the instruction told to read ``b`` MN-major (the transpose
     bit) while the tile is stored ``N x K``; the emulated wgmma reads the
@@ -479,6 +496,17 @@ def test_k_major_b_on_the_gpu(tma):
         pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
     kern = _gemm_nt(128, 128, 64)
     ck = cuda.compile_program(kern.program, _sched(kern, stages=4, tma=tma), device="gpu")
+    rep = tn.validate(kern, "cuda", compiled=ck, cases=8, seed=4)
+    assert rep.ok and rep.count("ok") == 8, rep.summary()
+
+
+@pytest.mark.device
+def test_a_tile_32_columns_wide_on_the_gpu():
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = _gemm_nt(128, 32, 64)
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=3), device="gpu")
+    assert "tn_wgmma_bf16_n32_kb(" in ck.source.text
     rep = tn.validate(kern, "cuda", compiled=ck, cases=8, seed=4)
     assert rep.ok and rep.count("ok") == 8, rep.summary()
 

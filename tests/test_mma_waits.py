@@ -192,3 +192,44 @@ def test_deferred_pv_validates_on_gpu(causal, split):
                               device="gpu")
     q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
     _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
+
+
+def _roles_sched(kern):  # type: ignore[no-untyped-def]
+    return default_schedule(kern.program, "cuda", block_threads=128, stages=2, warp_roles=True)
+
+
+@pytest.mark.parametrize("causal,split,defer", [(True, False, False), (True, True, False),
+                                                (False, False, True), (True, True, True)])
+def test_warp_specialized_attention_validates_emulated(causal, split, defer):
+    """``warp_roles=True, stages=2``: a producer warp copies the key and
+    value tiles on completion barriers while the consumer warpgroup runs its
+    softmax between its mmas (waited for within the step, each step's slot
+    released after them); admitted by its oracle on ragged GQA, and the same
+    bits as the kernel on block barriers."""
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=50)
+    outs = []
+    for roles in (False, True):
+        kern = _flash(False, causal, split, defer_pv=defer)
+        ck = cuda.compile_program(kern.program, _roles_sched(kern) if roles else _sched(kern),
+                                  device="emulated")
+        if roles:
+            assert "warp-specialized ring" in ck.source.text
+            _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
+        o = o0.copy()
+        ck(q, kk, v, o, sc, policy="in_order", poison="nan", seed=3)
+        outs.append(o)
+    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
+@pytest.mark.device
+@pytest.mark.parametrize("causal,split,defer", [(True, True, False), (False, False, True)])
+def test_warp_specialized_attention_on_gpu(causal, split, defer):
+    """The benchmark's tiles (64 x 64, D = 128, a consumer warpgroup and a
+    producer warp), ragged GQA."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    kern = _flash(False, causal, split, d=128, defer_pv=defer)
+    ck = cuda.compile_program(kern.program, _roles_sched(kern), device="gpu")
+    assert "warp-specialized ring" in ck.source.text
+    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
+    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)

@@ -73,8 +73,8 @@ def test_the_ring_becomes_one_loop_with_roles(stages):
 
 
 @pytest.mark.parametrize("kw,why", [
-    ({"stages": 2}, "not an overlapped ring"),
     ({"stages": 4, "tma": False}, "not all bulk tensor copies"),
+    ({"stages": 4, "mma_unit": "tensor"}, "not all bulk tensor copies"),
 ])
 def test_a_ring_that_cannot_be_specialized_is_an_error(kw, why):
     """The refusal says why and points at the user's loop (the ``pipeline``
@@ -85,6 +85,22 @@ def test_a_ring_that_cannot_be_specialized_is_an_error(kw, why):
     (site,) = err.value.sites
     loop = next(op for op in kern.program.walk() if op.name == "pipeline")
     assert site == loop.loc and site.file.endswith("workloads/gemm.py")
+
+
+def test_a_two_version_ring_runs_its_mmas_within_the_step():
+    """Asked for with two versions (``stages=2``), a ring on one barrier a
+    step is specialized in its plain form: each step's mma is waited for
+    within the step and the step's own slot released after it
+    (``release_lag = release_keep = 0``); it validates emulated on a ragged
+    shape. The default schedule never picks that form (not measured faster)."""
+    kern = _gemm(128, 128, 64)
+    k = lower_verified(kern.program, _sched(kern, stages=2))
+    (loop,) = _roles_loops(k)
+    r = loop.roles
+    assert (r.stages, r.release_lag, r.release_keep) == (2, 0, 0)
+    ck = cuda.compile_program(kern.program, _sched(kern, stages=2), device="emulated")
+    assert "release step i-0 after mma_keep=0" in ck.source.text
+    _run(ck, kern, 200, 328, 264)
 
 
 def test_a_program_without_an_mma_ring_is_an_error():

@@ -164,7 +164,10 @@ def _ring(k: Kernel, program, schedule: Schedule, stages: int, roles: bool) -> K
     if roles:
         from .warp_roles import warp_roles
 
-        k = warp_roles(k, stages, schedule.block_threads, _loop_sites(program))
+        # a ring on one barrier a step (its consumer computing between its
+        # mmas: attention) only when asked for: not measured faster yet
+        k = warp_roles(k, stages, schedule.block_threads, _loop_sites(program),
+                       plain=schedule.warp_roles is True)
     from .lifetimes import share_disjoint
 
     from .mma_waits import defer_mma_waits

@@ -24,8 +24,13 @@ and without it two blocks fit a multiprocessor instead of one.
 
 Conditions: both ``shared``, one dtype and one layout (a swizzled tile keeps
 its swizzle), sizes equal or both constants (the merged buffer takes the
-larger); neither is touched by another phase nor inside a warp-specialized
-loop (``For.roles``: its producer runs ahead of the block's barriers). The
+larger); neither is touched by another phase. A warp-specialized loop
+(``For.roles``) is one top-level statement like any other: its producer runs
+ahead of the consumers only within the loop, which it enters past every
+barrier before it and leaves only when its last copies have been consumed,
+the consumers having completed their mmas (``roles.*``; a block barrier
+follows every such loop, ``warp_roles.py``), so the barrier between the two
+lifetimes orders its accesses as it orders any other's. The
 barrier proof (``proofs/barriers.py``, discharged by every compile for a
 SIMT target) checks the rewritten kernel, so a merge that let one access
 overtake another would be refuted, not trusted.
@@ -50,8 +55,6 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
     """A pair ``(Y, X')``: ``Y`` may take the storage of ``X``, ``X'`` being
     ``X`` sized for both; or None."""
     shared = {b.name: b for b in k.locals if b.space == "shared"}
-    roles = {n for ph in k.phases for s in L.walk(ph.body)
-             if isinstance(s, L.For) and s.roles is not None for n in touched(s)}
     where = [[touched(s) for s in ph.body] for ph in k.phases]
     phases: dict[str, set[int]] = {}
     for i, w in enumerate(where):
@@ -62,7 +65,7 @@ def _candidate(k: L.Kernel) -> tuple[L.Buffer, L.Buffer] | None:
         span: dict[str, tuple[int, int]] = {}
         for p, d in enumerate(where[i]):
             for n in d:
-                if n in shared and phases[n] == {i} and n not in roles:
+                if n in shared and phases[n] == {i}:
                     first, _ = span.get(n, (p, p))
                     span[n] = (first, p)
         order = sorted(span, key=lambda n: span[n])

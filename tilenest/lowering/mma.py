@@ -261,6 +261,9 @@ WARP_TILE = 64
 MMA_UNITS = ("auto", "tensor", "wgmma", "simt")
 #: warpgroup tile widths tried (``wgmma`` n), widest first
 GROUP_TILE_N = (256, 128, 64)
+#: the narrower widths the instruction also takes, for an ``N`` that no width
+#: of :data:`GROUP_TILE_N` divides (attention's scores over 32 keys)
+NARROW_TILE_N = (32, 16, 8)
 
 
 def warpgroups_first(program: Any, sched: Any, profile: Any) -> bool:
@@ -515,13 +518,17 @@ def tensor_plan(lw: Lowerer, op: Any, a: Any, b: Any, res: BufH, roles: dict,
     return TensorPlan(M, N, K, wm, wn, tuple(strides), 1, False, dims, a, b, looped)
 
 
-def group_tile(M: int, N: int, groups: int) -> tuple[int, int]:
+def group_tile(M: int, N: int, groups: int) -> tuple[int, int] | None:
     """The warpgroup tile ``(64, wn)`` of an ``M x N`` output on ``groups``
     warpgroups: the widest ``wn`` of :data:`GROUP_TILE_N` dividing ``N`` that
-    still gives every group a tile (else the narrowest dividing one)."""
+    still gives every group a tile (else the narrowest dividing one); when
+    none divides ``N``, the widest of :data:`NARROW_TILE_N` that does; None
+    when no width does (``N`` not a multiple of 8)."""
     fits = [wn for wn in GROUP_TILE_N if N % wn == 0]
     full = [wn for wn in fits if (M // 64) * (N // wn) >= groups]
-    return 64, (full or fits[-1:])[0]
+    narrow = [wn for wn in NARROW_TILE_N if N % wn == 0][:1]
+    got = (full or fits[-1:] or narrow)
+    return (64, got[0]) if got else None
 
 
 def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
@@ -552,7 +559,10 @@ def _group_plan(lw: Lowerer, a: BufH, b: BufH, M: int, N: int, K: int,
                     f"{128 // max(1, h.dtype.itemsize)}, read only by this mma"
                     + (", b stored N x K: FP8 wgmma reads both operands along K)"
                        if fp8 else ")"))
-    wm, wn = group_tile(M, N, W // 128)
+    tile = group_tile(M, N, W // 128)
+    if tile is None:
+        return f"tile {M}x{N}x{K}: wgmma tiles are a multiple of 8 columns wide"
+    wm, wn = tile
     return TensorPlan(M, N, K, wm, wn, tuple(strides), 4, False, dims, a, b)
 
 

@@ -39,8 +39,10 @@ Only an mma that every thread of its thread loop issues exactly once (its
 enclosing inner loops run once, its guards are decided true) is overlapped:
 the count of groups issued after a pending one is then exact. The pass
 leaves alone a phase with overlapped mmas of its own (a ring's,
-``double_buffer.py``: completed by its barriers' ``mma_keep``) and a
-warp-specialized one (``warp_roles.py``).
+``double_buffer.py``: completed by its barriers' ``mma_keep``) and one with
+a warp-specialized ring whose consumers keep groups in flight from step to
+step (``warp_roles.py``); a specialized ring whose consumers complete their
+mmas within each step is analysed as its meaning form reads.
 """
 
 from __future__ import annotations
@@ -98,8 +100,17 @@ def _analysed(body: tuple) -> bool:
     stmts = list(L.walk(body))
     return (any(isinstance(s, L.MmaWait) or (isinstance(s, L.WarpMma) and s.overlap)
                 for s in stmts)
-            and not any((isinstance(s, L.Barrier) and s.mma_keep)
-                        or (isinstance(s, L.For) and s.roles is not None) for s in stmts))
+            and not any((isinstance(s, L.Barrier) and s.mma_keep) or _own_protocol(s)
+                        for s in stmts))
+
+
+def _own_protocol(s: Any) -> bool:
+    """Is ``s`` a warp-specialized loop whose consumers keep mma groups in
+    flight past a step (``Roles.release_keep``)? Its mmas are then the
+    handshake's (``roles.*``); one that completes every group within the
+    step is analysed as its meaning form reads (the barrier closing the step
+    is its release's ``wgmma.wait_group 0``)."""
+    return isinstance(s, L.For) and s.roles is not None and s.roles.release_keep > 0
 
 
 def _eligible(body: tuple) -> bool:
@@ -112,8 +123,7 @@ def _eligible(body: tuple) -> bool:
             if s.overlap:
                 return False
             found = found or _candidate(s)
-        elif (isinstance(s, L.Barrier) and s.mma_keep) or (
-                isinstance(s, L.For) and s.roles is not None):
+        elif (isinstance(s, L.Barrier) and s.mma_keep) or _own_protocol(s):
             return False
     return found
 

@@ -115,7 +115,11 @@ those the program admits:
   that qualifies is specialized, with the most versions of 4 or 3 whose
   tiles fit a block when ``stages`` is ``None`` too (the warp-specialized
   GEMMs measured fastest at 4 on an H200); any other ring keeps ``stages``,
-  2 when that is ``None``.
+  2 when that is ``None``. Only ``True`` also specializes a ring on one
+  barrier a step whose consumer computes in the lanes' registers between its
+  warpgroup mmas and completes them within the step (attention's key loop;
+  any ``stages >= 2``): measured slower than its block barriers
+  (spec/lowering.md L-12, *Rings whose consumer computes*).
 * ``index_bits`` -- on ``cuda``, the width of the generated code's index
   arithmetic: 32 (the default) where every index value is bounded by the
   loop ranges (the ``index.width`` obligation of ``proofs/gpu.py``; a call

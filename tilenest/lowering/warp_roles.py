@@ -63,37 +63,63 @@ def in_roles(k: L.Kernel) -> set[int]:
             if isinstance(s, L.For) and s.roles is not None for x in L.walk(s.body)}
 
 
-def _why_not(loop: L.For, stages: int) -> str | None:
-    """Why ``loop`` is not an overlapped ring whose producers are bulk copies
-    and whose consumer only runs warpgroup mmas on the ring's tiles (None:
-    it is one)."""
+def _why_not(loop: L.For, stages: int, plain: bool) -> tuple[str | None, str]:
+    """Why ``loop`` is not a ring whose producers are bulk copies and whose
+    consumer touches its tiles only through warpgroup mmas (None: it is
+    one), and its form: ``"overlapped"`` (the consumer only runs overlapped
+    mmas, completed one step late) or, with ``plain``, ``"plain"`` (the
+    ring of ``double_buffer.py`` on one barrier a step, whose consumer also
+    computes in the lanes' registers and completes its mmas in the step:
+    attention's key loop)."""
     b = loop.body
-    if loop.kind != "serial" or len(b) < 4:
-        return "not a ring loop"
-    top, mid, last = b[0], b[-2], b[-1]
+    if loop.kind != "serial" or len(b) < 3:
+        return "not a ring loop", ""
     ahead = stages - 1
     if not any(isinstance(x, L.Store) and x.mode == "async" for x in L.walk(b)):
         return ("its tiles are not kept in versions (no ring of double_buffer.py: "
-                "Schedule.stages, and a loop whose producers and consumer are its own)")
-    if not (L.is_block_barrier(top) and L.is_block_barrier(mid) and top.mma_keep == 1
-            and mid.mma_keep == 1 and top.keep == mid.keep == ahead - 1):
-        return "not an overlapped ring (stages >= 3, a warpgroup mma into registers)"
-    if not (isinstance(last, L.If) and not last.orelse and last.then
-            and all(standing(s) for s in last.then)):
-        return "its producers are not all bulk tensor copies (Schedule.tma, L-11)"
-    ring = {s.bulk.dst.name for s in last.then}
-    for s in L.walk(b[1:-2]):
-        if isinstance(s, (L.Store, L.Barrier, L.Shuffle, L.LaneReduce, L.While)):
-            return f"its consumer does more than warpgroup mmas ({type(s).__name__})"
-        if isinstance(s, L.WarpMma) and not (s.group > 1 and s.overlap and s.c.lane_cols
-                                             and {s.a.buf.name, s.b.buf.name} <= ring):
-            return "its consumer's mma is not an overlapped warpgroup mma on the ring's tiles"
-    if not any(isinstance(s, L.WarpMma) for s in L.walk(b[1:-2])):
-        return "its consumer runs no mma"
-    for x in L.evaluated(b[1:-2]):
-        if isinstance(x, L.Load) and x.buf.space in ("shared", "global"):
-            return f"its consumer reads {x.buf.name} outside its mmas"
-    return None
+                "Schedule.stages, and a loop whose producers and consumer are its own)"), ""
+    top = b[0]
+    if (len(b) >= 4 and L.is_block_barrier(top) and L.is_block_barrier(b[-2])
+            and top.mma_keep == 1 and b[-2].mma_keep == 1 and top.keep == b[-2].keep == ahead - 1):
+        form, produce, consume = "overlapped", b[-1], b[1:-2]
+    elif (plain and L.is_block_barrier(top) and top.keep == ahead - 1 and not top.mma_keep
+          and isinstance(b[1], L.If)):
+        form, produce, consume = "plain", b[1], b[2:]
+    else:
+        return ("not an overlapped ring (stages >= 3, a warpgroup mma into registers)"
+                + ("" if plain else "; a ring on one barrier a step needs warp_roles=True"
+                   " and stages given")), ""
+    if not (isinstance(produce, L.If) and not produce.orelse and produce.then
+            and all(standing(s) for s in produce.then)):
+        return "its producers are not all bulk tensor copies (Schedule.tma, L-11)", form
+    ring = {s.bulk.dst.name for s in produce.then}
+    written = {t.buf.name for t in L.walk(b) if isinstance(t, L.Store)}
+    for s in L.walk(consume):
+        if isinstance(s, L.Barrier) and (form == "overlapped" or L.is_block_barrier(s)):
+            return f"its consumer meets a {s.scope} barrier", form
+        if isinstance(s, L.While) or (form == "overlapped" and isinstance(
+                s, (L.Store, L.Shuffle, L.LaneReduce))):
+            return f"its consumer does more than warpgroup mmas ({type(s).__name__})", form
+        if isinstance(s, L.Store) and s.buf.space != "local":
+            return f"its consumer stores into {s.buf.name} ({s.buf.space})", form
+        if isinstance(s, L.WarpMma):
+            ok = s.group > 1 and s.c.lane_cols and s.b.buf.name in ring
+            if form == "overlapped":
+                ok = ok and s.overlap and s.a.buf.name in ring
+            else:  # the first operand in registers, a ring tile, or one the loop never writes
+                ok = ok and not s.overlap and (
+                    s.a.lane_cols or s.a.buf.name in ring or (
+                        s.a.buf.space == "shared" and s.a.buf.name not in written))
+            if not ok:
+                return ("its consumer's mma is not a warpgroup mma into registers on the "
+                        "ring's tiles"), form
+    if not any(isinstance(s, L.WarpMma) for s in L.walk(consume)):
+        return "its consumer runs no mma", form
+    for x in L.evaluated(consume):
+        if isinstance(x, L.Load) and (x.buf.space == "shared" or (
+                form == "overlapped" and x.buf.space == "global")):
+            return f"its consumer reads {x.buf.name} outside its mmas", form
+    return None, form
 
 
 def _prologue(body: list, at: int, loop: L.For, produce: L.If, ahead: int) -> int | None:
@@ -115,28 +141,35 @@ def _prologue(body: list, at: int, loop: L.For, produce: L.If, ahead: int) -> in
     return i if found == ahead else None
 
 
-def _specialize(body: tuple, stages: int, threads: int, why: list[tuple[str, str]]) -> tuple:
+def _specialize(body: tuple, stages: int, threads: int, plain: bool,
+                why: list[tuple[str, str]]) -> tuple:
     """``body`` with every ring at program level specialized."""
     out: list = list(body)
     i = 0
     while i < len(out):
         s = out[i]
         if isinstance(s, L.For) and s.kind != "thread" and s.roles is None:
-            reason = _why_not(s, stages)
+            reason, form = _why_not(s, stages, plain)
             if reason is None and not (i + 1 < len(out) and L.is_block_barrier(out[i + 1])
                                        and not out[i + 1].keep and not out[i + 1].mma_keep):
                 # the roles meet again there: a later ring starts with nothing in flight
                 reason = "no block barrier completes it"
             if reason is None:
                 ahead = stages - 1
-                step = at_step((s.body[-1],), s.var, E.add(E.Var(s.var.name), -ahead))[0]
+                produce, consume = ((s.body[-1], s.body[1:-2]) if form == "overlapped"
+                                    else (s.body[1], s.body[2:]))
+                step = at_step((produce,), s.var, E.add(E.Var(s.var.name), -ahead))[0]
                 start = _prologue(out, i, s, step, ahead)
                 if start is None:
                     why.append((s.var.name, f"its prologue is not the ring's first {ahead} "
                                             "producer steps"))
                 else:
-                    consume = s.body[1:-2]
-                    roles = L.Roles(stages, PRODUCERS, threads, split=1)
+                    # an overlapped consumer's mmas complete a step late (its
+                    # release is of the step before, once one group is left in
+                    # flight); a plain one's within the step (its own, none left)
+                    lag = 1 if form == "overlapped" else 0
+                    roles = L.Roles(stages, PRODUCERS, threads, split=1, release_lag=lag,
+                                    release_keep=lag)
                     loop = replace(s, body=(step, L.Barrier("block")) + consume
                                    + (L.Barrier("block"),), roles=roles)
                     out[start:i + 1] = [loop]
@@ -144,22 +177,22 @@ def _specialize(body: tuple, stages: int, threads: int, why: list[tuple[str, str
                     continue
             else:
                 why.append((s.var.name, reason))
-                out[i] = replace(s, body=_specialize(s.body, stages, threads, why))
+                out[i] = replace(s, body=_specialize(s.body, stages, threads, plain, why))
         elif isinstance(s, L.If):
-            out[i] = replace(s, then=_specialize(s.then, stages, threads, why),
-                             orelse=_specialize(s.orelse, stages, threads, why))
+            out[i] = replace(s, then=_specialize(s.then, stages, threads, plain, why),
+                             orelse=_specialize(s.orelse, stages, threads, plain, why))
         i += 1
     return tuple(out)
 
 
 def warp_roles(k: L.Kernel, stages: int, threads: int,
-               site_of: Callable[[str], Any] | None = None) -> L.Kernel:
+               site_of: Callable[[str], Any] | None = None, plain: bool = False) -> L.Kernel:
     """``k`` (SIMT form, bulk copies settled, ``threads`` per block) with every
-    qualifying ring specialized (module docstring); an error naming why when
-    none qualifies, at the source sites ``site_of`` gives the loops (by
-    loop-IR variable name)."""
+    qualifying ring specialized (module docstring; ``plain``: rings on one
+    barrier a step too); an error naming why when none qualifies, at the
+    source sites ``site_of`` gives the loops (by loop-IR variable name)."""
     why: list[tuple[str, str]] = []
-    phases = tuple(replace(ph, body=_specialize(ph.body, stages, threads, why))
+    phases = tuple(replace(ph, body=_specialize(ph.body, stages, threads, plain, why))
                    for ph in k.phases)
     k = replace(k, phases=phases)
     if not any(isinstance(s, L.For) and s.roles is not None

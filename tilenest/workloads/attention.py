@@ -194,7 +194,9 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
     after the loop), so that product runs during this block's softmax; the
     accumulator meets the same operations in the same order (``acc`` plus
     ``P V`` of block ``j``, then times block ``j + 1``'s ``alpha``), so the
-    result is the same bits as well. ``dh`` and
+    result is the same bits as well. Both measured slower than the plain
+    loop on an H100, whose two blocks a multiprocessor already overlap one
+    block's softmax with the other's products (spec/lowering.md L-9). ``dh`` and
     ``dv`` are the head dims of the tiles (constants, so that the products
     can run on a matrix unit); a call with a larger ``D`` or ``DV`` violates
     the kernel's assumption."""
