@@ -44,6 +44,34 @@ def _mmas(body: tuple) -> list[tuple[int, L.WarpMma]]:
             if isinstance(m, L.WarpMma)]
 
 
+def _same_bits_as_plain(pair):  # type: ignore[no-untyped-def]
+    """Ragged GQA (more keys than queries, a cut last key block) on the
+    emulator: of ``pair``, two ``(kernel, schedule)``, the second is
+    admitted by its oracle, in order and under random interleavings, and
+    computes the same bits as the first (the kernel waiting at each
+    product, on block barriers)."""
+    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=50)
+    outs = []
+    for i, (kern, sched) in enumerate(pair):
+        ck = cuda.compile_program(kern.program, sched, device="emulated")
+        if i:
+            _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
+        o = o0.copy()
+        ck(q, kk, v, o, sc, policy="in_order", poison="nan", seed=3)
+        outs.append(o)
+    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+
+
+def _on_gpu(kern, sched):  # type: ignore[no-untyped-def]
+    """The benchmark's tiles (64 x 64, D = 128), ragged GQA, on a CUDA GPU."""
+    if not cuda.gpu_available():
+        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    ck = cuda.compile_program(kern.program, sched, device="gpu")
+    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
+    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
+    return ck
+
+
 def test_the_next_scores_run_on_through_the_softmax():
     """In the key loop the ahead product (``Q K[j+1]^T``) and ``P V`` are
     issued without waiting; the one wait of the step comes after ``P V``,
@@ -108,35 +136,18 @@ def test_a_phase_ending_with_a_pending_mma_is_refused():
 
 @pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
 def test_prefetched_scores_validate_emulated_and_match_bit_for_bit(causal, split):
-    """Ragged GQA (more keys than queries, a cut last key block): the
-    prefetching kernel is admitted by its oracle on the emulator, whose
-    warpgroup mmas run only when a wait retires them (reading their operands
-    then), in order and under random interleavings; and it computes the same
-    bits as the kernel waiting at each product."""
-    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=50)
-    outs = []
-    for prefetch in (False, True):
-        kern = _flash(prefetch, causal, split)
-        ck = cuda.compile_program(kern.program, _sched(kern), device="emulated")
-        if prefetch:
-            _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
-        o = o0.copy()
-        ck(q, kk, v, o, sc, policy="in_order", poison="nan", seed=3)
-        outs.append(o)
-    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+    """The emulator's warpgroup mmas run only when a wait retires them
+    (reading their operands then): the prefetching kernel is admitted and
+    computes the same bits as the kernel waiting at each product."""
+    plain, ahead = _flash(False, causal, split), _flash(True, causal, split)
+    _same_bits_as_plain([(plain, _sched(plain)), (ahead, _sched(ahead))])
 
 
 @pytest.mark.device
 @pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
 def test_prefetched_scores_validate_on_gpu(causal, split):
-    """The benchmark's tiles (64 x 64, D = 128, 128 threads), ragged GQA."""
-    if not cuda.gpu_available():
-        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
     kern = _flash(True, causal, split, d=128)
-    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
-                              device="gpu")
-    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
-    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
+    _on_gpu(kern, default_schedule(kern.program, "cuda"))
 
 
 def test_the_previous_blocks_pv_runs_through_this_blocks_softmax():
@@ -164,34 +175,19 @@ def test_the_previous_blocks_pv_runs_through_this_blocks_softmax():
 
 @pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
 def test_deferred_pv_validates_emulated_and_matches_bit_for_bit(causal, split):
-    """Ragged GQA: the kernel issuing each block's ``P V`` one step late
-    (the value block ``-1`` of the first step all zeros, the last product
-    after the loop) is admitted by its oracle on the emulator and computes
-    the same bits as the kernel issuing ``P V`` in its own step."""
-    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=50)
-    outs = []
-    for defer in (False, True):
-        kern = _flash(False, causal, split, defer_pv=defer)
-        ck = cuda.compile_program(kern.program, _sched(kern), device="emulated")
-        if defer:
-            _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
-        o = o0.copy()
-        ck(q, kk, v, o, sc, policy="in_order", poison="nan", seed=3)
-        outs.append(o)
-    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+    """The kernel issuing each block's ``P V`` one step late (the value block
+    ``-1`` of the first step all zeros, the last product after the loop) is
+    admitted by its oracle and computes the same bits as the kernel issuing
+    ``P V`` in its own step."""
+    plain, late = _flash(False, causal, split), _flash(False, causal, split, defer_pv=True)
+    _same_bits_as_plain([(plain, _sched(plain)), (late, _sched(late))])
 
 
 @pytest.mark.device
 @pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
 def test_deferred_pv_validates_on_gpu(causal, split):
-    """The benchmark's tiles (64 x 64, D = 128, 128 threads), ragged GQA."""
-    if not cuda.gpu_available():
-        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
     kern = _flash(False, causal, split, d=128, defer_pv=True)
-    ck = cuda.compile_program(kern.program, default_schedule(kern.program, "cuda"),
-                              device="gpu")
-    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
-    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)
+    _on_gpu(kern, default_schedule(kern.program, "cuda"))
 
 
 def _roles_sched(kern):  # type: ignore[no-untyped-def]
@@ -204,32 +200,19 @@ def test_warp_specialized_attention_validates_emulated(causal, split, defer):
     """``warp_roles=True, stages=2``: a producer warp copies the key and
     value tiles on completion barriers while the consumer warpgroup runs its
     softmax between its mmas (waited for within the step, each step's slot
-    released after them); admitted by its oracle on ragged GQA, and the same
-    bits as the kernel on block barriers."""
-    q, kk, v, o0, sc = _attention_inputs(tn.bf16, HQ=2, HK=1, Q=77, K=150, D=50)
-    outs = []
-    for roles in (False, True):
-        kern = _flash(False, causal, split, defer_pv=defer)
-        ck = cuda.compile_program(kern.program, _roles_sched(kern) if roles else _sched(kern),
-                                  device="emulated")
-        if roles:
-            assert "warp-specialized ring" in ck.source.text
-            _admitted(ck, kern, (q, kk, v), (o0,), (sc,), seed=3)
-        o = o0.copy()
-        ck(q, kk, v, o, sc, policy="in_order", poison="nan", seed=3)
-        outs.append(o)
-    assert np.array_equal(outs[0].view(np.uint16), outs[1].view(np.uint16))
+    released after them); admitted by its oracle, and the same bits as the
+    kernel on block barriers."""
+    kern = _flash(False, causal, split, defer_pv=defer)
+    roles = _roles_sched(kern)
+    assert "warp-specialized ring" in cuda.compile_program(
+        kern.program, roles, device="emulated").source.text
+    _same_bits_as_plain([(kern, _sched(kern)), (kern, roles)])
 
 
 @pytest.mark.device
 @pytest.mark.parametrize("causal,split,defer", [(True, True, False), (False, False, True)])
 def test_warp_specialized_attention_on_gpu(causal, split, defer):
-    """The benchmark's tiles (64 x 64, D = 128, a consumer warpgroup and a
-    producer warp), ragged GQA."""
-    if not cuda.gpu_available():
-        pytest.fail("no usable CUDA GPU (CuPy and a driver are needed)")
+    """A consumer warpgroup and a producer warp."""
     kern = _flash(False, causal, split, d=128, defer_pv=defer)
-    ck = cuda.compile_program(kern.program, _roles_sched(kern), device="gpu")
+    ck = _on_gpu(kern, _roles_sched(kern))
     assert "warp-specialized ring" in ck.source.text
-    q, k, v, o0, sc = _attention_inputs(tn.bf16, B=2, Q=130, K=200, D=128)
-    _admitted(ck, kern, (q, k, v), (o0,), (sc,), emulated=False)

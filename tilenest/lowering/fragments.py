@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 from ..semantics import expr as E
 from ..targets import SIMT_LANES
@@ -161,24 +161,21 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
         if any(w.opaque for w in ws) or any(name in (m.a.buf.name, m.b.buf.name)
                                             for m in mmas):
             continue
-        owners, shapes = [], set()
-        for w in ws:
-            got = _tile_nest(w, stmts, nest)
-            if got is None:
-                break
-            owner, loops, tm, tn = got
-            rows, cols = tm * w.m, tn * w.n
+
+        def acc_shape(w: L.WarpMma, loops: list, tm: int, tn: int) -> tuple | None:
+            cols = tn * w.n
             if (w.c.lane_cols or w.c.sj != 1 or w.c.si != cols
-                    or _const(X.size) != rows * cols
+                    or _const(X.size) != tm * w.m * cols
                     or not _affine_is(w.c.offset, [lp.var.name for lp in loops],
                                       [w.m * cols, w.n])):
-                break
-            owners.append(owner)
-            shapes.add((w.m, w.n, w.group, w.threads, tm, tn))
+                return None
+            return (w.m, w.n, w.group, w.threads, tm, tn)
+
         # every mma into the tile (a loop's and the one after it) in one layout
-        if len(owners) != len(ws) or len(shapes) != 1:
+        got = _one_shape(ws, stmts, nest, acc_shape)
+        if got is None:
             continue
-        wm_, wn_, group, wthreads, tm, tn = shapes.pop()
+        owners, (wm_, wn_, group, wthreads, tm, tn) = got
         rows, cols = tm * wm_, tn * wn_
         nw = threads // wthreads
         reps = -(-tm * tn // nw)
@@ -211,6 +208,24 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
                     out.pop(f.buf.name, None)
                 changed = True
     return out
+
+
+def _one_shape(ws: list, stmts: list, nest: Any,
+               shape_of: Callable[[L.WarpMma, list, int, int], tuple | None]
+               ) -> tuple[list[L.For], tuple] | None:
+    """The nests of warp tiles holding the mmas ``ws`` (:func:`_tile_nest`)
+    and the shape ``shape_of(w, loops, tm, tn)`` they all share, or None when
+    some mma has no such nest or no shape (``shape_of`` None), or the shapes
+    differ."""
+    owners, shapes = [], set()
+    for w in ws:
+        got = _tile_nest(w, stmts, nest)
+        key = None if got is None else shape_of(w, got[1], got[2], got[3])
+        if got is None or key is None:
+            return None
+        owners.append(got[0])
+        shapes.add(key)
+    return (owners, shapes.pop()) if len(shapes) == 1 else None
 
 
 def _tile_nest(w: L.WarpMma, stmts: list, nest: Any) -> tuple[L.For, list, int, int] | None:
@@ -303,22 +318,18 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                        for w in ws)
                 or any(name in (m.b.buf.name, m.c.buf.name) for m in mmas)):
             continue
-        owners, shapes = [], set()
-        for w in ws:
-            got = _tile_nest(w, stmts, nest)
-            if got is None:
-                break
-            owner, loops, tm, tn = got
+        def a_shape(w: L.WarpMma, loops: list, tm: int, tn: int) -> tuple | None:
             pitch = w.a.si
             if (tn != 1 or w.a.sj != 1 or _const(Y.size) != tm * w.m * pitch
                     or not _affine_is(w.a.offset, [lp.var.name for lp in loops],
                                       [w.m * pitch, 0])):
-                break
-            owners.append(owner)
-            shapes.add((w.group, w.m, w.k, tm, pitch))
-        if len(owners) != len(ws) or len(shapes) != 1:
+                return None
+            return (w.group, w.m, w.k, tm, pitch)
+
+        got = _one_shape(ws, stmts, nest, a_shape)
+        if got is None:
             continue
-        group, wm, wk, tm, pitch = shapes.pop()
+        owners, (group, wm, wk, tm, pitch) = got
         src = [ft for ft in out.values() if ft.group == group and ft.tn == 1 and ft.wm == wm
                and ft.tm == tm and ft.wn == wk]
         if not src:
