@@ -195,7 +195,7 @@ def _roles_sched(kern):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("causal,split,defer", [(True, False, False), (True, True, False),
-                                                (False, False, True), (True, True, True)])
+                                                (False, False, True)])
 def test_warp_specialized_attention_validates_emulated(causal, split, defer):
     """``warp_roles=True, stages=2``: a producer warp copies the key and
     value tiles on completion barriers while the consumer warpgroup runs its
