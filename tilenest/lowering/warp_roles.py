@@ -35,6 +35,16 @@ lets the target overlap the roles (``loopir.Roles``); its obligations are
 ring (:data:`ROLE_BARRIERS`: ``S`` *full* then ``S`` *empty* ones) replace
 those of the block-barrier groups, which the kernel keeps only for bulk
 copies outside a specialized ring.
+
+Asked for explicitly (``plain``: ``Schedule.warp_roles=True``), the ring on
+one barrier a step (``barrier keep=S-2; if k + S - 1 < hi: P(k + S - 1);
+C(k)``, any ``S >= 2``) is rewritten into the same meaning form when its
+consumer, besides warpgroup mmas into registers on the ring's tiles (the
+first operand may also be in registers or a shared tile the loop never
+writes), only computes in the lanes' registers -- attention's softmax
+between its two products. Its mmas complete within the step
+(``mma_waits.py`` places the waits on the meaning form), so the permission
+releases each step itself (``release_lag = release_keep = 0``).
 """
 
 from __future__ import annotations
