@@ -526,7 +526,7 @@ class Lowerer:
             padded = _units_first(h.extents)
             col = (padded or range(h.rank))[-1]
             ext = h.extents[:col] + (pitch,) + h.extents[col + 1:]
-        buf = self.local(base, h.dtype, ext, self.operand_layout(h, base))
+        buf = self.local(base, h.dtype, ext, self.operand_layout(h.dtype, h.extents, base))
         zero = _zero_from(h) if base in self.mma_only else None
         out = BufH(buf, h.dims, h.extents, pitch, padded, zero_from=zero)
         packing = self.b_copies.get(h.dims) if base in self.mma_only else None
@@ -581,17 +581,14 @@ class Lowerer:
         return [replace(copy[0], bulk=L.BulkCopy(box.tensor.buf, box.tensor.shape,
                                                   tuple(origin), axes[i], out.buf, E.Const(0)))]
 
-    def operand_layout(self, h: Handle, base: str) -> L.Swizzle128 | None:
+    def operand_layout(self, dtype: D.DType, extents: tuple[E.Expr, ...],
+                       base: str) -> L.Swizzle128 | None:
         """The swizzled arrangement of the shared copy of an ``mma`` operand
         that warpgroup tensor cores read in place (``mma_unit="wgmma"``): a
-        2-d tile of 16-bit or FP8 elements with constant extents, rows a
+        2-d tile of ``dtype`` (16-bit or FP8) of constant ``extents``, rows a
         multiple of 8 and a whole number of 128-byte panels per row
-        (:class:`~tilenest.lowering.loopir.Swizzle128`); None otherwise."""
-        return self.swizzled(h.dtype, h.extents, base)
-
-    def swizzled(self, dtype: D.DType, extents: tuple[E.Expr, ...],
-                 base: str) -> L.Swizzle128 | None:
-        """:meth:`operand_layout` of a tile of ``dtype`` and ``extents``."""
+        (:class:`~tilenest.lowering.loopir.Swizzle128`), named ``base`` among
+        the values used only as operands; None otherwise."""
         if not (self.sched.block_threads and self.sched.mma_unit == "wgmma"
                 and base in self.mma_only
                 and (dtype.itemsize == 2 or dtype.is_fp8)
@@ -617,7 +614,7 @@ class Lowerer:
         extent above 1 (:meth:`materialize` stores dims of extent 1 first)."""
         if not ("mma.sync" in self.profile.tensor_cores and self.sched.block_threads and base in self.mma_only
                 and h.rank >= 2) or \
-                self.operand_layout(h, base) is not None:
+                self.operand_layout(h.dtype, h.extents, base) is not None:
             return None
         cols = [x for x in h.extents if x != E.Const(1)]
         if not cols or not isinstance(cols[-1], E.Const):
@@ -674,7 +671,7 @@ class Lowerer:
         if t.rank == 0:
             return VarH(self.fresh(base, t.dtype))
         ext = self.extents(t)
-        return BufH(self.local(base, t.dtype, ext, self.swizzled(t.dtype, ext, base)),
+        return BufH(self.local(base, t.dtype, ext, self.operand_layout(t.dtype, ext, base)),
                     t.dims, ext)
 
     # -- blocks -------------------------------------------------------------
