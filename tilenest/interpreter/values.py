@@ -607,8 +607,8 @@ def _accumulate(dead: np.ndarray, C: np.ndarray, A: np.ndarray, B: np.ndarray,
                 at: TileType, bt: TileType, ct: TileType, roles: dict,
                 nb: int) -> np.ndarray | None:
     """``C + A x B`` written into ``C``'s own array ``dead`` (the accumulator's,
-    read here for the last time: ``it.reusable``) by one BLAS product that adds
-    into its output, ``out += lhs @ rhs`` (a grouping of the sum a reassociating
+    read here for the last time: ``it.reusable``): ``out += lhs @ rhs``, one
+    2-D BLAS product added into it (a grouping of the sum a reassociating
     ``mma`` admits: R-9, V-22); ``C`` itself, or None where the product is not
     one 2-D BLAS product, the dtype not f32/f64, or ``C`` not laid out in
     ``dead``'s memory as that product's output is."""
@@ -626,13 +626,10 @@ def _accumulate(dead: np.ndarray, C: np.ndarray, A: np.ndarray, B: np.ndarray,
     out = owner.reshape(shape)
     if not _same_memory_layout(lay(out), C):
         return None
-    from scipy.linalg import blas
-
-    gemm = blas.sgemm if out.dtype == np.float32 else blas.dgemm
-    # out^T (Fortran order) += rhs^T lhs^T, in place
-    got = gemm(1.0, rhs.T, lhs.T, beta=1.0, c=out.T, overwrite_c=True)
-    if not np.shares_memory(got, out):  # pragma: no cover - BLAS copied the output
-        out[...] = got.T
+    # numpy's BLAS and an in-place add, not a second BLAS library's product
+    # that adds into its output: the workers of two BLAS thread pools, each
+    # spinning after its calls, would compete for the same cores
+    np.add(out, np.matmul(lhs, rhs), out=out)
     return C
 
 
