@@ -14,6 +14,9 @@ values are computed once, before the test that picks the store form
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -162,3 +165,66 @@ def test_column_pairs_on_the_gpu(unit, tile, M, K, N):
     ck(A, B, C)
     v = tn.reference(kern, A, B, np.zeros((M, N), bf16.np)).admits(C)
     assert v.ok, v
+
+
+def _values_once_reads(text: str) -> list[set[str]]:
+    """For each lane group whose values are computed before its store test,
+    the kernel's tensors (parameters) that code reads."""
+    params = set(re.findall(r"\b(b_\w+)(?=[,)])", text[:text.index("{")]))
+    out = []
+    for m in re.finditer("their values once, stored wide or lane by lane", text):
+        head = text[m.end():text.index("if (", m.end())]
+        out.append(set(re.findall(r"\b(b_\w+)\[", head)) & params)
+    return out
+
+
+def test_values_read_from_a_tensor_are_computed_under_the_store_test():
+    """The inclusive prefix sum of the conformance suite (R-14) stores each
+    step's column with lanes past the last row: their values, ``x[i, s]``
+    added to the carried sum, read the tensor at rows it does not have. They
+    are computed under each store form's own bounds test, not once for every
+    lane before it (on the GPU those reads ran kilobytes past ``x``)."""
+    from tilenest.conformance import load_program
+
+    root = Path(__file__).resolve().parent.parent / "spec" / "conformance" / "cases"
+    prog = load_program(root / "reductions" / "R14-cumsum-fold.tile")
+    text = cuda.stage_source(prog, default_schedule(prog, "cuda"))[1].text
+    assert "b_x[" in text and "their values once" not in text
+
+
+def _corpus():  # type: ignore[no-untyped-def]
+    """(name, program) of the conformance suite's programs and of every
+    workload (its first dtype, every schedule it lists)."""
+    from tilenest.conformance import load_program
+    from tilenest.errors import TilenestError
+
+    root = Path(__file__).resolve().parent.parent / "spec" / "conformance" / "cases"
+    for f in sorted(root.rglob("*.tile")):
+        if not f.name.endswith(".wrong.tile"):
+            try:
+                yield f.name, load_program(f)
+            except TilenestError:  # a case whose verdict is the verifier's refusal
+                continue
+    for name, wl in WORKLOADS.items():
+        for i, sched in enumerate(wl.schedules):
+            yield f"{name}[{i}]", wl.kernel(wl.dtypes[0], dict(sched), wl.size("small")).program
+
+
+def test_no_value_computed_for_every_lane_reads_a_tensor():
+    """Over the conformance suite's programs and the workloads (each compiled
+    for the GPU with its default schedule), no lane group computed before
+    its store test reads a tensor: only registers, shared arrays in range,
+    scalars."""
+    from tilenest.errors import TilenestError
+
+    groups, bad = 0, []
+    for name, prog in _corpus():
+        try:
+            text = cuda.stage_source(prog, default_schedule(prog, "cuda"))[1].text
+        except TilenestError:  # refused for the GPU (that verdict is tested elsewhere)
+            continue
+        for reads in _values_once_reads(text):
+            groups += 1
+            if reads:
+                bad.append((name, sorted(reads)))
+    assert groups > 10 and not bad, (groups, bad)

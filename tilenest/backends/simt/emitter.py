@@ -949,11 +949,13 @@ class Emitter:
         before the test that picks the wide or the per-lane stores
         (:meth:`stored_once`): the group loads nothing wide, its statements
         are index locals and the widened stores, and their values read only
-        registers -- the thread's ``local`` arrays at indices the enclosing
-        loops' ranges keep inside them, scalars, constants -- with no integer
-        division, so a lane whose store does not happen computes a value
-        harmlessly. Then the values' code exists once, not once per path
-        (a fused epilogue's 128 cells a thread, say)."""
+        scalars, constants and arrays of a fixed size at indices the
+        enclosing loops' ranges keep inside them (the thread's ``local``
+        arrays, the block's ``shared`` ones; never a tensor, whose extent the
+        lane past the edge may overrun), with no integer division, so a lane
+        whose store does not happen computes a value harmlessly. Then the
+        values' code exists once, not once per path (a fused epilogue's 128
+        cells a thread, say)."""
         if plan.loads or not plan.stores or self.group_copies(plan):
             return False
         if not all(st in plan.stores or (isinstance(st, L.Assign)
@@ -961,13 +963,13 @@ class Emitter:
                    for st in plan.stmts):
             return False
         ranges = {**self.ranges, E.Var(plan.loop.var.name): (0, plan.V - 1)}
-        for y in L.evaluated(tuple(st.value for st in plan.stores)):
+        for y in (x for st in plan.stores for x in L.subexprs(st.value)):
             if isinstance(y, L.Bin) and y.a.dtype.is_int and y.op in N.INT_DIVISIONS:
                 return False
             if isinstance(y, L.Load):
                 b = y.buf
-                if not (b.space == "local" and y.guard is None and isinstance(y.index, L.IExpr)
-                        and isinstance(b.size, E.Const)):
+                if not (b.space in ("local", "shared") and y.guard is None
+                        and isinstance(y.index, L.IExpr) and isinstance(b.size, E.Const)):
                     return False
                 lo, hi = E.interval(y.index.e, ranges)
                 if lo is None or hi is None or lo < 0 or hi >= b.size.value:
