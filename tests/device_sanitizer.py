@@ -5,8 +5,8 @@
         [--log-dir DIR] [-k EXPR] [--slow] [PATH ...]
 
 Every test marked ``device`` under the given paths (default ``tests``, the
-whole device suite; ``--slow`` adds the exhaustive ``slow`` ones) runs under
-each tool. A sanitizer
+whole device suite; ``--slow`` adds the exhaustive ``slow`` ones), except
+the ``metal`` ones (no CUDA process to follow), runs under each tool. A sanitizer
 slows every kernel by one to three orders of magnitude and instruments
 every module a process loads, so the tests are cut into chunks of ``--chunk``
 test ids and each (tool, chunk) pair is one process,
@@ -66,9 +66,10 @@ class Chunk:
 
 
 def collect(paths: list[str], kexpr: str | None, slow: bool) -> list[str]:
-    """The ids of the device tests under ``paths`` (no GPU is needed to
-    collect them)."""
-    marker = "device" if slow else "device and not slow"
+    """The ids of the CUDA device tests under ``paths`` (no GPU is needed
+    to collect them)."""
+    # Metal kernels are no CUDA process for compute-sanitizer to follow
+    marker = "device and not metal" + ("" if slow else " and not slow")
     cmd = [sys.executable, "-m", "pytest", *paths, "-m", marker, "--collect-only", "-q",
            "-o", "addopts=", "-p", "no:xdist", "-p", "no:cacheprovider"]
     if kexpr:

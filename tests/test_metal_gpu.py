@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.device,
+pytestmark = [pytest.mark.device, pytest.mark.metal,
               pytest.mark.skipif(sys.platform != "darwin", reason="needs macOS and a Metal GPU")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
