@@ -67,6 +67,7 @@ from tilenest import diskcache as DC
 from tilenest.diskcache import atomic_write, cache_root
 from tilenest.errors import RuntimeSemanticError, Site, TilenestError
 
+from . import guard_pages as GP
 from .emu_dialects import CUDA, RUNTIME_PATH, SHIM_DIR, Dialect, Limits
 from .emu_dialects import dialect as _dialect
 
@@ -724,6 +725,25 @@ def _spread(kernel: str, params: Sequence[_Param], args: Sequence) -> list:
     return out
 
 
+_MEMORY_FAULT = 5
+_FAULT_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")
+
+
+def _name_guard(err: _Err, at: "GP.Placement", params: list, arrays: list) -> None:
+    """Where an invalid access hit the guard page after an array argument,
+    say so in ``err``'s message: which argument, and how far past its end."""
+    m = _FAULT_ADDRESS.search(err.message.decode(errors="replace"))
+    i = at.owner(int(m.group(1), 16)) if m else None
+    if i is None:
+        return
+    a, addr = arrays[i], int(m.group(1), 16)  # type: ignore[union-attr]
+    past = addr - (at.addresses[i] + a.nbytes)
+    what = (f"access past the end of argument {i} ({params[i].ctype}, {a.nbytes} bytes, "
+            f"shape {tuple(a.shape)}): at byte {a.nbytes + past} of it, {past} past its "
+            f"end; {err.message.decode(errors='replace')}")
+    err.message = what.encode()[:_Err.message.size - 1]
+
+
 def _raise_for(err: _Err, kernel: str, dia: Dialect = CUDA) -> None:
     code = int(err.code)
     if code == 0:
@@ -773,16 +793,41 @@ class EmuModule:
 
     def launch(self, name: str, grid, block, args: Sequence, *, shared_bytes: int = 0,
                policy: str = "in_order", seed: int = 0, poison: str = "nan",
-               block_order: str = "in_order", stack_size: int = DEFAULT_STACK) -> None:
+               block_order: str = "in_order", stack_size: int = DEFAULT_STACK,
+               guard: bool = True) -> None:
         """Run kernel ``name`` on ``grid`` x ``block`` threads. Arrays are
         passed by pointer and updated in place; scalars by value. Raises
         :class:`EmulatorError` for what the emulator detects (the launch stops
-        at the first error; arrays may be partly written)."""
+        at the first error; arrays may be partly written).
+
+        With ``guard`` (the default) the arrays run as copies against guard
+        pages (:mod:`.guard_pages`), so an access past an array's end is an
+        invalid memory access naming that argument. A launch that passes a
+        struct (a tensor map, which holds an array's address itself) runs on
+        the caller's arrays."""
         if name not in self.kernels:
             raise LaunchError(f"no kernel {name!r} in this module",
                               hint="kernels: " + ", ".join(self.kernels))
         params = self._params[name]
         args = _spread(name, params, args)
+        arrays = [a if p.pointer and p.builtin is None and isinstance(a, np.ndarray) else None
+                  for p, a in zip(params, args, strict=True)]
+        for i, (p, a) in enumerate(zip(params, arrays, strict=True)):
+            if a is not None:
+                _check_array(name, i, p, a)
+        if not guard or any(p.struct for p in params):
+            self._launch(name, params, args, arrays, None, grid, block, shared_bytes, policy,
+                         seed, poison, block_order, stack_size)
+            return
+        with GP.placed(arrays, [not p.const for p in params]) as at:
+            self._launch(name, params, args, arrays, at, grid, block, shared_bytes, policy,
+                         seed, poison, block_order, stack_size)
+
+    def _launch(self, name: str, params: list, args: list, arrays: list,
+                at: "GP.Placement | None", grid, block, shared_bytes: int, policy: str,
+                seed: int, poison: str, block_order: str, stack_size: int) -> None:
+        """One launch of :meth:`launch`, the arrays at ``at``'s addresses (or
+        their own where ``at`` is None)."""
         keep: list = []
         argv = (ctypes.c_void_p * max(1, len(params)))()
         for i, (p, a) in enumerate(zip(params, args, strict=True)):
@@ -798,8 +843,7 @@ class EmuModule:
                 if a is None:
                     slot = ctypes.c_void_p(0)
                 elif isinstance(a, np.ndarray):
-                    _check_array(name, i, p, a)
-                    slot = ctypes.c_void_p(a.ctypes.data)
+                    slot = ctypes.c_void_p(a.ctypes.data if at is None else at.addresses[i])
                 else:
                     raise LaunchError(f"kernel {name}: argument {i} ({p.ctype}) needs a numpy "
                                       f"array, got {type(a).__name__}")
@@ -814,6 +858,8 @@ class EmuModule:
         with self._lock:
             fn(argv, ctypes.byref(cfg), ctypes.byref(err))
         del keep
+        if at is not None and int(err.code) == _MEMORY_FAULT:
+            _name_guard(err, at, params, arrays)
         _raise_for(err, name, self.dialect)
 
 
