@@ -732,15 +732,17 @@ _FAULT_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")
 def _name_guard(err: _Err, at: "GP.Placement", params: list, arrays: list) -> None:
     """Where an invalid access hit the guard page after an array argument,
     say so in ``err``'s message: which argument, and how far past its end."""
-    m = _FAULT_ADDRESS.search(err.message.decode(errors="replace"))
-    i = at.owner(int(m.group(1), 16)) if m else None
+    message = err.message.decode(errors="replace")
+    m = _FAULT_ADDRESS.search(message)
+    addr = int(m.group(1), 16) if m else None
+    i = at.owner(addr) if addr is not None else None
     if i is None:
         return
-    a, addr = arrays[i], int(m.group(1), 16)  # type: ignore[union-attr]
+    a = arrays[i]
     past = addr - (at.addresses[i] + a.nbytes)
     what = (f"access past the end of argument {i} ({params[i].ctype}, {a.nbytes} bytes, "
             f"shape {tuple(a.shape)}): at byte {a.nbytes + past} of it, {past} past its "
-            f"end; {err.message.decode(errors='replace')}")
+            f"end; {message}")
     err.message = what.encode()[:_Err.message.size - 1]
 
 

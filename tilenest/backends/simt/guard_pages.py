@@ -48,14 +48,13 @@ _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 
 @dataclass
 class _Region:
-    """One mapping: ``size`` bytes copied from ``source`` to ``start``, the
-    guard page at ``guard``."""
+    """One mapping of ``length`` bytes at ``base``: the bytes from ``source``
+    copied to ``start``, the guard page at ``guard``."""
 
     base: int
     length: int
     start: int
     source: int
-    size: int
     guard: int
 
 
@@ -99,7 +98,7 @@ def _region(lo: int, hi: int) -> _Region:
     start -= (start - lo) % ALIGN
     if size:
         ctypes.memmove(start, lo, size)
-    return _Region(base, (pages + 1) * pg, start, lo, size, guard)
+    return _Region(base, (pages + 1) * pg, start, lo, guard)
 
 
 @contextlib.contextmanager
