@@ -348,3 +348,30 @@ def test_a_narrow_state_merged_from_a_wider_one_is_refused():
         _row_softmax_average(leaky, update=softmax_merge).program
     assert "fewer dims than component 3" in str(e.value)
     assert "narrower state" in e.value.hint
+
+
+def test_the_combine_keeps_the_next_run_in_flight_while_it_merges_one():
+    # the combine's runs loop copies run c's partial states into shared
+    # staging tiles before merging them. That loop lies inside the test for
+    # a first run, and still gets the two-version ring of double_buffer.py:
+    # run c + 1's copies are in flight while run c merges. On cuda each copy
+    # is a cp.async, the row statistics' single floats included, so no
+    # thread waits out a load before the barrier that orders the copies
+    from tilenest.lowering import loopir as L
+
+    kern = _gqa_decode(dh=64, bk=64)
+    ck = kern.compile(target="cuda", device="emulated", reduce_splits=4, block_threads=128)
+    combine = ck.kernel.phases[1]
+    copies = [s for s in L.walk(combine.body) if isinstance(s, L.Store) and s.mode == "async"]
+    staged = {s.buf.name for s in copies}
+    assert len(staged) == 3  # the maxima, the sums and the accumulators
+    assert {x.value.buf.name for x in copies} == {b.name for b in ck.kernel.params
+                                                  if b.name.startswith("%part")}
+    # two versions of each: 16 rows of a statistic, 16 x 64 accumulators
+    sizes = sorted(b.size.value for b in ck.kernel.locals if b.name in staged)
+    assert sizes == [2 * 16, 2 * 16, 2 * 16 * 64]
+    text = ck.source.text[ck.source.text.index("gqa_decode_attention_1("):]
+    assert "2-stage ring" in text
+    assert text.count("tn_cp_async<4>(") >= 2 and "tn_cp_async<32>(" in text
+    rep = validate(kern, target="cuda", cases=2, compiled=ck)
+    assert [r.status for r in rep.results] == ["ok"] * 2

@@ -95,6 +95,17 @@ def _reads(body: tuple) -> set[str]:
     return out
 
 
+def _own_accesses(s: Any) -> set[str]:
+    """The buffers statement ``s`` itself reads or writes, not those of the
+    statements nested in it (an ``If`` around the loop is not an access)."""
+    out = {y.buf.name for y in L.evaluated((s,), nested=False) if isinstance(y, L.Load)}
+    if isinstance(s, L.Store):
+        out.add(s.buf.name)
+    if isinstance(s, L.WarpMma):
+        out |= {s.a.buf.name, s.b.buf.name, s.c.buf.name}
+    return out
+
+
 def _private(s: L.For) -> bool:
     """Does thread loop ``s`` store only into thread-private (``local``)
     buffers? (Attention's score tile cleared in the lanes' registers.)"""
@@ -184,9 +195,8 @@ def plan(loop: L.For, phase_bodies: list[tuple], bufs: dict[str, L.Buffer]
     if xs & _stores(cons) or _reads(prod) & (_stores(prod) | _stores(cons)):
         return None
     inside = {id(s) for s in L.walk(loop.body)}
-    outside = [s for body in phase_bodies for s in L.walk(body)
-               if id(s) not in inside and s is not loop]
-    if xs & (_reads(tuple(outside)) | _stores(tuple(outside))):
+    if any(xs & _own_accesses(s) for body in phase_bodies for s in L.walk(body)
+           if id(s) not in inside and s is not loop):
         return None
     # the producer depends on the iteration only through the loop variable,
     # and the consumer reads none of the producer's locals (P(k + 1) runs first)

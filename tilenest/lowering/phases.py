@@ -487,6 +487,13 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     components, reading those values instead of computing them at each
     element of a row. The merging nests read nothing they write, so either
     may run again from the same state (a guarded lane group's second run).
+
+    Each step first copies its run's components, unchanged, into staging
+    tiles of their own types, and the merges read them there: a copy in from
+    global memory that the ring of ``double_buffer.py`` can keep a run ahead
+    (run ``c + 1`` on its way while run ``c`` merges), where loads inside
+    the merges would wait out their latency at every step, twice (the row
+    nest's, then the wide one's after its barrier).
     Runs only when there is a run (``0 < count``); returns the tiles ``T``."""
     from .reductions import merge_needs, merge_values, merged_names, row_values
 
@@ -495,6 +502,8 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
                                                                        strict=True)]
     nxt = [BufH(lw.local("next", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
                                                                        strict=True)]
+    stage = [BufH(lw.local("stage", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
+                                                                          strict=True)]
 
     narrow = [n for n, x in enumerate(types) if x.dims != t.dims]
     rows = {types[n].dims for n in narrow}
@@ -524,11 +533,10 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
         k = len(types)
         acc = [lw.fresh("runs", dt) for dt in dts]
         got = [lw.fresh("part", dt) for dt in dts]
-        for n, (a, b, h, buf) in enumerate(zip(acc, got, tot, parts, strict=True)):
+        for n, (a, b, h) in enumerate(zip(acc, got, tot, strict=True)):
             used = {r.merge.args[n].name, r.merge.args[k + n].name} & reads
             lw.emit(L.Assign(a, h.at(lw, q) if used else L.Const(0, dts[n])))
-            lw.emit(L.Assign(b, L.Load(buf, L.IExpr(at(q, n, c))) if used
-                             else L.Const(0, dts[n])))
+            lw.emit(L.Assign(b, stage[n].at(lw, q) if used else L.Const(0, dts[n])))
         vals = merge_values(lw, r, acc, got, want, given)
         for n in comps:
             h, x = nxt[n], types[n]
@@ -558,10 +566,17 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     def back(n: int, q: Any) -> None:
         lw.emit(L.Store(tot[n].buf, L.IExpr(tot[n].offset(q)), nxt[n].at(lw, q)))
 
+    def staged(c: E.Expr) -> Any:
+        def put(n: int, q: Any) -> None:
+            h = stage[n]
+            lw.emit(L.Store(h.buf, L.IExpr(h.offset(q)), L.Load(parts[n], L.IExpr(at(q, n, c)))))
+        return put
+
     c = lw.fresh("c", L.INDEX)
     with lw.collect() as body:
         each(first)
         with lw.collect() as steps:
+            each(staged(E.Var(c.name)))
             step(E.Var(c.name))
             each(back)
         lw.emit(L.For(c, E.Const(1), count, tuple(steps), "serial", False))

@@ -278,6 +278,23 @@ class CudaEmitter(Emitter):
                    f"&{self.elem(ld.buf, plan.loads[ld])});")
         return direct
 
+    def store_stmt(self, s: L.Store) -> None:
+        """An asynchronous store in a thread loop that copies one element of
+        4, 8 or 16 bytes unchanged from global memory into a shared buffer is
+        one ``cp.async`` (the element's load then waits on nothing in the
+        thread, as a wide group's copies do, :meth:`group_copies`); any other
+        store as the SIMT emitter stores it."""
+        ld = s.value
+        if not (s.mode == "async" and self.in_thread and s.guard is None
+                and s.buf.space == "shared" and isinstance(s.index, L.IExpr)
+                and isinstance(ld, L.Load) and ld.buf.space == "global" and ld.guard is None
+                and isinstance(ld.index, L.IExpr) and ld.buf.dtype == s.buf.dtype
+                and s.buf.dtype.itemsize in (4, 8, 16)):
+            super().store_stmt(s)
+            return
+        self.w(f"tn_cp_async<{s.buf.dtype.itemsize}>({self.saddr(s.buf, s.index.e)}, "
+               f"&{self.elem(ld.buf, ld.index.e)});")
+
     def wide_load_fn(self, node: L.Load) -> str:
         """A hinted global load (:func:`analysis.cache_hints`) keeps its lines
         in the L2 (``tn_vload_keep``) or streams them (``tn_vload_last``)."""
