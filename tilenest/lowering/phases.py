@@ -514,29 +514,40 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     kept = {nm: BufH(lw.local("held", dtype_of[nm], row_ext), row_t.dims, row_ext)
             for nm in held}
     outs = merged_names(r)
+    k = len(types)
+    # the component lists of a step's nests: the rows, then the wider ones
+    nests = [narrow, [n for n in range(k) if n not in narrow]] if held else [list(range(k))]
+
+    def wanted(comps: list[int]) -> list[str]:
+        """The merge values the nest over ``comps`` computes: its components'
+        and, in the row nest, the kept ones (which the other nest is given)."""
+        return [outs[n] for n in comps] + (held if held and comps == narrow else [])
+
+    def loaded(comps: list[int]) -> set[int]:
+        """The components whose running and run values the nest over ``comps``
+        reads (a component that none of its wanted values reads is not)."""
+        _, reads = merge_needs(r, wanted(comps), set(kept) if comps != narrow else set())
+        return {n for n in range(k) if {r.merge.args[n].name, r.merge.args[k + n].name} & reads}
 
     def merge_at(q: Any, c: E.Expr, comps: list[int]) -> None:
-        """Merge run ``c`` into ``T`` at element ``q`` for components
-        ``comps``, writing their ``U``: in the row nest (the narrow
-        components) the kept values too; in the nest over ``t`` (the wider
-        ones) reading them from ``kept``; with no kept values, every
-        component at every element of ``t``. A component that none of the
-        wanted values reads is not loaded."""
-        want = [outs[n] for n in comps] + (held if held and comps == narrow else [])
+        """Merge run ``c`` (its staged components) into ``T`` at element
+        ``q`` for components ``comps``, writing their ``U``: in the row nest
+        (the narrow components) the kept values too; in the nest over ``t``
+        (the wider ones) reading them from ``kept``; with no kept values,
+        every component at every element of ``t``."""
+        want = wanted(comps)
         given = {}
         if held and comps != narrow:
             for nm, h in kept.items():
                 v = lw.fresh(nm, dtype_of[nm])
                 lw.emit(L.Assign(v, h.at(lw, q)))
                 given[nm] = v
-        _, reads = merge_needs(r, want, set(given))
-        k = len(types)
+        used = loaded(comps)
         acc = [lw.fresh("runs", dt) for dt in dts]
         got = [lw.fresh("part", dt) for dt in dts]
         for n, (a, b, h) in enumerate(zip(acc, got, tot, strict=True)):
-            used = {r.merge.args[n].name, r.merge.args[k + n].name} & reads
-            lw.emit(L.Assign(a, h.at(lw, q) if used else L.Const(0, dts[n])))
-            lw.emit(L.Assign(b, stage[n].at(lw, q) if used else L.Const(0, dts[n])))
+            lw.emit(L.Assign(a, h.at(lw, q) if n in used else L.Const(0, dts[n])))
+            lw.emit(L.Assign(b, stage[n].at(lw, q) if n in used else L.Const(0, dts[n])))
         vals = merge_values(lw, r, acc, got, want, given)
         for n in comps:
             h, x = nxt[n], types[n]
@@ -547,13 +558,10 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
             lw.emit(L.Store(kept[nm].buf, L.IExpr(kept[nm].offset(q)), vals[nm]))
 
     def step(c: E.Expr) -> None:
-        if not held:
-            lw.nest(t.dims, lw.extents(t), lambda q: merge_at(q, c, list(range(len(types)))),
+        for comps in nests:
+            x = row_t if comps == narrow and held else t
+            lw.nest(x.dims, lw.extents(x), lambda q, comps=comps: merge_at(q, c, comps),
                     kind=kind)
-            return
-        lw.nest(row_t.dims, row_ext, lambda q: merge_at(q, c, narrow), kind=kind)
-        wide = [n for n in range(len(types)) if n not in narrow]
-        lw.nest(t.dims, lw.extents(t), lambda q: merge_at(q, c, wide), kind=kind)
 
     def each(fn: Any) -> None:
         for n, (x, e) in enumerate(zip(types, exts, strict=True)):
@@ -566,17 +574,18 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     def back(n: int, q: Any) -> None:
         lw.emit(L.Store(tot[n].buf, L.IExpr(tot[n].offset(q)), nxt[n].at(lw, q)))
 
-    def staged(c: E.Expr) -> Any:
-        def put(n: int, q: Any) -> None:
+    def staged(c: E.Expr) -> None:
+        """Run ``c``'s components that a merge reads, copied into ``stage``."""
+        for n in sorted(set().union(*map(loaded, nests))):
             h = stage[n]
-            lw.emit(L.Store(h.buf, L.IExpr(h.offset(q)), L.Load(parts[n], L.IExpr(at(q, n, c)))))
-        return put
+            lw.nest(types[n].dims, exts[n], lambda q, n=n, h=h: lw.emit(L.Store(
+                h.buf, L.IExpr(h.offset(q)), L.Load(parts[n], L.IExpr(at(q, n, c))))), kind=kind)
 
     c = lw.fresh("c", L.INDEX)
     with lw.collect() as body:
         each(first)
         with lw.collect() as steps:
-            each(staged(E.Var(c.name)))
+            staged(E.Var(c.name))
             step(E.Var(c.name))
             each(back)
         lw.emit(L.For(c, E.Const(1), count, tuple(steps), "serial", False))
