@@ -515,8 +515,10 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
             for nm in held}
     outs = merged_names(r)
     k = len(types)
-    # the component lists of a step's nests: the rows, then the wider ones
-    nests = [narrow, [n for n in range(k) if n not in narrow]] if held else [list(range(k))]
+    # a step's nests, each (the tile it runs over, its components): the rows,
+    # then the wider ones; with no kept values one nest over t for all
+    nests = ([(row_t, narrow), (t, [n for n in range(k) if n not in narrow])] if held
+             else [(t, list(range(k)))])
 
     def wanted(comps: list[int]) -> list[str]:
         """The merge values the nest over ``comps`` computes: its components'
@@ -528,6 +530,8 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
         reads (a component that none of its wanted values reads is not)."""
         _, reads = merge_needs(r, wanted(comps), set(kept) if comps != narrow else set())
         return {n for n in range(k) if {r.merge.args[n].name, r.merge.args[k + n].name} & reads}
+
+    read = {tuple(comps): loaded(comps) for _, comps in nests}
 
     def merge_at(q: Any, c: E.Expr, comps: list[int]) -> None:
         """Merge run ``c`` (its staged components) into ``T`` at element
@@ -542,7 +546,7 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
                 v = lw.fresh(nm, dtype_of[nm])
                 lw.emit(L.Assign(v, h.at(lw, q)))
                 given[nm] = v
-        used = loaded(comps)
+        used = read[tuple(comps)]
         acc = [lw.fresh("runs", dt) for dt in dts]
         got = [lw.fresh("part", dt) for dt in dts]
         for n, (a, b, h) in enumerate(zip(acc, got, tot, strict=True)):
@@ -558,8 +562,7 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
             lw.emit(L.Store(kept[nm].buf, L.IExpr(kept[nm].offset(q)), vals[nm]))
 
     def step(c: E.Expr) -> None:
-        for comps in nests:
-            x = row_t if comps == narrow and held else t
+        for x, comps in nests:
             lw.nest(x.dims, lw.extents(x), lambda q, comps=comps: merge_at(q, c, comps),
                     kind=kind)
 
@@ -576,7 +579,7 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
 
     def staged(c: E.Expr) -> None:
         """Run ``c``'s components that a merge reads, copied into ``stage``."""
-        for n in sorted(set().union(*map(loaded, nests))):
+        for n in sorted(set().union(*read.values())):
             h = stage[n]
             lw.nest(types[n].dims, exts[n], lambda q, n=n, h=h: lw.emit(L.Store(
                 h.buf, L.IExpr(h.offset(q)), L.Load(parts[n], L.IExpr(at(q, n, c))))), kind=kind)
