@@ -124,6 +124,40 @@ def test_lane_plan_updates_in_place_and_guarded_loads():
                           E.cmp("<", E.add(E.mul(4, r), 3), E.Sym("M")))
 
 
+def test_lane_plan_widens_two_versions_of_a_tile():
+    """A tile kept in two versions of one buffer, one read and the other
+    written (``(K - c) mod 2`` and its complement): the reads and writes lie
+    a version (16 elements) apart whatever ``K`` and ``c`` are, so both
+    widen. Versions only 2 elements apart, or a parity that is not one
+    remainder, could overlap a group of 4 and stay scalar."""
+    two = L.Buffer("%two", f32, "shared", E.Const(32))
+    par = E.mod(E.add(E.Sym("K"), E.mul(-1, E.Var("c"))), 2)
+
+    def flip(size: int, dst: E.Expr) -> L.For:
+        return _lanes(lambda l: [L.Store(two, L.IExpr(E.add(E.mul(size, dst), l)), L.Bin(
+            "add", L.Load(two, L.IExpr(E.add(E.mul(size, par), l))), L.Const(1.0, f32),
+            f32))])
+
+    plan = A.lane_plan(flip(16, E.add(1, E.mul(-1, par))))
+    assert plan is not None and len(plan.loads) == 1 and len(plan.stores) == 1
+    assert A.lane_plan(flip(2, E.add(1, E.mul(-1, par)))) is None
+    # the same complement written as a second remainder: the two are taken
+    # as independent (both 0 possible), so it is not shown apart
+    other = E.mod(E.add(E.add(E.Sym("K"), E.mul(-1, E.Var("c"))), -1), 2)
+    assert A.lane_plan(flip(16, other)) is None
+
+
+def test_least_magnitude_over_remainders():
+    x = E.mod(E.Var("c"), 2)
+    assert E.least_magnitude(E.add(16, E.mul(-32, x))) == 16
+    assert E.least_magnitude(E.add(E.mul(3, E.mod(E.Var("c"), 4)), -4)) == 1
+    assert E.least_magnitude(E.Const(-5)) == 5
+    assert E.least_magnitude(E.add(16, E.Var("c"))) is None
+    assert E.least_magnitude(E.mod(E.Var("c"), E.Sym("N"))) is None
+    assert E.least_magnitude(E.add(E.mod(E.Var("a"), 8), E.mod(E.Var("b"), 16)),
+                             most=64) is None
+
+
 def test_contiguous_under_swizzle():
     """Under the 128-byte swizzle only groups within a 16-byte chunk stay
     consecutive."""

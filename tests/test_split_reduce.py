@@ -383,3 +383,30 @@ def test_the_combine_keeps_the_next_run_in_flight_while_it_merges_one(decode_spl
     text = ck.source.text[ck.source.text.index("gqa_decode_attention_1("):]
     assert "2-stage ring" in text
     assert text.count("tn_cp_async<4>(") >= 2 and "tn_cp_async<32>(" in text
+
+
+def test_the_combine_steps_take_turns_on_two_versions_of_the_state(decode_split4):
+    # the running state of the combine lives in two versions, the steps of
+    # the runs loop taking turns (one read, the other written), so no pass
+    # copies the merged state back: a step has two block barriers (the
+    # staged run's arrival, the row factors' hand-over), not three. The two
+    # versions are apart by a whole tile, which lets the accumulator's
+    # reads and writes stay vector accesses. (Emulated and checked against
+    # the reference in test_each_phase_allocates_only_its_own_shared_buffers.)
+    from tilenest.lowering import loopir as L
+
+    _, ck = decode_split4
+    combine = ck.kernel.phases[1]
+    runs = [s for s in L.walk(combine.body) if isinstance(s, L.For) and s.var.name.startswith("c.")]
+    assert len(runs) == 1
+    assert sum(isinstance(s, L.Barrier) for s in L.walk(runs[0].body)) == 2
+    state = {b.name: b.size.value for b in ck.kernel.locals if b.name.startswith("%runs")}
+    assert sorted(state.values()) == [2 * 16, 2 * 16, 2 * 16 * 64]
+    # every store into the state is a merge, none a copy of another tile
+    for s in L.walk(runs[0].body):
+        if isinstance(s, L.Store) and s.buf.name in state:
+            assert not isinstance(s.value, L.Load)
+    text = ck.source.text[ck.source.text.index("gqa_decode_attention_1("):]
+    acc = max(state, key=state.get)
+    name = "b_" + acc.replace("%", "_").replace(".", "_")
+    assert f"tn_vstore<float, 8>(&{name}[" in text and f"tn_vload<float, 8>(&{name}[" in text

@@ -475,9 +475,9 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     target a thread's elements overlap their loads and arithmetic) and every
     element is still folded in run order. The joint merge at ``q`` reads each
     component at ``q``'s projection onto its own dims (the elements of a row
-    read one statistic, the same load) and writes the merged components to
-    tiles ``U`` of their own types, a narrower one only from the first element
-    it spans; a nest per component copies ``U`` back into ``T``.
+    read one statistic, the same load) and writes the merged components into
+    the other version of ``T`` (below), a narrower one only from the first
+    element it spans.
 
     When the narrower components share their dims (the rows), a step first
     runs a nest over the rows: it merges them and keeps, in row tiles, the
@@ -485,8 +485,9 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     merge reads (:func:`~.reductions.row_values`: the online-softmax
     rescaling factors); the nest over ``t`` then merges only the wider
     components, reading those values instead of computing them at each
-    element of a row. The merging nests read nothing they write, so either
-    may run again from the same state (a guarded lane group's second run).
+    element of a row. The merging nests read only the version they do not
+    write, so either may run again from the same state (a guarded lane
+    group's second run).
 
     Each step first copies its run's components, unchanged, into staging
     tiles of their own types, and the merges read them there: a copy in from
@@ -494,14 +495,19 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     (run ``c + 1`` on its way while run ``c`` merges), where loads inside
     the merges would wait out their latency at every step, twice (the row
     nest's, then the wide one's after its barrier).
+
+    The running state lives in two versions of each tile and the steps take
+    turns: step ``c`` reads version ``(count - c) mod 2`` and writes version
+    ``(count - 1 - c) mod 2``, so no pass copies the merged state back (and
+    no barrier waits for such a copy), and the last step, whatever ``count``
+    is, writes version 0: the tiles ``T`` returned.
     Runs only when there is a run (``0 < count``); returns the tiles ``T``."""
     from .reductions import merge_needs, merge_values, merged_names, row_values
 
     exts = [lw.extents(x) for x in types]
-    tot = [BufH(lw.local("runs", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
-                                                                       strict=True)]
-    nxt = [BufH(lw.local("next", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
-                                                                       strict=True)]
+    # version 0 of each running tile; version 1 follows it in the same buffer
+    tot = [BufH(lw.local("runs", dt, (E.Const(2), *e)), x.dims, e)
+           for dt, x, e in zip(dts, types, exts, strict=True)]
     stage = [BufH(lw.local("stage", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
                                                                           strict=True)]
 
@@ -533,9 +539,17 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
 
     read = {tuple(comps): loaded(comps) for _, comps in nests}
 
+    def version(n: int, q: Any, v: E.Expr) -> L.IExpr:
+        """Where element ``q`` of version ``v`` of running tile ``n`` lies."""
+        h = tot[n]
+        size: E.Expr = E.Const(1)
+        for x in h.extents:
+            size = size * x
+        return L.IExpr(v * size + h.offset(q, lw.facts))
+
     def merge_at(q: Any, c: E.Expr, comps: list[int]) -> None:
         """Merge run ``c`` (its staged components) into ``T`` at element
-        ``q`` for components ``comps``, writing their ``U``: in the row nest
+        ``q`` for components ``comps``, writing their next version: in the row nest
         (the narrow components) the kept values too; in the nest over ``t``
         (the wider ones) reading them from ``kept``; with no kept values,
         every component at every element of ``t``."""
@@ -549,13 +563,16 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
         used = read[tuple(comps)]
         acc = [lw.fresh("runs", dt) for dt in dts]
         got = [lw.fresh("part", dt) for dt in dts]
-        for n, (a, b, h) in enumerate(zip(acc, got, tot, strict=True)):
-            lw.emit(L.Assign(a, h.at(lw, q) if n in used else L.Const(0, dts[n])))
-            lw.emit(L.Assign(b, stage[n].at(lw, q) if n in used else L.Const(0, dts[n])))
+        src = (count - c) % 2
+        dst = 1 - src  # the other version, (count - 1 - c) mod 2
+        for n, (a, b) in enumerate(zip(acc, got, strict=True)):
+            zero = L.Const(0, dts[n])
+            lw.emit(L.Assign(a, L.Load(tot[n].buf, version(n, q, src)) if n in used else zero))
+            lw.emit(L.Assign(b, stage[n].at(lw, q) if n in used else zero))
         vals = merge_values(lw, r, acc, got, want, given)
         for n in comps:
-            h, x = nxt[n], types[n]
-            st = L.Store(h.buf, L.IExpr(h.offset(q)), vals[outs[n]])
+            x = types[n]
+            st = L.Store(tot[n].buf, version(n, q, dst), vals[outs[n]])
             extra = [q[d] for d in t.dims if d not in x.dims and d in q]
             lw.emit(L.If(L.IPred(E.conj([v.eq(0) for v in extra])), (st,)) if extra else st)
         for nm in want[len(comps):]:
@@ -571,11 +588,8 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
             lw.nest(x.dims, e, lambda q, n=n: fn(n, q), kind=kind)
 
     def first(n: int, q: Any) -> None:
-        h = tot[n]
-        lw.emit(L.Store(h.buf, L.IExpr(h.offset(q)), L.Load(parts[n], L.IExpr(at(q, n, E.Const(0))))))
-
-    def back(n: int, q: Any) -> None:
-        lw.emit(L.Store(tot[n].buf, L.IExpr(tot[n].offset(q)), nxt[n].at(lw, q)))
+        lw.emit(L.Store(tot[n].buf, version(n, q, (count - 1) % 2),
+                        L.Load(parts[n], L.IExpr(at(q, n, E.Const(0))))))
 
     def staged(c: E.Expr) -> None:
         """Run ``c``'s components that a merge reads, copied into ``stage``."""
@@ -590,7 +604,6 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
         with lw.collect() as steps:
             staged(E.Var(c.name))
             step(E.Var(c.name))
-            each(back)
         lw.emit(L.For(c, E.Const(1), count, tuple(steps), "serial", False))
     lw.emit(L.If(L.IPred(E.Const(0).lt(count)), tuple(body)))
     return tot

@@ -25,6 +25,9 @@ states membership in an :class:`~tilenest.semantics.space.IndexSet`.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterable, Mapping, Union
 
@@ -310,6 +313,27 @@ def _linear(e: Expr) -> tuple[dict[Expr, int], int]:
         d, k = _linear(rest)
         return {a: v * c for a, v in d.items()}, k * c
     return {e: 1}, 0
+
+
+def least_magnitude(e: Expr, most: int = 64) -> int | None:
+    """A lower bound of ``|e|`` over all values of its leaves, when ``e`` is
+    a constant plus integer multiples of remainders by small positive
+    constants (``x mod m``, each ranging over ``0 .. m - 1`` independently:
+    a superset of the values it can take, so the bound is sound); None for
+    any other expression or more than ``most`` combinations. Two accesses
+    ``e`` elements apart, one in each of the two versions of a ping-pong
+    buffer, give ``size * (1 - 2 (x mod 2))``: at least ``size`` apart."""
+    d, k = _linear(e)
+    coefs, moduli = [], []
+    for a, c in d.items():
+        if not (isinstance(a, Mod) and isinstance(a.b, Const) and a.b.value > 0):
+            return None
+        coefs.append(c)
+        moduli.append(a.b.value)
+    if math.prod(moduli) > most:
+        return None
+    return min(abs(k + sum(c * v for c, v in zip(coefs, vals, strict=True)))
+               for vals in itertools.product(*(range(m) for m in moduli)))
 
 
 def stride(e: Expr, x: Var) -> int | None:

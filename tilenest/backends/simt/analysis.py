@@ -274,11 +274,30 @@ def lane_plan(s: L.For, bounds_only: bool = False) -> LanePlan | None:
             return None
         return [E.subst(E.subst(g.p, sub), {v: 0}), E.subst(E.subst(g.p, sub), {v: V - 1})]
 
+    def apart(name: str) -> bool:
+        """Whether every element of buffer ``name`` a lane reads lies at
+        least ``V`` elements from every element a lane writes, whatever the
+        symbols are (each access ``e0 + v``; ``E.least_magnitude`` of the
+        differences of the ``e0``), so no lane reads what another writes,
+        in either order: the two versions of a running tile, one read and
+        the other written (``lowering/phases._fold_runs``)."""
+        got = [y.index for y in L.evaluated(stmts) if isinstance(y, L.Load) and y.buf.name == name]
+        put = [st.index for st in L.walk(stmts) if isinstance(st, L.Store) and st.buf.name == name]
+        if not all(isinstance(x, L.IExpr) and unit(x.e) for x in got + put):
+            return False
+        for r in got:
+            for w in put:
+                m = E.least_magnitude(E.add(at(r.e, 0), E.mul(-1, at(w.e, 0))))
+                if m is None or m < V:
+                    return False
+        return True
+
     touched_w = {st.buf.name for st in L.walk(stmts) if isinstance(st, L.Store)}
     # a buffer read only at the element its one top-level store writes
     # (updated in place): each lane reads and then writes its own
-    # element, so all of a group's loads may precede all its stores
-    inplace = {n for n in touched_w if in_place(stmts, n)}
+    # element, so all of a group's loads may precede all its stores; and
+    # one whose reads and writes lie apart (two versions of a tile)
+    inplace = {n for n in touched_w if in_place(stmts, n) or apart(n)}
     loads: dict = {}
     conds: list[E.Pred] = []
     for st in stmts:  # top level only: these run for every lane of a full group
