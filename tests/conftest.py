@@ -48,7 +48,9 @@ def no_kernels_compiled_under_a_patch(request):
     leaves none of the kernels compiled under the patch in the process's
     caches: the in-memory kernel caches key on the program and schedule, not
     on the code that lowered them, so a later test asking for the same
-    kernel would get the patched one. Cleared before the patch is undone."""
+    kernel would get the patched one. Cleared before the patch is undone;
+    the memory is not given back (a garbage collection of a long-running
+    worker's heap, about a second a test)."""
     if "monkeypatch" not in request.fixturenames:
         yield
         return
@@ -57,7 +59,7 @@ def no_kernels_compiled_under_a_patch(request):
     if any(_of_tilenest(target) for target, _, _ in mp._setattr):
         import tilenest as tn
 
-        tn.clear_cache()
+        tn.clear_cache(release=False)
 
 
 @pytest.fixture

@@ -133,19 +133,23 @@ def tune(kernel, *arrays, target: str = "cuda", **kw):
     return importlib.import_module(row.tuner).tune(kernel, *arrays, **kw)
 
 
-def clear_cache(disk: bool = False) -> int:
+def clear_cache(disk: bool = False, release: bool = True) -> int:
     """Forget this process's compiled kernels (llvm and cuda), NVRTC results
-    and legality verdicts, giving their memory back; kernels a caller still
-    holds keep working. With ``disk=True`` also delete the persistent cache's
-    entries (``*.tnc`` under ``$TILENEST_CACHE_DIR``, default
-    ``~/.cache/tilenest``). Returns the number of disk entries deleted."""
+    and legality verdicts, and with ``release`` (the default) give their
+    memory back to the system (a garbage collection, which takes about a
+    second in a large process); kernels a caller still holds keep working.
+    With ``disk=True`` also delete the persistent cache's entries (``*.tnc``
+    under ``$TILENEST_CACHE_DIR``, default ``~/.cache/tilenest``). Returns
+    the number of disk entries deleted."""
     import sys
 
-    from .backends import llvm
+    from .backends import kernelcache, llvm
 
-    llvm.clear_cache()
+    llvm.clear_cache(release=False)
     if "tilenest.backends.cuda" in sys.modules:  # nothing of cuda to forget otherwise
-        sys.modules["tilenest.backends.cuda"].clear_cache()
+        sys.modules["tilenest.backends.cuda"].clear_cache(release=False)
+    if release:
+        kernelcache.release_memory()
     if not disk:
         return 0
     from .diskcache import cache_root

@@ -451,17 +451,18 @@ def _refuse_unlaunchable(res: list, program: TileProgram) -> list:
     return res
 
 
-def clear_cache() -> None:
+def clear_cache(release: bool = True) -> None:
     """Forget this process's compiled cuda kernels, NVRTC results and legality
-    verdicts, and give the memory back (kernels a caller still holds keep
-    working)."""
+    verdicts, and with ``release`` give the memory back (kernels a caller
+    still holds keep working)."""
     from ...lowering import legality as LG
     from . import nvrtc
 
     KC.MEMORY.clear("cuda:")
     nvrtc.clear_cache()
     LG.clear_cache()
-    KC.release_memory()
+    if release:
+        KC.release_memory()
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:

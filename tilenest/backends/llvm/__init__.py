@@ -182,14 +182,16 @@ def _load(dkey: str, program: TileProgram, s: Schedule, h: jit.Host) -> Compiled
     return KC.read(dkey, "llvm", decode)
 
 
-def clear_cache() -> None:
+def clear_cache(release: bool = True) -> None:
     """Forget this process's compiled llvm kernels and the legality verdicts,
-    and give the memory back (kernels a caller still holds keep working)."""
+    and with ``release`` give the memory back (kernels a caller still holds
+    keep working)."""
     from ...lowering import legality as LG
 
     KC.MEMORY.clear("llvm:")
     LG.clear_cache()
-    KC.release_memory()
+    if release:
+        KC.release_memory()
 
 
 def _emit_schedule(program: TileProgram, s: Schedule) -> str:
