@@ -166,6 +166,43 @@ def test_tail_guards_become_loop_bounds():
     assert "min(-128*$p" in text
 
 
+@tn.kernel
+def _row_cumsum(x: tn.Tensor[tn.f32, "R C"], y: tn.Tensor[tn.f32, "R C"], *, bc=64):
+    """A row's running sum over blocks of ``bc`` columns, the carry across
+    blocks a one-element tile of the row's dim."""
+    R, C = x.shape
+    for p in tn.parallel(tn.shape(R)):
+        carry = tn.zeros(tn.f32, tn.shape(1), dims=(x.dim(0),))
+        for s in tn.serial(tn.shape(tn.cdiv(C, bc))):
+            t = x[tn.coord(p.index(), s.index() * bc), tn.shape(1, bc), tn.bounds.zero]
+            out = tn.cumsum(t, t.dim(1)) + carry
+            y(tn.coord(p.index(), s.index() * bc), tn.shape(1, bc)).store(out)
+            carry = tn.reindex(out, tn.shape(1), lambda r: (r, bc - 1), dims=(x.dim(0),))
+
+
+def test_a_guard_true_over_the_whole_loop_splits_nothing():
+    # the row of program p (0 <= p < R) read with bounds.zero: its in-bounds
+    # test 0 <= i + p < R holds for every i of the one-row loop, so the loop
+    # keeps its constant range [0, 1) instead of three ranges bounded by p,
+    # and the scan's running state stays in fixed elements a compiler keeps
+    # in registers (a loop over a range bounded by p indexes them by a
+    # variable). The column tail is still guarded.
+    k = lower_verified(_row_cumsum.program)
+    pid = {s.var.name for s in L.walk(k.phases[0].body)
+           if isinstance(s, L.Assign) and s.var.name.startswith("p.")}
+    assert len(pid) == 1
+    loops = [s for s in L.walk(k.phases[0].body) if isinstance(s, L.For)]
+    bounded = [s for s in loops
+               if any(isinstance(v, E.Var) and v.name in pid for b in (s.lo, s.hi)
+                      for v in E.leaves(b))]
+    assert not bounded, print_kernel(k)
+    assert any(isinstance(s, L.If) for s in L.walk(k.phases[0].body))  # the column tail
+    x = np.random.default_rng(3).standard_normal((5, 150)).astype(np.float32)
+    y = np.zeros_like(x)
+    _row_cumsum.compile(target="llvm")(x, y)
+    assert tn.reference(_row_cumsum, x, np.zeros_like(x)).admits(y)
+
+
 def test_reduce_realizations():
     sm = example("softmax").program
     reds = [op for op in sm.walk() if op.name == "reduce"]

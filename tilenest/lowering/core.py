@@ -476,7 +476,10 @@ class Lowerer:
             return
         gs = [] if guards is None or reverse else [g for g in guards(q)]
         lo, hi, used, outer = split_range(gs, v.name, ext, set())
+        # a guard that holds over the loop's whole range needs no split
+        mark = self._range_facts(v, E.Const(0), ext, ext)
         used = [u for u in used if not self.facts.implied(u)]
+        self.facts.pop(mark)
         outer = [o for o in outer if not self.facts.implied(o)]
         run = lambda: body(q)  # noqa: E731
         if not used and not outer:
