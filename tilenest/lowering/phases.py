@@ -51,6 +51,8 @@ ordered phase.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -505,9 +507,10 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
     from .reductions import merge_needs, merge_values, merged_names, row_values
 
     exts = [lw.extents(x) for x in types]
-    # version 0 of each running tile; version 1 follows it in the same buffer
+    # version 0 of each running tile; version 1 follows it, ``sizes`` apart
     tot = [BufH(lw.local("runs", dt, (E.Const(2), *e)), x.dims, e)
            for dt, x, e in zip(dts, types, exts, strict=True)]
+    sizes = [math.prod(e, start=E.Const(1)) for e in exts]
     stage = [BufH(lw.local("stage", dt, e), x.dims, e) for dt, x, e in zip(dts, types, exts,
                                                                           strict=True)]
 
@@ -541,11 +544,7 @@ def _fold_runs(lw: Lowerer, r: Any, t: TileType, types: list[TileType], dts: lis
 
     def version(n: int, q: Any, v: E.Expr) -> L.IExpr:
         """Where element ``q`` of version ``v`` of running tile ``n`` lies."""
-        h = tot[n]
-        size: E.Expr = E.Const(1)
-        for x in h.extents:
-            size = size * x
-        return L.IExpr(v * size + h.offset(q, lw.facts))
+        return L.IExpr(v * sizes[n] + tot[n].offset(q, lw.facts))
 
     def merge_at(q: Any, c: E.Expr, comps: list[int]) -> None:
         """Merge run ``c`` (its staged components) into ``T`` at element
