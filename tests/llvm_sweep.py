@@ -18,8 +18,9 @@ it does all of that (or one shard of it; of the groups of ``PART``, see
 :func:`in_part`) in the current process and writes one
 JSON record per combination (``{"key": {"ok": bool, "detail": str}}``) plus
 the list of top-level modules loaded. Kernels are batched: one kernel per
-group (e.g. every unary op on f16), each combination storing to its own rows
-of the group's outputs, so the oracle's verdict is read per combination.
+group (up to six unary ops on f16, say; one ``mma`` pair), each combination
+storing to its own rows of the group's outputs, so the oracle's verdict is
+read per combination.
 When a group fails to compile or run, each of its combinations is retried
 alone so the failure is attributed. Progress goes to stderr (a crash names the group in flight).
 """
@@ -176,9 +177,13 @@ def values(dt: str, n: int, rng: np.random.Generator, exhaustive: bool = False) 
 class Group:
     """One kernel: ``inputs`` (param name, dtype, shape letters, values maker),
     ``outputs`` (param name -> dtype, shape letters, rows per block), and per
-    combination its body lines and (output, block index)."""
+    combination its body lines and (output, block index). ``kind`` and
+    ``dtype`` name the family the group belongs to (a family larger than
+    :data:`CHUNK` allows is several groups)."""
 
     name: str
+    kind: str = ""
+    dtype: str = ""
     inputs: list[tuple[str, str, str]] = field(default_factory=list)
     outputs: dict[str, tuple[str, str]] = field(default_factory=dict)
     blocks: dict[str, int] = field(default_factory=dict)
@@ -234,8 +239,8 @@ def _elementwise_group(name: str, dt: str, members: list[Combo], exhaustive: boo
     return g
 
 
-def _reduce_group(dt: str, members: list[Combo]) -> Group:
-    g = Group(f"reduce-{dt}")
+def _reduce_group(name: str, dt: str, members: list[Combo]) -> Group:
+    g = Group(name)
     g.rows, g.cols = R_RED, C_RED
     g.inputs = [("x", dt, "x")]
     g.header = ["a = x[o, tn.shape(1, cols)]"]
@@ -250,8 +255,8 @@ def _reduce_group(dt: str, members: list[Combo]) -> Group:
     return g
 
 
-def _mma_group(acc: str, members: list[Combo]) -> Group:
-    g = Group(f"mma-{acc}")
+def _mma_group(name: str, acc: str, members: list[Combo]) -> Group:
+    g = Group(name)
     g.inputs = [("cin", acc, "mma")]
     out = f"out_{acc}"
     g.outputs[out] = (acc, "mma")
@@ -267,8 +272,18 @@ def _mma_group(acc: str, members: list[Combo]) -> Group:
     return g
 
 
+#: members per kernel, by family kind (others: ``CHUNK_DEFAULT``). LLVM's
+#: optimization time grows faster than the size of a function: one kernel of
+#: all ten f32 ``mma`` pairs takes twice as long as ten kernels of one, and a
+#: reduce family of 28 members a third longer than five kernels of six.
+CHUNK = {"mma": 1}
+CHUNK_DEFAULT = 6
+
+
 def groups(cs: list[Combo] | None = None) -> list[Group]:
-    """The kernels covering ``cs`` (default: every combination)."""
+    """The kernels covering ``cs`` (default: every combination): one family
+    per kind of lowering and dtype, in kernels of at most ``CHUNK`` members
+    (named ``KIND-DTYPE``, or ``KIND-DTYPE.J`` for the J-th of several)."""
     cs = combos() if cs is None else cs
     by: dict[tuple, list[Combo]] = {}
     for cb in cs:
@@ -282,14 +297,20 @@ def groups(cs: list[Combo] | None = None) -> list[Group]:
             k = ("mma", cb.result)
         by.setdefault(k, []).append(cb)
     out = []
-    for (kind, dt), ms in by.items():
-        if kind == "reduce":
-            out.append(_reduce_group(dt, ms))
-        elif kind == "mma":
-            out.append(_mma_group(dt, ms))
-        else:
-            out.append(_elementwise_group(f"{kind}-{dt}", dt, ms,
-                                          kind != "binary" and D.parse(dt).bits <= 16))
+    for (kind, dt), family in by.items():
+        n = CHUNK.get(kind, CHUNK_DEFAULT)
+        parts = [family[i:i + n] for i in range(0, len(family), n)]
+        for j, ms in enumerate(parts):
+            name = f"{kind}-{dt}" + (f".{j}" if len(parts) > 1 else "")
+            if kind == "reduce":
+                g = _reduce_group(name, dt, ms)
+            elif kind == "mma":
+                g = _mma_group(name, dt, ms)
+            else:
+                g = _elementwise_group(name, dt, ms,
+                                       kind != "binary" and D.parse(dt).bits <= 16)
+            g.kind, g.dtype = kind, dt
+            out.append(g)
     return out
 
 
@@ -451,15 +472,14 @@ def in_part(g: Group, part: str) -> bool:
     ELEMENTWISE_SLOW dtypes; ``default``, every other group."""
     if part not in PARTS:
         raise ValueError(f"no sweep part {part!r}: one of {PARTS}")
-    kind, dt = g.name.split("-", 1)
-    slow = dt in (MMA_SLOW if kind == "mma" else ELEMENTWISE_SLOW)
+    slow = g.dtype in (MMA_SLOW if g.kind == "mma" else ELEMENTWISE_SLOW)
     return part == "all" or slow == (part == "slow")
 
 
 def shard(gs: list[Group], index: int, count: int) -> list[Group]:
     """Shard ``index`` of ``count`` of the groups, balanced by a cost estimate
     (members, an mma nest weighing as much as about eight elementwise ops)."""
-    cost = [len(g.members) * (8 if g.name.startswith("mma") else 1) for g in gs]
+    cost = [len(g.members) * (8 if g.kind == "mma" else 1) for g in gs]
     load = [0] * count
     mine = []
     for i in sorted(range(len(gs)), key=lambda i: -cost[i]):
