@@ -151,6 +151,7 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
     docstring). ``nest`` is ``simt._nest``."""
     out: dict[str, FragTile] = {}
     stmts = list(L.walk(body))
+    readers = Readers(body)
     mmas = [s for s in stmts if isinstance(s, L.WarpMma)]
     writers: dict[str, list[L.WarpMma]] = {}
     for w in mmas:
@@ -185,14 +186,14 @@ def plan(body: tuple, threads: int, nest: Any) -> dict[str, FragTile]:
         inside = {id(s) for o in owners for s in L.walk((o,))}
         folds = group == 1 or tn == 1
         nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"
-                 and id(s) not in inside and _home(s, X.name, rows, cols, nest, body, folds)]
+                 and id(s) not in inside and _home(s, X.name, rows, cols, nest, readers, folds)]
         covered = {id(t) for s in nests for t in L.walk((s,))} | inside
         if any(_x_accesses(s, X.name) and id(s) not in covered for s in stmts):
             continue
         local = L.Buffer(f"{X.name}.frag{next(_ids)}", X.dtype, "local", E.Const(reps * cells))
         out[X.name] = FragTile(X, local, wm_, wn_, tm, tn, reps, group)
-    _companions(out, stmts, mmas, nest, body)
-    _operand_tiles(out, stmts, mmas, nest, body)
+    _companions(out, stmts, mmas, nest, readers)
+    _operand_tiles(out, stmts, mmas, nest, body, readers)
     # a nest touching several tiles runs in one layout: they must share it
     # (a loop holding nests, such as a serial loop over key blocks, is not one)
     changed = True
@@ -244,7 +245,7 @@ def _tile_nest(w: L.WarpMma, stmts: list, nest: Any) -> tuple[L.For, list, int, 
 
 
 def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
-                body: tuple) -> None:
+                readers: Readers) -> None:
     """Add to ``out`` the companion tiles of its accumulator tiles: a shared
     buffer ``Y`` of a tile's ``rows x cols`` elements that no ``mma`` reads or
     writes, every access of which is in an elementwise nest over that shape
@@ -262,7 +263,7 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         for ft in list(out.values()):
             rows, cols = ft.tm * ft.wm, ft.cols
             for s in nests:
-                if not _home(s, ft.buf.name, rows, cols, nest, body, ft.folds):
+                if not _home(s, ft.buf.name, rows, cols, nest, readers, ft.folds):
                     continue
                 if not any(_x_accesses(t, ft.buf.name) for t in L.walk((s,))):
                     continue
@@ -272,7 +273,7 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
                         continue
                     users = [t for t in stmts if _x_accesses(t, Y.name)]
                     homes = [n for n in nests
-                             if _home(n, Y.name, rows, cols, nest, body, ft.folds)]
+                             if _home(n, Y.name, rows, cols, nest, readers, ft.folds)]
                     inside = {id(t) for n in homes for t in L.walk((n,))}
                     if any(id(t) not in inside for t in users):
                         continue
@@ -283,7 +284,7 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
 
 
 def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
-                   body: tuple) -> None:
+                   body: tuple, reads: Readers) -> None:
     """Add to ``out`` the first operands that can stay in registers: a shared
     16-bit tile ``Y`` that is the ``a`` of one or more warp mmas (``WarpMma``;
     no other operand of any), each of whose warp tiles span whole rows
@@ -335,7 +336,7 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         if not src:
             continue
         rows, cols = tm * wm, wk
-        homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, body, pitch)]
+        homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, reads, pitch)]
         inside = {id(t) for n in homes for t in L.walk((n,))} | \
             {id(t) for o in owners for t in L.walk((o,))}
         if any(_x_accesses(t, Y.name) and id(t) not in inside for t in stmts):
@@ -471,27 +472,41 @@ def row_fold(loops: list[L.For], inner: tuple, names: set[str], rows: int,
     return RowFold(kept[0], unit_loops, pre, fold, post, tuple(merges))
 
 
-def _home(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple,
+def _home(s: L.For, name: str, rows: int, cols: int, nest: Any, readers: Readers,
           folds: bool) -> bool:
     """May nest ``s`` access tile ``name`` (``rows x cols``) in the tile's
     layout: an elementwise nest, or (where the layout runs them,
     :attr:`FragTile.folds`) a row fold."""
-    if _elementwise(s, name, rows, cols, nest, body):
+    if _elementwise(s, name, rows, cols, nest, readers):
         return True
     loops, inner = nest(s)
     return (folds and row_fold(loops, inner, {name}, rows, cols) is not None
-            and _private(s, inner, body))
+            and readers.private(s, inner))
 
 
-def _private(s: L.For, inner: tuple, body: tuple) -> bool:
-    """Does nest ``s`` (innermost body ``inner``) assign no local that a
-    statement of ``body`` outside it reads?"""
-    own = set(L.assigned(inner))
-    inside = {id(u) for u in L.walk((s,))}
-    return not any(own & L.own_references(t) for t in L.walk(body) if id(t) not in inside)
+class Readers:
+    """The statements of a phase body (nested ones included) that read each
+    local themselves (:func:`~tilenest.lowering.loopir.own_references`),
+    gathered once: the plans ask, for nest after nest, whether a local it
+    assigns is read outside it, and a walk of the whole body per question
+    made a plan quadratic in the phase's size."""
+
+    def __init__(self, body: tuple) -> None:
+        self._by_name: dict[str, list[int]] = {}
+        self._body = body  # the statements, alive while their ids are in use
+        for t in L.walk(body):
+            for n in L.own_references(t):
+                self._by_name.setdefault(n, []).append(id(t))
+
+    def private(self, s: L.For, inner: tuple) -> bool:
+        """Does nest ``s`` (innermost body ``inner``) assign no local that a
+        statement of the body outside it reads?"""
+        inside = {id(u) for u in L.walk((s,))}
+        return not any(i not in inside for n in L.assigned(inner)
+                       for i in self._by_name.get(n, ()))
 
 
-def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tuple,
+def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, readers: Readers,
                  pitch: int | None = None) -> bool:
     """Is ``s`` a nest over the ``rows x cols`` tile accessing ``name`` only
     at its own element (rows ``pitch`` elements apart, ``cols`` unless
@@ -510,7 +525,7 @@ def _elementwise(s: L.For, name: str, rows: int, cols: int, nest: Any, body: tup
             if not (isinstance(acc.index, L.IExpr)
                     and _affine_is(E.subst(acc.index.e, units), vs, [pitch or cols, 1])):
                 return False
-    return _private(s, inner, body)
+    return readers.private(s, inner)
 
 
 def lane_frag(ft: FragTile, rep: E.Expr) -> L.Frag:
@@ -600,6 +615,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
     if not layouts:
         return {}
     stmts = list(L.walk(body))
+    readers = Readers(body)
     in_mma = {f.buf.name for m in stmts if isinstance(m, L.WarpMma) for f in (m.a, m.b, m.c)}
     # (a buffer with an asynchronous store is left in memory too)
     in_mma |= {t.buf.name for t in stmts if isinstance(t, L.Store) and t.mode}
@@ -631,14 +647,14 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
             ft = fts[0]
             rows, cols = ft.tm * ft.wm, ft.cols
             rf = row_fold(loops, inner, {f.buf.name for f in fts}, rows, cols)
-            if rf is not None and _private(s, inner, body):
+            if rf is not None and readers.private(s, inner):
                 row = rf.row.var.name
                 post = {id(t) for t in L.walk(rf.post)}
                 ok = all(_at_row(a, units, row) and (isinstance(a, L.Load) or id(t) in post)
                          for t in L.walk((s,)) for n in touched for a in _x_accesses(t, n))
                 ok = ok and not any(isinstance(t, L.Store) and t.buf.name in {
                     f.buf.name for f in fts} for t in L.walk(rf.post))
-            elif rf is None and _elementwise(s, ft.buf.name, rows, cols, nest, body):
+            elif rf is None and _elementwise(s, ft.buf.name, rows, cols, nest, readers):
                 i = kept[0].var.name
                 ok = all(isinstance(a, L.Load) and _at_row(a, units, i)
                          for t in L.walk((s,)) for n in touched for a in _x_accesses(t, n))
@@ -646,7 +662,7 @@ def plan_rows(body: tuple, tiles: dict[str, FragTile], nest: Any) -> dict[str, R
             if ok:
                 for n in touched:
                     uses[n] |= lay
-        elif not fts and len(kept) == 1 and _const(kept[0].lo) == 0 and _private(s, inner, body) \
+        elif not fts and len(kept) == 1 and _const(kept[0].lo) == 0 and readers.private(s, inner) \
                 and not any(isinstance(t, (L.For, L.While, L.WarpMma, L.Shuffle, L.LaneReduce,
                                            L.Barrier)) for t in L.walk(inner)):
             i = kept[0].var.name
