@@ -14,7 +14,7 @@ import pytest
 
 import tilenest as tn
 from tilenest.backends import cuda
-from tilenest.errors import VerifyError
+from tilenest.errors import CaptureError, VerifyError
 from tilenest.lowering import default_schedule, lower_verified, verify_kernel
 from tilenest.lowering import loopir as L
 from tilenest.workloads.attention import flash_kernel
@@ -188,6 +188,15 @@ def test_deferred_pv_validates_emulated_and_matches_bit_for_bit(causal, split):
 def test_deferred_pv_validates_on_gpu(causal, split):
     kern = _flash(False, causal, split, d=128, defer_pv=True)
     _on_gpu(kern, default_schedule(kern.program, "cuda"))
+
+
+def test_prefetch_and_defer_pv_together_are_refused_by_name():
+    """The two ways of overlapping a product with the softmax exclude each
+    other; asking for both says so at the kernel's line (it used to fail on
+    an undefined name inside the kernel)."""
+    with pytest.raises(CaptureError, match="prefetch and defer_pv") as e:
+        _ = _flash(True, defer_pv=True).program
+    assert "attention.py" in str(e.value)
 
 
 def _roles_sched(kern):  # type: ignore[no-untyped-def]

@@ -206,6 +206,9 @@ def flash_kernel(dt):  # type: ignore[no-untyped-def]
                         scale: tn.Scalar[f32], *, bq=16, bk=16, dh=16, dv=16, causal=True,
                         split=False, exp_ulp=FLASH_EXP_ULP, log2=True, prefetch=False,
                         defer_pv=False):
+        assert not (prefetch and defer_pv), (
+            "prefetch and defer_pv are two ways of overlapping a product with the softmax; "
+            "a kernel takes one of them")
         (nb, hq, nq, hk, nk, _, _), (b, h, qd, d, kd, e), (k, v, o), group = _gqa(
             q, k, v, o, dh, dv)
         dims = (b, h, qd, kd)
