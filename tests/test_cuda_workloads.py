@@ -23,14 +23,16 @@ The default run (every kind of kernel, each narrow dtype on most of them):
   narrow dtype (f16
   and bf16 alternating over the workloads; gemm in both) except NARROW_SLOW:
   gemm_relu, gemm_gelu and bmm (gemm's narrow-operand contraction covers
-  theirs), residual_layernorm (layernorm's and rmsnorm's), sort_desc
-  and topk (sort's sorting network, in bf16; NVRTC takes some 20 s per
-  narrow build of each);
+  theirs), residual_layernorm (layernorm's and rmsnorm's), sort, sort_desc
+  and topk (NVRTC takes some 10-20 s per narrow build of each sorting
+  network; sort's runs in bf16 with its row in registers, below);
 * the other small shape variants in f32 (none of topk's, whose variants are
   each a kernel of their own to build and run: its ``small`` size stays);
 * the second schedule of every workload but SCHEDULE_SLOW (gemm_gelu's is
   gemm's tiling, sort_desc's sort's);
-* the staged loads of the row workloads at the medium size, f32, 4 lanes.
+* the staged loads of the row workloads at the medium size, f32, 4 lanes;
+* rows kept in registers (``row_registers``) for softmax (f32), masked
+  softmax and sort (bf16), one dtype each.
 
 ``-m slow`` adds gemm_relu, the other narrow dtypes,
 the topk variants ``k1``, ``near_n`` and ``wide``, the remaining schedules and staged
@@ -70,7 +72,8 @@ MEDIUM = _params(lambda w: [s for s in w.sizes if s == "medium"])
 WORKLOADS_SLOW: tuple[str, ...] = ("gemm_relu",)
 #: workloads whose narrow-dtype builds all run under -m slow only (another
 #: workload's narrow build covers the same code; see the module docstring)
-NARROW_SLOW = ("gemm_relu", "gemm_gelu", "bmm", "residual_layernorm", "sort_desc", "topk")
+NARROW_SLOW = ("gemm_relu", "gemm_gelu", "bmm", "residual_layernorm", "sort", "sort_desc",
+               "topk")
 #: workloads run in both narrow dtypes by default
 NARROW_BOTH = ("gemm",)
 #: small variants under -m slow only (each a kernel of its own to build and prove)
@@ -147,8 +150,9 @@ PRIVATE_ROWS = ("softmax", "masked_softmax", "sort", "topk")
 
 @pytest.mark.parametrize("i,name,size,dt,elems", [
     pytest.param(i, n, s, dt, e, id=f"{n}-{s}-{dt.name}-r{e}",
-                 marks=() if (n, s, e) in (("softmax", "medium", 8), ("masked_softmax", "small", 64),
-                                           ("sort", "small", 8)) and dt.name in ("f32", "bf16")
+                 marks=() if (n, s, e, dt.name) in (("softmax", "medium", 8, "f32"),
+                                                    ("masked_softmax", "small", 64, "bf16"),
+                                                    ("sort", "small", 8, "bf16"))
                  else pytest.mark.slow)
     for i, (n, s, dt) in enumerate(c for c in SMALL + MEDIUM if c[0] in PRIVATE_ROWS)
     for e in (8, 64)])

@@ -134,7 +134,13 @@ def test_a_phase_ending_with_a_pending_mma_is_refused():
         verify_kernel(cut)
 
 
-@pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
+#: the default run takes causal with split spans (a masked and an unmasked
+#: key loop); -m slow adds one masked loop and the non-causal kernel
+SPANS = [pytest.param(True, False, marks=pytest.mark.slow), (True, True),
+         pytest.param(False, False, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("causal,split", SPANS)
 def test_prefetched_scores_validate_emulated_and_match_bit_for_bit(causal, split):
     """The emulator's warpgroup mmas run only when a wait retires them
     (reading their operands then): the prefetching kernel is admitted and
@@ -173,7 +179,7 @@ def test_the_previous_blocks_pv_runs_through_this_blocks_softmax():
     assert "tn_wgmma_wait<1>();" in src and "tn_wgmma_bf16_n64_ra" in src
 
 
-@pytest.mark.parametrize("causal,split", [(True, False), (True, True), (False, False)])
+@pytest.mark.parametrize("causal,split", SPANS)
 def test_deferred_pv_validates_emulated_and_matches_bit_for_bit(causal, split):
     """The kernel issuing each block's ``P V`` one step late (the value block
     ``-1`` of the first step all zeros, the last product after the loop) is
@@ -203,8 +209,9 @@ def _roles_sched(kern):  # type: ignore[no-untyped-def]
     return default_schedule(kern.program, "cuda", block_threads=128, stages=2, warp_roles=True)
 
 
-@pytest.mark.parametrize("causal,split,defer", [(True, False, False), (True, True, False),
-                                                (False, False, True)])
+@pytest.mark.parametrize("causal,split,defer", [
+    pytest.param(True, False, False, marks=pytest.mark.slow), (True, True, False),
+    (False, False, True)])
 def test_warp_specialized_attention_validates_emulated(causal, split, defer):
     """``warp_roles=True, stages=2``: a producer warp copies the key and
     value tiles on completion barriers while the consumer warpgroup runs its
