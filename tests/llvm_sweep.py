@@ -274,8 +274,8 @@ def _mma_group(name: str, acc: str, members: list[Combo]) -> Group:
 
 #: members per kernel, by family kind (others: ``CHUNK_DEFAULT``). LLVM's
 #: optimization time grows faster than the size of a function: one kernel of
-#: all ten f32 ``mma`` pairs takes twice as long as ten kernels of one, and a
-#: reduce family of 28 members a third longer than five kernels of six.
+#: all ten f32 ``mma`` pairs takes twice as long as ten kernels of one, and
+#: one kernel of a 28-member reduce family half as long again as five of six.
 CHUNK = {"mma": 1}
 CHUNK_DEFAULT = 6
 

@@ -284,7 +284,7 @@ def _companions(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
 
 
 def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
-                   body: tuple, reads: Readers) -> None:
+                   body: tuple, readers: Readers) -> None:
     """Add to ``out`` the first operands that can stay in registers: a shared
     16-bit tile ``Y`` that is the ``a`` of one or more warp mmas (``WarpMma``;
     no other operand of any), each of whose warp tiles span whole rows
@@ -307,10 +307,10 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
     probabilities to ``P V`` the same way."""
     nests = [s for s in stmts if isinstance(s, L.For) and s.kind == "vector"]
     loops_of = _loops_around(body)
-    readers: dict[str, list[L.WarpMma]] = {}
+    by_a: dict[str, list[L.WarpMma]] = {}
     for w in mmas:
-        readers.setdefault(w.a.buf.name, []).append(w)
-    for name, ws in readers.items():
+        by_a.setdefault(w.a.buf.name, []).append(w)
+    for name, ws in by_a.items():
         Y = ws[0].a.buf
         # (a warpgroup's operand tile was given the swizzled layout its
         # shared form needs; in registers it has none)
@@ -336,7 +336,7 @@ def _operand_tiles(out: dict[str, FragTile], stmts: list, mmas: list, nest: Any,
         if not src:
             continue
         rows, cols = tm * wm, wk
-        homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, reads, pitch)]
+        homes = [s for s in nests if _elementwise(s, Y.name, rows, cols, nest, readers, pitch)]
         inside = {id(t) for n in homes for t in L.walk((n,))} | \
             {id(t) for o in owners for t in L.walk((o,))}
         if any(_x_accesses(t, Y.name) and id(t) not in inside for t in stmts):
